@@ -1,0 +1,69 @@
+"""Calibrators: maps from raw sentence embeddings to a space where cosine similarity works better.
+
+All follow scikit-learn's estimator contract (see :class:`Calibrator`) and save as safetensors + JSON.
+:func:`parse_calibrator` turns the short specs used by the CLI and ``bertflow reproduce`` into objects.
+"""
+
+from __future__ import annotations
+
+from ..errors import InputError
+from .base import Calibrator, calibrator_names, get_calibrator_class, register
+from .chain import ChainCalibrator
+from .flow import FlowCalibrator
+from .simple import AllButTheTopCalibrator, IdentityCalibrator, StandardNormCalibrator
+from .whitening import WhiteningCalibrator
+
+__all__ = [
+    "Calibrator",
+    "FlowCalibrator",
+    "WhiteningCalibrator",
+    "StandardNormCalibrator",
+    "AllButTheTopCalibrator",
+    "IdentityCalibrator",
+    "ChainCalibrator",
+    "register",
+    "get_calibrator_class",
+    "calibrator_names",
+    "parse_calibrator",
+    "CALIBRATOR_SPECS",
+]
+
+#: Short specs understood by :func:`parse_calibrator` (``+`` chains them, e.g. ``standard-norm+natsv-6``).
+CALIBRATOR_SPECS = {
+    "none": "no calibration (raw embeddings)",
+    "flow": "BERT-flow, the official code's Glow (3 levels x 3 steps, additive, reverse)",
+    "flow-paper": "BERT-flow, the paper's Glow (2 levels x 3 steps, additive, random permutation)",
+    "whitening": "BERT-whitening keeping every direction",
+    "whitening-K": "BERT-whitening keeping the top K directions (e.g. whitening-256)",
+    "standard-norm": "per-dimension z-score (SN)",
+    "natsv-K": "all-but-the-top: null the top K principal directions (NATSV)",
+}
+
+
+def parse_calibrator(spec: str, **flow_kwargs: object) -> Calibrator:
+    """Build an (unfitted) calibrator from a short spec; see :data:`CALIBRATOR_SPECS`.
+
+    Args:
+        spec: e.g. ``"flow"``, ``"flow-paper"``, ``"whitening-256"``, ``"standard-norm+natsv-6"``.
+        flow_kwargs: extra :class:`FlowCalibrator` arguments (``seed``, ``epochs``, ``device`` ...).
+    """
+    parts = [p.strip().lower() for p in spec.split("+")]
+    if len(parts) > 1:
+        return ChainCalibrator([parse_calibrator(p, **flow_kwargs) for p in parts])
+    name = parts[0]
+    base, _, arg = name.rpartition("-") if name.rsplit("-", 1)[-1].isdigit() else (name, "", "")
+    if name in ("none", "raw", "identity"):
+        return IdentityCalibrator()
+    if name == "flow":
+        return FlowCalibrator("code", **flow_kwargs)
+    if name == "flow-paper":
+        return FlowCalibrator("paper", **flow_kwargs)
+    if name == "whitening":
+        return WhiteningCalibrator()
+    if base == "whitening" and arg:
+        return WhiteningCalibrator(int(arg))
+    if name in ("standard-norm", "sn"):
+        return StandardNormCalibrator()
+    if base in ("natsv", "abtt", "all-but-the-top") and arg:
+        return AllButTheTopCalibrator(int(arg))
+    raise InputError(f"unknown calibrator {spec!r}; known: {', '.join(CALIBRATOR_SPECS)} (joined with '+')")

@@ -1,0 +1,221 @@
+"""The calibrator contract: scikit-learn's estimator API plus safetensors + JSON persistence.
+
+A calibrator maps sentence embeddings [N, D] to calibrated embeddings [N, D'] in which cosine similarity is
+taken. ``__init__`` only stores hyperparameters; ``fit`` validates them and sets fitted attributes whose names end
+in ``_``; using an unfitted calibrator raises :class:`~bertflow.errors.NotFittedError`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .. import __version__
+from ..errors import CompatibilityError, ModelFileError, NotFittedError
+from ..serialization import FORMAT_VERSION, load_arrays, read_json, save_arrays, write_json
+from ..validation import check_array
+
+__all__ = ["Calibrator", "register", "get_calibrator_class", "calibrator_names", "CONFIG_NAME", "WEIGHTS_NAME"]
+
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+
+_REGISTRY: dict[str, type[Calibrator]] = {}
+
+
+def register(name: str):  # noqa: ANN201 - decorator
+    """Class decorator: make a calibrator loadable by ``name`` (the ``type`` field of its saved config).
+
+    Loading goes through this registry, never through importing a dotted path named in a file, so a saved
+    folder cannot make bertflow import arbitrary code.
+    """
+
+    def wrap(cls: type[Calibrator]) -> type[Calibrator]:
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return wrap
+
+
+def get_calibrator_class(name: str) -> type[Calibrator]:
+    """The calibrator class registered as ``name``."""
+    if name not in _REGISTRY:
+        raise CompatibilityError(f"unknown calibrator type {name!r}; known: {', '.join(sorted(_REGISTRY))}")
+    return _REGISTRY[name]
+
+
+def calibrator_names() -> list[str]:
+    """Names of every registered calibrator."""
+    return sorted(_REGISTRY)
+
+
+class Calibrator(ABC):
+    """Base class of every calibrator (scikit-learn estimator contract).
+
+    Subclasses implement ``_fit(X)`` and ``_transform(X)`` on validated float64 arrays, and
+    ``_get_state() -> (meta, arrays)`` / ``_set_state(meta, arrays)`` for persistence. The public methods here
+    do the validation, the fitted check and the dtype handling once for all of them.
+    """
+
+    name: ClassVar[str] = "calibrator"
+    #: Parameters that are ``None`` when unset are written as JSON null; everything in ``__init__`` must be
+    #: JSON-serialisable (numbers, strings, lists, nested calibrators for :class:`Chain`).
+
+    # -- scikit-learn plumbing ---------------------------------------------------------------------------
+
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        sig = inspect.signature(cls.__init__)
+        return [p.name for p in sig.parameters.values() if p.name != "self" and p.kind != p.VAR_KEYWORD]
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """Hyperparameters as given to ``__init__`` (scikit-learn's ``get_params``)."""
+        return {name: getattr(self, name) for name in self._param_names()}
+
+    def set_params(self, **params: Any) -> Calibrator:
+        """Set hyperparameters; unknown names raise ``ValueError``. Returns ``self``."""
+        valid = set(self._param_names())
+        for key, value in params.items():
+            if key not in valid:
+                raise ValueError(f"{type(self).__name__} has no parameter {key!r}; valid: {sorted(valid)}")
+            setattr(self, key, value)
+        return self
+
+    def __repr__(self) -> str:
+        defaults = {
+            p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values() if p.name != "self"
+        }
+        shown = [f"{k}={v!r}" for k, v in self.get_params().items() if defaults.get(k, inspect._empty) != v]
+        return f"{type(self).__name__}({', '.join(shown)})"
+
+    @property
+    def is_fitted(self) -> bool:
+        """True once ``fit`` (or loading) has set ``n_features_in_``."""
+        return hasattr(self, "n_features_in_")
+
+    def _check_fitted(self) -> None:
+        if not self.is_fitted:
+            raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit(X) with embeddings first")
+
+    # -- the contract ------------------------------------------------------------------------------------
+
+    def fit(self, X: np.ndarray, y: object = None) -> Calibrator:
+        """Fit on embeddings ``X`` [N, D] (``y`` is ignored; it exists for pipelines). Returns ``self``."""
+        arr = check_array(X, what="X", min_rows=self._min_rows())
+        self._validate_params(arr)
+        self._fit(arr)
+        self.n_features_in_ = arr.shape[1]
+        return self
+
+    def transform(self, X: np.ndarray) -> np.ndarray:
+        """Calibrate embeddings [N, D] -> float32 [N, D_out]. A 1-D vector gives a 1-D result."""
+        self._check_fitted()
+        single = np.ndim(X) == 1
+        arr = check_array(np.atleast_2d(X) if single else X, n_features=self.n_features_in_, what="X")
+        out = self._transform(arr).astype(np.float32)
+        return out[0] if single else out
+
+    def fit_transform(self, X: np.ndarray, y: object = None) -> np.ndarray:
+        """``fit(X).transform(X)``."""
+        return self.fit(X).transform(X)
+
+    @property
+    def n_features_out_(self) -> int:
+        """Dimension of the calibrated vectors."""
+        self._check_fitted()
+        return self.n_features_in_
+
+    def _min_rows(self) -> int:
+        return 2
+
+    def _validate_params(self, X: np.ndarray) -> None:  # noqa: B027 - optional hook
+        """Check hyperparameters against the data at fit time (scikit-learn validates in fit, not init)."""
+
+    @abstractmethod
+    def _fit(self, X: np.ndarray) -> None: ...
+
+    @abstractmethod
+    def _transform(self, X: np.ndarray) -> np.ndarray: ...
+
+    @abstractmethod
+    def _get_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]: ...
+
+    @abstractmethod
+    def _set_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None: ...
+
+    # -- persistence -------------------------------------------------------------------------------------
+
+    def to_config(self) -> dict[str, Any]:
+        """JSON describing the class, its parameters and fitted scalar state (no arrays)."""
+        self._check_fitted()
+        meta, _ = self._get_state()
+        return {
+            "type": self.name,
+            "params": self.get_params(),
+            "n_features_in": int(self.n_features_in_),
+            "state": meta,
+            # What produced the embeddings it was fitted on (encoder config), when known; checked on use.
+            "fitted_on": getattr(self, "fitted_on", None),
+            "format_version": FORMAT_VERSION,
+            "bertflow_version": __version__,
+        }
+
+    def save(self, path: str | Path) -> None:
+        """Write ``config.json`` and ``model.safetensors`` into the folder ``path`` (created if needed)."""
+        self._check_fitted()
+        folder = Path(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        _, arrays = self._get_state()
+        save_arrays(folder / WEIGHTS_NAME, arrays)
+        write_json(folder / CONFIG_NAME, self.to_config())
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], arrays: dict[str, np.ndarray]) -> Calibrator:
+        """Rebuild a fitted calibrator from :meth:`to_config` output and its arrays, validating both."""
+        for key in ("type", "params", "n_features_in", "state", "format_version"):
+            if key not in config:
+                raise ModelFileError(f"calibrator config lacks {key!r}; the file was edited or is not bertflow's")
+        if int(config["format_version"]) > FORMAT_VERSION:
+            raise CompatibilityError(
+                f"this calibrator was written by a newer bertflow ({config.get('bertflow_version')}, format "
+                f"{config['format_version']}); this is bertflow {__version__} (format {FORMAT_VERSION}): upgrade"
+            )
+        klass = get_calibrator_class(config["type"])
+        if cls is not Calibrator and not issubclass(klass, cls):
+            raise CompatibilityError(f"the folder holds a {config['type']!r} calibrator, not a {cls.name!r}")
+        try:
+            obj = klass(**config["params"])
+        except TypeError as e:
+            raise ModelFileError(f"calibrator parameters do not match {klass.__name__}: {e}") from None
+        # Set first so _set_state can check its arrays against the declared dimension.
+        obj.n_features_in_ = int(config["n_features_in"])
+        try:
+            obj._set_state(config["state"], arrays)
+        except (KeyError, ValueError, TypeError, RuntimeError) as e:
+            raise ModelFileError(
+                f"saved {klass.__name__} state is inconsistent ({type(e).__name__}: {e}); "
+                "the files were edited or come from different saves"
+            ) from None
+        obj.fitted_on = config.get("fitted_on")
+        return obj
+
+    @classmethod
+    def load(cls, path: str | Path) -> Calibrator:
+        """Load a calibrator saved with :meth:`save` (the concrete class comes from its config)."""
+        folder = Path(path)
+        return cls.from_config(read_json(folder / CONFIG_NAME), load_arrays(folder / WEIGHTS_NAME))
+
+
+def expect_shape(arrays: dict[str, np.ndarray], key: str, shape: tuple[int, ...]) -> np.ndarray:
+    """Fetch ``arrays[key]`` and check its shape (used by ``_set_state`` implementations)."""
+    if key not in arrays:
+        raise KeyError(f"array {key!r} is missing")
+    arr = arrays[key]
+    if arr.shape != shape:
+        raise ValueError(f"array {key!r} has shape {arr.shape}, expected {shape}")
+    return arr

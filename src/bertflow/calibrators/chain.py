@@ -1,0 +1,80 @@
+"""A chain of calibrators applied in order (e.g. standard-norm then all-but-the-top, the paper's Table 5)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError
+from .base import Calibrator, register
+
+__all__ = ["ChainCalibrator"]
+
+
+@register("chain")
+class ChainCalibrator(Calibrator):
+    """Fit and apply calibrators one after another; each is fitted on the previous one's output.
+
+    Args:
+        steps: the calibrators, first applied first.
+
+    Example:
+        >>> ChainCalibrator([StandardNormCalibrator(), AllButTheTopCalibrator(6)])  # "SN + NATSV k=6"
+    """
+
+    def __init__(self, steps: Sequence[Calibrator] = ()) -> None:
+        self.steps = steps
+
+    def _validate_params(self, X: np.ndarray) -> None:
+        if not self.steps or not all(isinstance(s, Calibrator) for s in self.steps):
+            raise InputError("a chain needs at least one step, each a Calibrator instance")
+
+    def _fit(self, X: np.ndarray) -> None:
+        # Intermediate results stay float64; the public transform would round each step to float32.
+        for step in self.steps:
+            step.fit(X)
+            X = step._transform(X)
+
+    def _transform(self, X: np.ndarray) -> np.ndarray:
+        for step in self.steps:
+            X = step._transform(X)
+        return X
+
+    def inverse_transform(self, Z: np.ndarray) -> np.ndarray:
+        """Invert every step in reverse order; only where every step is invertible."""
+        self._check_fitted()
+        for step in reversed(self.steps):
+            if not hasattr(step, "inverse_transform"):
+                raise NotImplementedError(f"{type(step).__name__} in this chain has no inverse")
+            Z = step.inverse_transform(Z)
+        return np.asarray(Z, dtype=np.float32)
+
+    @property
+    def n_features_out_(self) -> int:
+        self._check_fitted()
+        return self.steps[-1].n_features_out_
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        return {"steps": list(self.steps)}
+
+    def to_config(self) -> dict[str, Any]:
+        config = super().to_config()
+        config["params"] = {}  # the steps travel in "state", as full configs of their own
+        return config
+
+    def _get_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        arrays = {}
+        for i, step in enumerate(self.steps):
+            _, step_arrays = step._get_state()
+            arrays.update({f"{i}.{k}": v for k, v in step_arrays.items()})
+        return {"steps": [step.to_config() for step in self.steps]}, arrays
+
+    def _set_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        steps = []
+        for i, config in enumerate(meta["steps"]):
+            prefix = f"{i}."
+            sub = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
+            steps.append(Calibrator.from_config(config, sub))
+        self.steps = steps

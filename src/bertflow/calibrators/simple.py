@@ -1,0 +1,120 @@
+"""The simple calibrators of the BERT-flow paper's Table 5: identity, standard-norm, all-but-the-top (NATSV)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError
+from .base import Calibrator, expect_shape, register
+
+__all__ = ["IdentityCalibrator", "StandardNormCalibrator", "AllButTheTopCalibrator", "floored_std"]
+
+
+def floored_std(std: np.ndarray) -> np.ndarray:
+    """Per-dimension std with a floor of 1e-3 x the median std (and 1e-12), so constant dimensions stay finite.
+
+    Checkpoints such as all-MiniLM-L6-v2 have output dimensions that are constant for every sentence; dividing
+    by their std (0 or 1e-9) would turn rounding noise into huge values.
+    """
+    floor = max(1e-12, 1e-3 * float(np.median(std)))
+    return np.maximum(std, floor)
+
+
+@register("identity")
+class IdentityCalibrator(Calibrator):
+    """No calibration ("raw"): returns the embeddings unchanged. Useful as a baseline in the same pipeline."""
+
+    def __init__(self) -> None:
+        pass
+
+    def _min_rows(self) -> int:
+        return 1
+
+    def _fit(self, X: np.ndarray) -> None:
+        pass
+
+    def _transform(self, X: np.ndarray) -> np.ndarray:
+        return X
+
+    def inverse_transform(self, Z: np.ndarray) -> np.ndarray:
+        """Identity."""
+        self._check_fitted()
+        return np.asarray(Z, dtype=np.float32)
+
+    def _get_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        return {}, {}
+
+    def _set_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        pass
+
+
+@register("standard-norm")
+class StandardNormCalibrator(Calibrator):
+    """Standard normalisation ("SN" in the BERT-flow paper): per-dimension z-score.
+
+    Attributes:
+        mean_: [D] per-dimension mean.
+        scale_: [D] per-dimension std, floored (see :func:`floored_std`).
+    """
+
+    def __init__(self) -> None:
+        pass
+
+    def _fit(self, X: np.ndarray) -> None:
+        self.mean_ = X.mean(axis=0)
+        self.scale_ = floored_std(X.std(axis=0))
+
+    def _transform(self, X: np.ndarray) -> np.ndarray:
+        return (X - self.mean_) / self.scale_
+
+    def inverse_transform(self, Z: np.ndarray) -> np.ndarray:
+        """Undo the z-score."""
+        self._check_fitted()
+        return (np.asarray(Z, dtype=np.float64) * self.scale_ + self.mean_).astype(np.float32)
+
+    def _get_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        return {}, {"mean": self.mean_, "scale": self.scale_}
+
+    def _set_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        self.mean_ = expect_shape(arrays, "mean", (self.n_features_in_,)).astype(np.float64)
+        self.scale_ = expect_shape(arrays, "scale", self.mean_.shape).astype(np.float64)
+
+
+@register("all-but-the-top")
+class AllButTheTopCalibrator(Calibrator):
+    """All-but-the-top (Mu & Viswanath 2018; "NATSV" in the BERT-flow paper): centre, then null the top-k
+    principal directions, which in raw transformer embeddings encode word frequency rather than meaning.
+
+    Args:
+        n_components: k, the number of dominant directions removed (the paper tries 1 to 10).
+
+    Attributes:
+        mean_: [D] mean.
+        components_: [k, D] orthonormal top principal directions that are projected out.
+    """
+
+    def __init__(self, n_components: int = 1) -> None:
+        self.n_components = n_components
+
+    def _validate_params(self, X: np.ndarray) -> None:
+        if not 1 <= int(self.n_components) < X.shape[1]:
+            raise InputError(f"n_components must be between 1 and {X.shape[1] - 1}, got {self.n_components}")
+
+    def _fit(self, X: np.ndarray) -> None:
+        self.mean_ = X.mean(axis=0)
+        _, _, vt = np.linalg.svd(X - self.mean_, full_matrices=False)
+        self.components_ = vt[: int(self.n_components)]
+
+    def _transform(self, X: np.ndarray) -> np.ndarray:
+        centred = X - self.mean_
+        return centred - (centred @ self.components_.T) @ self.components_
+
+    def _get_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        return {}, {"mean": self.mean_, "components": self.components_}
+
+    def _set_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        self.mean_ = expect_shape(arrays, "mean", (self.n_features_in_,)).astype(np.float64)
+        k = int(self.n_components)
+        self.components_ = expect_shape(arrays, "components", (k, self.mean_.shape[0])).astype(np.float64)

@@ -1,0 +1,46 @@
+"""The ``bertflow`` command. Each subcommand group lives in its own module and registers on :data:`app`."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import click
+import typer
+from typer.core import TyperGroup
+
+__all__ = ["app", "main"]
+
+
+class _Group(TyperGroup):
+    """Turns bertflow's own errors into one clear line on stderr and exit status 2, never a traceback."""
+
+    def invoke(self, ctx: click.Context):  # noqa: ANN201
+        from ..errors import BertflowError
+
+        try:
+            return super().invoke(ctx)
+        except BertflowError as e:
+            click.echo(f"bertflow: error: {e}", err=True)
+            ctx.exit(2)
+
+
+app = typer.Typer(
+    cls=_Group,
+    name="bertflow",
+    help="Label-free calibration of transformer sentence embeddings (BERT-flow, whitening and friends).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Importing the modules registers their commands on `app`.
+from . import core  # noqa: E402,F401
+
+
+def main() -> None:
+    """Console entry point (``bertflow``); ``BERTFLOW_LOG=INFO`` shows library logs."""
+    logging.basicConfig(
+        level=os.environ.get("BERTFLOW_LOG", "WARNING").upper(), format="%(levelname)s %(name)s: %(message)s"
+    )
+    app()

@@ -1,0 +1,236 @@
+"""``bertflow fit``, ``bertflow encode`` and ``bertflow similarity``."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import typer
+
+from . import app
+from .options import (
+    EncodingErrors,
+    build_encoder,
+    load_embedder,
+    quiet_libraries,
+    read_corpus,
+)
+
+logger = logging.getLogger(__name__)
+
+ModelOpt = Annotated[
+    str | None, typer.Option("--model", "-m", help="Hub id or local folder; default: the embedded all-MiniLM-L6-v2.")
+]
+PoolingOpt = Annotated[
+    str,
+    typer.Option(
+        help="cls | pooler | mean | first-last-avg | last2avg | comma-separated hidden-state indices (0 = embeddings)."
+    ),
+]
+MaxLenOpt = Annotated[int, typer.Option(help="Tokens per sentence after truncation (the paper used 64).")]
+DeviceOpt = Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 ...; default: CUDA when available.")]
+DtypeOpt = Annotated[str, typer.Option(help="auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16.")]
+BatchOpt = Annotated[int, typer.Option(help="Sentences per forward pass (results do not depend on it).")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
+ErrorsOpt = Annotated[
+    EncodingErrors,
+    typer.Option(
+        "--encoding-errors", help="strict: stop at bytes that are not UTF-8 (naming the line); replace: use U+FFFD."
+    ),
+]
+ColumnOpt = Annotated[
+    list[str] | None,
+    typer.Option("--column", "-c", help="For a TSV corpus: column name or 0-based index to read; repeat for several."),
+]
+
+
+@app.command(
+    epilog="""Examples:
+
+  bertflow fit corpus.txt -o my-flow
+
+  bertflow fit ../shared/data/sts/STSBenchmark/train.tsv -c sentence1 -c sentence2 -o stsb-flow
+
+  bertflow fit corpus.txt -o white --calibrator whitening-256 --pooling first-last-avg
+"""
+)
+def fit(
+    corpus: Annotated[
+        Path,
+        typer.Argument(help="Text file, one sentence per line, or a TSV with --column.", exists=True, dir_okay=False),
+    ],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write the fitted model to.")],
+    model: ModelOpt = None,
+    pooling: PoolingOpt = "mean",
+    max_length: MaxLenOpt = 64,
+    calibrator: Annotated[
+        str,
+        typer.Option(help="flow | flow-paper | whitening | whitening-K | standard-norm | natsv-K, joined with '+'."),
+    ] = "flow",
+    column: ColumnOpt = None,
+    unique: Annotated[bool, typer.Option(help="Drop duplicate sentences before fitting.")] = False,
+    seed: Annotated[int, typer.Option(help="Seed of the flow's initialisation and shuffling.")] = 0,
+    epochs: Annotated[float, typer.Option(help="Flow training epochs (fractions allowed).")] = 1.0,
+    validation_fraction: Annotated[
+        float, typer.Option(help="Hold out this share; its NLL picks the flow's best step.")
+    ] = 0.0,
+    encoding_errors: ErrorsOpt = EncodingErrors.strict,
+    batch_size: BatchOpt = 128,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = "auto",
+    quiet: QuietOpt = False,
+) -> None:
+    """Fit a calibrator on unlabeled sentences and save encoder reference + calibrator to a folder."""
+    from ..calibrators import parse_calibrator
+    from ..pipeline import Embedder
+
+    quiet_libraries()
+    sentences = read_corpus(corpus, column, encoding_errors.value, unique)
+    encoder = build_encoder(model, pooling, max_length, device, dtype)
+    cal = parse_calibrator(
+        calibrator, seed=seed, epochs=epochs, validation_fraction=validation_fraction, device=device, verbose=not quiet
+    )
+    embedder = Embedder(encoder, cal).fit(
+        sentences, batch_size=batch_size, show_progress_bar=not quiet, regime=f"corpus {corpus.name}"
+    )
+    embedder.save(output)
+    summary = {
+        "output": str(output),
+        "sentences": len(sentences),
+        "calibrator": repr(cal),
+        "seconds": embedder.fit_info["seconds"],
+    }
+    if hasattr(cal, "history_") and cal.history_["train_bpd"]:
+        summary["final_train_bpd"] = round(cal.history_["train_bpd"][-1], 4)
+    typer.echo(json.dumps(summary))
+
+
+@app.command(
+    epilog="""Examples:
+
+  bertflow encode sentences.txt -o vectors.npy --model-dir my-flow
+
+  bertflow encode sentences.txt -o raw.npy --pooling cls      (raw encoder, no calibrator)
+"""
+)
+def encode(
+    input: Annotated[
+        Path,
+        typer.Argument(help="Text file, one sentence per line, or a TSV with --column.", exists=True, dir_okay=False),
+    ],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the float32 [N, D] .npy.")],
+    model_dir: Annotated[
+        str | None, typer.Option(help="A folder written by `bertflow fit` (or a hub id); omit for raw embeddings.")
+    ] = None,
+    model: ModelOpt = None,
+    pooling: PoolingOpt = "mean",
+    max_length: MaxLenOpt = 64,
+    column: ColumnOpt = None,
+    encoding_errors: ErrorsOpt = EncodingErrors.strict,
+    batch_size: BatchOpt = 128,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = "auto",
+    quiet: QuietOpt = False,
+) -> None:
+    """Embed every line of a file into a .npy (streamed: memory stays bounded for any file size)."""
+    from tqdm.auto import tqdm
+
+    from ..data import iter_lines
+    from ..validation import check_finite
+
+    quiet_libraries()
+    if model_dir:
+        embedder = load_embedder(model_dir, device, dtype)
+        encoder, calibrator = embedder.encoder, embedder.calibrator
+    else:
+        encoder, calibrator = build_encoder(model, pooling, max_length, device, dtype), None
+    if column:
+        sentences = read_corpus(input, column, encoding_errors.value, False)
+        n, stream = len(sentences), iter(sentences)
+    else:
+        n = sum(1 for _ in iter_lines(input, errors=encoding_errors.value))
+        stream = (text for _, text in iter_lines(input, errors=encoding_errors.value))
+    dim = calibrator.n_features_out_ if calibrator is not None else encoder.dim
+    out = np.lib.format.open_memmap(output, mode="w+", dtype=np.float32, shape=(n, dim))
+    row = 0
+    with tqdm(total=n, desc="encode", unit="sent", disable=quiet) as bar:
+        for part in encoder.iter_encode(stream, batch_size=batch_size):
+            check_finite(part, what=f"embeddings of lines {row + 1}..{row + len(part)}")
+            if calibrator is not None:
+                part = calibrator.transform(part)
+            out[row : row + len(part)] = part
+            row += len(part)
+            bar.update(len(part))
+    out.flush()
+    typer.echo(json.dumps({"output": str(output), "rows": n, "dim": dim}))
+
+
+@app.command(
+    epilog="""Examples:
+
+  bertflow similarity "A man plays a guitar." "Someone plays music." --model-dir my-flow
+
+  bertflow similarity --pairs pairs.tsv --model-dir my-flow -o scores.tsv
+"""
+)
+def similarity(
+    sentences: Annotated[list[str] | None, typer.Argument(help="Two sentences to compare.")] = None,
+    pairs: Annotated[
+        Path | None,
+        typer.Option(
+            help="TSV with a header and sentence1, sentence2 columns (extra columns such as score are kept).",
+            exists=True,
+            dir_okay=False,
+        ),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="With --pairs: write the TSV with a cosine column here (default: stdout)."),
+    ] = None,
+    model_dir: Annotated[
+        str | None, typer.Option(help="A folder written by `bertflow fit` (or a hub id); omit for the raw encoder.")
+    ] = None,
+    model: ModelOpt = None,
+    pooling: PoolingOpt = "mean",
+    max_length: MaxLenOpt = 64,
+    encoding_errors: ErrorsOpt = EncodingErrors.strict,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = "auto",
+) -> None:
+    """Cosine similarity in the calibrated space: of two sentences, or of every pair in a TSV."""
+    from ..calibrators import IdentityCalibrator
+    from ..data import read_pairs
+    from ..errors import InputError
+    from ..pipeline import Embedder
+
+    quiet_libraries()
+    if (pairs is None) == (not sentences):
+        raise InputError("give either two sentences or --pairs FILE")
+    if model_dir:
+        embedder = load_embedder(model_dir, device, dtype)
+    else:
+        embedder = Embedder(build_encoder(model, pooling, max_length, device, dtype), IdentityCalibrator())
+    if sentences:
+        if len(sentences) != 2:
+            raise InputError(f"similarity takes exactly two sentences, got {len(sentences)}")
+        typer.echo(f"{embedder.similarity(sentences[0], sentences[1]):.6f}")
+        return
+    data = read_pairs(pairs, errors=encoding_errors.value)
+    scores = embedder.similarity_pairwise(data.sentences1, data.sentences2)
+    lines = ["cosine\tsentence1\tsentence2" if data.scores is None else "cosine\tgold\tsentence1\tsentence2"]
+    for i, cos in enumerate(scores):
+        gold = "" if data.scores is None else f"{data.scores[i]:g}\t"
+        lines.append(f"{cos:.6f}\t{gold}{data.sentences1[i]}\t{data.sentences2[i]}")
+    text = "\n".join(lines) + "\n"
+    if output:
+        output.write_text(text, encoding="utf-8")
+    else:
+        typer.echo(text, nl=False)
+    if data.scores is not None:
+        from scipy.stats import spearmanr
+
+        rho = spearmanr(scores, data.scores).statistic * 100
+        typer.echo(f"spearman x100 against the score column: {rho:.2f} ({len(scores)} pairs)", err=True)

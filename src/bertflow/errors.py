@@ -1,0 +1,46 @@
+"""Exceptions raised by bertflow.
+
+Every error a user can trigger with bad input is one of these, with a message that names the problem and,
+where there is one, the fix. They subclass the built-in exception a caller would expect (``ValueError`` for
+bad values, ``OSError`` for bad files) so generic handlers keep working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BertflowError",
+    "InputError",
+    "NotFittedError",
+    "ModelFileError",
+    "CompatibilityError",
+    "DivergenceError",
+    "DataNotFoundError",
+]
+
+
+class BertflowError(Exception):
+    """Base class of every bertflow error."""
+
+
+class InputError(BertflowError, ValueError):
+    """Bad user input: empty or non-text sentences, undecodable files, malformed TSV, NaN embeddings."""
+
+
+class NotFittedError(BertflowError, ValueError, AttributeError):
+    """A calibrator was used before ``fit`` (mirrors scikit-learn's ``NotFittedError``)."""
+
+
+class ModelFileError(BertflowError, OSError):
+    """A saved model folder is missing, truncated, corrupted or edited."""
+
+
+class CompatibilityError(BertflowError, ValueError):
+    """A calibrator or index does not match the encoder, dimension or library version it is used with."""
+
+
+class DivergenceError(BertflowError, RuntimeError):
+    """Flow fitting produced a non-finite loss; the message names the step."""
+
+
+class DataNotFoundError(BertflowError, FileNotFoundError):
+    """Evaluation data is not where it was looked for (and could not be downloaded)."""

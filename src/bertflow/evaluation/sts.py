@@ -1,0 +1,406 @@
+"""STS evaluation: cosine similarity of sentence embeddings against gold scores.
+
+The primary metric is Spearman's rank correlation x 100 between the cosine similarity of each pair's two
+embeddings and the gold score; Pearson x 100 is reported alongside. STS12-16 consist of several subsets,
+and the literature aggregates them in two incompatible ways, so both are computed:
+
+* ``"all"``: one correlation over the concatenation of all subsets of a task (SBERT, SimCSE, MTEB). It is
+  sensitive to whether similarity scales agree *across* subsets.
+* ``"wmean"``: the mean of the per-subset correlations weighted by subset size (BERT-flow and
+  BERT-whitening papers, i.e. SentEval's ``wmean``).
+
+For single-subset tasks (STS-B and SICK-R, test split) both are the same number. Numbers from different
+protocols are not comparable (e.g. BERT-flow target: 66.31 "all" vs 69.57 "wmean" average).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from scipy import stats
+
+from bertflow.data import STS_TASKS, SentencePairs, StsTask, load_sts_tasks
+from bertflow.errors import InputError
+
+__all__ = [
+    "Protocol",
+    "Metric",
+    "EmbedFn",
+    "cosine_scores",
+    "correlations",
+    "SubsetScore",
+    "TaskScore",
+    "StsReport",
+    "evaluate_pairs",
+    "evaluate_task",
+    "evaluate_sts",
+]
+
+logger = logging.getLogger(__name__)
+
+Protocol = Literal["all", "wmean"]
+Metric = Literal["spearman", "pearson"]
+EmbedFn = Callable[[list[str]], Any]
+"""Maps a list of N sentences to an (N, D) array of embeddings (numpy, or anything ``np.asarray`` accepts)."""
+
+
+def _as_2d_float(x: Any, name: str) -> np.ndarray:
+    """Convert embeddings to a finite float64 (N, D) array; accepts numpy arrays and CPU torch tensors."""
+    if hasattr(x, "detach") and hasattr(x, "cpu"):
+        # torch tensors: avoid importing torch here; detach so tensors that require grad convert too.
+        x = x.detach().cpu().numpy()
+    try:
+        arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{name} is not a numeric array ({exc})") from None
+    if arr.ndim != 2:
+        raise InputError(f"{name} must be a 2-D array (N sentences, D dims), got shape {arr.shape}")
+    if not np.isfinite(arr).all():
+        bad = int((~np.isfinite(arr)).any(axis=1).sum())
+        raise InputError(f"{name} contains NaN or infinite values in {bad} row(s)")
+    return arr
+
+
+def cosine_scores(emb1: np.ndarray, emb2: np.ndarray) -> np.ndarray:
+    """Row-wise cosine similarity of two embedding matrices.
+
+    Computed in float64 whatever the input dtype. A pair involving a zero vector gets cosine 0 (no
+    direction, hence no similarity) instead of NaN.
+
+    Args:
+        emb1: Embeddings of the first sentences, shape (N, D).
+        emb2: Embeddings of the second sentences, shape (N, D).
+
+    Returns:
+        float64 array of shape (N,), values in [-1, 1].
+
+    Raises:
+        InputError: Shapes differ or are not 2-D, or the input has NaN/inf.
+    """
+    a = _as_2d_float(emb1, "emb1")
+    b = _as_2d_float(emb2, "emb2")
+    if a.shape != b.shape:
+        raise InputError(f"emb1 and emb2 must have the same shape, got {a.shape} and {b.shape}")
+    return np.clip(np.einsum("nd,nd->n", _unit_rows(a), _unit_rows(b)), -1.0, 1.0)
+
+
+def _unit_rows(x: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit L2 norm; zero rows stay zero.
+
+    Each row is first divided by its largest absolute value, so squaring inside the norm can neither
+    overflow (|x| ~ 1e200) nor underflow (|x| ~ 1e-200); cosine is scale-invariant, so this is exact.
+    """
+    peak = np.abs(x).max(axis=1, keepdims=True) if x.shape[1] else np.zeros((x.shape[0], 1))
+    scaled = np.divide(x, peak, out=np.zeros_like(x), where=peak > 0)
+    norm = np.linalg.norm(scaled, axis=1, keepdims=True)
+    return np.divide(scaled, norm, out=np.zeros_like(scaled), where=norm > 0)
+
+
+def correlations(predicted: np.ndarray, gold: np.ndarray) -> tuple[float, float]:
+    """Spearman and Pearson correlation x 100 between predicted similarities and gold scores.
+
+    Args:
+        predicted: Shape (N,), e.g. cosine similarities.
+        gold: Shape (N,), gold scores.
+
+    Returns:
+        ``(spearman, pearson)``, each in [-100, 100]; NaN when undefined (fewer than 2 pairs or a constant
+        input, e.g. an encoder that maps every sentence to the same vector). NaN is logged as a warning.
+    """
+    p = np.asarray(predicted, dtype=np.float64).ravel()
+    g = np.asarray(gold, dtype=np.float64).ravel()
+    if p.shape != g.shape:
+        raise InputError(f"predicted has {p.size} values but gold has {g.size}")
+    if p.size < 2 or np.ptp(p) == 0 or np.ptp(g) == 0:
+        logger.warning("correlation undefined (%d pairs, constant input); reporting NaN", p.size)
+        return math.nan, math.nan
+    spearman = float(stats.spearmanr(p, g)[0]) * 100.0
+    pearson = float(stats.pearsonr(p, g)[0]) * 100.0
+    return spearman, pearson
+
+
+@dataclass
+class SubsetScore:
+    """Correlations on one subset (or split) of a task.
+
+    Attributes:
+        name: Subset name, e.g. ``"MSRpar"`` or ``"test"``.
+        n_pairs: Number of scored pairs.
+        spearman: Spearman x 100 of cosine vs gold.
+        pearson: Pearson x 100 of cosine vs gold.
+    """
+
+    name: str
+    n_pairs: int
+    spearman: float
+    pearson: float
+
+
+@dataclass
+class TaskScore:
+    """Correlations of one task, per subset and aggregated under both protocols (all values x 100).
+
+    Attributes:
+        task: Task name, e.g. ``"STS12"``.
+        subsets: Per-subset scores, in the task's subset order.
+        all_spearman: Spearman over all subsets concatenated ("all").
+        all_pearson: Pearson over all subsets concatenated.
+        wmean_spearman: Subset-size-weighted mean of per-subset Spearman ("wmean").
+        wmean_pearson: Subset-size-weighted mean of per-subset Pearson.
+        mean_spearman: Unweighted mean of per-subset Spearman (SentEval's "mean", for reference).
+    """
+
+    task: str
+    subsets: list[SubsetScore]
+    all_spearman: float
+    all_pearson: float
+    wmean_spearman: float
+    wmean_pearson: float
+    mean_spearman: float
+
+    @property
+    def n_pairs(self) -> int:
+        """Total number of evaluation pairs."""
+        return sum(s.n_pairs for s in self.subsets)
+
+    def score(self, protocol: Protocol = "all", metric: Metric = "spearman") -> float:
+        """The task's headline number under ``protocol`` ("all" or "wmean") for ``metric``."""
+        if protocol not in ("all", "wmean"):
+            raise InputError(f"protocol must be 'all' or 'wmean', got {protocol!r}")
+        if metric not in ("spearman", "pearson"):
+            raise InputError(f"metric must be 'spearman' or 'pearson', got {metric!r}")
+        return float(getattr(self, f"{protocol}_{metric}"))
+
+
+def _nan_to_none(x: float) -> float | None:
+    # JSON has no NaN; None (null) keeps the output parseable by strict JSON readers.
+    return None if math.isnan(x) else float(x)
+
+
+@dataclass
+class StsReport:
+    """Scores of several STS tasks.
+
+    Attributes:
+        tasks: Task scores keyed by task name, in evaluation order.
+    """
+
+    tasks: dict[str, TaskScore]
+
+    def _ordered(self) -> list[str]:
+        known = [t for t in STS_TASKS if t in self.tasks]
+        return known + [t for t in self.tasks if t not in known]
+
+    def average(self, protocol: Protocol = "all", metric: Metric = "spearman") -> float:
+        """Plain (unweighted) mean over the evaluated tasks, as the papers' "Avg." column.
+
+        It is the 7-task average only when all seven tasks were evaluated. NaN if any task is NaN.
+        """
+        if not self.tasks:
+            raise InputError("the report has no tasks")
+        return float(np.mean([t.score(protocol, metric) for t in self.tasks.values()]))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready nested dict: per task its subsets and both protocols, plus the averages.
+
+        Undefined correlations (NaN) become None.
+        """
+        out_tasks: dict[str, Any] = {}
+        for name in self._ordered():
+            t = self.tasks[name]
+            out_tasks[name] = {
+                "n_pairs": t.n_pairs,
+                "all": {"spearman": _nan_to_none(t.all_spearman), "pearson": _nan_to_none(t.all_pearson)},
+                "wmean": {
+                    "spearman": _nan_to_none(t.wmean_spearman),
+                    "pearson": _nan_to_none(t.wmean_pearson),
+                },
+                "mean": {"spearman": _nan_to_none(t.mean_spearman)},
+                "subsets": [
+                    {
+                        "name": s.name,
+                        "n_pairs": s.n_pairs,
+                        "spearman": _nan_to_none(s.spearman),
+                        "pearson": _nan_to_none(s.pearson),
+                    }
+                    for s in t.subsets
+                ],
+            }
+        average: dict[str, Any] = {}
+        if self.tasks:
+            for protocol in ("all", "wmean"):
+                average[protocol] = {
+                    metric: _nan_to_none(self.average(protocol, metric))  # type: ignore[arg-type]
+                    for metric in ("spearman", "pearson")
+                }
+        return {
+            "metric": "correlation x 100 between cosine similarity and gold score",
+            "protocols": {
+                "all": "one correlation over all subsets of a task concatenated (SBERT/SimCSE/MTEB)",
+                "wmean": "subset-size-weighted mean of per-subset correlations (BERT-flow/whitening papers)",
+            },
+            "tasks": out_tasks,
+            "average": average,
+        }
+
+    def to_markdown(self, metric: Metric = "spearman", digits: int = 2) -> str:
+        """Markdown table: one row per protocol (all, wmean), one column per task, then "Avg.".
+
+        Args:
+            metric: Which correlation to show (Spearman by default, as the papers).
+            digits: Decimals shown.
+
+        Returns:
+            The table, without a trailing newline.
+        """
+        names = self._ordered()
+
+        def fmt(x: float) -> str:
+            return "nan" if math.isnan(x) else f"{x:.{digits}f}"
+
+        lines = [
+            "| protocol | " + " | ".join(names) + " | Avg. |",
+            "|---|" + "---:|" * (len(names) + 1),
+        ]
+        for protocol in ("all", "wmean"):
+            cells = [fmt(self.tasks[n].score(protocol, metric)) for n in names]  # type: ignore[arg-type]
+            avg = fmt(self.average(protocol, metric)) if names else ""  # type: ignore[arg-type]
+            lines.append(f"| {protocol} | " + " | ".join(cells) + f" | {avg} |")
+        return "\n".join(lines)
+
+
+def _weighted_mean(values: Sequence[float], weights: Sequence[int]) -> float:
+    return float(np.average(np.asarray(values, dtype=np.float64), weights=np.asarray(weights, dtype=np.float64)))
+
+
+def _embed_distinct(sentences: list[str], embed: EmbedFn, context: str) -> np.ndarray:
+    emb = _as_2d_float(embed(sentences), f"embeddings returned for {context}")
+    if emb.shape[0] != len(sentences):
+        raise InputError(
+            f"embed returned {emb.shape[0]} rows for {len(sentences)} sentences ({context}); it must return "
+            "one row per input sentence, in order"
+        )
+    return emb
+
+
+def _score_subsets(
+    task_name: str, subsets: Mapping[str, SentencePairs], emb: np.ndarray, index: Mapping[str, int]
+) -> TaskScore:
+    subset_scores: list[SubsetScore] = []
+    all_cos: list[np.ndarray] = []
+    all_gold: list[np.ndarray] = []
+    for name, pairs in subsets.items():
+        if pairs.scores is None:
+            raise InputError(f"{task_name}/{name} has no gold scores")
+        i1 = np.fromiter((index[s] for s in pairs.sentences1), dtype=np.int64, count=len(pairs))
+        i2 = np.fromiter((index[s] for s in pairs.sentences2), dtype=np.int64, count=len(pairs))
+        cos = cosine_scores(emb[i1], emb[i2])
+        spearman, pearson = correlations(cos, pairs.scores)
+        subset_scores.append(SubsetScore(name, len(pairs), spearman, pearson))
+        all_cos.append(cos)
+        all_gold.append(pairs.scores)
+    if not subset_scores:
+        raise InputError(f"{task_name} has no evaluation subsets")
+    if len(subset_scores) == 1:
+        # Identical by definition; copy instead of recomputing so that all == wmean exactly.
+        only = subset_scores[0]
+        all_spearman, all_pearson = only.spearman, only.pearson
+    else:
+        all_spearman, all_pearson = correlations(np.concatenate(all_cos), np.concatenate(all_gold))
+    sizes = [s.n_pairs for s in subset_scores]
+    return TaskScore(
+        task=task_name,
+        subsets=subset_scores,
+        all_spearman=all_spearman,
+        all_pearson=all_pearson,
+        wmean_spearman=_weighted_mean([s.spearman for s in subset_scores], sizes),
+        wmean_pearson=_weighted_mean([s.pearson for s in subset_scores], sizes),
+        mean_spearman=float(np.mean([s.spearman for s in subset_scores])),
+    )
+
+
+def evaluate_pairs(name: str, subsets: Mapping[str, SentencePairs], embed: EmbedFn) -> TaskScore:
+    """Score arbitrary scored pair sets as one task (e.g. a user's own STS-style files).
+
+    Args:
+        name: Name reported in the result.
+        subsets: Scored pairs by subset name.
+        embed: Maps a list of N sentences to an (N, D) array; called once with the distinct sentences.
+
+    Returns:
+        Per-subset and aggregated ("all", "wmean") correlations x 100.
+    """
+    distinct = list(dict.fromkeys(s for pairs in subsets.values() for s in pairs.sentences()))
+    emb = _embed_distinct(distinct, embed, name)
+    index = {s: i for i, s in enumerate(distinct)}
+    return _score_subsets(name, subsets, emb, index)
+
+
+def evaluate_task(task: StsTask, embed: EmbedFn) -> TaskScore:
+    """Evaluate one STS task with cosine similarity.
+
+    ``embed`` is called exactly once, with the task's distinct evaluation sentences
+    (:meth:`StsTask.eval_sentences`), so each sentence is encoded once even if it appears in several pairs.
+
+    Args:
+        task: The task (see :func:`bertflow.data.load_sts_task`).
+        embed: Maps a list of N sentences to an (N, D) array of embeddings, row i for sentence i.
+
+    Returns:
+        Per-subset and aggregated correlations x 100.
+
+    Raises:
+        InputError: ``embed`` returned the wrong number of rows, a non-2-D array or NaN/inf values.
+    """
+    distinct = task.eval_sentences()
+    emb = _embed_distinct(distinct, embed, task.name)
+    index = {s: i for i, s in enumerate(distinct)}
+    return _score_subsets(task.name, task.eval_subsets, emb, index)
+
+
+def evaluate_sts(
+    embed: EmbedFn | Mapping[str, EmbedFn],
+    tasks: Sequence[str] = STS_TASKS,
+    data_dir: str | Path | None = None,
+) -> StsReport:
+    """Evaluate an encoder on STS tasks (default: all seven) and collect both protocols.
+
+    Args:
+        embed: Maps a list of N sentences to an (N, D) array; called once per task with the task's distinct
+            evaluation sentences. A mapping from task name (as in :data:`bertflow.data.STS_TASKS`) to such a
+            function gives each task its own encoder, e.g. a calibrator fitted on that task ("target"
+            regime).
+        tasks: Task names or aliases (see :func:`bertflow.data.canonical_task_name`).
+        data_dir: Data folder; see :func:`bertflow.data.resolve_data_dir`.
+
+    Returns:
+        The report; ``report.average("all")`` is the SimCSE-style "Avg.", ``report.average("wmean")`` the
+        BERT-flow-paper-style one.
+
+    Raises:
+        InputError: Unknown task, or ``embed`` is a mapping without an entry for one of the tasks.
+        DataNotFoundError: The data is missing.
+    """
+    loaded = load_sts_tasks(tasks, data_dir)
+    if isinstance(embed, Mapping):
+        missing = [name for name in loaded if name not in embed]
+        if missing:
+            raise InputError(f"embed has no function for task(s) {', '.join(missing)}")
+    scores: dict[str, TaskScore] = {}
+    for name, task in loaded.items():
+        task_embed = embed[name] if isinstance(embed, Mapping) else embed
+        scores[name] = evaluate_task(task, task_embed)
+        logger.info(
+            "%s: spearman all=%.2f wmean=%.2f (%d pairs)",
+            name,
+            scores[name].all_spearman,
+            scores[name].wmean_spearman,
+            task.n_eval_pairs,
+        )
+    return StsReport(scores)

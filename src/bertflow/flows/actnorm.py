@@ -1,0 +1,170 @@
+"""Activation normalisation (Glow's ActNorm) with explicit, floored data-dependent initialisation."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import Tensor, nn
+
+from bertflow.errors import InputError
+from bertflow.flows.base import Transform
+
+__all__ = ["ActNorm", "data_init_mode", "initialize_actnorms"]
+
+# Absolute and relative floors on the per-feature std used by the data-dependent init. Real sentence-embedding
+# checkpoints have (near-)constant dimensions; dividing by their raw std gives scales around 1e6 and the
+# flow diverges on the first step.
+_ABS_STD_FLOOR = 1e-6
+_REL_STD_FLOOR = 1e-3
+
+# Seed of the stand-in noise used for floored features during a data-dependent init pass (see
+# `data_init_mode`); fixed so that initialisation is deterministic.
+_STAND_IN_SEED = 0
+
+
+class ActNorm(Transform):
+    """Per-feature affine normalisation ``y = (x + bias) * exp(logscale_factor * log_scale)``.
+
+    Both parameters start at zero, so a fresh ActNorm is the identity. Data-dependent initialisation is
+    always explicit (:meth:`initialize`, or :func:`initialize_actnorms` for all ActNorms of a model in the
+    order data reaches them); ``forward`` never initialises on its own, so loading a ``state_dict`` can never
+    be overwritten by a later batch. Whether it has happened is stored in the boolean buffer
+    ``initialized``, which travels with the ``state_dict``.
+
+    Args:
+        num_features: Number of features ``C`` of the ``[B, C]`` inputs.
+        logscale_factor: Multiplier of ``log_scale`` (Glow uses 3); it makes the effective learning rate of
+            the scale larger than that of the bias.
+    """
+
+    def __init__(self, num_features: int, logscale_factor: float = 3.0) -> None:
+        super().__init__()
+        if isinstance(num_features, bool) or not isinstance(num_features, int) or num_features < 1:
+            raise InputError(f"ActNorm needs a positive integer num_features, got {num_features!r}")
+        self.num_features = num_features
+        self.logscale_factor = float(logscale_factor)
+        self.bias = nn.Parameter(torch.zeros(self.num_features))
+        self.log_scale = nn.Parameter(torch.zeros(self.num_features))
+        self.register_buffer("initialized", torch.tensor(False))
+        # Not state: `data_init_mode` sets it to a generator for the duration of one init pass, else None.
+        self._data_init: torch.Generator | None = None
+
+    def extra_repr(self) -> str:
+        return f"{self.num_features}, logscale_factor={self.logscale_factor}"
+
+    @torch.no_grad()
+    def initialize(self, x: Tensor) -> None:
+        """Sets ``bias`` and ``log_scale`` so that the output on ``x`` has zero mean and unit std per feature.
+
+        The std used is floored: ``std_used = max(std, max(1e-6, 1e-3 * median(std over features)))``, so a
+        near-constant feature gets a large but bounded scale instead of ~1e6 (its output std stays below 1).
+        Statistics are computed in float64 whatever the dtype of ``x``. Runs under ``torch.no_grad``.
+
+        Args:
+            x: A batch of inputs, shape ``[N, C]`` with ``N >= 2``, all finite.
+
+        Raises:
+            InputError: If ``x`` has the wrong shape, fewer than two rows, or non-finite values.
+        """
+        self._fit(x)
+
+    @torch.no_grad()
+    def _fit(self, x: Tensor) -> Tensor:
+        """Does :meth:`initialize` and returns the bool mask ``[C]`` of features whose std was floored."""
+        if x.dim() != 2 or x.shape[1] != self.num_features:
+            raise InputError(f"ActNorm.initialize expects a [N, {self.num_features}] batch, got shape {tuple(x.shape)}")
+        if x.shape[0] < 2:
+            raise InputError(f"ActNorm.initialize needs at least 2 samples to estimate a std, got {x.shape[0]}")
+        xd = x.detach().to(torch.float64)
+        if not torch.isfinite(xd).all():
+            raise InputError("ActNorm.initialize got non-finite values (NaN or inf) in its batch")
+        mean = xd.mean(dim=0)
+        std = xd.std(dim=0, correction=0)
+        floor = torch.clamp(_REL_STD_FLOOR * std.median(), min=_ABS_STD_FLOOR)
+        std_used = torch.maximum(std, floor)
+        self.bias.copy_((-mean).to(self.bias.dtype))
+        self.log_scale.copy_((-torch.log(std_used) / self.logscale_factor).to(self.log_scale.dtype))
+        self.initialized.fill_(True)
+        return std < floor
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Normalises ``x``.
+
+        Args:
+            x: Inputs, shape ``[B, C]``.
+
+        Returns:
+            ``(y, ladj)``: outputs ``[B, C]`` and ``log|det dy/dx| = logscale_factor * sum(log_scale)``
+            broadcast to shape ``[B]`` (nats).
+        """
+        floored = self._fit(x) if self._data_init is not None else None
+        logs = self.logscale_factor * self.log_scale
+        y = (x + self.bias) * torch.exp(logs)
+        ladj = logs.sum().expand(x.shape[0])
+        if floored is not None and bool(floored.any()):
+            # Init pass only: hand the floored features on as unit-variance stand-ins (see data_init_mode).
+            noise = torch.randn(x.shape[0], int(floored.sum()), generator=self._data_init, dtype=torch.float64)
+            y = y.clone()
+            y[:, floored.to(y.device)] = noise.to(device=y.device, dtype=y.dtype)
+        return y, ladj
+
+    def inverse(self, y: Tensor) -> tuple[Tensor, Tensor]:
+        """Undoes the normalisation.
+
+        Args:
+            y: Outputs, shape ``[B, C]``.
+
+        Returns:
+            ``(x, ladj_inv)``: inputs ``[B, C]`` and ``-logscale_factor * sum(log_scale)`` as shape ``[B]``.
+        """
+        logs = self.logscale_factor * self.log_scale
+        x = y * torch.exp(-logs) - self.bias
+        return x, (-logs.sum()).expand(y.shape[0])
+
+
+@contextmanager
+def data_init_mode(module: nn.Module) -> Iterator[None]:
+    """Makes every :class:`ActNorm` inside ``module`` initialise itself on the batches it sees.
+
+    Inside the ``with`` block each ActNorm calls :meth:`ActNorm.initialize` on its own input before
+    transforming it, so one forward pass initialises them all in the order data flows through them (later
+    ones see the normalised outputs of earlier ones, as in Glow). The mode is switched off on exit, even on
+    error.
+
+    One deliberate difference from a plain forward pass: a feature that an ActNorm had to floor (std below
+    ``max(1e-6, 1e-3 * median std)``) is passed on to the rest of the pass as seeded standard-normal noise
+    instead of its normalised values, which are nearly constant. Otherwise every ActNorm downstream sees the
+    same near-constant feature, floors it again and multiplies in another gain of up to ~1e3: after two or
+    three steps the total gain is the naive ``1 / std`` the floor was meant to prevent (~1e9 for a feature
+    with std 1e-9), and the first training step diverges. With the stand-in, downstream ActNorms leave such
+    a feature at gain ~1, so its total gain is bounded by the single floor. The returned outputs of the init
+    pass are therefore not meaningful; only the initialised parameters are.
+
+    Args:
+        module: Any module; its ActNorm descendants (and itself, if it is one) are affected.
+    """
+    norms = [m for m in module.modules() if isinstance(m, ActNorm)]
+    gen = torch.Generator().manual_seed(_STAND_IN_SEED)
+    for m in norms:
+        m._data_init = gen
+    try:
+        yield
+    finally:
+        for m in norms:
+            m._data_init = None
+
+
+def initialize_actnorms(transform: Transform, x: Tensor) -> None:
+    """Data-dependent initialisation of every ActNorm in ``transform`` with one forward pass on ``x``.
+
+    Args:
+        transform: The transform to initialise (e.g. a FlowStep, a coupling or a whole Glow).
+        x: A batch of data, shape ``[N, D]`` with ``N >= 2``.
+
+    Raises:
+        InputError: If the batch is unusable (see :meth:`ActNorm.initialize`).
+    """
+    with torch.no_grad(), data_init_mode(transform):
+        transform(x)

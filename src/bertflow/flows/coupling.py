@@ -1,0 +1,235 @@
+"""Coupling layers (NICE additive and Glow affine) and the small network that conditions them.
+
+Both couplings split a ``[B, n]`` input into ``x_a = x[:, :n - n//2]`` (passed through unchanged, and fed to
+the network) and ``x_b = x[:, n - n//2:]`` (transformed), so odd ``n`` works and ``x_a`` is the larger half.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from bertflow.errors import InputError
+from bertflow.flows.actnorm import ActNorm
+from bertflow.flows.base import Transform
+
+__all__ = ["ZeroLinear", "CouplingNet", "coupling_network", "AdditiveCoupling", "AffineCoupling"]
+
+# Std of the normal init of the hidden Linear weights (Glow's default initializer). The ActNorm that follows
+# each of them is data-initialised, so this only matters before `initialize` is called.
+_HIDDEN_INIT_STD = 0.05
+
+
+class ZeroLinear(nn.Module):
+    """Zero-initialised linear output layer with a learned per-output log-scale (Glow's ``Conv2dZeros``).
+
+    ``out = (h @ weight.T + bias) * exp(logscale_factor * logs)``; ``weight``, ``bias`` and ``logs`` all start
+    at zero, so the coupling that uses it starts as (close to) the identity.
+
+    Args:
+        in_features: Width of the ``[B, in_features]`` input.
+        out_features: Width of the ``[B, out_features]`` output.
+        logscale_factor: Multiplier of ``logs`` (3, as in Glow).
+    """
+
+    def __init__(self, in_features: int, out_features: int, logscale_factor: float = 3.0) -> None:
+        super().__init__()
+        self.in_features = int(in_features)
+        self.out_features = int(out_features)
+        self.logscale_factor = float(logscale_factor)
+        self.weight = nn.Parameter(torch.zeros(self.out_features, self.in_features))
+        self.bias = nn.Parameter(torch.zeros(self.out_features))
+        self.logs = nn.Parameter(torch.zeros(self.out_features))
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}"
+
+    def forward(self, h: Tensor) -> Tensor:
+        """Applies the layer.
+
+        Args:
+            h: Hidden activations, shape ``[B, in_features]``.
+
+        Returns:
+            Outputs, shape ``[B, out_features]``.
+        """
+        return F.linear(h, self.weight, self.bias) * torch.exp(self.logscale_factor * self.logs)
+
+
+class CouplingNet(nn.Module):
+    """``Linear -> ActNorm -> ReLU -> Linear -> ActNorm -> ReLU -> ZeroLinear``, from ``n_in`` to ``n_out``.
+
+    The hidden Linear layers have no bias because the ActNorm right after them has one (this is also what
+    makes the parameter count match the official code). The two ActNorms take part in the explicit
+    data-dependent initialisation of the model they belong to.
+
+    Args:
+        in_features: Width ``n_in`` of the conditioning input.
+        out_features: Width ``n_out`` of the output.
+        hidden: Hidden width ``h`` (32 in the official BERT-flow code).
+        generator: Optional private generator for the hidden weights' init (the global RNG is used if None).
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        hidden: int = 32,
+        *,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__()
+        for name, value in (("in_features", in_features), ("out_features", out_features), ("hidden", hidden)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InputError(f"CouplingNet needs a positive integer {name}, got {value!r}")
+        self.linear1 = nn.Linear(in_features, hidden, bias=False)
+        self.norm1 = ActNorm(hidden)
+        self.linear2 = nn.Linear(hidden, hidden, bias=False)
+        self.norm2 = ActNorm(hidden)
+        self.out = ZeroLinear(hidden, out_features)
+        with torch.no_grad():
+            for lin in (self.linear1, self.linear2):
+                w = torch.randn(lin.weight.shape, generator=generator, dtype=torch.float64)
+                lin.weight.copy_(w * _HIDDEN_INIT_STD)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Computes the coupling parameters from the conditioning half.
+
+        Args:
+            x: Conditioning input, shape ``[B, n_in]``.
+
+        Returns:
+            Raw coupling parameters, shape ``[B, n_out]``.
+        """
+        h = F.relu(self.norm1(self.linear1(x))[0])
+        h = F.relu(self.norm2(self.linear2(h))[0])
+        return self.out(h)
+
+
+def coupling_network(
+    in_features: int, out_features: int, hidden: int = 32, *, generator: torch.Generator | None = None
+) -> CouplingNet:
+    """Builds the coupling network ``n_in -> n_out`` (see :class:`CouplingNet`).
+
+    Args:
+        in_features: Width of the conditioning input.
+        out_features: Width of the output.
+        hidden: Hidden width.
+        generator: Optional private generator for the weight init.
+
+    Returns:
+        A fresh :class:`CouplingNet` whose output is exactly zero until it is trained.
+    """
+    return CouplingNet(in_features, out_features, hidden, generator=generator)
+
+
+class _Coupling(Transform):
+    """Shared split logic: ``x_a = x[:, :n - n//2]`` conditions, ``x_b = x[:, n - n//2:]`` is transformed."""
+
+    def __init__(
+        self, num_features: int, net_out_per_feature: int, hidden: int, generator: torch.Generator | None
+    ) -> None:
+        super().__init__()
+        if isinstance(num_features, bool) or not isinstance(num_features, int) or num_features < 2:
+            raise InputError(f"{type(self).__name__} needs at least 2 features to split in two, got {num_features!r}")
+        self.num_features = num_features
+        self.n_a = num_features - num_features // 2
+        self.n_b = num_features // 2
+        self.hidden = int(hidden)
+        self.net = coupling_network(self.n_a, net_out_per_feature * self.n_b, hidden, generator=generator)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_features}, hidden={self.hidden}"
+
+
+class AdditiveCoupling(_Coupling):
+    """NICE additive coupling ``y_b = x_b + net(x_a)``, ``y_a = x_a``; volume preserving (log-det 0).
+
+    The official BERT-flow default.
+
+    Args:
+        num_features: Number of features ``n >= 2`` of the ``[B, n]`` inputs.
+        hidden: Hidden width of the coupling network.
+        generator: Optional private generator for the network's weight init.
+    """
+
+    def __init__(self, num_features: int, hidden: int = 32, *, generator: torch.Generator | None = None) -> None:
+        super().__init__(num_features, 1, hidden, generator)
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Shifts the second half by a function of the first.
+
+        Args:
+            x: Inputs, shape ``[B, n]``.
+
+        Returns:
+            ``(y, zeros[B])`` with ``y`` of shape ``[B, n]``.
+        """
+        x_a, x_b = x[:, : self.n_a], x[:, self.n_a :]
+        y_b = x_b + self.net(x_a)
+        return torch.cat([x_a, y_b], dim=1), x.new_zeros(x.shape[0])
+
+    def inverse(self, y: Tensor) -> tuple[Tensor, Tensor]:
+        """Subtracts the shift (``y_a = x_a``, so the network sees the same input as in forward).
+
+        Args:
+            y: Latent values, shape ``[B, n]``.
+
+        Returns:
+            ``(x, zeros[B])`` with ``x`` of shape ``[B, n]``.
+        """
+        y_a, y_b = y[:, : self.n_a], y[:, self.n_a :]
+        x_b = y_b - self.net(y_a)
+        return torch.cat([y_a, x_b], dim=1), y.new_zeros(y.shape[0])
+
+
+class AffineCoupling(_Coupling):
+    """Glow affine coupling ``y_b = (x_b + shift) * sigmoid(raw + 2)``, ``y_a = x_a``.
+
+    The network maps ``x_a`` to ``2 * n_b`` outputs, interleaved as in the official code: ``shift`` is
+    ``out[:, 0::2]`` and ``raw`` is ``out[:, 1::2]``. The sigmoid keeps the scale in ``(0, 1)`` and the ``+2``
+    makes it start near 0.88 rather than 0.5 with a zero-initialised network. The log-determinant is
+    ``sum(log scale)`` over the ``n_b`` transformed features.
+
+    Args:
+        num_features: Number of features ``n >= 2`` of the ``[B, n]`` inputs.
+        hidden: Hidden width of the coupling network.
+        generator: Optional private generator for the network's weight init.
+    """
+
+    def __init__(self, num_features: int, hidden: int = 32, *, generator: torch.Generator | None = None) -> None:
+        super().__init__(num_features, 2, hidden, generator)
+
+    def _shift_logscale(self, x_a: Tensor) -> tuple[Tensor, Tensor]:
+        out = self.net(x_a)
+        # logsigmoid rather than log(sigmoid(.)): exact for very negative raw scales instead of -inf.
+        return out[:, 0::2], F.logsigmoid(out[:, 1::2] + 2.0)
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Shifts then scales the second half by functions of the first.
+
+        Args:
+            x: Inputs, shape ``[B, n]``.
+
+        Returns:
+            ``(y, ladj)``: outputs ``[B, n]`` and ``sum(log scale)`` of shape ``[B]`` (nats).
+        """
+        x_a, x_b = x[:, : self.n_a], x[:, self.n_a :]
+        shift, log_scale = self._shift_logscale(x_a)
+        y_b = (x_b + shift) * torch.exp(log_scale)
+        return torch.cat([x_a, y_b], dim=1), log_scale.sum(dim=1)
+
+    def inverse(self, y: Tensor) -> tuple[Tensor, Tensor]:
+        """Unscales then unshifts the second half.
+
+        Args:
+            y: Latent values, shape ``[B, n]``.
+
+        Returns:
+            ``(x, ladj_inv)``: inputs ``[B, n]`` and ``-sum(log scale)`` of shape ``[B]`` (nats).
+        """
+        y_a, y_b = y[:, : self.n_a], y[:, self.n_a :]
+        shift, log_scale = self._shift_logscale(y_a)
+        x_b = y_b * torch.exp(-log_scale) - shift
+        return torch.cat([y_a, x_b], dim=1), -log_scale.sum(dim=1)

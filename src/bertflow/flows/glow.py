@@ -1,0 +1,334 @@
+"""Multi-scale Glow on ``D``-dimensional vectors, as used by BERT-flow.
+
+A sentence embedding is treated as a 1x1 image with ``D`` channels, so there is no squeeze and every layer
+acts on ``[B, C]`` rows. Level ``i`` runs ``depth`` :class:`FlowStep`s on its ``C_i`` channels; after every
+level but the last, the first ``C_i - C_i // 2`` channels go on to the next level and the other ``C_i // 2``
+are factored out and scored under a fixed standard normal. The latent is
+``z = [factored-out part of level 0, of level 1, ..., output of the last level]``, of dimension ``D``.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+
+from bertflow.errors import InputError
+from bertflow.flows.actnorm import ActNorm, initialize_actnorms
+from bertflow.flows.base import Composite, Transform
+from bertflow.flows.coupling import AdditiveCoupling, AffineCoupling
+from bertflow.flows.permutation import InvertibleLinearLU, RandomPermutation, ReversePermutation
+
+__all__ = ["FlowStep", "Glow", "GLOW_PRESETS", "COUPLINGS", "PERMUTATIONS"]
+
+CouplingName = Literal["additive", "affine"]
+PermutationName = Literal["reverse", "random", "lu"]
+
+COUPLINGS: tuple[str, ...] = ("additive", "affine")
+PERMUTATIONS: tuple[str, ...] = ("reverse", "random", "lu")
+
+GLOW_PRESETS: dict[str, dict[str, Any]] = {
+    # The official BERT-flow code's defaults (151,488 trainable parameters at D = 768).
+    "code": dict(n_levels=3, depth=3, coupling="additive", permutation="reverse"),
+    # The configuration described in the BERT-flow paper.
+    "paper": dict(n_levels=2, depth=3, coupling="additive", permutation="random"),
+}
+
+_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def _check_name(kind: str, name: str, allowed: tuple[str, ...]) -> None:
+    if name not in allowed:
+        raise InputError(f"unknown {kind} {name!r}; expected one of {', '.join(repr(a) for a in allowed)}")
+
+
+def _check_positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+class FlowStep(Transform):
+    """One Glow step: ``ActNorm -> permutation -> coupling`` (data -> latent).
+
+    Args:
+        num_features: Number of features ``C >= 2`` of the ``[B, C]`` inputs.
+        hidden_channels: Hidden width of the coupling network.
+        coupling: ``"additive"`` (NICE) or ``"affine"`` (Glow).
+        permutation: ``"reverse"`` (fixed reversal), ``"random"`` (fixed random permutation) or ``"lu"``
+            (learned invertible 1x1 conv).
+        seed: Seed of the random permutation / LU init and of the coupling network's weight init.
+
+    Raises:
+        InputError: (a ``ValueError``) for an unknown coupling or permutation name or ``num_features < 2``.
+    """
+
+    def __init__(
+        self,
+        num_features: int,
+        hidden_channels: int = 32,
+        coupling: CouplingName = "additive",
+        permutation: PermutationName = "reverse",
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        _check_name("coupling", coupling, COUPLINGS)
+        _check_name("permutation", permutation, PERMUTATIONS)
+        self.actnorm = ActNorm(num_features)
+        self.permutation: Transform
+        if permutation == "reverse":
+            self.permutation = ReversePermutation(num_features)
+        elif permutation == "random":
+            self.permutation = RandomPermutation(num_features, seed)
+        else:
+            self.permutation = InvertibleLinearLU(num_features, seed)
+        # Offset so the net's init stream is not the one that drew the permutation.
+        gen = torch.Generator().manual_seed(int(seed) + 1)
+        self.coupling: Transform
+        if coupling == "additive":
+            self.coupling = AdditiveCoupling(num_features, hidden_channels, generator=gen)
+        else:
+            self.coupling = AffineCoupling(num_features, hidden_channels, generator=gen)
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Applies ActNorm, permutation and coupling.
+
+        Args:
+            x: Inputs, shape ``[B, C]``.
+
+        Returns:
+            ``(y, ladj)``: outputs ``[B, C]`` and ``log|det dy/dx|`` ``[B]`` (nats).
+        """
+        x, ld1 = self.actnorm(x)
+        x, ld2 = self.permutation(x)
+        x, ld3 = self.coupling(x)
+        return x, ld1 + ld2 + ld3
+
+    def inverse(self, y: Tensor) -> tuple[Tensor, Tensor]:
+        """Undoes coupling, permutation and ActNorm.
+
+        Args:
+            y: Latent values, shape ``[B, C]``.
+
+        Returns:
+            ``(x, ladj_inv)``: inputs ``[B, C]`` and ``log|det dx/dy|`` ``[B]`` (nats).
+        """
+        y, ld3 = self.coupling.inverse(y)  # type: ignore[operator]
+        y, ld2 = self.permutation.inverse(y)  # type: ignore[operator]
+        y, ld1 = self.actnorm.inverse(y)
+        return y, ld1 + ld2 + ld3
+
+
+class Glow(Transform):
+    """Multi-scale Glow mapping ``D``-dimensional embeddings to a standard normal latent (data -> latent).
+
+    Args:
+        n_features: Input dimension ``D``.
+        n_levels: Number of levels; every level must keep at least 2 channels.
+        depth: Flow steps per level.
+        hidden_channels: Hidden width of every coupling network (32 in the official code).
+        coupling: ``"additive"`` or ``"affine"``.
+        permutation: ``"reverse"``, ``"random"`` or ``"lu"``.
+        seed: Seeds every random initialisation (permutations, LU matrices, coupling-net weights) through
+            private generators, so ``Glow(**glow.get_config())`` rebuilds an identical untrained model. All of
+            that state is also stored in parameters/buffers, so ``load_state_dict`` restores it exactly.
+
+    Raises:
+        InputError: (a ``ValueError``) for unknown coupling/permutation names, non-positive sizes, or when a
+            level would have fewer than 2 channels (e.g. ``n_features=2`` with 3 levels).
+    """
+
+    def __init__(
+        self,
+        n_features: int,
+        n_levels: int = 3,
+        depth: int = 3,
+        hidden_channels: int = 32,
+        coupling: CouplingName = "additive",
+        permutation: PermutationName = "reverse",
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        _check_positive_int("n_features", n_features)
+        _check_positive_int("n_levels", n_levels)
+        _check_positive_int("depth", depth)
+        _check_positive_int("hidden_channels", hidden_channels)
+        _check_name("coupling", coupling, COUPLINGS)
+        _check_name("permutation", permutation, PERMUTATIONS)
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise InputError(f"seed must be an integer, got {seed!r}")
+
+        channels = [n_features]
+        for _ in range(n_levels - 1):
+            channels.append(channels[-1] - channels[-1] // 2)
+        for level, c in enumerate(channels):
+            if c < 2:
+                max_levels = sum(1 for c2 in channels if c2 >= 2)
+                raise InputError(
+                    f"Glow with n_levels={n_levels} leaves {c} channel(s) at level {level} for "
+                    f"n_features={n_features}, but every level needs at least 2 channels to split for its "
+                    f"couplings; use n_levels <= {max_levels} or more features"
+                )
+
+        self.n_features = n_features
+        self.n_levels = n_levels
+        self.depth = depth
+        self.hidden_channels = hidden_channels
+        self.coupling = coupling
+        self.permutation = permutation
+        self.seed = seed
+        self.level_channels: tuple[int, ...] = tuple(channels)
+        # Sizes of the latent blocks in z order: factored-out parts of levels 0..L-2, then the last output.
+        self.latent_sizes: tuple[int, ...] = tuple(c // 2 for c in channels[:-1]) + (channels[-1],)
+
+        # One private stream hands every step its own seed: reproducible from `seed`, global RNG untouched.
+        gen = torch.Generator().manual_seed(seed)
+        levels = []
+        for c in channels:
+            steps = []
+            for _ in range(depth):
+                step_seed = int(torch.randint(0, 2**62, (), generator=gen))
+                steps.append(FlowStep(c, hidden_channels, coupling, permutation, step_seed))
+            levels.append(Composite(*steps))
+        self.levels = torch.nn.ModuleList(levels)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
+
+    @classmethod
+    def from_preset(cls, name: str, n_features: int, **overrides: Any) -> Glow:
+        """Builds a Glow from a named preset of :data:`GLOW_PRESETS`.
+
+        Args:
+            name: ``"code"`` (official code defaults) or ``"paper"`` (paper's description).
+            n_features: Input dimension ``D``.
+            **overrides: Constructor arguments that replace the preset's.
+
+        Returns:
+            The new, uninitialised Glow.
+
+        Raises:
+            InputError: (a ``ValueError``) for an unknown preset name.
+        """
+        _check_name("Glow preset", name, tuple(GLOW_PRESETS))
+        cfg = copy.deepcopy(GLOW_PRESETS[name])
+        cfg.update(overrides)
+        return cls(n_features, **cfg)
+
+    def get_config(self) -> dict[str, Any]:
+        """Returns the constructor arguments as a JSON-serialisable dict (``Glow(**cfg)`` rebuilds it)."""
+        return {
+            "n_features": self.n_features,
+            "n_levels": self.n_levels,
+            "depth": self.depth,
+            "hidden_channels": self.hidden_channels,
+            "coupling": self.coupling,
+            "permutation": self.permutation,
+            "seed": self.seed,
+        }
+
+    def _check_input(self, x: Tensor, what: str) -> None:
+        if x.dim() != 2 or x.shape[1] != self.n_features:
+            raise InputError(f"Glow.{what} expects a [B, {self.n_features}] tensor, got shape {tuple(x.shape)}")
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Maps embeddings to the latent.
+
+        Args:
+            x: Embeddings, shape ``[B, D]``.
+
+        Returns:
+            ``(z, ladj)``: latent ``[B, D]`` (ordered as described in the module docstring) and
+            ``log|det dz/dx|`` ``[B]`` (nats).
+        """
+        self._check_input(x, "forward")
+        ladj = x.new_zeros(x.shape[0])
+        parts = []
+        h = x
+        last = self.n_levels - 1
+        for i, level in enumerate(self.levels):
+            h, ld = level(h)
+            ladj = ladj + ld
+            if i < last:
+                keep = self.level_channels[i + 1]
+                parts.append(h[:, keep:])
+                h = h[:, :keep]
+        parts.append(h)
+        return torch.cat(parts, dim=1), ladj
+
+    def inverse(self, z: Tensor) -> tuple[Tensor, Tensor]:
+        """Maps latent values back to embedding space.
+
+        Args:
+            z: Latent values, shape ``[B, D]``.
+
+        Returns:
+            ``(x, ladj_inv)``: embeddings ``[B, D]`` and ``log|det dx/dz|`` ``[B]`` (nats).
+        """
+        self._check_input(z, "inverse")
+        blocks = torch.split(z, list(self.latent_sizes), dim=1)
+        ladj = z.new_zeros(z.shape[0])
+        h = blocks[-1]
+        for i in reversed(range(self.n_levels)):
+            if i < self.n_levels - 1:
+                h = torch.cat([h, blocks[i]], dim=1)
+            h, ld = self.levels[i].inverse(h)  # type: ignore[operator]
+            ladj = ladj + ld
+        return h, ladj
+
+    def log_prob(self, x: Tensor) -> Tensor:
+        """Log-density of ``x`` under the flow, in nats.
+
+        ``log p(x) = sum_d log N(z_d; 0, 1) + log|det dz/dx|`` over all ``D`` latent coordinates.
+
+        Args:
+            x: Embeddings, shape ``[B, D]``.
+
+        Returns:
+            Log-densities, shape ``[B]``.
+        """
+        z, ladj = self.forward(x)
+        log_pz = -0.5 * z.square().sum(dim=1) - self.n_features * _HALF_LOG_2PI
+        return log_pz + ladj
+
+    def bits_per_dim(self, x: Tensor) -> Tensor:
+        """Negative log-density per dimension in bits: ``-log_prob(x) / (D * ln 2)`` (the official objective).
+
+        Embeddings are continuous, so this is a differential entropy estimate and not bounded below by 0: it
+        is typically negative once the flow is fitted (the density of a concentrated cloud exceeds 1).
+
+        Args:
+            x: Embeddings, shape ``[B, D]``.
+
+        Returns:
+            Bits per dimension, shape ``[B]``.
+        """
+        return -self.log_prob(x) / (self.n_features * math.log(2.0))
+
+    def initialize(self, x: Tensor) -> None:
+        """Explicit data-dependent initialisation of every ActNorm, in the order data flows through them.
+
+        Runs one forward pass on ``x`` under ``torch.no_grad``; each ActNorm (those of the flow steps and
+        those inside the coupling networks) is set from the statistics of the input it sees, with the std
+        floor of :meth:`ActNorm.initialize`. A feature that had to be floored is handed on through the rest
+        of the pass as unit-variance stand-in noise, so that later ActNorms do not floor it again and
+        compound the gains back to the naive ``1 / std`` (see :func:`bertflow.flows.actnorm.data_init_mode`).
+        Calling it again re-initialises. Afterwards :attr:`is_initialized` is True. This never happens
+        implicitly (not on forward, not on load).
+
+        Args:
+            x: A batch of embeddings, shape ``[N, D]`` with ``N >= 2`` (a few hundred rows is typical).
+
+        Raises:
+            InputError: If ``x`` has the wrong shape, fewer than 2 rows or non-finite values.
+        """
+        self._check_input(x, "initialize")
+        initialize_actnorms(self, x)
+
+    @property
+    def is_initialized(self) -> bool:
+        """Whether every ActNorm in the model has been data-initialised (or loaded as such)."""
+        return all(bool(m.initialized) for m in self.modules() if isinstance(m, ActNorm))

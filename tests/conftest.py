@@ -1,0 +1,96 @@
+"""Shared fixtures: a tiny random-weight BERT saved as a real Hugging Face folder (no download), real data paths."""
+
+from __future__ import annotations
+
+import os
+import string
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never touch the network
+
+DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "sts"
+
+SENTENCES = [
+    "A man is playing a guitar.",
+    "A woman is slicing an onion.",
+    "Someone plays music on a guitar.",
+    "The stock market fell sharply today.",
+    "A dog runs across the park.",
+    "Two children are playing football outside.",
+    "The cat sleeps.",
+    "A plane is taking off from the airport runway while people watch.",
+]
+
+
+def _write_vocab(folder: Path) -> None:
+    words = ["the", "a", "man", "woman", "is", "playing", "guitar", "dog", "cat", "music", "plays", "on"]
+    letters = list(string.ascii_lowercase + string.digits + string.punctuation)
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words, *letters, *[f"##{c}" for c in letters]]
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+
+
+def make_tiny_bert(folder: Path, seed: int = 0, hidden: int = 32, layers: int = 3) -> Path:
+    """Save a random-weight BertModel + fast tokenizer into ``folder`` and return it."""
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    folder.mkdir(parents=True, exist_ok=True)
+    _write_vocab(folder)
+    tokenizer = BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True)
+    config = BertConfig(
+        vocab_size=len((folder / "vocab.txt").read_text().split()),
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=128,
+    )
+    torch.manual_seed(seed)
+    model = BertModel(config)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
+
+
+@pytest.fixture(scope="session")
+def other_tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Same architecture and dimension as ``tiny_model_dir``, different weights."""
+    return make_tiny_bert(tmp_path_factory.mktemp("tiny-bert-other"), seed=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder(tiny_model_dir: Path):
+    from bertflow import SentenceEncoder
+
+    return SentenceEncoder(str(tiny_model_dir), pooling="mean", device="cpu")
+
+
+@pytest.fixture()
+def anisotropic_data() -> np.ndarray:
+    """[400, 12] correlated, shifted, non-Gaussian data (a stand-in for embeddings in a cone)."""
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=(400, 12)) @ rng.normal(size=(12, 12))
+    return base + 0.3 * base**2 / 10 + 5.0
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    if not DATA_DIR.is_dir():
+        pytest.skip(f"STS data not found at {DATA_DIR}")
+    return DATA_DIR
+
+
+@pytest.fixture(scope="session")
+def default_encoder():
+    """The real packaged all-MiniLM-L6-v2 (mean pooling)."""
+    from bertflow import SentenceEncoder
+
+    return SentenceEncoder(pooling="mean", device="cpu")

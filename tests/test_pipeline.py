@@ -1,0 +1,175 @@
+"""Embedder: fit / encode / similarity, and save -> load with every way a folder can be wrong."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from bertflow import (
+    CompatibilityError,
+    Embedder,
+    FlowCalibrator,
+    IdentityCalibrator,
+    ModelFileError,
+    NotFittedError,
+    SentenceEncoder,
+    WhiteningCalibrator,
+)
+from bertflow.pipeline import CONFIG_FILE
+
+from .conftest import SENTENCES
+
+CORPUS = [f"{a} {b}" for a in SENTENCES for b in SENTENCES]  # 64 distinct sentences
+
+
+@pytest.fixture()
+def fitted(tiny_encoder):
+    return Embedder(tiny_encoder, FlowCalibrator(max_steps=20)).fit(CORPUS, regime="test")
+
+
+def test_encode_and_similarity_shapes(fitted):
+    z = fitted.encode(SENTENCES)
+    assert z.shape == (len(SENTENCES), 32) and z.dtype == np.float32
+    assert fitted.encode("The cat sleeps.").shape == (32,)
+    s = fitted.similarity("The cat sleeps.", "The cat sleeps.")
+    assert isinstance(s, float) and s == pytest.approx(1.0, abs=1e-5)
+    m = fitted.similarity(SENTENCES[:3], SENTENCES)
+    assert m.shape == (3, len(SENTENCES))
+    np.testing.assert_allclose(np.diag(m[:, :3]), 1.0, atol=1e-5)
+    pw = fitted.similarity_pairwise(SENTENCES[:3], SENTENCES[3:6])
+    np.testing.assert_allclose(pw, [m[i, 3 + i] for i in range(3)], atol=1e-5)
+
+
+def test_unfitted_embedder_refuses(tiny_encoder):
+    with pytest.raises(NotFittedError):
+        Embedder(tiny_encoder, FlowCalibrator()).encode("hello")
+    # Identity needs no fitting: a raw-encoder pipeline works directly.
+    assert Embedder(tiny_encoder, IdentityCalibrator()).encode("hello").shape == (32,)
+
+
+def test_fit_records_corpus(fitted):
+    info = fitted.fit_info
+    assert info["n_sentences"] == len(CORPUS) and len(info["corpus_sha256"]) == 64 and info["regime"] == "test"
+
+
+def test_save_load_identical(fitted, tmp_path):
+    path = fitted.save(tmp_path / "model")
+    assert {p.name for p in path.iterdir()} == {CONFIG_FILE, "calibrator", "README.md"}
+    loaded = Embedder.load(path, device="cpu")
+    np.testing.assert_array_equal(loaded.encode(SENTENCES), fitted.encode(SENTENCES))
+    assert loaded.fit_info == fitted.fit_info
+    card = (path / "README.md").read_text()
+    assert "corpus_sha256" in card and fitted.encoder.fingerprint() in card
+
+
+def test_save_overwrites_atomically(fitted, tiny_encoder, tmp_path, monkeypatch):
+    path = fitted.save(tmp_path / "model")
+    before = {p.relative_to(path): p.read_bytes() for p in path.rglob("*") if p.is_file()}
+    other = Embedder(tiny_encoder, WhiteningCalibrator()).fit(CORPUS)
+
+    def crash(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("bertflow.pipeline.write_json", crash)
+    with pytest.raises(OSError, match="disk full"):
+        other.save(path)
+    after = {p.relative_to(path): p.read_bytes() for p in path.rglob("*") if p.is_file()}
+    assert after == before  # the old model is untouched
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left behind
+
+
+def test_truncated_weights_refused(fitted, tmp_path):
+    path = fitted.save(tmp_path / "model")
+    weights = path / "calibrator" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    with pytest.raises(ModelFileError, match="checksum"):
+        Embedder.load(path)
+
+
+def test_corrupted_weights_without_checksum_refused(fitted, tmp_path):
+    """Even with the checksum list removed, safetensors damage is reported as a ModelFileError."""
+    path = fitted.save(tmp_path / "model")
+    cfg = json.loads((path / CONFIG_FILE).read_text())
+    cfg["files"] = {}
+    (path / CONFIG_FILE).write_text(json.dumps(cfg))
+    (path / "calibrator" / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
+    with pytest.raises(ModelFileError, match="truncated or corrupted"):
+        Embedder.load(path)
+
+
+def test_edited_calibrator_config_refused(fitted, tmp_path):
+    path = fitted.save(tmp_path / "model")
+    cfg_file = path / "calibrator" / "config.json"
+    cfg_file.write_text(cfg_file.read_text().replace('"n_steps": 20', '"n_steps": 21'))
+    with pytest.raises(ModelFileError, match="checksum"):
+        Embedder.load(path)
+
+
+def test_edited_pooling_refused(fitted, tmp_path):
+    path = fitted.save(tmp_path / "model")
+    cfg = json.loads((path / CONFIG_FILE).read_text())
+    cfg["encoder"]["pooling"] = "cls"
+    (path / CONFIG_FILE).write_text(json.dumps(cfg))
+    with pytest.raises(CompatibilityError, match="pooling"):
+        Embedder.load(path)
+
+
+def test_invalid_json_refused(fitted, tmp_path):
+    path = fitted.save(tmp_path / "model")
+    (path / CONFIG_FILE).write_text("{broken")
+    with pytest.raises(ModelFileError, match="not valid JSON"):
+        Embedder.load(path)
+
+
+def test_newer_version_refused(fitted, tmp_path):
+    path = fitted.save(tmp_path / "model")
+    cfg = json.loads((path / CONFIG_FILE).read_text())
+    cfg["format_version"] = 99
+    (path / CONFIG_FILE).write_text(json.dumps(cfg))
+    with pytest.raises(CompatibilityError, match="upgrade"):
+        Embedder.load(path)
+
+
+def test_missing_folder_or_file(fitted, tmp_path):
+    path = fitted.save(tmp_path / "model")
+    (path / "calibrator" / "model.safetensors").unlink()
+    with pytest.raises(ModelFileError, match="missing"):
+        Embedder.load(path)
+
+
+def test_calibrator_from_another_encoder_refused(fitted, other_tiny_model_dir, tmp_path):
+    other = SentenceEncoder(str(other_tiny_model_dir), device="cpu")  # same dimension, other weights
+    with pytest.raises(CompatibilityError, match="fingerprint"):
+        Embedder(other, fitted.calibrator)
+    fitted.calibrator.save(tmp_path / "cal")  # also when the calibrator travels on its own
+    from bertflow.calibrators import Calibrator
+
+    with pytest.raises(CompatibilityError, match="fingerprint"):
+        Embedder(other, Calibrator.load(tmp_path / "cal"))
+
+
+def test_calibrator_of_another_dimension_refused(tiny_encoder, tmp_path):
+    cal = WhiteningCalibrator().fit(np.random.default_rng(0).normal(size=(100, 16)))
+    with pytest.raises(CompatibilityError, match="16-dimensional"):
+        Embedder(tiny_encoder, cal)
+
+
+@pytest.mark.slow
+def test_end_to_end_default_model_on_stsb(default_encoder, data_dir, tmp_path):
+    """The README's main job, on a slice: fit a flow on STS-B train sentences, save, load, score pairs."""
+    from scipy.stats import spearmanr
+
+    from bertflow.data import read_pairs
+
+    train = read_pairs(data_dir / "STSBenchmark" / "train.tsv")
+    corpus = list(dict.fromkeys(train.sentences1[:1500] + train.sentences2[:1500]))
+    model = Embedder(default_encoder, FlowCalibrator()).fit(corpus, regime="STS-B train (slice)")
+    model.save(tmp_path / "stsb-flow")
+    loaded = Embedder.load(tmp_path / "stsb-flow", device="cpu")
+    test = read_pairs(data_dir / "STSBenchmark" / "test.tsv")
+    scores = loaded.similarity_pairwise(test.sentences1[:300], test.sentences2[:300])
+    rho = spearmanr(scores, test.scores[:300]).statistic
+    assert rho > 0.6  # all-MiniLM-L6-v2 is a strong STS model; a broken flow scrambles this
+    np.testing.assert_array_equal(loaded.encode(test.sentences1[:20]), model.encode(test.sentences1[:20]))
