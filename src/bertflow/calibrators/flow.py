@@ -6,6 +6,7 @@ import contextlib
 import copy
 import logging
 import math
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -158,21 +159,8 @@ class FlowCalibrator(Calibrator):
     # -- fitting -----------------------------------------------------------------------------------------
 
     def _fit(self, X: np.ndarray) -> None:
-        std = X.std(axis=0)
-        degenerate = std <= DEGENERATE_RTOL * np.median(std)
-        self.passthrough_ = np.flatnonzero(degenerate)
-        self.passthrough_mean_ = X[:, degenerate].mean(axis=0)
-        self.passthrough_scale_ = floored_std(std)[degenerate]
-        self._active = np.flatnonzero(~degenerate)
-        if len(self.passthrough_):
-            logger.info("flow: %d constant dimension(s) set aside: %s", len(self.passthrough_), self.passthrough_)
-        try:
-            config = self.glow_config(len(self._active))
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(self.seed)
-                glow = Glow(**config)
-        except ValueError as e:
-            raise InputError(f"cannot build the flow for these embeddings: {e}") from None
+        self._set_passthrough(X.mean(axis=0), X.std(axis=0), float(np.abs(X).max()), len(X))
+        glow = self._build_glow(len(self._active))
         device = self._device()
         glow.to(device)
         data = torch.from_numpy(X[:, self._active].astype(np.float32)).to(device)
@@ -187,6 +175,42 @@ class FlowCalibrator(Calibrator):
             self._train(glow, train, val, gen)
         self.flow_.eval()
 
+    def _set_passthrough(self, mean: np.ndarray, std: np.ndarray, abs_max: float, n_rows: int) -> None:
+        """Set the constant-dimension attributes from per-dimension statistics of the fitting embeddings.
+
+        A separate step so that distributed fitting (:mod:`bertflow.distributed`) can feed statistics that were
+        all-reduced across ranks instead of computed from one in-memory matrix.
+
+        Args:
+            mean: [D] float64 mean of each dimension.
+            std: [D] float64 population std (ddof 0) of each dimension.
+            abs_max: largest absolute value in the embeddings (sets the float-rounding floor).
+            n_rows: number of fitting rows (for the error message).
+        """
+        # Relative to the typical spread, and never below float rounding of the values themselves.
+        degenerate = std <= max(DEGENERATE_RTOL * np.median(std), 1e-12 * abs_max)
+        self.passthrough_ = np.flatnonzero(degenerate)
+        self.passthrough_mean_ = mean[degenerate]
+        self.passthrough_scale_ = floored_std(std)[degenerate]
+        self._active = np.flatnonzero(~degenerate)
+        if len(self._active) < 2:
+            raise InputError(
+                f"only {len(self._active)} of {len(std)} embedding dimensions vary across the {n_rows} rows "
+                "(are all rows duplicates of one another?); a flow needs varied embeddings"
+            )
+        if len(self.passthrough_):
+            logger.info("flow: %d constant dimension(s) set aside: %s", len(self.passthrough_), self.passthrough_)
+
+    def _build_glow(self, n_active: int) -> Glow:
+        """The untrained, uninitialised Glow on ``n_active`` dimensions (on the CPU), seeded by ``seed``."""
+        try:
+            config = self.glow_config(n_active)
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(self.seed)
+                return Glow(**config)
+        except ValueError as e:
+            raise InputError(f"cannot build the flow for these embeddings: {e}") from None
+
     def _batches(self, n: int, gen: torch.Generator):
         """Endless stream of index batches: shuffled epochs, every batch full (the last one wraps around)."""
         size = min(self.batch_size, n)
@@ -197,24 +221,60 @@ class FlowCalibrator(Calibrator):
             yield pool[:size]
             pool = pool[size:]
 
-    def _train(self, glow: Glow, train: torch.Tensor, val: torch.Tensor, gen: torch.Generator) -> None:
+    def _train(
+        self,
+        glow: Glow,
+        train: torch.Tensor | None,
+        val: torch.Tensor | None,
+        gen: torch.Generator,
+        *,
+        batches: Iterator[torch.Tensor] | None = None,
+        n_train: int | None = None,
+        reduce: Callable[[Glow, torch.Tensor], torch.Tensor] | None = None,
+        evaluate: Callable[[Glow], float] | None = None,
+    ) -> None:
+        """Run the optimiser on ``train`` [N, D] in shuffled batches; ``val`` [M, D] picks the best step.
+
+        The keyword arguments are the hooks of :func:`bertflow.distributed.fit_flow_distributed`; left at
+        ``None``, this is the single-process loop, bit for bit.
+
+        Args:
+            batches: the rows of every step in place of ``train[idx]``: this rank's share of each global batch.
+            n_train: training rows over all ranks (needed when ``train`` is ``None``).
+            reduce: called after ``backward`` with this rank's loss term (the sum of its rows' bits per dimension
+                divided by the global batch size); all-reduces the gradients in place and returns the global
+                batch loss.
+            evaluate: held-out mean bits per dimension of ``glow``, in place of the mean over ``val``.
+        """
         from tqdm.auto import tqdm
 
-        n = len(train)
-        total = self.max_steps or max(1, math.ceil(self.epochs * n / min(self.batch_size, n)))
+        n = len(train) if n_train is None else int(n_train)
+        size = min(self.batch_size, n)
+        total = self.max_steps or max(1, math.ceil(self.epochs * n / size))
+        has_val = evaluate is not None or (val is not None and len(val) > 0)
+        if evaluate is None and has_val:
+            evaluate = lambda g: self._mean_bpd(g, val)  # noqa: E731 - the single-process held-out score
+        if batches is None:
+            batches = (train[idx] for idx in self._batches(n, gen))
         opt = torch.optim.AdamW(glow.parameters(), lr=self.lr, weight_decay=self.weight_decay)
         history: dict[str, list[float]] = {"step": [], "train_bpd": [], "val_step": [], "val_bpd": []}
         best = (math.inf, 0, None)  # (val bpd, step, state)
         last_good = copy.deepcopy(glow.state_dict())
         log_every = max(1, total // 100)
-        batches = self._batches(n, gen)
         glow.train()
         with tqdm(range(1, total + 1), desc="fit flow", disable=not self.verbose, unit="step") as bar:
             for step in bar:
-                idx = next(batches)
-                loss = glow.bits_per_dim(train[idx]).mean()
+                x = next(batches)
                 opt.zero_grad(set_to_none=True)
-                loss.backward()
+                if reduce is None:
+                    loss = glow.bits_per_dim(x).mean()
+                    loss.backward()
+                else:
+                    # This rank's rows summed / global batch size: the gradients summed over the ranks are then
+                    # those of the global batch mean, even when the ranks hold unequal shares of it.
+                    local = glow.bits_per_dim(x).sum() / size
+                    local.backward()
+                    loss = reduce(glow, local.detach())
                 norm = torch.nn.utils.clip_grad_norm_(glow.parameters(), self.clip_grad_norm)
                 if not (torch.isfinite(loss) and torch.isfinite(norm)):
                     glow.load_state_dict(last_good)
@@ -230,8 +290,8 @@ class FlowCalibrator(Calibrator):
                     history["step"].append(step)
                     history["train_bpd"].append(loss.item())
                     bar.set_postfix(bpd=f"{loss.item():.3f}")
-                if len(val) and (step % self.eval_every == 0 or step == total):
-                    vbpd = self._mean_bpd(glow, val)
+                if has_val and (step % self.eval_every == 0 or step == total):
+                    vbpd = evaluate(glow)
                     history["val_step"].append(step)
                     history["val_bpd"].append(vbpd)
                     if vbpd < best[0]:

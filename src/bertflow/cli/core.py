@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -138,7 +139,6 @@ def encode(
     """Embed every line of a file into a .npy (streamed: memory stays bounded for any file size)."""
     from tqdm.auto import tqdm
 
-    from ..data import iter_lines
     from ..validation import check_finite
 
     quiet_libraries()
@@ -151,21 +151,43 @@ def encode(
         sentences = read_corpus(input, column, encoding_errors.value, False)
         n, stream = len(sentences), iter(sentences)
     else:
-        n = sum(1 for _ in iter_lines(input, errors=encoding_errors.value))
-        stream = (text for _, text in iter_lines(input, errors=encoding_errors.value))
+        # A first pass counts rows and finds bad lines (bytes, blanks) before any encoding work is spent.
+        n = sum(1 for _ in _nonblank_lines(input, encoding_errors.value))
+        stream = _nonblank_lines(input, encoding_errors.value)
     dim = calibrator.n_features_out_ if calibrator is not None else encoder.dim
-    out = np.lib.format.open_memmap(output, mode="w+", dtype=np.float32, shape=(n, dim))
-    row = 0
-    with tqdm(total=n, desc="encode", unit="sent", disable=quiet) as bar:
-        for part in encoder.iter_encode(stream, batch_size=batch_size):
-            check_finite(part, what=f"embeddings of lines {row + 1}..{row + len(part)}")
-            if calibrator is not None:
-                part = calibrator.transform(part)
-            out[row : row + len(part)] = part
-            row += len(part)
-            bar.update(len(part))
-    out.flush()
+    # Write under a temporary name and rename at the end: a failure never leaves a half-filled .npy behind.
+    partial = output.with_name(output.name + ".partial")
+    try:
+        out = np.lib.format.open_memmap(partial, mode="w+", dtype=np.float32, shape=(n, dim))
+        row = 0
+        with tqdm(total=n, desc="encode", unit="sent", disable=quiet) as bar:
+            for part in encoder.iter_encode(stream, batch_size=batch_size):
+                check_finite(part, what=f"embeddings of lines {row + 1}..{row + len(part)}")
+                if calibrator is not None:
+                    part = calibrator.transform(part)
+                out[row : row + len(part)] = part
+                row += len(part)
+                bar.update(len(part))
+        out.flush()
+        del out
+        os.replace(partial, output)
+    finally:
+        partial.unlink(missing_ok=True)
     typer.echo(json.dumps({"output": str(output), "rows": n, "dim": dim}))
+
+
+def _nonblank_lines(path: Path, errors: str):
+    """Lines of ``path``; a blank line is an error naming it, since the output keeps one row per line."""
+    from ..data import iter_lines
+    from ..errors import InputError
+
+    for number, text in iter_lines(path, errors=errors):
+        if not text.strip():
+            raise InputError(
+                f"{path}: line {number} is blank; `bertflow encode` writes one row per input line, "
+                "so remove blank lines first (e.g. grep -v '^[[:space:]]*$')"
+            )
+        yield text
 
 
 @app.command(
