@@ -39,7 +39,8 @@ def make_tiny_bert(folder: Path, seed: int = 0, hidden: int = 32, layers: int = 
 
     folder.mkdir(parents=True, exist_ok=True)
     _write_vocab(folder)
-    tokenizer = BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True)
+    # transformers 5 ignores `vocab_file=` here (every word became [UNK]); `vocab=` takes the file.
+    tokenizer = BertTokenizerFast(vocab=str(folder / "vocab.txt"), do_lower_case=True)
     config = BertConfig(
         vocab_size=len((folder / "vocab.txt").read_text().split()),
         hidden_size=hidden,

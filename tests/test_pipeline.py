@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -173,3 +174,77 @@ def test_end_to_end_default_model_on_stsb(default_encoder, data_dir, tmp_path):
     rho = spearmanr(scores, test.scores[:300]).statistic
     assert rho > 0.6  # all-MiniLM-L6-v2 is a strong STS model; a broken flow scrambles this
     np.testing.assert_array_equal(loaded.encode(test.sentences1[:20]), model.encode(test.sentences1[:20]))
+
+
+# -- hub-ready folders ----------------------------------------------------------------------------------------
+
+
+def front_matter(card: str) -> dict:
+    import yaml
+
+    assert card.startswith("---\n")
+    return yaml.safe_load(card.split("---\n")[1])
+
+
+def test_model_card_is_hub_ready(fitted, tmp_path, monkeypatch):
+    from bertflow import __version__
+    from bertflow.pipeline import calibrator_fingerprint
+
+    path = fitted.save(tmp_path / "model")
+    card = (path / "README.md").read_text()
+    meta = front_matter(card)
+    assert meta["library_name"] == "bertflow" and meta["pipeline_tag"] == "sentence-similarity"
+    assert "calibrator-flow" in meta["tags"] and "bert-flow" in meta["tags"]
+    assert "base_model" not in meta  # a local encoder path is no hub id
+    info = fitted.fit_info
+    for fact in (
+        f"| corpus size (sentences) | {info['n_sentences']} |",
+        f"| corpus_sha256 | `{info['corpus_sha256']}` |",
+        "| regime (fitting corpus) | test |",
+        "| pooling | `mean` |",
+        f"| bertflow version | {__version__} |",
+        f"`{calibrator_fingerprint(fitted.calibrator)}`",
+    ):
+        assert fact in card
+    monkeypatch.setattr(fitted.encoder, "model_id", "sentence-transformers/all-MiniLM-L6-v2")
+    assert front_matter(fitted.model_card())["base_model"] == "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def test_include_encoder_makes_folder_self_contained(tiny_model_dir, tmp_path):
+    import shutil
+
+    source = shutil.copytree(tiny_model_dir, tmp_path / "encoder-src")
+    model = Embedder(SentenceEncoder(str(source), device="cpu"), WhiteningCalibrator()).fit(CORPUS)
+    expected = model.encode(SENTENCES)
+    path = model.save(tmp_path / "model", include_encoder=True)
+    assert {"config.json", "model.safetensors", "tokenizer.json", "vocab.txt"} <= {
+        p.name for p in (path / "encoder").iterdir()
+    }
+    assert "encoder/model.safetensors" in json.loads((path / CONFIG_FILE).read_text())["files"]
+    shutil.rmtree(source)  # the original encoder is gone: loading must use the bundled copy
+    loaded = Embedder.load(path, device="cpu")
+    np.testing.assert_array_equal(loaded.encode(SENTENCES), expected)
+    assert loaded.encoder.get_config() == model.encoder.get_config()  # provenance: the original id
+    again = loaded.save(tmp_path / "model2", include_encoder=True)  # re-saving copies from the bundled folder
+    np.testing.assert_array_equal(Embedder.load(again, device="cpu").encode(SENTENCES), expected)
+    cfg = path / "encoder" / "config.json"
+    cfg.write_text(cfg.read_text().replace("gelu", "relu"))
+    with pytest.raises(ModelFileError, match="checksum"):
+        Embedder.load(path)
+
+
+def test_load_explains_missing_paths_and_offline_hub(fitted, tmp_path):
+    assert os.environ.get("HF_HUB_OFFLINE") == "1"  # set by conftest: tests never reach the network
+    with pytest.raises(ModelFileError, match="no local folder 'someone/no-such-bertflow-model'.*HF_HUB_OFFLINE"):
+        Embedder.load("someone/no-such-bertflow-model")
+    with pytest.raises(ModelFileError, match="no folder"):
+        Embedder.load(tmp_path / "not" / "there")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ModelFileError, match="is a file"):
+        Embedder.load(tmp_path / "file")
+
+
+def test_source_is_recorded(fitted, tmp_path):
+    path = fitted.save(tmp_path / "model")
+    assert fitted.source == str(path.resolve())
+    assert Embedder.load(path, device="cpu").source == str(path.resolve())

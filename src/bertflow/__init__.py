@@ -5,7 +5,8 @@ The public surface::
     SentenceEncoder   a frozen Hugging Face encoder + explicit pooling -> float32 vectors
     FlowCalibrator    BERT-flow (Glow), WhiteningCalibrator, StandardNormCalibrator, AllButTheTopCalibrator,
                       ChainCalibrator, IdentityCalibrator: scikit-learn-style fit / transform
-    Embedder          encoder + calibrator: fit, encode, similarity, save, load
+    Embedder          encoder + calibrator: fit, encode, similarity, search, save, load
+    EmbeddingIndex    exact (torch) or FAISS top-k cosine search, saved with the model it was built with
 """
 
 from __future__ import annotations
@@ -32,12 +33,15 @@ from .errors import (  # noqa: E402
     NotFittedError,
 )
 from .pipeline import Embedder  # noqa: E402
+from .search import EmbeddingIndex, SearchHit  # noqa: E402
 
 __all__ = [
     "__version__",
     "DEFAULT_MODEL",
     "SentenceEncoder",
     "Embedder",
+    "EmbeddingIndex",
+    "SearchHit",
     "Calibrator",
     "FlowCalibrator",
     "WhiteningCalibrator",

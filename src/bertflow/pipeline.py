@@ -7,37 +7,77 @@ A saved folder::
                                 fitting record, library version, sha256 of every other file
       calibrator/config.json    calibrator parameters and fitted scalars
       calibrator/model.safetensors
-      README.md                 model card: how it was fitted
+      README.md                 model card (YAML front matter for the Hugging Face Hub): how it was fitted
+      encoder/                  only with ``save(..., include_encoder=True)``: the encoder's own HF files
+                                (config, safetensors weights, tokenizer, its README/licence)
 
-The encoder's weights are referenced by id (or path) and revision, not copied. Loading re-checks everything:
-checksums, format version, the encoder's fingerprint and dimension against the calibrator's.
+By default the encoder's weights are referenced by id (or path) and revision, not copied; with
+``include_encoder=True`` the folder is self-contained and loading uses the copy. Either way the folder is a
+complete Hugging Face-style repository that ``huggingface_hub.upload_folder`` can publish as is, and
+:meth:`Embedder.load` takes the folder or its hub id. Loading re-checks everything: checksums, format version, the
+encoder's fingerprint and dimension against the calibrator's.
+
+The Embedder also searches: :meth:`Embedder.build_index` embeds a corpus into an
+:class:`~bertflow.search.EmbeddingIndex` and :meth:`Embedder.search` queries it; a saved index records this
+model's :meth:`Embedder.identity` and is refused by any other model.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import os
 import platform
+import re
+import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from . import __version__
 from .calibrators import Calibrator, FlowCalibrator, IdentityCalibrator
-from .encoder import SentenceEncoder
-from .errors import CompatibilityError, ModelFileError
+from .encoder import SentenceEncoder, resolve_model
+from .errors import CompatibilityError, InputError, ModelFileError
 from .serialization import FORMAT_VERSION, atomic_directory, read_json, sha256_file, write_json
-from .validation import validate_sentences
+from .validation import check_finite, validate_sentences
 
-__all__ = ["Embedder", "CONFIG_FILE", "corpus_digest"]
+if TYPE_CHECKING:
+    from .search import EmbeddingIndex, SearchHit
+
+__all__ = ["Embedder", "CONFIG_FILE", "corpus_digest", "calibrator_fingerprint"]
 
 logger = logging.getLogger(__name__)
 
 CONFIG_FILE = "bertflow_config.json"
 CALIBRATOR_DIR = "calibrator"
+ENCODER_DIR = "encoder"
+
+#: Files of a Hugging Face checkpoint that ``save(include_encoder=True)`` copies: config, weights, tokenizer, and
+#: the model's own card and licence (its terms travel with its weights). Other formats (ONNX, OpenVINO, TF) are
+#: left out; ``pytorch_model.bin`` only when there is no safetensors file.
+ENCODER_FILE_PATTERNS = (
+    "config.json",
+    "*.safetensors",
+    "model.safetensors.index.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "*.model",
+    "README.md",
+    "LICENSE*",
+)
+_TORCH_BIN_PATTERNS = ("pytorch_model.bin", "pytorch_model-*.bin", "pytorch_model.bin.index.json")
+
+# Parameters that change how a calibrator runs, not what it computes: left out of its fingerprint.
+_RUNTIME_KEYS = frozenset({"bertflow_version", "format_version", "fitted_on", "verbose", "device"})
 
 
 def corpus_digest(sentences: Sequence[str]) -> str:
@@ -49,6 +89,30 @@ def corpus_digest(sentences: Sequence[str]) -> str:
     return h.hexdigest()
 
 
+def calibrator_fingerprint(calibrator: Calibrator) -> str:
+    """A short hash of a fitted calibrator's type, parameters and fitted state (arrays included).
+
+    Identical for the same calibrator before saving and after loading, on CPU or GPU, in any bertflow version;
+    different as soon as one fitted number differs. Runtime settings (``device``, ``verbose``) are left out.
+    """
+
+    def canonical(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: canonical(v) for k, v in value.items() if k not in _RUNTIME_KEYS}
+        if isinstance(value, (list, tuple)):
+            return [canonical(v) for v in value]
+        return value
+
+    config = calibrator.to_config()
+    _, arrays = calibrator._get_state()
+    h = hashlib.sha256(json.dumps(canonical(config), sort_keys=True, default=str).encode("utf-8"))
+    for name in sorted(arrays):
+        arr = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}:{arr.dtype.str}:{arr.shape};".encode())
+        h.update(arr.tobytes())
+    return h.hexdigest()[:16]
+
+
 class Embedder:
     """Sentence encoder + calibrator, with SimCSE's small surface: ``fit``, ``encode``, ``similarity``.
 
@@ -56,18 +120,30 @@ class Embedder:
         encoder: the frozen encoder; ``None`` builds the embedded default (all-MiniLM-L6-v2, mean pooling).
         calibrator: an unfitted or fitted calibrator; ``None`` uses BERT-flow (:class:`FlowCalibrator`).
 
+    Attributes:
+        index: the :class:`~bertflow.search.EmbeddingIndex` that :meth:`search` uses, set by :meth:`build_index`
+            or :meth:`load_index` (``None`` before).
+        source: the folder or hub id this model was loaded from or last saved to (``None`` otherwise).
+
     Example:
         >>> emb = Embedder().fit(open("corpus.txt").read().splitlines())
         >>> emb.similarity("A man plays guitar.", "Someone plays an instrument.")
         0.71
         >>> emb.save("my-flow"); Embedder.load("my-flow").encode("hello").shape
         (384,)
+        >>> emb.build_index(["A man plays guitar.", "The cat sleeps."])
+        >>> emb.search("someone making music", top_k=1)
+        [SearchHit(id=0, score=0.62, text='A man plays guitar.', row=0)]
     """
 
     def __init__(self, encoder: SentenceEncoder | None = None, calibrator: Calibrator | None = None) -> None:
         self.encoder = encoder if encoder is not None else SentenceEncoder()
         self.calibrator = calibrator if calibrator is not None else FlowCalibrator()
         self.fit_info: dict[str, Any] = {}
+        self.index: EmbeddingIndex | None = None
+        self.source: str | None = None
+        # Local folder holding the encoder's HF files when loaded from a self-contained save (copied on re-save).
+        self._encoder_dir: Path | None = None
         if self.calibrator.is_fitted:
             self._check_compatible(self.calibrator, getattr(self.calibrator, "fitted_on", None))
 
@@ -160,26 +236,229 @@ class Embedder:
                 return
             self.calibrator._check_fitted()
 
+    # -- identity and search -----------------------------------------------------------------------------
+
+    def identity(self) -> dict[str, Any]:
+        """What makes this model's vectors what they are: the encoder config (with its weight fingerprint) and the
+        calibrator's type, fingerprint and output dimension. Saved with an index and compared when it is used."""
+        self._require_fitted()
+        return {
+            "encoder": self.encoder.get_config(),
+            "calibrator": {
+                "type": self.calibrator.name,
+                "fingerprint": calibrator_fingerprint(self.calibrator),
+                "dim": int(self.calibrator.n_features_out_),
+            },
+        }
+
+    def iter_encode(
+        self, sentences: Sequence[str], *, batch_size: int = 128, show_progress_bar: bool | None = None
+    ) -> Iterator[np.ndarray]:
+        """Calibrated embeddings of ``sentences`` in chunks (float32 [<=16384, D']), in order, with a progress bar.
+
+        Memory stays bounded by one chunk, so corpora larger than what :meth:`encode` should hold at once stream
+        straight into an index.
+        """
+        from tqdm.auto import tqdm
+
+        self._require_fitted()
+        show = len(sentences) >= 4096 if show_progress_bar is None else show_progress_bar
+        row = 0
+        with tqdm(total=len(sentences), desc="encode", unit="sent", disable=not show) as bar:
+            for part in self.encoder.iter_encode(sentences, batch_size=batch_size):
+                check_finite(part, what=f"embeddings of sentences {row}..{row + len(part) - 1}")
+                yield self.calibrator.transform(part)
+                row += len(part)
+                bar.update(len(part))
+
+    def build_index(
+        self,
+        corpus: Sequence[str],
+        ids: Sequence[str | int] | None = None,
+        *,
+        backend: Literal["torch", "faiss"] = "torch",
+        device: str = "cpu",
+        batch_size: int = 128,
+        show_progress_bar: bool | None = None,
+    ) -> EmbeddingIndex:
+        """Embed ``corpus`` into a new cosine :class:`~bertflow.search.EmbeddingIndex` that :meth:`search` will use.
+
+        Args:
+            corpus: the sentences to search (a list; for a file use :meth:`build_index_from_file`).
+            ids: one str or int id per sentence, unique; default: positions 0..N-1.
+            backend: ``"torch"`` (exact, blockwise) or ``"faiss"`` (exact ``IndexFlatIP``; needs ``faiss-cpu``).
+            device: where the index keeps its vectors and computes scores.
+            show_progress_bar: ``None`` shows one for 4,096 sentences or more.
+
+        Returns:
+            the index (also stored as :attr:`index`); ``index.save(path)`` writes it with this model's identity.
+        """
+        from .search import EmbeddingIndex
+
+        if isinstance(corpus, str):
+            raise InputError("build_index takes a list of sentences; to index a file use build_index_from_file(path)")
+        items = validate_sentences(corpus)
+        if not items:
+            raise InputError("the corpus is empty: nothing to index")
+        index = EmbeddingIndex(self.calibrator_dim(), backend=backend, device=device, model=self.identity())
+        index.model_source = self.source
+        self.index = index
+        self.add_to_index(items, ids, batch_size=batch_size, show_progress_bar=show_progress_bar)
+        logger.info("indexed %d sentences (%s backend)", len(index), backend)
+        return index
+
+    def build_index_from_file(
+        self,
+        path: str | Path,
+        *,
+        column: str | int | None = None,
+        unique: bool = False,
+        errors: Literal["strict", "replace"] = "strict",
+        **kwargs: Any,
+    ) -> EmbeddingIndex:
+        """:meth:`build_index` on a UTF-8 file: one sentence per line, or one ``column`` of a TSV with a header.
+
+        Ids are 1-based line numbers for a text file and 1-based data-row numbers for a TSV. ``unique`` drops
+        repeated sentences (keeping the first); ``kwargs`` go to :meth:`build_index`.
+        """
+        from .data import iter_lines, read_tsv_column
+
+        if column is None:
+            rows = [(number, text) for number, text in iter_lines(path, errors=errors) if text.strip()]
+        else:
+            rows = list(enumerate(read_tsv_column(path, column, errors=errors), start=1))
+        if unique:
+            first: dict[str, int] = {}
+            for number, text in rows:
+                first.setdefault(text, number)
+            rows = [(number, text) for text, number in first.items()]
+        if not rows:
+            raise InputError(f"no sentences in {path}")
+        return self.build_index([t for _, t in rows], [n for n, _ in rows], **kwargs)
+
+    def add_to_index(
+        self,
+        sentences: Sequence[str],
+        ids: Sequence[str | int] | None = None,
+        *,
+        batch_size: int = 128,
+        show_progress_bar: bool | None = None,
+    ) -> None:
+        """Embed ``sentences`` and append them to :attr:`index` (with their texts), streaming chunk by chunk."""
+        index = self._require_index()
+        items = validate_sentences(sentences)
+        if ids is not None and len(ids) != len(items):
+            raise InputError(f"got {len(ids)} ids for {len(items)} sentences; give one id per sentence")
+        start = 0
+        for part in self.iter_encode(items, batch_size=batch_size, show_progress_bar=show_progress_bar):
+            stop = start + len(part)
+            index.add(part, None if ids is None else list(ids[start:stop]), items[start:stop])
+            start = stop
+
+    def load_index(self, path: str | Path, *, backend: Literal["torch", "faiss"] | None = None) -> EmbeddingIndex:
+        """Load an index saved by ``EmbeddingIndex.save`` for :meth:`search`, refusing one built by another model.
+
+        Raises:
+            CompatibilityError: the index was built with another encoder, pooling, truncation or calibrator.
+        """
+        from .search import EmbeddingIndex
+
+        index = EmbeddingIndex.load(path, backend=backend)
+        index.check_model(self.identity())
+        self.index = index
+        return index
+
+    def search(
+        self, queries: str | Sequence[str], top_k: int = 10, *, index: EmbeddingIndex | None = None
+    ) -> list[SearchHit] | list[list[SearchHit]]:
+        """The ``top_k`` corpus sentences closest to each query (cosine in the calibrated space).
+
+        Args:
+            queries: one sentence, or a list of them.
+            top_k: hits per query.
+            index: search this index instead of :attr:`index` (checked against this model first).
+
+        Returns:
+            for one string, a list of :class:`~bertflow.search.SearchHit` (``id``, ``score``, ``text``, ``row``),
+            best first; for a list, one such list per query.
+
+        Raises:
+            InputError: no index built or loaded yet.
+            CompatibilityError: the index was built with another model.
+        """
+        target = index if index is not None else self._require_index()
+        target.check_model(self.identity())
+        return target.search(self.encode(queries), top_k=top_k)
+
+    def calibrator_dim(self) -> int:
+        """Dimension D' of the calibrated vectors."""
+        self._require_fitted()
+        return int(self.calibrator.n_features_out_)
+
+    def _require_index(self) -> EmbeddingIndex:
+        if self.index is None:
+            raise InputError("no index to search: call build_index(corpus) or load_index(path) first, or pass index=")
+        return self.index
+
     # -- persistence -------------------------------------------------------------------------------------
 
-    def save(self, path: str | Path) -> Path:
-        """Write the folder described in the module docstring, atomically. Returns its path."""
+    def save(self, path: str | Path, *, include_encoder: bool = False) -> Path:
+        """Write the folder described in the module docstring, atomically. Returns its path.
+
+        Args:
+            path: the folder (replaced whole if it exists; a crash leaves the old one intact).
+            include_encoder: also copy the encoder's Hugging Face files into ``encoder/`` so the folder is
+                self-contained (a hub repo that needs nothing else); loading then uses that copy.
+        """
         self._require_fitted()
         with atomic_directory(path) as tmp:
             self.calibrator.save(tmp / CALIBRATOR_DIR)
-            (tmp / "README.md").write_text(self.model_card(), encoding="utf-8")
+            encoder_config = self.encoder.get_config()
+            if include_encoder:
+                copied = self._copy_encoder_files(tmp / ENCODER_DIR)
+                encoder_config["path"] = ENCODER_DIR
+                logger.info("copied %d encoder file(s) into %s", copied, Path(path) / ENCODER_DIR)
+            (tmp / "README.md").write_text(self.model_card(include_encoder=include_encoder), encoding="utf-8")
             files = sorted(p for p in tmp.rglob("*") if p.is_file())
             config = {
                 "library": "bertflow",
                 "bertflow_version": __version__,
                 "format_version": FORMAT_VERSION,
-                "encoder": self.encoder.get_config(),
+                "encoder": encoder_config,
                 "calibrator": {"type": self.calibrator.name, "path": CALIBRATOR_DIR},
                 "fitting": self.fit_info,
-                "files": {p.relative_to(tmp).as_posix(): sha256_file(p) for p in files if p.name != "README.md"},
+                "files": {
+                    p.relative_to(tmp).as_posix(): sha256_file(p)
+                    for p in files
+                    # The model card is for people and may be edited on the hub; it carries no numbers we use.
+                    if p.relative_to(tmp).as_posix() != "README.md"
+                },
             }
             write_json(tmp / CONFIG_FILE, config)
+        self.source = str(Path(path).expanduser().resolve())
+        logger.info("saved %r to %s", self, path)
         return Path(path)
+
+    def _copy_encoder_files(self, dest: Path) -> int:
+        """Copy the encoder's HF checkpoint files (see :data:`ENCODER_FILE_PATTERNS`) into ``dest``."""
+        source = self._encoder_dir
+        if source is None:
+            _, load_path = resolve_model(self.encoder.model_id)
+            source = Path(load_path)
+            if not source.is_dir():
+                source = _snapshot(load_path, self.encoder.revision, allow_patterns=[*ENCODER_FILE_PATTERNS])
+        files = {p for pattern in ENCODER_FILE_PATTERNS for p in source.glob(pattern) if p.is_file()}
+        if not any(p.suffix == ".safetensors" for p in files):
+            files |= {p for pattern in _TORCH_BIN_PATTERNS for p in source.glob(pattern) if p.is_file()}
+        if not any(p.name == "config.json" for p in files):
+            raise ModelFileError(
+                f"cannot copy the encoder: {source} has no config.json, so it is not a Hugging Face checkpoint; "
+                "save without include_encoder"
+            )
+        dest.mkdir(parents=True)
+        for file in sorted(files):
+            shutil.copy2(file, dest / file.name)
+        return len(files)
 
     @classmethod
     def load(
@@ -187,8 +466,14 @@ class Embedder:
     ) -> Embedder:
         """Load a folder written by :meth:`save`, or a Hugging Face Hub repo id holding one.
 
+        Args:
+            path: a local folder, or a hub repo id (``"user/my-flow"``; fetched and cached by huggingface_hub).
+            device, dtype: for the encoder, as in :class:`~bertflow.encoder.SentenceEncoder`.
+            revision: hub revision (branch, tag or commit) of the bertflow repo.
+
         Raises:
-            ModelFileError: missing, truncated, corrupted or edited files.
+            ModelFileError: missing, truncated, corrupted or edited files; a path that is neither a local folder
+                nor a hub repo that can be fetched (e.g. offline and not cached).
             CompatibilityError: a newer format, or a calibrator that does not match the encoder.
         """
         folder = Path(path).expanduser()
@@ -211,42 +496,89 @@ class Embedder:
                 raise ModelFileError(f"{file} is missing: the model folder is incomplete")
             if sha256_file(file) != digest:
                 raise ModelFileError(f"{file} does not match its checksum: it is truncated, corrupted or edited")
+        encoder_dir: Path | None = None
         try:
             calibrator = Calibrator.load(folder / config["calibrator"]["path"])
-            encoder = SentenceEncoder.from_config(config["encoder"], device=device, dtype=dtype)
+            enc = config["encoder"]
+            if enc.get("path"):
+                # A self-contained folder: load the copy, but keep the original id and revision as provenance.
+                encoder_dir = folder / enc["path"]
+                if not (encoder_dir / "config.json").is_file():
+                    raise ModelFileError(f"{encoder_dir} has no config.json: the bundled encoder is incomplete")
+                encoder = SentenceEncoder.from_config({**enc, "model": str(encoder_dir)}, device=device, dtype=dtype)
+                encoder.model_id, encoder.revision = enc["model"], enc.get("revision")
+            else:
+                encoder = SentenceEncoder.from_config(enc, device=device, dtype=dtype)
         except (KeyError, TypeError) as e:
             raise ModelFileError(f"{folder / CONFIG_FILE} lacks or garbles {e}; was it edited?") from None
         # The constructor compares the encoder actually loaded with what the calibrator was fitted on
         # (fingerprint, pooling, max_length, dimension), so an edited config or a swapped encoder is refused.
         embedder = cls(encoder, calibrator)
         embedder.fit_info = config.get("fitting", {})
+        embedder.source = str(folder.resolve()) if Path(path).expanduser().is_dir() else str(path)
+        embedder._encoder_dir = encoder_dir
         return embedder
 
-    def model_card(self) -> str:
-        """A Markdown model card saying what was fitted, on what, and how to use it."""
+    def model_card(self, *, include_encoder: bool = False) -> str:
+        """A Markdown model card with YAML front matter (read by the Hugging Face Hub): what was fitted, on what,
+        with which library version, and how to load, search and publish it."""
         enc = self.encoder.get_config()
         info = self.fit_info
         cal = self.calibrator
+        tags = ["bertflow", "sentence-embeddings", "sentence-similarity", f"calibrator-{cal.name}"]
+        if cal.name == "flow":
+            tags.append("bert-flow")
+        front = ["---", "library_name: bertflow", "pipeline_tag: sentence-similarity", "tags:"]
+        front += [f"- {tag}" for tag in tags]
+        if _is_hub_id(enc["model"]):
+            # The hub links base_model to the encoder's page; a local path there would fail its validation.
+            front += [f"base_model: {enc['model']}", "base_model_relation: adapter"]
+        front.append("---")
+        fitted = [
+            ("encoder", f"`{enc['model']}`" + (f" @ `{enc['revision']}`" if enc.get("revision") else "")),
+            ("encoder weights", "bundled in `encoder/`" if include_encoder else "referenced by id, not copied"),
+            ("pooling", f"`{enc['pooling']}`"),
+            ("max_length (tokens)", enc["max_length"]),
+            ("embedding dimension in / out", f"{enc['dim']} / {cal.n_features_out_}"),
+            ("encoder fingerprint", f"`{enc['fingerprint']}`"),
+            ("calibrator", f"`{cal!r}`"),
+            ("calibrator fingerprint", f"`{calibrator_fingerprint(cal)}`"),
+            ("regime (fitting corpus)", info.get("regime", "unknown")),
+            ("corpus size (sentences)", info.get("n_sentences", "unknown")),
+            ("corpus_sha256", f"`{info['corpus_sha256']}`" if "corpus_sha256" in info else "unknown"),
+            ("labels used", "none (label-free)"),
+            ("fitting time (s)", info.get("seconds", "unknown")),
+            ("fitted_at (UTC)", info.get("fitted_at", "unknown")),
+            ("machine", info.get("machine", "unknown")),
+            ("bertflow version", __version__),
+            ("format version", FORMAT_VERSION),
+        ]
         lines = [
-            "---",
-            "library_name: bertflow",
-            "tags: [sentence-embeddings, sentence-similarity, bert-flow]",
-            f"base_model: {enc['model']}",
-            "---",
+            *front,
             f"# bertflow calibrator for `{enc['model']}`",
             "",
-            f"A `{cal.name}` calibrator ({cal!r}) fitted without labels on sentence embeddings of "
-            f"`{enc['model']}` (pooling `{enc['pooling']}`, max_length {enc['max_length']}, dimension {enc['dim']}).",
+            f"A `{cal.name}` calibrator fitted **without labels** on sentence embeddings of `{enc['model']}`, with "
+            "bertflow (a reimplementation of BERT-flow, Li et al., EMNLP "
+            "2020, and related post-hoc calibrations). The encoder stays frozen; similarity is the cosine of the "
+            "calibrated vectors.",
             "",
-            "| fitting | value |",
+            "## How it was fitted",
+            "",
+            "| | |",
             "|---|---|",
+            *[f"| {key} | {value} |" for key, value in fitted],
+            "",
+            "`corpus_sha256` is the sha256 of the fitting sentences joined by newlines (each followed by `\\n`), "
+            "so the corpus can be verified without being published.",
+            "",
+            "## Files",
+            "",
+            f"- `{CONFIG_FILE}`: encoder reference, calibrator type, fitting record, sha256 of every other file",
+            f"- `{CALIBRATOR_DIR}/config.json`, `{CALIBRATOR_DIR}/model.safetensors`: the calibrator (no pickles)",
         ]
-        for key in ("regime", "n_sentences", "corpus_sha256", "seconds", "fitted_at", "machine"):
-            if key in info:
-                lines.append(f"| {key} | {info[key]} |")
+        if include_encoder:
+            lines.append(f"- `{ENCODER_DIR}/`: the encoder's own Hugging Face files (its licence applies to them)")
         lines += [
-            f"| encoder fingerprint | {enc['fingerprint']} |",
-            f"| bertflow version | {__version__} |",
             "",
             "## Use",
             "",
@@ -254,7 +586,17 @@ class Embedder:
             "from bertflow import Embedder",
             'model = Embedder.load("PATH_OR_HUB_ID")',
             'model.similarity("A man is playing a guitar.", "Someone plays an instrument.")',
+            'model.build_index(["A man is playing a guitar.", "The stock market fell."])',
+            'model.search("someone making music", top_k=1)',
             "```",
+            "",
+            "```bash",
+            'bertflow similarity "A man plays a guitar." "Someone plays an instrument." --model-dir PATH_OR_HUB_ID',
+            "bertflow search build corpus.txt --model-dir PATH_OR_HUB_ID -o my-index",
+            'bertflow search query my-index "someone making music" --top-k 5',
+            "```",
+            "",
+            "Publish this folder as it is: `huggingface_hub.HfApi().upload_folder(folder_path=PATH, repo_id=ID)`.",
             "",
         ]
         return "\n".join(lines)
@@ -268,13 +610,40 @@ def _normalize(x: np.ndarray) -> np.ndarray:
     return x / np.where(norms == 0, 1.0, norms)
 
 
-def _download(repo_id: str, revision: str | None) -> Path:
-    """Fetch a bertflow model folder from the Hugging Face Hub (needs network; cached by huggingface_hub)."""
+def _is_hub_id(name: str) -> bool:
+    """Whether ``name`` reads as a hub repo id (``org/name`` or ``name``) rather than a local path."""
+    return bool(re.fullmatch(r"[\w.-]+(/[\w.-]+)?", name)) and not Path(name).expanduser().exists()
+
+
+def _snapshot(repo_id: str, revision: str | None, allow_patterns: list[str] | None = None) -> Path:
+    """A hub repo's files via huggingface_hub (its cache first; the network only where allowed and needed)."""
     from huggingface_hub import snapshot_download
 
     try:
-        return Path(snapshot_download(repo_id, revision=revision))
-    except Exception as e:
+        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=allow_patterns))
+    except Exception as e:  # huggingface_hub raises many types: offline, not found, gated, invalid id, HTTP
+        offline = os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on")
+        hint = (
+            "HF_HUB_OFFLINE is set and it is not in the local cache: unset HF_HUB_OFFLINE where there is network, "
+            f"or download it first (hf download {repo_id})"
+            if offline
+            else "check the repo id and revision, your network, and (for a private or gated repo) `hf auth login`"
+        )
         raise ModelFileError(
-            f"{repo_id!r} is not a local folder and could not be fetched from the Hugging Face Hub ({e})"
+            f"{repo_id!r} could not be fetched from the Hugging Face Hub ({type(e).__name__}: {e}); {hint}"
         ) from None
+
+
+def _download(name: str, revision: str | None) -> Path:
+    """Fetch a bertflow model folder from the Hugging Face Hub, or explain why ``name`` is neither folder nor repo."""
+    path = Path(name).expanduser()
+    if path.exists():
+        raise ModelFileError(f"{path} is a file; a bertflow model is a folder (written by Embedder.save)")
+    if not _is_hub_id(name):
+        raise ModelFileError(
+            f"no folder {path} (looked in {Path.cwd()}), and {name!r} is not a Hugging Face Hub repo id either"
+        )
+    try:
+        return _snapshot(name, revision)
+    except ModelFileError as e:
+        raise ModelFileError(f"there is no local folder {name!r}, and {e}") from None

@@ -56,10 +56,62 @@ class WhiteningCalibrator(Calibrator):
             raise InputError("shrinkage must be >= 0 and rcond in [0, 1)")
 
     def _fit(self, X: np.ndarray) -> None:
-        n, d = X.shape
+        n = X.shape[0]
         self.mean_ = X.mean(axis=0)
         centred = X - self.mean_
         cov = centred.T @ centred / (n - 1)
+        self._fit_covariance(cov, n)
+
+    def fit_from_moments(
+        self, n: int, sum_x: np.ndarray, sum_outer: np.ndarray, *, shift: np.ndarray | None = None
+    ) -> WhiteningCalibrator:
+        r"""Fit from sufficient statistics instead of an embedding matrix (what distributed fitting all-reduces).
+
+        With rows :math:`x_i` [D] and a reference point :math:`s` [D] (``shift``, default 0), the statistics are
+        :math:`\sum_i (x_i - s)` and :math:`\sum_i (x_i - s)(x_i - s)^T`. Then the mean is :math:`s + d` with
+        :math:`d = \sum_i (x_i - s) / n`, and the covariance is :math:`(\sum_i (x_i - s)(x_i - s)^T - n\,d d^T)/(n-1)`,
+        which equals :meth:`fit` on the rows up to floating-point rounding. A shift near the mean (the mean of a
+        first chunk, say) keeps that subtraction from cancelling digits, as raw sums do when the mean is large
+        compared with the spread.
+
+        Args:
+            n: number of rows, at least 2.
+            sum_x: [D] float64 sum of the shifted rows.
+            sum_outer: [D, D] float64 sum of the outer products of the shifted rows.
+            shift: [D] the reference point the rows were shifted by; ``None`` means raw sums.
+
+        Returns:
+            ``self``, fitted.
+
+        Raises:
+            InputError: for fewer than 2 rows, mismatched shapes, non-finite statistics or bad hyperparameters.
+        """
+        sum_x = np.asarray(sum_x, dtype=np.float64)
+        sum_outer = np.asarray(sum_outer, dtype=np.float64)
+        d = sum_x.shape[0] if sum_x.ndim == 1 else -1
+        shift = np.zeros(d) if shift is None else np.asarray(shift, dtype=np.float64)
+        if d < 1 or sum_outer.shape != (d, d) or shift.shape != (d,):
+            raise InputError(
+                f"moments must be sum_x [D], sum_outer [D, D] and shift [D]; got {sum_x.shape}, {sum_outer.shape} "
+                f"and {shift.shape}"
+            )
+        if int(n) < 2:
+            raise InputError(f"whitening needs at least 2 rows to estimate a covariance, got {n}")
+        if not (np.isfinite(sum_x).all() and np.isfinite(sum_outer).all() and np.isfinite(shift).all()):
+            raise InputError("the moments contain NaN or Inf; the embeddings they were summed from are broken")
+        self._validate_params(np.empty((0, d)))
+        n = int(n)
+        delta = sum_x / n
+        cov = (sum_outer - n * np.outer(delta, delta)) / (n - 1)
+        self.mean_ = shift + delta
+        # Summation order can leave the two triangles a rounding error apart; eigh reads only one of them.
+        self._fit_covariance(0.5 * (cov + cov.T), n)
+        self.n_features_in_ = d
+        return self
+
+    def _fit_covariance(self, cov: np.ndarray, n: int) -> None:
+        """Set the fitted attributes other than ``mean_`` from the covariance [D, D] of ``n`` rows."""
+        d = cov.shape[0]
         eigvals, eigvecs = np.linalg.eigh(cov)  # ascending; symmetric, so eigh is exact and cheaper than SVD
         eigvals, eigvecs = eigvals[::-1].clip(min=0.0), eigvecs[:, ::-1]
         if self.shrinkage > 0:

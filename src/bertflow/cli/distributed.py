@@ -1,0 +1,315 @@
+"""``bertflow distributed-encode`` and ``bertflow distributed-fit``: run under torchrun, srun, or with --devices.
+
+Each command body runs once per rank. Under ``torchrun`` (or a bare ``srun``) the ranks come from the environment;
+with ``--devices cuda:0,cuda:1`` and no launcher, this process spawns one rank per device itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from . import app
+from .options import EncodingErrors, quiet_libraries
+
+_EPILOG_ENCODE = """Examples:
+
+  bertflow distributed-encode corpus.txt -o emb --model bert-base-uncased --pooling first-last-avg
+
+  torchrun --nproc_per_node=8 -m bertflow distributed-encode corpus.txt -o emb --model-dir my-flow
+
+  bertflow distributed-encode corpus.txt -o emb --devices cuda:0,cuda:1      (no torchrun, one machine)
+
+Re-running the same command resumes: finished shards are kept. Read the result with
+bertflow.store.open_embeddings("emb"), or pass --merge for one emb/embeddings.npy. See docs/distributed.md.
+"""
+
+_EPILOG_FIT = """Examples:
+
+  torchrun --nproc_per_node=8 -m bertflow distributed-fit emb -o my-flow --calibrator flow
+
+  bertflow distributed-fit emb -o my-white --calibrator whitening-256
+"""
+
+DevicesOpt = Annotated[
+    str | None,
+    typer.Option(help="Comma-separated local devices, one rank each, spawned here without torchrun (cuda:0,cuda:1)."),
+]
+DeviceOpt = Annotated[
+    str | None, typer.Option(help="This rank's device; default cuda:LOCAL_RANK when CUDA is available, else cpu.")
+]
+BackendOpt = Annotated[str, typer.Option(help="torch.distributed backend: gloo (default, CPU and GPU) or nccl.")]
+TimeoutOpt = Annotated[
+    float, typer.Option(help="Minutes a rank waits for the slowest one at a barrier before the job fails.")
+]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
+
+
+def _rank_device(device: str | None) -> str:
+    """``--device`` for this rank: ``cuda`` alone means this rank's GPU (``cuda:LOCAL_RANK``)."""
+    from ..distributed import current_topology, default_device
+
+    if device is None:
+        return default_device()
+    if device == "cuda":
+        return f"cuda:{current_topology().local_rank}"
+    return device
+
+
+def _run(worker: Any, devices: str | None, backend: str, timeout_minutes: float, args: dict[str, Any]) -> None:
+    """Run ``worker(device, args)`` on every rank: spawned per ``--devices``, or as this launcher's rank."""
+    from ..distributed import Topology, launch_local, process_group
+
+    if devices:
+        if Topology.from_env().world_size > 1:
+            _raise_input("--devices spawns its own ranks; do not combine it with torchrun or srun")
+        names = [d.strip() for d in devices.split(",") if d.strip()]
+        import torch.multiprocessing as mp
+
+        try:
+            launch_local(worker, names, args, backend=backend, timeout_minutes=timeout_minutes)
+        except mp.ProcessRaisedException as e:
+            # An unexpected error: the message carries the rank's traceback, which nobody has printed yet.
+            typer.echo(f"bertflow: error: a rank failed:\n{e}", err=True)
+            raise typer.Exit(1) from None
+        except mp.ProcessExitedException as e:
+            # The rank that stopped has printed why (a bertflow error) or was killed; say which, exit like any error.
+            typer.echo(f"bertflow: error: a rank failed ({str(e).splitlines()[0]})", err=True)
+            raise typer.Exit(2) from None
+        return
+    with process_group(backend, timeout_minutes=timeout_minutes):
+        worker(None, args)
+
+
+def _raise_input(message: str) -> None:
+    from ..errors import InputError
+
+    raise InputError(message)
+
+
+def _guarded(body: Any, device: str | None, args: dict[str, Any]) -> None:
+    """Run one rank's body; print its bertflow error as one line (once, for errors broadcast from rank 0), exit 2."""
+    from ..distributed import current_topology
+    from ..errors import BertflowError
+
+    try:
+        body(device, args)
+    except BertflowError as e:
+        topology = current_topology()
+        if not getattr(e, "from_rank0", False):
+            where = f" (rank {topology.rank})" if topology.world_size > 1 else ""
+            print(f"bertflow: error{where}: {e}", file=sys.stderr, flush=True)
+        if topology.world_size > 1:
+            # Leave at once: the other ranks may be inside a collective that a polite shutdown would wait for;
+            # the launcher (torchrun, srun, launch_local) stops them when it sees this exit.
+            os._exit(2)
+        raise SystemExit(2) from None
+
+
+def _encode_worker_body(device: str | None, args: dict[str, Any]) -> None:
+    from ..calibrators import FlowCalibrator
+    from ..distributed import current_topology, encode_file_to_store
+    from ..encoder import SentenceEncoder
+    from ..pipeline import Embedder
+
+    quiet_libraries()
+    topology = current_topology()
+    device = device or _rank_device(args["device"])
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.set_device(torch.device(device))
+    calibrator = None
+    if args["model_dir"]:
+        embedder = Embedder.load(args["model_dir"], device=device, dtype=args["dtype"])
+        encoder, calibrator = embedder.encoder, embedder.calibrator
+        if isinstance(calibrator, FlowCalibrator) and calibrator.is_fitted:
+            calibrator.flow_.to(device)  # loading puts it on the default GPU; keep it beside this rank's encoder
+    else:
+        encoder = SentenceEncoder(
+            args["model"], pooling=args["pooling"], max_length=args["max_length"], device=device, dtype=args["dtype"]
+        )
+    summary = encode_file_to_store(
+        args["input"],
+        args["output"],
+        encoder,
+        calibrator=calibrator,
+        shard_size=args["shard_size"],
+        chunk_size=args["chunk_size"],
+        batch_size=args["batch_size"],
+        encoding_errors=args["encoding_errors"],
+        overwrite=args["overwrite"],
+        merge=args["merge"],
+        show_progress=not args["quiet"],
+    )
+    if topology.is_main:
+        print(json.dumps(summary), flush=True)
+
+
+def _encode_worker(device: str | None, args: dict[str, Any]) -> None:
+    """One rank of ``distributed-encode`` (module level, so spawned ranks can import it)."""
+    _guarded(_encode_worker_body, device, args)
+
+
+@app.command("distributed-encode", epilog=_EPILOG_ENCODE)
+def distributed_encode(
+    input: Annotated[Path, typer.Argument(help="UTF-8 text file, one sentence per line.", exists=True, dir_okay=False)],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Store folder (created; resumed if it exists).")],
+    model_dir: Annotated[
+        str | None, typer.Option(help="A folder written by `bertflow fit`: its encoder and calibrator are used.")
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", "-m", help="Hub id or local folder; default: the embedded model.")
+    ] = None,
+    pooling: Annotated[str, typer.Option(help="cls | pooler | mean | first-last-avg | last2avg | indices.")] = "mean",
+    max_length: Annotated[int, typer.Option(help="Tokens per sentence after truncation.")] = 64,
+    shard_size: Annotated[int, typer.Option(help="Rows per shard file (a multiple of --chunk-size).")] = 131072,
+    chunk_size: Annotated[int, typer.Option(help="Sentences length-sorted together by the encoder.")] = 16384,
+    batch_size: Annotated[
+        int | None, typer.Option(help="Cap on sentences per forward pass; default: the encoder's token budget.")
+    ] = None,
+    dtype: Annotated[str, typer.Option(help="auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16.")] = "auto",
+    device: DeviceOpt = None,
+    devices: DevicesOpt = None,
+    encoding_errors: Annotated[
+        EncodingErrors, typer.Option("--encoding-errors", help="strict: stop at non-UTF-8 bytes; replace: U+FFFD.")
+    ] = EncodingErrors.strict,
+    merge: Annotated[bool, typer.Option(help="Also write OUTPUT/embeddings.npy, all rows in one array.")] = False,
+    overwrite: Annotated[bool, typer.Option(help="Delete a store already in OUTPUT instead of resuming it.")] = False,
+    backend: BackendOpt = "gloo",
+    timeout_minutes: TimeoutOpt = 60.0,
+    quiet: QuietOpt = False,
+) -> None:
+    """Encode a text file into sharded embeddings on every rank of a torchrun/srun job (resumable)."""
+    if model_dir and model:
+        _raise_input("give --model-dir (a fitted model) or --model (a raw encoder), not both")
+    args = {
+        "input": str(input),
+        "output": str(output),
+        "model_dir": model_dir,
+        "model": model,
+        "pooling": pooling,
+        "max_length": max_length,
+        "shard_size": shard_size,
+        "chunk_size": chunk_size,
+        "batch_size": batch_size,
+        "dtype": dtype,
+        "device": device,
+        "encoding_errors": encoding_errors.value,
+        "merge": merge,
+        "overwrite": overwrite,
+        "quiet": quiet,
+    }
+    _run(_encode_worker, devices, backend, timeout_minutes, args)
+
+
+def _fit_worker_body(device: str | None, args: dict[str, Any]) -> None:
+    import platform
+
+    from ..calibrators import FlowCalibrator, WhiteningCalibrator, parse_calibrator
+    from ..distributed import current_topology, fit_flow_distributed, fit_whitening_distributed
+    from ..encoder import SentenceEncoder
+    from ..errors import CompatibilityError, InputError
+    from ..pipeline import Embedder
+    from ..store import open_embeddings
+
+    quiet_libraries()
+    topology = current_topology()
+    device = device or _rank_device(args["device"])
+    store = open_embeddings(args["store"])
+    manifest = store.manifest
+    if manifest.get("calibrator"):
+        raise InputError(f"{args['store']} holds calibrated embeddings; fit on raw ones (encode without --model-dir)")
+    if not manifest.get("encoder"):
+        raise InputError(f"{args['store']} does not record its encoder, so the fitted model could not be used")
+    cal = parse_calibrator(
+        args["calibrator"],
+        seed=args["seed"],
+        epochs=args["epochs"],
+        validation_fraction=args["validation_fraction"],
+        verbose=not args["quiet"],
+    )
+    started = time.perf_counter()
+    if isinstance(cal, FlowCalibrator):
+        fit_flow_distributed(store, cal, device=device)
+    elif isinstance(cal, WhiteningCalibrator):
+        fit_whitening_distributed(store, cal, device=device if device.startswith("cuda") else None)
+    else:
+        raise InputError(
+            f"distributed-fit supports flow, flow-paper, whitening and whitening-K, not {args['calibrator']!r}; "
+            "fit other calibrators with `bertflow fit`"
+        )
+    seconds = time.perf_counter() - started
+    if not topology.is_main:
+        return
+    encoder = SentenceEncoder.from_config(manifest["encoder"], device="cpu")
+    if encoder.get_config()["fingerprint"] != manifest["encoder"]["fingerprint"]:
+        raise CompatibilityError(
+            f"{manifest['encoder']['model']} now has other weights than when {args['store']} was encoded; the fitted "
+            "calibrator would not match it"
+        )
+    cal.fitted_on = encoder.get_config()
+    embedder = Embedder(encoder, cal)
+    embedder.fit_info = {
+        "n_sentences": int(store.shape[0]),
+        "corpus_file_sha256": (manifest.get("input") or {}).get("sha256"),
+        "regime": f"distributed corpus {Path(manifest.get('input_path', args['store'])).name}",
+        "seconds": round(seconds, 2),
+        "fitted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": f"{topology.world_size} rank(s), {platform.machine()} {platform.system()}, device {device}",
+    }
+    embedder.save(args["output"])
+    summary = {
+        "output": args["output"],
+        "sentences": int(store.shape[0]),
+        "calibrator": repr(cal),
+        "world_size": topology.world_size,
+        "seconds": round(seconds, 2),
+    }
+    if isinstance(cal, FlowCalibrator) and cal.history_["train_bpd"]:
+        summary["final_train_bpd"] = round(cal.history_["train_bpd"][-1], 4)
+    print(json.dumps(summary), flush=True)
+
+
+def _fit_worker(device: str | None, args: dict[str, Any]) -> None:
+    """One rank of ``distributed-fit`` (module level, so spawned ranks can import it)."""
+    _guarded(_fit_worker_body, device, args)
+
+
+@app.command("distributed-fit", epilog=_EPILOG_FIT)
+def distributed_fit(
+    store: Annotated[
+        Path,
+        typer.Argument(help="A store written by distributed-encode (raw embeddings).", exists=True, file_okay=False),
+    ],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write the fitted model to (rank 0).")],
+    calibrator: Annotated[str, typer.Option(help="flow | flow-paper | whitening | whitening-K.")] = "flow",
+    seed: Annotated[int, typer.Option(help="Seed of the flow's initialisation and shuffling.")] = 0,
+    epochs: Annotated[float, typer.Option(help="Flow training epochs (fractions allowed).")] = 1.0,
+    validation_fraction: Annotated[
+        float, typer.Option(help="Hold out this share; its NLL picks the flow's best step.")
+    ] = 0.0,
+    device: DeviceOpt = None,
+    devices: DevicesOpt = None,
+    backend: BackendOpt = "gloo",
+    timeout_minutes: TimeoutOpt = 60.0,
+    quiet: QuietOpt = False,
+) -> None:
+    """Fit a flow or whitening on a store across every rank (same result as one process); rank 0 saves it."""
+    args = {
+        "store": str(store),
+        "output": str(output),
+        "calibrator": calibrator,
+        "seed": seed,
+        "epochs": epochs,
+        "validation_fraction": validation_fraction,
+        "device": device,
+        "quiet": quiet,
+    }
+    _run(_fit_worker, devices, backend, timeout_minutes, args)

@@ -1,0 +1,142 @@
+"""``bertflow search build`` and ``bertflow search query``: semantic search from the command line."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from . import app
+from .core import BatchOpt, DeviceOpt, DtypeOpt, ErrorsOpt, QuietOpt
+from .options import EncodingErrors, load_embedder, quiet_libraries
+
+logger = logging.getLogger(__name__)
+
+search_app = typer.Typer(
+    help="Semantic search: embed a corpus into an index with a fitted model, then query it.",
+    no_args_is_help=True,
+)
+app.add_typer(search_app, name="search")
+
+BackendOpt = Annotated[
+    str, typer.Option(help="torch (exact, blockwise; no extra dependency) or faiss (exact; needs faiss-cpu).")
+]
+
+
+@search_app.command(
+    epilog="""Examples:
+
+  bertflow search build corpus.txt --model-dir my-flow -o my-index
+
+  bertflow search build docs.tsv -c text --model-dir my-flow -o my-index --unique
+
+  bertflow search build corpus.txt --model-dir user/my-flow -o my-index --backend faiss   (a hub model)
+
+Ids are 1-based line numbers for a text file and 1-based data-row numbers for a TSV.
+"""
+)
+def build(
+    corpus: Annotated[
+        Path,
+        typer.Argument(help="Text file, one sentence per line, or a TSV with --column.", exists=True, dir_okay=False),
+    ],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write the index to.")],
+    model_dir: Annotated[str, typer.Option(help="A folder written by `bertflow fit`, or a hub id holding one.")],
+    column: Annotated[
+        str | None, typer.Option("--column", "-c", help="For a TSV corpus: the column (name or 0-based index).")
+    ] = None,
+    unique: Annotated[bool, typer.Option(help="Index each distinct sentence once (its first occurrence).")] = False,
+    backend: BackendOpt = "torch",
+    encoding_errors: ErrorsOpt = EncodingErrors.strict,
+    batch_size: BatchOpt = 128,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = "auto",
+    quiet: QuietOpt = False,
+) -> None:
+    """Embed a corpus with a fitted model and save it as a searchable index (with the model's identity)."""
+    quiet_libraries()
+    started = time.perf_counter()
+    embedder = load_embedder(model_dir, device, dtype)
+    key: str | int | None = int(column) if column is not None and column.isdigit() else column
+    index = embedder.build_index_from_file(
+        corpus,
+        column=key,
+        unique=unique,
+        errors=encoding_errors.value,
+        backend=backend,  # type: ignore[arg-type]  # validated by EmbeddingIndex
+        batch_size=batch_size,
+        show_progress_bar=not quiet,
+    )
+    index.save(output)
+    summary = {
+        "output": str(output),
+        "rows": len(index),
+        "dim": index.dim,
+        "model": embedder.source,
+        "seconds": round(time.perf_counter() - started, 2),
+    }
+    typer.echo(json.dumps(summary))
+
+
+@search_app.command(
+    epilog="""Examples:
+
+  bertflow search query my-index "A man is playing a guitar." --top-k 5
+
+  bertflow search query my-index "first query" "second query" --json
+
+  bertflow search query my-index --queries questions.txt --top-k 10 --model-dir my-flow
+
+Output: per query a "# query" line, then rank, score (cosine), id and text separated by TABs.
+--json prints one JSON object per query instead.
+"""
+)
+def query(
+    index: Annotated[
+        Path, typer.Argument(help="A folder written by `bertflow search build`.", exists=True, file_okay=False)
+    ],
+    texts: Annotated[list[str] | None, typer.Argument(help="Query sentences.")] = None,
+    queries: Annotated[
+        Path | None,
+        typer.Option(help="Text file with one query per line (instead of, or after, the arguments).", dir_okay=False),
+    ] = None,
+    top_k: Annotated[int, typer.Option("--top-k", "-k", help="Hits per query.")] = 10,
+    model_dir: Annotated[
+        str | None,
+        typer.Option(help="The model to embed queries with; default: the one the index was built with (recorded)."),
+    ] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="One JSON object per query.")] = False,
+    backend: Annotated[str | None, typer.Option(help="Override the index's backend: torch or faiss.")] = None,
+    encoding_errors: ErrorsOpt = EncodingErrors.strict,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = "auto",
+) -> None:
+    """Find the sentences of an index closest to each query (cosine in the calibrated space)."""
+    from ..data import read_sentences
+    from ..errors import InputError
+    from ..search import EmbeddingIndex
+
+    quiet_libraries()
+    items = list(texts or [])
+    if queries is not None:
+        items += read_sentences(queries, errors=encoding_errors.value)
+    if not items:
+        raise InputError('give query sentences as arguments or --queries FILE, e.g. bertflow search query IDX "text"')
+    idx = EmbeddingIndex.load(index, backend=backend)  # type: ignore[arg-type]  # validated by EmbeddingIndex
+    source = model_dir or idx.model_source
+    if not source:
+        raise InputError(f"{index} does not record the model it was built with; pass --model-dir")
+    embedder = load_embedder(source, device, dtype)
+    results = embedder.search(items, top_k=top_k, index=idx)
+    for text, hits in zip(items, results, strict=True):
+        if json_output:
+            rows = [{"id": h.id, "score": round(h.score, 6), "text": h.text, "row": h.row} for h in hits]
+            typer.echo(json.dumps({"query": text, "hits": rows}, ensure_ascii=False))
+            continue
+        typer.echo(f"# {text}")
+        for rank, h in enumerate(hits, start=1):
+            typer.echo(f"{rank}\t{h.score:.4f}\t{h.id}\t{h.text if h.text is not None else ''}")

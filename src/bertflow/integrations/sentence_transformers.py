@@ -1,0 +1,304 @@
+"""A fitted bertflow calibrator as a sentence-transformers module.
+
+:func:`fit_calibrator` embeds a corpus with a ``SentenceTransformer``, fits a calibrator on it (no labels) and
+returns a new ``SentenceTransformer`` whose pipeline ends in a :class:`Calibration` module, so ``model.encode``
+returns calibrated embeddings::
+
+    from sentence_transformers import SentenceTransformer
+    from bertflow.integrations.sentence_transformers import fit_calibrator
+
+    base = SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")
+    model = fit_calibrator(base, my_sentences, calibrator="flow")   # Transformer, Pooling, Calibration, Normalize
+    model.save("minilm-flow")
+    model = SentenceTransformer("minilm-flow", trust_remote_code=True)   # plain sentence-transformers
+
+**Where the module goes.** A calibrator is fitted on, and must be applied to, the *unnormalised* pooled vectors:
+BERT-flow's density and whitening's covariance are those of the raw embeddings, and L2-normalising first would
+discard the norm and bend the distribution the calibrator was fitted on. So :class:`Calibration` goes after
+Pooling (and any Dense layers) and *before* a trailing ``Normalize``. ``fit_calibrator`` keeps that ``Normalize``
+(re-normalising the calibrated vectors) by default when the model had one: cosine similarity is unchanged by it,
+and dot product then equals cosine, as users of a normalised model expect. ``normalize=False`` drops it (e.g. to
+read the flow's Gaussian latents); ``normalize=True`` adds one.
+
+**Saving.** ``model.save(path)`` writes the module folder ``{idx}_Calibration/`` with the calibrator's
+``config.json`` + ``model.safetensors`` (:meth:`bertflow.calibrators.Calibrator.save`; never a pickle) and
+``fitting.json`` (corpus size and sha256, regime). ``modules.json`` names this class by its dotted path,
+``bertflow.integrations.sentence_transformers.Calibration``.
+
+**Loading needs** ``trust_remote_code=True``: since sentence-transformers 6.0 importing any module class outside
+the ``sentence_transformers`` namespace requires it, even for a locally installed package such as bertflow. Here
+it imports the installed bertflow (no code is read from the model folder: the class path has more than one dot,
+which transformers' dynamic-module loader rejects, so sentence-transformers falls back to a normal import), and
+the calibrator itself loads from JSON + safetensors. As with any repository, look at a downloaded
+``modules.json`` before trusting it.
+
+**Checks.** The calibrator records what it was fitted on (the transformer's weight fingerprint, the pooling mode,
+``max_seq_length``, dimension). When a model is built or loaded, :meth:`Calibration.on_model_ready` refuses
+another transformer, pooling or truncation with a :class:`~bertflow.errors.CompatibilityError`; ``forward``
+refuses embeddings of another dimension. Calibration is inference-only: it runs through numpy (the calibrators
+compute in float64), so gradients do not flow through it; fine-tune the model first, then calibrate.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+try:
+    from sentence_transformers import SentenceTransformer
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "bertflow.integrations.sentence_transformers needs sentence-transformers: pip install 'bertflow[st]'"
+    ) from e
+try:  # sentence-transformers >= 6
+    from sentence_transformers.base.modules import Module, Normalize
+except ImportError:  # pragma: no cover - sentence-transformers 5 (6 keeps this path as a deprecated alias)
+    from sentence_transformers.models import Module, Normalize
+
+from ..calibrators import Calibrator, parse_calibrator
+from ..encoder import SentenceEncoder
+from ..errors import CompatibilityError, InputError
+from ..pipeline import corpus_digest
+from ..serialization import read_json, write_json
+from ..validation import validate_sentences
+
+__all__ = ["Calibration", "fit_calibrator", "encoder_config"]
+
+logger = logging.getLogger(__name__)
+
+FITTING_FILE = "fitting.json"
+
+
+class _Weights:
+    """The two attributes :meth:`SentenceEncoder.fingerprint` reads, taken from a sentence-transformers model, so
+    both libraries compute the same fingerprint for the same checkpoint (a calibrator fitted by either is checked
+    against either)."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer: Any) -> None:
+        self.model, self.tokenizer, self._fingerprint = model, tokenizer, None
+
+
+def encoder_config(model: SentenceTransformer) -> dict[str, Any]:
+    """What a calibrator fitted on ``model``'s pooled embeddings depends on, in bertflow's encoder-config form.
+
+    Returns:
+        ``{"model", "revision", "pooling", "max_length", "dim", "fingerprint", "framework"}``; ``fingerprint`` is
+        ``None`` when the first module is not a Hugging Face transformer with a tokenizer.
+    """
+    first = model[0]
+    hf_model = getattr(first, "auto_model", None)
+    tokenizer = getattr(first, "tokenizer", None)
+    fingerprint = None
+    if hf_model is not None and tokenizer is not None:
+        fingerprint = SentenceEncoder.fingerprint(_Weights(hf_model, tokenizer))  # type: ignore[arg-type]
+    pooling = next((m.pooling_mode for m in model if hasattr(m, "pooling_mode")), None)
+    if isinstance(pooling, (list, tuple)):
+        pooling = "+".join(pooling)
+    name = getattr(getattr(hf_model, "config", None), "_name_or_path", None) or type(first).__name__
+    return {
+        "model": name,
+        "revision": None,
+        "pooling": pooling,
+        "max_length": model.max_seq_length,
+        "dim": _pooled_dim(model),
+        "fingerprint": fingerprint,
+        "framework": "sentence-transformers",
+    }
+
+
+def _pooled_dim(model: SentenceTransformer) -> int | None:
+    """Dimension of what reaches a Calibration module: the output of the last module before it."""
+    for module in reversed([m for m in model if not isinstance(m, (Calibration, Normalize))]):
+        method = getattr(module, "get_embedding_dimension", None) or getattr(
+            module, "get_sentence_embedding_dimension", None
+        )
+        if callable(method) and method() is not None:
+            return int(method())
+    return None
+
+
+class Calibration(Module):
+    """A sentence-transformers module that maps ``features["sentence_embedding"]`` through a fitted calibrator.
+
+    Place it after Pooling (and Dense, if any) and before a final ``Normalize``: see the module docstring. The
+    output keeps the input's device and dtype; the calibrator computes in float32/float64 on its own device (the
+    flow on CUDA when available), whatever the model's precision.
+
+    Args:
+        calibrator: a fitted bertflow calibrator (flow, whitening, ...), fitted on this model's pooled embeddings.
+        fitting: optional record of how it was fitted (``n_sentences``, ``corpus_sha256``, ``regime``), saved in
+            ``fitting.json``.
+
+    Example:
+        >>> from sentence_transformers import SentenceTransformer
+        >>> from sentence_transformers.base.modules import Normalize
+        >>> base = SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")
+        >>> pooled = SentenceTransformer(modules=list(base)[:-1])          # without the trailing Normalize
+        >>> cal = WhiteningCalibrator(256).fit(pooled.encode(sentences))
+        >>> model = SentenceTransformer(modules=[*pooled, Calibration(cal), Normalize()])
+        >>> model.encode(["A man plays a guitar."]).shape
+        (1, 256)
+    """
+
+    config_keys: list[str] = []  # everything lives in the calibrator's own config.json
+
+    def __init__(self, calibrator: Calibrator, fitting: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        if not isinstance(calibrator, Calibrator):
+            raise InputError(f"Calibration needs a bertflow Calibrator, got {type(calibrator).__name__}")
+        calibrator._check_fitted()
+        self.calibrator = calibrator
+        self.fitting = dict(fitting or {})
+
+    def forward(self, features: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        """Replace ``features["sentence_embedding"]`` [B, D] by its calibration [B, D'] (same device and dtype)."""
+        x: torch.Tensor = features["sentence_embedding"]
+        if x.requires_grad:
+            raise CompatibilityError(
+                "the Calibration module is inference-only (it runs through numpy, so no gradient flows through it); "
+                "train or fine-tune the model without it, then fit a calibrator with fit_calibrator"
+            )
+        if x.shape[-1] != self.calibrator.n_features_in_:
+            raise CompatibilityError(
+                f"Calibration receives {x.shape[-1]}-dimensional sentence embeddings, but its calibrator was fitted on "
+                f"{self.calibrator.n_features_in_}-dimensional ones: fit it on this model with fit_calibrator"
+            )
+        z = self.calibrator.transform(x.detach().to("cpu", torch.float32).numpy())
+        features["sentence_embedding"] = torch.from_numpy(np.ascontiguousarray(z)).to(device=x.device, dtype=x.dtype)
+        return features
+
+    def get_embedding_dimension(self) -> int:
+        """Dimension D' of the calibrated embeddings (smaller than D for e.g. ``whitening-256``)."""
+        return int(self.calibrator.n_features_out_)
+
+    def on_model_ready(self, model: Any) -> None:
+        """Refuse a model whose transformer, pooling or truncation differs from what the calibrator was fitted on."""
+        check_compatible(self.calibrator, model)
+
+    def save(self, output_path: str, *args: Any, safe_serialization: bool = True, **kwargs: Any) -> None:
+        """Write ``config.json`` + ``model.safetensors`` (always safetensors) and ``fitting.json``."""
+        self.calibrator.save(output_path)
+        write_json(Path(output_path) / FITTING_FILE, self.fitting)
+
+    @classmethod
+    def load(
+        cls,
+        model_name_or_path: str,
+        subfolder: str = "",
+        token: bool | str | None = None,
+        cache_folder: str | None = None,
+        revision: str | None = None,
+        local_files_only: bool = False,
+        **kwargs: Any,
+    ) -> Calibration:
+        """Load the module folder (local, or a hub repo's subfolder) written by :meth:`save`.
+
+        The calibrator class comes from bertflow's registry, named in its ``config.json``; nothing is imported
+        from the folder.
+        """
+        folder = cls.load_dir_path(
+            model_name_or_path,
+            subfolder=subfolder,
+            token=token,
+            cache_folder=cache_folder,
+            revision=revision,
+            local_files_only=local_files_only,
+        )
+        folder_path = Path(folder)
+        fitting = read_json(folder_path / FITTING_FILE) if (folder_path / FITTING_FILE).is_file() else {}
+        return cls(Calibrator.load(folder_path), fitting=fitting)
+
+    def __repr__(self) -> str:
+        return f"Calibration({self.calibrator!r})"
+
+
+def check_compatible(calibrator: Calibrator, model: SentenceTransformer) -> None:
+    """Raise :class:`CompatibilityError` if ``calibrator`` was fitted on another encoder, pooling or truncation."""
+    fitted_on = getattr(calibrator, "fitted_on", None)
+    if not fitted_on:
+        return
+    ours = encoder_config(model)
+    for key in ("fingerprint", "pooling", "max_length"):
+        if fitted_on.get(key) is not None and ours[key] is not None and fitted_on[key] != ours[key]:
+            fix = f"set model.max_seq_length = {fitted_on[key]}" if key == "max_length" else "refit with fit_calibrator"
+            raise CompatibilityError(
+                f"the calibrator was fitted with {key}={fitted_on[key]!r} (encoder {fitted_on.get('model')}), but this "
+                f"model has {key}={ours[key]!r}: {fix}, or use the model it was fitted on"
+            )
+
+
+def fit_calibrator(
+    model: SentenceTransformer,
+    corpus: Sequence[str],
+    calibrator: str | Calibrator = "flow",
+    *,
+    normalize: bool | None = None,
+    batch_size: int = 128,
+    show_progress_bar: bool | None = None,
+    regime: str = "custom",
+    **calibrator_kwargs: Any,
+) -> SentenceTransformer:
+    """Fit a calibrator on ``model``'s embeddings of ``corpus`` (no labels) and return the calibrated model.
+
+    Args:
+        model: a ``SentenceTransformer`` without a Calibration module. It is not modified; the returned model
+            shares its modules (no weights are copied).
+        corpus: unlabeled sentences to fit on (a list; duplicates weight the density).
+        calibrator: a spec such as ``"flow"``, ``"flow-paper"``, ``"whitening"``, ``"whitening-256"`` (see
+            :func:`bertflow.calibrators.parse_calibrator`), or an unfitted :class:`Calibrator`.
+        normalize: end the pipeline with ``Normalize``; ``None`` keeps what ``model`` had.
+        batch_size, show_progress_bar: for embedding the corpus (``None`` shows a bar for large corpora).
+        regime: a label for the fitting corpus, saved in ``fitting.json``.
+        calibrator_kwargs: extra arguments for a spec string, e.g. ``seed=1`` or ``verbose=True`` for the flow.
+
+    Returns:
+        A new ``SentenceTransformer``: ``model``'s modules up to pooling/Dense, :class:`Calibration`, and
+        ``Normalize`` if asked; cosine similarity; ``model``'s prompts.
+
+    Raises:
+        InputError: blank or non-string sentences, a model that is already calibrated, a bad spec.
+    """
+    if isinstance(corpus, str):
+        raise InputError("corpus must be a list of sentences, not one string")
+    items = validate_sentences(corpus)
+    modules = list(model)
+    if any(isinstance(m, Calibration) for m in modules):
+        raise InputError("this model already has a Calibration module; fit on the uncalibrated model")
+    had_normalize = bool(modules) and isinstance(modules[-1], Normalize)
+    base_modules = modules[:-1] if had_normalize else modules
+    if isinstance(calibrator, str):
+        cal = parse_calibrator(calibrator, **calibrator_kwargs)
+    elif isinstance(calibrator, Calibrator):
+        if calibrator_kwargs:
+            raise InputError("extra calibrator arguments only apply to a spec string; set them on the calibrator")
+        cal = calibrator
+    else:
+        raise InputError(f"calibrator must be a spec string or a Calibrator, got {type(calibrator).__name__}")
+
+    common: dict[str, Any] = {
+        "device": str(model.device),
+        "prompts": dict(model.prompts),
+        "default_prompt_name": model.default_prompt_name,
+    }
+    # The calibrator must see what it will be applied to: the pooled vectors before any normalisation.
+    pooled = SentenceTransformer(modules=base_modules, **common)
+    X = pooled.encode(items, batch_size=batch_size, show_progress_bar=show_progress_bar, convert_to_numpy=True)
+    logger.info("fitting %r on %d embeddings of dimension %d", cal, X.shape[0], X.shape[1])
+    cal.fit(np.asarray(X, dtype=np.float32))
+    cal.fitted_on = encoder_config(model)
+    fitting = {"n_sentences": len(items), "corpus_sha256": corpus_digest(items), "regime": regime}
+    keep_normalize = had_normalize if normalize is None else normalize
+    new_modules = [*base_modules, Calibration(cal, fitting=fitting)]
+    if keep_normalize:
+        new_modules.append(Normalize())
+    # Cosine in the calibrated space is bertflow's similarity, whatever the base model declared.
+    calibrated = SentenceTransformer(modules=new_modules, similarity_fn_name="cosine", **common)
+    add_tags = getattr(calibrated.model_card_data, "add_tags", None)
+    if callable(add_tags):
+        add_tags(["bertflow", f"calibrator-{cal.name}"])
+    return calibrated

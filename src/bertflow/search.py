@@ -1,0 +1,491 @@
+"""Semantic search over calibrated embeddings: an exact top-k index that saves to disk with its model's identity.
+
+:class:`EmbeddingIndex` holds vectors [N, D] with an id and (optionally) a text per row, and answers top-k
+queries by cosine (default) or dot product. Two backends give the same, exact results:
+
+- ``"torch"`` (default, no extra dependency): the score matrix is computed in blocks of
+  ``query_chunk_size`` x ``corpus_chunk_size`` and each block's top-k is merged into a running top-k, so memory
+  stays bounded by one block whatever the corpus size (as sentence-transformers' ``util.semantic_search``).
+- ``"faiss"`` (``pip install faiss-cpu``, the ``bertflow[faiss]`` extra): a ``faiss.IndexFlatIP``, faster on CPU
+  for many queries. Only exact search is offered; an approximate index (IVF, HNSW) can be built from
+  :attr:`EmbeddingIndex.embeddings` by hand.
+
+A saved index is a folder::
+
+    my-index/
+      index.json                 format and library version, metric, dimension, ids, texts, the identity of the
+                                 model that embedded the rows (encoder config + fingerprint, calibrator type +
+                                 fingerprint), sha256 of the embeddings file
+      embeddings.safetensors     float32 [N, D] (unit rows for cosine)
+
+Searching a saved index with a different model is refused (:meth:`EmbeddingIndex.check_model`): scores between
+vectors of two different embedding spaces are meaningless, and nothing else would reveal the mistake.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from . import __version__
+from .errors import CompatibilityError, InputError, ModelFileError
+from .serialization import (
+    FORMAT_VERSION,
+    atomic_directory,
+    load_arrays,
+    read_json,
+    save_arrays,
+    sha256_file,
+    write_json,
+)
+from .validation import check_finite
+
+__all__ = ["SearchHit", "EmbeddingIndex", "INDEX_CONFIG", "INDEX_EMBEDDINGS", "faiss_available"]
+
+logger = logging.getLogger(__name__)
+
+INDEX_CONFIG = "index.json"
+INDEX_EMBEDDINGS = "embeddings.safetensors"
+_FORMAT_NAME = "bertflow-index"
+
+Metric = Literal["cosine", "dot"]
+Backend = Literal["torch", "faiss"]
+ItemId = str | int
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """One search result.
+
+    Attributes:
+        id: the row's id (as given when the row was added; by default its 0-based position).
+        score: cosine similarity (or dot product) with the query; higher is closer.
+        text: the row's sentence, or ``None`` for an index built from bare vectors.
+        row: 0-based position of the row in the index.
+    """
+
+    id: ItemId
+    score: float
+    text: str | None
+    row: int
+
+
+def faiss_available() -> bool:
+    """Whether the optional ``faiss`` package (``faiss-cpu``) can be imported."""
+    try:
+        import faiss  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _import_faiss() -> Any:
+    try:
+        import faiss
+    except ImportError:
+        raise InputError(
+            "backend 'faiss' needs the faiss package: pip install faiss-cpu (or bertflow[faiss]); "
+            "or use backend='torch', which gives the same exact results"
+        ) from None
+    return faiss
+
+
+def _check_ids(ids: Sequence[Any], n: int, taken: set[ItemId]) -> list[ItemId]:
+    """Validate ids: one per row, str or int (they go to JSON), unique within themselves and the index."""
+    if isinstance(ids, (str, bytes)):
+        raise InputError("ids must be a sequence with one id per row, not a single string")
+    out = list(ids)
+    if len(out) != n:
+        raise InputError(f"got {len(out)} ids for {n} rows; give one id per row")
+    seen: set[ItemId] = set()
+    for i, item in enumerate(out):
+        if isinstance(item, bool) or not isinstance(item, (str, int)):
+            raise InputError(f"id {i} is {type(item).__name__} ({item!r:.40}); ids must be strings or integers")
+        if item in seen or item in taken:
+            raise InputError(f"id {item!r} (row {i}) is used twice; ids must be unique")
+        seen.add(item)
+    return out
+
+
+def describe_model(identity: dict[str, Any] | None) -> str:
+    """One line naming an encoder + calibrator identity (as in :meth:`bertflow.Embedder.identity`)."""
+    if not identity:
+        return "an unknown model"
+    enc, cal = identity.get("encoder", {}), identity.get("calibrator", {})
+    return (
+        f"encoder {enc.get('model')} (pooling {enc.get('pooling')}, max_length {enc.get('max_length')}, "
+        f"fingerprint {enc.get('fingerprint')}) + {cal.get('type')} calibrator (fingerprint {cal.get('fingerprint')})"
+    )
+
+
+class EmbeddingIndex:
+    """Exact top-k search over a set of vectors, each with an id and an optional text.
+
+    Args:
+        dim: dimension D of the vectors.
+        metric: ``"cosine"`` (rows and queries are L2-normalised; bertflow's similarity) or ``"dot"``.
+        backend: ``"torch"`` (blockwise exact top-k, no extra dependency) or ``"faiss"`` (exact
+            ``IndexFlatIP``; needs ``faiss-cpu``).
+        device: where the torch backend keeps the vectors and computes scores (``"cpu"``, ``"cuda"`` ...).
+        model: identity of the model whose embeddings the rows are (see :meth:`bertflow.Embedder.identity`);
+            ``None`` for bare vectors. Saved with the index and checked by :meth:`check_model`.
+        query_chunk_size, corpus_chunk_size: block sizes of the torch backend (results do not depend on them).
+
+    Example:
+        >>> index = EmbeddingIndex.build(vectors, ids=["a", "b", "c"], texts=sentences)
+        >>> index.search(query_vector, top_k=2)
+        [SearchHit(id='b', score=0.91, text='...', row=1), SearchHit(id='a', score=0.42, text='...', row=0)]
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        *,
+        metric: Metric = "cosine",
+        backend: Backend = "torch",
+        device: str | torch.device = "cpu",
+        model: dict[str, Any] | None = None,
+        query_chunk_size: int = 1024,
+        corpus_chunk_size: int = 65536,
+    ) -> None:
+        if int(dim) < 1:
+            raise InputError(f"dim must be positive, got {dim}")
+        if metric not in ("cosine", "dot"):
+            raise InputError(f"metric must be 'cosine' or 'dot', got {metric!r}")
+        if backend not in ("torch", "faiss"):
+            raise InputError(f"backend must be 'torch' or 'faiss', got {backend!r}")
+        if query_chunk_size < 1 or corpus_chunk_size < 1:
+            raise InputError("query_chunk_size and corpus_chunk_size must be positive")
+        self.dim = int(dim)
+        self.metric: Metric = metric
+        self.backend: Backend = backend
+        self.device = torch.device(device)
+        self.model = model
+        #: Where the model came from (folder or hub id), a hint for ``bertflow search query``; not checked.
+        self.model_source: str | None = None
+        self.query_chunk_size = int(query_chunk_size)
+        self.corpus_chunk_size = int(corpus_chunk_size)
+        self.ids: list[ItemId] = []
+        self.texts: list[str] | None = None
+        self._id_set: set[ItemId] = set()
+        # Added blocks are concatenated lazily: appending to one tensor per add() would copy O(N^2) bytes.
+        self._blocks: list[torch.Tensor] = []
+        self._matrix: torch.Tensor = torch.empty((0, self.dim), dtype=torch.float32, device=self.device)
+        self._faiss: Any = None
+        if backend == "faiss":
+            self._faiss = _import_faiss().IndexFlatIP(self.dim)
+
+    # -- building ----------------------------------------------------------------------------------------
+
+    @classmethod
+    def build(
+        cls,
+        embeddings: np.ndarray,
+        ids: Sequence[ItemId] | None = None,
+        texts: Sequence[str] | None = None,
+        *,
+        metric: Metric = "cosine",
+        backend: Backend = "torch",
+        device: str | torch.device = "cpu",
+        model: dict[str, Any] | None = None,
+    ) -> EmbeddingIndex:
+        """An index holding ``embeddings`` [N, D] (float, any precision; stored as float32).
+
+        Args:
+            ids: one str or int per row, unique; default: the row positions 0..N-1.
+            texts: one sentence per row (returned in hits), or ``None``.
+            metric, backend, device, model: see the class.
+        """
+        arr = np.asarray(embeddings)
+        if arr.ndim != 2:
+            raise InputError(f"embeddings must be 2-D [n_rows, dim], got shape {arr.shape}")
+        index = cls(arr.shape[1], metric=metric, backend=backend, device=device, model=model)
+        index.add(arr, ids=ids, texts=texts)
+        return index
+
+    def add(
+        self, embeddings: np.ndarray, ids: Sequence[ItemId] | None = None, texts: Sequence[str] | None = None
+    ) -> None:
+        """Append rows. ``ids`` default to their positions in the index; ``texts`` are needed if the index has them.
+
+        Raises:
+            CompatibilityError: vectors of another dimension.
+            InputError: NaN/Inf, duplicate or malformed ids, texts missing or of the wrong count.
+        """
+        try:
+            arr = np.asarray(embeddings, dtype=np.float32)
+        except (TypeError, ValueError) as e:
+            raise InputError(f"embeddings are not a numeric array: {e}") from None
+        if arr.ndim != 2:
+            raise InputError(f"embeddings must be 2-D [n_rows, dim], got shape {arr.shape}")
+        if arr.shape[1] != self.dim:
+            raise CompatibilityError(
+                f"the index holds {self.dim}-dimensional vectors, got {arr.shape[1]}: embed with the model the index "
+                "was built with"
+            )
+        n = len(arr)
+        if n == 0:
+            return
+        check_finite(arr, what="embeddings to index")
+        new_ids = list(range(len(self), len(self) + n)) if ids is None else _check_ids(ids, n, self._id_set)
+        if ids is None and any(i in self._id_set for i in new_ids):
+            raise InputError("default (positional) ids collide with ids already in the index; pass ids explicitly")
+        if texts is not None:
+            if isinstance(texts, str):
+                raise InputError("texts must be a sequence with one sentence per row, not a single string")
+            texts = list(texts)
+            if len(texts) != n:
+                raise InputError(f"got {len(texts)} texts for {n} rows")
+            if self.texts is None and len(self):
+                raise InputError("this index was built without texts; add rows without texts too")
+        elif self.texts is not None:
+            raise InputError("this index stores a text per row; pass texts= for the new rows as well")
+        block = torch.from_numpy(self._prepare(arr))
+        self._blocks.append(block.to(self.device))
+        if self._faiss is not None:
+            self._faiss.add(block.numpy())
+        self.ids.extend(new_ids)
+        self._id_set.update(new_ids)
+        if texts is not None:
+            self.texts = (self.texts or []) + texts
+
+    def _prepare(self, arr: np.ndarray) -> np.ndarray:
+        """float32 C-contiguous rows, L2-normalised for cosine (zero rows stay zero and score 0)."""
+        arr = np.ascontiguousarray(arr, dtype=np.float32)
+        if self.metric == "cosine":
+            norms = np.linalg.norm(arr.astype(np.float64), axis=1, keepdims=True)
+            arr = (arr / np.where(norms == 0, 1.0, norms)).astype(np.float32)
+        return arr
+
+    def _corpus(self) -> torch.Tensor:
+        if self._blocks:
+            self._matrix = torch.cat([self._matrix, *self._blocks]) if len(self._matrix) else torch.cat(self._blocks)
+            self._blocks = []
+        return self._matrix
+
+    # -- facts -------------------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def embeddings(self) -> np.ndarray:
+        """The stored vectors, float32 [N, D] (unit rows for cosine); a copy on CPU."""
+        return self._corpus().cpu().numpy().copy()
+
+    def __repr__(self) -> str:
+        return (
+            f"EmbeddingIndex({len(self)} rows, dim={self.dim}, metric={self.metric!r}, backend={self.backend!r}, "
+            f"texts={self.texts is not None}, model={'yes' if self.model else 'none'})"
+        )
+
+    # -- searching ---------------------------------------------------------------------------------------
+
+    def topk(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The ``k`` best rows for each query, as arrays (the raw form of :meth:`search`).
+
+        Args:
+            queries: float [M, D] query vectors (normalised here for cosine).
+            k: results per query; capped at the index size.
+
+        Returns:
+            ``(scores, rows)``: float32 [M, k'] sorted best first, and int64 [M, k'] row positions, where
+            ``k' = min(k, len(self))``. Equal scores are ordered by row; which of several rows tied at the
+            k-th place is kept is unspecified.
+        """
+        if k < 1:
+            raise InputError(f"top_k must be at least 1, got {k}")
+        try:
+            q = np.asarray(queries, dtype=np.float32)
+        except (TypeError, ValueError) as e:
+            raise InputError(f"queries are not a numeric array: {e}") from None
+        if q.ndim != 2:
+            raise InputError(f"queries must be 2-D [n_queries, dim], got shape {q.shape}")
+        if q.shape[1] != self.dim:
+            raise CompatibilityError(
+                f"queries are {q.shape[1]}-dimensional but the index holds {self.dim}-dimensional vectors: embed the "
+                "queries with the model the index was built with"
+            )
+        check_finite(q, what="query embeddings")
+        k = min(int(k), len(self))
+        if k == 0 or len(q) == 0:
+            return np.empty((len(q), k), np.float32), np.empty((len(q), k), np.int64)
+        q = self._prepare(q)
+        if self._faiss is not None:
+            scores, rows = self._faiss.search(q, k)
+        else:
+            scores, rows = self._torch_topk(torch.from_numpy(q), k)
+        # Deterministic order among equal scores (block merging and faiss do not guarantee one): by row.
+        order = np.lexsort((rows, -scores), axis=-1)
+        return np.take_along_axis(scores, order, -1), np.take_along_axis(rows, order, -1).astype(np.int64)
+
+    @torch.inference_mode()
+    def _torch_topk(self, q: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
+        corpus = self._corpus()
+        all_scores, all_rows = [], []
+        for qs in range(0, len(q), self.query_chunk_size):
+            qc = q[qs : qs + self.query_chunk_size].to(self.device)
+            best_s: torch.Tensor | None = None
+            best_i: torch.Tensor | None = None
+            for cs in range(0, len(corpus), self.corpus_chunk_size):
+                block = qc @ corpus[cs : cs + self.corpus_chunk_size].T
+                s, i = torch.topk(block, min(k, block.shape[1]), dim=1)
+                i = i + cs
+                if best_s is not None:
+                    # Merge this block's candidates into the running top-k (at most 2k columns).
+                    s, pos = torch.topk(torch.cat([best_s, s], 1), min(k, best_s.shape[1] + s.shape[1]), dim=1)
+                    i = torch.gather(torch.cat([best_i, i], 1), 1, pos)
+                best_s, best_i = s, i
+            all_scores.append(best_s.float().cpu())
+            all_rows.append(best_i.cpu())
+        return torch.cat(all_scores).numpy(), torch.cat(all_rows).numpy()
+
+    def search(self, queries: np.ndarray, top_k: int = 10) -> list[list[SearchHit]] | list[SearchHit]:
+        """Top-k hits per query vector.
+
+        Args:
+            queries: one vector [D] or a matrix [M, D].
+            top_k: hits per query (fewer if the index is smaller).
+
+        Returns:
+            For one vector, a list of :class:`SearchHit` best first; for a matrix, one such list per row.
+        """
+        arr = np.asarray(queries)
+        single = arr.ndim == 1
+        scores, rows = self.topk(arr[None, :] if single else arr, top_k)
+        hits = [
+            [
+                SearchHit(
+                    id=self.ids[r],
+                    score=float(s),
+                    text=None if self.texts is None else self.texts[r],
+                    row=int(r),
+                )
+                for s, r in zip(srow, rrow, strict=True)
+            ]
+            for srow, rrow in zip(scores, rows, strict=True)
+        ]
+        return hits[0] if single else hits
+
+    # -- model identity ----------------------------------------------------------------------------------
+
+    def check_model(self, identity: dict[str, Any]) -> None:
+        """Refuse to be used with a model other than the one that embedded the rows.
+
+        Args:
+            identity: the model's identity (:meth:`bertflow.Embedder.identity`).
+
+        Raises:
+            CompatibilityError: the index records no model, or another encoder, pooling, truncation or calibrator.
+        """
+        if not self.model:
+            raise CompatibilityError(
+                "this index records no model (it was built from bare vectors), so queries from a model cannot be "
+                "checked against it; search it with index.search(vectors), or rebuild it with Embedder.build_index"
+            )
+        mine, theirs = self.model, identity
+        differences = []
+        for key in ("fingerprint", "pooling", "max_length", "dim"):
+            if mine.get("encoder", {}).get(key) != theirs.get("encoder", {}).get(key):
+                differences.append(f"encoder {key}")
+        for key in ("type", "fingerprint"):
+            if mine.get("calibrator", {}).get(key) != theirs.get("calibrator", {}).get(key):
+                differences.append(f"calibrator {key}")
+        if differences:
+            raise CompatibilityError(
+                f"this index was built with {describe_model(mine)}, but the model used now is "
+                f"{describe_model(theirs)} (different {', '.join(differences)}): rebuild the index with this model "
+                "(Embedder.build_index, `bertflow search build`) or load the model it was built with"
+            )
+
+    # -- persistence -------------------------------------------------------------------------------------
+
+    def save(self, path: str | Path) -> Path:
+        """Write the folder described in the module docstring, atomically (an old index is replaced whole)."""
+        with atomic_directory(path) as tmp:
+            save_arrays(tmp / INDEX_EMBEDDINGS, {"embeddings": self._corpus().cpu().numpy()})
+            config = {
+                "format": _FORMAT_NAME,
+                "format_version": FORMAT_VERSION,
+                "bertflow_version": __version__,
+                "metric": self.metric,
+                "dim": self.dim,
+                "count": len(self),
+                "backend": self.backend,
+                "model": self.model,
+                "model_source": self.model_source,
+                "ids": self.ids,
+                "texts": self.texts,
+                "files": {INDEX_EMBEDDINGS: sha256_file(tmp / INDEX_EMBEDDINGS)},
+            }
+            write_json(tmp / INDEX_CONFIG, config)
+        logger.info("saved an index of %d rows to %s", len(self), path)
+        return Path(path)
+
+    @classmethod
+    def load(
+        cls, path: str | Path, *, backend: Backend | None = None, device: str | torch.device = "cpu"
+    ) -> EmbeddingIndex:
+        """Load a folder written by :meth:`save`.
+
+        Args:
+            backend: override the saved backend (the files are the same for both); by default the saved one, or
+                torch when the index was saved with faiss and faiss is not installed.
+            device: where the torch backend keeps the vectors.
+
+        Raises:
+            ModelFileError: a missing, truncated, edited or inconsistent index.
+            CompatibilityError: an index written by a newer bertflow.
+        """
+        folder = Path(path).expanduser()
+        if not folder.is_dir():
+            raise ModelFileError(f"{folder} is not a folder; an index is a folder written by EmbeddingIndex.save")
+        config = read_json(folder / INDEX_CONFIG)
+        if config.get("format") != _FORMAT_NAME:
+            raise ModelFileError(f"{folder / INDEX_CONFIG} is not a bertflow index")
+        version = config.get("format_version")
+        if not isinstance(version, int):
+            raise ModelFileError(f"{folder / INDEX_CONFIG} has no valid format_version; was it edited?")
+        if version > FORMAT_VERSION:
+            raise CompatibilityError(
+                f"{folder} was written by bertflow {config.get('bertflow_version')} (format {version}); this is "
+                f"bertflow {__version__} (format {FORMAT_VERSION}): upgrade bertflow to load it"
+            )
+        file = folder / INDEX_EMBEDDINGS
+        if not file.is_file():
+            raise ModelFileError(f"{file} is missing: the index folder is incomplete")
+        if sha256_file(file) != config.get("files", {}).get(INDEX_EMBEDDINGS):
+            raise ModelFileError(f"{file} does not match its checksum: it is truncated, corrupted or edited")
+        try:
+            matrix = load_arrays(file)["embeddings"]
+            ids, texts, dim = config["ids"], config["texts"], int(config["dim"])
+            if matrix.ndim != 2 or matrix.shape != (int(config["count"]), dim) or len(ids) != len(matrix):
+                raise ValueError(f"embeddings of shape {matrix.shape} for {len(ids)} ids and dim {dim}")
+            if texts is not None and len(texts) != len(ids):
+                raise ValueError(f"{len(texts)} texts for {len(ids)} ids")
+            chosen = backend or config.get("backend", "torch")
+            if backend is None and chosen == "faiss" and not faiss_available():
+                # Same files, same exact results: an index saved with faiss stays usable where faiss is absent.
+                logger.warning("%s was saved with the faiss backend, which is not installed; using torch", folder)
+                chosen = "torch"
+            index = cls(dim, metric=config["metric"], backend=chosen, device=device)
+        except (KeyError, TypeError, ValueError) as e:
+            raise ModelFileError(f"{folder} is inconsistent ({type(e).__name__}: {e}); was it edited?") from None
+        index.model = config.get("model")
+        index.model_source = config.get("model_source")
+        # The stored rows are already prepared (normalised for cosine); add them as they are.
+        index._add_prepared(matrix.astype(np.float32), _check_ids(ids, len(ids), set()), texts)
+        return index
+
+    def _add_prepared(self, matrix: np.ndarray, ids: list[ItemId], texts: list[str] | None) -> None:
+        block = torch.from_numpy(np.ascontiguousarray(matrix))
+        self._blocks.append(block.to(self.device))
+        if self._faiss is not None and len(matrix):
+            self._faiss.add(block.numpy())
+        self.ids, self._id_set, self.texts = ids, set(ids), texts

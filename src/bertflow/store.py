@@ -1,0 +1,705 @@
+"""Embedding stores: a folder of ``.npy`` shards plus a JSON manifest, read back as one array in input order.
+
+Written by :func:`bertflow.distributed.encode_file_to_store` (``bertflow distributed-encode``), one shard file at a
+time by whichever rank encoded it, or by :func:`write_store` from an in-memory matrix. Layout::
+
+    OUTDIR/
+      manifest.json            what was encoded and how (input file size, sha256 and line count; encoder model id,
+                               fingerprint, pooling, max_length and compute dtype; calibrator identity, if any;
+                               output dim and dtype; bertflow version) and the shard plan: the row range
+                               [start, stop) and input byte offset of every shard
+      shards/part-000000.npy   float32 [rows, D]: input rows [start, stop), in input order
+      shards/part-000000.json  the shard's completion record: rows, bytes, sha256, rank, device, seconds
+      embeddings.npy           only after a merge (``--merge`` or :func:`merge_shards`): every row in one array
+
+Shards are numbered over the whole input, not per rank, so a run resumed with another number of ranks still
+reuses every finished shard. A shard is complete when its record exists and its ``.npy`` has the recorded size:
+the ``.npy`` is written under a temporary name, fsynced and renamed, and only then is its record written (the same
+way), so a killed writer leaves a temporary file that the next run deletes and redoes, never a short shard.
+
+Reading: :func:`open_embeddings` returns a :class:`ShardedEmbeddings`, which indexes like a read-only ``[N, D]``
+array (memory-mapped, so only the rows asked for are read) without concatenating the shards.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import __version__
+from .errors import InputError, ModelFileError
+
+__all__ = [
+    "MANIFEST_NAME",
+    "SHARD_DIR",
+    "MERGED_NAME",
+    "STORE_FORMAT",
+    "STORE_FORMAT_VERSION",
+    "ShardSpec",
+    "ShardWriter",
+    "ShardedEmbeddings",
+    "open_embeddings",
+    "merge_shards",
+    "write_store",
+    "read_manifest",
+    "write_manifest",
+    "shard_record",
+    "plan_shards",
+    "remove_temporary_files",
+]
+
+MANIFEST_NAME = "manifest.json"
+SHARD_DIR = "shards"
+MERGED_NAME = "embeddings.npy"
+STORE_FORMAT = "bertflow-embeddings"
+#: Version of the store layout; reading refuses a larger number.
+STORE_FORMAT_VERSION = 1
+
+_TMP_MARK = ".tmp-"
+
+
+# -- small file helpers ---------------------------------------------------------------------------------------
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make a rename inside ``folder`` durable (a no-op where directories cannot be opened, e.g. Windows)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _temporary_name(path: Path) -> Path:
+    # Host and pid in the name: ranks on several nodes may share the folder; a stale one is recognisable.
+    return path.with_name(f".{path.name}{_TMP_MARK}{socket.gethostname()}-{os.getpid()}")
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old file or the whole new one, never a part."""
+    tmp = _temporary_name(path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _dump_json(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path``, or ``None`` when it is missing or unreadable (an incomplete record)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_manifest(folder: str | Path, manifest: dict[str, Any]) -> None:
+    """Write ``manifest.json`` into ``folder`` atomically (key-sorted, indented UTF-8 JSON)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    _atomic_write_text(folder / MANIFEST_NAME, _dump_json(manifest))
+
+
+def read_manifest(folder: str | Path) -> dict[str, Any]:
+    """Read and check a store's ``manifest.json``.
+
+    Raises:
+        ModelFileError: the file is missing or garbled, is not a bertflow store, or was written in a newer format.
+    """
+    path = Path(folder) / MANIFEST_NAME
+    if not path.is_file():
+        raise ModelFileError(f"{path} is missing: {folder} is not a bertflow embedding store (or was never started)")
+    data = _read_json(path)
+    if data is None:
+        raise ModelFileError(f"{path} is not valid JSON; the file is corrupted or was edited")
+    if data.get("format") != STORE_FORMAT:
+        raise ModelFileError(f"{path} is not a bertflow embedding-store manifest")
+    version = data.get("format_version")
+    if not isinstance(version, int):
+        raise ModelFileError(f"{path} has no valid format_version; was it edited?")
+    if version > STORE_FORMAT_VERSION:
+        raise ModelFileError(
+            f"{folder} was written by bertflow {data.get('bertflow_version')} (store format {version}); this is "
+            f"bertflow {__version__} (store format {STORE_FORMAT_VERSION}): upgrade bertflow to read it"
+        )
+    for key in ("rows", "dim", "dtype", "shards"):
+        if key not in data:
+            raise ModelFileError(f"{path} lacks {key!r}; was it edited?")
+    return data
+
+
+# -- the shard plan ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    """One shard of the plan: input rows ``[start, stop)``; ``offset`` is the byte where row ``start`` begins.
+
+    Attributes:
+        index: global shard number (its file is ``shards/part-{index:06d}.npy``).
+        start, stop: row range, 0-based, ``stop`` excluded.
+        offset: byte offset of the input line of row ``start`` (0 when the rows did not come from a file).
+    """
+
+    index: int
+    start: int
+    stop: int
+    offset: int = 0
+
+    @property
+    def rows(self) -> int:
+        """Number of rows in the shard."""
+        return self.stop - self.start
+
+    @property
+    def name(self) -> str:
+        """File name of the shard's array, ``part-{index:06d}.npy``."""
+        return f"part-{self.index:06d}.npy"
+
+    @property
+    def record_name(self) -> str:
+        """File name of the shard's completion record, ``part-{index:06d}.json``."""
+        return f"part-{self.index:06d}.json"
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest entry of this shard."""
+        return {**asdict(self), "file": f"{SHARD_DIR}/{self.name}"}
+
+    @classmethod
+    def from_json(cls, entry: dict[str, Any]) -> ShardSpec:
+        """Rebuild a spec from its manifest entry."""
+        return cls(int(entry["index"]), int(entry["start"]), int(entry["stop"]), int(entry.get("offset", 0)))
+
+
+def plan_shards(n_rows: int, shard_size: int, offsets: Sequence[int] | None = None) -> list[ShardSpec]:
+    """Cut ``n_rows`` rows into shards of ``shard_size`` rows (the last one shorter).
+
+    Args:
+        n_rows: total rows N.
+        shard_size: rows per shard, positive.
+        offsets: byte offset of the first line of every shard (``ceil(N / shard_size)`` values), if from a file.
+    """
+    if shard_size < 1:
+        raise InputError(f"shard_size must be positive, got {shard_size}")
+    count = -(-n_rows // shard_size)
+    if offsets is not None and len(offsets) != count:
+        raise ValueError(f"{count} shards need {count} offsets, got {len(offsets)}")
+    return [
+        ShardSpec(k, k * shard_size, min((k + 1) * shard_size, n_rows), int(offsets[k]) if offsets is not None else 0)
+        for k in range(count)
+    ]
+
+
+def shard_record(folder: str | Path, spec: ShardSpec, dim: int, dtype: str = "float32") -> dict[str, Any] | None:
+    """The completion record of shard ``spec`` if the shard is complete and matches the plan, else ``None``.
+
+    Complete means: the record parses, names the same rows, dimension and dtype, and the ``.npy`` exists with the
+    recorded byte size and an array header of shape ``[rows, dim]``. The checksum is not recomputed here (that
+    reads the whole shard); :meth:`ShardedEmbeddings.verify` does it.
+    """
+    shard_dir = Path(folder) / SHARD_DIR
+    record = _read_json(shard_dir / spec.record_name)
+    if record is None:
+        return None
+    expected = {"index": spec.index, "start": spec.start, "stop": spec.stop, "dim": dim, "dtype": dtype}
+    if any(record.get(k) != v for k, v in expected.items()):
+        return None
+    path = shard_dir / spec.name
+    try:
+        if path.stat().st_size != record.get("bytes"):
+            return None
+        with open(path, "rb") as fh:
+            version = np.lib.format.read_magic(fh)
+            if version == (1, 0):
+                shape, _, file_dtype = np.lib.format.read_array_header_1_0(fh)
+            else:
+                shape, _, file_dtype = np.lib.format.read_array_header_2_0(fh)
+    except (OSError, ValueError):
+        return None
+    if tuple(shape) != (spec.rows, dim) or file_dtype != np.dtype(dtype):
+        return None
+    return record
+
+
+def remove_temporary_files(folder: str | Path) -> int:
+    """Delete the temporary files that killed writers left in a store; returns how many.
+
+    Only safe while no other run writes into the same folder (one run per store at a time).
+    """
+    removed = 0
+    for path in (Path(folder), Path(folder) / SHARD_DIR):
+        if not path.is_dir():
+            continue
+        for f in path.iterdir():
+            if f.name.startswith(".") and _TMP_MARK in f.name and f.is_file():
+                f.unlink(missing_ok=True)
+                removed += 1
+    return removed
+
+
+# -- writing ----------------------------------------------------------------------------------------------------
+
+
+class ShardWriter:
+    """Write one shard: a ``.npy`` header, the rows as they come, then fsync, rename and the completion record.
+
+    Rows are written and hashed by a background thread, so disk and checksum overlap the encoding of the next
+    rows. Nothing under the final names exists until :meth:`commit` returns; leaving the ``with`` block by an
+    exception deletes the temporary file.
+
+    Args:
+        folder: the store folder (``shards/`` is created inside it).
+        spec: which shard.
+        dim: row dimension D.
+        dtype: stored dtype (float32 by default).
+        record: extra JSON-ready fields for the completion record (rank, device, host...).
+        background: write in a background thread (``False`` writes inline).
+
+    Example:
+        >>> with ShardWriter("out", ShardSpec(0, 0, 3), dim=2) as w:
+        ...     w.write(np.zeros((3, 2), np.float32))
+        ...     w.commit()
+    """
+
+    def __init__(
+        self,
+        folder: str | Path,
+        spec: ShardSpec,
+        dim: int,
+        dtype: str = "float32",
+        *,
+        record: dict[str, Any] | None = None,
+        background: bool = True,
+    ) -> None:
+        self.folder = Path(folder)
+        self.spec = spec
+        self.dim = int(dim)
+        self.dtype = np.dtype(dtype)
+        self.extra = dict(record or {})
+        self.shard_dir = self.folder / SHARD_DIR
+        self.shard_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.shard_dir / spec.name
+        self.tmp = _temporary_name(self.path)
+        self._fh = open(self.tmp, "wb")  # noqa: SIM115 - closed by commit/abort
+        self._hash = hashlib.sha256()
+        self._written = 0  # rows handed to write()
+        self._started = time.perf_counter()
+        header = {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": (spec.rows, dim)}
+        np.lib.format.write_array_header_1_0(self._fh, header)
+        self._fh.flush()
+        with open(self.tmp, "rb") as fh:  # hash the header too: the sha256 is that of the whole file
+            self._hash.update(fh.read())
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="shard-writer") if background else None
+        self._pending: list[concurrent.futures.Future[None]] = []
+        self._done = False
+
+    def _write_block(self, block: np.ndarray) -> None:
+        data = memoryview(block).cast("B")
+        self._fh.write(data)
+        self._hash.update(data)
+
+    def write(self, rows: np.ndarray) -> None:
+        """Append rows [n, D] (converted to the store dtype; do not modify the array afterwards)."""
+        if self._done:
+            raise RuntimeError("this shard was already committed or aborted")
+        block = np.ascontiguousarray(rows, dtype=self.dtype)
+        if block.ndim != 2 or block.shape[1] != self.dim:
+            raise InputError(f"shard {self.spec.index}: expected rows of shape [n, {self.dim}], got {block.shape}")
+        if self._written + len(block) > self.spec.rows:
+            raise InputError(
+                f"shard {self.spec.index} holds {self.spec.rows} rows; writing {len(block)} more after "
+                f"{self._written} overflows it"
+            )
+        self._written += len(block)
+        if self._pool is None:
+            self._write_block(block)
+            return
+        self._pending.append(self._pool.submit(self._write_block, block))
+        # Keep at most two blocks in flight, so memory stays bounded if the disk is slower than the encoder.
+        while len(self._pending) > 2:
+            self._pending.pop(0).result()
+
+    def commit(self) -> dict[str, Any]:
+        """Finish the shard: wait for the writes, fsync, rename to the final name, write the record; return it.
+
+        Raises:
+            InputError: fewer rows were written than the shard holds.
+        """
+        if self._done:
+            raise RuntimeError("this shard was already committed or aborted")
+        for future in self._pending:
+            future.result()
+        self._pending.clear()
+        if self._written != self.spec.rows:
+            raise InputError(f"shard {self.spec.index} got {self._written} rows, expected {self.spec.rows}")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        size = self._fh.tell()
+        self._fh.close()
+        self._shutdown()
+        os.replace(self.tmp, self.path)
+        _fsync_dir(self.shard_dir)
+        record = {
+            "index": self.spec.index,
+            "start": self.spec.start,
+            "stop": self.spec.stop,
+            "rows": self.spec.rows,
+            "dim": self.dim,
+            "dtype": self.dtype.name,
+            "file": self.spec.name,
+            "bytes": size,
+            "sha256": self._hash.hexdigest(),
+            "seconds": round(time.perf_counter() - self._started, 4),
+            "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "host": socket.gethostname(),
+            **self.extra,
+        }
+        # The record goes last: a crash before this line leaves a shard that the next run redoes.
+        _atomic_write_text(self.shard_dir / self.spec.record_name, _dump_json(record))
+        self._done = True
+        return record
+
+    def abort(self) -> None:
+        """Drop the shard: stop the writer and delete the temporary file."""
+        if self._done:
+            return
+        self._done = True
+        for future in self._pending:
+            future.cancel()
+        self._shutdown()
+        self._fh.close()
+        self.tmp.unlink(missing_ok=True)
+
+    def _shutdown(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if not self._done:
+            self.abort()
+
+
+def write_store(
+    X: np.ndarray,
+    folder: str | Path,
+    *,
+    shard_size: int = 131072,
+    info: dict[str, Any] | None = None,
+) -> ShardedEmbeddings:
+    """Save an in-memory embedding matrix [N, D] as a store (for tests, or to fit distributed on it).
+
+    Args:
+        X: the rows, any float dtype; stored as float32.
+        folder: the store folder; created, and must not hold another store.
+        shard_size: rows per shard.
+        info: extra JSON-ready fields for the manifest (``encoder``, ``input``...).
+
+    Returns:
+        The store, opened.
+    """
+    X = np.asarray(X)
+    if X.ndim != 2:
+        raise InputError(f"expected an [N, D] matrix, got shape {X.shape}")
+    folder = Path(folder)
+    if (folder / MANIFEST_NAME).exists():
+        raise InputError(f"{folder} already holds an embedding store; use another folder")
+    specs = plan_shards(len(X), shard_size)
+    manifest = new_manifest(rows=len(X), dim=X.shape[1], specs=specs, shard_size=shard_size, **(info or {}))
+    write_manifest(folder, manifest)
+    for spec in specs:
+        with ShardWriter(folder, spec, X.shape[1], background=False) as writer:
+            writer.write(X[spec.start : spec.stop])
+            writer.commit()
+    finalize_manifest(folder)
+    return open_embeddings(folder)
+
+
+def new_manifest(
+    *, rows: int, dim: int, specs: Sequence[ShardSpec], shard_size: int, dtype: str = "float32", **info: Any
+) -> dict[str, Any]:
+    """A manifest for a store about to be written (``complete`` is false until :func:`finalize_manifest`)."""
+    return {
+        "format": STORE_FORMAT,
+        "format_version": STORE_FORMAT_VERSION,
+        "bertflow_version": __version__,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "rows": int(rows),
+        "dim": int(dim),
+        "dtype": dtype,
+        "shard_size": int(shard_size),
+        "shards": [s.to_json() for s in specs],
+        "complete": False,
+        **info,
+    }
+
+
+def finalize_manifest(folder: str | Path, *, run: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Mark a store complete: copy every shard's record (bytes, sha256) into the manifest and set ``complete``.
+
+    Args:
+        folder: the store.
+        run: a JSON-ready description of the run that completed it, appended to ``runs``.
+
+    Raises:
+        InputError: some shard is not complete (the message lists them).
+    """
+    manifest = read_manifest(folder)
+    specs = [ShardSpec.from_json(e) for e in manifest["shards"]]
+    missing, entries = [], []
+    for spec in specs:
+        record = shard_record(folder, spec, manifest["dim"], manifest["dtype"])
+        if record is None:
+            missing.append(spec.index)
+            continue
+        entries.append({**spec.to_json(), "bytes": record["bytes"], "sha256": record["sha256"]})
+    if missing:
+        raise InputError(f"{folder}: {len(missing)} of {len(specs)} shard(s) are not complete: {_short(missing)}")
+    manifest["shards"] = entries
+    manifest["complete"] = True
+    if run is not None:
+        manifest.setdefault("runs", []).append(run)
+    write_manifest(folder, manifest)
+    return manifest
+
+
+def _short(items: Sequence[int], limit: int = 12) -> str:
+    shown = ", ".join(str(i) for i in items[:limit])
+    return shown + (f" ... ({len(items)} in all)" if len(items) > limit else "")
+
+
+# -- reading ----------------------------------------------------------------------------------------------------
+
+
+class ShardedEmbeddings:
+    """A read-only ``[N, D]`` view of a store's shards in input order, indexed like a numpy array.
+
+    Every shard is memory-mapped on first use, so indexing reads only the rows asked for. Supported indices: an
+    integer (a row [D]), a slice (with any step), an integer array or list (rows in the order given), and a tuple
+    ``(rows, columns)`` whose column part is applied to the result. ``np.asarray(store)`` materialises everything.
+
+    Attributes:
+        folder: the store folder.
+        manifest: the parsed ``manifest.json``.
+        shape: ``(N, D)``; dtype: the stored dtype.
+        specs: the shard plan, in row order.
+    """
+
+    def __init__(self, folder: str | Path, manifest: dict[str, Any]) -> None:
+        self.folder = Path(folder)
+        self.manifest = manifest
+        self.specs = [ShardSpec.from_json(e) for e in manifest["shards"]]
+        self.shape = (int(manifest["rows"]), int(manifest["dim"]))
+        self.dtype = np.dtype(manifest["dtype"])
+        # starts[k] is the first row of shard k; one extra entry N closes the last range.
+        self._starts = np.array([s.start for s in self.specs] + [self.shape[0]], dtype=np.int64)
+        self._maps: dict[int, np.ndarray] = {}
+
+    # numpy-like facts
+    ndim = 2
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return (
+            f"ShardedEmbeddings({str(self.folder)!r}, shape={self.shape}, dtype={self.dtype.name}, "
+            f"shards={len(self.specs)})"
+        )
+
+    @property
+    def encoder(self) -> dict[str, Any] | None:
+        """The encoder config the rows were produced with (``SentenceEncoder.get_config()``), if recorded."""
+        return self.manifest.get("encoder")
+
+    def shard(self, k: int) -> np.ndarray:
+        """Shard ``k`` as a read-only memory map [rows_k, D]."""
+        if k not in self._maps:
+            spec = self.specs[k]
+            arr = np.load(self.folder / SHARD_DIR / spec.name, mmap_mode="r")
+            if arr.shape != (spec.rows, self.shape[1]) or arr.dtype != self.dtype:
+                raise ModelFileError(f"{self.folder / SHARD_DIR / spec.name} has shape {arr.shape}, not {spec.rows}")
+            self._maps[k] = arr
+        return self._maps[k]
+
+    def rows(self, start: int, stop: int) -> np.ndarray:
+        """Rows ``[start, stop)`` as a new array [stop - start, D] (a view of one memory map when in one shard)."""
+        start, stop = max(0, int(start)), min(self.shape[0], int(stop))
+        if stop <= start:
+            return np.empty((0, self.shape[1]), dtype=self.dtype)
+        first = int(np.searchsorted(self._starts, start, side="right")) - 1
+        last = int(np.searchsorted(self._starts, stop - 1, side="right")) - 1
+        if first == last:
+            base = self.specs[first].start
+            return self.shard(first)[start - base : stop - base]
+        parts = []
+        for k in range(first, last + 1):
+            base = self.specs[k].start
+            parts.append(self.shard(k)[max(start, base) - base : min(stop, self.specs[k].stop) - base])
+        return np.concatenate(parts)
+
+    def take(self, indices: np.ndarray | Sequence[int]) -> np.ndarray:
+        """Rows at ``indices`` (any order, repeats allowed, negative counts from the end) as [len, D]."""
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        n = self.shape[0]
+        if idx.size and (idx.min() < -n or idx.max() >= n):
+            raise IndexError(f"row index out of range for {n} rows")
+        idx = np.where(idx < 0, idx + n, idx)
+        out = np.empty((len(idx), self.shape[1]), dtype=self.dtype)
+        owner = np.searchsorted(self._starts, idx, side="right") - 1
+        # One fancy index per shard, in sorted row order, so a memory map is read front to back.
+        order = np.argsort(owner, kind="stable")
+        bounds = np.searchsorted(owner[order], np.arange(len(self.specs) + 1))
+        for k in np.unique(owner):
+            sel = order[bounds[k] : bounds[k + 1]]
+            local = idx[sel] - self.specs[k].start
+            sort = np.argsort(local, kind="stable")
+            out[sel[sort]] = self.shard(int(k))[local[sort]]
+        return out
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        columns: Any = None
+        if isinstance(key, tuple):
+            if len(key) != 2:
+                raise IndexError(f"a store is 2-D; got an index with {len(key)} parts")
+            key, columns = key
+        if isinstance(key, (int, np.integer)):
+            i = int(key) + (self.shape[0] if key < 0 else 0)
+            if not 0 <= i < self.shape[0]:
+                raise IndexError(f"row {key} out of range for {self.shape[0]} rows")
+            k = int(np.searchsorted(self._starts, i, side="right")) - 1
+            out = np.asarray(self.shard(k)[i - self.specs[k].start])
+        elif isinstance(key, slice):
+            start, stop, step = key.indices(self.shape[0])
+            out = self.rows(start, stop) if step == 1 else self.take(np.arange(start, stop, step))
+        else:
+            arr = np.asarray(key)
+            if arr.dtype == bool:
+                if arr.shape != (self.shape[0],):
+                    raise IndexError(f"a boolean row mask needs {self.shape[0]} entries, got {arr.shape}")
+                arr = np.flatnonzero(arr)
+            elif not np.issubdtype(arr.dtype, np.integer):
+                raise IndexError(f"rows are indexed by integers, slices or masks, not {arr.dtype}")
+            out = self.take(arr)
+        return out if columns is None else out[..., columns]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        # Always a fresh in-memory array: a view of a read-only memory map would surprise callers that write.
+        return np.array(self.rows(0, self.shape[0]), dtype=dtype)
+
+    def iter_chunks(self, start: int = 0, stop: int | None = None, rows: int = 65536) -> Iterator[np.ndarray]:
+        """Rows ``[start, stop)`` in consecutive blocks of at most ``rows`` rows (streamed from disk)."""
+        stop = self.shape[0] if stop is None else min(int(stop), self.shape[0])
+        for a in range(int(start), stop, int(rows)):
+            yield self.rows(a, min(a + int(rows), stop))
+
+    def verify(self) -> None:
+        """Recompute every shard's sha256 and compare it with its record.
+
+        Raises:
+            ModelFileError: naming the first shard whose bytes changed.
+        """
+        for spec in self.specs:
+            record = _read_json(self.folder / SHARD_DIR / spec.record_name) or {}
+            path = self.folder / SHARD_DIR / spec.name
+            h = hashlib.sha256()
+            with open(path, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 22), b""):
+                    h.update(block)
+            if h.hexdigest() != record.get("sha256"):
+                raise ModelFileError(f"{path} does not match its recorded sha256: it is corrupted or was edited")
+
+
+def open_embeddings(folder: str | Path, *, verify: bool = False) -> ShardedEmbeddings:
+    """Open a store as one read-only ``[N, D]`` array in input order.
+
+    Args:
+        folder: a folder written by ``bertflow distributed-encode`` or :func:`write_store`.
+        verify: also recompute every shard's sha256 (reads everything once).
+
+    Returns:
+        A :class:`ShardedEmbeddings` (``np.asarray`` of it gives a plain array; after :func:`merge_shards`,
+        ``np.load(folder / "embeddings.npy", mmap_mode="r")`` gives one memory map).
+
+    Raises:
+        InputError: some shard is not complete yet (re-run the same command to finish it).
+        ModelFileError: the manifest is missing, garbled or newer than this bertflow.
+    """
+    manifest = read_manifest(folder)
+    store = ShardedEmbeddings(folder, manifest)
+    missing = [s.index for s in store.specs if shard_record(folder, s, store.shape[1], store.dtype.name) is None]
+    if missing:
+        raise InputError(
+            f"{folder}: {len(missing)} of {len(store.specs)} shard(s) are not complete ({_short(missing)}); re-run "
+            "the same distributed-encode command to finish them"
+        )
+    if verify:
+        store.verify()
+    return store
+
+
+def merge_shards(folder: str | Path, output: str | Path | None = None, *, rows_per_block: int = 65536) -> Path:
+    """Concatenate a store's shards into one ``.npy`` (default ``OUTDIR/embeddings.npy``), streamed and atomic.
+
+    Memory stays bounded by ``rows_per_block`` rows. The result opens as one memory map with
+    ``np.load(path, mmap_mode="r")``; its sha256 is recorded in the manifest when it lies inside the store.
+
+    Returns:
+        The path of the merged file.
+    """
+    store = open_embeddings(folder)
+    target = Path(output) if output is not None else Path(folder) / MERGED_NAME
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temporary_name(target)
+    h = hashlib.sha256()
+    try:
+        with open(tmp, "wb") as fh:
+            header = {"descr": np.lib.format.dtype_to_descr(store.dtype), "fortran_order": False, "shape": store.shape}
+            np.lib.format.write_array_header_1_0(fh, header)
+            fh.flush()
+            with open(tmp, "rb") as rh:
+                h.update(rh.read())
+            for block in store.iter_chunks(rows=rows_per_block):
+                data = memoryview(np.ascontiguousarray(block)).cast("B")
+                fh.write(data)
+                h.update(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(target.parent)
+    if target.resolve().parent == Path(folder).resolve():
+        manifest = read_manifest(folder)
+        manifest["merged"] = {"file": target.name, "bytes": target.stat().st_size, "sha256": h.hexdigest()}
+        write_manifest(folder, manifest)
+    return target

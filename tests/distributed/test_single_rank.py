@@ -1,0 +1,184 @@
+"""The distributed code paths run as one rank (no launcher, no process group): encoding, resuming, fitting, CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from bertflow import Embedder, FlowCalibrator, WhiteningCalibrator
+from bertflow.cli import app
+from bertflow.distributed import (
+    Topology,
+    all_reduce_moments,
+    encode_file_to_store,
+    fit_flow_distributed,
+    fit_whitening_distributed,
+)
+from bertflow.errors import InputError
+from bertflow.store import open_embeddings, read_manifest, write_store
+
+from .conftest import one_thread, reference
+
+ENCODE = dict(shard_size=32, chunk_size=16, batch_size=8)
+
+
+def test_one_rank_store_is_bitwise_iter_encode(tiny_encoder, corpus_file, tmp_path):
+    path, lines = corpus_file
+    with one_thread():
+        summary = encode_file_to_store(path, tmp_path / "out", tiny_encoder, merge=True, **ENCODE)
+    assert summary["rows"] == 203 and summary["shards"] == 7 and summary["encoded_shards"] == 7
+    expected = reference(tiny_encoder, lines, batch_size=8, chunk_size=16)
+    store = open_embeddings(tmp_path / "out", verify=True)
+    np.testing.assert_array_equal(np.asarray(store), expected)
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "embeddings.npy"), expected)
+    manifest = read_manifest(tmp_path / "out")
+    assert manifest["complete"] and manifest["encoder"] == tiny_encoder.get_config()
+    assert manifest["input"]["lines"] == 203 and manifest["compute_dtype"] == "float32"
+    assert manifest["calibrator"] is None and manifest["bertflow_version"]
+
+
+def test_resume_redoes_only_missing_shards(tiny_encoder, corpus_file, tmp_path):
+    path, lines = corpus_file
+    out = tmp_path / "out"
+    with one_thread():
+        encode_file_to_store(path, out, tiny_encoder, **ENCODE)
+        (out / "shards" / "part-000002.npy").unlink()  # lost shard
+        (out / "shards" / "part-000005.json").unlink()  # shard written, record never made
+        (out / "shards" / ".part-000006.npy.tmp-host-1").write_bytes(b"half a shard")  # a killed writer's file
+        summary = encode_file_to_store(path, out, tiny_encoder, **ENCODE)
+    assert (summary["encoded_shards"], summary["skipped_shards"]) == (2, 5)
+    assert not [p for p in (out / "shards").iterdir() if ".tmp-" in p.name]
+    np.testing.assert_array_equal(np.asarray(open_embeddings(out)), reference(tiny_encoder, lines, **_sizes()))
+    assert len(read_manifest(out)["runs"]) == 2
+
+
+def _sizes() -> dict[str, int]:
+    return {"batch_size": ENCODE["batch_size"], "chunk_size": ENCODE["chunk_size"]}
+
+
+def test_resume_refuses_other_settings_unless_overwriting(tiny_encoder, other_tiny_model_dir, corpus_file, tmp_path):
+    from bertflow import SentenceEncoder
+
+    path, _ = corpus_file
+    out = tmp_path / "out"
+    encode_file_to_store(path, out, tiny_encoder, **ENCODE)
+    with pytest.raises(InputError, match=r"\(batch_size differ\)"):
+        encode_file_to_store(path, out, tiny_encoder, **{**ENCODE, "batch_size": 4})
+    other = SentenceEncoder(str(other_tiny_model_dir), device="cpu")
+    with pytest.raises(InputError, match=r"\(encoder differ\)"):
+        encode_file_to_store(path, out, other, **ENCODE)
+    path.write_text("a different corpus\nof two lines\n", encoding="utf-8")
+    with pytest.raises(InputError, match="input"):
+        encode_file_to_store(path, out, tiny_encoder, **ENCODE)
+    summary = encode_file_to_store(path, out, tiny_encoder, overwrite=True, **ENCODE)
+    assert summary["rows"] == 2 and summary["skipped_shards"] == 0
+
+
+def test_bad_options_and_folders_are_refused(tiny_encoder, corpus_file, tmp_path):
+    path, _ = corpus_file
+    with pytest.raises(InputError, match="multiple of chunk_size"):
+        encode_file_to_store(path, tmp_path / "a", tiny_encoder, shard_size=40, chunk_size=16)
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "thesis.tex").write_text("precious")
+    with pytest.raises(InputError, match="not empty and holds no embedding store"):
+        encode_file_to_store(path, tmp_path / "busy", tiny_encoder, **ENCODE)
+    blank = tmp_path / "blank.txt"
+    blank.write_text("one\n\nthree\n", encoding="utf-8")
+    with pytest.raises(InputError, match="line 2 is empty"):
+        encode_file_to_store(blank, tmp_path / "b", tiny_encoder, **ENCODE)
+
+
+def test_a_calibrated_store_holds_the_calibrated_vectors(tiny_encoder, corpus_file, tmp_path):
+    path, lines = corpus_file
+    embedder = Embedder(tiny_encoder, WhiteningCalibrator(8)).fit(lines)
+    with one_thread():
+        encode_file_to_store(path, tmp_path / "out", tiny_encoder, calibrator=embedder.calibrator, **ENCODE)
+    expected = embedder.calibrator.transform(reference(tiny_encoder, lines, **_sizes()))
+    store = open_embeddings(tmp_path / "out")
+    assert store.shape == (203, 8)
+    np.testing.assert_array_equal(np.asarray(store), expected)
+    identity = store.manifest["calibrator"]
+    assert identity["type"] == "whitening" and identity["params"]["n_components"] == 8 and identity["sha256"]
+
+
+# -- fitting as one rank --------------------------------------------------------------------------------------------
+
+
+def test_moments_are_exact(anisotropic32):
+    x = anisotropic32.astype(np.float64) + 1e4  # a large mean: raw sums would cancel digits, shifted ones do not
+    m = all_reduce_moments(np.array_split(x, 7), 12, outer=True)
+    assert m.n == 600
+    np.testing.assert_allclose(m.mean, x.mean(0), rtol=1e-14)
+    np.testing.assert_allclose(m.std, x.std(0), rtol=1e-9, atol=1e-12)
+    centred = x - x.mean(0)
+    cov = (m.sum_outer - m.n * np.outer(m.sum / m.n, m.sum / m.n)) / (m.n - 1)
+    np.testing.assert_allclose(cov, centred.T @ centred / 599, rtol=1e-9, atol=1e-12)
+    assert m.abs_max == np.abs(x).max()
+    with pytest.raises(InputError, match="NaN"):
+        all_reduce_moments([np.full((2, 12), np.nan)], 12)
+
+
+def test_whitening_from_moments_equals_fit(anisotropic32):
+    ref = WhiteningCalibrator(shrinkage=0.1).fit(anisotropic32)
+    got = fit_whitening_distributed(anisotropic32, WhiteningCalibrator(shrinkage=0.1), chunk_rows=64)
+    np.testing.assert_allclose(got.mean_, ref.mean_, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(got.explained_variance_, ref.explained_variance_, rtol=1e-10)
+    sign = np.sign((got.components_ * ref.components_).sum(0))
+    np.testing.assert_allclose(got.components_ * sign, ref.components_, rtol=0, atol=1e-10)
+    with pytest.raises(InputError, match="at least 2 rows"):
+        WhiteningCalibrator().fit_from_moments(1, np.zeros(3), np.zeros((3, 3)))
+    with pytest.raises(InputError, match="n_components"):
+        WhiteningCalibrator(20).fit_from_moments(10, np.zeros(3), np.eye(3))
+
+
+def test_one_rank_flow_fit_matches_fit(anisotropic32, tmp_path):
+    store = write_store(anisotropic32, tmp_path / "x", shard_size=50)
+    config = dict(epochs=2, validation_fraction=0.1, eval_every=4, seed=3)
+    ref = FlowCalibrator(**config).fit(anisotropic32)
+    got = fit_flow_distributed(store, FlowCalibrator(**config), device="cpu", read_steps=3)
+    assert got.passthrough_.tolist() == ref.passthrough_.tolist() == [7]
+    assert (got.n_steps_, got.best_step_) == (ref.n_steps_, ref.best_step_)
+    np.testing.assert_allclose(got.history_["train_bpd"], ref.history_["train_bpd"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got.transform(anisotropic32), ref.transform(anisotropic32), atol=1e-4)
+    # Fitted like any calibrator: it saves and loads.
+    got.save(tmp_path / "cal")
+    np.testing.assert_array_equal(
+        FlowCalibrator.load(tmp_path / "cal").transform(anisotropic32[:5]), got.transform(anisotropic32[:5])
+    )
+
+
+# -- the commands, as one rank --------------------------------------------------------------------------------------
+
+
+def test_cli_encode_then_fit_as_one_rank(tiny_model_dir, corpus_file, tmp_path):
+    path, lines = corpus_file
+    runner = CliRunner()
+    out, model = tmp_path / "emb", tmp_path / "model"
+    args = ["distributed-encode", str(path), "-o", str(out), "--model", str(tiny_model_dir), "--device", "cpu", "-q"]
+    r = runner.invoke(app, [*args, "--shard-size", "64", "--chunk-size", "16", "--batch-size", "8"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout.strip().splitlines()[-1])["rows"] == 203
+    r = runner.invoke(app, [*args, "--shard-size", "64", "--chunk-size", "16", "--batch-size", "4"])
+    assert r.exit_code == 2 and "batch_size differ" in r.output
+    r = runner.invoke(app, ["distributed-fit", str(out), "-o", str(model), "--calibrator", "whitening-8", "-q"])
+    assert r.exit_code == 0, r.output
+    embedder = Embedder.load(model)
+    assert embedder.calibrator.n_components_ == 8 and embedder.fit_info["n_sentences"] == 203
+    expected = WhiteningCalibrator(8).fit(np.asarray(open_embeddings(out)))
+    np.testing.assert_allclose(embedder.calibrator.explained_variance_, expected.explained_variance_, rtol=1e-10)
+    assert embedder.encode(lines[:4]).shape == (4, 8)
+    r = runner.invoke(app, ["distributed-fit", str(out), "-o", str(model), "--calibrator", "standard-norm", "-q"])
+    assert r.exit_code == 2 and "supports flow, flow-paper, whitening" in r.output
+
+
+def test_topology_from_torchrun_and_slurm_variables():
+    assert Topology.from_env({}) == Topology(0, 1, 0, 1)
+    torchrun = {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4"}
+    assert Topology.from_env(torchrun) == Topology(5, 8, 1, 4)
+    slurm = {"SLURM_PROCID": "6", "SLURM_NTASKS": "8", "SLURM_LOCALID": "2", "SLURM_TASKS_PER_NODE": "4(x2)"}
+    assert Topology.from_env(slurm) == Topology(6, 8, 2, 4)
+    # One SLURM task that runs torchrun: its workers read torchrun's variables.
+    assert Topology.from_env({**slurm, "SLURM_NTASKS": "1", **torchrun}) == Topology(5, 8, 1, 4)

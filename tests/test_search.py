@@ -1,0 +1,312 @@
+"""EmbeddingIndex (exact top-k, save/load, model identity) and Embedder.build_index / search, API and CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from bertflow import (
+    CompatibilityError,
+    Embedder,
+    FlowCalibrator,
+    InputError,
+    ModelFileError,
+    SentenceEncoder,
+    StandardNormCalibrator,
+    WhiteningCalibrator,
+)
+from bertflow.search import INDEX_CONFIG, INDEX_EMBEDDINGS, EmbeddingIndex, SearchHit, faiss_available
+
+from .conftest import SENTENCES
+
+# Sentences of 1..64 words. Under transformers 5 the tiny fixture's tokenizer maps every word to [UNK] (its vocab
+# file is not read), so for the tiny model only the token count tells sentences apart: make every count distinct.
+WORDS = " ".join(SENTENCES * 2).split()
+CORPUS = [" ".join(WORDS[:n]) for n in range(1, 65)]
+
+
+def brute_force(corpus: np.ndarray, queries: np.ndarray, k: int, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    c, q = corpus.astype(np.float64), queries.astype(np.float64)
+    if metric == "cosine":
+        c = c / np.linalg.norm(c, axis=1, keepdims=True)
+        q = q / np.linalg.norm(q, axis=1, keepdims=True)
+    scores = q @ c.T
+    rows = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(scores, rows, 1), rows
+
+
+@pytest.fixture()
+def vectors() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return rng.normal(size=(500, 16)).astype(np.float32), rng.normal(size=(37, 16)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def model(tiny_encoder) -> Embedder:
+    return Embedder(tiny_encoder, StandardNormCalibrator()).fit(CORPUS, regime="test")
+
+
+# -- EmbeddingIndex -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("metric", ["cosine", "dot"])
+@pytest.mark.parametrize("chunks", [(1024, 65536), (5, 7), (37, 500)])
+def test_topk_matches_brute_force(vectors, metric, chunks):
+    corpus, queries = vectors
+    index = EmbeddingIndex.build(corpus, metric=metric)
+    index.query_chunk_size, index.corpus_chunk_size = chunks
+    scores, rows = index.topk(queries, 10)
+    ref_scores, ref_rows = brute_force(corpus, queries, 10, metric)
+    assert scores.shape == rows.shape == (37, 10) and scores.dtype == np.float32 and rows.dtype == np.int64
+    np.testing.assert_array_equal(rows, ref_rows)  # random data: no ties
+    np.testing.assert_allclose(scores, ref_scores, rtol=1e-5, atol=1e-5)
+
+
+def test_search_hits_ids_texts_and_shapes(vectors):
+    corpus, queries = vectors
+    ids = [f"doc-{i}" for i in range(len(corpus))]
+    texts = [f"text {i}" for i in range(len(corpus))]
+    index = EmbeddingIndex.build(corpus, ids=ids, texts=texts)
+    one = index.search(corpus[42], top_k=3)  # a single vector gives one list
+    assert isinstance(one[0], SearchHit)
+    assert one[0] == SearchHit(id="doc-42", score=pytest.approx(1.0, abs=1e-6), text="text 42", row=42)
+    assert [h.score for h in one] == sorted((h.score for h in one), reverse=True)
+    many = index.search(queries[:4], top_k=5)
+    assert len(many) == 4 and all(len(hits) == 5 for hits in many)
+    assert len(index.search(queries[:2], top_k=10_000)[0]) == len(corpus)  # capped at the index size
+    bare = EmbeddingIndex.build(corpus)
+    assert bare.search(corpus[7], top_k=1)[0].id == 7 and bare.search(corpus[7], top_k=1)[0].text is None
+
+
+def test_ties_are_ordered_by_row():
+    corpus = np.tile(np.eye(4, dtype=np.float32), (3, 1))  # rows 0, 4, 8 identical, ...
+    index = EmbeddingIndex.build(corpus)
+    index.corpus_chunk_size = 5
+    _, rows = index.topk(np.eye(4, dtype=np.float32)[[1]], 3)
+    np.testing.assert_array_equal(rows, [[1, 5, 9]])
+
+
+def test_add_in_parts_equals_build(vectors):
+    corpus, queries = vectors
+    whole = EmbeddingIndex.build(corpus)
+    parts = EmbeddingIndex(16)
+    for start in range(0, len(corpus), 120):
+        parts.add(corpus[start : start + 120])
+        parts.search(queries[0], top_k=2)  # searching between adds must not lose rows
+    assert parts.ids == list(range(len(corpus)))
+    np.testing.assert_array_equal(parts.topk(queries, 8)[1], whole.topk(queries, 8)[1])
+
+
+def test_index_input_errors(vectors):
+    corpus, queries = vectors
+    index = EmbeddingIndex.build(corpus[:10], ids=list("abcdefghij"), texts=[str(i) for i in range(10)])
+    with pytest.raises(InputError, match="'a'.*twice"):
+        index.add(corpus[:1], ids=["a"], texts=["x"])
+    with pytest.raises(InputError, match="texts="):
+        index.add(corpus[:1], ids=["k"])
+    with pytest.raises(InputError, match="2 ids for 1 rows"):
+        index.add(corpus[:1], ids=["k", "l"], texts=["x"])
+    with pytest.raises(InputError, match="strings or integers"):
+        index.add(corpus[:1], ids=[1.5], texts=["x"])
+    with pytest.raises(CompatibilityError, match="16-dimensional"):
+        index.search(np.ones(8, np.float32))
+    with pytest.raises(CompatibilityError, match="16-dimensional"):
+        index.add(np.ones((2, 8), np.float32))
+    bad = corpus[:2].copy()
+    bad[1, 3] = np.nan
+    with pytest.raises(InputError, match="row 1, column 3"):
+        index.add(bad, ids=["y", "z"], texts=["y", "z"])
+    with pytest.raises(InputError, match="top_k"):
+        index.search(queries[0], top_k=0)
+    with pytest.raises(InputError, match="metric"):
+        EmbeddingIndex(16, metric="l2")  # type: ignore[arg-type]
+    assert len(index) == 10  # failed adds leave the index unchanged
+
+
+def test_save_load_round_trip(vectors, tmp_path):
+    corpus, queries = vectors
+    ids = [f"d{i}" for i in range(len(corpus))]
+    index = EmbeddingIndex.build(corpus, ids=ids, texts=[f"t{i}" for i in range(len(corpus))], model={"x": 1})
+    path = index.save(tmp_path / "idx")
+    assert {p.name for p in path.iterdir()} == {INDEX_CONFIG, INDEX_EMBEDDINGS}
+    loaded = EmbeddingIndex.load(path)
+    assert loaded.ids == ids and loaded.texts == index.texts and loaded.model == {"x": 1}
+    assert loaded.search(queries[:5], top_k=4) == index.search(queries[:5], top_k=4)
+    loaded.add(corpus[:1], ids=["new"], texts=["new"])  # a loaded index keeps growing
+    assert len(loaded) == len(corpus) + 1
+
+
+def test_load_refuses_damaged_index(vectors, tmp_path):
+    corpus, _ = vectors
+    path = EmbeddingIndex.build(corpus[:20]).save(tmp_path / "idx")
+    weights = path / INDEX_EMBEDDINGS
+    original = weights.read_bytes()
+    weights.write_bytes(original[:-64])
+    with pytest.raises(ModelFileError, match="checksum"):
+        EmbeddingIndex.load(path)
+    weights.write_bytes(original)
+    config = json.loads((path / INDEX_CONFIG).read_text())
+    config["ids"] = config["ids"][:-1]
+    (path / INDEX_CONFIG).write_text(json.dumps(config))
+    with pytest.raises(ModelFileError, match="inconsistent"):
+        EmbeddingIndex.load(path)
+    config["format_version"] = 99
+    (path / INDEX_CONFIG).write_text(json.dumps(config))
+    with pytest.raises(CompatibilityError, match="upgrade"):
+        EmbeddingIndex.load(path)
+    with pytest.raises(ModelFileError, match="not a folder"):
+        EmbeddingIndex.load(tmp_path / "nope")
+
+
+@pytest.mark.skipif(not faiss_available(), reason="faiss-cpu is not installed (optional extra)")
+def test_faiss_backend_matches_torch(vectors, tmp_path):
+    corpus, queries = vectors
+    torch_index = EmbeddingIndex.build(corpus)
+    faiss_index = EmbeddingIndex.build(corpus[:300], backend="faiss")
+    faiss_index.add(corpus[300:])
+    s_t, r_t = torch_index.topk(queries, 10)
+    s_f, r_f = faiss_index.topk(queries, 10)
+    np.testing.assert_array_equal(r_f, r_t)
+    np.testing.assert_allclose(s_f, s_t, atol=1e-5)
+    reloaded = EmbeddingIndex.load(faiss_index.save(tmp_path / "f"))
+    assert reloaded.backend == "faiss"
+    np.testing.assert_array_equal(reloaded.topk(queries, 10)[1], r_t)
+
+
+# -- Embedder.build_index / search --------------------------------------------------------------------------
+
+
+def test_embedder_search_finds_the_sentence_itself(model):
+    index = model.build_index(CORPUS)
+    assert model.index is index and len(index) == len(CORPUS) and index.dim == 32
+    hits = model.search(CORPUS[10], top_k=3)
+    assert hits[0].id == 10 and hits[0].text == CORPUS[10] and hits[0].score == pytest.approx(1.0, abs=1e-5)
+    batch = model.search(CORPUS[:5], top_k=2)
+    assert [h[0].id for h in batch] == [0, 1, 2, 3, 4]
+    # The index scores are the Embedder's own cosine similarities.
+    sims = model.similarity(CORPUS[3], CORPUS)[0]
+    assert [h.id for h in model.search(CORPUS[3], top_k=5)] == list(np.argsort(-sims, kind="stable")[:5])
+
+
+def test_embedder_search_errors(tiny_encoder):
+    fresh = Embedder(tiny_encoder, StandardNormCalibrator()).fit(CORPUS)
+    with pytest.raises(InputError, match="build_index"):
+        fresh.search("The cat sleeps.")
+    with pytest.raises(InputError, match="build_index_from_file"):
+        fresh.build_index("corpus.txt")  # a string is not a corpus
+    with pytest.raises(InputError, match="sentence 1"):
+        fresh.build_index(["fine", "  "])
+    with pytest.raises(InputError, match="one id per sentence"):
+        fresh.build_index(CORPUS[:3], ids=["a"])
+
+
+def test_build_index_from_file_ids_are_line_numbers(model, tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text("The cat sleeps.\n\nA dog runs across the park.\nThe cat sleeps.\n", encoding="utf-8")
+    index = model.build_index_from_file(path)
+    assert index.ids == [1, 3, 4] and index.texts[1] == "A dog runs across the park."
+    assert model.build_index_from_file(path, unique=True).ids == [1, 3]
+    tsv = tmp_path / "docs.tsv"
+    tsv.write_text("id\ttext\nx\tThe cat sleeps.\ny\tA man is playing a guitar.\n", encoding="utf-8")
+    index = model.build_index_from_file(tsv, column="text")
+    assert index.ids == [1, 2] and model.search("A man is playing a guitar.", top_k=1)[0].id == 2
+
+
+def test_index_refused_by_another_model(model, tiny_encoder, other_tiny_model_dir, tmp_path):
+    path = model.build_index(CORPUS).save(tmp_path / "idx")
+    # The same model, saved and loaded: accepted (its identity survives the round trip).
+    reloaded = Embedder.load(model.save(tmp_path / "model"), device="cpu")
+    assert reloaded.identity() == model.identity()
+    assert reloaded.load_index(path).model == model.identity()
+    assert reloaded.search(CORPUS[5], top_k=1)[0].id == 5
+    others = {
+        "calibrator type": Embedder(tiny_encoder, WhiteningCalibrator(8)).fit(CORPUS),
+        "calibrator fingerprint": Embedder(tiny_encoder, StandardNormCalibrator()).fit(CORPUS[:40]),
+        "encoder fingerprint": Embedder(
+            SentenceEncoder(str(other_tiny_model_dir), device="cpu"), StandardNormCalibrator()
+        ).fit(CORPUS),
+    }
+    for difference, other in others.items():
+        with pytest.raises(CompatibilityError, match=difference):
+            other.load_index(path)
+        with pytest.raises(CompatibilityError, match="rebuild the index"):
+            other.search("The cat sleeps.", index=model.index)
+    with pytest.raises(CompatibilityError, match="bare vectors"):
+        model.search("The cat sleeps.", index=EmbeddingIndex.build(np.ones((2, 32), np.float32)))
+
+
+def test_flow_identity_is_stable_and_seed_sensitive(tiny_encoder, tmp_path):
+    a = Embedder(tiny_encoder, FlowCalibrator(max_steps=5, seed=0)).fit(CORPUS)
+    b = Embedder(tiny_encoder, FlowCalibrator(max_steps=5, seed=1)).fit(CORPUS)
+    assert a.identity() != b.identity()
+    assert Embedder.load(a.save(tmp_path / "a"), device="cpu").identity() == a.identity()
+
+
+# -- CLI ----------------------------------------------------------------------------------------------------
+
+runner = CliRunner()
+
+
+def invoke(*args: object):
+    from bertflow.cli import app
+    from bertflow.errors import BertflowError
+
+    result = runner.invoke(app, [str(a) for a in args])
+    if result.exception and not isinstance(result.exception, (SystemExit, BertflowError)):
+        raise result.exception
+    return result
+
+
+def test_cli_build_and_query(model, tmp_path):
+    model_dir = model.save(tmp_path / "model")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(CORPUS) + "\n", encoding="utf-8")
+    r = invoke("search", "build", corpus, "--model-dir", model_dir, "-o", tmp_path / "idx", "-q")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout.strip().splitlines()[-1])["rows"] == len(CORPUS)
+    # No --model-dir: the index remembers the model folder it was built with.
+    r = invoke("search", "query", tmp_path / "idx", CORPUS[7], CORPUS[9], "--top-k", "2")
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"# {CORPUS[7]}" and lines[1].split("\t")[2:] == ["8", CORPUS[7]]  # id = line number
+    assert len(lines) == 6
+    queries = tmp_path / "q.txt"
+    queries.write_text(CORPUS[20] + "\n", encoding="utf-8")
+    r = invoke("search", "query", tmp_path / "idx", "--queries", queries, "--json", "-k", "1", "--model-dir", model_dir)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["hits"][0]["text"] == CORPUS[20]
+
+
+def test_cli_errors_exit_2(model, tiny_encoder, tmp_path):
+    model_dir = model.save(tmp_path / "model")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(CORPUS) + "\n", encoding="utf-8")
+    assert invoke("search", "build", corpus, "--model-dir", model_dir, "-o", tmp_path / "idx", "-q").exit_code == 0
+    r = invoke("search", "query", tmp_path / "idx")
+    assert r.exit_code == 2 and "query sentences" in r.stderr
+    other = Embedder(tiny_encoder, WhiteningCalibrator(8)).fit(CORPUS).save(tmp_path / "other")
+    r = invoke("search", "query", tmp_path / "idx", "hello", "--model-dir", other)
+    assert r.exit_code == 2 and "rebuild the index" in r.stderr
+    r = invoke("search", "build", corpus, "--model-dir", model_dir, "-o", tmp_path / "i2", "--backend", "annoy")
+    assert r.exit_code == 2 and "backend" in r.stderr
+
+
+def test_cli_help_has_examples():
+    for cmd in ("build", "query"):
+        r = runner.invoke(__import__("bertflow.cli", fromlist=["app"]).app, ["search", cmd, "--help"])
+        assert r.exit_code == 0 and "Examples" in r.stdout
+
+
+def test_faiss_saved_index_loads_without_faiss(vectors, tmp_path, monkeypatch):
+    corpus, queries = vectors
+    path = EmbeddingIndex.build(corpus).save(tmp_path / "idx")
+    config = json.loads((path / INDEX_CONFIG).read_text())
+    config["backend"] = "faiss"
+    (path / INDEX_CONFIG).write_text(json.dumps(config))
+    monkeypatch.setattr("bertflow.search.faiss_available", lambda: False)
+    loaded = EmbeddingIndex.load(path)
+    assert loaded.backend == "torch"
+    np.testing.assert_array_equal(loaded.topk(queries, 5)[1], brute_force(corpus, queries, 5, "cosine")[1])
