@@ -7,6 +7,7 @@ All follow scikit-learn's estimator contract (see :class:`Calibrator`) and save 
 from __future__ import annotations
 
 from ..errors import InputError
+from .anchored import AnchoredWhiteningCalibrator
 from .base import Calibrator, calibrator_names, get_calibrator_class, register
 from .chain import ChainCalibrator
 from .flow import FlowCalibrator
@@ -21,6 +22,7 @@ __all__ = [
     "AllButTheTopCalibrator",
     "IdentityCalibrator",
     "ChainCalibrator",
+    "AnchoredWhiteningCalibrator",
     "register",
     "get_calibrator_class",
     "calibrator_names",
@@ -37,6 +39,8 @@ CALIBRATOR_SPECS = {
     "whitening-K": "BERT-whitening keeping the top K directions (e.g. whitening-256)",
     "standard-norm": "per-dimension z-score (SN)",
     "natsv-K": "all-but-the-top: null the top K principal directions (NATSV)",
+    "anchored": "anchored whitening: raw cosine mixed with Sigma^-1/4-whitened cosine, weight = anisotropy",
+    "anchored-P": "anchored whitening with whitening strength alpha = P/100 (anchored-100: full whitening)",
 }
 
 
@@ -66,4 +70,10 @@ def parse_calibrator(spec: str, **flow_kwargs: object) -> Calibrator:
         return StandardNormCalibrator()
     if base in ("natsv", "abtt", "all-but-the-top") and arg:
         return AllButTheTopCalibrator(int(arg))
+    if name == "anchored":
+        return AnchoredWhiteningCalibrator()
+    if base == "anchored" and arg:
+        if int(arg) > 100:
+            raise InputError(f"anchored-P takes a whitening strength P between 0 and 100 (percent), got {arg}")
+        return AnchoredWhiteningCalibrator(int(arg) / 100)
     raise InputError(f"unknown calibrator {spec!r}; known: {', '.join(CALIBRATOR_SPECS)} (joined with '+')")

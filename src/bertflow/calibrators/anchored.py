@@ -1,0 +1,148 @@
+"""Anchored whitening: partial whitening mixed with the raw cosine, the mix set by the data's anisotropy.
+
+Full whitening and the flow hurt encoders that were trained for cosine similarity (contrastive sentence
+encoders): they amplify low-variance directions that carry noise, and, fitted per task, they change each
+subset's similarity scale differently (the "all" protocol punishes that). They help only anisotropic
+embeddings, whose raw cosines all crowd near a common value. This calibrator therefore keeps the raw cosine as
+an *anchor* and adds a calibrated cosine in proportion to how anisotropic the fitting sentences are, a number
+measured without labels.
+
+See ``docs/beyond.md`` for the measurements behind the defaults.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError
+from .base import Calibrator, expect_shape, register
+
+__all__ = ["AnchoredWhiteningCalibrator", "anisotropy"]
+
+logger = logging.getLogger(__name__)
+
+
+def _unit_rows(X: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit L2 norm (zero rows stay zero)."""
+    norm = np.linalg.norm(X, axis=1, keepdims=True)
+    return np.divide(X, norm, out=np.zeros_like(X), where=norm > 0)
+
+
+def anisotropy(X: np.ndarray) -> float:
+    r"""Expected cosine similarity of two sentences drawn independently from ``X`` [N, D].
+
+    Computed exactly, with no sampling, as :math:`\lVert \frac1N \sum_i x_i / \lVert x_i \rVert \rVert^2`
+    (the mean of the cosine over all N^2 ordered pairs, self-pairs included). 0 for embeddings spread evenly
+    around the origin, 1 when every embedding points the same way. all-MiniLM-L6-v2 gives about 0.05 (mean
+    pooling), 0.32 to 0.34 (last2avg, first-last-avg) and 0.54 (cls).
+    """
+    arr = np.asarray(X, dtype=np.float64)
+    m = _unit_rows(arr).mean(axis=0)
+    return float(np.clip(m @ m, 0.0, 1.0))
+
+
+@register("anchored")
+class AnchoredWhiteningCalibrator(Calibrator):
+    r"""Raw cosine anchored mix with partially whitened cosine, weighted by the data's anisotropy.
+
+    The output of a sentence embedding :math:`x` is the concatenation
+
+    .. math:: \big[\sqrt{1-\beta}\;\hat x,\;\sqrt{\beta}\;\hat z\big],\qquad
+              z = (x - \mu)\,U\,\Lambda^{-\alpha/2},
+
+    where :math:`\hat{\cdot}` scales to unit length and :math:`U \Lambda U^T` is the covariance of the fitting
+    embeddings. Both blocks have unit length, so the cosine of two outputs is exactly
+    :math:`(1-\beta)\cos(x, y) + \beta \cos(z_x, z_y)`: a convex mix of the raw cosine and the cosine after
+    partial whitening (:math:`\alpha = 0`: centring only; :math:`\alpha = 1`: BERT-whitening).
+
+    The rule (no labels): :math:`\beta` is the anisotropy of the fitting embeddings, the expected cosine of two
+    random sentences (:func:`anisotropy`). Nearly isotropic embeddings (mean-pooled contrastive encoders,
+    :math:`\beta \approx 0.05`) are left almost unchanged; anisotropic ones (cls pooling, :math:`\beta \approx
+    0.5`) get an even mix.
+
+    Args:
+        alpha: whitening strength :math:`\alpha \in [0, 1]`; the directions are rescaled by
+            :math:`\lambda^{-\alpha/2}`. 0.5 (:math:`\Sigma^{-1/4}`, half-way to whitening in log-scale) is the
+            default; it is also the value STS-B dev labels prefer (see ``docs/beyond.md``).
+        weight: :math:`\beta \in [0, 1]`, the weight of the calibrated cosine; ``None`` (default) sets it to
+            the anisotropy of the fitting embeddings. 0 gives back the raw cosine, 1 the calibrated one alone.
+        rcond: directions whose eigenvalue is below ``rcond`` times the largest are dropped, not amplified
+            (as in :class:`WhiteningCalibrator`).
+
+    Attributes:
+        mean_: [D] mean of the fitting embeddings.
+        components_: [D, k] the partial-whitening matrix :math:`U_k \Lambda_k^{-\alpha/2}`.
+        explained_variance_: [k] eigenvalues of the kept directions, descending.
+        anisotropy_: anisotropy of the fitting embeddings (whatever ``weight`` is).
+        weight_: :math:`\beta` actually used.
+        n_features_in_: D. The output has ``n_features_out_ = D + k`` columns.
+    """
+
+    def __init__(self, alpha: float = 0.5, *, weight: float | None = None, rcond: float = 1e-6) -> None:
+        self.alpha = alpha
+        self.weight = weight
+        self.rcond = rcond
+
+    def _validate_params(self, X: np.ndarray) -> None:
+        if not 0.0 <= float(self.alpha) <= 1.0:
+            raise InputError(f"alpha must be in [0, 1] (0: centring, 1: whitening), got {self.alpha}")
+        if self.weight is not None and not 0.0 <= float(self.weight) <= 1.0:
+            raise InputError(f"weight must be in [0, 1] or None (set from the data's anisotropy), got {self.weight}")
+        if not 0 <= self.rcond < 1:
+            raise InputError(f"rcond must be in [0, 1), got {self.rcond}")
+
+    def _fit(self, X: np.ndarray) -> None:
+        n = X.shape[0]
+        self.mean_ = X.mean(axis=0)
+        centred = X - self.mean_
+        cov = centred.T @ centred / (n - 1)
+        eigvals, eigvecs = np.linalg.eigh(cov)
+        eigvals, eigvecs = eigvals[::-1].clip(min=0.0), eigvecs[:, ::-1]
+        keep = eigvals > self.rcond * eigvals[0] if eigvals[0] > 0 else np.zeros_like(eigvals, dtype=bool)
+        if not keep.any():
+            raise InputError("the fitting embeddings have no variance (all rows equal); cannot calibrate")
+        self.explained_variance_ = eigvals[keep]
+        self.components_ = eigvecs[:, keep] * self.explained_variance_ ** (-float(self.alpha) / 2.0)
+        self.anisotropy_ = anisotropy(X)
+        self.weight_ = self.anisotropy_ if self.weight is None else float(self.weight)
+        logger.info(
+            "anchored: anisotropy %.3f, weight of the calibrated cosine %.3f, alpha %.2f, %d of %d directions",
+            self.anisotropy_,
+            self.weight_,
+            float(self.alpha),
+            int(keep.sum()),
+            X.shape[1],
+        )
+
+    def _transform(self, X: np.ndarray) -> np.ndarray:
+        raw = _unit_rows(X)
+        cal = _unit_rows((X - self.mean_) @ self.components_)
+        return np.hstack([np.sqrt(1.0 - self.weight_) * raw, np.sqrt(self.weight_) * cal])
+
+    @property
+    def n_features_out_(self) -> int:
+        self._check_fitted()
+        return self.n_features_in_ + self.components_.shape[1]
+
+    def _get_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        meta = {
+            "n_components": int(self.components_.shape[1]),
+            "anisotropy": float(self.anisotropy_),
+            "weight": float(self.weight_),
+        }
+        arrays = {"mean": self.mean_, "components": self.components_, "explained_variance": self.explained_variance_}
+        return meta, arrays
+
+    def _set_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        k = int(meta["n_components"])
+        d = self.n_features_in_
+        self.mean_ = expect_shape(arrays, "mean", (d,)).astype(np.float64)
+        self.components_ = expect_shape(arrays, "components", (d, k)).astype(np.float64)
+        self.explained_variance_ = expect_shape(arrays, "explained_variance", (k,)).astype(np.float64)
+        self.anisotropy_ = float(meta["anisotropy"])
+        self.weight_ = float(meta["weight"])
+        if not 0.0 <= self.weight_ <= 1.0:
+            raise ValueError(f"weight {self.weight_} is outside [0, 1]")
