@@ -144,3 +144,196 @@ def test_default_model_matches_sentence_transformers(default_encoder):
     np.testing.assert_allclose(ours, st.encode(SENTENCES), atol=1e-5)
     assert default_encoder.model_id == "sentence-transformers/all-MiniLM-L6-v2"
     assert default_encoder.dim == 384
+
+
+# -- fast path: token-budget batches, tokenisation threads, layer capture -------------------------------------
+
+LONGER = SENTENCES + [
+    "Crème brûlée and naïve café owners debate über-long words: supercalifragilistic!",
+    "a",
+    "The quick brown fox jumps over the lazy dog " * 3,
+    "Ünïcödé ťëxt with 数字 123 and emoji-free punctuation; (brackets) [and] {braces}.",
+]
+
+
+def test_plan_batches_covers_everything_within_budget():
+    from bertflow.encoder import plan_batches
+
+    rng = np.random.default_rng(0)
+    lengths = np.sort(rng.integers(3, 40, size=500))[::-1]
+    cases = [
+        (64, None, 0.5, 0.9),
+        (256, 7, 0.5, 0.0),
+        (1000, None, 0.0, 0.0),
+        (1000, None, 2.0, 0.0),
+        (10, None, 0.5, 0.5),
+    ]
+    for max_tokens, max_rows, fill, ratio in cases:
+        batches = plan_batches(lengths, max_tokens, max_rows, fill, ratio)
+        assert batches[0][0] == 0 and batches[-1][1] == len(lengths)
+        assert all(a[1] == b[0] for a, b in zip(batches[:-1], batches[1:], strict=True))
+        for start, stop in batches:
+            rows, width = stop - start, lengths[start]
+            assert rows == 1 or rows * width <= max_tokens
+            assert max_rows is None or rows <= max_rows
+            assert lengths[stop - 1] >= ratio * width  # padding bounded by min_length_ratio
+        if fill == 0.0:  # every batch holds one length: no padding anywhere
+            assert all(lengths[start] == lengths[stop - 1] for start, stop in batches)
+    greedy = plan_batches(lengths, 1000, None, 2.0, 0.0)
+    assert all(stop - start == min(1000 // lengths[start], len(lengths) - start) for start, stop in greedy)
+
+
+def test_fast_tokenisation_matches_hf_tokenizer(tiny_model_dir):
+    for max_length in (8, 64):
+        enc = SentenceEncoder(str(tiny_model_dir), device="cpu", max_length=max_length)
+        tokens = enc._tokenize_arrays(LONGER)
+        reference = enc.tokenize(LONGER)
+        bounds = zip(tokens.offsets[:-1], tokens.offsets[1:], strict=True)
+        assert [tokens.ids[a:b].tolist() for a, b in bounds] == reference
+        # The private Rust copy must not change the Hugging Face tokenizer's own settings.
+        assert enc.tokenizer(["x " * 300])["input_ids"][0] == enc.tokenizer.backend_tokenizer.encode("x " * 300).ids
+
+
+@pytest.mark.parametrize("workers", [0, 1, 3])
+def test_token_budget_and_workers_do_not_change_embeddings(tiny_model_dir, workers):
+    ref = SentenceEncoder(str(tiny_model_dir), device="cpu", tokenize_workers=0).encode(LONGER, batch_size=1)
+    enc = SentenceEncoder(str(tiny_model_dir), device="cpu", tokenize_workers=workers)
+    for max_tokens in (1, 16, 50, 10**6):
+        np.testing.assert_allclose(enc.encode(LONGER, max_tokens=max_tokens), ref, atol=1e-5)
+    parts = list(enc.iter_encode(iter(LONGER * 3), chunk_size=5, max_tokens=40))
+    assert [len(p) for p in parts] == [5, 5, 5, 5, 5, 5, 5, 1]
+    np.testing.assert_allclose(np.concatenate(parts), np.concatenate([ref] * 3), atol=1e-5)
+
+
+def test_stats_count_real_and_padded_tokens(tiny_model_dir):
+    enc = SentenceEncoder(str(tiny_model_dir), device="cpu")
+    enc.encode(LONGER, max_tokens=10**6)
+    stats = enc.last_stats
+    lengths = [len(ids) for ids in enc.tokenize(LONGER)]
+    assert stats.sentences == len(LONGER) and stats.real_tokens == sum(lengths)
+    assert stats.padded_tokens >= stats.real_tokens and 0 < stats.padding_efficiency <= 1
+    enc.encode(LONGER, max_tokens=1)  # one sentence per batch: no padding at all
+    assert enc.last_stats.padding_efficiency == 1.0 and enc.last_stats.uniform_batches == len(LONGER)
+
+
+def test_stream_error_names_the_row_after_earlier_chunks(tiny_model_dir):
+    enc = SentenceEncoder(str(tiny_model_dir), device="cpu", tokenize_workers=2)
+    stream = (s for s in [*SENTENCES[:5], "  ", *SENTENCES])
+    got = []
+    with pytest.raises(InputError, match="sentence 5 is empty"):
+        for part in enc.iter_encode(stream, chunk_size=2):
+            got.append(part)
+    assert sum(len(p) for p in got) == 4  # the chunks before the bad one were delivered
+
+
+def test_abandoned_stream_stops_its_threads(tiny_model_dir):
+    import threading
+
+    enc = SentenceEncoder(str(tiny_model_dir), device="cpu", tokenize_workers=2)
+    before = threading.active_count()
+    for _ in range(3):
+        it = enc.iter_encode(iter(SENTENCES * 50), chunk_size=4)
+        next(it)
+        it.close()
+    import time
+
+    deadline = time.monotonic() + 5
+    while threading.active_count() > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert threading.active_count() <= before
+
+
+@pytest.mark.parametrize("spec", [[0, 1], [1], [2, 3], "first-last-avg", "last2avg"])
+def test_layer_poolings_match_output_hidden_states(tiny_model_dir, spec):
+    """Captured layer inputs (and the forward stopped early for low layers) equal HF's hidden_states."""
+    enc = SentenceEncoder(str(tiny_model_dir), pooling=spec, device="cpu")
+    layers = enc.pooling.layers
+    batch = enc.tokenizer(LONGER, padding=True, truncation=True, max_length=64, return_tensors="pt")
+    with torch.no_grad():
+        hs = enc.model(**batch, output_hidden_states=True).hidden_states
+    mask = batch["attention_mask"]
+    manual = masked_mean(sum(hs[i] for i in layers) / len(layers), mask).numpy()
+    np.testing.assert_allclose(enc.encode(LONGER), manual, atol=1e-5)
+    assert enc._layer_list is not None and not enc._hidden_states
+    assert all(not layer._forward_pre_hooks for layer in enc._layer_list)  # hooks removed after each pass
+
+
+def test_prepared_4d_mask_equals_2d_mask(tiny_model_dir):
+    enc = SentenceEncoder(str(tiny_model_dir), device="cpu")
+    enc._mask_4d = True
+    a = enc.encode(LONGER, max_tokens=10**6)
+    assert enc.last_stats.uniform_batches < enc.last_stats.batches  # padded batches were exercised
+    enc._mask_4d = False
+    np.testing.assert_allclose(enc.encode(LONGER, max_tokens=10**6), a, atol=1e-5)
+
+
+def test_non_finite_embeddings_are_refused(tiny_model_dir):
+    enc = SentenceEncoder(str(tiny_model_dir), device="cpu")
+    with torch.no_grad():
+        enc.model.encoder.layer[-1].output.LayerNorm.weight[0] = float("nan")
+    with pytest.raises(InputError, match="NaN or Inf"):
+        enc.encode(SENTENCES)
+
+
+#: bf16 keeps 8 significant bits: a sentence vector comes out within about 1% (relative L2) of float32, and the
+#: cosine of two sentences moves by at most ~0.01 -- far below the spread of STS scores.
+BF16_REL_TOL = 0.03
+BF16_COS_TOL = 0.01
+
+
+def test_bf16_within_tolerance_and_cosines_stable(tiny_model_dir):
+    a = SentenceEncoder(str(tiny_model_dir), device="cpu").encode(LONGER)
+    b = SentenceEncoder(str(tiny_model_dir), device="cpu", dtype="bfloat16").encode(LONGER)
+    rel = np.linalg.norm(a - b, axis=1) / np.linalg.norm(a, axis=1)
+    assert rel.max() < BF16_REL_TOL
+
+    def cosines(x: np.ndarray) -> np.ndarray:
+        x = x / np.linalg.norm(x, axis=1, keepdims=True)
+        return x @ x.T
+
+    assert np.abs(cosines(a) - cosines(b)).max() < BF16_COS_TOL
+
+
+@pytest.mark.slow
+def test_bf16_default_model_sts_cosines(default_encoder, data_dir):
+    """On the real model and STS-B pairs, bf16 moves the pair cosines and their Spearman correlation very little."""
+    from scipy.stats import spearmanr
+
+    from bertflow.data import load_sts_task
+
+    pairs = load_sts_task("STS-B", data_dir).eval_subsets["test"]
+    n = 200
+    s1, s2, gold = list(pairs.sentences1[:n]), list(pairs.sentences2[:n]), np.asarray(pairs.scores[:n])
+    bf16 = SentenceEncoder(pooling="mean", device="cpu", dtype="bfloat16")
+    x32, y32 = default_encoder.encode(s1), default_encoder.encode(s2)
+    x16, y16 = bf16.encode(s1), bf16.encode(s2)
+    rel = np.linalg.norm(x16 - x32, axis=1) / np.linalg.norm(x32, axis=1)
+    assert rel.max() < BF16_REL_TOL
+
+    def pair_cos(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return (x * y).sum(1) / np.linalg.norm(x, axis=1) / np.linalg.norm(y, axis=1)
+
+    cos32, cos16 = pair_cos(x32, y32), pair_cos(x16, y16)
+    assert np.abs(cos32 - cos16).max() < BF16_COS_TOL
+    rho32, rho16 = spearmanr(cos32, gold).statistic, spearmanr(cos16, gold).statistic
+    assert abs(rho32 - rho16) * 100 < 0.5
+
+
+def test_min_tokens_keeps_small_batches_from_forming():
+    from bertflow.encoder import plan_batches
+
+    lengths = np.array([40] * 3 + [30] * 3 + [20] * 3 + [10] * 200)
+    strict = plan_batches(lengths, 4000, None, 0.5, 0.9, 0)
+    assert strict == [(0, 3), (3, 6), (6, 9), (9, 209)]  # the 90% length rule alone: three tiny batches
+    filled = plan_batches(lengths, 4000, None, 0.5, 0.9, 1000)
+    assert filled == [(0, 25), (25, 209)]  # topped up to >= 1000 padded tokens, accepting padding
+
+
+def test_device_transform_runs_before_the_copy(tiny_encoder):
+    ref = tiny_encoder.encode(SENTENCES)
+    weight = torch.randn(tiny_encoder.dim, 5, generator=torch.Generator().manual_seed(0))
+    out = tiny_encoder.encode(SENTENCES, transform=lambda x: (x - 1.0) @ weight)
+    assert out.shape == (len(SENTENCES), 5) and out.dtype == np.float32
+    np.testing.assert_allclose(out, (ref - 1.0) @ weight.numpy(), atol=1e-4)
+    parts = list(tiny_encoder.iter_encode(iter(SENTENCES), chunk_size=3, transform=lambda x: x[:, :2]))
+    np.testing.assert_allclose(np.concatenate(parts), ref[:, :2], atol=1e-6)

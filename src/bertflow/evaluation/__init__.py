@@ -1,6 +1,16 @@
-"""Evaluation of sentence embeddings: STS correlation metrics under the "all" and "wmean" protocols."""
+"""Evaluation of sentence embeddings: STS correlation metrics under the "all" and "wmean" protocols.
+
+Submodules: :mod:`~bertflow.evaluation.sts` (metrics, imported here), :mod:`~bertflow.evaluation.cache` (embedding
+cache, one-pass multi-pooling encoding), :mod:`~bertflow.evaluation.reproduce` (``bertflow evaluate`` and
+``bertflow reproduce``), :mod:`~bertflow.evaluation.analyze` (``bertflow analyze``) and
+:mod:`~bertflow.evaluation.paper` (published numbers). Their main names are importable from here too; they load
+on first use, so ``import bertflow.evaluation`` stays light.
+"""
 
 from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from bertflow.evaluation.sts import (
     EmbedFn,
@@ -28,4 +38,30 @@ __all__ = [
     "evaluate_pairs",
     "evaluate_sts",
     "evaluate_task",
+    "EmbeddingCache",
+    "embed_cached",
+    "encode_poolings",
+    "GridConfig",
+    "GridResult",
+    "run_grid",
+    "evaluate_embedder",
+    "analyze_stsb",
 ]
+
+_LAZY = {
+    "EmbeddingCache": "cache",
+    "embed_cached": "cache",
+    "encode_poolings": "cache",
+    "GridConfig": "reproduce",
+    "GridResult": "reproduce",
+    "run_grid": "reproduce",
+    "evaluate_embedder": "reproduce",
+    "analyze_stsb": "analyze",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: these pull in torch and transformers, which the metrics above do not need.
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

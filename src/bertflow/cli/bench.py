@@ -1,0 +1,92 @@
+"""``bertflow bench cpu`` and ``bertflow bench suite``: speed benchmarks that print measured side-by-side ratios.
+
+The logic lives in :mod:`bertflow.bench`; these commands only parse options. Numbers and how they were taken
+are in ``docs/performance.md``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from . import app
+from .options import quiet_libraries
+
+bench_app = typer.Typer(
+    help="Speed benchmarks: bertflow against sentence-transformers, flow fitting, calibrator overhead, memory.",
+    no_args_is_help=True,
+)
+app.add_typer(bench_app, name="bench")
+
+JsonOpt = Annotated[Path | None, typer.Option("--json", help="Also write every number to this JSON file.")]
+DataOpt = Annotated[Path | None, typer.Option(help="STS data folder (default: found as bertflow.data does).")]
+
+
+@bench_app.command(
+    epilog="""Examples:
+
+  bertflow bench cpu
+
+  bertflow bench cpu --sentences 2000 --rounds 7 --json cpu.json
+"""
+)
+def cpu(
+    sentences: Annotated[int, typer.Option(help="STS sentences (a seeded sample) encoded per run.")] = 1000,
+    long: Annotated[int, typer.Option(help="Paragraph-length texts (max_length 256) encoded per run.")] = 100,
+    rounds: Annotated[int, typer.Option(help="Timed runs per system, interleaved A B / B A; median reported.")] = 5,
+    data_dir: DataOpt = None,
+    json_path: JsonOpt = None,
+) -> None:
+    """Embedded default model on this CPU: bertflow vs SentenceTransformer.encode (fp32, same sentences and
+    max_length), then STS-B flow fitting time and calibrator transform overhead."""
+    from ..bench import cpu_comparison
+
+    quiet_libraries()
+    cpu_comparison(json_path, sentences=sentences, long=long, rounds=rounds, data_dir=data_dir)
+
+
+@bench_app.command(
+    epilog="""Examples:
+
+  bertflow bench suite --tokenizer-dir tok --json results.json            (on a GPU machine)
+
+  bertflow bench suite --tokenizer-dir tok --device cpu --scale tiny      (check the benchmark code)
+"""
+)
+def suite(
+    tokenizer_dir: Annotated[
+        Path, typer.Option(help="Folder with a BERT vocab.txt / tokenizer.json for the random-weight models.")
+    ],
+    json_path: Annotated[Path, typer.Option("--json", help="Where the results go (rewritten after each part).")] = Path(
+        "bench-suite.json"
+    ),
+    device: Annotated[str, typer.Option(help="cuda, cuda:1 ... or cpu.")] = "cuda",
+    scale: Annotated[str, typer.Option(help="full (GPU sizes) or tiny (seconds, to test the code).")] = "full",
+    deadline: Annotated[float, typer.Option(help="Seconds after which optional parts are skipped.")] = 540.0,
+    workdir: Annotated[
+        Path | None, typer.Option(help="Scratch folder for models and files (default: a temp dir).")
+    ] = None,
+    data_dir: DataOpt = None,
+) -> None:
+    """The GPU suite: random-weight BERT-base and MiniLM-L6 against sentence-transformers (STS and long texts),
+    bertflow variants, bf16 vs fp32, memory of `bertflow encode`, flow fitting on 1M vectors, calibrator overhead."""
+    from ..bench import SUITE_SCALES, run_suite
+
+    quiet_libraries()
+    if scale not in SUITE_SCALES:
+        from ..errors import InputError
+
+        raise InputError(f"unknown scale {scale!r}: use {' or '.join(SUITE_SCALES)}")
+    with tempfile.TemporaryDirectory(prefix="bertflow-bench-") as tmp:
+        run_suite(
+            tokenizer_dir,
+            workdir or Path(tmp),
+            json_path,
+            data_dir=data_dir,
+            device=device,
+            scale=scale,
+            deadline_s=deadline,
+        )

@@ -1,0 +1,436 @@
+"""``bertflow evaluate``, ``bertflow reproduce``, ``bertflow analyze`` and ``bertflow download-sts``."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from . import app
+from .options import EncodingErrors, load_embedder, quiet_libraries, read_corpus
+
+ModelOpt = Annotated[
+    str | None, typer.Option("--model", "-m", help="Hub id or local folder; default: the embedded all-MiniLM-L6-v2.")
+]
+ModelDirOpt = Annotated[
+    str | None,
+    typer.Option(help="A folder written by `bertflow fit` (encoder + fitted calibrator); replaces --model etc."),
+]
+PoolingOpt = Annotated[
+    str,
+    typer.Option(
+        help="cls | pooler | mean | first-last-avg | last2avg | comma-separated hidden-state indices (0 = embeddings)."
+    ),
+]
+CalibratorOpt = Annotated[
+    str,
+    typer.Option(help="none | flow | flow-paper | whitening | whitening-K | standard-norm | natsv-K, joined with '+'."),
+]
+RegimeOpt = Annotated[
+    str,
+    typer.Option(
+        help="What the calibrator is fitted on: target (each task's own sentences, transductive) | train "
+        "(STS-B/SICK-R train split) | nli (SNLI dev+test sentences) | corpus (--corpus FILE)."
+    ),
+]
+CorpusOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="Text file (one sentence per line, or TSV with --column) for the corpus regime.",
+        exists=True,
+        dir_okay=False,
+    ),
+]
+ColumnOpt = Annotated[
+    list[str] | None, typer.Option("--column", "-c", help="For a TSV corpus: column name or index; repeatable.")
+]
+_ALL_TASKS = "STS12,STS13,STS14,STS15,STS16,STS-B,SICK-R"
+TasksOpt = Annotated[str, typer.Option(help="Comma-separated STS tasks: STS12,STS13,STS14,STS15,STS16,STS-B,SICK-R.")]
+DataDirOpt = Annotated[
+    Path | None,
+    typer.Option(help="STS data folder (default: $BERTFLOW_DATA_DIR, ./shared/data/sts, ../shared/data/sts, ...)."),
+]
+CacheDirOpt = Annotated[
+    Path | None,
+    typer.Option(help="Embedding cache folder (default: $BERTFLOW_CACHE_DIR or ~/.cache/bertflow/embeddings)."),
+]
+NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Do not read or write the embedding cache.")]
+SeedsOpt = Annotated[int, typer.Option(help="Flow rows: fit with seeds 0..N-1 and report mean ± std.")]
+EpochsOpt = Annotated[float, typer.Option(help="Flow training epochs.")]
+MaxLenOpt = Annotated[int, typer.Option(help="Tokens per sentence after truncation (the paper used 64).")]
+DeviceOpt = Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 ...; default: CUDA when available.")]
+DtypeOpt = Annotated[str, typer.Option(help="auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16.")]
+BatchOpt = Annotated[int, typer.Option(help="Sentences per forward pass (results do not depend on it).")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines on stderr.")]
+ThreadsOpt = Annotated[
+    int | None,
+    typer.Option(
+        help="torch CPU threads for encoding (default: torch's choice). On a machine whose cores other processes "
+        "use, 1 can be several times faster than 2."
+    ),
+]
+ErrorsOpt = Annotated[
+    EncodingErrors,
+    typer.Option("--encoding-errors", help="strict: stop at bytes that are not UTF-8; replace: use U+FFFD."),
+]
+
+
+def _split(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _command(name: str, options: Sequence[tuple[str, Any]]) -> str:
+    """A re-runnable command line from the options that differ from the defaults (``None`` / False omitted)."""
+    parts = ["bertflow", name]
+    for flag, value in options:
+        if value is None or value is False:
+            continue
+        if value is True:
+            parts.append(flag)
+        elif isinstance(value, list):
+            for v in value:
+                parts += [flag, str(v)]
+        else:
+            parts += [flag, str(value)]
+    return shlex.join(parts)
+
+
+def _threads(n: int | None) -> None:
+    if n is not None:
+        import torch
+
+        torch.set_num_threads(n)
+
+
+def _progress(quiet: bool):  # noqa: ANN202 - a callable or None
+    return None if quiet else (lambda msg: typer.echo(msg, err=True))
+
+
+def _cache(cache_dir: Path | None, no_cache: bool):  # noqa: ANN202
+    from ..evaluation.cache import EmbeddingCache
+
+    return None if no_cache else EmbeddingCache(cache_dir)
+
+
+def _corpus(corpus: Path | None, column: list[str] | None, errors: EncodingErrors) -> list[str] | None:
+    return read_corpus(corpus, column, errors.value, True) if corpus is not None else None
+
+
+def _write(output: Path | None, stem: str, markdown: str, data: dict[str, Any]) -> None:
+    if output is None:
+        return
+    output.mkdir(parents=True, exist_ok=True)
+    (output / f"{stem}.md").write_text(markdown, encoding="utf-8")
+    (output / f"{stem}.json").write_text(json.dumps(data, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+
+
+@app.command(
+    epilog="""Examples:
+
+  bertflow evaluate                                  (raw embedded default model, 7 STS tasks)
+
+  bertflow evaluate --calibrator whitening --regime nli -o eval-white
+
+  bertflow evaluate --calibrator flow --regime corpus --corpus my-sentences.txt
+
+  bertflow evaluate --model-dir my-flow              (a model saved by `bertflow fit`)
+"""
+)
+def evaluate(
+    model_dir: ModelDirOpt = None,
+    model: ModelOpt = None,
+    pooling: PoolingOpt = "mean",
+    calibrator: CalibratorOpt = "none",
+    regime: RegimeOpt = "target",
+    corpus: CorpusOpt = None,
+    column: ColumnOpt = None,
+    tasks: TasksOpt = _ALL_TASKS,
+    seeds: SeedsOpt = 1,
+    epochs: EpochsOpt = 1.0,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Folder for evaluate.md and evaluate.json.")
+    ] = None,
+    data_dir: DataDirOpt = None,
+    cache_dir: CacheDirOpt = None,
+    no_cache: NoCacheOpt = False,
+    max_length: MaxLenOpt = 64,
+    batch_size: BatchOpt = 128,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = "auto",
+    encoding_errors: ErrorsOpt = EncodingErrors.strict,
+    threads: ThreadsOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """STS evaluation (Spearman x100, "all" and "wmean", per subset) of an encoder + calibrator, with its regime."""
+    from ..evaluation.reproduce import GridConfig, evaluate_embedder, run_grid
+
+    quiet_libraries()
+    _threads(threads)
+    task_names = _split(tasks)
+    if model_dir:
+        command = _command(
+            "evaluate",
+            [("--model-dir", model_dir), ("--tasks", tasks if tasks != _ALL_TASKS else None), ("--data-dir", data_dir)],
+        )
+        result = evaluate_embedder(
+            load_embedder(model_dir, device, dtype),
+            task_names=task_names,
+            data_dir=data_dir,
+            cache=_cache(cache_dir, no_cache),
+            batch_size=batch_size,
+            command=command,
+        )
+    else:
+        if corpus is not None and regime == "target":
+            regime = "corpus"  # --corpus alone means: fit on it
+        command = _command(
+            "evaluate",
+            [
+                ("--model", model),
+                ("--pooling", pooling),
+                ("--calibrator", calibrator),
+                ("--regime", None if calibrator == "none" else regime),
+                ("--corpus", corpus),
+                ("--column", column),
+                ("--tasks", tasks if tasks != _ALL_TASKS else None),
+                ("--seeds", seeds if seeds != 1 else None),
+                ("--epochs", epochs if epochs != 1.0 else None),
+                ("--max-length", max_length if max_length != 64 else None),
+                ("--data-dir", data_dir),
+                ("--threads", threads),
+            ],
+        )
+        config = GridConfig(
+            model=model,
+            poolings=[pooling],
+            calibrators=["none", calibrator] if calibrator != "none" else ["none"],
+            regimes=[regime],
+            tasks=task_names,
+            seeds=seeds,
+            corpus=_corpus(corpus, column, encoding_errors),
+            corpus_name=corpus.name if corpus else None,
+            max_length=max_length,
+            batch_size=batch_size,
+            device=device,
+            dtype=dtype,
+            data_dir=data_dir,
+            cache_dir=cache_dir,
+            use_cache=not no_cache,
+            flow_epochs=epochs,
+            command=command,
+        )
+        result = run_grid(config, progress=_progress(quiet))
+    markdown = result.to_markdown(title="bertflow evaluate", subsets=True)
+    _write(output, "evaluate", markdown, result.to_dict())
+    typer.echo(markdown, nl=False)
+
+
+@app.command(
+    epilog="""Examples:
+
+  bertflow reproduce -o results                      (default grid on the embedded default model)
+
+  bertflow reproduce --seeds 3 --poolings mean,cls,first-last-avg,last2avg --regimes target,train,nli -o results
+
+  bertflow reproduce --model bert-base-uncased --poolings first-last-avg,mean -o bert-base   (prints the paper's rows)
+
+  bertflow reproduce --calibrators none,whitening,flow --regimes corpus --corpus wiki.txt -o wiki
+"""
+)
+def reproduce(
+    model: ModelOpt = None,
+    poolings: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated poolings (layer lists joined by '+': 'mean,1+-1'); one encoder pass for all."
+        ),
+    ] = ("mean,cls,first-last-avg"),
+    calibrators: Annotated[
+        str | None,
+        typer.Option(
+            help="Comma-separated calibrator specs; default: none, standard-norm, natsv-10, standard-norm+natsv-6, "
+            "whitening, whitening-K (K = 256 for 768 dims, 384 for 1024, else D/3), flow, flow-paper."
+        ),
+    ] = None,
+    regimes: Annotated[str, typer.Option(help="Comma-separated: target, train, nli, corpus.")] = "target,nli",
+    corpus: CorpusOpt = None,
+    column: ColumnOpt = None,
+    tasks: TasksOpt = _ALL_TASKS,
+    seeds: SeedsOpt = 1,
+    epochs: EpochsOpt = 1.0,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Folder for reproduce.md and reproduce.json.")] = Path(
+        "bertflow-reproduce"
+    ),
+    data_dir: DataDirOpt = None,
+    cache_dir: CacheDirOpt = None,
+    no_cache: NoCacheOpt = False,
+    max_length: MaxLenOpt = 64,
+    batch_size: BatchOpt = 128,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = "auto",
+    encoding_errors: ErrorsOpt = EncodingErrors.strict,
+    threads: ThreadsOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Grid of pooling x calibrator x fitting regime on one model: Markdown + JSON, paper numbers beside BERT's."""
+    from ..evaluation.reproduce import GridConfig, run_grid
+
+    quiet_libraries()
+    _threads(threads)
+    regime_list = _split(regimes)
+    if corpus is not None and "corpus" not in regime_list:
+        regime_list.append("corpus")
+    command = _command(
+        "reproduce",
+        [
+            ("--model", model),
+            ("--poolings", poolings),
+            ("--calibrators", calibrators),
+            ("--regimes", ",".join(regime_list)),
+            ("--corpus", corpus),
+            ("--column", column),
+            ("--tasks", tasks if tasks != _ALL_TASKS else None),
+            ("--seeds", seeds),
+            ("--epochs", epochs if epochs != 1.0 else None),
+            ("--max-length", max_length if max_length != 64 else None),
+            ("--data-dir", data_dir),
+            ("--threads", threads),
+            ("--output", output),
+        ],
+    )
+    config = GridConfig(
+        model=model,
+        # Inside the comma list a layer list is written with "+" ("mean,1+-1"); Pooling wants "1,-1".
+        poolings=[p.replace("+", ",") for p in _split(poolings)],
+        calibrators=_split(calibrators) if calibrators else None,
+        regimes=regime_list,
+        tasks=_split(tasks),
+        seeds=seeds,
+        corpus=_corpus(corpus, column, encoding_errors),
+        corpus_name=corpus.name if corpus else None,
+        max_length=max_length,
+        batch_size=batch_size,
+        device=device,
+        dtype=dtype,
+        data_dir=data_dir,
+        cache_dir=cache_dir,
+        use_cache=not no_cache,
+        flow_epochs=epochs,
+        command=command,
+    )
+    result = run_grid(config, progress=_progress(quiet))
+    markdown = result.to_markdown()
+    _write(output, "reproduce", markdown, result.to_dict())
+    typer.echo(markdown, nl=False)
+    if not quiet:
+        typer.echo(f"wrote {output / 'reproduce.md'} and {output / 'reproduce.json'}", err=True)
+
+
+@app.command(
+    epilog="""Examples:
+
+  bertflow analyze -o analysis                       (embedded default model, mean pooling, flow fitted on STS-B)
+
+  bertflow analyze --calibrator whitening --regime nli -o analysis-white
+
+  bertflow analyze --model-dir my-flow -o analysis-my-flow
+"""
+)
+def analyze(
+    model_dir: ModelDirOpt = None,
+    model: ModelOpt = None,
+    pooling: PoolingOpt = "mean",
+    calibrator: CalibratorOpt = "flow",
+    regime: RegimeOpt = "target",
+    corpus: CorpusOpt = None,
+    column: ColumnOpt = None,
+    seed: Annotated[int, typer.Option(help="Flow seed.")] = 0,
+    epochs: EpochsOpt = 1.0,
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Folder for analyze.md, analyze.json and the PNG plots.")
+    ] = Path("bertflow-analyze"),
+    plots: Annotated[bool, typer.Option(help="Draw the PNG plots (needs matplotlib).")] = True,
+    data_dir: DataDirOpt = None,
+    cache_dir: CacheDirOpt = None,
+    no_cache: NoCacheOpt = False,
+    max_length: MaxLenOpt = 64,
+    batch_size: BatchOpt = 128,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = "auto",
+    encoding_errors: ErrorsOpt = EncodingErrors.strict,
+    threads: ThreadsOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """The paper's analyses on STS-B: similarity vs edit distance (Table 6), anisotropy before/after, PNG plots."""
+    from ..evaluation.analyze import analyze_stsb
+
+    quiet_libraries()
+    _threads(threads)
+    if corpus is not None and regime == "target":
+        regime = "corpus"
+    if model_dir:
+        embedder = load_embedder(model_dir, device, dtype)
+        encoder, cal, label = embedder.encoder, embedder.calibrator, str(embedder.fit_info.get("regime", "unknown"))
+        command = _command("analyze", [("--model-dir", model_dir), ("--data-dir", data_dir), ("--output", output)])
+    else:
+        from ..evaluation.reproduce import load_encoder
+
+        encoder = load_encoder(model, pooling=pooling, max_length=max_length, device=device, dtype=dtype)
+        cal, label = calibrator, regime
+        command = _command(
+            "analyze",
+            [
+                ("--model", model),
+                ("--pooling", pooling),
+                ("--calibrator", calibrator),
+                ("--regime", regime),
+                ("--corpus", corpus),
+                ("--column", column),
+                ("--seed", seed if seed else None),
+                ("--epochs", epochs if epochs != 1.0 else None),
+                ("--max-length", max_length if max_length != 64 else None),
+                ("--data-dir", data_dir),
+                ("--threads", threads),
+                ("--output", output),
+                ("--no-plots", not plots),
+            ],
+        )
+    result = analyze_stsb(
+        encoder,
+        calibrator=cal,
+        regime=label,
+        data_dir=data_dir,
+        corpus=_corpus(corpus, column, encoding_errors),
+        corpus_name=corpus.name if corpus else None,
+        seed=seed,
+        flow_epochs=epochs,
+        device=device,
+        cache=_cache(cache_dir, no_cache),
+        batch_size=batch_size,
+        out_dir=output,
+        plots=plots,
+        command=command,
+        progress=_progress(quiet),
+    )
+    typer.echo(result.to_markdown(), nl=False)
+    if not quiet:
+        typer.echo(f"wrote {output / 'analyze.md'}, {output / 'analyze.json'} and {len(result.plots)} plots", err=True)
+
+
+@app.command("download-sts")
+def download_sts_command(
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Target folder (default ~/.cache/bertflow/sts).")
+    ] = None,
+    include_nli: Annotated[bool, typer.Option(help="Also build NLI/snli_{dev,test}.tsv (about 90 MB).")] = False,
+    force: Annotated[bool, typer.Option(help="Rebuild even if a previous download completed.")] = False,
+) -> None:
+    """Download STS12-16, STS-B and SICK from the original releases into the TSV layout bertflow reads."""
+    from ..data import download_sts
+
+    folder = download_sts(output, include_nli=include_nli, force=force)
+    typer.echo(str(folder))

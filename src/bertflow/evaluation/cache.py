@@ -1,0 +1,329 @@
+"""Embedding cache: each distinct sentence is encoded once per (encoder, pooling, max_length, dtype) and kept on disk.
+
+Evaluation grids re-use the same sentences over and over (every calibrator, regime and seed sees the same STS
+sentences), and several poolings come from the same forward pass, so :func:`embed_cached` runs the encoder once
+over the sentences missing from the cache and reads every requested pooling out of those hidden states
+(:func:`encode_poolings`).
+
+Layout of the cache (one folder per encoder x pooling x max_length x compute dtype)::
+
+    ROOT/                                    ~/.cache/bertflow/embeddings, $BERTFLOW_CACHE_DIR or --cache-dir
+      <model-slug>--<fingerprint>/
+        <pooling>--len<max_length>--<dtype>/
+          meta.json                          what the folder holds (model id, fingerprint, pooling, dim ...)
+          <shard>.npy                        float32 [n, D] embeddings
+          <shard>.keys.json                  the sha1 (hex, of the UTF-8 sentence) of each row, in row order
+
+Shards are immutable and written atomically (temporary file + rename, the ``.keys.json`` last, so a shard
+without its keys file is ignored). Two processes writing the same folder at once therefore never corrupt it;
+at worst they both store a sentence, and either copy is used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..encoder import SentenceEncoder
+from ..errors import InputError
+from ..pooling import Pooling
+from ..validation import check_finite, validate_sentences
+
+__all__ = [
+    "CACHE_DIR_ENV",
+    "EmbeddingCache",
+    "default_cache_dir",
+    "encode_poolings",
+    "embed_cached",
+    "pooling_key",
+    "sentence_key",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Environment variable naming the embedding cache folder.
+CACHE_DIR_ENV = "BERTFLOW_CACHE_DIR"
+
+_FORMAT = 1
+
+
+def default_cache_dir() -> Path:
+    """``$BERTFLOW_CACHE_DIR`` if set, else ``~/.cache/bertflow/embeddings``."""
+    env = os.environ.get(CACHE_DIR_ENV)
+    return Path(env).expanduser() if env else Path("~/.cache/bertflow/embeddings").expanduser()
+
+
+def sentence_key(sentence: str) -> str:
+    """The cache key of a sentence: sha1 (hex) of its exact UTF-8 bytes (no stripping, case kept)."""
+    return hashlib.sha1(sentence.encode("utf-8")).hexdigest()
+
+
+def pooling_key(pooling: str | Sequence[int] | Pooling, num_layers: int) -> str:
+    """Canonical text of a pooling for file names and dictionary keys, e.g. ``"mean"`` or ``"layers-1-6"``.
+
+    Names are resolved against the model first, so ``"first-last"`` and ``"first_last_avg"`` share a key and
+    an explicit ``[1, 6]`` on a 6-layer model is ``"layers-1-6"``.
+    """
+    p = pooling if isinstance(pooling, Pooling) else Pooling.parse(pooling, num_layers)
+    return p.name if p.name != "layers" else "layers-" + "-".join(str(i) for i in p.layers)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[-80:] or "model"
+
+
+class EmbeddingCache:
+    """On-disk store of sentence embeddings keyed by sentence sha1, one folder per encoder setting.
+
+    Args:
+        root: cache folder; ``None`` uses :func:`default_cache_dir`.
+
+    Example:
+        >>> cache = EmbeddingCache()
+        >>> out = embed_cached(encoder, sentences, ["mean", "cls"], cache=cache)   # encodes once
+        >>> out = embed_cached(encoder, sentences, ["mean", "cls"], cache=cache)   # reads from disk
+    """
+
+    def __init__(self, root: str | Path | None = None) -> None:
+        self.root = Path(root).expanduser() if root is not None else default_cache_dir()
+
+    def folder(self, encoder: SentenceEncoder, pooling: str | Sequence[int] | Pooling) -> Path:
+        """The folder holding ``encoder``'s embeddings under ``pooling`` (not created)."""
+        dtype = str(encoder.dtype).removeprefix("torch.")
+        model = f"{_slug(Path(encoder.model_id).name or encoder.model_id)}--{encoder.fingerprint()}"
+        return self.root / model / f"{pooling_key(pooling, encoder.num_layers)}--len{encoder.max_length}--{dtype}"
+
+    def _meta(self, encoder: SentenceEncoder, pooling: str | Sequence[int] | Pooling) -> dict[str, Any]:
+        return {
+            "format": _FORMAT,
+            "model": encoder.model_id,
+            "fingerprint": encoder.fingerprint(),
+            "pooling": pooling_key(pooling, encoder.num_layers),
+            "max_length": encoder.max_length,
+            "dtype": str(encoder.dtype).removeprefix("torch."),
+            "dim": encoder.dim,
+        }
+
+    def lookup(
+        self, encoder: SentenceEncoder, pooling: str | Sequence[int] | Pooling, sentences: Sequence[str]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Cached embeddings of ``sentences``.
+
+        Returns:
+            ``(embeddings, found)``: float32 [N, D] (rows of sentences not in the cache are zero) and a boolean
+            mask [N] of the sentences that were found.
+        """
+        out = np.zeros((len(sentences), encoder.dim), dtype=np.float32)
+        found = np.zeros(len(sentences), dtype=bool)
+        folder = self.folder(encoder, pooling)
+        if not folder.is_dir() or not sentences:
+            return out, found
+        wanted: dict[str, list[int]] = {}
+        for i, s in enumerate(sentences):
+            wanted.setdefault(sentence_key(s), []).append(i)
+        for keys_file in sorted(folder.glob("*.keys.json")):
+            shard = keys_file.with_name(keys_file.name[: -len(".keys.json")] + ".npy")
+            try:
+                keys = json.loads(keys_file.read_text(encoding="utf-8"))
+                rows = np.load(shard, mmap_mode="r")
+            except (OSError, ValueError) as e:
+                logger.warning("embedding cache: ignoring unreadable shard %s (%s)", shard, e)
+                continue
+            if rows.ndim != 2 or rows.shape != (len(keys), encoder.dim):
+                logger.warning("embedding cache: ignoring shard %s with shape %s", shard, rows.shape)
+                continue
+            hits = [(r, wanted[k]) for r, k in enumerate(keys) if k in wanted]
+            if not hits:
+                continue
+            src = np.fromiter((r for r, _ in hits), dtype=np.int64, count=len(hits))
+            block = np.asarray(rows[src], dtype=np.float32)
+            for (_, targets), row in zip(hits, block, strict=True):
+                out[targets] = row
+                found[targets] = True
+        return out, found
+
+    def store(
+        self,
+        encoder: SentenceEncoder,
+        pooling: str | Sequence[int] | Pooling,
+        sentences: Sequence[str],
+        embeddings: np.ndarray,
+    ) -> Path:
+        """Write one shard of ``embeddings`` [N, D] for ``sentences`` (N of them) and return its path."""
+        emb = np.ascontiguousarray(embeddings, dtype=np.float32)
+        if emb.shape != (len(sentences), encoder.dim):
+            raise InputError(f"embeddings have shape {emb.shape}, expected ({len(sentences)}, {encoder.dim})")
+        folder = self.folder(encoder, pooling)
+        folder.mkdir(parents=True, exist_ok=True)
+        meta_file = folder / "meta.json"
+        if not meta_file.exists():
+            _atomic_write_text(meta_file, json.dumps(self._meta(encoder, pooling), indent=2) + "\n")
+        # Unique, sortable shard name: concurrent writers never collide.
+        name = f"{time.time_ns():020d}-{os.getpid()}"
+        shard = folder / f"{name}.npy"
+        tmp = folder / f".{name}.npy.part"
+        with open(tmp, "wb") as fh:
+            np.save(fh, emb)
+        os.replace(tmp, shard)
+        # The keys file is written last: it marks the shard complete.
+        _atomic_write_text(folder / f"{name}.keys.json", json.dumps([sentence_key(s) for s in sentences]))
+        return shard
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.part")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+@torch.inference_mode()
+def encode_poolings(
+    encoder: SentenceEncoder,
+    sentences: Sequence[str],
+    poolings: Sequence[str | Sequence[int] | Pooling],
+    *,
+    batch_size: int = 128,
+    show_progress_bar: bool | None = None,
+) -> dict[str, np.ndarray]:
+    """Embed sentences under several poolings with ONE forward pass of the encoder per batch.
+
+    ``mean``, ``cls``, ``pooler``, ``first-last-avg``, ``last2avg`` and layer lists are all read from the same
+    model outputs, so a grid of poolings costs one encoder pass. Batching follows
+    :meth:`SentenceEncoder.iter_encode` (length-sorted batches, input order restored), and each result equals
+    ``SentenceEncoder(..., pooling=p).encode(sentences)`` up to float rounding.
+
+    Args:
+        encoder: the encoder (its own pooling is ignored; its model, tokenizer, max_length and device are used).
+        sentences: N non-blank strings.
+        poolings: pooling names or layer lists (see :class:`bertflow.pooling.Pooling`).
+        batch_size: sentences per forward pass.
+        show_progress_bar: ``None`` shows a bar for 4,096 sentences or more.
+
+    Returns:
+        ``{pooling_key: float32 [N, D]}`` (keys from :func:`pooling_key`).
+    """
+    from tqdm.auto import tqdm
+
+    items = validate_sentences(sentences)
+    parsed = {pooling_key(p, encoder.num_layers): Pooling.parse(_spec(p), encoder.num_layers) for p in poolings}
+    if not parsed:
+        raise InputError("give at least one pooling")
+    for p in parsed.values():
+        if p.name == "pooler" and getattr(encoder.model, "pooler", None) is None:
+            raise InputError(f"pooling 'pooler' needs a pooler head, and {encoder.model_id} has none")
+    out = {key: np.empty((len(items), encoder.dim), dtype=np.float32) for key in parsed}
+    if not items:
+        return out
+    hidden_states = any(p.needs_hidden_states for p in parsed.values())
+    ids = encoder.tokenize(items)
+    lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+    # Longest first, stable: the same order rule as SentenceEncoder, so results do not depend on ties.
+    order = np.argsort(-lengths, kind="stable")
+    pad_id = encoder.tokenizer.pad_token_id or 0
+    show = len(items) >= 4096 if show_progress_bar is None else show_progress_bar
+    with tqdm(total=len(items), desc="encode", unit="sent", disable=not show) as bar:
+        for b in range(0, len(order), batch_size):
+            idx = order[b : b + batch_size]
+            width = int(lengths[idx[0]])
+            input_ids = np.full((len(idx), width), pad_id, dtype=np.int64)
+            mask = np.zeros((len(idx), width), dtype=np.int64)
+            for row, j in enumerate(idx):
+                input_ids[row, : lengths[j]] = ids[j]
+                mask[row, : lengths[j]] = 1
+            t_ids = torch.from_numpy(input_ids).to(encoder.device)
+            t_mask = torch.from_numpy(mask).to(encoder.device)
+            outputs = encoder.model(input_ids=t_ids, attention_mask=t_mask, output_hidden_states=hidden_states)
+            for key, p in parsed.items():
+                out[key][idx] = p(outputs, t_mask).float().cpu().numpy()
+            bar.update(len(idx))
+    for key, emb in out.items():
+        check_finite(emb, what=f"{key} embeddings from {encoder.model_id}")
+    return out
+
+
+def _spec(p: str | Sequence[int] | Pooling) -> str | Sequence[int]:
+    return p.to_spec() if isinstance(p, Pooling) else p
+
+
+def embed_cached(
+    encoder: SentenceEncoder,
+    sentences: Iterable[str],
+    poolings: Sequence[str | Sequence[int] | Pooling],
+    *,
+    cache: EmbeddingCache | None = None,
+    batch_size: int = 128,
+    chunk_size: int = 8192,
+    show_progress_bar: bool | None = None,
+) -> dict[str, np.ndarray]:
+    """Embeddings of ``sentences`` under each pooling, encoding only what the cache lacks, in one pass.
+
+    Sentences missing under *any* requested pooling are encoded once with every pooling that lacks them, in
+    chunks of ``chunk_size`` that are written to the cache as they finish (an interrupted run resumes where it
+    stopped).
+
+    Args:
+        encoder: the frozen encoder.
+        sentences: N non-blank strings (duplicates allowed; each distinct one is encoded at most once).
+        poolings: pooling names or layer lists.
+        cache: the on-disk cache; ``None`` encodes everything and stores nothing.
+        batch_size: sentences per forward pass.
+        chunk_size: sentences encoded between two cache writes.
+        show_progress_bar: ``None`` shows a bar for 4,096 sentences or more to encode.
+
+    Returns:
+        ``{pooling_key: float32 [N, D]}`` with rows in the order of ``sentences``.
+    """
+    items = validate_sentences(sentences)
+    keys = [pooling_key(_spec(p), encoder.num_layers) for p in poolings]
+    distinct = list(dict.fromkeys(items))
+    position = {s: i for i, s in enumerate(distinct)}
+    result: dict[str, np.ndarray] = {}
+    missing: dict[str, np.ndarray] = {}
+    for key in dict.fromkeys(keys):
+        if cache is None:
+            result[key] = np.zeros((len(distinct), encoder.dim), dtype=np.float32)
+            missing[key] = np.ones(len(distinct), dtype=bool)
+        else:
+            result[key], found = cache.lookup(encoder, key, distinct)
+            missing[key] = ~found
+    union = np.zeros(len(distinct), dtype=bool)
+    for mask in missing.values():
+        union |= mask
+    todo = np.flatnonzero(union)
+    if len(todo):
+        logger.info(
+            "encoding %d of %d distinct sentences (%s) with %s",
+            len(todo),
+            len(distinct),
+            ", ".join(keys),
+            encoder.model_id,
+        )
+    from tqdm.auto import tqdm
+
+    show = len(todo) >= 4096 if show_progress_bar is None else show_progress_bar
+    with tqdm(total=len(todo), desc="encode", unit="sent", disable=not show) as bar:
+        for start in range(0, len(todo), chunk_size):
+            chunk = todo[start : start + chunk_size]
+            texts = [distinct[i] for i in chunk]
+            # Only the poolings that lack at least one sentence of this chunk are computed and stored.
+            need = [k for k in missing if missing[k][chunk].any()]
+            encoded = encode_poolings(encoder, texts, need, batch_size=batch_size, show_progress_bar=False)
+            for key in need:
+                # Only rows that were missing are filled and stored: cached rows stay exactly as they were.
+                sel = missing[key][chunk]
+                result[key][chunk[sel]] = encoded[key][sel]
+                if cache is not None:
+                    cache.store(encoder, key, [t for t, m in zip(texts, sel, strict=True) if m], encoded[key][sel])
+            bar.update(len(chunk))
+    rows = np.fromiter((position[s] for s in items), dtype=np.int64, count=len(items))
+    return {key: result[key][rows] for key in dict.fromkeys(keys)}

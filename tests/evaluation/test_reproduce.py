@@ -1,0 +1,459 @@
+"""The evaluation grid (bertflow.evaluation.reproduce), the published numbers (paper.py) and the CLI commands
+`bertflow evaluate`, `bertflow reproduce` and `bertflow download-sts`, on a tiny BERT and a synthetic STS layout."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from bertflow import SentenceEncoder, StandardNormCalibrator, WhiteningCalibrator
+from bertflow.calibrators import parse_calibrator
+from bertflow.cli import app
+from bertflow.data import STS_TASKS, load_nli_sentences, load_sts_tasks
+from bertflow.errors import InputError
+from bertflow.evaluation import evaluate_sts
+from bertflow.evaluation.paper import PUBLISHED, QUOTED_AVERAGES, matching, paper_model_name, published_for
+from bertflow.evaluation.reproduce import (
+    GridConfig,
+    default_calibrators,
+    fitting_sets,
+    run_grid,
+)
+
+runner = CliRunner()
+
+WORDS = (
+    "the a man woman dog cat plays playing guitar music on runs park child ball red blue car street house eats "
+    "food apple reads book sits bench walks beach sun bright river boat"
+).split()
+
+
+def _tokenizer_for(vocab_file: Path):  # noqa: ANN202 - a PreTrainedTokenizerFast
+    """A BERT-style fast tokenizer over ``vocab_file`` built with the ``tokenizers`` library (version-proof)."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {w: i for i, w in enumerate(vocab_file.read_text(encoding="utf-8").split())}
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]"
+    )
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():  # noqa: ANN201 - a generator fixture
+    """Run the tiny model on one thread: its ops are too small to gain from two, and when other processes hold the
+    cores, intra-op thread barriers make each forward pass wait for a scheduler slice (~60x slower here)."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="session")
+def working_tiny_bert(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """conftest's tiny random BERT with a tokenizer that knows its vocabulary.
+
+    The fixture's own saved tokenizer maps every word to [UNK] under transformers 5 (``BertTokenizerFast`` no
+    longer reads ``vocab_file``), so every sentence of a given length would embed identically and correlations
+    would be degenerate. Same weights, working WordPiece tokenizer.
+    """
+    folder = tmp_path_factory.mktemp("tiny-bert-vocab")
+    for name in ("config.json", "model.safetensors", "vocab.txt"):
+        shutil.copy(tiny_model_dir / name, folder / name)
+    _tokenizer_for(folder / "vocab.txt").save_pretrained(folder)
+    return folder
+
+
+def _sentence(rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 8))) + "."
+
+
+def _pair(rng: random.Random) -> tuple[str, str, str]:
+    a = _sentence(rng)
+    words = a[:-1].split()
+    b_words = words
+    while b_words == words:  # identical sentences would tie at cosine 1 and make ranks rounding-dependent
+        keep = rng.randint(0, len(words) - 1)
+        b_words = words[:keep] + [rng.choice(WORDS) for _ in range(len(words) - keep)]
+    overlap = len(set(words) & set(b_words)) / len(set(words) | set(b_words))
+    return f"{5 * overlap:.2f}", a, " ".join(b_words) + "."
+
+
+def write_sts_layout(root: Path, n: int = 24, seed: int = 0) -> Path:
+    """A synthetic STS data folder in bertflow's TSV layout: every task, small, gold = 5 x word Jaccard."""
+    rng = random.Random(seed)
+    files = {
+        "STS12/MSRpar.tsv": n,
+        "STS12/OnWN.tsv": n,
+        "STS13/FNWN.tsv": n,
+        "STS14/images.tsv": n,
+        "STS15/belief.tsv": n,
+        "STS16/headlines.tsv": n,
+        "STS16/plagiarism.tsv": n // 2,
+        "STSBenchmark/train.tsv": n,
+        "STSBenchmark/dev.tsv": n // 2,
+        "STSBenchmark/test.tsv": n,
+        "SICK/train.tsv": n,
+        "SICK/trial.tsv": n // 2,
+        "SICK/test.tsv": n,
+    }
+    for rel, k in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        rows = [_pair(rng) for _ in range(k)]
+        path.write_text("score\tsentence1\tsentence2\n" + "".join(f"{s}\t{a}\t{b}\n" for s, a, b in rows))
+    for rel in ("NLI/snli_dev.tsv", "NLI/snli_test.tsv"):
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # "!" keeps the NLI sentences apart from the STS ones (which end in "."), so "seen" counts are exact.
+        rows = [("neutral", _sentence(rng)[:-1] + "!", _sentence(rng)[:-1] + "!") for _ in range(n)]
+        path.write_text("label\tsentence1\tsentence2\n" + "".join(f"{s}\t{a}\t{b}\n" for s, a, b in rows))
+    return root
+
+
+@pytest.fixture(scope="module")
+def layout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_sts_layout(tmp_path_factory.mktemp("sts"))
+
+
+@pytest.fixture(scope="module")
+def encoder(working_tiny_bert: Path) -> SentenceEncoder:
+    return SentenceEncoder(str(working_tiny_bert), pooling="mean", device="cpu")
+
+
+def _close(a: float, b: float) -> bool:
+    # Correlations x 100 of float32 embeddings computed in different batches: equal to well below 1e-4.
+    return abs(a - b) < 1e-4
+
+
+# ------------------------------------------------------------------------------------------------------
+# Building blocks
+# ------------------------------------------------------------------------------------------------------
+
+
+def test_default_calibrators_follow_the_papers() -> None:
+    assert default_calibrators(768) == [
+        "none",
+        "standard-norm",
+        "natsv-10",
+        "standard-norm+natsv-6",
+        "whitening",
+        "whitening-256",
+        "flow",
+        "flow-paper",
+    ]
+    assert "whitening-384" in default_calibrators(1024) and "whitening-128" in default_calibrators(384)
+    for spec in default_calibrators(384):
+        parse_calibrator(spec)
+
+
+def test_fitting_sets_per_regime(layout: Path) -> None:
+    tasks = load_sts_tasks(STS_TASKS, layout)
+    target = fitting_sets("target", tasks)
+    assert not target.shared and target.per_task["STS-B"] == tasks["STS-B"].fit_sentences("target")
+    assert set(tasks["STS12"].eval_sentences()) <= set(target.per_task["STS12"])
+    train = fitting_sets("train", tasks)
+    assert train.per_task["STS12"] is None and train.per_task["SICK-R"] == tasks["SICK-R"].fit_sentences("train")
+    nli = load_nli_sentences(layout)
+    shared = fitting_sets("nli", tasks, nli=nli)
+    assert shared.shared and all(v == nli for v in shared.per_task.values())
+    with pytest.raises(InputError, match="--corpus"):
+        fitting_sets("corpus", tasks)
+    with pytest.raises(InputError, match="unknown regime"):
+        fitting_sets("test", tasks)
+
+
+# ------------------------------------------------------------------------------------------------------
+# The grid
+# ------------------------------------------------------------------------------------------------------
+
+
+def test_grid_cells_equal_direct_computation(encoder: SentenceEncoder, layout: Path, tmp_path: Path) -> None:
+    passes: list[int] = []
+    hook = encoder.model.register_forward_pre_hook(
+        lambda _m, _a, kw: passes.append(int(kw["input_ids"].shape[0])), with_kwargs=True
+    )
+    try:
+        config = GridConfig(
+            poolings=["mean", "cls"],
+            calibrators=["none", "whitening", "standard-norm"],
+            regimes=["target", "nli"],
+            data_dir=layout,
+            cache_dir=tmp_path / "cache",
+        )
+        result = run_grid(config, encoder=encoder)
+    finally:
+        hook.remove()
+    tasks = load_sts_tasks(STS_TASKS, layout)
+    nli = load_nli_sentences(layout)
+    distinct = {s for t in tasks.values() for s in t.fit_sentences("target")} | set(nli)
+    assert sum(passes) == len(distinct) == result.meta["sentences"]["distinct"]  # one pass, both poolings
+
+    cells = {(c.pooling, c.calibrator, c.regime): c for c in result.cells}
+    assert len(cells) == 2 * (1 + 2 * 2)  # per pooling: raw once, two calibrators x two regimes
+    # The same numbers computed directly with single-pooling encoders (each sentence encoded once here too).
+    sentences = sorted(distinct)
+    cls_encoder = SentenceEncoder(encoder.model_id, pooling="cls", model=encoder.model, tokenizer=encoder.tokenizer)
+    mean_of = dict(zip(sentences, encoder.encode(sentences), strict=True))
+    cls_of = dict(zip(sentences, cls_encoder.encode(sentences), strict=True))
+
+    def mean_emb(items: list[str]) -> np.ndarray:
+        return np.stack([mean_of[s] for s in items])
+
+    # Raw row == evaluate_sts on the encoder directly.
+    direct = evaluate_sts(mean_emb, data_dir=layout)
+    raw = cells[("mean", "none", "none")].reports[0]
+    for t in STS_TASKS:
+        assert _close(raw.tasks[t].all_spearman, direct.tasks[t].all_spearman)
+        assert _close(raw.tasks[t].wmean_spearman, direct.tasks[t].wmean_spearman)
+    # NLI regime: one whitening fitted on the NLI sentences, used for every task.
+    white = WhiteningCalibrator().fit(mean_emb(nli))
+    manual = evaluate_sts(lambda s: white.transform(mean_emb(s)), data_dir=layout)
+    got = cells[("mean", "whitening", "nli")]
+    assert _close(got.average_stat("all")["mean"], manual.average("all"))
+    assert _close(got.average_stat("wmean")["mean"], manual.average("wmean"))
+    # Target regime: one calibrator per task, fitted on that task's sentences.
+    for t in ("STS12", "SICK-R"):
+        sn = StandardNormCalibrator().fit(np.stack([cls_of[s] for s in tasks[t].fit_sentences("target")]))
+        expected = evaluate_sts(
+            lambda s, sn=sn: sn.transform(np.stack([cls_of[x] for x in s])), tasks=[t], data_dir=layout
+        )
+        assert _close(cells[("cls", "standard-norm", "target")].task_stat(t, "all")["mean"], expected.average("all"))
+    # What the fits saw: target contains every test sentence, the NLI sentences none of them.
+    assert cells[("mean", "whitening", "target")].seen_summary() == "all (transductive)"
+    assert cells[("mean", "whitening", "nli")].seen_summary() == "none"
+    assert cells[("mean", "none", "none")].seen_summary() == "n/a (no fitting)"
+    # A second run reads every embedding from the cache: no forward pass at all.
+    passes.clear()
+    hook = encoder.model.register_forward_pre_hook(
+        lambda _m, _a, kw: passes.append(int(kw["input_ids"].shape[0])), with_kwargs=True
+    )
+    try:
+        again = run_grid(
+            GridConfig(
+                poolings=["cls"], calibrators=["none"], regimes=[], data_dir=layout, cache_dir=tmp_path / "cache"
+            ),
+            encoder=encoder,
+        )
+    finally:
+        hook.remove()
+    assert passes == []
+    assert _close(
+        again.cells[0].average_stat("all")["mean"], cells[("cls", "none", "none")].average_stat("all")["mean"]
+    )
+
+
+def test_train_regime_failed_cell_and_reports(encoder: SentenceEncoder, layout: Path) -> None:
+    config = GridConfig(
+        poolings=["mean"],
+        calibrators=["none", "standard-norm", "whitening-999"],
+        regimes=["train"],
+        data_dir=layout,
+        use_cache=False,
+        command="bertflow reproduce --regimes train",
+    )
+    result = run_grid(config, encoder=encoder)
+    sn = next(c for c in result.cells if c.calibrator == "standard-norm")
+    assert sn.evaluated() == ["STS-B", "SICK-R"]
+    assert sn.task_stat("STS12", "all") is None and sn.average_stat("all") is None
+    assert sn.test_seen["STS12"] is None and sn.test_seen["STS-B"]["of"] == len(
+        load_sts_tasks(["STS-B"], layout)["STS-B"].eval_sentences()
+    )
+    bad = next(c for c in result.cells if c.calibrator == "whitening-999")
+    assert bad.error and "n_components" in bad.error and bad.reports == []
+
+    data = json.loads(json.dumps(result.to_dict(), allow_nan=False))  # strict JSON: no NaN anywhere
+    cell = next(c for c in data["cells"] if c["calibrator"] == "standard-norm")
+    assert cell["tasks"]["STS12"] is None and cell["average"]["all"] is None
+    assert cell["tasks"]["STS-B"]["subsets"][0]["name"] == "test"
+    assert data["meta"]["machine"]["cpu_count"] >= 1 and data["meta"]["seconds"]["total"] >= 0
+    md = result.to_markdown()
+    assert "bertflow reproduce --regimes train" in md
+    assert '## Per task, "all"' in md and '## Per task, "wmean"' in md
+    assert "| mean | standard-norm | train |" in md and "n/a" in md
+    assert "Failed cells" in md and "whitening-999" in md
+    assert "Published numbers" not in md  # not a model the papers evaluated
+
+
+def test_flow_rows_report_seed_spread(encoder: SentenceEncoder, layout: Path) -> None:
+    config = GridConfig(
+        poolings=["mean"],
+        calibrators=["flow-paper", "whitening"],
+        regimes=["nli"],
+        tasks=["STS-B", "SICK-R"],
+        seeds=2,
+        flow_epochs=0.5,
+        data_dir=layout,
+        use_cache=False,
+    )
+    result = run_grid(config, encoder=encoder)
+    flow, white = result.cells
+    assert flow.seeds == [0, 1] and len(flow.reports) == 2
+    assert white.seeds == [None] and len(white.reports) == 1  # deterministic: fitted once
+    per_seed = [r.average("all") for r in flow.reports]
+    assert per_seed[0] != per_seed[1]  # the seed changes the flow
+    stat = flow.average_stat("all")
+    assert _close(stat["mean"], float(np.mean(per_seed))) and _close(stat["std"], float(np.std(per_seed, ddof=1)))
+    assert "±" in result.to_markdown() and "Avg (2 tasks)" in result.to_markdown()
+
+
+def test_bad_grid_arguments(encoder: SentenceEncoder, layout: Path) -> None:
+    with pytest.raises(InputError, match="seeds"):
+        run_grid(GridConfig(seeds=0, data_dir=layout), encoder=encoder)
+    with pytest.raises(InputError, match="unknown regime"):
+        run_grid(GridConfig(regimes=["test"], data_dir=layout), encoder=encoder)
+    with pytest.raises(InputError, match="--corpus"):
+        run_grid(GridConfig(regimes=["corpus"], data_dir=layout), encoder=encoder)
+    with pytest.raises(InputError, match="unknown calibrator"):
+        run_grid(GridConfig(calibrators=["pca"], data_dir=layout), encoder=encoder)
+
+
+# ------------------------------------------------------------------------------------------------------
+# Published numbers
+# ------------------------------------------------------------------------------------------------------
+
+
+def test_published_numbers_are_transcribed_consistently() -> None:
+    for row in PUBLISHED:
+        assert set(row.scores) <= set(STS_TASKS) and row.protocol in ("all", "wmean")
+        assert row.model in ("bert-base-uncased", "bert-large-uncased") and row.source
+        for spec in row.calibrators:
+            parse_calibrator(spec)
+        quoted = QUOTED_AVERAGES.get((row.model, row.label, row.protocol))
+        if row.average is not None:
+            assert quoted is not None and abs(row.average - quoted) < 0.006, row.label
+    assert len(QUOTED_AVERAGES) == sum(r.average is not None for r in PUBLISHED)
+    flow_target = matching("bert-base-uncased", "first-last-avg", "flow", "target")
+    assert {(r.protocol, round(r.average, 2)) for r in flow_target} == {("wmean", 69.57), ("all", 66.31)}
+    # Table 5 rows (fitting corpus not stated) match any regime; raw rows only the no-fitting regime.
+    assert [r.scores for r in matching("bert-base-uncased", "mean", "natsv-10", "nli")] == [{"STS-B": 60.40}]
+    assert matching("bert-base-uncased", "first-last-avg", "none", "target") == []
+    assert paper_model_name("google-bert/bert-base-uncased") == "bert-base-uncased"
+    assert paper_model_name("/models/bert-large-uncased/") == "bert-large-uncased"
+    assert paper_model_name("bert-base-cased") is None and published_for("sentence-transformers/all-MiniLM-L6-v2") == []
+
+
+def test_paper_rows_printed_beside_bert_base(working_tiny_bert: Path, layout: Path, tmp_path: Path) -> None:
+    # A folder named like the paper's model: reproduce must show the published rows beside ours.
+    folder = tmp_path / "bert-base-uncased"
+    shutil.copytree(working_tiny_bert, folder)
+    enc = SentenceEncoder(str(folder), device="cpu")
+    result = run_grid(
+        GridConfig(poolings=["first-last-avg"], calibrators=["none"], regimes=[], data_dir=layout, use_cache=False),
+        encoder=enc,
+    )
+    md = result.to_markdown()
+    assert "## Published numbers for bert-base-uncased" in md
+    assert "69.57" in md and "66.31" in md  # flow (target) under wmean and all
+    raw_row = next(line for line in md.splitlines() if line.startswith("| first-last-avg | none | none |"))
+    assert "63.69 (wmean" in raw_row and "60.73 (all" in raw_row
+    assert len(result.to_dict()["published"]) == len(published_for("bert-base-uncased"))
+
+
+# ------------------------------------------------------------------------------------------------------
+# Command line
+# ------------------------------------------------------------------------------------------------------
+
+
+def _invoke(*args: object):
+    from bertflow.errors import BertflowError
+
+    result = runner.invoke(app, [str(a) for a in args])
+    if result.exception and not isinstance(result.exception, (SystemExit, BertflowError)):
+        raise result.exception
+    return result
+
+
+def test_cli_reproduce_writes_markdown_and_json(working_tiny_bert: Path, layout: Path, tmp_path: Path) -> None:
+    out = tmp_path / "grid"
+    r = _invoke(
+        "reproduce", "--model", working_tiny_bert, "--poolings", "mean,first-last-avg", "--calibrators",
+        "none,whitening", "--regimes", "target,train", "--data-dir", layout, "--cache-dir", tmp_path / "c",
+        "-o", out, "-q",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    data = json.loads((out / "reproduce.json").read_text())
+    assert [(c["pooling"], c["calibrator"], c["regime"]) for c in data["cells"]] == [
+        ("mean", "none", "none"),
+        ("mean", "whitening", "target"),
+        ("mean", "whitening", "train"),
+        ("first-last-avg", "none", "none"),
+        ("first-last-avg", "whitening", "target"),
+        ("first-last-avg", "whitening", "train"),
+    ]
+    md = (out / "reproduce.md").read_text()
+    assert md == r.stdout
+    assert "bertflow reproduce --model" in md and "--regimes target,train" in md
+    assert data["meta"]["regimes"]["train"].startswith("per task, train split only")
+
+
+def test_cli_evaluate_regimes_and_saved_model(working_tiny_bert: Path, layout: Path, tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(load_nli_sentences(layout)) + "\n", encoding="utf-8")
+    r = _invoke(
+        "evaluate", "--model", working_tiny_bert, "--calibrator", "standard-norm", "--corpus", corpus,
+        "--tasks", "STS-B,STS12", "--data-dir", layout, "--no-cache", "-o", tmp_path / "ev", "-q",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    data = json.loads((tmp_path / "ev" / "evaluate.json").read_text())
+    cal = data["cells"][1]
+    assert cal["regime"] == "corpus" and cal["test_sentences_seen_summary"] == "none"
+    assert set(cal["tasks"]) == {"STS-B", "STS12"} and len(cal["tasks"]["STS12"]["subsets"]) == 2
+    assert "corpus.txt" in data["meta"]["regimes"]["corpus"]
+    assert "## Per subset" in r.stdout and "MSRpar" in r.stdout
+
+    model_dir = tmp_path / "fitted"
+    fit = _invoke("fit", corpus, "-o", model_dir, "--model", working_tiny_bert, "--calibrator", "whitening", "-q")
+    assert fit.exit_code == 0, fit.output
+    r = _invoke("evaluate", "--model-dir", model_dir, "--tasks", "STS-B", "--data-dir", layout, "--no-cache")
+    assert r.exit_code == 0, r.output
+    assert "unknown: fitted beforehand on" in r.stdout and "| mean | whitening |" in r.stdout
+
+    r = _invoke("evaluate", "--model", working_tiny_bert, "--calibrator", "whitening", "--regime", "corpus",
+                "--data-dir", layout)  # fmt: skip
+    assert r.exit_code == 2 and "--corpus" in r.stderr
+
+
+def test_cli_download_sts_fails_fast_with_advice(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from bertflow import data
+    from bertflow.errors import DataNotFoundError
+
+    def offline(*_a: object, **_k: object) -> Path:
+        raise DataNotFoundError("cannot download the STS data: network unreachable. Use --data-dir PATH")
+
+    monkeypatch.setattr(data, "download_sts", offline)
+    r = _invoke("download-sts", "-o", tmp_path / "sts")
+    assert r.exit_code == 2 and "--data-dir" in r.stderr
+
+
+# ------------------------------------------------------------------------------------------------------
+# The real default model (slow)
+# ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_minilm_raw_stsb_matches_published(default_encoder: SentenceEncoder, data_dir: Path) -> None:
+    """Raw all-MiniLM-L6-v2 on STS-B test under cosine: MTEB reports 82.03 Spearman (docs/results.md)."""
+    result = run_grid(
+        GridConfig(poolings=["mean"], calibrators=["none"], regimes=[], tasks=["STS-B"], data_dir=data_dir,
+                   use_cache=False),
+        encoder=default_encoder,
+    )  # fmt: skip
+    spearman = result.cells[0].task_stat("STS-B", "all")["mean"]
+    assert abs(spearman - 82.03) < 0.3

@@ -1,0 +1,82 @@
+"""The benchmark code computes what it claims (no timing is asserted: speed targets live in benchmarks/)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bertflow import bench
+
+from .conftest import SENTENCES
+
+
+def test_interleave_alternates_order_and_counts_rounds():
+    calls: list[str] = []
+    times = bench.interleave({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, {"a": 3, "b": 2})
+    assert calls == ["a", "b", "b", "a", "a"]  # A B, then B A, then A alone
+    assert [len(times["a"]), len(times["b"])] == [3, 2] and all(t >= 0 for t in times["a"] + times["b"])
+
+
+def test_st_padded_tokens_follows_character_sort_and_fixed_batches():
+    texts = ["aaaa", "a", "aaa", "aa"]  # sorted by characters: aaaa, aaa, aa, a
+    lengths = np.array([3, 9, 4, 5])  # token counts that disagree with the character order
+    # batches of 2 in character order: (3, 4) -> 2 x 4, then (5, 9) -> 2 x 9
+    assert bench.st_padded_tokens(lengths, texts, 2) == 2 * 4 + 2 * 9
+    assert bench.st_padded_tokens(lengths, texts, 4) == 4 * 9
+
+
+def test_model_flops_formula():
+    class Cfg:
+        num_hidden_layers, hidden_size, intermediate_size = 2, 8, 32
+
+    per_token = 2 * 2 * (4 * 64 + 2 * 8 * 32)
+    assert bench.model_flops(Cfg, np.array([3])) == 3 * per_token + 4 * 2 * 8 * 9
+    # BERT-base at 32 tokens: about 0.17-0.18 GFLOP per token (performance notes, B3)
+    base = type("B", (), {"num_hidden_layers": 12, "hidden_size": 768, "intermediate_size": 3072})
+    assert 0.16e9 < bench.model_flops(base, np.array([32])) / 32 < 0.19e9
+
+
+def test_text_sets_are_deterministic():
+    a = bench.synthetic_sentences(50, seed=3)
+    assert a == bench.synthetic_sentences(50, seed=3) and len(a) == 50 and all(s.strip() for s in a)
+    rep = bench.replicate(SENTENCES, 20)
+    assert len(rep) == 20 and set(rep) == set(SENTENCES)
+    long = bench.long_texts(a, 5, per_text=(3, 4))
+    assert len(long) == 5 and all(len(t) > max(map(len, a[:1])) for t in long)
+
+
+def test_bench_encode_reports_both_systems(tiny_model_dir):
+    pytest.importorskip("sentence_transformers")
+    texts = bench.replicate(SENTENCES, 40)
+    out = bench.bench_encode(
+        str(tiny_model_dir),
+        {"sts": (texts, 32)},
+        device="cpu",
+        st_batch_sizes=(4,),
+        rounds=1,
+        variants={"fill 0": {"uniform_fill": 0.0}},
+        log=lambda _: None,
+    )
+    entry = out["datasets"]["sts"]
+    assert set(entry["systems"]) == {"bertflow", "sentence-transformers bs=4"}
+    for metrics in [*entry["systems"].values(), *entry["variants"].values()]:
+        assert metrics["sentences_per_s"] > 0 and 0 < metrics["padding_efficiency"] <= 1
+        assert metrics["padded_tokens_per_s"] >= metrics["real_tokens_per_s"]
+    assert entry["variants"]["fill 0"]["padding_efficiency"] == 1.0  # uniform batches carry no padding
+    assert entry["ratios"]["bertflow / sentence-transformers bs=4"] > 0
+    assert entry["agreement_min_cosine"] > 0.9999  # same model, same pooling, both fp32: same vectors
+
+
+def test_calibrator_overhead_and_flow_fit_report(anisotropic_data):
+    X = np.tile(anisotropic_data, (2, 1)).astype(np.float32)
+    fit = bench.bench_flow_fit(X, device="cpu", max_steps=3, log=lambda _: None)
+    assert fit["steps"] == 3 and fit["epoch_steps"] == 13 and fit["epoch_seconds_estimate"] > 0
+    over = bench.bench_calibrator_overhead(X, 2.0, device="cpu", flow_steps=2, rounds=1, log=lambda _: None)
+    assert over["flow"]["share_of_encoding"] == pytest.approx(over["flow"]["transform_seconds"] / 2.0)
+
+
+@pytest.mark.slow
+def test_bench_memory_runs_the_cli(tiny_model_dir, tmp_path):
+    out = bench.bench_memory(50, str(tiny_model_dir), tmp_path, source=SENTENCES, device="cpu", log=lambda _: None)
+    assert out["lines"] == 50 and out["peak_rss_mb"] > 0 and out["output_mb"] > 0
+    assert '"rows": 50' in out["stdout"]
