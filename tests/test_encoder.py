@@ -337,3 +337,8 @@ def test_device_transform_runs_before_the_copy(tiny_encoder):
     np.testing.assert_allclose(out, (ref - 1.0) @ weight.numpy(), atol=1e-4)
     parts = list(tiny_encoder.iter_encode(iter(SENTENCES), chunk_size=3, transform=lambda x: x[:, :2]))
     np.testing.assert_allclose(np.concatenate(parts), ref[:, :2], atol=1e-6)
+
+
+def test_missing_model_is_a_clear_error(tmp_path):
+    with pytest.raises(InputError, match="cannot load the encoder"):
+        SentenceEncoder(str(tmp_path / "no-such-model"))

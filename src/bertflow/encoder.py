@@ -360,8 +360,23 @@ class SentenceEncoder:
         else:
             self.model_id, load_path = resolve_model(model_name_or_path)
             kwargs: dict[str, Any] = {"revision": revision} if revision else {}
-            self.tokenizer = AutoTokenizer.from_pretrained(load_path, **kwargs)
-            self.model = AutoModel.from_pretrained(load_path, dtype=self.dtype, attn_implementation="sdpa", **kwargs)
+            try:
+                self.tokenizer = AutoTokenizer.from_pretrained(load_path, **kwargs)
+                try:
+                    self.model = AutoModel.from_pretrained(
+                        load_path, dtype=self.dtype, attn_implementation="sdpa", **kwargs
+                    )
+                except ValueError as e:
+                    # Some architectures (MPNet under transformers 5) have no SDPA kernel: use their default.
+                    if "sdpa" not in str(e).lower() and "scaled_dot_product" not in str(e):
+                        raise
+                    logger.info("%s has no SDPA attention here; using its default attention", self.model_id)
+                    self.model = AutoModel.from_pretrained(load_path, dtype=self.dtype, **kwargs)
+            except OSError as e:
+                raise InputError(
+                    f"cannot load the encoder {self.model_id!r}: {e}. Give a local model folder or a hub id "
+                    "(hub ids need network access on first use)."
+                ) from None
         if not getattr(self.tokenizer, "is_fast", False):
             raise InputError(f"{self.model_id}: bertflow needs a fast (Rust) tokenizer")
         self.model.to(device=self.device, dtype=self.dtype).eval()
