@@ -661,14 +661,7 @@ def run_grid(
 
     meta = {
         "command": config.command,
-        "model": {
-            "id": encoder.model_id,
-            "fingerprint": encoder.fingerprint(),
-            "dim": encoder.dim,
-            "layers": encoder.num_layers,
-            "max_length": encoder.max_length,
-            "dtype": str(encoder.dtype).removeprefix("torch."),
-        },
+        "model": _model_meta(encoder),
         "tasks": {t: {"n_pairs": task.n_eval_pairs, "subsets": list(task.eval_subsets)} for t, task in tasks.items()},
         "data_dir": str(data_dir) if data_dir else None,
         "poolings": poolings,
@@ -748,14 +741,7 @@ def evaluate_embedder(
         cells.append(cell)
     meta = {
         "command": command,
-        "model": {
-            "id": encoder.model_id,
-            "fingerprint": encoder.fingerprint(),
-            "dim": encoder.dim,
-            "layers": encoder.num_layers,
-            "max_length": encoder.max_length,
-            "dtype": str(encoder.dtype).removeprefix("torch."),
-        },
+        "model": _model_meta(encoder),
         "tasks": {t: {"n_pairs": task.n_eval_pairs, "subsets": list(task.eval_subsets)} for t, task in tasks.items()},
         "data_dir": str(root) if root else None,
         "poolings": [pool],
@@ -949,3 +935,15 @@ def _render_markdown(result: GridResult, *, title: str, subsets: bool) -> str:
                 f"| {r.label} | {r.protocol} | " + " | ".join(vals) + f" | {avg} | {ours} | {r.source}{note} |"
             )
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _model_meta(encoder: SentenceEncoder) -> dict[str, Any]:
+    """What a report records about the encoder: id, weight fingerprint, shape, truncation and precision."""
+    return {
+        "id": encoder.model_id,
+        "fingerprint": encoder.fingerprint(),
+        "dim": encoder.dim,
+        "layers": encoder.num_layers,
+        "max_length": encoder.max_length,
+        "dtype": str(encoder.dtype).removeprefix("torch."),
+    }
