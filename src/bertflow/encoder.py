@@ -290,7 +290,10 @@ class _Prefetcher:
     def close(self) -> None:
         """Stop feeding and drop queued work (the consumer stopped early, or everything was consumed)."""
         self._stop.set()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        # Wait for the feeder and the task in flight: a thread still inside the Rust tokenizer when the
+        # interpreter exits aborts the process ("terminate called without an active exception").
+        self._thread.join(timeout=10)
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 # -- the encoder -------------------------------------------------------------------------------------------
