@@ -2,9 +2,9 @@
 
 Protocol (also written into the report):
 
-- Encoder: the embedded default (all-MiniLM-L6-v2), max_length 64, float32 on CPU; embeddings read from the
-  shared embedding cache (:func:`bertflow.evaluation.cache.embed_cached`), encoding only what it lacks, every
-  pooling in one pass.
+- Encoder: the embedded default (all-MiniLM-L6-v2) or ``--model``, max_length 64, float32 on CPU; embeddings
+  read from the shared embedding cache (:func:`bertflow.evaluation.cache.embed_cached`), encoding only what it
+  lacks, every pooling in one pass.
 - Tasks: STS12-16, STS-B test, SICK-R test; Spearman x100 of cosine; "all" (subsets concatenated) and "wmean"
   (subset-size-weighted mean); Avg = plain mean over the 7 tasks.
 - Regimes: ``target`` = per task, all its sentences (transductive, BERT-flow's default); ``nli`` = one fit on the
@@ -15,7 +15,9 @@ Protocol (also written into the report):
 
 Usage (from the repository root; regenerates docs/results/beyond.json and docs/results/beyond.md)::
 
-    python benchmarks/beyond.py --flow-seeds 1 --output docs/results/beyond
+    python benchmarks/beyond.py --flow-seeds 3 --output docs/results/beyond
+    python benchmarks/beyond.py --model sentence-transformers/all-mpnet-base-v2 --flow-seeds 3 --no-ablation \
+        --output docs/results/beyond-mpnet
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ import torch
 from bertflow.calibrators import (
     AnchoredWhiteningCalibrator,
     Calibrator,
+    ChainCalibrator,
+    FlowCalibrator,
     IdentityCalibrator,
     StandardNormCalibrator,
     WhiteningCalibrator,
@@ -124,7 +128,9 @@ class LikelihoodShrinkage(WhiteningCalibrator):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=None, help="hub id or folder (default: the embedded all-MiniLM-L6-v2)")
     ap.add_argument("--poolings", default=",".join(POOLINGS))
+    ap.add_argument("--ablation", action=argparse.BooleanOptionalAction, default=True, help="the ablation rows")
     ap.add_argument("--flow-seeds", type=int, default=1, help="flow seeds (0: no flow rows)")
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--cache-dir", default=None, help="embedding cache (default ~/.cache/bertflow/embeddings)")
@@ -136,7 +142,7 @@ def main() -> None:
     tasks = load_sts_tasks(data_dir=args.data_dir)
     nli = load_nli_sentences(args.data_dir)
     sentences = list(dict.fromkeys([s for t in tasks.values() for s in t.fit_sentences("target")] + nli))
-    encoder = SentenceEncoder(pooling="mean")
+    encoder = SentenceEncoder(args.model, pooling="mean")
     table = Table(encoder, sentences, poolings, EmbeddingCache(args.cache_dir))
     results: dict = {"cells": [], "alpha_dev": {}, "anisotropy": {}}
 
@@ -192,7 +198,15 @@ def main() -> None:
             for method, factory in main_methods.items():
                 cell(pooling, method, regime, factory)
         cell(pooling, "raw", "train", IdentityCalibrator)
-        for regime in ("target", "nli"):
+        for regime in ("target", "nli") if args.ablation else ():
+            if seeds:  # the flow on whitened inputs: the Glow then starts from an isotropic Gaussian fit
+                cell(
+                    pooling,
+                    "whitening, then flow",
+                    regime,
+                    lambda s: ChainCalibrator([WhiteningCalibrator(), FlowCalibrator(seed=s)]),
+                    seeds,
+                )
             for method, factory in ablation.items():
                 LikelihoodShrinkage.chosen_ = []
                 rec = cell(pooling, method, regime, factory)

@@ -168,3 +168,9 @@ def test_same_seed_same_files_and_embeddings(tiny_encoder, tmp_path):
     a, b = (Embedder.load(p).encode(SENTENCES) for p in paths)
     np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(tiny_encoder.encode(SENTENCES), tiny_encoder.encode(SENTENCES))
+
+
+def test_an_overflowing_transform_is_not_blamed_on_the_model(tiny_model_dir):
+    enc = SentenceEncoder(str(tiny_model_dir), device="cpu")
+    with pytest.raises(InputError, match="transform .* turned finite embeddings .* into NaN or Inf"):
+        enc.encode(SENTENCES, transform=lambda x: x * float("inf"))

@@ -13,7 +13,7 @@ import numpy as np
 
 from .errors import InputError
 
-__all__ = ["check_sentence", "validate_sentences", "check_finite", "check_array"]
+__all__ = ["check_sentence", "check_sentences", "sentence_list", "validate_sentences", "check_finite", "check_array"]
 
 
 def check_sentence(index: int, item: object, *, what: str = "sentence") -> str:
@@ -25,31 +25,54 @@ def check_sentence(index: int, item: object, *, what: str = "sentence") -> str:
     return item
 
 
-def validate_sentences(sentences: Iterable[object], *, what: str = "sentence") -> list[str]:
-    """Check that every item is a non-blank string and return them as a list."""
+def sentence_list(sentences: Iterable[object], *, what: str = "sentence") -> list[Any]:
+    """``sentences`` as a list, refusing a single string (a common slip) but not yet checking the items."""
     if isinstance(sentences, (str, bytes)):
         raise InputError(f"expected a list of {what}s, got a single {type(sentences).__name__}")
-    return [check_sentence(i, s, what=what) for i, s in enumerate(sentences)]
+    return list(sentences)
+
+
+def check_sentences(items: list[Any], *, offset: int = 0, what: str = "sentence") -> None:
+    """Raise (via :func:`check_sentence`, naming ``offset + index``) at the first item that is not a non-blank
+    string. About 0.1 us per sentence: the common case is tested inline and only a suspect goes to the full check."""
+    for i, s in enumerate(items):
+        if type(s) is not str or not s or s.isspace():  # same verdict as check_sentence's strip()
+            check_sentence(offset + i, s, what=what)
+
+
+def validate_sentences(sentences: Iterable[object], *, what: str = "sentence") -> list[str]:
+    """Check that every item is a non-blank string and return them as a list."""
+    items = sentence_list(sentences, what=what)
+    check_sentences(items, what=what)
+    return items
 
 
 def check_finite(x: np.ndarray, *, what: str) -> None:
     """Raise naming the first bad row and column if ``x`` holds NaN or Inf."""
-    finite = np.isfinite(x)
-    if not finite.all():
-        row, col = (int(v) for v in np.argwhere(~finite)[0])
+    # In blocks of rows: a boolean mask of a million embeddings would cost as much memory as a float32 copy.
+    step = max(1, (1 << 22) // max(1, x.shape[-1])) if x.ndim == 2 else max(1, len(x))
+    for start in range(0, len(x), step):
+        finite = np.isfinite(x[start : start + step])
+        if finite.all():
+            continue
+        row, col = (int(v) for v in np.argwhere(~finite)[0]) if x.ndim == 2 else (int(np.argmin(finite)), 0)
+        row += start
         raise InputError(
             f"{what} contain NaN or Inf (first at row {row}, column {col}); the model or its input is broken"
         )
 
 
-def check_array(x: Any, *, n_features: int | None = None, what: str = "X", min_rows: int = 1) -> np.ndarray:
+def check_array(
+    x: Any, *, n_features: int | None = None, what: str = "X", min_rows: int = 1, dtype: type = np.float64
+) -> np.ndarray:
     """Validate an embedding matrix: 2-D, numeric, finite, with ``n_features`` columns if given.
 
     Returns:
-        the array as float64 [N, D] (calibrators compute in float64 and return float32).
+        the array as ``dtype`` [N, D] (float64 by default: calibrators compute in float64 and return float32),
+        without a copy when it already has that dtype.
     """
     try:
-        arr = np.asarray(x, dtype=np.float64)
+        arr = np.asarray(x, dtype=dtype)
     except (TypeError, ValueError) as e:
         raise InputError(f"{what} is not a numeric array: {e}") from None
     if arr.ndim != 2:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from bertflow import (
     AllButTheTopCalibrator,
@@ -16,7 +17,7 @@ from bertflow import (
     WhiteningCalibrator,
     parse_calibrator,
 )
-from bertflow.calibrators import Calibrator
+from bertflow.calibrators import AnchoredWhiteningCalibrator, Calibrator
 
 
 def make_all():
@@ -30,6 +31,7 @@ def make_all():
         ChainCalibrator([StandardNormCalibrator(), AllButTheTopCalibrator(1)]),
         FlowCalibrator(max_steps=30),
         FlowCalibrator("paper", coupling="affine", permutation="lu", max_steps=30),
+        AnchoredWhiteningCalibrator(),
     ]
 
 
@@ -74,6 +76,34 @@ def test_transform_matches_fit_transform_and_is_float32(calibrator, anisotropic_
     assert a.dtype == np.float32 and a.shape == (len(anisotropic_data), calibrator.n_features_out_)
     np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(calibrator.transform(anisotropic_data[3]), b[3], rtol=1e-6, atol=1e-6)
+
+
+def test_torch_transform_is_the_same_map(calibrator, anisotropic_data):
+    """The torch version (what Embedder and the encoder run on the device) equals transform to float32 rounding,
+    and keeps its own copy of the fitted state."""
+    x = anisotropic_data.copy()
+    x[:, 3] = 0.5  # a constant dimension: the flow's passthrough and whitening's dropped direction
+    calibrator.fit(x)
+    fn = calibrator.torch_transform("cpu")
+    ref = calibrator.transform(x)
+    got = fn(torch.from_numpy(x))
+    assert got.dtype == torch.float32 and got.shape == ref.shape
+    np.testing.assert_allclose(got.numpy(), ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
+    calibrator.fit(x[::-1] * 2.0)  # refitting leaves the function built before unchanged
+    np.testing.assert_array_equal(fn(torch.from_numpy(x)).numpy(), got.numpy())
+
+
+def test_torch_transform_of_a_calibrator_without_one_round_trips_through_numpy(anisotropic_data):
+    class Doubling(IdentityCalibrator):
+        _torch_transform = Calibrator._torch_transform
+
+        def _transform(self, X):
+            return 2 * X
+
+    fn = Doubling().fit(anisotropic_data).torch_transform()
+    np.testing.assert_allclose(fn(torch.from_numpy(anisotropic_data)).numpy(), 2 * anisotropic_data, rtol=1e-6)
+    with pytest.raises(NotFittedError):
+        IdentityCalibrator().torch_transform()
 
 
 def test_inverse_transform(calibrator, anisotropic_data):

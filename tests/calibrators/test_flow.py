@@ -98,3 +98,51 @@ def test_default_model_embeddings_fit_cleanly(default_encoder, data_dir):
         z = cal.transform(x)
         assert np.isfinite(z).all()
         assert np.isfinite(cal.history_["train_bpd"]).all()
+
+
+def test_float32_input_is_used_without_conversion_and_matches_float64(anisotropic_data):
+    """The flow trains in float32: a float32 matrix is not copied to float64 first, and gives the same flow."""
+    a = FlowCalibrator(max_steps=30).fit(anisotropic_data.astype(np.float32))
+    b = FlowCalibrator(max_steps=30).fit(anisotropic_data.astype(np.float64))
+    for va, vb in zip(a.flow_.state_dict().values(), b.flow_.state_dict().values(), strict=True):
+        assert torch.equal(va, vb)
+
+
+def test_device_batches_are_the_shuffled_batches_of_the_training_rows(anisotropic_data):
+    """The batches gathered on the device are train[rows][idx] for the idx of _batches, step after step."""
+    cal = FlowCalibrator(batch_size=48)
+    train = torch.from_numpy(anisotropic_data.astype(np.float32))
+    rows = torch.randperm(len(train), generator=torch.Generator().manual_seed(1))[:300]
+    got = cal._device_batches(train, rows, len(rows), torch.Generator().manual_seed(7), steps_per_block=4)
+    want = cal._batches(len(rows), torch.Generator().manual_seed(7))
+    for _ in range(15):  # several blocks and epochs (300 rows = 6.25 batches)
+        assert torch.equal(next(got), train[rows][next(want)])
+
+
+def test_divergence_guard_restores_the_last_checked_parameters():
+    from bertflow.calibrators.flow import _DivergenceGuard
+
+    p = torch.nn.Parameter(torch.zeros(3))
+    guard = _DivergenceGuard([p], torch.device("cpu"))
+    finite = torch.tensor(1.0)
+    for value in (1.0, 2.0):
+        p.data.fill_(value)
+        guard.record(finite, finite)
+    assert guard.check(2) == 0 and guard.kept == 2  # snapshot now holds the parameters of step 2
+    p.data.fill_(3.0)
+    guard.record(finite, finite)
+    p.data.fill_(float("nan"))
+    guard.record(torch.tensor(float("nan")), finite)  # step 4 is the first bad one
+    guard.record(finite, torch.tensor(float("inf")))
+    assert guard.check(5) == 4
+    assert torch.equal(p.data, torch.full((3,), 2.0)) and guard.kept == 2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_graph_replays_the_eager_steps_exactly(anisotropic_data):
+    x = np.tile(anisotropic_data, (20, 1)).astype(np.float32)
+    eager = FlowCalibrator(max_steps=250, device="cuda", cuda_graph=False, validation_fraction=0.1).fit(x)
+    graph = FlowCalibrator(max_steps=250, device="cuda", cuda_graph=True, validation_fraction=0.1).fit(x)
+    for va, vb in zip(eager.flow_.state_dict().values(), graph.flow_.state_dict().values(), strict=True):
+        assert torch.equal(va, vb)
+    assert eager.history_ == graph.history_

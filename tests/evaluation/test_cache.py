@@ -65,8 +65,8 @@ def test_sentence_key_is_exact_sha1() -> None:
 def test_encode_poolings_matches_single_pooling_encoders_in_one_pass(encoder: SentenceEncoder) -> None:
     sizes = _count_forwards(encoder)
     out = encode_poolings(encoder, SENTENCES, POOLINGS, batch_size=3)
-    # One pass for all five poolings: ceil(7 / 3) forward calls carrying each sentence once.
-    assert len(sizes) == 3 and sum(sizes) == len(SENTENCES)
+    # One pass for all five poolings: forward calls of at most 3 rows carrying each sentence once.
+    assert max(sizes) <= 3 and sum(sizes) == len(SENTENCES)
     assert set(out) == {"mean", "cls", "first-last-avg", "last2avg", "layers-0-2"}
     for spec, key in zip(POOLINGS, ["mean", "cls", "first-last-avg", "last2avg", "layers-0-2"], strict=True):
         single = SentenceEncoder(

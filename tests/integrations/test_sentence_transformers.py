@@ -69,7 +69,9 @@ def test_normalize_option(base, tiny_model_dir):
     raw = fit_calibrator(base, CORPUS, WhiteningCalibrator(), normalize=False)
     assert [type(m).__name__ for m in raw][-1] == "Calibration"
     z = raw.encode(CORPUS[:10])
-    np.testing.assert_allclose(z, raw[2].calibrator.transform(pooled(base)), atol=1e-5)
+    ref = raw[2].calibrator.transform(pooled(base))
+    # Calibration computes in float32 on the embeddings' device, transform() in float64: rounding apart, equal.
+    np.testing.assert_allclose(z, ref, atol=1e-6 * np.abs(ref).max() * ref.shape[1] ** 0.5)
     assert not np.allclose(np.linalg.norm(z, axis=1), 1.0)
     added = fit_calibrator(tiny_st(tiny_model_dir, normalize=False), CORPUS, "whitening", normalize=True)
     assert type(added[-1]).__name__ == "Normalize"

@@ -16,9 +16,10 @@ import logging
 from typing import Any
 
 import numpy as np
+import torch
 
 from ..errors import InputError
-from .base import Calibrator, expect_shape, register
+from .base import Calibrator, TorchTransform, as_tensor, expect_shape, register
 
 __all__ = ["AnchoredWhiteningCalibrator", "anisotropy"]
 
@@ -121,6 +122,19 @@ class AnchoredWhiteningCalibrator(Calibrator):
         raw = _unit_rows(X)
         cal = _unit_rows((X - self.mean_) @ self.components_)
         return np.hstack([np.sqrt(1.0 - self.weight_) * raw, np.sqrt(self.weight_) * cal])
+
+    def _torch_transform(self, device: torch.device) -> TorchTransform:
+        mean, components = as_tensor(self.mean_, device), as_tensor(self.components_, device)
+        raw_weight, cal_weight = float(np.sqrt(1.0 - self.weight_)), float(np.sqrt(self.weight_))
+
+        def unit_rows(x: torch.Tensor) -> torch.Tensor:
+            norm = x.norm(dim=1, keepdim=True)
+            return torch.where(norm > 0, x / norm.clamp_min(torch.finfo(x.dtype).tiny), torch.zeros_like(x))
+
+        def mix(x: torch.Tensor) -> torch.Tensor:
+            return torch.cat([raw_weight * unit_rows(x), cal_weight * unit_rows((x - mean) @ components)], dim=1)
+
+        return mix
 
     @property
     def n_features_out_(self) -> int:

@@ -6,9 +6,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import torch
 
 from ..errors import InputError
-from .base import Calibrator, register
+from .base import Calibrator, TorchTransform, register
 
 __all__ = ["ChainCalibrator"]
 
@@ -41,6 +42,16 @@ class ChainCalibrator(Calibrator):
         for step in self.steps:
             X = step._transform(X)
         return X
+
+    def _torch_transform(self, device: torch.device) -> TorchTransform:
+        parts = [step._torch_transform(device) for step in self.steps]
+
+        def chained(x: torch.Tensor) -> torch.Tensor:
+            for part in parts:
+                x = part(x)
+            return x
+
+        return chained
 
     def inverse_transform(self, Z: np.ndarray) -> np.ndarray:
         """Invert every step in reverse order; only where every step is invertible."""

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import torch
 
 from ..errors import InputError
-from .base import Calibrator, expect_shape, register
+from .base import Calibrator, TorchTransform, as_tensor, expect_shape, register
 
 __all__ = ["IdentityCalibrator", "StandardNormCalibrator", "AllButTheTopCalibrator", "floored_std"]
 
@@ -37,6 +38,9 @@ class IdentityCalibrator(Calibrator):
 
     def _transform(self, X: np.ndarray) -> np.ndarray:
         return X
+
+    def _torch_transform(self, device: torch.device) -> TorchTransform:
+        return lambda x: x
 
     def inverse_transform(self, Z: np.ndarray) -> np.ndarray:
         """Identity."""
@@ -68,6 +72,10 @@ class StandardNormCalibrator(Calibrator):
 
     def _transform(self, X: np.ndarray) -> np.ndarray:
         return (X - self.mean_) / self.scale_
+
+    def _torch_transform(self, device: torch.device) -> TorchTransform:
+        mean, scale = as_tensor(self.mean_, device), as_tensor(self.scale_, device)
+        return lambda x: (x - mean) / scale
 
     def inverse_transform(self, Z: np.ndarray) -> np.ndarray:
         """Undo the z-score."""
@@ -110,6 +118,15 @@ class AllButTheTopCalibrator(Calibrator):
     def _transform(self, X: np.ndarray) -> np.ndarray:
         centred = X - self.mean_
         return centred - (centred @ self.components_.T) @ self.components_
+
+    def _torch_transform(self, device: torch.device) -> TorchTransform:
+        mean, components = as_tensor(self.mean_, device), as_tensor(self.components_, device)
+
+        def project_out(x: torch.Tensor) -> torch.Tensor:
+            centred = x - mean
+            return centred - (centred @ components.T) @ components
+
+        return project_out
 
     def _get_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         return {}, {"mean": self.mean_, "components": self.components_}

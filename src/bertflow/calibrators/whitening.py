@@ -6,9 +6,10 @@ import logging
 from typing import Any
 
 import numpy as np
+import torch
 
 from ..errors import InputError
-from .base import Calibrator, expect_shape, register
+from .base import Calibrator, TorchTransform, as_tensor, expect_shape, register
 
 __all__ = ["WhiteningCalibrator"]
 
@@ -132,6 +133,10 @@ class WhiteningCalibrator(Calibrator):
 
     def _transform(self, X: np.ndarray) -> np.ndarray:
         return (X - self.mean_) @ self.components_
+
+    def _torch_transform(self, device: torch.device) -> TorchTransform:
+        mean, components = as_tensor(self.mean_, device), as_tensor(self.components_, device)
+        return lambda x: (x - mean) @ components
 
     def inverse_transform(self, Z: np.ndarray) -> np.ndarray:
         """Map whitened vectors back; exact when every direction was kept, a projection otherwise."""

@@ -1,4 +1,5 @@
-"""``bertflow bench cpu`` and ``bertflow bench suite``: speed benchmarks that print measured side-by-side ratios.
+"""``bertflow bench cpu``, ``bertflow bench flow`` and ``bertflow bench suite``: speed benchmarks that print
+measured side-by-side ratios.
 
 The logic lives in :mod:`bertflow.bench`; these commands only parse options. Numbers and how they were taken
 are in ``docs/performance.md``.
@@ -90,3 +91,34 @@ def suite(
             scale=scale,
             deadline_s=deadline,
         )
+
+
+@bench_app.command(
+    epilog="""Examples:
+
+  bertflow bench flow --json flow.json                              (on a GPU: 1M x 768, one epoch)
+
+  bertflow bench flow --rows 20000 --device cpu --probe-steps 50
+"""
+)
+def flow(
+    rows: Annotated[int, typer.Option(help="Random vectors to fit on.")] = 1_000_000,
+    dim: Annotated[int, typer.Option(help="Their dimension.")] = 768,
+    device: Annotated[str, typer.Option(help="cuda, cuda:1 ... or cpu.")] = "cuda",
+    probe_steps: Annotated[int, typer.Option(help="Steps per side-by-side run of the two loops.")] = 1000,
+    epoch: Annotated[bool, typer.Option(help="Also time one whole epoch.")] = True,
+    json_path: JsonOpt = None,
+) -> None:
+    """Flow fitting speed: one epoch of FlowCalibrator() on random vectors, and the training loop with and without
+    its CUDA graph side by side (time per step, and whether both give identical flows)."""
+    import numpy as np
+
+    from ..bench import bench_flow_fit_gpu, environment, save_json
+
+    X = np.random.default_rng(0).normal(size=(rows, dim)).astype(np.float32)
+    out = {
+        "environment": environment(device),
+        "flow_fit": bench_flow_fit_gpu(X, device=device, probe_steps=probe_steps, full_epoch=epoch),
+    }
+    if json_path:
+        save_json(out, json_path)

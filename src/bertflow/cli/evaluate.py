@@ -64,7 +64,10 @@ EpochsOpt = Annotated[float, typer.Option(help="Flow training epochs.")]
 MaxLenOpt = Annotated[int, typer.Option(help="Tokens per sentence after truncation (the paper used 64).")]
 DeviceOpt = Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 ...; default: CUDA when available.")]
 DtypeOpt = Annotated[str, typer.Option(help="auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16.")]
-BatchOpt = Annotated[int, typer.Option(help="Sentences per forward pass (results do not depend on it).")]
+BatchOpt = Annotated[
+    int | None,
+    typer.Option(help="Cap on sentences per forward pass; default: the encoder's token budget (same results)."),
+]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines on stderr.")]
 ThreadsOpt = Annotated[
     int | None,
@@ -158,7 +161,7 @@ def evaluate(
     cache_dir: CacheDirOpt = None,
     no_cache: NoCacheOpt = False,
     max_length: MaxLenOpt = 64,
-    batch_size: BatchOpt = 128,
+    batch_size: BatchOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = "auto",
     encoding_errors: ErrorsOpt = EncodingErrors.strict,
@@ -269,7 +272,7 @@ def reproduce(
     cache_dir: CacheDirOpt = None,
     no_cache: NoCacheOpt = False,
     max_length: MaxLenOpt = 64,
-    batch_size: BatchOpt = 128,
+    batch_size: BatchOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = "auto",
     encoding_errors: ErrorsOpt = EncodingErrors.strict,
@@ -358,7 +361,7 @@ def analyze(
     cache_dir: CacheDirOpt = None,
     no_cache: NoCacheOpt = False,
     max_length: MaxLenOpt = 64,
-    batch_size: BatchOpt = 128,
+    batch_size: BatchOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = "auto",
     encoding_errors: ErrorsOpt = EncodingErrors.strict,

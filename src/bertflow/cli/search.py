@@ -52,7 +52,7 @@ def build(
     unique: Annotated[bool, typer.Option(help="Index each distinct sentence once (its first occurrence).")] = False,
     backend: BackendOpt = "torch",
     encoding_errors: ErrorsOpt = EncodingErrors.strict,
-    batch_size: BatchOpt = 128,
+    batch_size: BatchOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = "auto",
     quiet: QuietOpt = False,

@@ -376,7 +376,7 @@ def analyze_stsb(
     flow_epochs: float = 1.0,
     device: str | None = None,
     cache: EmbeddingCache | None = None,
-    batch_size: int = 128,
+    batch_size: int | None = None,
     out_dir: str | Path | None = None,
     plots: bool = True,
     command: str | None = None,

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..encoder import SentenceEncoder
+from ..encoder import SentenceEncoder, plan_batches
 from ..errors import InputError
 from ..pooling import Pooling
 from ..validation import check_finite, validate_sentences
@@ -192,7 +192,7 @@ def encode_poolings(
     sentences: Sequence[str],
     poolings: Sequence[str | Sequence[int] | Pooling],
     *,
-    batch_size: int = 128,
+    batch_size: int | None = None,
     show_progress_bar: bool | None = None,
 ) -> dict[str, np.ndarray]:
     """Embed sentences under several poolings with ONE forward pass of the encoder per batch.
@@ -206,7 +206,8 @@ def encode_poolings(
         encoder: the encoder (its own pooling is ignored; its model, tokenizer, max_length and device are used).
         sentences: N non-blank strings.
         poolings: pooling names or layer lists (see :class:`bertflow.pooling.Pooling`).
-        batch_size: sentences per forward pass.
+        batch_size: optional cap on sentences per forward pass; batches follow the encoder's token budget
+            (:func:`~bertflow.encoder.plan_batches`), and results do not depend on either.
         show_progress_bar: ``None`` shows a bar for 4,096 sentences or more.
 
     Returns:
@@ -232,8 +233,8 @@ def encode_poolings(
     pad_id = encoder.tokenizer.pad_token_id or 0
     show = len(items) >= 4096 if show_progress_bar is None else show_progress_bar
     with tqdm(total=len(items), desc="encode", unit="sent", disable=not show) as bar:
-        for b in range(0, len(order), batch_size):
-            idx = order[b : b + batch_size]
+        for start, stop in plan_batches(lengths[order], encoder.token_budget, max_rows=batch_size):
+            idx = order[start:stop]
             width = int(lengths[idx[0]])
             input_ids = np.full((len(idx), width), pad_id, dtype=np.int64)
             mask = np.zeros((len(idx), width), dtype=np.int64)
@@ -261,7 +262,7 @@ def embed_cached(
     poolings: Sequence[str | Sequence[int] | Pooling],
     *,
     cache: EmbeddingCache | None = None,
-    batch_size: int = 128,
+    batch_size: int | None = None,
     chunk_size: int = 8192,
     show_progress_bar: bool | None = None,
 ) -> dict[str, np.ndarray]:
@@ -276,7 +277,7 @@ def embed_cached(
         sentences: N non-blank strings (duplicates allowed; each distinct one is encoded at most once).
         poolings: pooling names or layer lists.
         cache: the on-disk cache; ``None`` encodes everything and stores nothing.
-        batch_size: sentences per forward pass.
+        batch_size: optional cap on sentences per forward pass (default: the encoder's token budget).
         chunk_size: sentences encoded between two cache writes.
         show_progress_bar: ``None`` shows a bar for 4,096 sentences or more to encode.
 

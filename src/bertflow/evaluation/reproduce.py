@@ -466,7 +466,7 @@ class GridConfig:
     corpus: Sequence[str] | None = None
     corpus_name: str | None = None
     max_length: int = 64
-    batch_size: int = 128
+    batch_size: int | None = None
     device: str | None = None
     dtype: str = "auto"
     data_dir: str | Path | None = None
@@ -694,7 +694,7 @@ def evaluate_embedder(
     task_names: Sequence[str] = STS_TASKS,
     data_dir: str | Path | None = None,
     cache: EmbeddingCache | None = None,
-    batch_size: int = 128,
+    batch_size: int | None = None,
     command: str | None = None,
 ) -> GridResult:
     """Score a fitted :class:`~bertflow.pipeline.Embedder` (e.g. loaded from ``bertflow fit``) on STS tasks.
@@ -707,7 +707,7 @@ def evaluate_embedder(
         embedder: encoder + fitted calibrator.
         tasks: already-loaded tasks; else ``task_names`` are read from ``data_dir``.
         cache: embedding cache for the raw embeddings (``None``: nothing stored).
-        batch_size: sentences per forward pass.
+        batch_size: optional cap on sentences per forward pass (default: the token budget).
         command: the command line, for the report.
 
     Returns:

@@ -156,20 +156,30 @@ class Calibration(Module):
         self.fitting = dict(fitting or {})
 
     def forward(self, features: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        """Replace ``features["sentence_embedding"]`` [B, D] by its calibration [B, D'] (same device and dtype)."""
+        """Replace ``features["sentence_embedding"]`` [B, D] by its calibration [B, D'] (same device and dtype).
+
+        The calibrator runs in float32 on the embeddings' device (:meth:`Calibrator.torch_transform`).
+        """
         x: torch.Tensor = features["sentence_embedding"]
         if x.requires_grad:
             raise CompatibilityError(
-                "the Calibration module is inference-only (it runs through numpy, so no gradient flows through it); "
-                "train or fine-tune the model without it, then fit a calibrator with fit_calibrator"
+                "the Calibration module is inference-only (its calibrator is fitted by maximum likelihood on frozen "
+                "embeddings, not trained with the model); train or fine-tune the model without it, then fit a "
+                "calibrator with fit_calibrator"
             )
         if x.shape[-1] != self.calibrator.n_features_in_:
             raise CompatibilityError(
                 f"Calibration receives {x.shape[-1]}-dimensional sentence embeddings, but its calibrator was fitted on "
                 f"{self.calibrator.n_features_in_}-dimensional ones: fit it on this model with fit_calibrator"
             )
-        z = self.calibrator.transform(x.detach().to("cpu", torch.float32).numpy())
-        features["sentence_embedding"] = torch.from_numpy(np.ascontiguousarray(z)).to(device=x.device, dtype=x.dtype)
+        if not torch.isfinite(x).all():
+            raise InputError("the sentence embeddings given to Calibration contain NaN or Inf; the model is broken")
+        transforms = self.__dict__.setdefault("_transforms", {})  # one per device, built on first use
+        if x.device not in transforms:
+            transforms[x.device] = self.calibrator.torch_transform(x.device)
+        with torch.no_grad():
+            z = transforms[x.device](x.detach().float())
+        features["sentence_embedding"] = z.to(dtype=x.dtype)
         return features
 
     def get_embedding_dimension(self) -> int:
