@@ -144,7 +144,7 @@ def main() -> None:
     sentences = list(dict.fromkeys([s for t in tasks.values() for s in t.fit_sentences("target")] + nli))
     encoder = SentenceEncoder(args.model, pooling="mean")
     table = Table(encoder, sentences, poolings, EmbeddingCache(args.cache_dir))
-    results: dict = {"cells": [], "alpha_dev": {}, "anisotropy": {}}
+    results: dict = {"cells": [], "alpha_dev": {}, "weight_dev": {}, "anisotropy": {}}
 
     def cell(pooling: str, method: str, regime: str, factory: Factory, seeds: list | None = None) -> dict:
         t0 = time.perf_counter()
@@ -224,6 +224,16 @@ def main() -> None:
             )
         results["alpha_dev"][pooling] = row
         print(pooling, "STS-B dev", {k: round(v, 2) for k, v in row.items()}, flush=True)
+        # The mix weight rule beta = anisotropy ** gamma (gamma 1 is the rule), also on STS-B dev.
+        a = anisotropy(x_fit)
+        wrow = {"raw": row["raw"], "anisotropy": a}
+        for g in (0.5, 1.0, 1.5, 2.0):
+            cal = AnchoredWhiteningCalibrator(0.5, weight=a**g).fit(x_fit)
+            wrow[str(g)] = evaluate_pairs("dev", dev, lambda s, c=cal, p=pooling: c.transform(table.get(p, s))).score(
+                "all"
+            )
+        results["weight_dev"][pooling] = wrow
+        print(pooling, "STS-B dev, weight = anisotropy ** gamma", {k: round(v, 3) for k, v in wrow.items()}, flush=True)
 
     results["meta"] = {
         "command": "python benchmarks/beyond.py "
@@ -327,6 +337,21 @@ def to_markdown(res: dict) -> str:
     ]
     for p in poolings:
         lines.append(f"| {p} | " + " | ".join(f"{res['alpha_dev'][p][a]:.2f}" for a in alphas) + " |")
+    lines += [
+        "",
+        "### Choosing the mix weight rule with STS-B dev labels (anchored alpha 0.5, weight = anisotropy ** gamma; "
+        "Spearman x100 on STS-B dev, difference to raw)",
+        "",
+    ]
+    gammas = ["0.5", "1.0", "1.5", "2.0"]
+    lines += [
+        "| pooling | anisotropy | raw | " + " | ".join(f"gamma {g}" for g in gammas) + " |",
+        "|---|---:|---:|" + "---:|" * len(gammas),
+    ]
+    for p in poolings:
+        w = res["weight_dev"][p]
+        cells_ = " | ".join(f"{w[g] - w['raw']:+.3f}" for g in gammas)
+        lines.append(f"| {p} | {w['anisotropy']:.3f} | {w['raw']:.2f} | {cells_} |")
     return "\n".join(lines) + "\n"
 
 

@@ -90,3 +90,17 @@ def test_bench_memory_runs_the_cli(tiny_model_dir, tmp_path):
     out = bench.bench_memory(50, str(tiny_model_dir), tmp_path, source=SENTENCES, device="cpu", log=lambda _: None)
     assert out["lines"] == 50 and out["peak_rss_mb"] > 0 and out["output_mb"] > 0
     assert '"rows": 50' in out["stdout"]
+
+
+def test_flow_fit_gpu_report_runs_both_loops_and_compares_them(anisotropic_data):
+    """The GPU flow benchmark's logic on the CPU (where both loops are the eager one): side-by-side timings, the
+    ratio, and the equality check of the two fitted flows."""
+    X = np.tile(anisotropic_data, (125, 1)).astype(np.float32)  # 50,000 rows, like the equality check takes
+    out = bench.bench_flow_fit_gpu(X, device="cpu", probe_steps=3, rounds=1, full_epoch=False, log=lambda _: None)
+    assert len(out["cuda_graph"]["runs"]) == len(out["eager"]["runs"]) == 1
+    assert out["eager / cuda_graph"] == pytest.approx(out["eager"]["ms_per_step"] / out["cuda_graph"]["ms_per_step"])
+    assert out["graph_equals_eager"] == {
+        "identical_parameters": True,
+        "identical_history": True,
+        "max_abs_latent_diff": 0.0,
+    }

@@ -57,8 +57,9 @@ DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
 #: Default token budget per forward pass (padded tokens: rows x width). On a GPU, batches must be large
 #: enough to keep the matrix units busy (a BERT-base forward of 8k tokens is launch-bound on an H100); on a
-#: CPU, beyond a few thousand tokens larger batches mostly add memory.
-DEFAULT_MAX_TOKENS = {"cuda": 65536, "cpu": 8192}
+#: CPU, beyond a few thousand tokens larger batches only add memory traffic (1k to 4k tokens measured alike on
+#: 2 quiet cores, 8k slower: docs/performance.md).
+DEFAULT_MAX_TOKENS = {"cuda": 65536, "cpu": 4096}
 #: Default sentences per chunk (the sorting window). A GPU starts with a small chunk so that it gets work
 #: after a few milliseconds of tokenisation, then doubles it up to the maximum.
 DEFAULT_CHUNK = {"cuda": 65536, "cpu": 16384}
@@ -71,8 +72,9 @@ UNIFORM_FILL = 0.5
 MIN_LENGTH_RATIO = 0.9
 #: ... unless the batch would then be smaller than this many padded tokens. A forward pass of BERT-base costs about
 #: 4 ms of host time to launch whatever its size (measured on an H200, docs/performance.md), so on a GPU a batch
-#: must be large to keep the device busy; on a CPU, fewer and larger batches were faster too (measured on 2 cores).
-DEFAULT_MIN_TOKENS = {"cuda": 32768, "cpu": 4096}
+#: must be large to keep the device busy. On a CPU the launch cost is small and padding is paid in full, so the
+#: length rule alone decides (on 2 quiet cores a 4,096-token floor cost 16% on STS sentences and 10% on paragraphs).
+DEFAULT_MIN_TOKENS = {"cuda": 32768, "cpu": 0}
 
 
 def resolve_model(name_or_path: str | None) -> tuple[str, str]:
@@ -315,7 +317,7 @@ class SentenceEncoder:
         revision: hub revision (branch, tag or commit) to load.
         model: an already-built ``PreTrainedModel`` to wrap instead of loading (tests, custom models);
             ``tokenizer`` must then be given too.
-        max_tokens: padded tokens per forward pass (rows x width); ``None``: 65,536 on CUDA, 8,192 on CPU.
+        max_tokens: padded tokens per forward pass (rows x width); ``None``: 65,536 on CUDA, 4,096 on CPU.
             Short sentences thus make batches of many rows, long ones of few. Results do not depend on it.
         tokenize_workers: background threads that tokenise and pack batches while the model runs (each uses
             the Rust tokenizer's own thread pool); 0 tokenises on the calling thread, in turn with the model.
@@ -635,7 +637,7 @@ class SentenceEncoder:
 
     @property
     def token_budget(self) -> int:
-        """Padded tokens per forward pass: ``max_tokens``, or the device's default (65,536 on CUDA, 8,192 on CPU)."""
+        """Padded tokens per forward pass: ``max_tokens``, or the device's default (65,536 on CUDA, 4,096 on CPU)."""
         return self.max_tokens or DEFAULT_MAX_TOKENS["cuda" if self.device.type == "cuda" else "cpu"]
 
     def _chunk_sizes(self, chunk_size: int | None) -> Iterator[int]:

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from . import app
+from .core import BatchOpt, DeviceOpt, DtypeOpt, MaxLenOpt
 from .options import EncodingErrors, load_embedder, quiet_libraries, read_corpus
 
 ModelOpt = Annotated[
@@ -61,13 +62,6 @@ CacheDirOpt = Annotated[
 NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Do not read or write the embedding cache.")]
 SeedsOpt = Annotated[int, typer.Option(help="Flow rows: fit with seeds 0..N-1 and report mean ± std.")]
 EpochsOpt = Annotated[float, typer.Option(help="Flow training epochs.")]
-MaxLenOpt = Annotated[int, typer.Option(help="Tokens per sentence after truncation (the paper used 64).")]
-DeviceOpt = Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 ...; default: CUDA when available.")]
-DtypeOpt = Annotated[str, typer.Option(help="auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16.")]
-BatchOpt = Annotated[
-    int | None,
-    typer.Option(help="Cap on sentences per forward pass; default: the encoder's token budget (same results)."),
-]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines on stderr.")]
 ThreadsOpt = Annotated[
     int | None,

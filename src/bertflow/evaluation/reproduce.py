@@ -116,32 +116,9 @@ def load_encoder(
     device: str | None = None,
     dtype: str = "auto",
 ) -> SentenceEncoder:
-    """Build a :class:`SentenceEncoder`, also for architectures without a PyTorch-SDPA attention kernel.
-
-    ``SentenceEncoder`` asks transformers for SDPA attention, which transformers refuses for some architectures
-    (MPNet, e.g. all-mpnet-base-v2, with transformers 5.x). Such a model is then loaded with transformers' default
-    attention and wrapped; its weights, fingerprint and outputs are the same.
-    """
-    try:
-        return SentenceEncoder(model, pooling=pooling, max_length=max_length, device=device, dtype=dtype)
-    except ValueError as e:
-        if "scaled_dot_product_attention" not in str(e):
-            raise
-    from transformers import AutoModel, AutoTokenizer
-
-    from ..encoder import resolve_model
-
-    logger.info("%s has no SDPA attention in this transformers; loading it with the default attention", model)
-    model_id, path = resolve_model(model)
-    return SentenceEncoder(
-        model_id,
-        pooling=pooling,
-        max_length=max_length,
-        device=device,
-        dtype=dtype,
-        model=AutoModel.from_pretrained(path),
-        tokenizer=AutoTokenizer.from_pretrained(path),
-    )
+    """Build the :class:`SentenceEncoder` of a grid (architectures without an SDPA kernel, such as MPNet under
+    transformers 5, fall back to the default attention inside ``SentenceEncoder``)."""
+    return SentenceEncoder(model, pooling=pooling, max_length=max_length, device=device, dtype=dtype)
 
 
 def _blas_threads(n: int | None) -> contextlib.AbstractContextManager[Any]:

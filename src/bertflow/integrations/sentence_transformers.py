@@ -35,8 +35,9 @@ the calibrator itself loads from JSON + safetensors. As with any repository, loo
 **Checks.** The calibrator records what it was fitted on (the transformer's weight fingerprint, the pooling mode,
 ``max_seq_length``, dimension). When a model is built or loaded, :meth:`Calibration.on_model_ready` refuses
 another transformer, pooling or truncation with a :class:`~bertflow.errors.CompatibilityError`; ``forward``
-refuses embeddings of another dimension. Calibration is inference-only: it runs through numpy (the calibrators
-compute in float64), so gradients do not flow through it; fine-tune the model first, then calibrate.
+refuses embeddings of another dimension. The calibrator runs as a float32 torch function on the embeddings' device
+(:meth:`~bertflow.calibrators.Calibrator.torch_transform`). Calibration is inference-only (no gradients flow
+through it); fine-tune the model first, then calibrate.
 """
 
 from __future__ import annotations
