@@ -110,6 +110,20 @@ def test_embed_cached_encodes_each_distinct_sentence_once(encoder: SentenceEncod
     np.testing.assert_allclose(more["first-last-avg"], fresh, atol=1e-5)
 
 
+def test_layer_list_poolings_are_cached_and_read_back(encoder: SentenceEncoder, tmp_path: Path) -> None:
+    """A layer list ([0, 2], "1") is stored under its key ("layers-0-2") and found again by the same spec."""
+    cache = EmbeddingCache(tmp_path / "cache")
+    sizes = _count_forwards(encoder)
+    first = embed_cached(encoder, SENTENCES, [[0, 2], "1"], cache=cache)
+    assert set(first) == {"layers-0-2", "layers-1"} and sum(sizes) == 6
+    sizes.clear()
+    again = embed_cached(encoder, SENTENCES, ["0,2", [1]], cache=cache)
+    assert sizes == []
+    np.testing.assert_array_equal(again["layers-0-2"], first["layers-0-2"])
+    fresh = encode_poolings(encoder, SENTENCES, [[0, 2]])["layers-0-2"]
+    np.testing.assert_allclose(first["layers-0-2"], fresh, atol=1e-5)
+
+
 def test_cache_layout_and_keys(encoder: SentenceEncoder, tmp_path: Path) -> None:
     cache = EmbeddingCache(tmp_path)
     embed_cached(encoder, SENTENCES[:3], ["mean"], cache=cache)

@@ -286,6 +286,8 @@ def embed_cached(
     """
     items = validate_sentences(sentences)
     keys = [pooling_key(_spec(p), encoder.num_layers) for p in poolings]
+    # The key names a pooling for files and results; the spec is what parses ("layers-1-6" is a key, not a spec).
+    spec_of = {key: _spec(p) for key, p in zip(keys, poolings, strict=True)}
     distinct = list(dict.fromkeys(items))
     position = {s: i for i, s in enumerate(distinct)}
     result: dict[str, np.ndarray] = {}
@@ -295,7 +297,7 @@ def embed_cached(
             result[key] = np.zeros((len(distinct), encoder.dim), dtype=np.float32)
             missing[key] = np.ones(len(distinct), dtype=bool)
         else:
-            result[key], found = cache.lookup(encoder, key, distinct)
+            result[key], found = cache.lookup(encoder, spec_of[key], distinct)
             missing[key] = ~found
     union = np.zeros(len(distinct), dtype=bool)
     for mask in missing.values():
@@ -318,13 +320,17 @@ def embed_cached(
             texts = [distinct[i] for i in chunk]
             # Only the poolings that lack at least one sentence of this chunk are computed and stored.
             need = [k for k in missing if missing[k][chunk].any()]
-            encoded = encode_poolings(encoder, texts, need, batch_size=batch_size, show_progress_bar=False)
+            encoded = encode_poolings(
+                encoder, texts, [spec_of[k] for k in need], batch_size=batch_size, show_progress_bar=False
+            )
             for key in need:
                 # Only rows that were missing are filled and stored: cached rows stay exactly as they were.
                 sel = missing[key][chunk]
                 result[key][chunk[sel]] = encoded[key][sel]
                 if cache is not None:
-                    cache.store(encoder, key, [t for t, m in zip(texts, sel, strict=True) if m], encoded[key][sel])
+                    cache.store(
+                        encoder, spec_of[key], [t for t, m in zip(texts, sel, strict=True) if m], encoded[key][sel]
+                    )
             bar.update(len(chunk))
     rows = np.fromiter((position[s] for s in items), dtype=np.int64, count=len(items))
     return {key: result[key][rows] for key in dict.fromkeys(keys)}
