@@ -508,8 +508,6 @@ def bench_flow_fit_gpu(
     under 60 s), the training loop with and without its CUDA graph side by side (``probe_steps`` steps each,
     alternated ``rounds`` times, medians), and whether the two loops give bit-identical flows (300 steps on
     50,000 rows, with a held-out split)."""
-    import torch
-
     from .calibrators import FlowCalibrator
 
     FlowCalibrator(device=device, max_steps=5).fit(X[:4096])  # CUDA context, cuBLAS handles: not timed
@@ -539,19 +537,6 @@ def bench_flow_fit_gpu(
     if full_epoch:
         out["epoch"] = bench_flow_fit(X, device=device, log=log)
     return out
-
-
-def profile_flow_steps(X: np.ndarray, *, device: str, steps: int = 30, rows: int = 18) -> str:
-    """torch.profiler table (top ``rows`` ops by host time) of ``steps`` steps of ``FlowCalibrator.fit``."""
-    from torch.profiler import ProfilerActivity, profile
-
-    from .calibrators import FlowCalibrator
-
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
-    FlowCalibrator(device=device, max_steps=3).fit(X)
-    with profile(activities=activities) as prof:
-        FlowCalibrator(device=device, max_steps=steps).fit(X)
-    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows, max_name_column_width=40)
 
 
 def bench_calibrator_overhead(

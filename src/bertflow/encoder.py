@@ -599,11 +599,12 @@ class SentenceEncoder:
             out[batch.start : batch.start + batch.rows] = self._forward(batch)
         # Back to input order on the device, then one copy for the whole chunk.
         result = out.index_select(0, chunk.inverse.to(self.device, non_blocking=True))
-        pooled_bad = ~torch.isfinite(result).all()
+        # Two flags, so that an overflow in the transform is not blamed on the model.
+        pooled_bad = out_bad = ~torch.isfinite(result).all()
         if transform is not None:
             result = transform(result).float()
-        # Two flags, so that an overflow in the transform is not blamed on the model.
-        nonfinite = torch.stack([pooled_bad, ~torch.isfinite(result).all()])
+            out_bad = ~torch.isfinite(result).all()
+        nonfinite = torch.stack([pooled_bad, out_bad])
         if self.device.type != "cuda":
             return _Pending(chunk.offset, result, nonfinite)
         host = torch.empty(result.shape, dtype=torch.float32, pin_memory=True)
@@ -656,7 +657,6 @@ class SentenceEncoder:
         batch_size: int | None,
         chunk_size: int | None,
         max_tokens: int | None,
-        validated: bool,
         transform: DeviceTransform | None = None,
     ) -> Iterator[tuple[int, np.ndarray]]:
         """Yield ``(first_row, float32 [n, D])`` per chunk, in order (on CUDA a view of pinned memory)."""
@@ -666,7 +666,7 @@ class SentenceEncoder:
         if budget < 1:
             raise InputError(f"max_tokens must be positive, got {budget}")
         sizes = self._chunk_sizes(chunk_size)
-        chunks = _cut(sentences, sizes, validated)
+        chunks = _cut(sentences, sizes)
 
         def prepare(item: tuple[int, Sequence[str]]) -> _PreparedChunk:
             return self._prepare(item, budget, batch_size)
@@ -744,7 +744,6 @@ class SentenceEncoder:
             batch_size=batch_size,
             chunk_size=chunk_size,
             max_tokens=max_tokens,
-            validated=False,
             transform=transform,
         ):
             # Copy out of pinned (page-locked) memory, which callers should not be left holding.
@@ -793,7 +792,6 @@ class SentenceEncoder:
                 batch_size=batch_size,
                 chunk_size=None,
                 max_tokens=max_tokens,
-                validated=False,
                 transform=transform,
             ):
                 if out is None:
@@ -825,7 +823,7 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _cut(sentences: Iterable[str], sizes: Iterator[int], validated: bool) -> Iterator[tuple[int, list[str]]]:
+def _cut(sentences: Iterable[str], sizes: Iterator[int]) -> Iterator[tuple[int, list[str]]]:
     """Cut a stream into ``(first_row, sentences)`` chunks of the given sizes, checking each sentence."""
     it = iter(sentences)
     offset = 0
@@ -833,8 +831,7 @@ def _cut(sentences: Iterable[str], sizes: Iterator[int], validated: bool) -> Ite
         chunk = list(itertools.islice(it, size))
         if not chunk:
             return
-        if not validated:
-            check_sentences(chunk, offset=offset)
+        check_sentences(chunk, offset=offset)
         yield offset, chunk
         offset += len(chunk)
 

@@ -43,6 +43,7 @@ from . import __version__
 from .calibrators import Calibrator, FlowCalibrator, IdentityCalibrator
 from .encoder import SentenceEncoder, resolve_model
 from .errors import CompatibilityError, InputError, ModelFileError
+from .linalg import unit_rows
 from .serialization import FORMAT_VERSION, atomic_directory, read_json, sha256_file, write_json
 from .validation import validate_sentences
 
@@ -223,7 +224,7 @@ class Embedder:
         """
         za = np.atleast_2d(self.encode(a)).astype(np.float64)
         zb = np.atleast_2d(self.encode(b)).astype(np.float64)
-        sims = _normalize(za) @ _normalize(zb).T
+        sims = unit_rows(za) @ unit_rows(zb).T
         if isinstance(a, str) and isinstance(b, str):
             return float(sims[0, 0])
         return sims.astype(np.float32)
@@ -233,8 +234,8 @@ class Embedder:
         if len(a) != len(b):
             raise ValueError(f"need as many first as second sentences, got {len(a)} and {len(b)}")
         za, zb = (
-            _normalize(self.encode(list(a)).astype(np.float64)),
-            _normalize(self.encode(list(b)).astype(np.float64)),
+            unit_rows(self.encode(list(a)).astype(np.float64)),
+            unit_rows(self.encode(list(b)).astype(np.float64)),
         )
         return (za * zb).sum(axis=1).astype(np.float32)
 
@@ -609,11 +610,6 @@ class Embedder:
 
     def __repr__(self) -> str:
         return f"Embedder({self.encoder!r}, {self.calibrator!r})"
-
-
-def _normalize(x: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return x / np.where(norms == 0, 1.0, norms)
 
 
 def _is_hub_id(name: str) -> bool:

@@ -35,6 +35,7 @@ import torch
 
 from . import __version__
 from .errors import CompatibilityError, InputError, ModelFileError
+from .linalg import unit_rows
 from .serialization import (
     FORMAT_VERSION,
     atomic_directory,
@@ -209,6 +210,22 @@ class EmbeddingIndex:
         index.add(arr, ids=ids, texts=texts)
         return index
 
+    def _vectors(self, x: object, what: str) -> np.ndarray:
+        """``x`` as float32 [n, dim]: numeric, 2-D, of this index's dimension (else CompatibilityError), finite."""
+        try:
+            arr = np.asarray(x, dtype=np.float32)
+        except (TypeError, ValueError) as e:
+            raise InputError(f"{what} are not a numeric array: {e}") from None
+        if arr.ndim != 2:
+            raise InputError(f"{what} must be 2-D [n_rows, dim], got shape {arr.shape}")
+        if arr.shape[1] != self.dim:
+            raise CompatibilityError(
+                f"{what} are {arr.shape[1]}-dimensional but the index holds {self.dim}-dimensional vectors: embed "
+                "them with the model the index was built with"
+            )
+        check_finite(arr, what=what)
+        return arr
+
     def add(
         self, embeddings: np.ndarray, ids: Sequence[ItemId] | None = None, texts: Sequence[str] | None = None
     ) -> None:
@@ -218,21 +235,10 @@ class EmbeddingIndex:
             CompatibilityError: vectors of another dimension.
             InputError: NaN/Inf, duplicate or malformed ids, texts missing or of the wrong count.
         """
-        try:
-            arr = np.asarray(embeddings, dtype=np.float32)
-        except (TypeError, ValueError) as e:
-            raise InputError(f"embeddings are not a numeric array: {e}") from None
-        if arr.ndim != 2:
-            raise InputError(f"embeddings must be 2-D [n_rows, dim], got shape {arr.shape}")
-        if arr.shape[1] != self.dim:
-            raise CompatibilityError(
-                f"the index holds {self.dim}-dimensional vectors, got {arr.shape[1]}: embed with the model the index "
-                "was built with"
-            )
+        arr = self._vectors(embeddings, "embeddings to index")
         n = len(arr)
         if n == 0:
             return
-        check_finite(arr, what="embeddings to index")
         new_ids = list(range(len(self), len(self) + n)) if ids is None else _check_ids(ids, n, self._id_set)
         if ids is None and any(i in self._id_set for i in new_ids):
             raise InputError("default (positional) ids collide with ids already in the index; pass ids explicitly")
@@ -259,8 +265,7 @@ class EmbeddingIndex:
         """float32 C-contiguous rows, L2-normalised for cosine (zero rows stay zero and score 0)."""
         arr = np.ascontiguousarray(arr, dtype=np.float32)
         if self.metric == "cosine":
-            norms = np.linalg.norm(arr.astype(np.float64), axis=1, keepdims=True)
-            arr = (arr / np.where(norms == 0, 1.0, norms)).astype(np.float32)
+            arr = np.ascontiguousarray(unit_rows(arr), dtype=np.float32)
         return arr
 
     def _corpus(self) -> torch.Tensor:
@@ -301,18 +306,7 @@ class EmbeddingIndex:
         """
         if k < 1:
             raise InputError(f"top_k must be at least 1, got {k}")
-        try:
-            q = np.asarray(queries, dtype=np.float32)
-        except (TypeError, ValueError) as e:
-            raise InputError(f"queries are not a numeric array: {e}") from None
-        if q.ndim != 2:
-            raise InputError(f"queries must be 2-D [n_queries, dim], got shape {q.shape}")
-        if q.shape[1] != self.dim:
-            raise CompatibilityError(
-                f"queries are {q.shape[1]}-dimensional but the index holds {self.dim}-dimensional vectors: embed the "
-                "queries with the model the index was built with"
-            )
-        check_finite(q, what="query embeddings")
+        q = self._vectors(queries, "query embeddings")
         k = min(int(k), len(self))
         if k == 0 or len(q) == 0:
             return np.empty((len(q), k), np.float32), np.empty((len(q), k), np.int64)

@@ -19,17 +19,13 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from .base import Calibrator, TorchTransform, as_tensor, expect_shape, register
+from ..linalg import unit_rows
+from .base import Calibrator, TorchTransform, as_tensor, register
+from .whitening import descending_eigh, mean_and_covariance, read_projection
 
 __all__ = ["AnchoredWhiteningCalibrator", "anisotropy"]
 
 logger = logging.getLogger(__name__)
-
-
-def _unit_rows(X: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit L2 norm (zero rows stay zero)."""
-    norm = np.linalg.norm(X, axis=1, keepdims=True)
-    return np.divide(X, norm, out=np.zeros_like(X), where=norm > 0)
 
 
 def anisotropy(X: np.ndarray) -> float:
@@ -41,7 +37,7 @@ def anisotropy(X: np.ndarray) -> float:
     pooling), 0.32 to 0.34 (last2avg, first-last-avg) and 0.54 (cls).
     """
     arr = np.asarray(X, dtype=np.float64)
-    m = _unit_rows(arr).mean(axis=0)
+    m = unit_rows(arr).mean(axis=0)
     return float(np.clip(m @ m, 0.0, 1.0))
 
 
@@ -96,12 +92,8 @@ class AnchoredWhiteningCalibrator(Calibrator):
             raise InputError(f"rcond must be in [0, 1), got {self.rcond}")
 
     def _fit(self, X: np.ndarray) -> None:
-        n = X.shape[0]
-        self.mean_ = X.mean(axis=0)
-        centred = X - self.mean_
-        cov = centred.T @ centred / (n - 1)
-        eigvals, eigvecs = np.linalg.eigh(cov)
-        eigvals, eigvecs = eigvals[::-1].clip(min=0.0), eigvecs[:, ::-1]
+        self.mean_, cov = mean_and_covariance(X)
+        eigvals, eigvecs = descending_eigh(cov)
         keep = eigvals > self.rcond * eigvals[0] if eigvals[0] > 0 else np.zeros_like(eigvals, dtype=bool)
         if not keep.any():
             raise InputError("the fitting embeddings have no variance (all rows equal); cannot calibrate")
@@ -119,8 +111,8 @@ class AnchoredWhiteningCalibrator(Calibrator):
         )
 
     def _transform(self, X: np.ndarray) -> np.ndarray:
-        raw = _unit_rows(X)
-        cal = _unit_rows((X - self.mean_) @ self.components_)
+        raw = unit_rows(X)
+        cal = unit_rows((X - self.mean_) @ self.components_)
         return np.hstack([np.sqrt(1.0 - self.weight_) * raw, np.sqrt(self.weight_) * cal])
 
     def _torch_transform(self, device: torch.device) -> TorchTransform:
@@ -152,10 +144,7 @@ class AnchoredWhiteningCalibrator(Calibrator):
 
     def _set_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
         k = int(meta["n_components"])
-        d = self.n_features_in_
-        self.mean_ = expect_shape(arrays, "mean", (d,)).astype(np.float64)
-        self.components_ = expect_shape(arrays, "components", (d, k)).astype(np.float64)
-        self.explained_variance_ = expect_shape(arrays, "explained_variance", (k,)).astype(np.float64)
+        self.mean_, self.components_, self.explained_variance_ = read_projection(arrays, self.n_features_in_, k)
         self.anisotropy_ = float(meta["anisotropy"])
         self.weight_ = float(meta["weight"])
         if not 0.0 <= self.weight_ <= 1.0:

@@ -16,6 +16,28 @@ __all__ = ["WhiteningCalibrator"]
 logger = logging.getLogger(__name__)
 
 
+def mean_and_covariance(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean [D] and sample covariance [D, D] (divided by N - 1) of the rows of ``X`` [N, D], N >= 2."""
+    mean = X.mean(axis=0)
+    centred = X - mean
+    return mean, centred.T @ centred / (X.shape[0] - 1)
+
+
+def descending_eigh(cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Eigenvalues [D] (largest first, clipped at 0) and eigenvectors [D, D] (columns) of a covariance."""
+    eigvals, eigvecs = np.linalg.eigh(cov)  # ascending; symmetric, so eigh is exact and cheaper than SVD
+    return eigvals[::-1].clip(min=0.0), eigvecs[:, ::-1]
+
+
+def read_projection(arrays: dict[str, np.ndarray], d: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The saved ``mean`` [d], ``components`` [d, k] and ``explained_variance`` [k] of a projection, as float64."""
+    return (
+        expect_shape(arrays, "mean", (d,)).astype(np.float64),
+        expect_shape(arrays, "components", (d, k)).astype(np.float64),
+        expect_shape(arrays, "explained_variance", (k,)).astype(np.float64),
+    )
+
+
 @register("whitening")
 class WhiteningCalibrator(Calibrator):
     r"""Whitening: :math:`\tilde x = (x - \mu) U_k \Lambda_k^{-1/2}` from the eigendecomposition of the covariance.
@@ -57,11 +79,8 @@ class WhiteningCalibrator(Calibrator):
             raise InputError("shrinkage must be >= 0 and rcond in [0, 1)")
 
     def _fit(self, X: np.ndarray) -> None:
-        n = X.shape[0]
-        self.mean_ = X.mean(axis=0)
-        centred = X - self.mean_
-        cov = centred.T @ centred / (n - 1)
-        self._fit_covariance(cov, n)
+        self.mean_, cov = mean_and_covariance(X)
+        self._fit_covariance(cov, X.shape[0])
 
     def fit_from_moments(
         self, n: int, sum_x: np.ndarray, sum_outer: np.ndarray, *, shift: np.ndarray | None = None
@@ -113,8 +132,7 @@ class WhiteningCalibrator(Calibrator):
     def _fit_covariance(self, cov: np.ndarray, n: int) -> None:
         """Set the fitted attributes other than ``mean_`` from the covariance [D, D] of ``n`` rows."""
         d = cov.shape[0]
-        eigvals, eigvecs = np.linalg.eigh(cov)  # ascending; symmetric, so eigh is exact and cheaper than SVD
-        eigvals, eigvecs = eigvals[::-1].clip(min=0.0), eigvecs[:, ::-1]
+        eigvals, eigvecs = descending_eigh(cov)
         if self.shrinkage > 0:
             eigvals = eigvals + self.shrinkage * eigvals.mean()
         keep = eigvals > self.rcond * eigvals[0]
@@ -156,8 +174,5 @@ class WhiteningCalibrator(Calibrator):
 
     def _set_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
         k = int(meta["n_components"])
-        d = self.n_features_in_
-        self.mean_ = expect_shape(arrays, "mean", (d,)).astype(np.float64)
-        self.components_ = expect_shape(arrays, "components", (d, k)).astype(np.float64)
-        self.explained_variance_ = expect_shape(arrays, "explained_variance", (k,)).astype(np.float64)
+        self.mean_, self.components_, self.explained_variance_ = read_projection(arrays, self.n_features_in_, k)
         self.n_components_ = k

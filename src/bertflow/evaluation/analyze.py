@@ -36,6 +36,7 @@ from ..calibrators import Calibrator, parse_calibrator
 from ..data import StsTask, load_nli_sentences, load_sts_task, resolve_data_dir
 from ..encoder import SentenceEncoder
 from ..errors import InputError
+from ..linalg import unit_rows
 from .cache import EmbeddingCache, embed_cached, pooling_key
 from .paper import TABLE6, TABLE6_SOURCE
 from .reproduce import _blas_threads, fitting_sets, machine_info
@@ -89,18 +90,12 @@ def edit_distances(sentences1: Sequence[str], sentences2: Sequence[str]) -> np.n
     )
 
 
-def _unit(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float64)
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return x / np.where(norms == 0, 1.0, norms)
-
-
 def mean_pairwise_cosine(x: np.ndarray) -> float:
     """Mean cosine similarity over all pairs i != j of the rows of ``x`` [N, D] (exact, O(N D)).
 
     Uses sum_{i != j} u_i . u_j = ||sum_i u_i||^2 - N for unit rows u_i.
     """
-    u = _unit(x)
+    u = unit_rows(x)
     n = len(u)
     if n < 2:
         raise InputError("mean pairwise cosine needs at least 2 rows")
@@ -121,7 +116,7 @@ def isotropy_score(x: np.ndarray) -> float:
     Returns:
         The score in (0, 1].
     """
-    u = _unit(x)
+    u = unit_rows(x)
     _, vecs = np.linalg.eigh(u.T @ u)
     proj = u @ vecs  # [N, D]: c . u_i for every eigenvector c
     log_z = np.concatenate([logsumexp(proj, axis=0), logsumexp(-proj, axis=0)])
@@ -134,7 +129,7 @@ def spectrum(x: np.ndarray) -> np.ndarray:
     The top eigenvalue is (about) the share of the common direction; a flat spectrum means isotropy.
     Returns float64 [min(N, D)].
     """
-    u = _unit(x)
+    u = unit_rows(x)
     sv = np.linalg.svd(u, compute_uv=False)
     return sv**2 / len(u)
 
@@ -302,7 +297,14 @@ def _plot(
     matplotlib.use("Agg")  # files only, never a window
     import matplotlib.pyplot as plt
 
-    names = []
+    names: list[str] = []
+
+    def save(fig: Any, name: str) -> None:
+        fig.tight_layout()
+        fig.savefig(out_dir / name, dpi=120)
+        plt.close(fig)
+        names.append(name)
+
     # Singular-value spectra of the normalised rows.
     fig, ax = plt.subplots(figsize=(6, 4))
     for x, label in ((raw, "raw"), (cal, "calibrated")):
@@ -313,10 +315,7 @@ def _plot(
         ax.semilogy(np.flatnonzero(keep), sv[keep], label=f"{label}{dropped}")
     ax.set(xlabel="index", ylabel="singular value of U / sqrt(N)", title=f"Spectrum: {title}")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(out_dir / "spectrum.png", dpi=120)
-    plt.close(fig)
-    names.append("spectrum.png")
+    save(fig, "spectrum.png")
     # Pairwise cosine histograms on a random sample of pairs i != j.
     rng = np.random.default_rng(seed)
     n = len(raw)
@@ -324,15 +323,12 @@ def _plot(
     j = (i + rng.integers(1, n, size=len(i))) % n
     fig, ax = plt.subplots(figsize=(6, 4))
     for x, label in ((raw, "raw"), (cal, "calibrated")):
-        u = _unit(x)
+        u = unit_rows(x)
         c = (u[i] * u[j]).sum(axis=1)
         ax.hist(c, bins=100, range=(-1, 1), alpha=0.55, density=True, label=f"{label} (mean {c.mean():.3f})")
     ax.set(xlabel="cosine similarity of random sentence pairs", ylabel="density", title=f"Pairwise cosine: {title}")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(out_dir / "cosine_hist.png", dpi=120)
-    plt.close(fig)
-    names.append("cosine_hist.png")
+    save(fig, "cosine_hist.png")
     # Predicted similarity vs gold.
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=False)
     for ax, sim, label in ((axes[0], cos_raw, "raw"), (axes[1], cos_cal, "calibrated")):
@@ -340,10 +336,7 @@ def _plot(
         ax.scatter(gold, sim, s=4, alpha=0.4)
         ax.set(xlabel="gold score", ylabel="cosine similarity", title=f"{label}: Spearman {rho:.2f}")
     fig.suptitle(f"STS-B test: {title}")
-    fig.tight_layout()
-    fig.savefig(out_dir / "similarity_vs_gold.png", dpi=120)
-    plt.close(fig)
-    names.append("similarity_vs_gold.png")
+    save(fig, "similarity_vs_gold.png")
     # Similarity vs edit distance: mean per distance, gold rescaled to [0, 1].
     fig, ax = plt.subplots(figsize=(6, 4))
     top = int(min(distance.max(), 30))
@@ -354,10 +347,7 @@ def _plot(
     ax.axvline(SMALL_EDIT_DISTANCE + 0.5, color="grey", lw=0.8, ls="--")
     ax.set(xlabel="word-level edit distance", ylabel="mean similarity", title=f"Similarity vs edit distance: {title}")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(out_dir / "similarity_vs_edit_distance.png", dpi=120)
-    plt.close(fig)
-    names.append("similarity_vs_edit_distance.png")
+    save(fig, "similarity_vs_edit_distance.png")
     return names
 
 

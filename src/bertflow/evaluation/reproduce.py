@@ -652,16 +652,26 @@ def run_grid(
         "fit_threads": config.fit_threads,
         "protocol": _PROTOCOL,
         "machine": machine_info(config.device),
+        **_run_record(started, encode_seconds, cells, len(sentences), cache),
+    }
+    return GridResult(meta, cells, published_for(encoder.model_id))
+
+
+def _run_record(
+    started: float, encode_seconds: float, cells: Sequence[Any], n_sentences: int, cache: EmbeddingCache | None
+) -> dict[str, Any]:
+    """The part of a run's metadata that says how long it took, on how many sentences, from which cache."""
+    elapsed = time.perf_counter() - started
+    return {
         "seconds": {
-            "total": round(time.perf_counter() - started, 1),
+            "total": round(elapsed, 1),
             "encode": round(encode_seconds, 1),
             "cells": round(sum(c.seconds for c in cells), 1),
         },
-        "sentences": {"distinct": len(sentences)},
+        "sentences": {"distinct": n_sentences},
         "cache": str(cache.root) if cache else None,
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - (time.perf_counter() - started))),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - elapsed)),
     }
-    return GridResult(meta, cells, published_for(encoder.model_id))
 
 
 def evaluate_embedder(
@@ -728,14 +738,7 @@ def evaluate_embedder(
         "flow": {"epochs": getattr(embedder.calibrator, "epochs", None)},
         "protocol": _PROTOCOL,
         "machine": machine_info(str(encoder.device)),
-        "seconds": {
-            "total": round(time.perf_counter() - started, 1),
-            "encode": round(encode_seconds, 1),
-            "cells": round(sum(c.seconds for c in cells), 1),
-        },
-        "sentences": {"distinct": len(sentences)},
-        "cache": str(cache.root) if cache else None,
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - (time.perf_counter() - started))),
+        **_run_record(started, encode_seconds, cells, len(sentences), cache),
     }
     return GridResult(meta, cells, published_for(encoder.model_id))
 

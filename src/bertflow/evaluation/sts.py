@@ -27,6 +27,7 @@ from scipy import stats
 
 from bertflow.data import STS_TASKS, SentencePairs, StsTask, load_sts_tasks
 from bertflow.errors import InputError
+from bertflow.linalg import unit_rows
 
 __all__ = [
     "Protocol",
@@ -87,19 +88,7 @@ def cosine_scores(emb1: np.ndarray, emb2: np.ndarray) -> np.ndarray:
     b = _as_2d_float(emb2, "emb2")
     if a.shape != b.shape:
         raise InputError(f"emb1 and emb2 must have the same shape, got {a.shape} and {b.shape}")
-    return np.clip(np.einsum("nd,nd->n", _unit_rows(a), _unit_rows(b)), -1.0, 1.0)
-
-
-def _unit_rows(x: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit L2 norm; zero rows stay zero.
-
-    Each row is first divided by its largest absolute value, so squaring inside the norm can neither
-    overflow (|x| ~ 1e200) nor underflow (|x| ~ 1e-200); cosine is scale-invariant, so this is exact.
-    """
-    peak = np.abs(x).max(axis=1, keepdims=True) if x.shape[1] else np.zeros((x.shape[0], 1))
-    scaled = np.divide(x, peak, out=np.zeros_like(x), where=peak > 0)
-    norm = np.linalg.norm(scaled, axis=1, keepdims=True)
-    return np.divide(scaled, norm, out=np.zeros_like(scaled), where=norm > 0)
+    return np.clip(np.einsum("nd,nd->n", unit_rows(a), unit_rows(b)), -1.0, 1.0)
 
 
 def correlations(predicted: np.ndarray, gold: np.ndarray) -> tuple[float, float]:
