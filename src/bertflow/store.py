@@ -24,7 +24,10 @@ array (memory-mapped, so only the rows asked for are read) without concatenating
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import hashlib
+import io
+import itertools
 import json
 import os
 import socket
@@ -32,7 +35,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -90,12 +93,14 @@ def _temporary_name(path: Path) -> Path:
     return path.with_name(f".{path.name}{_TMP_MARK}{socket.gethostname()}-{os.getpid()}")
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old file or the whole new one, never a part."""
+@contextlib.contextmanager
+def _atomic_open(path: Path, mode: str, **kwargs: Any) -> Iterator[IO[Any]]:
+    """A temporary file beside ``path``, opened for writing: on success it is flushed, fsynced and renamed over
+    ``path`` (readers see the old file or the whole new one, never a part); on any error it is removed."""
     tmp = _temporary_name(path)
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with open(tmp, mode, **kwargs) as fh:
+            yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -103,6 +108,12 @@ def _atomic_write_text(path: Path, text: str) -> None:
         tmp.unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (see :func:`_atomic_open`)."""
+    with _atomic_open(path, "w", encoding="utf-8") as fh:
+        fh.write(text)
 
 
 def _dump_json(data: dict[str, Any]) -> str:
@@ -678,26 +689,16 @@ def merge_shards(folder: str | Path, output: str | Path | None = None, *, rows_p
     store = open_embeddings(folder)
     target = Path(output) if output is not None else Path(folder) / MERGED_NAME
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temporary_name(target)
     h = hashlib.sha256()
-    try:
-        with open(tmp, "wb") as fh:
-            header = {"descr": np.lib.format.dtype_to_descr(store.dtype), "fortran_order": False, "shape": store.shape}
-            np.lib.format.write_array_header_1_0(fh, header)
-            fh.flush()
-            with open(tmp, "rb") as rh:
-                h.update(rh.read())
-            for block in store.iter_chunks(rows=rows_per_block):
-                data = memoryview(np.ascontiguousarray(block)).cast("B")
-                fh.write(data)
-                h.update(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(target.parent)
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": np.lib.format.dtype_to_descr(store.dtype), "fortran_order": False, "shape": store.shape}
+    )
+    with _atomic_open(target, "wb") as fh:
+        blocks = (memoryview(np.ascontiguousarray(b)).cast("B") for b in store.iter_chunks(rows=rows_per_block))
+        for data in itertools.chain([header.getvalue()], blocks):
+            fh.write(data)
+            h.update(data)
     if target.resolve().parent == Path(folder).resolve():
         manifest = read_manifest(folder)
         manifest["merged"] = {"file": target.name, "bytes": target.stat().st_size, "sha256": h.hexdigest()}

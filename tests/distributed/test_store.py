@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import numpy as np
@@ -146,7 +147,11 @@ def test_merge_writes_one_memory_mappable_array(store, matrix):
     path = merge_shards(store.folder)
     merged = np.load(path, mmap_mode="r")
     np.testing.assert_array_equal(merged, matrix)
-    assert read_manifest(store.folder)["merged"]["file"] == "embeddings.npy"
+    record = read_manifest(store.folder)["merged"]
+    assert record["file"] == "embeddings.npy"
+    # The recorded digest and size are those of the whole file, header included.
+    assert record["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert record["bytes"] == path.stat().st_size
 
 
 def test_verify_catches_a_changed_byte(store):
