@@ -41,31 +41,43 @@ def main() -> None:
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--arch", default="minilm-l6")
     ap.add_argument("--sizes", default="40000,200000,1000000")
+    ap.add_argument(
+        "--processes",
+        default="auto,0",
+        help="tokenisation worker-process counts to compare ('auto': the encoder's default; 0: in this process)",
+    )
+    ap.add_argument("--rounds", type=int, default=5, help="rounds per setting up to 200k sentences (2 above)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     base = sts_sentences(args.data_dir)
     out = {"environment": environment(args.device), "arch": args.arch, "results": {}}
+    counts = [None if p == "auto" else int(p) for p in args.processes.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         path = str(build_random_model(args.arch, args.tokenizer_dir, f"{tmp}/model"))
+        encoders = {}
+        for count in counts:
+            enc = SentenceEncoder(path, device=args.device, tokenize_processes=count)
+            encoders[f"processes={enc.tokenize_processes}" + (" (default)" if count is None else "")] = enc
+        encoders["pretokenized"] = pretokenized(SentenceEncoder(path, device=args.device, tokenize_processes=0))
         for n in (int(x) for x in args.sizes.split(",")):
             sentences = replicate(base, n)
-            plain = SentenceEncoder(path, device=args.device)
-            pre = pretokenized(SentenceEncoder(path, device=args.device))
-            plain.encode(sentences, show_progress_bar=False)  # warm-up, and fills the lookup of `pre`
-            pre.encode(sentences, show_progress_bar=False)
+            for enc in encoders.values():  # warm-up; starts the worker processes and fills the lookup
+                enc.encode(sentences, show_progress_bar=False)
             runs = {
-                "default": lambda e=plain, s=sentences: e.encode(s, show_progress_bar=False),
-                "pretokenized": lambda e=pre, s=sentences: e.encode(s, show_progress_bar=False),
+                name: (lambda e=enc, s=sentences: e.encode(s, show_progress_bar=False))
+                for name, enc in encoders.items()
             }
-            times = interleave(runs, 5 if n <= 200_000 else 2)
+            times = interleave(runs, args.rounds if n <= 200_000 else 2)
             out["results"][n] = {
                 k: {"sentences_per_s_median": n / float(np.median(v)), "runs": [n / t for t in v]}
                 for k, v in times.items()
             }
             for k, v in out["results"][n].items():
                 rates = ", ".join(f"{r:,.0f}" for r in v["runs"])
-                print(f"{args.arch} {n:>9,} {k:>13}: median {v['sentences_per_s_median']:,.0f} sent/s ({rates})")
+                print(f"{args.arch} {n:>9,} {k:>24}: median {v['sentences_per_s_median']:,.0f} sent/s ({rates})")
+        for enc in encoders.values():
+            enc.close()
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(out, f, indent=1)

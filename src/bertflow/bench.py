@@ -320,6 +320,7 @@ def bench_encode(
 _VARIANT_ATTRIBUTES = {
     "max_tokens": "max_tokens",
     "tokenize_workers": "tokenize_workers",
+    "tokenize_processes": "tokenize_processes",
     "uniform_fill": "_uniform_fill",
     "min_length_ratio": "_min_length_ratio",
     "first_chunk": "_first_chunk",
@@ -629,8 +630,27 @@ print(json.dumps({"output": out, "rows": n, "dim": enc.dim}))
 """
 
 
+def _children(pid: int) -> list[int]:
+    """Direct child processes of ``pid`` (the tokenisation workers of an encoder), from /proc."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def _pss_kb(pid: int) -> int:
+    """Proportional set size of a process (kB): its private pages plus its share of pages it shares."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    return 0
+
+
 def _watch_memory(pid: int, stop: threading.Event, peak: dict[str, int]) -> None:
-    """Poll /proc/PID/status for resident memory (kB), keeping the maxima: anonymous, file-backed, total."""
+    """Poll /proc/PID/status for resident memory (kB), keeping the maxima: anonymous, file-backed, total; and the
+    summed proportional set size of its child processes (forked workers share most pages with their parent)."""
     keys = {
         "RssAnon:": "anon_kb",
         "RssFile:": "file_kb",
@@ -640,6 +660,7 @@ def _watch_memory(pid: int, stop: threading.Event, peak: dict[str, int]) -> None
         "VmPin:": "pinned_kb",
         "VmLck:": "locked_kb",
     }
+    polls = 0
     while not stop.is_set():
         try:
             with open(f"/proc/{pid}/status") as f:
@@ -650,6 +671,11 @@ def _watch_memory(pid: int, stop: threading.Event, peak: dict[str, int]) -> None
                         peak[name] = max(peak.get(name, 0), int(parts[1]))
         except (FileNotFoundError, ProcessLookupError):
             return
+        if polls % 5 == 0:  # smaps_rollup walks page tables: every 250 ms is enough
+            children = _children(pid)
+            peak["workers"] = max(peak.get("workers", 0), len(children))
+            peak["workers_pss_kb"] = max(peak.get("workers_pss_kb", 0), sum(map(_pss_kb, children)))
+        polls += 1
         stop.wait(0.05)
 
 
@@ -724,6 +750,8 @@ def bench_memory(
         "peak_file_mb": peak.get("file_kb", 0) / 1024,
         "peak_shmem_mb": peak.get("shmem_kb", 0) / 1024,
         "peak_pinned_mb": max(peak.get("pinned_kb", 0), peak.get("locked_kb", 0)) / 1024,
+        "worker_processes": peak.get("workers", 0),
+        "peak_workers_pss_mb": peak.get("workers_pss_kb", 0) / 1024,
         "output_mb": out.stat().st_size / 2**20,
         "stdout": stdout.strip()[-500:],
     }
@@ -731,6 +759,7 @@ def bench_memory(
         f"[memory] bertflow encode {lines:,} lines: {seconds:.1f} s, peak RSS {result['peak_rss_mb']:.0f} MB "
         f"(anonymous {result['peak_anon_mb']:.0f} MB, file-backed {result['peak_file_mb']:.0f} MB, shared "
         f"{result['peak_shmem_mb']:.0f} MB, pinned {result['peak_pinned_mb']:.0f} MB; "
+        f"{result['worker_processes']} tokenisation workers, {result['peak_workers_pss_mb']:.0f} MB PSS together; "
         f"output {result['output_mb']:.0f} MB)"
     )
     text.unlink()
@@ -777,6 +806,7 @@ SUITE_VARIANTS: dict[str, dict[str, Any]] = {
     "cuDNN attention allowed (torch default)": {"cudnn_attention": True},
     "2 tokenisation threads": {"tokenize_workers": 2},
     "no tokenisation thread": {"tokenize_workers": 0},
+    "no worker processes (tokenise in-process)": {"tokenize_processes": 0},
     "min_tokens=0 (smaller batches)": {"min_tokens": 0},
     "min_length_ratio=0 (padding unbounded)": {"min_length_ratio": 0.0},
     "max_tokens=16384": {"max_tokens": 16384},

@@ -6,8 +6,10 @@ network (the embedded default).
 
 How a corpus is encoded (the fast path, see ``docs/performance.md`` for what each step buys):
 
-1. The stream is cut into chunks. A background thread tokenises each chunk with the Rust ``tokenizers`` batch
-   API (parallel, GIL released) and keeps plain numpy arrays (flat token ids + offsets), never ``BatchEncoding``.
+1. The stream is cut into chunks. A background thread tokenises each chunk into plain numpy arrays (flat token
+   ids + offsets), never ``BatchEncoding``: on a GPU host in worker processes (``bertflow.tokenization``: the
+   read-out of token ids would otherwise hold this process's GIL, and an exact word-memo shortcut makes BERT
+   WordPiece 5x cheaper), elsewhere with the Rust ``tokenizers`` batch API (parallel, GIL released).
 2. Inside a chunk, sentences are sorted by *token* count and cut into token-budget batches (at most
    ``max_tokens`` padded tokens each, with bounded padding, and large: every forward pass has a fixed host
    cost). Where a run of equal lengths is long enough, a batch holds one length only: it carries no padding and
@@ -26,7 +28,6 @@ workers (up to floating-point summation order).
 from __future__ import annotations
 
 import contextlib
-import gc
 import hashlib
 import itertools
 import json
@@ -34,8 +35,10 @@ import logging
 import os
 import queue
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -46,6 +49,7 @@ import torch
 
 from .errors import InputError
 from .pooling import Pooling
+from .tokenization import TokenArrays, TokenizerPool, auto_processes, tokenize_arrays
 from .validation import check_sentences, sentence_list
 
 __all__ = ["DEFAULT_MODEL", "EncodeStats", "SentenceEncoder", "plan_batches", "resolve_model"]
@@ -165,19 +169,6 @@ def plan_batches(
         batches.append((start, stop))
         start = stop
     return batches
-
-
-@dataclass
-class _Tokens:
-    """Token ids of a chunk: ``ids`` [total] int32 (all sentences back to back), ``offsets`` [n+1] int64."""
-
-    ids: np.ndarray
-    offsets: np.ndarray
-
-    @property
-    def lengths(self) -> np.ndarray:
-        """[n] token counts, special tokens included."""
-        return np.diff(self.offsets)
 
 
 @dataclass
@@ -322,6 +313,12 @@ class SentenceEncoder:
         tokenize_workers: background threads that tokenise and pack batches while the model runs (each uses
             the Rust tokenizer's own thread pool); 0 tokenises on the calling thread, in turn with the model.
             One is the default: a second one made MiniLM-L6 on an H200 slower and erratic (docs/performance.md).
+        tokenize_processes: worker processes that do the tokenising for those threads, so that reading the
+            tokenizer's output does not hold this process's GIL while the model is launched. Started at the first
+            ``encode`` of more than one chunk and kept until :meth:`close`. For BERT-style WordPiece tokenizers
+            they use an exact shortcut on ASCII text (:class:`bertflow.tokenization.WordPieceShortcut`).
+            ``None``: half the usable CPU cores (at most 8) on CUDA with 8 cores or more, else 0 (tokenise in
+            this process, with the Rust tokenizer's thread pool).
 
     Example:
         >>> enc = SentenceEncoder(pooling="mean")
@@ -342,6 +339,7 @@ class SentenceEncoder:
         tokenizer: Any = None,
         max_tokens: int | None = None,
         tokenize_workers: int = 1,
+        tokenize_processes: int | None = None,
     ) -> None:
         from transformers import AutoModel, AutoTokenizer
 
@@ -351,6 +349,8 @@ class SentenceEncoder:
             raise InputError(f"max_tokens must be positive, got {max_tokens}")
         if tokenize_workers < 0:
             raise InputError(f"tokenize_workers must be 0 or more, got {tokenize_workers}")
+        if tokenize_processes is not None and tokenize_processes < 0:
+            raise InputError(f"tokenize_processes must be 0 or more, got {tokenize_processes}")
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         kind = "cuda" if self.device.type == "cuda" else "cpu"
         self.dtype = _resolve_dtype(dtype, self.device)
@@ -358,6 +358,9 @@ class SentenceEncoder:
         self.revision = revision
         self.max_tokens = max_tokens
         self.tokenize_workers = int(tokenize_workers)
+        self.tokenize_processes = auto_processes(kind) if tokenize_processes is None else int(tokenize_processes)
+        self._token_pool: TokenizerPool | None = None
+        self._pool_finalizer: weakref.finalize | None = None
         if model is not None:
             if tokenizer is None:
                 raise InputError("a model given directly needs its tokenizer too")
@@ -477,22 +480,41 @@ class SentenceEncoder:
         rust.enable_truncation(self.max_length, direction=getattr(self.tokenizer, "truncation_side", "right"))
         return rust
 
-    def _tokenize_arrays(self, sentences: Sequence[str]) -> _Tokens:
-        """Token ids of ``sentences`` as flat numpy arrays (what the tokenisation threads produce)."""
-        rust = self._rust_tokenizer
-        # encode_batch_fast skips character offsets, which we never use (about 25% less tokenisation time).
-        encode = getattr(rust, "encode_batch_fast", rust.encode_batch)
-        encodings = encode(list(sentences), add_special_tokens=True)
-        # One Python list per sentence: tens of thousands of allocations, which set off the cyclic garbage
-        # collector, whose full passes over a large heap took up to 5x as long as the extraction itself (measured
-        # on the GPU host). Lists of ints cannot form cycles, so collection is paused for this loop only.
-        with _gc_paused():
-            ids = [e.ids for e in encodings]
-        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-        offsets = np.zeros(len(ids) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(offsets[-1]))
-        return _Tokens(flat, offsets)
+    def _tokenize_arrays(self, sentences: Sequence[str]) -> TokenArrays:
+        """Token ids of ``sentences`` as flat numpy arrays: in the worker processes when there are any, else on
+        the calling thread (what the tokenisation threads run)."""
+        pool = self._token_pool
+        if pool is not None and not pool.closed:
+            try:
+                return pool.tokenize(sentences)
+            except BrokenProcessPool:
+                # A worker died (killed for memory, say): nothing is lost, this chunk and the rest are
+                # tokenised here.
+                logger.warning("a tokenisation worker process died; tokenising in this process from now on")
+                self.tokenize_processes = 0
+                self.close()
+        return tokenize_arrays(self._rust_tokenizer, sentences)
+
+    def _start_pool(self) -> None:
+        """Start (or resize, or stop) the tokenisation worker processes to match ``tokenize_processes``."""
+        want = self.tokenize_processes
+        if self._token_pool is not None and (self._token_pool.closed or self._token_pool.processes != want):
+            self.close()
+        if want > 0 and self._token_pool is None:
+            self._token_pool = TokenizerPool(self._rust_tokenizer.to_str(), want)
+            self._pool_finalizer = weakref.finalize(self, self._token_pool.close)
+
+    def close(self) -> None:
+        """Stop the tokenisation worker processes, if any (they start again at the next large ``encode``).
+
+        Also runs when the encoder is garbage-collected or the interpreter exits.
+        """
+        pool, self._token_pool = self._token_pool, None
+        if pool is not None:
+            pool.close()
+        if self._pool_finalizer is not None:
+            self._pool_finalizer.detach()
+            self._pool_finalizer = None
 
     def _prepare(self, item: tuple[int, Sequence[str]], max_tokens: int, max_rows: int | None) -> _PreparedChunk:
         """Tokenise, sort and pack one chunk (runs on a tokenisation thread)."""
@@ -673,6 +695,8 @@ class SentenceEncoder:
 
         # One chunk in all: nothing to overlap, so no threads.
         single = isinstance(sentences, Sequence) and len(sentences) <= next(self._chunk_sizes(chunk_size))
+        if not single:
+            self._start_pool()  # before our threads start: the workers are forked from this thread
         prefetcher = None
         if self.tokenize_workers > 0 and not single:
             prefetcher = _Prefetcher(chunks, prepare, self.tokenize_workers, depth=self.tokenize_workers + 1)
@@ -811,18 +835,6 @@ class SentenceEncoder:
 # -- helpers ------------------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector (process-wide) for the ``with`` block; restore its state after."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def _cut(sentences: Iterable[str], sizes: Iterator[int]) -> Iterator[tuple[int, list[str]]]:
     """Cut a stream into ``(first_row, sentences)`` chunks of the given sizes, checking each sentence."""
     it = iter(sentences)
@@ -836,7 +848,7 @@ def _cut(sentences: Iterable[str], sizes: Iterator[int]) -> Iterator[tuple[int, 
         offset += len(chunk)
 
 
-def _pack(tokens: _Tokens, rows: np.ndarray, width: int, pad_id: int, uniform: bool, pinned: bool) -> torch.Tensor:
+def _pack(tokens: TokenArrays, rows: np.ndarray, width: int, pad_id: int, uniform: bool, pinned: bool) -> torch.Tensor:
     """Lay out ``rows`` of a chunk as an int32 buffer: [len(rows) x width] padded ids, then [len(rows)] lengths."""
     n = len(rows)
     buffer = torch.empty(n * width + n, dtype=torch.int32, pin_memory=pinned)

