@@ -804,7 +804,7 @@ SUITE_SCALES: dict[str, dict[str, Any]] = {
 #: bertflow settings timed besides the default in :func:`run_suite` (what each technique buys).
 SUITE_VARIANTS: dict[str, dict[str, Any]] = {
     "cuDNN attention allowed (torch default)": {"cudnn_attention": True},
-    "2 tokenisation threads": {"tokenize_workers": 2},
+    "1 tokenisation thread": {"tokenize_workers": 1},
     "no tokenisation thread": {"tokenize_workers": 0},
     "no worker processes (tokenise in-process)": {"tokenize_processes": 0},
     "min_tokens=0 (smaller batches)": {"min_tokens": 0},

@@ -310,9 +310,11 @@ class SentenceEncoder:
             ``tokenizer`` must then be given too.
         max_tokens: padded tokens per forward pass (rows x width); ``None``: 65,536 on CUDA, 4,096 on CPU.
             Short sentences thus make batches of many rows, long ones of few. Results do not depend on it.
-        tokenize_workers: background threads that tokenise and pack batches while the model runs (each uses
-            the Rust tokenizer's own thread pool); 0 tokenises on the calling thread, in turn with the model.
-            One is the default: a second one made MiniLM-L6 on an H200 slower and erratic (docs/performance.md).
+        tokenize_workers: background threads that prepare chunks (tokenise, sort, pack batches) while the model
+            runs; 0 prepares them on the calling thread, in turn with the model. ``None``: two with worker
+            processes (below; a second chunk in flight keeps them busy while the first is packed), else one (two
+            threads would compete for the Rust tokenizer's thread pool: MiniLM-L6 on an H200 got slower and
+            erratic, docs/performance.md).
         tokenize_processes: worker processes that do the tokenising for those threads, so that reading the
             tokenizer's output does not hold this process's GIL while the model is launched. Started at the first
             ``encode`` of more than one chunk and kept until :meth:`close`. For BERT-style WordPiece tokenizers
@@ -338,7 +340,7 @@ class SentenceEncoder:
         model: torch.nn.Module | None = None,
         tokenizer: Any = None,
         max_tokens: int | None = None,
-        tokenize_workers: int = 1,
+        tokenize_workers: int | None = None,
         tokenize_processes: int | None = None,
     ) -> None:
         from transformers import AutoModel, AutoTokenizer
@@ -347,7 +349,7 @@ class SentenceEncoder:
             raise InputError(f"max_length must be at least 2 (room for the special tokens), got {max_length}")
         if max_tokens is not None and max_tokens < 1:
             raise InputError(f"max_tokens must be positive, got {max_tokens}")
-        if tokenize_workers < 0:
+        if tokenize_workers is not None and tokenize_workers < 0:
             raise InputError(f"tokenize_workers must be 0 or more, got {tokenize_workers}")
         if tokenize_processes is not None and tokenize_processes < 0:
             raise InputError(f"tokenize_processes must be 0 or more, got {tokenize_processes}")
@@ -357,7 +359,7 @@ class SentenceEncoder:
         self.max_length = int(max_length)
         self.revision = revision
         self.max_tokens = max_tokens
-        self.tokenize_workers = int(tokenize_workers)
+        self.tokenize_workers = None if tokenize_workers is None else int(tokenize_workers)
         self.tokenize_processes = auto_processes(kind) if tokenize_processes is None else int(tokenize_processes)
         self._token_pool: TokenizerPool | None = None
         self._pool_finalizer: weakref.finalize | None = None
@@ -698,8 +700,11 @@ class SentenceEncoder:
         if not single:
             self._start_pool()  # before our threads start: the workers are forked from this thread
         prefetcher = None
-        if self.tokenize_workers > 0 and not single:
-            prefetcher = _Prefetcher(chunks, prepare, self.tokenize_workers, depth=self.tokenize_workers + 1)
+        threads = self.tokenize_workers
+        if threads is None:
+            threads = 2 if self._token_pool is not None else 1
+        if threads > 0 and not single:
+            prefetcher = _Prefetcher(chunks, prepare, threads, depth=threads + 1)
             prepared: Iterator[_PreparedChunk] = iter(prefetcher)
         else:
             prepared = map(prepare, chunks)
