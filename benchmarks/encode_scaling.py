@@ -1,11 +1,13 @@
 """Where the host limits GPU encoding: throughput against corpus size, with and without tokenisation.
 
 For a random-weight model built from its config (speed does not depend on the weights), encode N STS-like
-sentences (N = 40k, 200k, 1M) with the default settings, interleaved with the same encoder whose tokenisation is
-replaced by a lookup of the same chunks' tokens computed beforehand ("pretokenized": everything else, packing,
-transfers, the forward passes, is unchanged). The gap between the two is what tokenisation costs the pipeline.
+sentences (N = 40k, 200k, 1M) with each number of tokenisation worker processes asked for (``auto``: the
+encoder's default; 0: tokenise in-process), interleaved with the same encoder whose tokenisation is replaced by a
+lookup of the same chunks' tokens computed beforehand ("pretokenized": everything else, packing, transfers, the
+forward passes, is unchanged). The gap to "pretokenized" is what tokenisation costs the pipeline.
 
-    PYTHONPATH=src python3 benchmarks/encode_scaling.py --tokenizer-dir TOK --data-dir STS --arch minilm-l6
+    PYTHONPATH=src python3 benchmarks/encode_scaling.py --tokenizer-dir TOK --data-dir STS --arch minilm-l6 \
+        --processes auto,0,2,4,8
 """
 
 from __future__ import annotations

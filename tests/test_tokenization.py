@@ -36,9 +36,16 @@ def test_concatenate_joins_in_order():
     assert joined.lengths.tolist() == [2, 1, 0, 2]
 
 
-def test_auto_processes_only_on_cuda():
-    assert auto_processes("cpu") == 0
-    assert 0 <= auto_processes("cuda") <= 8
+def test_auto_processes_only_on_cuda_with_the_shortcut(tiny_model_dir, monkeypatch):
+    from bertflow import tokenization
+
+    tok = _rust(tiny_model_dir)
+    assert auto_processes("cpu") == 0 and auto_processes("cpu", tok) == 0
+    monkeypatch.setattr(tokenization.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    assert auto_processes("cuda", tok) == 8
+    assert auto_processes("cuda", _edited(tok, pre_tokenizer={"type": "Whitespace"})) == 0  # no shortcut
+    monkeypatch.setattr(tokenization.os, "sched_getaffinity", lambda pid: set(range(6)), raising=False)
+    assert auto_processes("cuda", tok) == 0
 
 
 def test_pool_matches_in_process_tokenisation(tiny_model_dir):

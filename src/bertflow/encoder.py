@@ -319,8 +319,8 @@ class SentenceEncoder:
             tokenizer's output does not hold this process's GIL while the model is launched. Started at the first
             ``encode`` of more than one chunk and kept until :meth:`close`. For BERT-style WordPiece tokenizers
             they use an exact shortcut on ASCII text (:class:`bertflow.tokenization.WordPieceShortcut`).
-            ``None``: half the usable CPU cores (at most 8) on CUDA with 8 cores or more, else 0 (tokenise in
-            this process, with the Rust tokenizer's thread pool).
+            ``None``: half the usable CPU cores (at most 8) on CUDA with 8 cores or more and a tokenizer that
+            takes the shortcut, else 0 (tokenise in this process, with the Rust tokenizer's thread pool).
 
     Example:
         >>> enc = SentenceEncoder(pooling="mean")
@@ -360,7 +360,6 @@ class SentenceEncoder:
         self.revision = revision
         self.max_tokens = max_tokens
         self.tokenize_workers = None if tokenize_workers is None else int(tokenize_workers)
-        self.tokenize_processes = auto_processes(kind) if tokenize_processes is None else int(tokenize_processes)
         self._token_pool: TokenizerPool | None = None
         self._pool_finalizer: weakref.finalize | None = None
         if model is not None:
@@ -404,6 +403,9 @@ class SentenceEncoder:
         # mask builder check on the host whether the batch has padding at all (one device sync per batch).
         self._mask_4d = _transformers_major() >= 5 and getattr(self.model.config, "_attn_implementation", "") == "sdpa"
         self._rust_tokenizer = self._make_rust_tokenizer()
+        self.tokenize_processes = (
+            auto_processes(kind, self._rust_tokenizer) if tokenize_processes is None else int(tokenize_processes)
+        )
         self._pad_id = int(self.tokenizer.pad_token_id or 0)
         self._fingerprint: str | None = None
         self._uniform_fill = UNIFORM_FILL  # benchmarks sweep these; see plan_batches

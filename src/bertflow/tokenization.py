@@ -261,12 +261,15 @@ def _start_method() -> str:
     return "spawn"
 
 
-def auto_processes(device_type: str) -> int:
+def auto_processes(device_type: str, tokenizer: Any = None) -> int:
     """Worker processes used when none are asked for: on CUDA, half of this process's usable CPU cores (at most
-    8; none below 8 cores); on CPU none, since there the model needs every core.
+    8; none below 8 cores), provided the ``tokenizers.Tokenizer`` (if given) takes the :class:`WordPieceShortcut`;
+    otherwise none. On CPU none, since there the model needs every core.
 
     On a 16-core H200 host, MiniLM-L6 encoded 40k / 200k / 1M STS sentences at 229k / 266k / 244k per second
-    with 4 workers and 266k / 347k / 346k with 8, against 160-174k in-process (docs/performance.md).
+    with 4 workers and 266k / 347k / 346k with 8, against 160-174k in-process. Without the shortcut, workers
+    that run the Rust pipeline serially were slower than in-process tokenisation (110k with 8), hence the
+    condition (docs/performance.md).
     """
     if device_type != "cuda":
         return 0
@@ -274,7 +277,9 @@ def auto_processes(device_type: str) -> int:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         cores = os.cpu_count() or 1
-    return min(8, cores // 2) if cores >= 8 else 0
+    if cores < 8 or (tokenizer is not None and WordPieceShortcut.from_tokenizer(tokenizer) is None):
+        return 0
+    return min(8, cores // 2)
 
 
 # -- inside a worker process -------------------------------------------------------------------------------
