@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from bertflow import SentenceEncoder
 from bertflow.tokenization import (
@@ -89,6 +90,18 @@ def test_encoder_with_worker_processes_gives_the_same_embeddings(tiny_model_dir)
     enc.close()
     assert enc._token_pool is None
     np.testing.assert_allclose(enc.encode(stream[:5]), expected[:5], atol=1e-5)  # works after close, in-process
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_workers_forked_from_a_process_using_cuda(tiny_model_dir):
+    ref = SentenceEncoder(str(tiny_model_dir), device="cuda", dtype="float32", tokenize_processes=0)
+    expected = np.concatenate(list(ref.iter_encode(iter(LONGER * 40), chunk_size=50)))
+    enc = SentenceEncoder(str(tiny_model_dir), device="cuda", dtype="float32", tokenize_processes=2)
+    for _ in range(2):  # the pool outlives an encode call
+        got = np.concatenate(list(enc.iter_encode(iter(LONGER * 40), chunk_size=50)))
+        np.testing.assert_allclose(got, expected, atol=1e-5)
+        assert enc._token_pool is not None and not enc._token_pool.closed
+    enc.close()
 
 
 def test_dead_worker_falls_back_to_in_process_tokenisation(tiny_model_dir, caplog):
