@@ -88,13 +88,9 @@ def tokenize_arrays(tokenizer: Any, sentences: Sequence[str], shortcut: WordPiec
     are the same either way.
     """
     items = list(sentences)
-    ids: list[list[int] | None]
-    if shortcut is not None:
-        ids = shortcut.ids(items)
-        rest = [i for i, v in enumerate(ids) if v is None]
-    else:
-        ids, rest = [None] * len(items), list(range(len(items)))
-    if rest:
+    ids: list[Any] = shortcut.ids(items) if shortcut is not None else []
+    rest = [i for i, v in enumerate(ids) if v is None]
+    if shortcut is None or rest:
         # encode_batch_fast skips character offsets, which are never used (about 25% less tokenisation time).
         encode = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
         encodings = encode([items[i] for i in rest] if shortcut is not None else items, add_special_tokens=True)
@@ -102,12 +98,15 @@ def tokenize_arrays(tokenizer: Any, sentences: Sequence[str], shortcut: WordPiec
         # collector, whose full passes over a large heap took up to 5x as long as the read-out itself (measured
         # on the GPU host). Lists of ints cannot form cycles, so collection is paused for this loop only.
         with _gc_paused():
-            for i, e in zip(rest, encodings, strict=True):
-                ids[i] = e.ids
-    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))  # type: ignore[arg-type]
+            if shortcut is None:
+                ids = [e.ids for e in encodings]
+            else:
+                for i, e in zip(rest, encodings, strict=True):
+                    ids[i] = e.ids
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
     offsets = np.zeros(len(ids) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(offsets[-1]))  # type: ignore[arg-type]
+    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(offsets[-1]))
     return TokenArrays(flat, offsets)
 
 
