@@ -27,10 +27,10 @@ def pretokenized(encoder: SentenceEncoder) -> SentenceEncoder:
     compute = encoder._tokenize_arrays
     memo: dict = {}
 
-    def lookup(sentences):  # noqa: ANN001, ANN202 - same signature as the method it replaces
+    def lookup(sentences, pooled=True):  # noqa: ANN001, ANN202 - same signature as the method it replaces
         key = (len(sentences), sentences[0], sentences[-1])
         if key not in memo:
-            memo[key] = compute(sentences)
+            memo[key] = compute(sentences, pooled)
         return memo[key]
 
     encoder._tokenize_arrays = lookup

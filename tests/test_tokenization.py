@@ -45,6 +45,11 @@ def test_auto_processes_only_on_cuda_with_the_shortcut(tiny_model_dir, monkeypat
     monkeypatch.setattr(tokenization.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
     assert auto_processes("cuda", tok) == 8
     assert auto_processes("cuda", _edited(tok, pre_tokenizer={"type": "Whitespace"})) == 0  # no shortcut
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # two torchrun ranks on this host share its cores
+    assert auto_processes("cuda", tok) == 4
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert auto_processes("cuda", tok) == 0
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
     monkeypatch.setattr(tokenization.os, "sched_getaffinity", lambda pid: set(range(6)), raising=False)
     assert auto_processes("cuda", tok) == 0
 
@@ -87,6 +92,12 @@ def test_encoder_with_worker_processes_gives_the_same_embeddings(tiny_model_dir)
     got = np.concatenate(list(enc.iter_encode(iter(stream), chunk_size=7)))
     assert enc._token_pool is not None and enc._token_pool.processes == 2
     np.testing.assert_allclose(got, expected, atol=1e-5)
+
+    def refuse(sentences):
+        raise AssertionError("a single chunk (a query, a small list) went to the worker processes")
+
+    enc._token_pool.tokenize = refuse  # a small list is tokenised here: cheaper than the round trip
+    np.testing.assert_allclose(enc.encode(stream[:9]), expected[:9], atol=1e-5)
     enc.close()
     assert enc._token_pool is None
     np.testing.assert_allclose(enc.encode(stream[:5]), expected[:5], atol=1e-5)  # works after close, in-process

@@ -484,11 +484,11 @@ class SentenceEncoder:
         rust.enable_truncation(self.max_length, direction=getattr(self.tokenizer, "truncation_side", "right"))
         return rust
 
-    def _tokenize_arrays(self, sentences: Sequence[str]) -> TokenArrays:
-        """Token ids of ``sentences`` as flat numpy arrays: in the worker processes when there are any, else on
-        the calling thread (what the tokenisation threads run)."""
+    def _tokenize_arrays(self, sentences: Sequence[str], pooled: bool = True) -> TokenArrays:
+        """Token ids of ``sentences`` as flat numpy arrays: in the worker processes when there are any and
+        ``pooled``, else on the calling thread (what the tokenisation threads run)."""
         pool = self._token_pool
-        if pool is not None and not pool.closed:
+        if pooled and pool is not None and not pool.closed:
             try:
                 return pool.tokenize(sentences)
             except BrokenProcessPool:
@@ -520,10 +520,13 @@ class SentenceEncoder:
             self._pool_finalizer.detach()
             self._pool_finalizer = None
 
-    def _prepare(self, item: tuple[int, Sequence[str]], max_tokens: int, max_rows: int | None) -> _PreparedChunk:
-        """Tokenise, sort and pack one chunk (runs on a tokenisation thread)."""
+    def _prepare(
+        self, item: tuple[int, Sequence[str]], max_tokens: int, max_rows: int | None, pooled: bool = True
+    ) -> _PreparedChunk:
+        """Tokenise (in the worker processes if ``pooled``), sort and pack one chunk (runs on a tokenisation
+        thread)."""
         offset, sentences = item
-        tokens = self._tokenize_arrays(sentences)
+        tokens = self._tokenize_arrays(sentences, pooled)
         lengths = tokens.lengths
         # Stable sort, longest first: equal lengths keep input order, so results never depend on ties.
         order = np.argsort(-lengths, kind="stable")
@@ -694,11 +697,13 @@ class SentenceEncoder:
         sizes = self._chunk_sizes(chunk_size)
         chunks = _cut(sentences, sizes)
 
-        def prepare(item: tuple[int, Sequence[str]]) -> _PreparedChunk:
-            return self._prepare(item, budget, batch_size)
-
-        # One chunk in all: nothing to overlap, so no threads.
+        # One chunk in all (a query, a small batch): nothing to overlap, so no threads, and tokenised here, where
+        # it costs less than the round trip to a worker process.
         single = isinstance(sentences, Sequence) and len(sentences) <= next(self._chunk_sizes(chunk_size))
+
+        def prepare(item: tuple[int, Sequence[str]]) -> _PreparedChunk:
+            return self._prepare(item, budget, batch_size, pooled=not single)
+
         if not single:
             self._start_pool()  # before our threads start: the workers are forked from this thread
         prefetcher = None
