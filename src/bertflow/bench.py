@@ -18,7 +18,6 @@ import json
 import math
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import threading
@@ -769,10 +768,10 @@ def bench_memory(
 
 def save_json(results: dict[str, Any], path: str | Path) -> None:
     """Write results as indented JSON (atomically: a partial run never leaves a broken file)."""
-    path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
-    shutil.move(tmp, path)
+    from .serialization import atomic_file
+
+    with atomic_file(path, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(results, indent=1, default=str))
 
 
 # -- suites -------------------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from typing import Literal
 import numpy as np
 
 from bertflow.errors import DataNotFoundError, InputError
+from bertflow.serialization import atomic_file
 
 __all__ = [
     "EncodingErrors",
@@ -692,14 +693,12 @@ def _decode_source(raw: bytes, name: str) -> list[str]:
 def _write_pairs_tsv(path: Path, header: str, rows: Iterable[tuple[str, str, str]]) -> int:
     """Write ``header`` then one ``score<TAB>s1<TAB>s2`` row per item, atomically; return the row count."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".part")
     n = 0
-    with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+    with atomic_file(path, "w", encoding="utf-8", newline="\n") as fh:
         fh.write(header + "\n")
         for score, s1, s2 in rows:
             fh.write(f"{_clean_field(score)}\t{_clean_field(s1)}\t{_clean_field(s2)}\n")
             n += 1
-    os.replace(tmp, path)
     return n
 
 

@@ -1,4 +1,4 @@
-"""Files on disk: atomic folder writes, JSON and safetensors reading with clear errors, checksums.
+"""Files on disk: atomic file and folder writes, JSON and safetensors reading with clear errors, checksums.
 
 Nothing here pickles: configs are JSON and arrays are safetensors, so a saved model can be inspected by hand
 and loading one never runs code.
@@ -11,10 +11,11 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -22,7 +23,11 @@ from .errors import ModelFileError
 
 __all__ = [
     "FORMAT_VERSION",
+    "TMP_MARK",
     "atomic_directory",
+    "atomic_file",
+    "fsync_dir",
+    "temporary_name",
     "write_json",
     "read_json",
     "save_arrays",
@@ -32,6 +37,52 @@ __all__ = [
 
 #: Version of the on-disk layout. Loading refuses folders written with a larger number.
 FORMAT_VERSION = 1
+
+
+#: Marks the name of a file being written (``.NAME.tmp-HOST-PID``): a stale one, left by a killed writer, is found
+#: by it and removed by the code that owns the folder.
+TMP_MARK = ".tmp-"
+
+
+def temporary_name(path: Path) -> Path:
+    """A hidden name beside ``path`` to write it under before the rename. Host and pid are part of it, so writers
+    on several nodes sharing a folder never collide and a stale file says who left it."""
+    return path.with_name(f".{path.name}{TMP_MARK}{socket.gethostname()}-{os.getpid()}")
+
+
+def fsync_dir(folder: Path) -> None:
+    """Make a rename inside ``folder`` durable (a no-op where directories cannot be opened, e.g. Windows)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | Path, mode: str = "w", **kwargs: Any) -> Iterator[IO[Any]]:
+    """Open a temporary file beside ``path`` for writing (``mode`` and ``kwargs`` as for :func:`open`).
+
+    When the block ends normally the file is flushed, fsynced and renamed over ``path``: readers see the old file
+    or the whole new one, never a part. On any exception it is removed and ``path`` is left as it was.
+    """
+    path = Path(path)
+    tmp = temporary_name(path)
+    try:
+        with open(tmp, mode, **kwargs) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
 
 
 @contextlib.contextmanager
@@ -45,7 +96,7 @@ def atomic_directory(target: str | Path) -> Iterator[Path]:
     target.parent.mkdir(parents=True, exist_ok=True)
     if target.exists() and not target.is_dir():
         raise ModelFileError(f"{target} exists and is not a folder")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}{TMP_MARK}", dir=target.parent))
     try:
         yield tmp
         for f in tmp.rglob("*"):

@@ -24,7 +24,6 @@ array (memory-mapped, so only the rows asked for are read) without concatenating
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import hashlib
 import io
 import itertools
@@ -35,12 +34,13 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
 from . import __version__
 from .errors import InputError, ModelFileError
+from .serialization import TMP_MARK, atomic_file, fsync_dir, temporary_name
 
 __all__ = [
     "MANIFEST_NAME",
@@ -68,51 +68,12 @@ STORE_FORMAT = "bertflow-embeddings"
 #: Version of the store layout; reading refuses a larger number.
 STORE_FORMAT_VERSION = 1
 
-_TMP_MARK = ".tmp-"
-
-
 # -- small file helpers ---------------------------------------------------------------------------------------
 
 
-def _fsync_dir(folder: Path) -> None:
-    """Make a rename inside ``folder`` durable (a no-op where directories cannot be opened, e.g. Windows)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _temporary_name(path: Path) -> Path:
-    # Host and pid in the name: ranks on several nodes may share the folder; a stale one is recognisable.
-    return path.with_name(f".{path.name}{_TMP_MARK}{socket.gethostname()}-{os.getpid()}")
-
-
-@contextlib.contextmanager
-def _atomic_open(path: Path, mode: str, **kwargs: Any) -> Iterator[IO[Any]]:
-    """A temporary file beside ``path``, opened for writing: on success it is flushed, fsynced and renamed over
-    ``path`` (readers see the old file or the whole new one, never a part); on any error it is removed."""
-    tmp = _temporary_name(path)
-    try:
-        with open(tmp, mode, **kwargs) as fh:
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
 def _atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (see :func:`_atomic_open`)."""
-    with _atomic_open(path, "w", encoding="utf-8") as fh:
+    """Write ``text`` to ``path`` atomically (see :func:`bertflow.serialization.atomic_file`)."""
+    with atomic_file(path, "w", encoding="utf-8") as fh:
         fh.write(text)
 
 
@@ -267,7 +228,7 @@ def remove_temporary_files(folder: str | Path) -> int:
         if not path.is_dir():
             continue
         for f in path.iterdir():
-            if f.name.startswith(".") and _TMP_MARK in f.name and f.is_file():
+            if f.name.startswith(".") and TMP_MARK in f.name and f.is_file():
                 f.unlink(missing_ok=True)
                 removed += 1
     return removed
@@ -315,7 +276,7 @@ class ShardWriter:
         self.shard_dir = self.folder / SHARD_DIR
         self.shard_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.shard_dir / spec.name
-        self.tmp = _temporary_name(self.path)
+        self.tmp = temporary_name(self.path)
         self._fh = open(self.tmp, "wb")  # noqa: SIM115 - closed by commit/abort
         self._hash = hashlib.sha256()
         self._written = 0  # rows handed to write()
@@ -374,7 +335,7 @@ class ShardWriter:
         self._fh.close()
         self._shutdown()
         os.replace(self.tmp, self.path)
-        _fsync_dir(self.shard_dir)
+        fsync_dir(self.shard_dir)
         record = {
             "index": self.spec.index,
             "start": self.spec.start,
@@ -694,7 +655,7 @@ def merge_shards(folder: str | Path, output: str | Path | None = None, *, rows_p
     np.lib.format.write_array_header_1_0(
         header, {"descr": np.lib.format.dtype_to_descr(store.dtype), "fortran_order": False, "shape": store.shape}
     )
-    with _atomic_open(target, "wb") as fh:
+    with atomic_file(target, "wb") as fh:
         blocks = (memoryview(np.ascontiguousarray(b)).cast("B") for b in store.iter_chunks(rows=rows_per_block))
         for data in itertools.chain([header.getvalue()], blocks):
             fh.write(data)

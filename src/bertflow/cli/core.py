@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -143,6 +142,7 @@ def encode(
     from tqdm.auto import tqdm
 
     from ..errors import InputError
+    from ..serialization import atomic_file
     from ..validation import check_finite
 
     quiet_libraries()
@@ -159,28 +159,23 @@ def encode(
         n = sum(1 for _ in _nonblank_lines(input, encoding_errors.value))
         stream = _nonblank_lines(input, encoding_errors.value)
     dim = calibrator.n_features_out_ if calibrator is not None else encoder.dim
-    # Write under a temporary name and rename at the end: a failure never leaves a half-filled .npy behind.
-    partial = output.with_name(output.name + ".partial")
-    try:
-        # Plain appends after the .npy header, not a memory map: the written rows leave memory as they go,
-        # so peak RSS stays that of one chunk whatever the file size.
-        with open(partial, "wb") as out:
-            header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False}
-            np.lib.format.write_array_header_1_0(out, {**header, "shape": (n, dim)})
-            row = 0
-            with tqdm(total=n, desc="encode", unit="sent", disable=quiet) as bar:
-                for part in encoder.iter_encode(stream, batch_size=batch_size):
-                    check_finite(part, what=f"embeddings of lines {row + 1}..{row + len(part)}")
-                    if calibrator is not None:
-                        part = calibrator.transform(part)
-                    out.write(np.ascontiguousarray(part, dtype=np.float32).tobytes())
-                    row += len(part)
-                    bar.update(len(part))
+    # Written under a temporary name and renamed at the end: a failure never leaves a half-filled .npy behind.
+    # Plain appends after the .npy header, not a memory map: the written rows leave memory as they go, so peak
+    # RSS stays that of one chunk whatever the file size.
+    with atomic_file(output, "wb") as out:
+        header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False}
+        np.lib.format.write_array_header_1_0(out, {**header, "shape": (n, dim)})
+        row = 0
+        with tqdm(total=n, desc="encode", unit="sent", disable=quiet) as bar:
+            for part in encoder.iter_encode(stream, batch_size=batch_size):
+                check_finite(part, what=f"embeddings of lines {row + 1}..{row + len(part)}")
+                if calibrator is not None:
+                    part = calibrator.transform(part)
+                out.write(np.ascontiguousarray(part, dtype=np.float32).tobytes())
+                row += len(part)
+                bar.update(len(part))
         if row != n:
             raise InputError(f"{input} changed while it was being encoded ({n} lines counted, {row} encoded)")
-        os.replace(partial, output)
-    finally:
-        partial.unlink(missing_ok=True)
     typer.echo(json.dumps({"output": str(output), "rows": n, "dim": dim}))
 
 

@@ -37,6 +37,7 @@ import torch
 from ..encoder import SentenceEncoder, plan_batches
 from ..errors import InputError
 from ..pooling import Pooling
+from ..serialization import atomic_file
 from ..validation import check_finite, validate_sentences
 
 __all__ = [
@@ -171,19 +172,16 @@ class EmbeddingCache:
         # Unique, sortable shard name: concurrent writers never collide.
         name = f"{time.time_ns():020d}-{os.getpid()}"
         shard = folder / f"{name}.npy"
-        tmp = folder / f".{name}.npy.part"
-        with open(tmp, "wb") as fh:
+        with atomic_file(shard, "wb") as fh:
             np.save(fh, emb)
-        os.replace(tmp, shard)
         # The keys file is written last: it marks the shard complete.
         _atomic_write_text(folder / f"{name}.keys.json", json.dumps([sentence_key(s) for s in sentences]))
         return shard
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.part")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    with atomic_file(path, "w", encoding="utf-8") as fh:
+        fh.write(text)
 
 
 @torch.inference_mode()

@@ -28,6 +28,7 @@ from scipy import stats
 from bertflow.data import STS_TASKS, SentencePairs, StsTask, load_sts_tasks
 from bertflow.errors import InputError
 from bertflow.linalg import unit_rows
+from bertflow.validation import check_array
 
 __all__ = [
     "Protocol",
@@ -56,16 +57,7 @@ def _as_2d_float(x: Any, name: str) -> np.ndarray:
     if hasattr(x, "detach") and hasattr(x, "cpu"):
         # torch tensors: avoid importing torch here; detach so tensors that require grad convert too.
         x = x.detach().cpu().numpy()
-    try:
-        arr = np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"{name} is not a numeric array ({exc})") from None
-    if arr.ndim != 2:
-        raise InputError(f"{name} must be a 2-D array (N sentences, D dims), got shape {arr.shape}")
-    if not np.isfinite(arr).all():
-        bad = int((~np.isfinite(arr)).any(axis=1).sum())
-        raise InputError(f"{name} contains NaN or infinite values in {bad} row(s)")
-    return arr
+    return check_array(x, what=name, min_rows=0)
 
 
 def cosine_scores(emb1: np.ndarray, emb2: np.ndarray) -> np.ndarray:
@@ -84,8 +76,8 @@ def cosine_scores(emb1: np.ndarray, emb2: np.ndarray) -> np.ndarray:
     Raises:
         InputError: Shapes differ or are not 2-D, or the input has NaN/inf.
     """
-    a = _as_2d_float(emb1, "emb1")
-    b = _as_2d_float(emb2, "emb2")
+    a = _as_2d_float(emb1, "the embeddings emb1")
+    b = _as_2d_float(emb2, "the embeddings emb2")
     if a.shape != b.shape:
         raise InputError(f"emb1 and emb2 must have the same shape, got {a.shape} and {b.shape}")
     return np.clip(np.einsum("nd,nd->n", unit_rows(a), unit_rows(b)), -1.0, 1.0)
@@ -269,7 +261,7 @@ def _weighted_mean(values: Sequence[float], weights: Sequence[int]) -> float:
 
 
 def _embed_distinct(sentences: list[str], embed: EmbedFn, context: str) -> np.ndarray:
-    emb = _as_2d_float(embed(sentences), f"embeddings returned for {context}")
+    emb = _as_2d_float(embed(sentences), f"the embeddings returned for {context}")
     if emb.shape[0] != len(sentences):
         raise InputError(
             f"embed returned {emb.shape[0]} rows for {len(sentences)} sentences ({context}); it must return "

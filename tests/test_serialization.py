@@ -1,0 +1,36 @@
+"""Atomic file writes: a reader sees the old file or the whole new one; a failed write leaves nothing behind."""
+
+from __future__ import annotations
+
+import pytest
+
+from bertflow.serialization import TMP_MARK, atomic_file, temporary_name
+
+
+def test_atomic_file_replaces_on_success(tmp_path):
+    target = tmp_path / "out.txt"
+    target.write_text("old", encoding="utf-8")
+    with atomic_file(target, "w", encoding="utf-8") as fh:
+        fh.write("new")
+        assert target.read_text(encoding="utf-8") == "old"  # nothing visible before the block ends
+        assert temporary_name(target).exists()
+    assert target.read_text(encoding="utf-8") == "new"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]
+
+
+def test_atomic_file_keeps_the_old_file_on_error(tmp_path):
+    target = tmp_path / "out.bin"
+    target.write_bytes(b"old")
+    with pytest.raises(RuntimeError, match="half way"), atomic_file(target, "wb") as fh:
+        fh.write(b"partial")
+        raise RuntimeError("half way")
+    assert target.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.bin"]
+    with pytest.raises(KeyboardInterrupt), atomic_file(tmp_path / "new.bin", "wb"):
+        raise KeyboardInterrupt  # interrupted: no new file, no temporary one
+    assert [p.name for p in tmp_path.iterdir()] == ["out.bin"]
+
+
+def test_temporary_name_is_hidden_and_marked(tmp_path):
+    name = temporary_name(tmp_path / "shard.npy").name
+    assert name.startswith(".shard.npy" + TMP_MARK)
