@@ -457,3 +457,20 @@ def test_minilm_raw_stsb_matches_published(default_encoder: SentenceEncoder, dat
     )  # fmt: skip
     spearman = result.cells[0].task_stat("STS-B", "all")["mean"]
     assert abs(spearman - 82.03) < 0.3
+
+
+def test_blas_threads_limits_and_restores() -> None:
+    from threadpoolctl import threadpool_info
+
+    from bertflow.evaluation.reproduce import _blas_threads
+
+    def blas_threads() -> list[int]:
+        return [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+
+    before = blas_threads()
+    assert before  # numpy's BLAS is loaded, so there is something to limit
+    with _blas_threads(1):
+        assert all(n == 1 for n in blas_threads())
+    assert blas_threads() == before
+    with _blas_threads(None):
+        assert blas_threads() == before

@@ -122,13 +122,11 @@ def load_encoder(
 
 
 def _blas_threads(n: int | None) -> contextlib.AbstractContextManager[Any]:
-    """Limit BLAS/OpenMP threads to ``n`` (no-op for ``None`` or without ``threadpoolctl``)."""
+    """Limit BLAS/OpenMP threads to ``n`` for the ``with`` block (no limit for ``None``)."""
     if n is None:
         return contextlib.nullcontext()
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        return contextlib.nullcontext()
+    from threadpoolctl import threadpool_limits
+
     return threadpool_limits(n)
 
 
@@ -428,7 +426,7 @@ class GridConfig:
         data_dir: STS data folder (see :func:`bertflow.data.resolve_data_dir`).
         cache_dir: embedding cache folder; ``use_cache=False`` keeps nothing on disk.
         flow_epochs: flow training epochs.
-        fit_threads: BLAS threads while fitting and scoring calibrators (needs ``threadpoolctl``; ``None`` keeps the
+        fit_threads: BLAS threads while fitting and scoring calibrators (through ``threadpoolctl``; ``None`` keeps the
             library default). 1 by default: the matrices are small, and when other processes hold the cores a
             multi-threaded SVD waits on thread barriers (measured 11x slower on a busy 2-core machine).
         command: the command line that produced the run, for the report.
