@@ -52,6 +52,9 @@ def test_auto_processes_only_on_cuda_with_the_shortcut(tiny_model_dir, monkeypat
     monkeypatch.delenv("LOCAL_WORLD_SIZE")
     monkeypatch.setattr(tokenization.os, "sched_getaffinity", lambda pid: set(range(6)), raising=False)
     assert auto_processes("cuda", tok) == 0
+    monkeypatch.setattr(tokenization.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    monkeypatch.setattr(tokenization, "_start_method", lambda: "spawn")  # off Linux: never started unasked
+    assert auto_processes("cuda", tok) == 0
 
 
 def test_pool_matches_in_process_tokenisation(tiny_model_dir):
@@ -75,6 +78,22 @@ def test_pool_matches_in_process_tokenisation(tiny_model_dir):
     with pytest.raises(RuntimeError, match="closed"):
         pool.tokenize(many[:2])
     pool.close()  # twice is fine
+
+
+def test_pool_with_spawned_workers(tiny_model_dir, monkeypatch):
+    """The start method used off Linux: a fresh interpreter per worker, same ids."""
+    from bertflow import tokenization
+
+    monkeypatch.setattr(tokenization, "_start_method", lambda: "spawn")
+    rust = SentenceEncoder(str(tiny_model_dir), device="cpu", tokenize_processes=0)._rust_tokenizer
+    pool = TokenizerPool(rust.to_str(), processes=1)
+    try:
+        got = pool.tokenize(LONGER)
+    finally:
+        pool.close()
+    expected = tokenize_arrays(rust, LONGER)
+    np.testing.assert_array_equal(got.ids, expected.ids)
+    np.testing.assert_array_equal(got.offsets, expected.offsets)
 
 
 def test_pool_needs_a_process(tiny_model_dir):

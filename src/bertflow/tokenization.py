@@ -41,8 +41,9 @@ logger = logging.getLogger(__name__)
 
 #: Fewest sentences one worker process is sent at a time: below that, the round trip costs more than it saves.
 MIN_PART = 1024
-#: Distinct words a :class:`WordPieceShortcut` remembers before it starts afresh (about 150 bytes each).
-MEMO_LIMIT = 1_000_000
+#: Distinct words a :class:`WordPieceShortcut` remembers before it starts afresh (about 150 bytes each, so ~30 MB
+#: per worker process at most; relearning a word costs one call of the WordPiece model, about 2 us).
+MEMO_LIMIT = 200_000
 
 
 @dataclass
@@ -263,15 +264,17 @@ def _start_method() -> str:
 def auto_processes(device_type: str, tokenizer: Any = None) -> int:
     """Worker processes used when none are asked for: on CUDA, half of this process's share of the usable CPU
     cores (at most 8; none below 8 cores), provided the ``tokenizers.Tokenizer`` (if given) takes the
-    :class:`WordPieceShortcut`; otherwise none. On CPU none, since there the model needs every core. The share
-    divides the cores among the ``LOCAL_WORLD_SIZE`` ranks that torchrun starts on one host.
+    :class:`WordPieceShortcut`; otherwise none. On CPU none, since there the model needs every core, and none
+    where workers cannot be forked (off Linux). The share divides the cores among the ``LOCAL_WORLD_SIZE`` ranks
+    that torchrun starts on one host.
 
     On a 16-core H200 host, MiniLM-L6 encoded 40k / 200k / 1M STS sentences at 229k / 266k / 244k per second
     with 4 workers and 266k / 347k / 346k with 8, against 160-174k in-process. Without the shortcut, workers
     that run the Rust pipeline serially were slower than in-process tokenisation (110k with 8), hence the
     condition (docs/performance.md).
     """
-    if device_type != "cuda":
+    if device_type != "cuda" or _start_method() != "fork":
+        # Spawned workers would re-run the caller's main module: not something to start unasked.
         return 0
     try:
         cores = len(os.sched_getaffinity(0))
