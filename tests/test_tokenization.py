@@ -148,6 +148,20 @@ def test_dead_worker_falls_back_to_in_process_tokenisation(tiny_model_dir, caplo
     assert enc.tokenize_processes == 0 and enc._token_pool is None
 
 
+def test_with_block_stops_the_workers(tiny_model_dir):
+    from bertflow import Embedder, IdentityCalibrator
+
+    with SentenceEncoder(str(tiny_model_dir), device="cpu", tokenize_processes=1) as enc:
+        list(enc.iter_encode(iter(LONGER), chunk_size=10))
+        pool = enc._token_pool
+        assert pool is not None and not pool.closed
+    assert pool.closed and enc._token_pool is None
+    with Embedder(enc, IdentityCalibrator()).fit(LONGER) as model:
+        list(model.encoder.iter_encode(iter(LONGER), chunk_size=10))
+        assert model.encoder._token_pool is not None
+    assert model.encoder._token_pool is None
+
+
 def test_changing_the_process_count_restarts_the_pool(tiny_model_dir):
     enc = SentenceEncoder(str(tiny_model_dir), device="cpu", tokenize_processes=1)
     list(enc.iter_encode(iter(LONGER), chunk_size=10))

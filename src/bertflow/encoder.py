@@ -520,6 +520,12 @@ class SentenceEncoder:
             self._pool_finalizer.detach()
             self._pool_finalizer = None
 
+    def __enter__(self) -> SentenceEncoder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def _prepare(
         self, item: tuple[int, Sequence[str]], max_tokens: int, max_rows: int | None, pooled: bool = True
     ) -> _PreparedChunk:

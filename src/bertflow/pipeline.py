@@ -608,6 +608,16 @@ class Embedder:
         ]
         return "\n".join(lines)
 
+    def close(self) -> None:
+        """Stop the encoder's tokenisation worker processes, if any (see :meth:`SentenceEncoder.close`)."""
+        self.encoder.close()
+
+    def __enter__(self) -> Embedder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def __repr__(self) -> str:
         return f"Embedder({self.encoder!r}, {self.calibrator!r})"
 

@@ -7,8 +7,8 @@ read-out competes with the thread that launches the model, and for a small model
 pace of the whole pipeline (``docs/performance.md``). A :class:`TokenizerPool` moves all of it into worker
 processes, each with its own interpreter and its own copy of the tokenizer, which send back two plain arrays.
 
-Even parallel, the Rust pipeline costs 25-45 us per short sentence on one core (normalised-string alignments,
-a ``String`` per token), so MiniLM-L6 on a GPU needs more cores for tokenising than a 16-core host has. For
+The Rust pipeline itself costs 25-45 us of one core per short sentence (normalised-string alignments, a
+``String`` per token), so feeding MiniLM-L6 on a GPU that way takes more cores than a 16-core host has. For
 BERT-style WordPiece tokenizers a :class:`WordPieceShortcut` gives the same ids on plain ASCII text 5-6x faster:
 a sentence is its words' ids back to back, and each distinct word is tokenised once, by the tokenizer's own
 WordPiece model, and remembered. The worker processes use it; every other sentence goes to the tokenizer.
