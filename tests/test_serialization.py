@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bertflow.serialization import TMP_MARK, atomic_file, temporary_name
+from bertflow.serialization import TMP_MARK, atomic_file, atomic_write_text, temporary_name
 
 
 def test_atomic_file_replaces_on_success(tmp_path):
@@ -34,3 +34,10 @@ def test_atomic_file_keeps_the_old_file_on_error(tmp_path):
 def test_temporary_name_is_hidden_and_marked(tmp_path):
     name = temporary_name(tmp_path / "shard.npy").name
     assert name.startswith(".shard.npy" + TMP_MARK)
+
+
+def test_atomic_write_text_is_utf8(tmp_path):
+    target = tmp_path / "note.json"
+    atomic_write_text(target, "naïve ✓")
+    assert target.read_bytes() == "naïve ✓".encode()
+    assert [p.name for p in tmp_path.iterdir()] == ["note.json"]

@@ -768,10 +768,9 @@ def bench_memory(
 
 def save_json(results: dict[str, Any], path: str | Path) -> None:
     """Write results as indented JSON (atomically: a partial run never leaves a broken file)."""
-    from .serialization import atomic_file
+    from .serialization import atomic_write_text
 
-    with atomic_file(path, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(results, indent=1, default=str))
+    atomic_write_text(path, json.dumps(results, indent=1, default=str))
 
 
 # -- suites -------------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ __all__ = [
     "TMP_MARK",
     "atomic_directory",
     "atomic_file",
+    "atomic_write_text",
     "fsync_dir",
     "temporary_name",
     "write_json",
@@ -83,6 +84,12 @@ def atomic_file(path: str | Path, mode: str = "w", **kwargs: Any) -> Iterator[IO
         tmp.unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` as UTF-8, atomically (see :func:`atomic_file`)."""
+    with atomic_file(path, "w", encoding="utf-8") as fh:
+        fh.write(text)
 
 
 @contextlib.contextmanager

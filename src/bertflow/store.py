@@ -40,7 +40,7 @@ import numpy as np
 
 from . import __version__
 from .errors import InputError, ModelFileError
-from .serialization import TMP_MARK, atomic_file, fsync_dir, temporary_name
+from .serialization import TMP_MARK, atomic_file, atomic_write_text, fsync_dir, temporary_name
 
 __all__ = [
     "MANIFEST_NAME",
@@ -71,12 +71,6 @@ STORE_FORMAT_VERSION = 1
 # -- small file helpers ---------------------------------------------------------------------------------------
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (see :func:`bertflow.serialization.atomic_file`)."""
-    with atomic_file(path, "w", encoding="utf-8") as fh:
-        fh.write(text)
-
-
 def _dump_json(data: dict[str, Any]) -> str:
     return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
@@ -94,7 +88,7 @@ def write_manifest(folder: str | Path, manifest: dict[str, Any]) -> None:
     """Write ``manifest.json`` into ``folder`` atomically (key-sorted, indented UTF-8 JSON)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    _atomic_write_text(folder / MANIFEST_NAME, _dump_json(manifest))
+    atomic_write_text(folder / MANIFEST_NAME, _dump_json(manifest))
 
 
 def read_manifest(folder: str | Path) -> dict[str, Any]:
@@ -352,7 +346,7 @@ class ShardWriter:
             **self.extra,
         }
         # The record goes last: a crash before this line leaves a shard that the next run redoes.
-        _atomic_write_text(self.shard_dir / self.spec.record_name, _dump_json(record))
+        atomic_write_text(self.shard_dir / self.spec.record_name, _dump_json(record))
         self._done = True
         return record
 

@@ -37,7 +37,7 @@ import torch
 from ..encoder import SentenceEncoder, plan_batches
 from ..errors import InputError
 from ..pooling import Pooling
-from ..serialization import atomic_file
+from ..serialization import atomic_file, atomic_write_text
 from ..validation import check_finite, validate_sentences
 
 __all__ = [
@@ -168,20 +168,15 @@ class EmbeddingCache:
         folder.mkdir(parents=True, exist_ok=True)
         meta_file = folder / "meta.json"
         if not meta_file.exists():
-            _atomic_write_text(meta_file, json.dumps(self._meta(encoder, pooling), indent=2) + "\n")
+            atomic_write_text(meta_file, json.dumps(self._meta(encoder, pooling), indent=2) + "\n")
         # Unique, sortable shard name: concurrent writers never collide.
         name = f"{time.time_ns():020d}-{os.getpid()}"
         shard = folder / f"{name}.npy"
         with atomic_file(shard, "wb") as fh:
             np.save(fh, emb)
         # The keys file is written last: it marks the shard complete.
-        _atomic_write_text(folder / f"{name}.keys.json", json.dumps([sentence_key(s) for s in sentences]))
+        atomic_write_text(folder / f"{name}.keys.json", json.dumps([sentence_key(s) for s in sentences]))
         return shard
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    with atomic_file(path, "w", encoding="utf-8") as fh:
-        fh.write(text)
 
 
 @torch.inference_mode()
