@@ -96,6 +96,20 @@ def test_pool_with_spawned_workers(tiny_model_dir, monkeypatch):
     np.testing.assert_array_equal(got.offsets, expected.offsets)
 
 
+def test_pool_stops_its_workers_when_collected(tiny_model_dir):
+    import gc
+
+    rust = SentenceEncoder(str(tiny_model_dir), device="cpu", tokenize_processes=0)._rust_tokenizer
+    pool = TokenizerPool(rust.to_str(), processes=2)
+    pids = list(pool._executor._processes)
+    assert len(pids) == 2
+    del pool
+    gc.collect()
+    for pid in pids:  # joined by the shutdown: no such process any more
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
 def test_pool_needs_a_process(tiny_model_dir):
     enc = SentenceEncoder(str(tiny_model_dir), device="cpu", tokenize_processes=0)
     with pytest.raises(ValueError, match="at least one process"):

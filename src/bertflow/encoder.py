@@ -35,7 +35,6 @@ import logging
 import os
 import queue
 import threading
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -361,7 +360,6 @@ class SentenceEncoder:
         self.max_tokens = max_tokens
         self.tokenize_workers = None if tokenize_workers is None else int(tokenize_workers)
         self._token_pool: TokenizerPool | None = None
-        self._pool_finalizer: weakref.finalize | None = None
         if model is not None:
             if tokenizer is None:
                 raise InputError("a model given directly needs its tokenizer too")
@@ -502,23 +500,19 @@ class SentenceEncoder:
     def _start_pool(self) -> None:
         """Start (or resize, or stop) the tokenisation worker processes to match ``tokenize_processes``."""
         want = self.tokenize_processes
-        if self._token_pool is not None and (self._token_pool.closed or self._token_pool.processes != want):
+        if self._token_pool is not None and self._token_pool.processes != want:
             self.close()
         if want > 0 and self._token_pool is None:
             self._token_pool = TokenizerPool(self._rust_tokenizer.to_str(), want)
-            self._pool_finalizer = weakref.finalize(self, self._token_pool.close)
 
     def close(self) -> None:
         """Stop the tokenisation worker processes, if any (they start again at the next large ``encode``).
 
-        Also runs when the encoder is garbage-collected or the interpreter exits.
+        The workers also stop when the encoder (and so its pool) is garbage-collected, or at interpreter exit.
         """
         pool, self._token_pool = self._token_pool, None
         if pool is not None:
             pool.close()
-        if self._pool_finalizer is not None:
-            self._pool_finalizer.detach()
-            self._pool_finalizer = None
 
     def __enter__(self) -> SentenceEncoder:
         return self

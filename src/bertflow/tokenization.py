@@ -28,6 +28,7 @@ import signal
 import string
 import sys
 import warnings
+import weakref
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -325,8 +326,8 @@ class TokenizerPool:
         processes: number of worker processes (at least 1).
 
     A list is cut into up to ``processes`` consecutive parts of at least :data:`MIN_PART` sentences, which are
-    tokenised at the same time; the result does not depend on ``processes``. :meth:`close` stops the workers
-    (the owner calls it; a pool left open is stopped at interpreter exit).
+    tokenised at the same time; the result does not depend on ``processes``. :meth:`close` stops the workers;
+    so does garbage collection of the pool, or the interpreter's exit.
     """
 
     def __init__(self, tokenizer_json: str, processes: int) -> None:
@@ -334,9 +335,12 @@ class TokenizerPool:
             raise ValueError(f"a tokenizer pool needs at least one process, got {processes}")
         self.processes = int(processes)
         context = multiprocessing.get_context(_start_method())
-        self._executor: ProcessPoolExecutor | None = ProcessPoolExecutor(
+        executor = ProcessPoolExecutor(
             self.processes, mp_context=context, initializer=_init_worker, initargs=(tokenizer_json,)
         )
+        self._executor: ProcessPoolExecutor | None = executor
+        # Runs once: at close(), when the pool is garbage-collected, or at interpreter exit.
+        self._stop = weakref.finalize(self, executor.shutdown, wait=True, cancel_futures=True)
         # Start every worker now (a forking executor starts them all at its first task), from this thread and
         # before the encoder's own threads exist. Python 3.12+ warns about fork in any process with threads;
         # the workers use nothing of the parent's threads (see _init_worker).
@@ -366,9 +370,8 @@ class TokenizerPool:
 
     def close(self) -> None:
         """Stop the worker processes (pending work is cancelled); safe to call twice."""
-        executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=True, cancel_futures=True)
+        self._executor = None
+        self._stop()
 
     @property
     def closed(self) -> bool:
