@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ..errors import InputError
 from .anchored import AnchoredWhiteningCalibrator
+from .auto import AutoCalibrator
 from .base import Calibrator, calibrator_names, get_calibrator_class, register
 from .chain import ChainCalibrator
 from .flow import FlowCalibrator
@@ -23,6 +24,7 @@ __all__ = [
     "IdentityCalibrator",
     "ChainCalibrator",
     "AnchoredWhiteningCalibrator",
+    "AutoCalibrator",
     "register",
     "get_calibrator_class",
     "calibrator_names",
@@ -41,6 +43,7 @@ CALIBRATOR_SPECS = {
     "natsv-K": "all-but-the-top: null the top K principal directions (NATSV)",
     "anchored": "anchored whitening: raw cosine mixed with Sigma^-1/4-whitened cosine, weight = anisotropy",
     "anchored-P": "anchored whitening with whitening strength alpha = P/100 (anchored-100: full whitening)",
+    "auto": "the recommendation: whitening on raw MLM encoders, anchored on sentence encoders, told apart by spread",
 }
 
 
@@ -70,6 +73,8 @@ def parse_calibrator(spec: str, **flow_kwargs: object) -> Calibrator:
         return StandardNormCalibrator()
     if base in ("natsv", "abtt", "all-but-the-top") and arg:
         return AllButTheTopCalibrator(int(arg))
+    if name == "auto":
+        return AutoCalibrator()
     if name == "anchored":
         return AnchoredWhiteningCalibrator()
     if base == "anchored" and arg:

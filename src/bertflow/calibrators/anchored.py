@@ -92,20 +92,24 @@ class AnchoredWhiteningCalibrator(Calibrator):
             raise InputError(f"rcond must be in [0, 1), got {self.rcond}")
 
     def _fit(self, X: np.ndarray) -> None:
+        self._fit_mix(X, float(self.alpha), self.weight)
+
+    def _fit_mix(self, X: np.ndarray, alpha: float, weight: float | None) -> None:
+        """Fit the partial whitening of strength ``alpha`` and the mix ``weight`` (None: the anisotropy)."""
         self.mean_, cov = mean_and_covariance(X)
         eigvals, eigvecs = descending_eigh(cov)
         keep = eigvals > self.rcond * eigvals[0] if eigvals[0] > 0 else np.zeros_like(eigvals, dtype=bool)
         if not keep.any():
             raise InputError("the fitting embeddings have no variance (all rows equal); cannot calibrate")
         self.explained_variance_ = eigvals[keep]
-        self.components_ = eigvecs[:, keep] * self.explained_variance_ ** (-float(self.alpha) / 2.0)
+        self.components_ = eigvecs[:, keep] * self.explained_variance_ ** (-alpha / 2.0)
         self.anisotropy_ = anisotropy(X)
-        self.weight_ = self.anisotropy_ if self.weight is None else float(self.weight)
+        self.weight_ = self.anisotropy_ if weight is None else float(weight)
         logger.info(
             "anchored: anisotropy %.3f, weight of the calibrated cosine %.3f, alpha %.2f, %d of %d directions",
             self.anisotropy_,
             self.weight_,
-            float(self.alpha),
+            alpha,
             int(keep.sum()),
             X.shape[1],
         )
