@@ -44,7 +44,17 @@ from .calibrators import Calibrator, FlowCalibrator, IdentityCalibrator
 from .encoder import SentenceEncoder, resolve_model
 from .errors import CompatibilityError, InputError, ModelFileError
 from .linalg import unit_rows
-from .serialization import FORMAT_VERSION, atomic_directory, read_json, sha256_file, write_json
+from .serialization import (
+    FOLDER_KINDS,
+    FORMAT_VERSION,
+    OLD_MARK,
+    atomic_directory,
+    check_output_folder,
+    read_consistent,
+    read_json,
+    sha256_file,
+    write_json,
+)
 from .validation import validate_sentences
 
 if TYPE_CHECKING:
@@ -54,7 +64,7 @@ __all__ = ["Embedder", "CONFIG_FILE", "corpus_digest", "calibrator_fingerprint"]
 
 logger = logging.getLogger(__name__)
 
-CONFIG_FILE = "bertflow_config.json"
+CONFIG_FILE = FOLDER_KINDS["model"][0]  # "bertflow_config.json"
 CALIBRATOR_DIR = "calibrator"
 ENCODER_DIR = "encoder"
 
@@ -409,15 +419,22 @@ class Embedder:
 
     # -- persistence -------------------------------------------------------------------------------------
 
-    def save(self, path: str | Path, *, include_encoder: bool = False) -> Path:
+    def save(self, path: str | Path, *, include_encoder: bool = False, overwrite: bool = False) -> Path:
         """Write the folder described in the module docstring, atomically. Returns its path.
 
         Args:
-            path: the folder (replaced whole if it exists; a crash leaves the old one intact).
+            path: the folder: new, empty, or (with ``overwrite``) a bertflow model, replaced whole; a crash at
+                any point leaves the old one in place.
             include_encoder: also copy the encoder's Hugging Face files into ``encoder/`` so the folder is
                 self-contained (a hub repo that needs nothing else); loading then uses that copy.
+            overwrite: replace a bertflow model already at ``path``. Since bertflow 0.x an existing model is
+                refused without it, and any other non-empty folder (or the working directory) always is.
+
+        Raises:
+            OutputError: ``path`` may not be written (see :func:`~bertflow.serialization.check_output_folder`).
         """
         self._require_fitted()
+        check_output_folder(path, "model", overwrite=overwrite)
         with atomic_directory(path) as tmp:
             self.calibrator.save(tmp / CALIBRATOR_DIR)
             encoder_config = self.encoder.get_config()
@@ -484,8 +501,20 @@ class Embedder:
             CompatibilityError: a newer format, or a calibrator that does not match the encoder.
         """
         folder = Path(path).expanduser()
-        if not folder.is_dir():
+        local = folder.is_dir() or _left_by_interrupted_save(folder)
+        if not local:
             folder = _download(str(path), revision)
+            return cls._load_folder(folder, str(path), device=device, dtype=dtype)
+        # Another process may save over the folder while it is read: see one complete save, never a mix.
+        return read_consistent(
+            folder,
+            CONFIG_FILE,
+            lambda f: cls._load_folder(f, str(f.resolve()), device=device, dtype=dtype),
+        )
+
+    @classmethod
+    def _load_folder(cls, folder: Path, source: str, *, device: str | None, dtype: str) -> Embedder:
+        """Load the model folder ``folder`` (a local or downloaded copy); ``source`` is recorded as its origin."""
         config = read_json(folder / CONFIG_FILE)
         if config.get("library") != "bertflow":
             raise ModelFileError(f"{folder / CONFIG_FILE} is not a bertflow model config")
@@ -522,7 +551,7 @@ class Embedder:
         # (fingerprint, pooling, max_length, dimension), so an edited config or a swapped encoder is refused.
         embedder = cls(encoder, calibrator)
         embedder.fit_info = config.get("fitting", {})
-        embedder.source = str(folder.resolve()) if Path(path).expanduser().is_dir() else str(path)
+        embedder.source = source
         embedder._encoder_dir = encoder_dir
         return embedder
 
@@ -620,6 +649,16 @@ class Embedder:
 
     def __repr__(self) -> str:
         return f"Embedder({self.encoder!r}, {self.calibrator!r})"
+
+
+def _left_by_interrupted_save(folder: Path) -> bool:
+    """Whether ``folder`` is missing but a save killed mid-swap left its previous version beside it (a local
+    model to restore, not a hub id)."""
+    prefix = f".{folder.name}{OLD_MARK}"
+    try:
+        return not folder.exists() and any(e.name.startswith(prefix) for e in folder.parent.iterdir())
+    except OSError:
+        return False
 
 
 def _is_hub_id(name: str) -> bool:
