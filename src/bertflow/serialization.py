@@ -405,7 +405,7 @@ def check_output_folder(
         raise OutputError(f"cannot write {name} to {path}: it exists and is not a folder")
     if target.is_dir():
         try:
-            entries = sorted(p.name for p in target.iterdir())
+            entries = sorted(p.name for p in target.iterdir() if p.name != LOCK_NAME)
         except OSError as e:
             raise OutputError(f"cannot write {name} to {path}: {e.strerror or e}") from None
         if entries:
