@@ -148,22 +148,37 @@ def test_search_build_refuses_to_replace_the_model(model_a, corpus, tmp_path):
 
 def test_distributed_fit_refuses_the_store_and_foreign_folders(tiny_model_dir, corpus, tmp_path):
     store = tmp_path / "emb"
-    r = invoke("distributed-encode", corpus, "-o", store, "--model", tiny_model_dir, "-q", "--chunk-size", "16",
-               "--shard-size", "32")
+    r = invoke(
+        "distributed-encode",
+        corpus,
+        "-o",
+        store,
+        "--model",
+        tiny_model_dir,
+        "-q",
+        "--chunk-size",
+        "16",
+        "--shard-size",
+        "32",
+    )
     assert r.exit_code == 0, r.output
     before = snapshot(store)
-    one_line_error(invoke("distributed-fit", store, "-o", store, "--calibrator", "whitening", "-q", "--overwrite"),
-                   "holds the input")
-    one_line_error(invoke("distributed-fit", store, "-o", corpus.parent, "--calibrator", "whitening", "-q"),
-                   "not empty")
+    one_line_error(
+        invoke("distributed-fit", store, "-o", store, "--calibrator", "whitening", "-q", "--overwrite"),
+        "holds the input",
+    )
+    one_line_error(
+        invoke("distributed-fit", store, "-o", corpus.parent, "--calibrator", "whitening", "-q"), "not empty"
+    )
     assert snapshot(store) == before
     out = tmp_path / "white"
     assert invoke("distributed-fit", store, "-o", out, "--calibrator", "whitening", "-q").exit_code == 0
     one_line_error(invoke("distributed-fit", store, "-o", out, "--calibrator", "whitening", "-q"), "--overwrite")
     assert invoke("distributed-fit", store, "-o", out, "--calibrator", "whitening", "-q", "--overwrite").exit_code == 0
     # distributed-encode into a model folder: not a store, refused even with --overwrite.
-    one_line_error(invoke("distributed-encode", corpus, "-o", out, "--model", tiny_model_dir, "--overwrite"),
-                   "bertflow model")
+    one_line_error(
+        invoke("distributed-encode", corpus, "-o", out, "--model", tiny_model_dir, "--overwrite"), "bertflow model"
+    )
 
 
 def test_python_api_saves_follow_the_same_rule(tiny_encoder, model_a, tmp_path, monkeypatch):
@@ -380,15 +395,16 @@ def test_unwritable_destinations_fail_before_any_work(tiny_model_dir, corpus, tm
     blocker.write_text("x")
     one_line_error(invoke(*fit_args(corpus, blocker / "model", tiny_model_dir)), "is not a folder")
     one_line_error(invoke(*fit_args(corpus, blocker, tiny_model_dir)), "not a folder")
-    one_line_error(invoke("encode", corpus, "-o", tmp_path / "missing" / "x.npy", "--model", tiny_model_dir),
-                   "does not exist")
+    one_line_error(
+        invoke("encode", corpus, "-o", tmp_path / "missing" / "x.npy", "--model", tiny_model_dir), "does not exist"
+    )
     one_line_error(invoke("encode", corpus, "-o", tmp_path, "--model", tiny_model_dir), "is a folder")
-    one_line_error(invoke("search", "build", corpus, "--model-dir", tmp_path / "m", "-o", blocker / "i"),
-                   "is not a folder")
+    one_line_error(
+        invoke("search", "build", corpus, "--model-dir", tmp_path / "m", "-o", blocker / "i"), "is not a folder"
+    )
 
 
-def test_a_read_only_destination_fails_before_the_fit(tiny_model_dir, corpus, tmp_path, monkeypatch,
-                                                      no_model_loading):
+def test_a_read_only_destination_fails_before_the_fit(tiny_model_dir, corpus, tmp_path, monkeypatch, no_model_loading):
     ro = tmp_path / "ro"
     ro.mkdir()
     real_open = os.open
@@ -429,8 +445,19 @@ def test_disk_full_is_one_line_and_leaves_nothing(tiny_model_dir, corpus, tmp_pa
 def test_two_distributed_encode_runs_on_one_store(tiny_model_dir, corpus, tmp_path):
     store = tmp_path / "emb"
     store.mkdir()
-    args = ["distributed-encode", corpus, "-o", store, "--model", tiny_model_dir, "-q", "--chunk-size", "16",
-            "--shard-size", "32"]
+    args = [
+        "distributed-encode",
+        corpus,
+        "-o",
+        store,
+        "--model",
+        tiny_model_dir,
+        "-q",
+        "--chunk-size",
+        "16",
+        "--shard-size",
+        "32",
+    ]
     with folder_lock(store, "distributed-encode run"):  # another run, alive, holds the store
         one_line_error(invoke(*args), "in use", str(os.getpid()))
     (store / ".lock").write_text(f"{socket.gethostname()}-{dead_pid()}\n")  # left by a killed run
@@ -464,8 +491,9 @@ def test_check_output_folder_accepts_new_and_empty_folders(tmp_path):
         (["-c", "²"], "²"),
     ],
 )
-def test_bad_options_are_one_line_before_loading_the_model(tiny_model_dir, corpus, tmp_path, options, needle,
-                                                            no_model_loading):
+def test_bad_options_are_one_line_before_loading_the_model(
+    tiny_model_dir, corpus, tmp_path, options, needle, no_model_loading
+):
     target = corpus
     if options[0] == "-c":
         target = tmp_path / "t.tsv"
@@ -481,8 +509,9 @@ def test_invalid_utf8_on_the_command_line(tiny_model_dir, no_model_loading):
 
 def test_devices_are_checked_before_the_ranks_start(tiny_model_dir, corpus, tmp_path):
     one_line_error(invoke("distributed-encode", corpus, "-o", tmp_path / "e", "--device", "bogus"), "unknown device")
-    one_line_error(invoke("distributed-encode", corpus, "-o", tmp_path / "e", "--devices", "cpu,nope"),
-                   "unknown device")
+    one_line_error(
+        invoke("distributed-encode", corpus, "-o", tmp_path / "e", "--devices", "cpu,nope"), "unknown device"
+    )
 
 
 # -- streams: FIFO, stdin, stdout -------------------------------------------------------------------------------
@@ -518,8 +547,18 @@ def test_encode_stdin_to_stdout(tiny_model_dir, tiny_encoder):
     import io
 
     lines = CORPUS[:7]
-    proc = cli("encode", "-", "-o", "-", "--model", tiny_model_dir, "-q", "--device", "cpu",
-               stdin=("\n".join(lines) + "\n").encode())
+    proc = cli(
+        "encode",
+        "-",
+        "-o",
+        "-",
+        "--model",
+        tiny_model_dir,
+        "-q",
+        "--device",
+        "cpu",
+        stdin=("\n".join(lines) + "\n").encode(),
+    )
     assert proc.returncode == 0, proc.stderr.decode()
     got = np.load(io.BytesIO(proc.stdout))
     assert got.shape == (7, 32)
@@ -529,8 +568,9 @@ def test_encode_stdin_to_stdout(tiny_model_dir, tiny_encoder):
 
 def test_similarity_pairs_from_stdin(tiny_model_dir, tmp_path):
     tsv = "score\tsentence1\tsentence2\n" + "".join(f"{i}\t{SENTENCES[i]}\t{SENTENCES[-1 - i]}\n" for i in range(5))
-    proc = cli("similarity", "--pairs", "-", "-o", "-", "--model", tiny_model_dir, "--device", "cpu",
-               stdin=tsv.encode())
+    proc = cli(
+        "similarity", "--pairs", "-", "-o", "-", "--model", tiny_model_dir, "--device", "cpu", stdin=tsv.encode()
+    )
     assert proc.returncode == 0, proc.stderr.decode()
     rows = proc.stdout.decode().splitlines()
     assert rows[0] == "cosine\tgold\tsentence1\tsentence2" and len(rows) == 6
@@ -538,8 +578,18 @@ def test_similarity_pairs_from_stdin(tiny_model_dir, tmp_path):
 
 def test_encode_streams_a_pipe_without_reading_it_twice(tiny_model_dir):
     """``/dev/stdin`` on a pipe used to be counted, then found empty ("changed while it was being encoded")."""
-    proc = cli("encode", "/dev/stdin", "-o", "-", "--model", tiny_model_dir, "-q", "--device", "cpu",
-               stdin=b"one line\nanother line\n")
+    proc = cli(
+        "encode",
+        "/dev/stdin",
+        "-o",
+        "-",
+        "--model",
+        tiny_model_dir,
+        "-q",
+        "--device",
+        "cpu",
+        stdin=b"one line\nanother line\n",
+    )
     assert proc.returncode == 0, proc.stderr.decode()
     import io
 
@@ -548,8 +598,7 @@ def test_encode_streams_a_pipe_without_reading_it_twice(tiny_model_dir):
 
 def test_a_blank_line_in_a_stream_is_an_error_and_no_output(tiny_model_dir, tmp_path):
     out = tmp_path / "x.npy"
-    proc = cli("encode", "-", "-o", out, "--model", tiny_model_dir, "-q", "--device", "cpu",
-               stdin=b"one\n\nthree\n")
+    proc = cli("encode", "-", "-o", out, "--model", tiny_model_dir, "-q", "--device", "cpu", stdin=b"one\n\nthree\n")
     assert proc.returncode == 2
     assert "line 2 is blank" in proc.stderr.decode() and not out.exists()
 

@@ -42,6 +42,7 @@ import torch.distributed as dist
 
 from . import __version__, errors
 from .errors import BertflowError, CompatibilityError, InputError, describe_os_error
+from .serialization import LOCK_NAME, folder_lock
 from .store import (
     MANIFEST_NAME,
     MERGED_NAME,
@@ -57,7 +58,6 @@ from .store import (
     shard_record,
     write_manifest,
 )
-from .serialization import LOCK_NAME, folder_lock
 
 if TYPE_CHECKING:
     from .calibrators import Calibrator, FlowCalibrator, WhiteningCalibrator
@@ -658,7 +658,9 @@ def encode_file_to_store(
         ) as bar:
             for spec in mine:
                 t_shard = time.perf_counter()
-                lines = read_lines(input_path, spec.offset, spec.rows, first_line=spec.start + 1, errors=encoding_errors)
+                lines = read_lines(
+                    input_path, spec.offset, spec.rows, first_line=spec.start + 1, errors=encoding_errors
+                )
                 with ShardWriter(folder, spec, dim, record=record) as writer:
                     row = spec.start
                     for part in encoder.iter_encode(lines, **encode_kwargs):

@@ -130,7 +130,9 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
         if not torch.cuda.is_available():
             raise InputError(f"device {str(device)!r} asked for, but CUDA is not available here; use --device cpu")
         if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise InputError(f"device {str(device)!r} asked for, but this machine has {torch.cuda.device_count()} GPU(s)")
+            raise InputError(
+                f"device {str(device)!r} asked for, but this machine has {torch.cuda.device_count()} GPU(s)"
+            )
     elif dev.type == "mps" and not torch.backends.mps.is_available():
         raise InputError(f"device {str(device)!r} asked for, but MPS is not available here; use --device cpu")
     elif dev.type not in ("cpu", "cuda", "mps"):
@@ -148,7 +150,9 @@ def check_max_length(max_length: int, config: Any, tokenizer: Any, model_id: str
         limits.append(tok_max)
     limit = min(x for x in limits if x > 0) if any(x > 0 for x in limits) else None
     if limit is not None and max_length > limit:
-        raise InputError(f"max_length {max_length} is more than {model_id} supports ({limit} tokens); use at most {limit}")
+        raise InputError(
+            f"max_length {max_length} is more than {model_id} supports ({limit} tokens); use at most {limit}"
+        )
 
 
 def plan_batches(

@@ -411,7 +411,11 @@ def check_output_folder(
         if entries:
             found = folder_kind(target)
             if found != kind:
-                what = _KIND_NAMES[found] if found else f"other files ({', '.join(entries[:5])}{', ...' if len(entries) > 5 else ''})"
+                what = (
+                    _KIND_NAMES[found]
+                    if found
+                    else f"other files ({', '.join(entries[:5])}{', ...' if len(entries) > 5 else ''})"
+                )
                 raise OutputError(
                     f"refusing to write {name} to {path}: the folder is not empty and holds {what}; "
                     "give a new or empty folder"

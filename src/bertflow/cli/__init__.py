@@ -29,7 +29,6 @@ class _Group(TyperGroup):
             ctx.exit(2)
 
 
-
 app = typer.Typer(
     cls=_Group,
     name="bertflow",
