@@ -27,6 +27,7 @@ from bertflow.errors import BertflowError, ModelFileError, OutputError
 from bertflow.search import EmbeddingIndex
 from bertflow.serialization import (
     atomic_directory,
+    atomic_write_text,
     check_output_folder,
     folder_lock,
     remove_stale_temporaries,
@@ -289,6 +290,17 @@ def test_only_dead_writers_temporaries_of_this_host_are_removed(model_a, tmp_pat
     assert alive.exists() and other_host.exists() and unrelated.exists()
 
 
+def test_atomic_file_removes_temporaries_of_its_dead_writers(tmp_path):
+    host = socket.gethostname()
+    stale = tmp_path / f".x.json.tmp-{host}-{dead_pid()}"
+    live = tmp_path / f".x.json.tmp-{host}-{os.getppid()}"  # our parent runs: maybe a writer, left alone
+    stale.write_text("partial")
+    live.write_text("partial")
+    atomic_write_text(tmp_path / "x.json", "{}")
+    assert (tmp_path / "x.json").read_text() == "{}"
+    assert not stale.exists() and live.exists()
+
+
 def test_an_interrupted_block_leaves_the_old_folder_and_no_temporary(model_a, tmp_path):
     before = snapshot(model_a)
     with pytest.raises(KeyboardInterrupt), atomic_directory(model_a) as tmp:
@@ -505,6 +517,7 @@ def test_bad_options_are_one_line_before_loading_the_model(
 def test_invalid_utf8_on_the_command_line(tiny_model_dir, no_model_loading):
     bad = b"caf\xe9".decode("utf-8", "surrogateescape")  # what Python makes of a Latin-1 argument
     one_line_error(invoke("similarity", bad, "fine", "--model", tiny_model_dir), "not valid UTF-8", "0xe9")
+    one_line_error(invoke("search", "query", tiny_model_dir, bad), "query 1", "not valid UTF-8")
 
 
 def test_devices_are_checked_before_the_ranks_start(tiny_model_dir, corpus, tmp_path):

@@ -87,10 +87,12 @@ def atomic_file(path: str | Path, mode: str = "w", **kwargs: Any) -> Iterator[IO
     """Open a temporary file beside ``path`` for writing (``mode`` and ``kwargs`` as for :func:`open`).
 
     When the block ends normally the file is flushed, fsynced and renamed over ``path``: readers see the old file
-    or the whole new one, never a part. On any exception it is removed and ``path`` is left as it was.
+    or the whole new one, never a part. On any exception it is removed and ``path`` is left as it was; temporary
+    files of ``path`` left by killed writers (dead processes of this host) are removed first.
     """
     path = Path(path)
     tmp = temporary_name(path)
+    remove_stale_temporaries(path)  # what a writer of this file killed earlier on this host left behind
     try:
         with open(tmp, mode, **kwargs) as fh:
             yield fh
