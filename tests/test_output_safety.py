@@ -489,18 +489,22 @@ def test_check_output_folder_accepts_new_and_empty_folders(tmp_path):
 # -- options validated before the model loads ------------------------------------------------------------------
 
 
-@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
 @pytest.mark.parametrize(
     ("options", "needle"),
     [
-        (["--device", "cuda"], "CUDA is not available"),
-        (["--device", "bogus"], "unknown device"),
-        (["--epochs", "inf"], "epochs"),
-        (["--epochs", "nan"], "epochs"),
-        (["--epochs", "0"], "epochs"),
-        (["--epochs", "-1"], "epochs"),
-        (["--max-length", "100000"], "max_length 100000"),
-        (["-c", "²"], "²"),
+        pytest.param(
+            ["--device", "cuda"],
+            "CUDA is not available",
+            id="device-cuda",
+            marks=pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA"),
+        ),
+        pytest.param(["--device", "bogus"], "unknown device", id="device-bogus"),
+        pytest.param(["--epochs", "inf"], "epochs", id="epochs-inf"),
+        pytest.param(["--epochs", "nan"], "epochs", id="epochs-nan"),
+        pytest.param(["--epochs", "0"], "epochs", id="epochs-0"),
+        pytest.param(["--epochs", "-1"], "epochs", id="epochs-negative"),
+        pytest.param(["--max-length", "100000"], "max_length 100000", id="max-length-above-positions"),
+        pytest.param(["-c", "²"], "²", id="column-superscript-two"),
     ],
 )
 def test_bad_options_are_one_line_before_loading_the_model(
