@@ -505,6 +505,8 @@ def test_check_output_folder_accepts_new_and_empty_folders(tmp_path):
         pytest.param(["--epochs", "-1"], "epochs", id="epochs-negative"),
         pytest.param(["--max-length", "100000"], "max_length 100000", id="max-length-above-positions"),
         pytest.param(["-c", "²"], "²", id="column-superscript-two"),
+        pytest.param(["--pooling", "max"], "unknown pooling", id="pooling-unknown"),
+        pytest.param(["--pooling", "1,99"], "out of range", id="pooling-layer-out-of-range"),
     ],
 )
 def test_bad_options_are_one_line_before_loading_the_model(

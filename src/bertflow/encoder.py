@@ -412,10 +412,11 @@ class SentenceEncoder:
             kwargs: dict[str, Any] = {"revision": revision} if revision else {}
             try:
                 self.tokenizer = AutoTokenizer.from_pretrained(load_path, **kwargs)
-                # Checked on the config before the weights load, so a bad option costs no time.
-                check_max_length(
-                    self.max_length, AutoConfig.from_pretrained(load_path, **kwargs), self.tokenizer, self.model_id
-                )
+                # Options are checked on the config before the weights load, so a bad one costs no time.
+                config = AutoConfig.from_pretrained(load_path, **kwargs)
+                check_max_length(self.max_length, config, self.tokenizer, self.model_id)
+                if getattr(config, "num_hidden_layers", None) is not None:
+                    Pooling.parse(pooling, int(config.num_hidden_layers))
                 try:
                     self.model = AutoModel.from_pretrained(
                         load_path, dtype=self.dtype, attn_implementation="sdpa", **kwargs

@@ -129,7 +129,7 @@ def _writer_of(name: str, prefix: str) -> tuple[str, int] | None:
     if not name.startswith(prefix):
         return None
     host, sep, pid = name[len(prefix) :].split("~", 1)[0].rpartition("-")
-    return (host, int(pid)) if sep and host and pid.isdigit() else None
+    return (host, int(pid)) if sep and host and pid.isascii() and pid.isdigit() else None
 
 
 def writer_is_alive(host: str, pid: int) -> bool:
