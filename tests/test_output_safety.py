@@ -328,35 +328,39 @@ print(i)
 """
 
 
-def test_loads_during_concurrent_saves_see_one_complete_save(model_a, model_b, tmp_path):
+def test_loads_during_concurrent_saves_see_one_complete_save(model_a, model_b, tmp_path, tiny_encoder, monkeypatch):
     import shutil
 
+    from bertflow import SentenceEncoder
+
+    # The encoder's weights are not part of the folder; building it once keeps each load to the folder's own
+    # files, so thousands of loads race the writer (without the retry, several in a thousand mixed two saves).
+    monkeypatch.setattr(SentenceEncoder, "from_config", classmethod(lambda cls, config, **kwargs: tiny_encoder))
     target = tmp_path / "model"
     shutil.copytree(model_a, target)
     writer = subprocess.Popen(
-        [sys.executable, "-c", _WRITER_SCRIPT.format(src=SRC), str(model_a), str(model_b), str(target), "12"],
+        [sys.executable, "-c", _WRITER_SCRIPT.format(src=SRC), str(model_a), str(model_b), str(target), "7"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    seen, busy = set(), 0
-    deadline = time.monotonic() + 10
+    seen: dict[str, int] = {}
+    deadline = time.monotonic() + 5
     try:
         while time.monotonic() < deadline:
             try:
                 emb = Embedder.load(target)
             except ModelFileError as e:
                 assert "being written" in str(e), e  # never "does not match its checksum" from a mix of saves
-                busy += 1
                 continue
             # One complete save: config (regime) and calibrator files come from the same one.
             expected = "whitening" if emb.fit_info["regime"] == "A" else "standard-norm"
             assert emb.calibrator.name == expected
-            seen.add(emb.fit_info["regime"])
+            seen[emb.fit_info["regime"]] = seen.get(emb.fit_info["regime"], 0) + 1
     finally:
         out, err = writer.communicate(timeout=60)
     assert writer.returncode == 0, err.decode()
-    assert int(out) > 20  # the writer really replaced the folder many times meanwhile
-    assert seen  # and loads succeeded
+    assert int(out) > 10  # the writer really replaced the folder many times meanwhile
+    assert sum(seen.values()) > 10  # and loads succeeded
     assert Embedder.load(target).fit_info["regime"] in ("A", "B")
 
 

@@ -501,20 +501,28 @@ class Embedder:
             CompatibilityError: a newer format, or a calibrator that does not match the encoder.
         """
         folder = Path(path).expanduser()
-        local = folder.is_dir() or _left_by_interrupted_save(folder)
-        if not local:
+        if not (folder.is_dir() or _left_by_interrupted_save(folder)):
             folder = _download(str(path), revision)
-            return cls._load_folder(folder, str(path), device=device, dtype=dtype)
-        # Another process may save over the folder while it is read: see one complete save, never a mix.
-        return read_consistent(
-            folder,
-            CONFIG_FILE,
-            lambda f: cls._load_folder(f, str(f.resolve()), device=device, dtype=dtype),
-        )
+            config, calibrator = cls._read_folder(folder)
+            return cls._assemble(folder, config, calibrator, str(path), device=device, dtype=dtype)
+
+        def read(f: Path) -> Embedder | tuple[dict[str, Any], Calibrator]:
+            config, calibrator = cls._read_folder(f)
+            if _bundles_encoder(config):  # its weights are files of the folder too: read them in the same snapshot
+                return cls._assemble(f, config, calibrator, str(f.resolve()), device=device, dtype=dtype)
+            return config, calibrator
+
+        # Another process may save over the folder while it is read: the folder's files are read again until one
+        # read saw a single complete save (the encoder, loaded from elsewhere, is built once, afterwards).
+        result = read_consistent(folder, CONFIG_FILE, read)
+        if isinstance(result, Embedder):
+            return result
+        config, calibrator = result
+        return cls._assemble(folder, config, calibrator, str(folder.resolve()), device=device, dtype=dtype)
 
     @classmethod
-    def _load_folder(cls, folder: Path, source: str, *, device: str | None, dtype: str) -> Embedder:
-        """Load the model folder ``folder`` (a local or downloaded copy); ``source`` is recorded as its origin."""
+    def _read_folder(cls, folder: Path) -> tuple[dict[str, Any], Calibrator]:
+        """The config (format and checksums verified) and the calibrator of the model folder ``folder``."""
         config = read_json(folder / CONFIG_FILE)
         if config.get("library") != "bertflow":
             raise ModelFileError(f"{folder / CONFIG_FILE} is not a bertflow model config")
@@ -532,9 +540,25 @@ class Embedder:
                 raise ModelFileError(f"{file} is missing: the model folder is incomplete")
             if sha256_file(file) != digest:
                 raise ModelFileError(f"{file} does not match its checksum: it is truncated, corrupted or edited")
+        try:
+            return config, Calibrator.load(folder / config["calibrator"]["path"])
+        except (KeyError, TypeError) as e:
+            raise ModelFileError(f"{folder / CONFIG_FILE} lacks or garbles {e}; was it edited?") from None
+
+    @classmethod
+    def _assemble(
+        cls,
+        folder: Path,
+        config: dict[str, Any],
+        calibrator: Calibrator,
+        source: str,
+        *,
+        device: str | None,
+        dtype: str,
+    ) -> Embedder:
+        """The embedder of a model folder read by :meth:`_read_folder`; ``source`` is recorded as its origin."""
         encoder_dir: Path | None = None
         try:
-            calibrator = Calibrator.load(folder / config["calibrator"]["path"])
             enc = config["encoder"]
             if enc.get("path"):
                 # A self-contained folder: load the copy, but keep the original id and revision as provenance.
@@ -545,7 +569,7 @@ class Embedder:
                 encoder.model_id, encoder.revision = enc["model"], enc.get("revision")
             else:
                 encoder = SentenceEncoder.from_config(enc, device=device, dtype=dtype)
-        except (KeyError, TypeError) as e:
+        except (KeyError, TypeError, AttributeError) as e:
             raise ModelFileError(f"{folder / CONFIG_FILE} lacks or garbles {e}; was it edited?") from None
         # The constructor compares the encoder actually loaded with what the calibrator was fitted on
         # (fingerprint, pooling, max_length, dimension), so an edited config or a swapped encoder is refused.
@@ -649,6 +673,12 @@ class Embedder:
 
     def __repr__(self) -> str:
         return f"Embedder({self.encoder!r}, {self.calibrator!r})"
+
+
+def _bundles_encoder(config: dict[str, Any]) -> bool:
+    """Whether a model config says its encoder's files are inside the folder (``save(include_encoder=True)``)."""
+    encoder = config.get("encoder")
+    return isinstance(encoder, dict) and bool(encoder.get("path"))
 
 
 def _left_by_interrupted_save(folder: Path) -> bool:
