@@ -418,6 +418,10 @@ def test_unwritable_destinations_fail_before_any_work(tiny_model_dir, corpus, tm
     one_line_error(
         invoke("search", "build", corpus, "--model-dir", tmp_path / "m", "-o", blocker / "i"), "is not a folder"
     )
+    # Report folders (evaluate, reproduce, analyze) are checked before the evaluation runs.
+    one_line_error(invoke("evaluate", "--model", tiny_model_dir, "-o", blocker), "not a folder")
+    one_line_error(invoke("reproduce", "--model", tiny_model_dir, "-o", blocker / "r"), "is not a folder")
+    one_line_error(invoke("analyze", "--model", tiny_model_dir, "-o", blocker / "r"), "is not a folder")
 
 
 def test_a_read_only_destination_fails_before_the_fit(tiny_model_dir, corpus, tmp_path, monkeypatch, no_model_loading):

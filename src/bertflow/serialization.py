@@ -431,9 +431,10 @@ def check_output_folder(
     return target
 
 
-def check_output_file(path: str | Path, *, inputs: Sequence[str | Path] = ()) -> Path:
+def check_output_file(path: str | Path, *, inputs: Sequence[str | Path] = (), create_parents: bool = False) -> Path:
     """Check that a file may be written at ``path`` before any work: not one of ``inputs`` (same path or same
-    file through links), not a folder, in an existing writable folder. Returns the path.
+    file through links), not a folder, in an existing writable folder (or, with ``create_parents``, under a
+    writable folder where the missing ones can be made). Returns the path.
 
     Raises:
         OutputError: naming the problem.
@@ -449,7 +450,7 @@ def check_output_file(path: str | Path, *, inputs: Sequence[str | Path] = ()) ->
             raise OutputError(f"refusing to write {path}: it is the input {item}, which it would replace")
     if target.is_dir():
         raise OutputError(f"cannot write {path}: it is a folder; give a file name")
-    parent = target.parent
+    parent = _nearest_existing(target.parent) if create_parents else target.parent
     if not parent.exists():
         raise OutputError(f"cannot write {path}: the folder {parent} does not exist")
     if not parent.is_dir():
