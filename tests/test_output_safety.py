@@ -634,3 +634,22 @@ def test_a_blank_line_in_a_stream_is_an_error_and_no_output(tiny_model_dir, tmp_
 def test_encode_help_documents_stdin_and_stdout():
     r = runner.invoke(app, ["encode", "--help"])
     assert "standard input" in r.stdout and "standard output" in r.stdout
+
+
+@pytest.mark.parametrize("epochs", [float("inf"), float("nan"), 0, -1])
+def test_the_flow_refuses_non_finite_or_non_positive_epochs(anisotropic_data, epochs):
+    from bertflow.calibrators import FlowCalibrator
+    from bertflow.errors import InputError
+
+    with pytest.raises(InputError, match="epochs"):
+        FlowCalibrator(epochs=epochs).fit(anisotropic_data)
+
+
+def test_the_encoder_checks_device_and_max_length_before_loading_weights(tiny_model_dir, no_model_loading):
+    from bertflow import SentenceEncoder
+    from bertflow.errors import InputError
+
+    with pytest.raises(InputError, match="unknown device"):
+        SentenceEncoder(str(tiny_model_dir), device="bogus")
+    with pytest.raises(InputError, match="at most 128"):
+        SentenceEncoder(str(tiny_model_dir), max_length=129, device="cpu")
