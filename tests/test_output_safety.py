@@ -275,6 +275,26 @@ def test_a_crash_after_the_exchange_leaves_the_new_model_and_a_stale_copy_that_i
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".model.")]
 
 
+def test_the_two_rename_fallback_replaces_a_model_and_leaves_nothing(model_a, model_b, tmp_path, monkeypatch):
+    import bertflow.serialization as serialization
+
+    monkeypatch.setattr(serialization, "exchange_paths", lambda a, b: False)  # e.g. macOS, or a file system without it
+    Embedder.load(model_b).save(model_a, overwrite=True)
+    assert Embedder.load(model_a).fit_info["regime"] == "B"
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".model-a")]
+
+
+def test_the_exchange_is_used_where_the_system_has_it(tmp_path):
+    from bertflow.serialization import exchange_paths
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "x").write_text("a")
+    if not exchange_paths(tmp_path / "a", tmp_path / "b"):
+        pytest.skip("no renameat2(RENAME_EXCHANGE) here")
+    assert (tmp_path / "b" / "x").read_text() == "a" and not (tmp_path / "a" / "x").exists()
+
+
 def test_only_dead_writers_temporaries_of_this_host_are_removed(model_a, tmp_path):
     host = socket.gethostname()
     dead = tmp_path / f".model-a.tmp-{host}-{dead_pid()}~ab12"
