@@ -75,7 +75,7 @@ def test_save_overwrites_atomically(fitted, tiny_encoder, tmp_path, monkeypatch)
 
     monkeypatch.setattr("bertflow.pipeline.write_json", crash)
     with pytest.raises(OSError, match="disk full"):
-        other.save(path)
+        other.save(path, overwrite=True)
     after = {p.relative_to(path): p.read_bytes() for p in path.rglob("*") if p.is_file()}
     assert after == before  # the old model is untouched
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left behind

@@ -21,6 +21,7 @@ import math
 import os
 import shutil
 import socket
+import sys
 import tarfile
 import tempfile
 import threading
@@ -78,8 +79,13 @@ def _check_errors_mode(errors: str) -> None:
 
 
 def _open_binary(path: str | Path) -> io.BufferedReader:
-    """Open ``path`` for binary reading, turning OS errors into InputError with the path in the message."""
+    """Open ``path`` for binary reading, turning OS errors into InputError with the path in the message.
+
+    ``"-"`` is standard input (a duplicate of its descriptor, so closing the file leaves ``sys.stdin`` open).
+    """
     p = Path(path)
+    if str(path) == "-":
+        return open(os.dup(sys.stdin.fileno()), "rb")  # noqa: SIM115 - the caller closes it
     try:
         return open(p, "rb")  # noqa: SIM115 - the caller closes it
     except FileNotFoundError:

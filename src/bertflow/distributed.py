@@ -41,7 +41,8 @@ import torch
 import torch.distributed as dist
 
 from . import __version__, errors
-from .errors import BertflowError, CompatibilityError, InputError
+from .errors import BertflowError, CompatibilityError, InputError, describe_os_error
+from .serialization import LOCK_NAME, folder_lock
 from .store import (
     MANIFEST_NAME,
     MERGED_NAME,
@@ -254,6 +255,8 @@ def _run_on_main(fn: Callable[[], Any]) -> Any:
             payload = ("ok", fn())
         except BertflowError as e:
             payload = ("error", (type(e).__name__, str(e)))
+        except OSError as e:  # disk full, read-only folder...: every rank stops with the same one-line error
+            payload = ("error", ("OutputError", describe_os_error(e)))
     payload = _broadcast_object(payload)
     if payload[0] == "error":
         name, message = payload[1]
@@ -488,8 +491,9 @@ def _prepare_store(
     if folder.exists() and not folder.is_dir():
         raise InputError(f"{folder} exists and is not a folder")
     has_manifest = (folder / MANIFEST_NAME).is_file()
-    if folder.is_dir() and not has_manifest and overwrite is False:
-        strangers = [p.name for p in folder.iterdir() if p.name not in (SHARD_DIR,)]
+    if folder.is_dir() and not has_manifest:
+        # Not a store: --overwrite does not change that (it replaces a store, never somebody else's files).
+        strangers = [p.name for p in folder.iterdir() if p.name not in (SHARD_DIR, LOCK_NAME)]
         if strangers:
             raise InputError(
                 f"{folder} is not empty and holds no embedding store ({', '.join(sorted(strangers)[:5])}...); "
@@ -619,83 +623,97 @@ def encode_file_to_store(
     encode_kwargs = _encode_kwargs(batch_size, chunk_size)
     if not input_path.is_file():
         raise InputError(f"cannot read {input_path}: no such file")
-    manifest, done = _run_on_main(lambda: _prepare_store(input_path, folder, identity, shard_size, overwrite))
-    ours = _normalised(identity)
-    if any(ours[k] != manifest.get(k) for k in ours if k != "dim") or manifest["dim"] != dim:
-        # Every rank must encode with what rank 0 recorded: same weights, pooling, precision, calibrator.
-        raise CompatibilityError(
-            f"rank {rank}: this rank's encoder or calibrator differs from rank 0's (model files differ between "
-            "nodes, or another dtype was picked); every rank must use the same model and options"
-        )
-    specs = [ShardSpec.from_json(e) for e in manifest["shards"]]
-    done_set = set(done)
-    todo = [s for s in specs if s.index not in done_set]
-    lo, hi = _share(len(todo), rank, world)
-    mine = todo[lo:hi]
-    record = {"rank": rank, "world_size": world, "device": str(getattr(encoder, "device", "unknown"))}
-    _barrier()  # every rank has its encoder loaded and its plan: the timed phase starts together
-    t0 = time.perf_counter()
-    rows_done, shard_times = 0, []
-    total = sum(s.rows for s in mine)
-    with tqdm(
-        total=total, desc=f"encode (rank 0 of {world})", unit="sent", disable=not (show_progress and rank == 0)
-    ) as bar:
-        for spec in mine:
-            t_shard = time.perf_counter()
-            lines = read_lines(input_path, spec.offset, spec.rows, first_line=spec.start + 1, errors=encoding_errors)
-            with ShardWriter(folder, spec, dim, record=record) as writer:
-                row = spec.start
-                for part in encoder.iter_encode(lines, **encode_kwargs):
-                    check_finite(part, what=f"embeddings of lines {row + 1}..{row + len(part)} of {input_path}")
-                    if calibrator is not None:
-                        part = calibrator.transform(part)
-                    writer.write(part)
-                    row += len(part)
-                    bar.update(len(part))
-                writer.commit()
-            rows_done += spec.rows
-            shard_times.append((spec.rows, time.perf_counter() - t_shard))
-    seconds = time.perf_counter() - t0
-    mine_summary = {
-        "rank": rank,
-        "device": record["device"],
-        "shards": len(mine),
-        "rows": rows_done,
-        "seconds": round(seconds, 4),
-        "shard_rows": [r for r, _ in shard_times],
-        "shard_seconds": [round(t, 4) for _, t in shard_times],
-    }
-    _barrier()  # all shards written
-    wall = time.perf_counter() - t0
-    per_rank = _all_gather_object(mine_summary)
-    if rank != 0:
-        return mine_summary
-    run = {
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-        "world_size": world,
-        "encoded_shards": len(todo),
-        "skipped_shards": len(done),
-        "seconds": round(wall, 4),
-        "host": socket.gethostname(),
-        "bertflow_version": __version__,
-    }
-    final = finalize_manifest(folder, run=run)
-    merged = str(merge_shards(folder)) if merge else None
-    encoded_rows = sum(r["rows"] for r in per_rank)
-    return {
-        "output": str(folder),
-        "rows": final["rows"],
-        "dim": final["dim"],
-        "shards": len(specs),
-        "encoded_shards": len(todo),
-        "skipped_shards": len(done),
-        "encoded_rows": encoded_rows,
-        "world_size": world,
-        "seconds": round(wall, 4),
-        "rows_per_second": round(encoded_rows / wall, 2) if wall > 0 and encoded_rows else None,
-        "merged": merged,
-        "per_rank": per_rank,
-    }
+    # Rank 0 holds FOLDER/.lock for the whole run: a second run on the same store stops with a clear error instead
+    # of deleting this run's temporary files and racing it for the shards.
+    lock = contextlib.ExitStack()
+
+    def prepare() -> tuple[dict[str, Any], list[int]]:
+        if folder.exists() and not folder.is_dir():
+            raise InputError(f"{folder} exists and is not a folder")
+        folder.mkdir(parents=True, exist_ok=True)
+        lock.enter_context(folder_lock(folder, "distributed-encode run"))
+        return _prepare_store(input_path, folder, identity, shard_size, overwrite)
+
+    with lock:
+        manifest, done = _run_on_main(prepare)
+        ours = _normalised(identity)
+        if any(ours[k] != manifest.get(k) for k in ours if k != "dim") or manifest["dim"] != dim:
+            # Every rank must encode with what rank 0 recorded: same weights, pooling, precision, calibrator.
+            raise CompatibilityError(
+                f"rank {rank}: this rank's encoder or calibrator differs from rank 0's (model files differ between "
+                "nodes, or another dtype was picked); every rank must use the same model and options"
+            )
+        specs = [ShardSpec.from_json(e) for e in manifest["shards"]]
+        done_set = set(done)
+        todo = [s for s in specs if s.index not in done_set]
+        lo, hi = _share(len(todo), rank, world)
+        mine = todo[lo:hi]
+        record = {"rank": rank, "world_size": world, "device": str(getattr(encoder, "device", "unknown"))}
+        _barrier()  # every rank has its encoder loaded and its plan: the timed phase starts together
+        t0 = time.perf_counter()
+        rows_done, shard_times = 0, []
+        total = sum(s.rows for s in mine)
+        with tqdm(
+            total=total, desc=f"encode (rank 0 of {world})", unit="sent", disable=not (show_progress and rank == 0)
+        ) as bar:
+            for spec in mine:
+                t_shard = time.perf_counter()
+                lines = read_lines(
+                    input_path, spec.offset, spec.rows, first_line=spec.start + 1, errors=encoding_errors
+                )
+                with ShardWriter(folder, spec, dim, record=record) as writer:
+                    row = spec.start
+                    for part in encoder.iter_encode(lines, **encode_kwargs):
+                        check_finite(part, what=f"embeddings of lines {row + 1}..{row + len(part)} of {input_path}")
+                        if calibrator is not None:
+                            part = calibrator.transform(part)
+                        writer.write(part)
+                        row += len(part)
+                        bar.update(len(part))
+                    writer.commit()
+                rows_done += spec.rows
+                shard_times.append((spec.rows, time.perf_counter() - t_shard))
+        seconds = time.perf_counter() - t0
+        mine_summary = {
+            "rank": rank,
+            "device": record["device"],
+            "shards": len(mine),
+            "rows": rows_done,
+            "seconds": round(seconds, 4),
+            "shard_rows": [r for r, _ in shard_times],
+            "shard_seconds": [round(t, 4) for _, t in shard_times],
+        }
+        _barrier()  # all shards written
+        wall = time.perf_counter() - t0
+        per_rank = _all_gather_object(mine_summary)
+        if rank != 0:
+            return mine_summary
+        run = {
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+            "world_size": world,
+            "encoded_shards": len(todo),
+            "skipped_shards": len(done),
+            "seconds": round(wall, 4),
+            "host": socket.gethostname(),
+            "bertflow_version": __version__,
+        }
+        final = finalize_manifest(folder, run=run)
+        merged = str(merge_shards(folder)) if merge else None
+        encoded_rows = sum(r["rows"] for r in per_rank)
+        return {
+            "output": str(folder),
+            "rows": final["rows"],
+            "dim": final["dim"],
+            "shards": len(specs),
+            "encoded_shards": len(todo),
+            "skipped_shards": len(done),
+            "encoded_rows": encoded_rows,
+            "world_size": world,
+            "seconds": round(wall, 4),
+            "rows_per_second": round(encoded_rows / wall, 2) if wall > 0 and encoded_rows else None,
+            "merged": merged,
+            "per_rank": per_rank,
+        }
 
 
 # -- one machine, several devices, no torchrun -----------------------------------------------------------------

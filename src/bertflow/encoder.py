@@ -51,7 +51,7 @@ from .pooling import Pooling
 from .tokenization import TokenArrays, TokenizerPool, auto_processes, tokenize_arrays
 from .validation import check_sentences, sentence_list
 
-__all__ = ["DEFAULT_MODEL", "EncodeStats", "SentenceEncoder", "plan_batches", "resolve_model"]
+__all__ = ["DEFAULT_MODEL", "EncodeStats", "SentenceEncoder", "plan_batches", "resolve_device", "resolve_model"]
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +112,47 @@ def resolve_model(name_or_path: str | None) -> tuple[str, str]:
 
 
 # -- batching (pure numpy, no model) ----------------------------------------------------------------------
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """The torch device for ``device`` (``None``: CUDA when available, else CPU), checked before any model loads.
+
+    Raises:
+        InputError: an unknown device name, or a CUDA/MPS device this machine does not have.
+    """
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise InputError(f"unknown device {str(device)!r}; use cpu, cuda, cuda:N or mps") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise InputError(f"device {str(device)!r} asked for, but CUDA is not available here; use --device cpu")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise InputError(
+                f"device {str(device)!r} asked for, but this machine has {torch.cuda.device_count()} GPU(s)"
+            )
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise InputError(f"device {str(device)!r} asked for, but MPS is not available here; use --device cpu")
+    elif dev.type not in ("cpu", "cuda", "mps"):
+        raise InputError(f"device {str(device)!r} is not supported; use cpu, cuda, cuda:N or mps")
+    return dev
+
+
+def check_max_length(max_length: int, config: Any, tokenizer: Any, model_id: str) -> None:
+    """Refuse a ``max_length`` longer than the encoder's position table (it would fail inside the forward pass)."""
+    limits = [int(getattr(config, "max_position_embeddings", 0) or 0)]
+    if getattr(config, "model_type", "") in ("roberta", "xlm-roberta", "camembert", "longformer", "mpnet"):
+        limits[0] -= 2  # these offset positions by the padding index + 1
+    tok_max = getattr(tokenizer, "model_max_length", None)
+    if isinstance(tok_max, int) and 0 < tok_max < 1_000_000:
+        limits.append(tok_max)
+    limit = min(x for x in limits if x > 0) if any(x > 0 for x in limits) else None
+    if limit is not None and max_length > limit:
+        raise InputError(
+            f"max_length {max_length} is more than {model_id} supports ({limit} tokens); use at most {limit}"
+        )
 
 
 def plan_batches(
@@ -342,7 +383,7 @@ class SentenceEncoder:
         tokenize_workers: int | None = None,
         tokenize_processes: int | None = None,
     ) -> None:
-        from transformers import AutoModel, AutoTokenizer
+        from transformers import AutoConfig, AutoModel, AutoTokenizer
 
         if max_length < 2:
             raise InputError(f"max_length must be at least 2 (room for the special tokens), got {max_length}")
@@ -352,7 +393,7 @@ class SentenceEncoder:
             raise InputError(f"tokenize_workers must be 0 or more, got {tokenize_workers}")
         if tokenize_processes is not None and tokenize_processes < 0:
             raise InputError(f"tokenize_processes must be 0 or more, got {tokenize_processes}")
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.device = resolve_device(device)
         kind = "cuda" if self.device.type == "cuda" else "cpu"
         self.dtype = _resolve_dtype(dtype, self.device)
         self.max_length = int(max_length)
@@ -365,11 +406,17 @@ class SentenceEncoder:
                 raise InputError("a model given directly needs its tokenizer too")
             self.model_id = model_name_or_path or getattr(model.config, "_name_or_path", "") or "custom"
             self.model, self.tokenizer = model, tokenizer
+            check_max_length(self.max_length, model.config, tokenizer, self.model_id)
         else:
             self.model_id, load_path = resolve_model(model_name_or_path)
             kwargs: dict[str, Any] = {"revision": revision} if revision else {}
             try:
                 self.tokenizer = AutoTokenizer.from_pretrained(load_path, **kwargs)
+                # Options are checked on the config before the weights load, so a bad one costs no time.
+                config = AutoConfig.from_pretrained(load_path, **kwargs)
+                check_max_length(self.max_length, config, self.tokenizer, self.model_id)
+                if getattr(config, "num_hidden_layers", None) is not None:
+                    Pooling.parse(pooling, int(config.num_hidden_layers))
                 try:
                     self.model = AutoModel.from_pretrained(
                         load_path, dtype=self.dtype, attn_implementation="sdpa", **kwargs

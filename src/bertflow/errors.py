@@ -12,9 +12,11 @@ __all__ = [
     "InputError",
     "NotFittedError",
     "ModelFileError",
+    "OutputError",
     "CompatibilityError",
     "DivergenceError",
     "DataNotFoundError",
+    "describe_os_error",
 ]
 
 
@@ -34,6 +36,11 @@ class ModelFileError(BertflowError, OSError):
     """A saved model folder is missing, truncated, corrupted or edited."""
 
 
+class OutputError(BertflowError, OSError):
+    """An output that may not or cannot be written: it would replace the input, the working directory or a
+    folder of another kind, it exists without ``overwrite``, or its place is read-only or missing."""
+
+
 class CompatibilityError(BertflowError, ValueError):
     """A calibrator or index does not match the encoder, dimension or library version it is used with."""
 
@@ -44,3 +51,13 @@ class DivergenceError(BertflowError, RuntimeError):
 
 class DataNotFoundError(BertflowError, FileNotFoundError):
     """Evaluation data is not where it was looked for (and could not be downloaded)."""
+
+
+def describe_os_error(e: OSError) -> str:
+    """One line for an operating-system error: the file and the system's reason (``disk full`` spelled out)."""
+    import errno
+
+    if isinstance(e, BertflowError):
+        return str(e)
+    reason = "no space left on the device (disk full)" if e.errno == errno.ENOSPC else (e.strerror or str(e))
+    return f"{e.filename}: {reason}" if e.filename else reason

@@ -44,7 +44,17 @@ from .calibrators import Calibrator, FlowCalibrator, IdentityCalibrator
 from .encoder import SentenceEncoder, resolve_model
 from .errors import CompatibilityError, InputError, ModelFileError
 from .linalg import unit_rows
-from .serialization import FORMAT_VERSION, atomic_directory, read_json, sha256_file, write_json
+from .serialization import (
+    FOLDER_KINDS,
+    FORMAT_VERSION,
+    OLD_MARK,
+    atomic_directory,
+    check_output_folder,
+    read_consistent,
+    read_json,
+    sha256_file,
+    write_json,
+)
 from .validation import validate_sentences
 
 if TYPE_CHECKING:
@@ -54,7 +64,7 @@ __all__ = ["Embedder", "CONFIG_FILE", "corpus_digest", "calibrator_fingerprint"]
 
 logger = logging.getLogger(__name__)
 
-CONFIG_FILE = "bertflow_config.json"
+CONFIG_FILE = FOLDER_KINDS["model"][0]  # "bertflow_config.json"
 CALIBRATOR_DIR = "calibrator"
 ENCODER_DIR = "encoder"
 
@@ -409,15 +419,22 @@ class Embedder:
 
     # -- persistence -------------------------------------------------------------------------------------
 
-    def save(self, path: str | Path, *, include_encoder: bool = False) -> Path:
+    def save(self, path: str | Path, *, include_encoder: bool = False, overwrite: bool = False) -> Path:
         """Write the folder described in the module docstring, atomically. Returns its path.
 
         Args:
-            path: the folder (replaced whole if it exists; a crash leaves the old one intact).
+            path: the folder: new, empty, or (with ``overwrite``) a bertflow model, replaced whole; a crash at
+                any point leaves the old one in place.
             include_encoder: also copy the encoder's Hugging Face files into ``encoder/`` so the folder is
                 self-contained (a hub repo that needs nothing else); loading then uses that copy.
+            overwrite: replace a bertflow model already at ``path``. Since bertflow 0.x an existing model is
+                refused without it, and any other non-empty folder (or the working directory) always is.
+
+        Raises:
+            OutputError: ``path`` may not be written (see :func:`~bertflow.serialization.check_output_folder`).
         """
         self._require_fitted()
+        check_output_folder(path, "model", overwrite=overwrite)
         with atomic_directory(path) as tmp:
             self.calibrator.save(tmp / CALIBRATOR_DIR)
             encoder_config = self.encoder.get_config()
@@ -484,8 +501,28 @@ class Embedder:
             CompatibilityError: a newer format, or a calibrator that does not match the encoder.
         """
         folder = Path(path).expanduser()
-        if not folder.is_dir():
+        if not (folder.is_dir() or _left_by_interrupted_save(folder)):
             folder = _download(str(path), revision)
+            config, calibrator = cls._read_folder(folder)
+            return cls._assemble(folder, config, calibrator, str(path), device=device, dtype=dtype)
+
+        def read(f: Path) -> Embedder | tuple[dict[str, Any], Calibrator]:
+            config, calibrator = cls._read_folder(f)
+            if _bundles_encoder(config):  # its weights are files of the folder too: read them in the same snapshot
+                return cls._assemble(f, config, calibrator, str(f.resolve()), device=device, dtype=dtype)
+            return config, calibrator
+
+        # Another process may save over the folder while it is read: the folder's files are read again until one
+        # read saw a single complete save (the encoder, loaded from elsewhere, is built once, afterwards).
+        result = read_consistent(folder, CONFIG_FILE, read)
+        if isinstance(result, Embedder):
+            return result
+        config, calibrator = result
+        return cls._assemble(folder, config, calibrator, str(folder.resolve()), device=device, dtype=dtype)
+
+    @classmethod
+    def _read_folder(cls, folder: Path) -> tuple[dict[str, Any], Calibrator]:
+        """The config (format and checksums verified) and the calibrator of the model folder ``folder``."""
         config = read_json(folder / CONFIG_FILE)
         if config.get("library") != "bertflow":
             raise ModelFileError(f"{folder / CONFIG_FILE} is not a bertflow model config")
@@ -503,9 +540,25 @@ class Embedder:
                 raise ModelFileError(f"{file} is missing: the model folder is incomplete")
             if sha256_file(file) != digest:
                 raise ModelFileError(f"{file} does not match its checksum: it is truncated, corrupted or edited")
+        try:
+            return config, Calibrator.load(folder / config["calibrator"]["path"])
+        except (KeyError, TypeError) as e:
+            raise ModelFileError(f"{folder / CONFIG_FILE} lacks or garbles {e}; was it edited?") from None
+
+    @classmethod
+    def _assemble(
+        cls,
+        folder: Path,
+        config: dict[str, Any],
+        calibrator: Calibrator,
+        source: str,
+        *,
+        device: str | None,
+        dtype: str,
+    ) -> Embedder:
+        """The embedder of a model folder read by :meth:`_read_folder`; ``source`` is recorded as its origin."""
         encoder_dir: Path | None = None
         try:
-            calibrator = Calibrator.load(folder / config["calibrator"]["path"])
             enc = config["encoder"]
             if enc.get("path"):
                 # A self-contained folder: load the copy, but keep the original id and revision as provenance.
@@ -516,13 +569,13 @@ class Embedder:
                 encoder.model_id, encoder.revision = enc["model"], enc.get("revision")
             else:
                 encoder = SentenceEncoder.from_config(enc, device=device, dtype=dtype)
-        except (KeyError, TypeError) as e:
+        except (KeyError, TypeError, AttributeError) as e:
             raise ModelFileError(f"{folder / CONFIG_FILE} lacks or garbles {e}; was it edited?") from None
         # The constructor compares the encoder actually loaded with what the calibrator was fitted on
         # (fingerprint, pooling, max_length, dimension), so an edited config or a swapped encoder is refused.
         embedder = cls(encoder, calibrator)
         embedder.fit_info = config.get("fitting", {})
-        embedder.source = str(folder.resolve()) if Path(path).expanduser().is_dir() else str(path)
+        embedder.source = source
         embedder._encoder_dir = encoder_dir
         return embedder
 
@@ -620,6 +673,22 @@ class Embedder:
 
     def __repr__(self) -> str:
         return f"Embedder({self.encoder!r}, {self.calibrator!r})"
+
+
+def _bundles_encoder(config: dict[str, Any]) -> bool:
+    """Whether a model config says its encoder's files are inside the folder (``save(include_encoder=True)``)."""
+    encoder = config.get("encoder")
+    return isinstance(encoder, dict) and bool(encoder.get("path"))
+
+
+def _left_by_interrupted_save(folder: Path) -> bool:
+    """Whether ``folder`` is missing but a save killed mid-swap left its previous version beside it (a local
+    model to restore, not a hub id)."""
+    prefix = f".{folder.name}{OLD_MARK}"
+    try:
+        return not folder.exists() and any(e.name.startswith(prefix) for e in folder.parent.iterdir())
+    except OSError:
+        return False
 
 
 def _is_hub_id(name: str) -> bool:

@@ -37,9 +37,12 @@ from . import __version__
 from .errors import CompatibilityError, InputError, ModelFileError
 from .linalg import unit_rows
 from .serialization import (
+    FOLDER_KINDS,
     FORMAT_VERSION,
     atomic_directory,
+    check_output_folder,
     load_arrays,
+    read_consistent,
     read_json,
     save_arrays,
     sha256_file,
@@ -51,9 +54,9 @@ __all__ = ["SearchHit", "EmbeddingIndex", "INDEX_CONFIG", "INDEX_EMBEDDINGS", "f
 
 logger = logging.getLogger(__name__)
 
-INDEX_CONFIG = "index.json"
+INDEX_CONFIG = FOLDER_KINDS["index"][0]  # "index.json"
 INDEX_EMBEDDINGS = "embeddings.safetensors"
-_FORMAT_NAME = "bertflow-index"
+_FORMAT_NAME = FOLDER_KINDS["index"][2]  # "bertflow-index"
 
 Metric = Literal["cosine", "dot"]
 Backend = Literal["torch", "faiss"]
@@ -400,8 +403,17 @@ class EmbeddingIndex:
 
     # -- persistence -------------------------------------------------------------------------------------
 
-    def save(self, path: str | Path) -> Path:
-        """Write the folder described in the module docstring, atomically (an old index is replaced whole)."""
+    def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
+        """Write the folder described in the module docstring, atomically. Returns its path.
+
+        Args:
+            path: a new or empty folder, or (with ``overwrite``) a bertflow index, replaced whole.
+            overwrite: replace an index already at ``path`` (refused without it since bertflow 0.x).
+
+        Raises:
+            OutputError: ``path`` may not be written (see :func:`~bertflow.serialization.check_output_folder`).
+        """
+        check_output_folder(path, "index", overwrite=overwrite)
         with atomic_directory(path) as tmp:
             save_arrays(tmp / INDEX_EMBEDDINGS, {"embeddings": self._corpus().cpu().numpy()})
             config = {
@@ -438,6 +450,11 @@ class EmbeddingIndex:
             CompatibilityError: an index written by a newer bertflow.
         """
         folder = Path(path).expanduser()
+        # Another process may save over the folder while it is read: see one complete save, never a mix.
+        return read_consistent(folder, INDEX_CONFIG, lambda f: cls._load_folder(f, backend=backend, device=device))
+
+    @classmethod
+    def _load_folder(cls, folder: Path, *, backend: Backend | None, device: str | torch.device) -> EmbeddingIndex:
         if not folder.is_dir():
             raise ModelFileError(f"{folder} is not a folder; an index is a folder written by EmbeddingIndex.save")
         config = read_json(folder / INDEX_CONFIG)

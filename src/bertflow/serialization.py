@@ -7,19 +7,28 @@ and loading one never runs code.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
+import functools
 import hashlib
 import json
+import logging
 import os
+import secrets
 import shutil
 import socket
-import tempfile
-from collections.abc import Iterator
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import numpy as np
 
-from .errors import ModelFileError
+from .errors import BertflowError, ModelFileError, OutputError
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 __all__ = [
     "FORMAT_VERSION",
@@ -27,6 +36,14 @@ __all__ = [
     "atomic_directory",
     "atomic_file",
     "atomic_write_text",
+    "check_output_file",
+    "check_output_folder",
+    "exchange_paths",
+    "folder_kind",
+    "folder_lock",
+    "read_consistent",
+    "recover_directory",
+    "remove_stale_temporaries",
     "fsync_dir",
     "temporary_name",
     "write_json",
@@ -70,10 +87,12 @@ def atomic_file(path: str | Path, mode: str = "w", **kwargs: Any) -> Iterator[IO
     """Open a temporary file beside ``path`` for writing (``mode`` and ``kwargs`` as for :func:`open`).
 
     When the block ends normally the file is flushed, fsynced and renamed over ``path``: readers see the old file
-    or the whole new one, never a part. On any exception it is removed and ``path`` is left as it was.
+    or the whole new one, never a part. On any exception it is removed and ``path`` is left as it was; temporary
+    files of ``path`` left by killed writers (dead processes of this host) are removed first.
     """
     path = Path(path)
     tmp = temporary_name(path)
+    remove_stale_temporaries(path)  # what a writer of this file killed earlier on this host left behind
     try:
         with open(tmp, mode, **kwargs) as fh:
             yield fh
@@ -92,34 +111,393 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         fh.write(text)
 
 
+#: Marks a model folder moved aside by the fallback swap of :func:`atomic_directory` (``.NAME.old-HOST-PID``).
+OLD_MARK = ".old-"
+
+#: What makes a folder bertflow's own, per kind: the JSON file it holds, and the key and value that file carries.
+FOLDER_KINDS: dict[str, tuple[str, str, str]] = {
+    "model": ("bertflow_config.json", "library", "bertflow"),
+    "index": ("index.json", "format", "bertflow-index"),
+    "store": ("manifest.json", "format", "bertflow-embeddings"),
+}
+
+_KIND_NAMES = {"model": "a bertflow model", "index": "a bertflow search index", "store": "a bertflow embedding store"}
+
+
+def _writer_of(name: str, prefix: str) -> tuple[str, int] | None:
+    """``(host, pid)`` from a name ``PREFIX HOST-PID`` (optionally ``~suffix``), or None if it has another form."""
+    if not name.startswith(prefix):
+        return None
+    host, sep, pid = name[len(prefix) :].split("~", 1)[0].rpartition("-")
+    return (host, int(pid)) if sep and host and pid.isascii() and pid.isdigit() else None
+
+
+def writer_is_alive(host: str, pid: int) -> bool:
+    """Whether the process ``pid`` of ``host`` may still be running. A process of another host cannot be checked
+    from here, so it counts as alive: only this host's dead writers' leftovers are ever removed."""
+    if host != socket.gethostname():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def recover_directory(target: str | Path) -> bool:
+    """Put back a folder that a writer killed between the two renames of the fallback swap left aside.
+
+    Returns True when ``target`` was missing and its old version (``.NAME.old-HOST-PID``, of a dead writer on this
+    host) was renamed back. Raises :class:`ModelFileError` ("being written") when the writer is still running.
+    """
+    target = Path(target).expanduser()
+    if target.exists() or target.is_symlink():
+        return False
+    parent = target.parent
+    if not parent.is_dir():
+        return False
+    prefix = f".{target.name}{OLD_MARK}"
+    backups = []
+    for entry in parent.iterdir():
+        writer = _writer_of(entry.name, prefix)
+        if writer is not None and entry.is_dir():
+            backups.append((entry.stat().st_mtime_ns, entry, writer))
+    for _, entry, (host, pid) in sorted(backups, reverse=True):
+        if writer_is_alive(host, pid):
+            raise ModelFileError(f"{target} is being written by process {pid} on {host}; retry when it has finished")
+        try:
+            os.rename(entry, target)
+        except FileNotFoundError:  # another process recovered it first
+            return target.exists()
+        fsync_dir(parent)
+        logger.warning("%s was missing after an interrupted save; restored the previous version", target)
+        return True
+    return False
+
+
+def remove_stale_temporaries(target: str | Path) -> int:
+    """Delete what killed writers left beside ``target``: ``.NAME.tmp-HOST-PID*`` files and folders and
+    ``.NAME.old-HOST-PID`` folders whose writer ran on this host and is dead. Returns how many were removed.
+
+    A missing ``target`` is first restored from its old version (:func:`recover_directory`), so an old model is
+    never removed while it is the only copy.
+    """
+    target = Path(target).expanduser()
+    recover_directory(target)
+    parent = target.parent
+    if not parent.is_dir():
+        return 0
+    removed = 0
+    for entry in parent.iterdir():
+        for mark in (TMP_MARK, OLD_MARK):
+            writer = _writer_of(entry.name, f".{target.name}{mark}")
+            if writer is None or writer_is_alive(*writer):
+                continue
+            if mark == OLD_MARK and not target.exists():
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+            logger.info("removed %s, left by process %d (no longer running)", entry, writer[1])
+            removed += 1
+    return removed
+
+
+@functools.lru_cache(maxsize=1)
+def _renameat2() -> Any:
+    """libc's ``renameat2`` (Linux, glibc >= 2.28), or None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def exchange_paths(a: Path, b: Path) -> bool:
+    """Swap two existing paths in one atomic step (``renameat2(RENAME_EXCHANGE)``). False where the system or the
+    file system cannot (the caller then falls back to two renames)."""
+    fn = _renameat2()
+    if fn is None:
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
 @contextlib.contextmanager
 def atomic_directory(target: str | Path) -> Iterator[Path]:
-    """Yield a temporary folder beside ``target``; on success it replaces ``target`` in one rename.
+    """Yield a temporary folder beside ``target``; on success it takes ``target``'s place atomically.
 
-    A crash or exception inside the block leaves ``target`` exactly as it was (old model or nothing),
-    never half-written. An existing ``target`` is moved aside first and deleted only after the swap.
+    ``target`` always holds a complete folder (the old one or the new one), even if the process is killed:
+
+    * On Linux an existing ``target`` is swapped with the new folder in one ``renameat2(RENAME_EXCHANGE)``; the
+      old folder, now under the temporary name, is deleted after.
+    * Elsewhere the old folder is renamed to ``.NAME.old-HOST-PID`` and the new one renamed into place. A writer
+      killed between the two renames leaves ``target`` missing for a moment: :func:`recover_directory` (run by
+      the next save and by loading, see :func:`read_consistent`) renames the old folder back.
+
+    Leftovers of killed writers on this host (``.NAME.tmp-HOST-PID*``, ``.NAME.old-HOST-PID``) are removed
+    before writing. An exception inside the block leaves ``target`` exactly as it was.
+    Callers check the destination first with :func:`check_output_folder`.
     """
     target = Path(target).expanduser().resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
     if target.exists() and not target.is_dir():
         raise ModelFileError(f"{target} exists and is not a folder")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}{TMP_MARK}", dir=target.parent))
+    remove_stale_temporaries(target)
+    tmp = temporary_name(target).with_name(f"{temporary_name(target).name}~{secrets.token_hex(4)}")
+    os.mkdir(tmp, 0o700)
+    backup: Path | None = None
     try:
         yield tmp
         for f in tmp.rglob("*"):
             if f.is_file():
                 with open(f, "rb") as fh:
                     os.fsync(fh.fileno())
-        backup = None
+        fsync_dir(tmp)
+        if target.is_dir() and exchange_paths(tmp, target):
+            fsync_dir(target.parent)
+            shutil.rmtree(tmp, ignore_errors=True)  # the old folder, now under the temporary name
+            return
         if target.exists():
-            backup = target.parent / f".{target.name}.old-{os.getpid()}"
+            backup = target.parent / f".{target.name}{OLD_MARK}{socket.gethostname()}-{os.getpid()}"
             os.replace(target, backup)
         os.replace(tmp, target)
+        fsync_dir(target.parent)
         if backup is not None:
             shutil.rmtree(backup, ignore_errors=True)
     except BaseException:
+        if backup is not None and backup.exists() and not target.exists():
+            os.replace(backup, target)  # put the old folder back before reporting the failure
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _folder_identity(folder: Path, marker: str) -> tuple[int, ...] | None:
+    """What changes whenever a save replaces ``folder``: its inode and change time, and its marker file's."""
+    try:
+        d = folder.stat()
+        m = (folder / marker).stat()
+    except OSError:
+        return None
+    return (d.st_dev, d.st_ino, d.st_ctime_ns, m.st_ino, m.st_mtime_ns, m.st_size)
+
+
+def read_consistent(folder: str | Path, marker: str, read: Callable[[Path], T], *, attempts: int = 20) -> T:
+    """``read(folder)``, made to see exactly one complete save although another process may replace the folder.
+
+    A save replaces the whole folder (:func:`atomic_directory`), so a read that started before it may mix files
+    of two saves. The folder's identity (inode and change times of it and of its ``marker`` file) is taken before
+    and after: when it changed, the read is retried; an error of a read during which the folder did not change
+    is the folder's own and is raised. A folder missing after an interrupted save is restored first.
+
+    Raises:
+        ModelFileError: the folder kept changing during ``attempts`` reads ("being written, retry").
+    """
+    folder = Path(folder)
+    last: BaseException | None = None
+    for attempt in range(attempts):
+        if attempt:
+            time.sleep(min(0.005 * 2**attempt, 0.25))
+        try:
+            recover_directory(folder)
+        except ModelFileError as e:
+            last = e
+            continue
+        before = _folder_identity(folder, marker)
+        try:
+            result = read(folder)
+        except (BertflowError, OSError) as e:
+            if _folder_identity(folder, marker) == before:
+                raise
+            last = e
+            continue
+        if _folder_identity(folder, marker) == before:
+            return result
+    raise ModelFileError(
+        f"{folder} is being written by another process (it changed during each of {attempts} reads); "
+        "retry when the save has finished"
+    ) from last
+
+
+def folder_kind(folder: Path) -> str | None:
+    """Which bertflow folder ``folder`` is (``"model"``, ``"index"``, ``"store"``), or None for anything else."""
+    for kind, (marker, key, value) in FOLDER_KINDS.items():
+        file = folder / marker
+        if file.is_file():
+            try:
+                data = json.loads(file.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, ValueError):
+                continue
+            if isinstance(data, dict) and data.get(key) == value:
+                return kind
+    return None
+
+
+def _probe_writable(folder: Path, what: str) -> None:
+    """Create and delete a file in ``folder``: the one test that also holds for root and read-only mounts."""
+    probe = temporary_name(folder / ".bertflow-probe")
+    try:
+        fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except OSError as e:
+        raise OutputError(f"cannot write {what}: {folder} is not writable ({e.strerror or e})") from None
+    os.close(fd)
+    probe.unlink(missing_ok=True)
+
+
+def _nearest_existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_output_folder(
+    path: str | Path,
+    kind: str,
+    *,
+    overwrite: bool = False,
+    inputs: Sequence[str | Path] = (),
+    resume: bool = False,
+) -> Path:
+    """Check that a folder of ``kind`` may be written at ``path``, before any work is spent; returns it resolved.
+
+    Refused (:class:`OutputError`, naming the problem): the working directory or a folder above it; a folder that
+    holds one of ``inputs`` (or is one); a file; a non-empty folder that is not a bertflow folder of this
+    ``kind``; a bertflow folder of this kind unless ``overwrite`` (or ``resume``, for a store that is continued);
+    a place that cannot be written (read-only, or a parent that is a file). Missing parents are created at save.
+
+    Args:
+        kind: ``"model"``, ``"index"`` or ``"store"`` (see :data:`FOLDER_KINDS`).
+        overwrite: replace an existing bertflow folder of the same kind.
+        inputs: files or folders the command reads; the output may not hold or be any of them.
+        resume: an existing folder of this kind is continued (stores), so it is accepted without ``overwrite``.
+    """
+    if kind not in FOLDER_KINDS:
+        raise ValueError(f"unknown folder kind {kind!r}")
+    name = _KIND_NAMES[kind]
+    target = Path(path).expanduser().resolve()
+    cwd = Path.cwd().resolve()
+    if target == cwd or target in cwd.parents:
+        raise OutputError(
+            f"refusing to write {name} to {path}: it is the working directory (or holds it), which it would replace; "
+            "give a new folder name"
+        )
+    for item in inputs:
+        source = Path(item).expanduser()
+        if not source.exists():
+            continue
+        source = source.resolve()
+        if source == target or target in source.parents:
+            raise OutputError(
+                f"refusing to write {name} to {path}: it holds the input {item}, which it would replace; "
+                "give a new folder name"
+            )
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        raise OutputError(f"cannot write {name} to {path}: it exists and is not a folder")
+    if target.is_dir():
+        try:
+            entries = sorted(p.name for p in target.iterdir() if p.name != LOCK_NAME)
+        except OSError as e:
+            raise OutputError(f"cannot write {name} to {path}: {e.strerror or e}") from None
+        if entries:
+            found = folder_kind(target)
+            if found != kind:
+                what = (
+                    _KIND_NAMES[found]
+                    if found
+                    else f"other files ({', '.join(entries[:5])}{', ...' if len(entries) > 5 else ''})"
+                )
+                raise OutputError(
+                    f"refusing to write {name} to {path}: the folder is not empty and holds {what}; "
+                    "give a new or empty folder"
+                )
+            if not (overwrite or resume):
+                raise OutputError(f"{path} already holds {name}; pass --overwrite (overwrite=True) to replace it")
+    existing = _nearest_existing(target.parent)
+    if not existing.is_dir():
+        raise OutputError(f"cannot write {name} to {path}: {existing} is not a folder")
+    _probe_writable(existing, f"{name} to {path}")
+    return target
+
+
+def check_output_file(path: str | Path, *, inputs: Sequence[str | Path] = (), create_parents: bool = False) -> Path:
+    """Check that a file may be written at ``path`` before any work: not one of ``inputs`` (same path or same
+    file through links), not a folder, in an existing writable folder (or, with ``create_parents``, under a
+    writable folder where the missing ones can be made). Returns the path.
+
+    Raises:
+        OutputError: naming the problem.
+    """
+    target = Path(path).expanduser()
+    for item in inputs:
+        source = Path(item).expanduser()
+        same = source.resolve() == target.resolve()
+        if not same and source.exists() and target.exists():
+            with contextlib.suppress(OSError):
+                same = os.path.samefile(source, target)
+        if same:
+            raise OutputError(f"refusing to write {path}: it is the input {item}, which it would replace")
+    if target.is_dir():
+        raise OutputError(f"cannot write {path}: it is a folder; give a file name")
+    parent = _nearest_existing(target.parent) if create_parents else target.parent
+    if not parent.exists():
+        raise OutputError(f"cannot write {path}: the folder {parent} does not exist")
+    if not parent.is_dir():
+        raise OutputError(f"cannot write {path}: {parent} is not a folder")
+    _probe_writable(parent, str(path))
+    return target
+
+
+#: The lock file of a folder that one run at a time may write (see :func:`folder_lock`).
+LOCK_NAME = ".lock"
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str | Path, what: str) -> Iterator[None]:
+    """Hold ``FOLDER/.lock`` (host and pid inside) while ``what`` runs, so that two runs never write one folder.
+
+    A lock left by a dead process of this host is taken over; a live one is an :class:`OutputError`.
+    """
+    lock = Path(folder) / LOCK_NAME
+    me = f"{socket.gethostname()}-{os.getpid()}"
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                owner = lock.read_text(encoding="utf-8").strip()
+            except OSError:
+                owner = ""
+            writer = _writer_of(owner, "")
+            if writer is not None and not writer_is_alive(*writer):
+                lock.unlink(missing_ok=True)
+                continue
+            raise OutputError(
+                f"{folder} is in use by another {what} (process {owner or 'unknown'}, lock file {lock}); wait for "
+                f"it to finish, or delete {lock} if that process no longer runs"
+            ) from None
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(me + "\n")
+        break
+    else:  # pragma: no cover - another process took the stale lock at the same moment
+        raise OutputError(f"{folder} is in use by another {what} (lock file {lock})")
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            if lock.read_text(encoding="utf-8").strip() == me:
+                lock.unlink()
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

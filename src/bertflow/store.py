@@ -40,7 +40,7 @@ import numpy as np
 
 from . import __version__
 from .errors import InputError, ModelFileError
-from .serialization import TMP_MARK, atomic_file, atomic_write_text, fsync_dir, temporary_name
+from .serialization import FOLDER_KINDS, TMP_MARK, atomic_file, atomic_write_text, fsync_dir, temporary_name
 
 __all__ = [
     "MANIFEST_NAME",
@@ -61,10 +61,10 @@ __all__ = [
     "remove_temporary_files",
 ]
 
-MANIFEST_NAME = "manifest.json"
+MANIFEST_NAME = FOLDER_KINDS["store"][0]  # "manifest.json"
 SHARD_DIR = "shards"
 MERGED_NAME = "embeddings.npy"
-STORE_FORMAT = "bertflow-embeddings"
+STORE_FORMAT = FOLDER_KINDS["store"][2]  # "bertflow-embeddings"
 #: Version of the store layout; reading refuses a larger number.
 STORE_FORMAT_VERSION = 1
 

@@ -6,6 +6,7 @@ fails at the boundary instead of as a traceback from deep inside torch.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -13,7 +14,15 @@ import numpy as np
 
 from .errors import InputError
 
-__all__ = ["check_sentence", "check_sentences", "sentence_list", "validate_sentences", "check_finite", "check_array"]
+__all__ = [
+    "check_array",
+    "check_epochs",
+    "check_finite",
+    "check_sentence",
+    "check_sentences",
+    "sentence_list",
+    "validate_sentences",
+]
 
 
 def check_sentence(index: int, item: object, *, what: str = "sentence") -> str:
@@ -83,3 +92,14 @@ def check_array(
         raise InputError(f"{what} has {arr.shape[1]} features, but this calibrator was fitted on {n_features}")
     check_finite(arr, what=what)
     return arr
+
+
+def check_epochs(epochs: float) -> float:
+    """``epochs`` as a float, refused unless finite and positive (``inf`` would never end, ``nan`` never start)."""
+    try:
+        value = float(epochs)
+    except (TypeError, ValueError):
+        raise InputError(f"epochs must be a positive number, got {epochs!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise InputError(f"epochs must be a positive, finite number (fractions allowed), got {epochs!r}")
+    return value

@@ -170,7 +170,9 @@ def test_cli_encode_then_fit_as_one_rank(tiny_model_dir, corpus_file, tmp_path):
     expected = WhiteningCalibrator(8).fit(np.asarray(open_embeddings(out)))
     np.testing.assert_allclose(embedder.calibrator.explained_variance_, expected.explained_variance_, rtol=1e-10)
     assert embedder.encode(lines[:4]).shape == (4, 8)
-    r = runner.invoke(app, ["distributed-fit", str(out), "-o", str(model), "--calibrator", "standard-norm", "-q"])
+    r = runner.invoke(
+        app, ["distributed-fit", str(out), "-o", str(model), "--calibrator", "standard-norm", "-q", "--overwrite"]
+    )
     assert r.exit_code == 2 and "supports flow, flow-paper, whitening" in r.output
 
 

@@ -47,6 +47,11 @@ CALIBRATOR_SPECS = {
 }
 
 
+def _is_number(text: str) -> bool:
+    """ASCII digits only: ``str.isdigit`` also accepts ``²`` and other digits ``int`` cannot read."""
+    return text.isascii() and text.isdigit()
+
+
 def parse_calibrator(spec: str, **flow_kwargs: object) -> Calibrator:
     """Build an (unfitted) calibrator from a short spec; see :data:`CALIBRATOR_SPECS`.
 
@@ -58,7 +63,7 @@ def parse_calibrator(spec: str, **flow_kwargs: object) -> Calibrator:
     if len(parts) > 1:
         return ChainCalibrator([parse_calibrator(p, **flow_kwargs) for p in parts])
     name = parts[0]
-    base, _, arg = name.rpartition("-") if name.rsplit("-", 1)[-1].isdigit() else (name, "", "")
+    base, _, arg = name.rpartition("-") if _is_number(name.rsplit("-", 1)[-1]) else (name, "", "")
     if name in ("none", "raw", "identity"):
         return IdentityCalibrator()
     if name == "flow":

@@ -13,6 +13,7 @@ import torch
 
 from ..errors import DivergenceError, InputError
 from ..flows import GLOW_PRESETS, Glow
+from ..validation import check_epochs
 from .base import Calibrator, TorchTransform, as_tensor, expect_shape, register
 from .simple import floored_std
 
@@ -152,8 +153,9 @@ class FlowCalibrator(Calibrator):
         return 32  # below a few dozen rows a 150k-parameter density estimate is meaningless
 
     def _validate_params(self, X: np.ndarray) -> None:
-        if self.lr <= 0 or self.batch_size < 1 or self.epochs <= 0:
-            raise InputError("lr, batch_size and epochs must be positive")
+        if not (math.isfinite(self.lr) and self.lr > 0) or self.batch_size < 1:
+            raise InputError("lr and batch_size must be positive")
+        check_epochs(self.epochs)
         if self.max_steps is not None and self.max_steps < 1:
             raise InputError("max_steps must be at least 1")
         if not 0 <= self.validation_fraction < 0.5:

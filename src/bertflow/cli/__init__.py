@@ -16,12 +16,16 @@ class _Group(TyperGroup):
     """Turns bertflow's own errors into one clear line on stderr and exit status 2, never a traceback."""
 
     def invoke(self, ctx: click.Context):  # noqa: ANN201
-        from ..errors import BertflowError
+        from ..errors import BertflowError, describe_os_error
 
         try:
             return super().invoke(ctx)
         except BertflowError as e:
             click.echo(f"bertflow: error: {e}", err=True)
+            ctx.exit(2)
+        except OSError as e:
+            # Disk full, a folder turned read-only mid-run...: what the system said, about which file, in one line.
+            click.echo(f"bertflow: error: {describe_os_error(e)}", err=True)
             ctx.exit(2)
 
 

@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from . import app
-from .options import quiet_libraries
+from .options import check_device, quiet_libraries
 
 bench_app = typer.Typer(
     help="Speed benchmarks: bertflow against sentence-transformers, flow fitting, calibrator overhead, memory.",
@@ -45,6 +45,7 @@ def cpu(
     max_length), then STS-B flow fitting time and calibrator transform overhead."""
     from ..bench import cpu_comparison
 
+    _check_json(json_path)
     quiet_libraries()
     cpu_comparison(json_path, sentences=sentences, long=long, rounds=rounds, data_dir=data_dir)
 
@@ -76,6 +77,8 @@ def suite(
     bertflow variants, bf16 vs fp32, memory of `bertflow encode`, flow fitting on 1M vectors, calibrator overhead."""
     from ..bench import SUITE_SCALES, run_suite
 
+    _check_json(json_path)
+    check_device(device)
     quiet_libraries()
     if scale not in SUITE_SCALES:
         from ..errors import InputError
@@ -115,6 +118,8 @@ def flow(
 
     from ..bench import bench_flow_fit_gpu, environment, save_json
 
+    _check_json(json_path)
+    check_device(device)
     X = np.random.default_rng(0).normal(size=(rows, dim)).astype(np.float32)
     out = {
         "environment": environment(device),
@@ -122,3 +127,11 @@ def flow(
     }
     if json_path:
         save_json(out, json_path)
+
+
+def _check_json(json_path: Path | None) -> None:
+    """The results file can be written: checked before the benchmark runs, not after."""
+    from ..serialization import check_output_file
+
+    if json_path is not None:
+        check_output_file(json_path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from pathlib import Path
@@ -12,8 +13,11 @@ import typer
 
 from . import app
 from .options import (
+    STDIO,
     EncodingErrors,
     build_encoder,
+    check_device,
+    check_text_arguments,
     load_embedder,
     quiet_libraries,
     read_corpus,
@@ -43,6 +47,9 @@ ErrorsOpt = Annotated[
     typer.Option(
         "--encoding-errors", help="strict: stop at bytes that are not UTF-8 (naming the line); replace: use U+FFFD."
     ),
+]
+OverwriteOpt = Annotated[
+    bool, typer.Option(help="Replace a bertflow folder of the same kind already at --output (refused otherwise).")
 ]
 ColumnOpt = Annotated[
     list[str] | None,
@@ -84,22 +91,29 @@ def fit(
     batch_size: BatchOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = "auto",
+    overwrite: OverwriteOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
     """Fit a calibrator on unlabeled sentences and save encoder reference + calibrator to a folder."""
     from ..calibrators import parse_calibrator
     from ..pipeline import Embedder
+    from ..serialization import check_output_folder
+    from ..validation import check_epochs
 
-    quiet_libraries()
-    sentences = read_corpus(corpus, column, encoding_errors.value, unique)
-    encoder = build_encoder(model, pooling, max_length, device, dtype)
+    # Every option is checked before the corpus is read and the encoder loaded, so none fails after the fit.
+    check_output_folder(output, "model", overwrite=overwrite, inputs=[corpus, *([model] if model else [])])
+    check_device(device)
+    check_epochs(epochs)
     cal = parse_calibrator(
         calibrator, seed=seed, epochs=epochs, validation_fraction=validation_fraction, device=device, verbose=not quiet
     )
+    quiet_libraries()
+    sentences = read_corpus(corpus, column, encoding_errors.value, unique)
+    encoder = build_encoder(model, pooling, max_length, device, dtype)
     embedder = Embedder(encoder, cal).fit(
         sentences, batch_size=batch_size, show_progress_bar=not quiet, regime=f"corpus {corpus.name}"
     )
-    embedder.save(output)
+    embedder.save(output, overwrite=overwrite)
     summary = {
         "output": str(output),
         "sentences": len(sentences),
@@ -122,9 +136,11 @@ def fit(
 def encode(
     input: Annotated[
         Path,
-        typer.Argument(help="Text file, one sentence per line, or a TSV with --column.", exists=True, dir_okay=False),
+        typer.Argument(help="Text file, one sentence per line, or a TSV with --column; - reads standard input."),
     ],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the float32 [N, D] .npy.")],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Where to write the float32 [N, D] .npy; - writes standard output.")
+    ],
     model_dir: Annotated[
         str | None, typer.Option(help="A folder written by `bertflow fit` (or a hub id); omit for raw embeddings.")
     ] = None,
@@ -142,29 +158,37 @@ def encode(
     from tqdm.auto import tqdm
 
     from ..errors import InputError
-    from ..serialization import atomic_file
+    from ..serialization import check_output_file
     from ..validation import check_finite
 
+    to_stdout = str(output) == STDIO
+    check_input_file(input)
+    if not to_stdout:
+        check_output_file(output, inputs=[input, *([model_dir] if model_dir else [])])
+    check_device(device)
     quiet_libraries()
     if model_dir:
         embedder = load_embedder(model_dir, device, dtype)
         encoder, calibrator = embedder.encoder, embedder.calibrator
     else:
         encoder, calibrator = build_encoder(model, pooling, max_length, device, dtype), None
+    n: int | None
     if column:
         sentences = read_corpus(input, column, encoding_errors.value, False)
         n, stream = len(sentences), iter(sentences)
-    else:
+    elif _is_regular_file(input):
         # A first pass counts rows and finds bad lines (bytes, blanks) before any encoding work is spent.
         n = sum(1 for _ in _nonblank_lines(input, encoding_errors.value))
         stream = _nonblank_lines(input, encoding_errors.value)
+    else:
+        # A pipe, FIFO or terminal can be read only once: stream it, and write the row count into the header last.
+        n, stream = None, _nonblank_lines(input, encoding_errors.value)
     dim = calibrator.n_features_out_ if calibrator is not None else encoder.dim
-    # Written under a temporary name and renamed at the end: a failure never leaves a half-filled .npy behind.
-    # Plain appends after the .npy header, not a memory map: the written rows leave memory as they go, so peak
-    # RSS stays that of one chunk whatever the file size.
-    with atomic_file(output, "wb") as out:
-        header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False}
-        np.lib.format.write_array_header_1_0(out, {**header, "shape": (n, dim)})
+    # Written under a temporary name (or spooled, for standard output) and published at the end: a failure never
+    # leaves a half-filled .npy behind. Plain appends after the header, not a memory map: the written rows leave
+    # memory as they go, so peak RSS stays that of one chunk whatever the file size.
+    with _npy_destination(output) as out:
+        out.write(_npy_header(n or 0, dim))
         row = 0
         with tqdm(total=n, desc="encode", unit="sent", disable=quiet) as bar:
             for part in encoder.iter_encode(stream, batch_size=batch_size):
@@ -174,9 +198,69 @@ def encode(
                 out.write(np.ascontiguousarray(part, dtype=np.float32).tobytes())
                 row += len(part)
                 bar.update(len(part))
-        if row != n:
+        if n is not None and row != n:
             raise InputError(f"{input} changed while it was being encoded ({n} lines counted, {row} encoded)")
-    typer.echo(json.dumps({"output": str(output), "rows": n, "dim": dim}))
+        out.seek(0)
+        out.write(_npy_header(row, dim))
+    typer.echo(json.dumps({"output": str(output), "rows": row, "dim": dim}), err=to_stdout)
+
+
+def check_input_file(path: Path) -> None:
+    """An input file argument: ``-`` (standard input) or something that exists and is not a folder."""
+    from ..errors import InputError
+
+    if str(path) == STDIO:
+        return
+    if not path.exists():
+        raise InputError(f"cannot read {path}: no such file")
+    if path.is_dir():
+        raise InputError(f"cannot read {path}: it is a folder, expected a text file")
+
+
+def _is_regular_file(path: Path) -> bool:
+    """Whether ``path`` can be read twice (a regular file), unlike ``-``, a FIFO or ``/dev/stdin`` on a pipe."""
+    import stat
+
+    if str(path) == STDIO:
+        return False
+    try:
+        return stat.S_ISREG(path.stat().st_mode)
+    except OSError:
+        return False
+
+
+#: Bytes of the .npy header written by ``encode``: fixed, so the row count can be filled in after a single pass.
+_NPY_HEADER_BYTES = 128
+
+
+def _npy_header(rows: int, dim: int) -> bytes:
+    """A version 1.0 ``.npy`` header for float32 ``[rows, dim]``, padded to :data:`_NPY_HEADER_BYTES`."""
+    import struct
+
+    descr = np.lib.format.dtype_to_descr(np.dtype(np.float32))
+    text = f"{{'descr': {descr!r}, 'fortran_order': False, 'shape': ({rows}, {dim}), }}"
+    body = text.ljust(_NPY_HEADER_BYTES - 10 - 1) + "\n"
+    return np.lib.format.MAGIC_PREFIX + bytes([1, 0]) + struct.pack("<H", len(body)) + body.encode("latin1")
+
+
+@contextlib.contextmanager
+def _npy_destination(output: Path):  # noqa: ANN202
+    """A seekable binary file for the .npy: ``output`` written atomically, or (``-``) a spool copied to stdout."""
+    import shutil
+    import sys
+    import tempfile
+
+    from ..serialization import atomic_file
+
+    if str(output) != STDIO:
+        with atomic_file(output, "wb") as fh:
+            yield fh
+        return
+    with tempfile.TemporaryFile() as spool:
+        yield spool
+        spool.seek(0)
+        shutil.copyfileobj(spool, sys.stdout.buffer)
+        sys.stdout.buffer.flush()
 
 
 def _nonblank_lines(path: Path, errors: str):
@@ -206,14 +290,15 @@ def similarity(
     pairs: Annotated[
         Path | None,
         typer.Option(
-            help="TSV with a header and sentence1, sentence2 columns (extra columns such as score are kept).",
-            exists=True,
-            dir_okay=False,
+            help="TSV with a header and sentence1, sentence2 columns (extra columns such as score are kept); "
+            "- reads standard input."
         ),
     ] = None,
     output: Annotated[
         Path | None,
-        typer.Option("--output", "-o", help="With --pairs: write the TSV with a cosine column here (default: stdout)."),
+        typer.Option(
+            "--output", "-o", help="With --pairs: write the TSV with a cosine column here (default or -: stdout)."
+        ),
     ] = None,
     model_dir: Annotated[
         str | None, typer.Option(help="A folder written by `bertflow fit` (or a hub id); omit for the raw encoder.")
@@ -230,17 +315,27 @@ def similarity(
     from ..data import read_pairs
     from ..errors import InputError
     from ..pipeline import Embedder
+    from ..serialization import atomic_write_text, check_output_file
 
-    quiet_libraries()
     if (pairs is None) == (not sentences):
         raise InputError("give either two sentences or --pairs FILE")
+    if sentences:
+        if len(sentences) != 2:
+            raise InputError(f"similarity takes exactly two sentences, got {len(sentences)}")
+        check_text_arguments(sentences)
+    if pairs is not None:
+        check_input_file(pairs)
+    if output is not None and str(output) == STDIO:
+        output = None
+    if output is not None:
+        check_output_file(output, inputs=[pairs] if pairs is not None else [])
+    check_device(device)
+    quiet_libraries()
     if model_dir:
         embedder = load_embedder(model_dir, device, dtype)
     else:
         embedder = Embedder(build_encoder(model, pooling, max_length, device, dtype), IdentityCalibrator())
     if sentences:
-        if len(sentences) != 2:
-            raise InputError(f"similarity takes exactly two sentences, got {len(sentences)}")
         typer.echo(f"{embedder.similarity(sentences[0], sentences[1]):.6f}")
         return
     data = read_pairs(pairs, errors=encoding_errors.value)
@@ -251,7 +346,7 @@ def similarity(
         lines.append(f"{cos:.6f}\t{gold}{data.sentences1[i]}\t{data.sentences2[i]}")
     text = "\n".join(lines) + "\n"
     if output:
-        output.write_text(text, encoding="utf-8")
+        atomic_write_text(output, text)
     else:
         typer.echo(text, nl=False)
     if data.scores is not None:

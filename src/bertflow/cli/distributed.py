@@ -87,6 +87,16 @@ def _run(worker: Any, devices: str | None, backend: str, timeout_minutes: float,
         worker(None, args)
 
 
+def _check_device_option(device: str | None, devices: str | None) -> None:
+    """Refuse unknown or absent devices before any rank starts (``cuda`` alone means each rank's own GPU)."""
+    from .options import check_device
+
+    check_device(device)
+    for name in (devices or "").split(","):
+        if name.strip():
+            check_device(name.strip())
+
+
 def _raise_input(message: str) -> None:
     from ..errors import InputError
 
@@ -96,15 +106,16 @@ def _raise_input(message: str) -> None:
 def _guarded(body: Any, device: str | None, args: dict[str, Any]) -> None:
     """Run one rank's body; print its bertflow error as one line (once, for errors broadcast from rank 0), exit 2."""
     from ..distributed import current_topology
-    from ..errors import BertflowError
+    from ..errors import BertflowError, describe_os_error
 
     try:
         body(device, args)
-    except BertflowError as e:
+    except (BertflowError, OSError) as e:
         topology = current_topology()
         if not getattr(e, "from_rank0", False):
             where = f" (rank {topology.rank})" if topology.world_size > 1 else ""
-            print(f"bertflow: error{where}: {e}", file=sys.stderr, flush=True)
+            text = e if isinstance(e, BertflowError) else describe_os_error(e)
+            print(f"bertflow: error{where}: {text}", file=sys.stderr, flush=True)
         if topology.world_size > 1:
             # Leave at once: the other ranks may be inside a collective that a polite shutdown would wait for;
             # the launcher (torchrun, srun, launch_local) stops them when it sees this exit.
@@ -187,8 +198,13 @@ def distributed_encode(
     quiet: QuietOpt = False,
 ) -> None:
     """Encode a text file into sharded embeddings on every rank of a torchrun/srun job (resumable)."""
+    from ..serialization import check_output_folder
+
     if model_dir and model:
         _raise_input("give --model-dir (a fitted model) or --model (a raw encoder), not both")
+    # An existing store is resumed (or restarted with --overwrite); anything else non-empty is refused.
+    check_output_folder(output, "store", overwrite=overwrite, resume=True, inputs=[input, *filter(None, [model_dir])])
+    _check_device_option(device, devices)
     args = {
         "input": str(input),
         "output": str(output),
@@ -264,7 +280,7 @@ def _fit_worker_body(device: str | None, args: dict[str, Any]) -> None:
         "fitted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": f"{topology.world_size} rank(s), {platform.machine()} {platform.system()}, device {device}",
     }
-    embedder.save(args["output"])
+    embedder.save(args["output"], overwrite=args.get("overwrite", False))
     summary = {
         "output": args["output"],
         "sentences": int(store.shape[0]),
@@ -299,9 +315,19 @@ def distributed_fit(
     devices: DevicesOpt = None,
     backend: BackendOpt = "gloo",
     timeout_minutes: TimeoutOpt = 60.0,
+    overwrite: Annotated[
+        bool, typer.Option(help="Replace a bertflow model already at --output (refused otherwise).")
+    ] = False,
     quiet: QuietOpt = False,
 ) -> None:
     """Fit a flow or whitening on a store across every rank (same result as one process); rank 0 saves it."""
+    from ..serialization import check_output_folder
+    from ..validation import check_epochs
+
+    # Before any rank starts: a destination that may not be written fails now, not after the fit.
+    check_output_folder(output, "model", overwrite=overwrite, inputs=[store])
+    check_epochs(epochs)
+    _check_device_option(device, devices)
     args = {
         "store": str(store),
         "output": str(output),
@@ -310,6 +336,7 @@ def distributed_fit(
         "epochs": epochs,
         "validation_fraction": validation_fraction,
         "device": device,
+        "overwrite": overwrite,
         "quiet": quiet,
     }
     _run(_fit_worker, devices, backend, timeout_minutes, args)

@@ -12,7 +12,7 @@ import typer
 
 from . import app
 from .core import BatchOpt, DeviceOpt, DtypeOpt, MaxLenOpt
-from .options import EncodingErrors, load_embedder, quiet_libraries, read_corpus
+from .options import EncodingErrors, check_device, load_embedder, quiet_libraries, read_corpus
 
 ModelOpt = Annotated[
     str | None, typer.Option("--model", "-m", help="Hub id or local folder; default: the embedded all-MiniLM-L6-v2.")
@@ -117,12 +117,31 @@ def _corpus(corpus: Path | None, column: list[str] | None, errors: EncodingError
     return read_corpus(corpus, column, errors.value, True) if corpus is not None else None
 
 
+def _check_report(output: Path | None, stem: str) -> None:
+    """Before any work: the report files ``OUTPUT/STEM.md`` and ``.json`` can be written (only they are replaced)."""
+    from ..serialization import check_output_file
+
+    if output is not None:
+        if output.exists() and not output.is_dir():
+            _raise_output(f"cannot write the report to {output}: it exists and is not a folder")
+        for suffix in (".md", ".json"):
+            check_output_file(output / f"{stem}{suffix}", create_parents=True)
+
+
+def _raise_output(message: str) -> None:
+    from ..errors import OutputError
+
+    raise OutputError(message)
+
+
 def _write(output: Path | None, stem: str, markdown: str, data: dict[str, Any]) -> None:
+    from ..serialization import atomic_write_text
+
     if output is None:
         return
     output.mkdir(parents=True, exist_ok=True)
-    (output / f"{stem}.md").write_text(markdown, encoding="utf-8")
-    (output / f"{stem}.json").write_text(json.dumps(data, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    atomic_write_text(output / f"{stem}.md", markdown)
+    atomic_write_text(output / f"{stem}.json", json.dumps(data, indent=2, allow_nan=False) + "\n")
 
 
 @app.command(
@@ -163,6 +182,8 @@ def evaluate(
     quiet: QuietOpt = False,
 ) -> None:
     """STS evaluation (Spearman x100, "all" and "wmean", per subset) of an encoder + calibrator, with its regime."""
+    _check_report(output, "evaluate")
+    check_device(device)
     from ..evaluation.reproduce import GridConfig, evaluate_embedder, run_grid
 
     quiet_libraries()
@@ -274,6 +295,8 @@ def reproduce(
     quiet: QuietOpt = False,
 ) -> None:
     """Grid of pooling x calibrator x fitting regime on one model: Markdown + JSON, paper numbers beside BERT's."""
+    _check_report(output, "reproduce")
+    check_device(device)
     from ..evaluation.reproduce import GridConfig, run_grid
 
     quiet_libraries()
@@ -363,6 +386,8 @@ def analyze(
     quiet: QuietOpt = False,
 ) -> None:
     """The paper's analyses on STS-B: similarity vs edit distance (Table 6), anisotropy before/after, PNG plots."""
+    _check_report(output, "analyze")
+    check_device(device)
     from ..evaluation.analyze import analyze_stsb
 
     quiet_libraries()

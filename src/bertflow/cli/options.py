@@ -6,7 +6,20 @@ import enum
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["EncodingErrors", "build_encoder", "load_embedder", "read_corpus", "quiet_libraries"]
+__all__ = [
+    "STDIO",
+    "EncodingErrors",
+    "build_encoder",
+    "check_device",
+    "check_text_arguments",
+    "column_key",
+    "load_embedder",
+    "read_corpus",
+    "quiet_libraries",
+]
+
+#: The file name that means standard input (for inputs) or standard output (for outputs).
+STDIO = "-"
 
 
 class EncodingErrors(str, enum.Enum):
@@ -46,8 +59,35 @@ def read_corpus(path: Path, columns: Sequence[str] | None, errors: str, unique: 
         return read_sentences(path, errors=errors, unique=unique)
     sentences: list[str] = []
     for col in columns:
-        key: str | int = int(col) if col.isdigit() else col
-        sentences.extend(read_tsv_column(path, key, errors=errors))
+        sentences.extend(read_tsv_column(path, column_key(col), errors=errors))
     if unique:
         sentences = list(dict.fromkeys(sentences))
     return sentences
+
+
+def column_key(column: str) -> str | int:
+    """A ``--column`` value: a 0-based index when it is ASCII digits, else a header name (``²`` is a name: it is a
+    digit to ``str.isdigit`` but not to ``int``)."""
+    return int(column) if column.isascii() and column.isdigit() else column
+
+
+def check_device(device: str | None) -> None:
+    """Refuse an unknown device, or a CUDA one on a machine without CUDA, before any model is loaded."""
+    if device is not None:
+        from ..encoder import resolve_device
+
+        resolve_device(device)
+
+
+def check_text_arguments(texts: Sequence[str], what: str = "sentence") -> None:
+    """Refuse command-line text that is not valid UTF-8 (Python keeps its bytes as lone surrogates)."""
+    from ..errors import InputError
+
+    for i, text in enumerate(texts, start=1):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise InputError(
+                f"{what} {i} on the command line is not valid UTF-8 (byte 0x{ord(text[e.start]) & 0xFF:02x} at "
+                f"character {e.start + 1}); pass UTF-8 text, or put the sentences in a file"
+            ) from None

@@ -11,8 +11,8 @@ from typing import Annotated
 import typer
 
 from . import app
-from .core import BatchOpt, DeviceOpt, DtypeOpt, ErrorsOpt, QuietOpt
-from .options import EncodingErrors, load_embedder, quiet_libraries
+from .core import BatchOpt, DeviceOpt, DtypeOpt, ErrorsOpt, OverwriteOpt, QuietOpt
+from .options import EncodingErrors, check_device, check_text_arguments, column_key, load_embedder, quiet_libraries
 
 logger = logging.getLogger(__name__)
 
@@ -55,23 +55,29 @@ def build(
     batch_size: BatchOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = "auto",
+    overwrite: OverwriteOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
     """Embed a corpus with a fitted model and save it as a searchable index (with the model's identity)."""
+    from ..serialization import check_output_folder
+
+    # Before the model loads and the corpus is embedded: the index may not replace the model, the corpus, or a
+    # folder of another kind, and an existing index only with --overwrite.
+    check_output_folder(output, "index", overwrite=overwrite, inputs=[corpus, model_dir])
+    check_device(device)
     quiet_libraries()
     started = time.perf_counter()
     embedder = load_embedder(model_dir, device, dtype)
-    key: str | int | None = int(column) if column is not None and column.isdigit() else column
     index = embedder.build_index_from_file(
         corpus,
-        column=key,
+        column=None if column is None else column_key(column),
         unique=unique,
         errors=encoding_errors.value,
         backend=backend,  # type: ignore[arg-type]  # validated by EmbeddingIndex
         batch_size=batch_size,
         show_progress_bar=not quiet,
     )
-    index.save(output)
+    index.save(output, overwrite=overwrite)
     summary = {
         "output": str(output),
         "rows": len(index),
@@ -120,6 +126,8 @@ def query(
     from ..errors import InputError
     from ..search import EmbeddingIndex
 
+    check_text_arguments(texts or [], what="query")
+    check_device(device)
     quiet_libraries()
     items = list(texts or [])
     if queries is not None:
