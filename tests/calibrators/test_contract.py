@@ -17,7 +17,7 @@ from bertflow import (
     WhiteningCalibrator,
     parse_calibrator,
 )
-from bertflow.calibrators import AnchoredWhiteningCalibrator, Calibrator
+from bertflow.calibrators import AnchoredWhiteningCalibrator, AutoCalibrator, Calibrator
 
 
 def make_all():
@@ -32,6 +32,7 @@ def make_all():
         FlowCalibrator(max_steps=30),
         FlowCalibrator("paper", coupling="affine", permutation="lu", max_steps=30),
         AnchoredWhiteningCalibrator(),
+        AutoCalibrator(),
     ]
 
 

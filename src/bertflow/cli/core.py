@@ -353,4 +353,14 @@ def similarity(
         from scipy.stats import spearmanr
 
         rho = spearmanr(scores, data.scores).statistic * 100
-        typer.echo(f"spearman x100 against the score column: {rho:.2f} ({len(scores)} pairs)", err=True)
+        line = f"spearman x100 against the score column: {rho:.2f}"
+        if model_dir and not isinstance(embedder.calibrator, IdentityCalibrator):
+            # What the calibrator adds: the same encoder and pooling without it, side by side (one more pass).
+            raw = Embedder(embedder.encoder, IdentityCalibrator()).similarity_pairwise(data.sentences1, data.sentences2)
+            raw_rho = spearmanr(raw, data.scores).statistic * 100
+            line = (
+                f"spearman x100 against the score column: {rho:.2f} calibrated ({embedder.calibrator.name}), "
+                f"{raw_rho:.2f} raw encoder ({embedder.encoder.pooling.name} pooling), "
+                f"{rho - raw_rho:+.2f}"
+            )
+        typer.echo(f"{line} ({len(scores)} pairs)", err=True)
