@@ -51,7 +51,16 @@ from .pooling import Pooling
 from .tokenization import TokenArrays, TokenizerPool, auto_processes, tokenize_arrays
 from .validation import check_sentences, sentence_list
 
-__all__ = ["DEFAULT_MODEL", "EncodeStats", "SentenceEncoder", "plan_batches", "resolve_model"]
+__all__ = [
+    "DEFAULT_MODEL",
+    "EncodeStats",
+    "FINGERPRINT_SCHEME",
+    "SentenceEncoder",
+    "fingerprint_hint",
+    "plan_batches",
+    "resolve_model",
+    "weights_fingerprint",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +118,62 @@ def resolve_model(name_or_path: str | None) -> tuple[str, str]:
                     return str(path), str(path / module["path"])
         return str(path), str(path)
     return name_or_path, name_or_path
+
+
+#: Prefix of fingerprints of the current scheme (:func:`weights_fingerprint`). Fingerprints written before it
+#: (16 hex digits, no prefix) hashed only the config, the vocabulary and the first 256 embedding rows, so they
+#: cannot tell two checkpoints with different transformer layers apart; they are refused, not trusted.
+FINGERPRINT_SCHEME = "w2-"
+#: Config fields that change what a checkpoint computes, hashed with its weights.
+_FINGERPRINT_CONFIG_KEYS = (
+    "model_type",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "hidden_act",
+    "layer_norm_eps",
+    "max_position_embeddings",
+    "position_embedding_type",
+    "vocab_size",
+)
+
+
+def weights_fingerprint(model: torch.nn.Module, tokenizer: Any) -> str:
+    """``FINGERPRINT_SCHEME`` + 16 hex digits of a sha256 over the architecture, the vocabulary and every parameter.
+
+    Each parameter (by name, shape and value) is hashed after rounding to bfloat16, so the same checkpoint loaded
+    in float32, float16 or bfloat16, on any device, gives the same value, while any change of a weight larger
+    than bfloat16's resolution (relative 2^-9) changes it; retraining or fine-tuning moves many weights that far.
+    Cost: one pass over the weights (a bfloat16 copy of one tensor at a time, then sha256), once per encoder:
+    0.3 s for the 22.7M parameters of a 6-layer 384-wide BERT and 0.8 s for the 109M of BERT-base, measured on a
+    busy 2-core Xeon (CPU tensors; on a GPU the rounding runs there and only bfloat16 bytes are copied).
+    Hashing the parameters rather than the checkpoint files gives the same value whether the model came from a
+    local folder, the hub cache, a bundled copy or an object built in memory.
+    """
+    h = hashlib.sha256()
+    cfg = model.config
+    for key in _FINGERPRINT_CONFIG_KEYS:
+        h.update(f"{key}={getattr(cfg, key, None)};".encode())
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+    h.update("\n".join(tok for tok, _ in vocab).encode("utf-8"))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            h.update(f"{name}:{tuple(param.shape)};".encode())
+            rounded = param.detach().to(torch.bfloat16).contiguous().to("cpu")
+            h.update(rounded.view(torch.int16).numpy().tobytes())
+    return FINGERPRINT_SCHEME + h.hexdigest()[:16]
+
+
+def fingerprint_hint(saved: object) -> str:
+    """An explanation to add to a fingerprint-mismatch error when ``saved`` predates the current scheme, else ``""``."""
+    if isinstance(saved, str) and not saved.startswith(FINGERPRINT_SCHEME):
+        return (
+            f" (the saved fingerprint {saved!r} is of an earlier scheme that hashed only the "
+            "config, the vocabulary and the first 256 embedding rows, so it cannot show that the encoder's weights "
+            "are the ones the calibrator was fitted on: refit it with this bertflow)"
+        )
+    return ""
 
 
 # -- batching (pure numpy, no model) ----------------------------------------------------------------------
@@ -423,20 +488,13 @@ class SentenceEncoder:
     def fingerprint(self) -> str:
         """A short hash identifying the encoder's weights and vocabulary (not its device or precision).
 
-        Saved next to a fitted calibrator so that loading it onto another encoder is refused. It hashes the
-        architecture, the vocabulary and a slice of the word-embedding matrix rounded to bfloat16, so the same
-        checkpoint gives the same value in float32 or bfloat16, on CPU or GPU.
+        Saved next to a fitted calibrator (and used as the key of the evaluation cache) so that loading it onto
+        another encoder is refused. See :func:`weights_fingerprint`: every parameter is hashed, so two checkpoints
+        that differ in any weight of any layer get different values, and the same checkpoint gets the same value
+        in float32 or bfloat16, on CPU or GPU. Computed once per encoder.
         """
         if self._fingerprint is None:
-            h = hashlib.sha256()
-            cfg = self.model.config
-            for key in ("model_type", "hidden_size", "num_hidden_layers", "vocab_size"):
-                h.update(f"{key}={getattr(cfg, key, None)};".encode())
-            vocab = sorted(self.tokenizer.get_vocab().items(), key=lambda kv: kv[1])
-            h.update("\n".join(tok for tok, _ in vocab).encode("utf-8"))
-            emb = self.model.get_input_embeddings().weight[:256].detach()
-            h.update(emb.to("cpu", torch.bfloat16).view(torch.int16).numpy().tobytes())
-            self._fingerprint = h.hexdigest()[:16]
+            self._fingerprint = weights_fingerprint(self.model, self.tokenizer)
         return self._fingerprint
 
     def get_config(self) -> dict[str, Any]:

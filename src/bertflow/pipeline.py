@@ -41,7 +41,7 @@ import torch
 
 from . import __version__
 from .calibrators import Calibrator, FlowCalibrator, IdentityCalibrator
-from .encoder import SentenceEncoder, resolve_model
+from .encoder import SentenceEncoder, fingerprint_hint, resolve_model
 from .errors import CompatibilityError, InputError, ModelFileError
 from .linalg import unit_rows
 from .serialization import FORMAT_VERSION, atomic_directory, read_json, sha256_file, write_json
@@ -159,9 +159,10 @@ class Embedder:
             ours = self.encoder.get_config()
             for key in ("fingerprint", "pooling", "max_length"):
                 if key in fitted_on and fitted_on[key] != ours[key]:
+                    hint = fingerprint_hint(fitted_on[key]) if key == "fingerprint" else ""
                     raise CompatibilityError(
                         f"the calibrator was fitted with {key}={fitted_on[key]!r} (encoder {fitted_on.get('model')}),"
-                        f" but this encoder has {key}={ours[key]!r}; refit it or load the matching encoder"
+                        f" but this encoder has {key}={ours[key]!r}; refit it or load the matching encoder{hint}"
                     )
 
     # -- fit / encode / similarity -----------------------------------------------------------------------

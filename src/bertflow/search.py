@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from . import __version__
+from .encoder import fingerprint_hint
 from .errors import CompatibilityError, InputError, ModelFileError
 from .linalg import unit_rows
 from .serialization import (
@@ -396,6 +397,7 @@ class EmbeddingIndex:
                 f"this index was built with {describe_model(mine)}, but the model used now is "
                 f"{describe_model(theirs)} (different {', '.join(differences)}): rebuild the index with this model "
                 "(Embedder.build_index, `bertflow search build`) or load the model it was built with"
+                + fingerprint_hint(mine.get("encoder", {}).get("fingerprint"))
             )
 
     # -- persistence -------------------------------------------------------------------------------------

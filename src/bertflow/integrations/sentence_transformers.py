@@ -62,7 +62,7 @@ except ImportError:  # pragma: no cover - sentence-transformers 5 (6 keeps this 
     from sentence_transformers.models import Module, Normalize
 
 from ..calibrators import Calibrator, parse_calibrator
-from ..encoder import SentenceEncoder
+from ..encoder import SentenceEncoder, fingerprint_hint
 from ..errors import CompatibilityError, InputError
 from ..pipeline import corpus_digest
 from ..serialization import read_json, write_json
@@ -240,6 +240,7 @@ def check_compatible(calibrator: Calibrator, model: SentenceTransformer) -> None
             raise CompatibilityError(
                 f"the calibrator was fitted with {key}={fitted_on[key]!r} (encoder {fitted_on.get('model')}), but this "
                 f"model has {key}={ours[key]!r}: {fix}, or use the model it was fitted on"
+                + (fingerprint_hint(fitted_on[key]) if key == "fingerprint" else "")
             )
 
 
