@@ -1079,7 +1079,7 @@ def fit_flow_distributed(
     cal = calibrator if calibrator is not None else FlowCalibrator()
     n, d = _check_matrix(X)
     rank, world = _world()
-    cal._validate_params(np.empty((0, d)))
+    cal._check_params(np.empty((0, d)))
     if n < cal._min_rows():
         raise InputError(f"the flow needs at least {cal._min_rows()} rows, got {n}")
     if min(cal.batch_size, n) < world:

@@ -49,7 +49,7 @@ import torch
 from .errors import InputError
 from .pooling import Pooling
 from .tokenization import TokenArrays, TokenizerPool, auto_processes, tokenize_arrays
-from .validation import check_sentences, sentence_list
+from .validation import OUTPUT_LIMIT, calibrated_error, check_sentences, sentence_list
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -264,7 +264,7 @@ class _Pending:
 
     offset: int
     host: torch.Tensor  # float32 [n, D], pinned on CUDA
-    nonfinite: torch.Tensor  # bool [2]: some pooled value / some transformed value is NaN or Inf
+    checks: torch.Tensor  # float32 [3]: pooled value non-finite (1/0), transformed value out of bounds (1/0), bound
     event: Any = None
 
 
@@ -686,18 +686,21 @@ class SentenceEncoder:
             out[batch.start : batch.start + batch.rows] = self._forward(batch)
         # Back to input order on the device, then one copy for the whole chunk.
         result = out.index_select(0, chunk.inverse.to(self.device, non_blocking=True))
-        # Two flags, so that an overflow in the transform is not blamed on the model.
+        # Two flags, so that an overflow in the transform is not blamed on the model, and the transform's bound
+        # (validation.output_limit: NaN, Inf and implausibly huge values are all refused), on the device: no sync.
         pooled_bad = out_bad = ~torch.isfinite(result).all()
+        limit = torch.full((), float("inf"), device=self.device)
         if transform is not None:
+            limit = OUTPUT_LIMIT * result.abs().amax().clamp_min(1.0)
             result = transform(result).float()
-            out_bad = ~torch.isfinite(result).all()
-        nonfinite = torch.stack([pooled_bad, out_bad])
+            out_bad = ~(result.abs() <= limit).all()  # NaN compares false: refused too
+        checks = torch.stack([pooled_bad.float(), out_bad.float(), limit.float()])
         if self.device.type != "cuda":
-            return _Pending(chunk.offset, result, nonfinite)
+            return _Pending(chunk.offset, result, checks)
         host = torch.empty(result.shape, dtype=torch.float32, pin_memory=True)
         host.copy_(result, non_blocking=True)
-        flag = torch.empty(2, dtype=torch.bool, pin_memory=True)
-        flag.copy_(nonfinite, non_blocking=True)
+        flag = torch.empty(3, dtype=torch.float32, pin_memory=True)
+        flag.copy_(checks, non_blocking=True)
         event = torch.cuda.Event()
         event.record(torch.cuda.current_stream(self.device))
         return _Pending(chunk.offset, host, flag, event)
@@ -706,18 +709,27 @@ class SentenceEncoder:
         """Wait for a chunk's copy and return it as a numpy view of the host tensor (float32 [n, D])."""
         if pending.event is not None:
             pending.event.synchronize()
-        pooled_bad, out_bad = (bool(v) for v in pending.nonfinite)
-        if pooled_bad or out_bad:
+        pooled_bad, out_bad, limit = (float(v) for v in pending.checks)
+        if pooled_bad:
             arr = pending.host.numpy()
             row, col = (int(v) for v in np.argwhere(~np.isfinite(arr))[0])
-            where = f"(first at row {pending.offset + row}, column {col})"
-            if pooled_bad:
-                raise InputError(
-                    f"embeddings from {self.model_id} contain NaN or Inf {where}; the model or its input is broken"
-                )
             raise InputError(
-                f"the transform (calibrator) turned finite embeddings from {self.model_id} into NaN or Inf {where}; "
-                "it overflows on these inputs: refit it on embeddings like them"
+                f"embeddings from {self.model_id} contain NaN or Inf (first at row {pending.offset + row}, column "
+                f"{col}); the model or its input is broken"
+            )
+        if out_bad:
+            arr = pending.host.numpy()
+            magnitude = np.where(np.isfinite(arr), np.abs(arr), np.inf)
+            row, col = (int(v) for v in np.unravel_index(int(np.argmax(magnitude)), arr.shape))
+            raise InputError(
+                calibrated_error(
+                    "the transform (calibrator)",
+                    pending.offset + row,
+                    col,
+                    float(arr[row, col]),
+                    limit,
+                    source=f"from {self.model_id} ",
+                )
             )
         return pending.host.numpy()
 
@@ -875,7 +887,10 @@ class SentenceEncoder:
         items = [sentences] if single else sentence_list(sentences)
         if not items:
             self.last_stats = EncodeStats()
-            return np.empty((0, self.dim), dtype=np.float32)
+            # The width is the transform's (a calibrator may change it), as for any other input.
+            empty = torch.zeros((0, self.dim), device=self.device)
+            width = self.dim if transform is None else int(transform(empty).shape[1])
+            return np.empty((0, width), dtype=np.float32)
         out: np.ndarray | None = None
         show = len(items) >= 4096 if show_progress_bar is None else show_progress_bar
         from tqdm.auto import tqdm

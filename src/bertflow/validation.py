@@ -13,7 +13,26 @@ import numpy as np
 
 from .errors import InputError
 
-__all__ = ["check_sentence", "check_sentences", "sentence_list", "validate_sentences", "check_finite", "check_array"]
+__all__ = [
+    "OUTPUT_LIMIT",
+    "check_sentence",
+    "check_sentences",
+    "sentence_list",
+    "validate_sentences",
+    "check_finite",
+    "check_array",
+    "check_calibrated",
+    "output_limit",
+]
+
+#: Largest plausible magnitude of a calibrated coordinate, in units of the input's scale (see :func:`output_limit`).
+#: Whitening, standard-norm and the flow give coordinates of unit variance on the fitting data, so by Chebyshev's
+#: inequality a coordinate beyond 1e6 has probability at most 1e-12 for data like it; the other maps (identity,
+#: all-but-the-top, anchored's unit-length blocks) never exceed a few times the input's own magnitude. Whitening
+#: divides by at most sqrt(rcond) = 1e-3 times the largest standard deviation, so a held-out row reaches the bound
+#: only 1,000 such deviations from the mean. A corrupted weight does not stay below: a flipped exponent bit
+#: multiplies a value by 2^32 or more (or makes it 1e35), and one such coordinate dominates every cosine (1.000000).
+OUTPUT_LIMIT = 1e6
 
 
 def check_sentence(index: int, item: object, *, what: str = "sentence") -> str:
@@ -60,6 +79,35 @@ def check_finite(x: np.ndarray, *, what: str) -> None:
         raise InputError(
             f"{what} contain NaN or Inf (first at row {row}, column {col}); the model or its input is broken"
         )
+
+
+def output_limit(input_absmax: float) -> float:
+    """Bound on the absolute value of a calibrated coordinate of inputs whose largest absolute value is
+    ``input_absmax``: :data:`OUTPUT_LIMIT` times ``max(1, input_absmax)`` (1: the scale of standardised outputs)."""
+    return OUTPUT_LIMIT * max(1.0, float(input_absmax))
+
+
+def check_calibrated(z: np.ndarray, x: np.ndarray, *, what: str = "the calibrator") -> None:
+    """Raise if calibrated vectors ``z`` [N, D'] of finite inputs ``x`` [N, D] hold NaN, Inf or a coordinate beyond
+    :func:`output_limit`, naming the row and column of the worst value: the map overflows or its weights are corrupted."""
+    if not len(z):
+        return
+    limit = output_limit(np.abs(x).max()) if len(x) else OUTPUT_LIMIT
+    magnitude = np.where(np.isfinite(z), np.abs(z), np.inf)
+    if magnitude.max() <= limit:
+        return
+    row, col = (int(v) for v in np.unravel_index(int(np.argmax(magnitude)), z.shape))
+    raise InputError(calibrated_error(what, row, col, float(z[row, col]), limit))
+
+
+def calibrated_error(what: str, row: int, col: int, value: float, limit: float, source: str = "") -> str:
+    """The message of :func:`check_calibrated` (shared with the encoder's on-device check); ``source`` says where
+    the embeddings came from (``"from MODEL "``)."""
+    found = "NaN or Inf" if not np.isfinite(value) else f"{value:.3g}, beyond the plausible {limit:.3g},"
+    return (
+        f"{what} turned finite embeddings {source}into {found} at row {row}, column {col}: it overflows on these "
+        "inputs or its weights are corrupted; refit it on embeddings like them, or reload it from a verified copy"
+    )
 
 
 def check_array(

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from .base import Calibrator, TorchTransform, as_tensor, expect_shape, register
+from .base import Calibrator, TorchTransform, as_tensor, check_latents, expect_shape, register
 
 __all__ = ["IdentityCalibrator", "StandardNormCalibrator", "AllButTheTopCalibrator", "floored_std"]
 
@@ -44,8 +44,7 @@ class IdentityCalibrator(Calibrator):
 
     def inverse_transform(self, Z: np.ndarray) -> np.ndarray:
         """Identity."""
-        self._check_fitted()
-        return np.asarray(Z, dtype=np.float32)
+        return check_latents(self, Z).astype(np.float32)
 
     def _get_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         return {}, {}
@@ -79,8 +78,7 @@ class StandardNormCalibrator(Calibrator):
 
     def inverse_transform(self, Z: np.ndarray) -> np.ndarray:
         """Undo the z-score."""
-        self._check_fitted()
-        return (np.asarray(Z, dtype=np.float64) * self.scale_ + self.mean_).astype(np.float32)
+        return (check_latents(self, Z) * self.scale_ + self.mean_).astype(np.float32)
 
     def _get_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         return {}, {"mean": self.mean_, "scale": self.scale_}

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from .base import Calibrator, TorchTransform, as_tensor, expect_shape, register
+from .base import Calibrator, TorchTransform, as_tensor, check_latents, expect_shape, register
 
 __all__ = ["WhiteningCalibrator"]
 
@@ -119,7 +119,7 @@ class WhiteningCalibrator(Calibrator):
             raise InputError(f"whitening needs at least 2 rows to estimate a covariance, got {n}")
         if not (np.isfinite(sum_x).all() and np.isfinite(sum_outer).all() and np.isfinite(shift).all()):
             raise InputError("the moments contain NaN or Inf; the embeddings they were summed from are broken")
-        self._validate_params(np.empty((0, d)))
+        self._check_params(np.empty((0, d)))
         n = int(n)
         delta = sum_x / n
         cov = (sum_outer - n * np.outer(delta, delta)) / (n - 1)
@@ -158,8 +158,7 @@ class WhiteningCalibrator(Calibrator):
 
     def inverse_transform(self, Z: np.ndarray) -> np.ndarray:
         """Map whitened vectors back; exact when every direction was kept, a projection otherwise."""
-        self._check_fitted()
-        Z = np.asarray(Z, dtype=np.float64)
+        Z = check_latents(self, Z)
         # W = U / sqrt(s), so the inverse map U sqrt(s) is W * s.
         return (Z @ (self.components_ * self.explained_variance_).T + self.mean_).astype(np.float32)
 
