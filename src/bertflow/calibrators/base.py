@@ -30,6 +30,8 @@ __all__ = [
     "CONFIG_NAME",
     "WEIGHTS_NAME",
     "check_latents",
+    "check_spread",
+    "SPREAD_RTOL",
 ]
 
 #: A calibrator's map as a torch function: float32 tensor [n, D] -> float32 tensor [n, D'] on one device.
@@ -39,6 +41,32 @@ CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 
 _REGISTRY: dict[str, type[Calibrator]] = {}
+
+#: Fitting rows that differ by less than this fraction of their largest coordinate are taken as equal. Embeddings
+#: are float32 (24 significant bits, 6e-8 relative), so rows closer than 1e-5 differ by rounding noise (batch
+#: composition, summation order) at most, not by meaning; every calibrator would scale that noise up to unit
+#: variance or divide by it.
+SPREAD_RTOL = 1e-5
+
+
+def no_variance_message(n: int | None = None) -> str:
+    """The error for fitting data without variance (shared by the row and the moments checks)."""
+    rows = f"the {n} fitting embeddings" if n is not None else "the fitting embeddings"
+    return (
+        f"{rows} are all equal (duplicates of one sentence, or equal up to float32 rounding): there is no variance "
+        "to calibrate; fit on distinct sentences"
+    )
+
+
+def check_spread(X: np.ndarray) -> None:
+    """Raise :class:`~bertflow.errors.InputError` if the rows of ``X`` [N, D] are all equal up to :data:`SPREAD_RTOL`.
+
+    Whitening would keep 0 directions (a 0-dimensional model scoring every pair 0), standard-norm would divide by
+    a floor of 1e-12, the flow would fit a point mass. Two column reductions, no copy of ``X``.
+    """
+    spread = float((X.max(axis=0) - X.min(axis=0)).max())
+    if not spread > SPREAD_RTOL * float(np.abs(X).max()):
+        raise InputError(no_variance_message(len(X)))
 
 
 def register(name: str):  # noqa: ANN201 - decorator
@@ -80,6 +108,8 @@ class Calibrator(ABC):
     #: dtype of the array ``_fit`` receives. float64 for the closed-form calibrators; the flow trains in float32
     #: and takes float32 so that fitting a million embeddings does not start with a 6 GB float64 copy.
     _fit_dtype: ClassVar[type] = np.float64
+    #: Whether fitting refuses rows that are all equal (:func:`check_spread`); only the identity does without.
+    _needs_variance: ClassVar[bool] = True
     #: Parameters that are ``None`` when unset are written as JSON null; everything in ``__init__`` must be
     #: JSON-serialisable (numbers, strings, lists, nested calibrators for :class:`Chain`).
 
@@ -125,6 +155,8 @@ class Calibrator(ABC):
         """Fit on embeddings ``X`` [N, D] (``y`` is ignored; it exists for pipelines). Returns ``self``."""
         arr = check_array(X, what="X", min_rows=self._min_rows(), dtype=self._fit_dtype)
         self._check_params(arr)
+        if self._needs_variance:
+            check_spread(arr)
         self._fit(arr)
         self.n_features_in_ = arr.shape[1]
         return self
