@@ -222,7 +222,9 @@ def _fit_worker_body(device: str | None, args: dict[str, Any]) -> None:
     quiet_libraries()
     topology = current_topology()
     device = device or _rank_device(args["device"])
-    store = open_embeddings(args["store"])
+    # Every shard's sha256 is checked before fitting (one read of the store, which the fit reads at least once
+    # anyway): one flipped float in one shard would otherwise give a plausible-looking, useless model.
+    store = open_embeddings(args["store"], verify=True)
     manifest = store.manifest
     if manifest.get("calibrator"):
         raise InputError(f"{args['store']} holds calibrated embeddings; fit on raw ones (encode without --model-dir)")
