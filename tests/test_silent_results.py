@@ -289,3 +289,30 @@ def test_a_file_without_a_checksum_is_refused(saved):
     _edit_config(saved, lambda config: config["files"].pop("calibrator/config.json"))
     with pytest.raises(ModelFileError, match="config.json has no checksum"):
         Embedder.load(saved)
+
+
+# -- 8: saved folders are readable by others (the umask decides, not mkdtemp's 0700) ------------------------
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_saved_model_and_index_follow_the_umask(tiny_encoder, tmp_path, umask):
+    import os
+    import stat
+
+    from bertflow.serialization import atomic_write_text, current_umask
+
+    previous = os.umask(umask)
+    try:
+        assert current_umask() == umask
+        model = Embedder(tiny_encoder, StandardNormCalibrator()).fit(CORPUS)
+        folders = [model.save(tmp_path / "model", include_encoder=True)]
+        model.build_index(SENTENCES)
+        folders.append(model.index.save(tmp_path / "index"))
+        atomic_write_text(tmp_path / "note.txt", "hello")
+    finally:
+        os.umask(previous)
+    paths = [p for folder in folders for p in [folder, *folder.rglob("*")]] + [tmp_path / "note.txt"]
+    assert len(paths) > 8
+    for path in paths:
+        expected = (0o777 if path.is_dir() else 0o666) & ~umask
+        assert stat.S_IMODE(path.stat().st_mode) == expected, path
