@@ -109,7 +109,8 @@ def output_limit(input_absmax: float) -> float:
 
 def check_calibrated(z: np.ndarray, x: np.ndarray, *, what: str = "the calibrator") -> None:
     """Raise if calibrated vectors ``z`` [N, D'] of finite inputs ``x`` [N, D] hold NaN, Inf or a coordinate beyond
-    :func:`output_limit`, naming the row and column of the worst value: the map overflows or its weights are corrupted."""
+    :func:`output_limit`, naming the row and column of the worst value: the map overflows or its weights are
+    corrupted."""
     if not len(z):
         return
     limit = output_limit(np.abs(x).max()) if len(x) else OUTPUT_LIMIT

@@ -172,7 +172,10 @@ def test_default_cache_dir_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     assert default_cache_dir() == Path("~/.cache/bertflow/embeddings").expanduser()
 
 
-def test_a_model_retrained_into_the_same_folder_misses_the_cache(working_tiny_bert: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_a_model_retrained_into_the_same_folder_misses_the_cache(
+    working_tiny_bert: Path,  # noqa: F811 - fixture
+    tmp_path: Path,
+) -> None:
     """Only a deep layer changes (same folder, config, vocabulary and embeddings): the cache must not return the old
     model's vectors, it encodes again and gets the new model's."""
     import shutil
