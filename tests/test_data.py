@@ -694,3 +694,17 @@ def test_lines_of_invisible_characters_are_blank(tmp_path, blank):
         read_pairs(pairs)
     with pytest.raises(InputError, match="sentence 1 is empty or only whitespace or invisible"):
         validate_sentences(["fine", blank])
+
+
+def test_the_distributed_line_reader_applies_the_same_rules(tmp_path):
+    """distributed-encode reads shards of lines by byte offset with its own reader: same UTF-16 and blank rules."""
+    from bertflow.distributed import read_lines
+
+    utf16 = tmp_path / "utf16.txt"
+    utf16.write_bytes("first line\nsecond line\n".encode("utf-16-le"))
+    with pytest.raises(InputError, match="UTF-16"):
+        read_lines(utf16, 0, 2)
+    invisible = tmp_path / "invisible.txt"
+    invisible.write_bytes("first line\n\u200b\ufeff\n".encode())
+    with pytest.raises(InputError, match="line 2 is empty or only whitespace or invisible"):
+        read_lines(invisible, 0, 2)

@@ -102,6 +102,16 @@ def _looks_utf16(raw: bytes) -> bool:
     return 3 * nuls >= len(raw) and 10 * max(even, odd) >= 9 * nuls and nuls < len(raw)
 
 
+def check_not_utf16(raw: bytes, path: Path, number: int) -> None:
+    """Raise :class:`InputError` naming ``path`` and line ``number`` if the line's bytes (terminator removed) look
+    like UTF-16 (:func:`_looks_utf16`); a fast byte search when the line has no NUL, the usual case."""
+    if b"\x00" in raw and _looks_utf16(raw):
+        raise InputError(
+            f"{path}: line {number} has a NUL byte every other byte: the file is UTF-16 (without a byte-order "
+            "mark), not UTF-8; re-encode it as UTF-8 (e.g. iconv -f UTF-16LE -t UTF-8)"
+        )
+
+
 def iter_lines(path: str | Path, errors: EncodingErrors = "strict") -> Iterator[tuple[int, str]]:
     """Stream the lines of a UTF-8 text file.
 
@@ -128,11 +138,7 @@ def iter_lines(path: str | Path, errors: EncodingErrors = "strict") -> Iterator[
         for number, raw in enumerate(fh, start=1):
             if raw.endswith(b"\n"):
                 raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
-            if b"\x00" in raw and _looks_utf16(raw):
-                raise InputError(
-                    f"{p}: line {number} has a NUL byte every other byte: the file is UTF-16 (without a byte-order "
-                    "mark), not UTF-8; re-encode it as UTF-8 (e.g. iconv -f UTF-16LE -t UTF-8)"
-                )
+            check_not_utf16(raw, p, number)
             try:
                 text = raw.decode("utf-8", errors=errors)
             except UnicodeDecodeError as exc:

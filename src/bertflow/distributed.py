@@ -41,6 +41,7 @@ import torch
 import torch.distributed as dist
 
 from . import __version__, errors
+from .data import check_not_utf16
 from .errors import BertflowError, CompatibilityError, InputError
 from .store import (
     MANIFEST_NAME,
@@ -57,6 +58,7 @@ from .store import (
     shard_record,
     write_manifest,
 )
+from .validation import is_blank
 
 if TYPE_CHECKING:
     from .calibrators import Calibrator, FlowCalibrator, WhiteningCalibrator
@@ -432,6 +434,7 @@ def read_lines(path: str | Path, offset: int, count: int, *, first_line: int = 1
             number = first_line + i
             if raw.endswith(b"\n"):
                 raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
+            check_not_utf16(raw, p, number)
             try:
                 text = raw.decode("utf-8", errors=errors)
             except UnicodeDecodeError as e:
@@ -441,10 +444,10 @@ def read_lines(path: str | Path, offset: int, count: int, *, first_line: int = 1
                 ) from None
             if i == 0 and offset == 0 and text.startswith("\ufeff"):
                 text = text[1:]
-            if not text.strip():
+            if is_blank(text):
                 raise InputError(
-                    f"{p}: line {number} is empty or whitespace only; every line becomes one row, so remove blank "
-                    "lines first (e.g. grep -v '^[[:space:]]*$')"
+                    f"{p}: line {number} is empty or only whitespace or invisible characters; every line becomes one "
+                    "row, so remove blank lines first (e.g. grep -v '^[[:space:]]*$')"
                 )
             out.append(text)
     if len(out) != count:

@@ -45,7 +45,7 @@ from .encoder import SentenceEncoder, fingerprint_hint, resolve_model
 from .errors import CompatibilityError, InputError, ModelFileError
 from .linalg import unit_rows
 from .serialization import FORMAT_VERSION, atomic_directory, read_json, sha256_file, write_json
-from .validation import validate_sentences
+from .validation import is_blank, validate_sentences
 
 if TYPE_CHECKING:
     from .search import EmbeddingIndex, SearchHit
@@ -332,7 +332,7 @@ class Embedder:
         from .data import iter_lines, read_tsv_column
 
         if column is None:
-            rows = [(number, text) for number, text in iter_lines(path, errors=errors) if text.strip()]
+            rows = [(number, text) for number, text in iter_lines(path, errors=errors) if not is_blank(text)]
         else:
             rows = list(enumerate(read_tsv_column(path, column, errors=errors), start=1))
         if unique:
