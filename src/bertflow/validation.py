@@ -111,12 +111,12 @@ def check_calibrated(z: np.ndarray, x: np.ndarray, *, what: str = "the calibrato
     """Raise if calibrated vectors ``z`` [N, D'] of finite inputs ``x`` [N, D] hold NaN, Inf or a coordinate beyond
     :func:`output_limit`, naming the row and column of the worst value: the map overflows or its weights are
     corrupted."""
-    if not len(z):
+    if not z.size:
         return
-    limit = output_limit(np.abs(x).max()) if len(x) else OUTPUT_LIMIT
+    limit = output_limit(max(float(x.max()), -float(x.min()))) if x.size else OUTPUT_LIMIT
+    if float(z.max()) <= limit and -float(z.min()) <= limit:  # NaN fails both; no temporary arrays
+        return
     magnitude = np.where(np.isfinite(z), np.abs(z), np.inf)
-    if magnitude.max() <= limit:
-        return
     row, col = (int(v) for v in np.unravel_index(int(np.argmax(magnitude)), z.shape))
     raise InputError(calibrated_error(what, row, col, float(z[row, col]), limit))
 

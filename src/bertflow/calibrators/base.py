@@ -64,8 +64,9 @@ def check_spread(X: np.ndarray) -> None:
     Whitening would keep 0 directions (a 0-dimensional model scoring every pair 0), standard-norm would divide by
     a floor of 1e-12, the flow would fit a point mass. Two column reductions, no copy of ``X``.
     """
-    spread = float((X.max(axis=0) - X.min(axis=0)).max())
-    if not spread > SPREAD_RTOL * float(np.abs(X).max()):
+    high, low = X.max(axis=0), X.min(axis=0)
+    spread, magnitude = float((high - low).max()), max(float(high.max()), -float(low.min()))
+    if not spread > SPREAD_RTOL * magnitude:
         raise InputError(no_variance_message(len(X)))
 
 
