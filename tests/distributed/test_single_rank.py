@@ -202,3 +202,17 @@ def test_distributed_fit_refuses_a_store_with_a_flipped_float(tiny_model_dir, co
     r = runner.invoke(app, ["distributed-fit", str(out), "-o", str(model), "--calibrator", "whitening", "-q"])
     assert r.exit_code == 2 and "part-000001.npy does not match its recorded sha256" in r.output
     assert len(r.output.strip().splitlines()) == 1 and not model.exists()
+
+
+def test_distributed_fit_refuses_an_old_scheme_fingerprint_before_fitting(tiny_model_dir, corpus_file, tmp_path):
+    """A store encoded before the fingerprint covered every weight cannot vouch for its encoder: refused up front."""
+    path, _ = corpus_file
+    runner = CliRunner()
+    out, model = tmp_path / "emb", tmp_path / "model"
+    args = ["distributed-encode", str(path), "-o", str(out), "--model", str(tiny_model_dir), "--device", "cpu", "-q"]
+    assert runner.invoke(app, [*args, "--shard-size", "64", "--chunk-size", "16"]).exit_code == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["encoder"]["fingerprint"] = "0123456789abcdef"
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    r = runner.invoke(app, ["distributed-fit", str(out), "-o", str(model), "--calibrator", "whitening", "-q"])
+    assert r.exit_code == 2 and "encoded by an earlier bertflow" in r.output and not model.exists()

@@ -214,7 +214,7 @@ def _fit_worker_body(device: str | None, args: dict[str, Any]) -> None:
 
     from ..calibrators import FlowCalibrator, WhiteningCalibrator, parse_calibrator
     from ..distributed import current_topology, fit_flow_distributed, fit_whitening_distributed
-    from ..encoder import SentenceEncoder
+    from ..encoder import FINGERPRINT_SCHEME, SentenceEncoder
     from ..errors import CompatibilityError, InputError
     from ..pipeline import Embedder
     from ..store import open_embeddings
@@ -230,6 +230,13 @@ def _fit_worker_body(device: str | None, args: dict[str, Any]) -> None:
         raise InputError(f"{args['store']} holds calibrated embeddings; fit on raw ones (encode without --model-dir)")
     if not manifest.get("encoder"):
         raise InputError(f"{args['store']} does not record its encoder, so the fitted model could not be used")
+    recorded = manifest["encoder"].get("fingerprint")
+    if isinstance(recorded, str) and not recorded.startswith(FINGERPRINT_SCHEME):  # refused before the fit, not after
+        raise CompatibilityError(
+            f"{args['store']} was encoded by an earlier bertflow, whose encoder fingerprint ({recorded!r}) did not "
+            "cover the transformer weights, so the fitted model could not be checked against its encoder; re-encode "
+            "the store with this bertflow (distributed-encode --overwrite)"
+        )
     cal = parse_calibrator(
         args["calibrator"],
         seed=args["seed"],
