@@ -146,8 +146,9 @@ def weights_fingerprint(model: torch.nn.Module, tokenizer: Any) -> str:
     in float32, float16 or bfloat16, on any device, gives the same value, while any change of a weight larger
     than bfloat16's resolution (relative 2^-9) changes it; retraining or fine-tuning moves many weights that far.
     Cost: one pass over the weights (a bfloat16 copy of one tensor at a time, then sha256), once per encoder:
-    0.3 s for the 22.7M parameters of a 6-layer 384-wide BERT and 0.8 s for the 109M of BERT-base, measured on a
-    busy 2-core Xeon (CPU tensors; on a GPU the rounding runs there and only bfloat16 bytes are copied).
+    0.5 s for the 22.7M parameters of a 6-layer 384-wide BERT and 1.0 s for the 109.5M of BERT-base on a 2-core
+    Xeon shared with other jobs (``benchmarks/fingerprint_cost.py``; on a GPU the rounding runs there and only
+    bfloat16 bytes are copied).
     Hashing the parameters rather than the checkpoint files gives the same value whether the model came from a
     local folder, the hub cache, a bundled copy or an object built in memory.
     """
@@ -161,7 +162,7 @@ def weights_fingerprint(model: torch.nn.Module, tokenizer: Any) -> str:
         for name, param in model.named_parameters():
             h.update(f"{name}:{tuple(param.shape)};".encode())
             rounded = param.detach().to(torch.bfloat16).contiguous().to("cpu")
-            h.update(rounded.view(torch.int16).numpy().tobytes())
+            h.update(rounded.view(torch.int16).numpy())  # the buffer itself, no bytes copy
     return FINGERPRINT_SCHEME + h.hexdigest()[:16]
 
 
