@@ -33,6 +33,7 @@ from bertflow.data import (
     resolve_data_dir,
 )
 from bertflow.errors import DataNotFoundError, InputError
+from bertflow.validation import is_blank, validate_sentences
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -181,7 +182,7 @@ def test_fuzz_arbitrary_bytes_only_input_error(tmp_path: Path, blob: bytes) -> N
 
 _line_text = st.text(
     alphabet=st.characters(blacklist_characters="\n\r", blacklist_categories=("Cs",)), min_size=1, max_size=40
-).filter(lambda s: s.strip() != "")
+).filter(lambda s: not is_blank(s) and not data._looks_utf16(s.encode("utf-8")))  # blank / UTF-16: refused
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -650,3 +651,60 @@ def test_download_pipeline_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert tasks["STS12"].eval_subsets["news"].sentences1 == [' A "quoted" man. ', "Cats purr."]
     assert tasks["STS-B"].splits["dev"].sentences1 == ["dev a"]
     assert tasks["SICK-R"].splits["dev"].sentences2 == ["q"]
+
+
+# -- silent wrong results (issue 13): UTF-16 without a BOM, invisible-only lines --------------------------------
+
+
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be"])
+def test_utf16_without_bom_is_refused_not_read_as_garbage(tmp_path, encoding):
+    """UTF-16 text is valid UTF-8 byte by byte (a NUL beside every ASCII character), so it used to be read as
+    sentences full of NULs. Every reader now names the problem."""
+    path = tmp_path / "corpus.txt"
+    path.write_bytes("A man is playing a guitar.\nThe cat sleeps.\n".encode(encoding))
+    for read in (read_sentences, lambda p: read_tsv_column(p, 0, header=False)):
+        with pytest.raises(InputError, match="line 1 has a NUL byte every other byte: the file is UTF-16"):
+            read(path)
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_bytes("score\tsentence1\tsentence2\n1.0\ta\tb\n".encode(encoding))
+    with pytest.raises(InputError, match="UTF-16"):
+        read_pairs(pairs)
+
+
+def test_nul_bytes_that_are_not_utf16_are_not_mistaken_for_it(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_bytes(b"a sentence with one \x00 NUL in it\nanother line\n")
+    assert read_sentences(path) == ["a sentence with one \x00 NUL in it", "another line"]
+
+
+@pytest.mark.parametrize(
+    "blank", ["\u200b", "\u200b \u200c\u200d", "\ufeff", "\x00", "\x00\x00\x00", " \u2060 ", "\u180e\u3000"]
+)
+def test_lines_of_invisible_characters_are_blank(tmp_path, blank):
+    """Zero-width characters, U+FEFF and NUL show nothing and tokenise to nothing: such a line is blank, like an
+    empty one (skipped, or refused with skip_blank=False; a pair with such a sentence is refused)."""
+    path = tmp_path / "corpus.txt"
+    path.write_bytes(f"first\n{blank}\nlast\n".encode())
+    assert read_sentences(path) == ["first", "last"]
+    with pytest.raises(InputError, match="line 2 is empty or only whitespace or invisible characters"):
+        read_sentences(path, skip_blank=False)
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_bytes(f"score\tsentence1\tsentence2\n1.0\tfine\t{blank}\n".encode())
+    with pytest.raises(InputError, match="line 2: sentence2 is empty"):
+        read_pairs(pairs)
+    with pytest.raises(InputError, match="sentence 1 is empty or only whitespace or invisible"):
+        validate_sentences(["fine", blank])
+
+
+def test_the_distributed_line_reader_applies_the_same_rules(tmp_path):
+    """distributed-encode reads shards of lines by byte offset with its own reader: same UTF-16 and blank rules."""
+    from bertflow.distributed import read_lines
+
+    utf16 = tmp_path / "utf16.txt"
+    utf16.write_bytes("first line\nsecond line\n".encode("utf-16-le"))
+    with pytest.raises(InputError, match="UTF-16"):
+        read_lines(utf16, 0, 2)
+    invisible = tmp_path / "invisible.txt"
+    invisible.write_bytes("first line\n\u200b\ufeff\n".encode())
+    with pytest.raises(InputError, match="line 2 is empty or only whitespace or invisible"):
+        read_lines(invisible, 0, 2)

@@ -1,10 +1,17 @@
 from __future__ import annotations
 
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
 from bertflow import InputError, SentenceEncoder
+from bertflow.encoder import FINGERPRINT_SCHEME
+from bertflow.errors import CompatibilityError
 from bertflow.pooling import Pooling, masked_mean
 
 from .conftest import SENTENCES
@@ -342,3 +349,44 @@ def test_device_transform_runs_before_the_copy(tiny_encoder):
 def test_missing_model_is_a_clear_error(tmp_path):
     with pytest.raises(InputError, match="cannot load the encoder"):
         SentenceEncoder(str(tmp_path / "no-such-model"))
+
+
+def _retrain_one_deep_layer(source: Path, dest: Path) -> Path:
+    """Copy the tiny BERT in ``source`` to ``dest`` with only the last layer's feed-forward weights changed (same
+    config, vocabulary and embedding matrix: what the first fingerprint scheme hashed)."""
+    from transformers import BertModel
+
+    shutil.copytree(source, dest)
+    model = BertModel.from_pretrained(str(source))
+    with torch.no_grad():
+        model.encoder.layer[-1].output.dense.weight.mul_(1.5)
+    model.save_pretrained(str(dest))
+    return dest
+
+
+def test_fingerprint_covers_every_layer(tiny_model_dir, tmp_path):
+    """Two encoders that differ only in one deep layer's weights (same config, vocabulary and embeddings) get
+    different fingerprints, so a calibrator fitted on one is refused on the other."""
+    other = _retrain_one_deep_layer(tiny_model_dir, tmp_path / "retrained")
+    a = SentenceEncoder(str(tiny_model_dir), device="cpu")
+    b = SentenceEncoder(str(other), device="cpu")
+    torch.testing.assert_close(a.model.get_input_embeddings().weight, b.model.get_input_embeddings().weight)
+    assert not np.allclose(a.encode(SENTENCES), b.encode(SENTENCES))
+    assert a.fingerprint().startswith(FINGERPRINT_SCHEME) and b.fingerprint().startswith(FINGERPRINT_SCHEME)
+    assert a.fingerprint() != b.fingerprint()
+
+
+def test_old_fingerprint_scheme_is_refused_with_an_explanation(tiny_encoder, tmp_path):
+    """A folder saved with a fingerprint of the earlier scheme (no prefix) is refused, and the message says why."""
+    from bertflow import Embedder, StandardNormCalibrator
+
+    folder = Embedder(tiny_encoder, StandardNormCalibrator()).fit(SENTENCES).save(tmp_path / "m")
+    cal_config = folder / "calibrator" / "config.json"
+    config = json.loads(cal_config.read_text())
+    config["fitted_on"]["fingerprint"] = "0123456789abcdef"
+    cal_config.write_text(json.dumps(config))
+    top = json.loads((folder / "bertflow_config.json").read_text())
+    top["files"]["calibrator/config.json"] = hashlib.sha256(cal_config.read_bytes()).hexdigest()
+    (folder / "bertflow_config.json").write_text(json.dumps(top))
+    with pytest.raises(CompatibilityError, match="earlier scheme .* refit"):
+        Embedder.load(folder)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from bertflow import (
+    Calibrator,
     CompatibilityError,
     Embedder,
     FlowCalibrator,
@@ -90,14 +91,17 @@ def test_truncated_weights_refused(fitted, tmp_path):
 
 
 def test_corrupted_weights_without_checksum_refused(fitted, tmp_path):
-    """Even with the checksum list removed, safetensors damage is reported as a ModelFileError."""
+    """With the checksum list removed the folder is refused outright; a calibrator folder loaded on its own (no
+    checksums there) still reports safetensors damage as a ModelFileError."""
     path = fitted.save(tmp_path / "model")
     cfg = json.loads((path / CONFIG_FILE).read_text())
     cfg["files"] = {}
     (path / CONFIG_FILE).write_text(json.dumps(cfg))
     (path / "calibrator" / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
-    with pytest.raises(ModelFileError, match="truncated or corrupted"):
+    with pytest.raises(ModelFileError, match="no 'files' checksums"):
         Embedder.load(path)
+    with pytest.raises(ModelFileError, match="truncated or corrupted"):
+        Calibrator.load(path / "calibrator")
 
 
 def test_edited_calibrator_config_refused(fitted, tmp_path):

@@ -18,7 +18,7 @@ from bertflow import (
     StandardNormCalibrator,
     WhiteningCalibrator,
 )
-from bertflow.search import INDEX_CONFIG, INDEX_EMBEDDINGS, EmbeddingIndex, SearchHit, faiss_available
+from bertflow.search import INDEX_CONFIG, INDEX_EMBEDDINGS, EmbeddingIndex, SearchHit, _content_digest, faiss_available
 
 from .conftest import SENTENCES
 
@@ -150,6 +150,10 @@ def test_load_refuses_damaged_index(vectors, tmp_path):
     weights.write_bytes(original)
     config = json.loads((path / INDEX_CONFIG).read_text())
     config["ids"] = config["ids"][:-1]
+    (path / INDEX_CONFIG).write_text(json.dumps(config))
+    with pytest.raises(ModelFileError, match="index.json does not match its checksum"):
+        EmbeddingIndex.load(path)
+    config["content_sha256"] = _content_digest(config)  # an edit that also forges the checksum: still inconsistent
     (path / INDEX_CONFIG).write_text(json.dumps(config))
     with pytest.raises(ModelFileError, match="inconsistent"):
         EmbeddingIndex.load(path)
@@ -310,3 +314,23 @@ def test_faiss_saved_index_loads_without_faiss(vectors, tmp_path, monkeypatch):
     loaded = EmbeddingIndex.load(path)
     assert loaded.backend == "torch"
     np.testing.assert_array_equal(loaded.topk(queries, 5)[1], brute_force(corpus, queries, 5, "cosine")[1])
+
+
+@pytest.mark.parametrize("edit", ["swap two ids", "change a text", "drop the checksum"])
+def test_edited_ids_or_texts_are_refused(vectors, tmp_path, edit):
+    """Ids and texts are what a hit returns: an edit that keeps their count used to load and return wrong hits."""
+    corpus, _ = vectors
+    path = EmbeddingIndex.build(corpus[:5], ids=list("abcde"), texts=[f"text {i}" for i in range(5)]).save(
+        tmp_path / "idx"
+    )
+    assert EmbeddingIndex.load(path).search(corpus[1], top_k=1)[0].id == "b"
+    config = json.loads((path / INDEX_CONFIG).read_text())
+    if edit == "swap two ids":
+        config["ids"][0], config["ids"][1] = config["ids"][1], config["ids"][0]
+    elif edit == "change a text":
+        config["texts"][2] = "something else"
+    else:
+        del config["content_sha256"]
+    (path / INDEX_CONFIG).write_text(json.dumps(config))
+    with pytest.raises(ModelFileError, match="checksum"):
+        EmbeddingIndex.load(path)

@@ -39,6 +39,7 @@ import numpy as np
 
 from bertflow.errors import DataNotFoundError, InputError
 from bertflow.serialization import atomic_file
+from bertflow.validation import is_blank
 
 __all__ = [
     "EncodingErrors",
@@ -96,13 +97,35 @@ def _open_binary(path: str | Path) -> io.BufferedReader:
         raise InputError(f"cannot read {p}: {exc.strerror or exc}") from None
 
 
+def _looks_utf16(raw: bytes) -> bool:
+    """Whether a line's bytes look like UTF-16 text read as UTF-8: at least a third of them NUL, nearly all at even
+    or nearly all at odd positions (ASCII or Latin-1 text in UTF-16 has a NUL beside every character; NUL bytes in
+    real UTF-8 text are rare and not aligned). Only lines with a NUL get here."""
+    if len(raw) < 2:
+        return False
+    even, odd = raw[0::2].count(0), raw[1::2].count(0)
+    nuls = even + odd
+    return 3 * nuls >= len(raw) and 10 * max(even, odd) >= 9 * nuls and nuls < len(raw)
+
+
+def check_not_utf16(raw: bytes, path: Path, number: int) -> None:
+    """Raise :class:`InputError` naming ``path`` and line ``number`` if the line's bytes (terminator removed) look
+    like UTF-16 (:func:`_looks_utf16`); a fast byte search when the line has no NUL, the usual case."""
+    if b"\x00" in raw and _looks_utf16(raw):
+        raise InputError(
+            f"{path}: line {number} has a NUL byte every other byte: the file is UTF-16 (without a byte-order "
+            "mark), not UTF-8; re-encode it as UTF-8 (e.g. iconv -f UTF-16LE -t UTF-8)"
+        )
+
+
 def iter_lines(path: str | Path, errors: EncodingErrors = "strict") -> Iterator[tuple[int, str]]:
     """Stream the lines of a UTF-8 text file.
 
     The file is read in binary and split on ``b"\\n"`` only (so U+2028, form feeds or a lone ``"\\r"``
     inside a line never split it; UTF-8 never uses byte 0x0A inside a multi-byte character, so splitting
     before decoding is safe). Only the terminator ``"\\n"`` or ``"\\r\\n"`` is removed; a UTF-8 BOM at the
-    very start of the file is dropped. Nothing else is stripped.
+    very start of the file is dropped. Nothing else is stripped. A line with a NUL byte every other byte is UTF-16
+    without a byte-order mark (valid UTF-8 byte by byte, so it would otherwise be read as garbage): refused.
 
     Args:
         path: The text file.
@@ -121,6 +144,7 @@ def iter_lines(path: str | Path, errors: EncodingErrors = "strict") -> Iterator[
         for number, raw in enumerate(fh, start=1):
             if raw.endswith(b"\n"):
                 raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
+            check_not_utf16(raw, p, number)
             try:
                 text = raw.decode("utf-8", errors=errors)
             except UnicodeDecodeError as exc:
@@ -150,7 +174,8 @@ def read_sentences(
     Args:
         path: UTF-8 text file (a leading BOM is ignored).
         errors: How to treat invalid UTF-8, see :func:`iter_lines`.
-        skip_blank: Skip empty and whitespace-only lines (their count is logged at INFO). If False, such a
+        skip_blank: Skip blank lines: empty, or only whitespace or invisible characters (zero-width, U+FEFF, NUL:
+            :func:`bertflow.validation.is_blank`); their count is logged at INFO. If False, such a
             line raises InputError naming its line number.
         unique: Drop repeated sentences, keeping the first occurrence (and its position).
 
@@ -166,10 +191,11 @@ def read_sentences(
     n_blank = 0
     n_duplicate = 0
     for number, text in iter_lines(p, errors=errors):
-        if not text.strip():
+        if is_blank(text):
             if not skip_blank:
                 raise InputError(
-                    f"{p}: line {number} is empty or whitespace-only; remove it or allow skipping blank lines"
+                    f"{p}: line {number} is empty or only whitespace or invisible characters (zero-width, U+FEFF, "
+                    "NUL); remove it or allow skipping blank lines"
                 )
             n_blank += 1
             continue
@@ -346,9 +372,9 @@ def read_pairs(path: str | Path, *, errors: EncodingErrors = "strict") -> Senten
                 f"({', '.join(header)})"
             )
         a, b, t = fields[i1], fields[i2], fields[i_target]
-        if not a.strip() or not b.strip():
-            which = "sentence1" if not a.strip() else "sentence2"
-            raise InputError(f"{p}: line {number}: {which} is empty")
+        if is_blank(a) or is_blank(b):
+            which = "sentence1" if is_blank(a) else "sentence2"
+            raise InputError(f"{p}: line {number}: {which} is empty (or only whitespace or invisible characters)")
         if target == "score":
             try:
                 value = float(t)

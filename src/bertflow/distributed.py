@@ -41,6 +41,7 @@ import torch
 import torch.distributed as dist
 
 from . import __version__, errors
+from .data import check_not_utf16
 from .errors import BertflowError, CompatibilityError, InputError, describe_os_error
 from .serialization import LOCK_NAME, folder_lock
 from .store import (
@@ -58,6 +59,7 @@ from .store import (
     shard_record,
     write_manifest,
 )
+from .validation import is_blank
 
 if TYPE_CHECKING:
     from .calibrators import Calibrator, FlowCalibrator, WhiteningCalibrator
@@ -435,6 +437,7 @@ def read_lines(path: str | Path, offset: int, count: int, *, first_line: int = 1
             number = first_line + i
             if raw.endswith(b"\n"):
                 raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
+            check_not_utf16(raw, p, number)
             try:
                 text = raw.decode("utf-8", errors=errors)
             except UnicodeDecodeError as e:
@@ -444,10 +447,10 @@ def read_lines(path: str | Path, offset: int, count: int, *, first_line: int = 1
                 ) from None
             if i == 0 and offset == 0 and text.startswith("\ufeff"):
                 text = text[1:]
-            if not text.strip():
+            if is_blank(text):
                 raise InputError(
-                    f"{p}: line {number} is empty or whitespace only; every line becomes one row, so remove blank "
-                    "lines first (e.g. grep -v '^[[:space:]]*$')"
+                    f"{p}: line {number} is empty or only whitespace or invisible characters; every line becomes one "
+                    "row, so remove blank lines first (e.g. grep -v '^[[:space:]]*$')"
                 )
             out.append(text)
     if len(out) != count:
@@ -1097,7 +1100,7 @@ def fit_flow_distributed(
     cal = calibrator if calibrator is not None else FlowCalibrator()
     n, d = _check_matrix(X)
     rank, world = _world()
-    cal._validate_params(np.empty((0, d)))
+    cal._check_params(np.empty((0, d)))
     if n < cal._min_rows():
         raise InputError(f"the flow needs at least {cal._min_rows()} rows, got {n}")
     if min(cal.batch_size, n) < world:

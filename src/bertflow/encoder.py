@@ -49,9 +49,19 @@ import torch
 from .errors import InputError
 from .pooling import Pooling
 from .tokenization import TokenArrays, TokenizerPool, auto_processes, tokenize_arrays
-from .validation import check_sentences, sentence_list
+from .validation import OUTPUT_LIMIT, calibrated_error, check_sentences, sentence_list
 
-__all__ = ["DEFAULT_MODEL", "EncodeStats", "SentenceEncoder", "plan_batches", "resolve_device", "resolve_model"]
+__all__ = [
+    "DEFAULT_MODEL",
+    "EncodeStats",
+    "FINGERPRINT_SCHEME",
+    "SentenceEncoder",
+    "fingerprint_hint",
+    "plan_batches",
+    "resolve_device",
+    "resolve_model",
+    "weights_fingerprint",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +119,63 @@ def resolve_model(name_or_path: str | None) -> tuple[str, str]:
                     return str(path), str(path / module["path"])
         return str(path), str(path)
     return name_or_path, name_or_path
+
+
+#: Prefix of fingerprints of the current scheme (:func:`weights_fingerprint`). Fingerprints written before it
+#: (16 hex digits, no prefix) hashed only the config, the vocabulary and the first 256 embedding rows, so they
+#: cannot tell two checkpoints with different transformer layers apart; they are refused, not trusted.
+FINGERPRINT_SCHEME = "w2-"
+#: Config fields that change what a checkpoint computes, hashed with its weights.
+_FINGERPRINT_CONFIG_KEYS = (
+    "model_type",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "hidden_act",
+    "layer_norm_eps",
+    "max_position_embeddings",
+    "position_embedding_type",
+    "vocab_size",
+)
+
+
+def weights_fingerprint(model: torch.nn.Module, tokenizer: Any) -> str:
+    """``FINGERPRINT_SCHEME`` + 16 hex digits of a sha256 over the architecture, the vocabulary and every parameter.
+
+    Each parameter (by name, shape and value) is hashed after rounding to bfloat16, so the same checkpoint loaded
+    in float32, float16 or bfloat16, on any device, gives the same value, while any change of a weight larger
+    than bfloat16's resolution (relative 2^-9) changes it; retraining or fine-tuning moves many weights that far.
+    Cost: one pass over the weights (a bfloat16 copy of one tensor at a time, then sha256), once per encoder:
+    0.5 s for the 22.7M parameters of a 6-layer 384-wide BERT and 1.0 s for the 109.5M of BERT-base on a 2-core
+    Xeon shared with other jobs (``benchmarks/fingerprint_cost.py``; on a GPU the rounding runs there and only
+    bfloat16 bytes are copied).
+    Hashing the parameters rather than the checkpoint files gives the same value whether the model came from a
+    local folder, the hub cache, a bundled copy or an object built in memory.
+    """
+    h = hashlib.sha256()
+    cfg = model.config
+    for key in _FINGERPRINT_CONFIG_KEYS:
+        h.update(f"{key}={getattr(cfg, key, None)};".encode())
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+    h.update("\n".join(tok for tok, _ in vocab).encode("utf-8"))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            h.update(f"{name}:{tuple(param.shape)};".encode())
+            rounded = param.detach().to(torch.bfloat16).contiguous().to("cpu")
+            h.update(rounded.view(torch.int16).numpy())  # the buffer itself, no bytes copy
+    return FINGERPRINT_SCHEME + h.hexdigest()[:16]
+
+
+def fingerprint_hint(saved: object) -> str:
+    """An explanation to add to a fingerprint-mismatch error when ``saved`` predates the current scheme, else ``""``."""
+    if isinstance(saved, str) and not saved.startswith(FINGERPRINT_SCHEME):
+        return (
+            f" (the saved fingerprint {saved!r} is of an earlier scheme that hashed only the "
+            "config, the vocabulary and the first 256 embedding rows, so it cannot show that the encoder's weights "
+            "are the ones the calibrator was fitted on: refit it with this bertflow)"
+        )
+    return ""
 
 
 # -- batching (pure numpy, no model) ----------------------------------------------------------------------
@@ -240,7 +307,7 @@ class _Pending:
 
     offset: int
     host: torch.Tensor  # float32 [n, D], pinned on CUDA
-    nonfinite: torch.Tensor  # bool [2]: some pooled value / some transformed value is NaN or Inf
+    checks: torch.Tensor  # float32 [3]: pooled value non-finite (1/0), transformed value out of bounds (1/0), bound
     event: Any = None
 
 
@@ -470,20 +537,13 @@ class SentenceEncoder:
     def fingerprint(self) -> str:
         """A short hash identifying the encoder's weights and vocabulary (not its device or precision).
 
-        Saved next to a fitted calibrator so that loading it onto another encoder is refused. It hashes the
-        architecture, the vocabulary and a slice of the word-embedding matrix rounded to bfloat16, so the same
-        checkpoint gives the same value in float32 or bfloat16, on CPU or GPU.
+        Saved next to a fitted calibrator (and used as the key of the evaluation cache) so that loading it onto
+        another encoder is refused. See :func:`weights_fingerprint`: every parameter is hashed, so two checkpoints
+        that differ in any weight of any layer get different values, and the same checkpoint gets the same value
+        in float32 or bfloat16, on CPU or GPU. Computed once per encoder.
         """
         if self._fingerprint is None:
-            h = hashlib.sha256()
-            cfg = self.model.config
-            for key in ("model_type", "hidden_size", "num_hidden_layers", "vocab_size"):
-                h.update(f"{key}={getattr(cfg, key, None)};".encode())
-            vocab = sorted(self.tokenizer.get_vocab().items(), key=lambda kv: kv[1])
-            h.update("\n".join(tok for tok, _ in vocab).encode("utf-8"))
-            emb = self.model.get_input_embeddings().weight[:256].detach()
-            h.update(emb.to("cpu", torch.bfloat16).view(torch.int16).numpy().tobytes())
-            self._fingerprint = h.hexdigest()[:16]
+            self._fingerprint = weights_fingerprint(self.model, self.tokenizer)
         return self._fingerprint
 
     def get_config(self) -> dict[str, Any]:
@@ -675,18 +735,21 @@ class SentenceEncoder:
             out[batch.start : batch.start + batch.rows] = self._forward(batch)
         # Back to input order on the device, then one copy for the whole chunk.
         result = out.index_select(0, chunk.inverse.to(self.device, non_blocking=True))
-        # Two flags, so that an overflow in the transform is not blamed on the model.
+        # Two flags, so that an overflow in the transform is not blamed on the model, and the transform's bound
+        # (validation.output_limit: NaN, Inf and implausibly huge values are all refused), on the device: no sync.
         pooled_bad = out_bad = ~torch.isfinite(result).all()
+        limit = torch.full((), float("inf"), device=self.device)
         if transform is not None:
+            limit = OUTPUT_LIMIT * result.abs().amax().clamp_min(1.0)
             result = transform(result).float()
-            out_bad = ~torch.isfinite(result).all()
-        nonfinite = torch.stack([pooled_bad, out_bad])
+            out_bad = ~(result.abs() <= limit).all()  # NaN compares false: refused too
+        checks = torch.stack([pooled_bad.float(), out_bad.float(), limit.float()])
         if self.device.type != "cuda":
-            return _Pending(chunk.offset, result, nonfinite)
+            return _Pending(chunk.offset, result, checks)
         host = torch.empty(result.shape, dtype=torch.float32, pin_memory=True)
         host.copy_(result, non_blocking=True)
-        flag = torch.empty(2, dtype=torch.bool, pin_memory=True)
-        flag.copy_(nonfinite, non_blocking=True)
+        flag = torch.empty(3, dtype=torch.float32, pin_memory=True)
+        flag.copy_(checks, non_blocking=True)
         event = torch.cuda.Event()
         event.record(torch.cuda.current_stream(self.device))
         return _Pending(chunk.offset, host, flag, event)
@@ -695,18 +758,27 @@ class SentenceEncoder:
         """Wait for a chunk's copy and return it as a numpy view of the host tensor (float32 [n, D])."""
         if pending.event is not None:
             pending.event.synchronize()
-        pooled_bad, out_bad = (bool(v) for v in pending.nonfinite)
-        if pooled_bad or out_bad:
+        pooled_bad, out_bad, limit = (float(v) for v in pending.checks)
+        if pooled_bad:
             arr = pending.host.numpy()
             row, col = (int(v) for v in np.argwhere(~np.isfinite(arr))[0])
-            where = f"(first at row {pending.offset + row}, column {col})"
-            if pooled_bad:
-                raise InputError(
-                    f"embeddings from {self.model_id} contain NaN or Inf {where}; the model or its input is broken"
-                )
             raise InputError(
-                f"the transform (calibrator) turned finite embeddings from {self.model_id} into NaN or Inf {where}; "
-                "it overflows on these inputs: refit it on embeddings like them"
+                f"embeddings from {self.model_id} contain NaN or Inf (first at row {pending.offset + row}, column "
+                f"{col}); the model or its input is broken"
+            )
+        if out_bad:
+            arr = pending.host.numpy()
+            magnitude = np.where(np.isfinite(arr), np.abs(arr), np.inf)
+            row, col = (int(v) for v in np.unravel_index(int(np.argmax(magnitude)), arr.shape))
+            raise InputError(
+                calibrated_error(
+                    "the transform (calibrator)",
+                    pending.offset + row,
+                    col,
+                    float(arr[row, col]),
+                    limit,
+                    source=f"from {self.model_id} ",
+                )
             )
         return pending.host.numpy()
 
@@ -864,7 +936,10 @@ class SentenceEncoder:
         items = [sentences] if single else sentence_list(sentences)
         if not items:
             self.last_stats = EncodeStats()
-            return np.empty((0, self.dim), dtype=np.float32)
+            # The width is the transform's (a calibrator may change it), as for any other input.
+            empty = torch.zeros((0, self.dim), device=self.device)
+            width = self.dim if transform is None else int(transform(empty).shape[1])
+            return np.empty((0, width), dtype=np.float32)
         out: np.ndarray | None = None
         show = len(items) >= 4096 if show_progress_bar is None else show_progress_bar
         from tqdm.auto import tqdm

@@ -33,7 +33,7 @@ import re
 import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -41,7 +41,7 @@ import torch
 
 from . import __version__
 from .calibrators import Calibrator, FlowCalibrator, IdentityCalibrator
-from .encoder import SentenceEncoder, resolve_model
+from .encoder import SentenceEncoder, fingerprint_hint, resolve_model
 from .errors import CompatibilityError, InputError, ModelFileError
 from .linalg import unit_rows
 from .serialization import (
@@ -55,7 +55,7 @@ from .serialization import (
     sha256_file,
     write_json,
 )
-from .validation import validate_sentences
+from .validation import is_blank, validate_sentences
 
 if TYPE_CHECKING:
     from .search import EmbeddingIndex, SearchHit
@@ -169,9 +169,10 @@ class Embedder:
             ours = self.encoder.get_config()
             for key in ("fingerprint", "pooling", "max_length"):
                 if key in fitted_on and fitted_on[key] != ours[key]:
+                    hint = fingerprint_hint(fitted_on[key]) if key == "fingerprint" else ""
                     raise CompatibilityError(
                         f"the calibrator was fitted with {key}={fitted_on[key]!r} (encoder {fitted_on.get('model')}),"
-                        f" but this encoder has {key}={ours[key]!r}; refit it or load the matching encoder"
+                        f" but this encoder has {key}={ours[key]!r}; refit it or load the matching encoder{hint}"
                     )
 
     # -- fit / encode / similarity -----------------------------------------------------------------------
@@ -341,7 +342,7 @@ class Embedder:
         from .data import iter_lines, read_tsv_column
 
         if column is None:
-            rows = [(number, text) for number, text in iter_lines(path, errors=errors) if text.strip()]
+            rows = [(number, text) for number, text in iter_lines(path, errors=errors) if not is_blank(text)]
         else:
             rows = list(enumerate(read_tsv_column(path, column, errors=errors), start=1))
         if unique:
@@ -534,16 +535,15 @@ class Embedder:
                 f"{folder} was written by bertflow {config.get('bertflow_version')} (format {version}); "
                 f"this is bertflow {__version__} (format {FORMAT_VERSION}): upgrade bertflow to load it"
             )
-        for rel, digest in config.get("files", {}).items():
-            file = folder / rel
-            if not file.is_file():
-                raise ModelFileError(f"{file} is missing: the model folder is incomplete")
-            if sha256_file(file) != digest:
-                raise ModelFileError(f"{file} does not match its checksum: it is truncated, corrupted or edited")
+        encoder_dir: Path | None = None
         try:
-            return config, Calibrator.load(folder / config["calibrator"]["path"])
-        except (KeyError, TypeError) as e:
+            calibrator_dir = _inside(folder, config["calibrator"]["path"], "calibrator.path")
+            if config["encoder"].get("path"):
+                encoder_dir = _inside(folder, config["encoder"]["path"], "encoder.path")
+        except (KeyError, TypeError, AttributeError) as e:
             raise ModelFileError(f"{folder / CONFIG_FILE} lacks or garbles {e}; was it edited?") from None
+        _verify_files(folder, config.get("files"), [calibrator_dir, *([encoder_dir] if encoder_dir else [])])
+        return config, Calibrator.load(calibrator_dir)
 
     @classmethod
     def _assemble(
@@ -561,8 +561,9 @@ class Embedder:
         try:
             enc = config["encoder"]
             if enc.get("path"):
+                encoder_dir = _inside(folder, enc["path"], "encoder.path")
+            if encoder_dir is not None:
                 # A self-contained folder: load the copy, but keep the original id and revision as provenance.
-                encoder_dir = folder / enc["path"]
                 if not (encoder_dir / "config.json").is_file():
                     raise ModelFileError(f"{encoder_dir} has no config.json: the bundled encoder is incomplete")
                 encoder = SentenceEncoder.from_config({**enc, "model": str(encoder_dir)}, device=device, dtype=dtype)
@@ -689,6 +690,47 @@ def _left_by_interrupted_save(folder: Path) -> bool:
         return not folder.exists() and any(e.name.startswith(prefix) for e in folder.parent.iterdir())
     except OSError:
         return False
+
+
+def _inside(folder: Path, rel: object, what: str) -> Path:
+    """``folder / rel`` for a relative path from a saved config, refusing one that could leave the folder.
+
+    Checked on the text, not by resolving links: a hub snapshot's files are links into the hub's blob cache, and
+    what matters is that the config cannot name an absolute path or climb out with ``..``.
+    """
+    text = str(rel) if isinstance(rel, str) else ""
+    parts = PurePosixPath(text.replace("\\", "/")).parts
+    if not text or PurePosixPath(text).is_absolute() or PureWindowsPath(text).drive or ".." in parts:
+        raise ModelFileError(
+            f"{folder / CONFIG_FILE}: {what} is {rel!r}, which is not a path inside the model folder; was it edited?"
+        )
+    return folder.joinpath(*parts)
+
+
+def _verify_files(folder: Path, files: object, read_dirs: list[Path]) -> None:
+    """Check the saved sha256 of every file listed in ``files`` ({relative path: hex digest}), and that every file
+    the loader will read (all files under ``read_dirs``) is listed: a config stripped of its checksums, or a file
+    slipped into the folder, is refused rather than loaded unchecked."""
+    if not isinstance(files, dict) or not files:
+        raise ModelFileError(
+            f"{folder / CONFIG_FILE} has no 'files' checksums (removed or garbled), so the model cannot be checked; "
+            "was it edited? Save it again with Embedder.save"
+        )
+    for rel, digest in files.items():
+        file = _inside(folder, rel, f"files entry {rel!r}")
+        if not file.is_file():
+            raise ModelFileError(f"{file} is missing: the model folder is incomplete")
+        if sha256_file(file) != digest:
+            raise ModelFileError(f"{file} does not match its checksum: it is truncated, corrupted or edited")
+    listed = {folder.joinpath(*PurePosixPath(rel).parts) for rel in files}
+    for directory in read_dirs:
+        if not directory.is_dir():
+            raise ModelFileError(f"{directory} is missing: the model folder is incomplete")
+        for file in sorted(directory.rglob("*")):
+            if file.is_file() and file not in listed:
+                raise ModelFileError(
+                    f"{file} has no checksum in {folder / CONFIG_FILE}: it was added or the config was edited"
+                )
 
 
 def _is_hub_id(name: str) -> bool:

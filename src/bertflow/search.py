@@ -15,7 +15,8 @@ A saved index is a folder::
     my-index/
       index.json                 format and library version, metric, dimension, ids, texts, the identity of the
                                  model that embedded the rows (encoder config + fingerprint, calibrator type +
-                                 fingerprint), sha256 of the embeddings file
+                                 fingerprint), sha256 of the embeddings file, and the sha256 of all the rest of
+                                 index.json (``content_sha256``), so an edited id or text is refused on load
       embeddings.safetensors     float32 [N, D] (unit rows for cosine)
 
 Searching a saved index with a different model is refused (:meth:`EmbeddingIndex.check_model`): scores between
@@ -24,6 +25,8 @@ vectors of two different embedding spaces are meaningless, and nothing else woul
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,6 +37,7 @@ import numpy as np
 import torch
 
 from . import __version__
+from .encoder import fingerprint_hint
 from .errors import CompatibilityError, InputError, ModelFileError
 from .linalg import unit_rows
 from .serialization import (
@@ -98,6 +102,19 @@ def _import_faiss() -> Any:
             "or use backend='torch', which gives the same exact results"
         ) from None
     return faiss
+
+
+#: Key of ``index.json`` holding the sha256 of everything else in it (ids, texts, model identity, settings) but the
+#: backend, which only says how to search the same files and may be changed (``EmbeddingIndex.load(backend=)``).
+_CONTENT_KEY = "content_sha256"
+
+
+def _content_digest(config: dict[str, Any]) -> str:
+    """sha256 of ``config`` without its :data:`_CONTENT_KEY` and backend, as canonical JSON (sorted keys, UTF-8):
+    the same before writing and after reading, since JSON gives back the same strings, integers and floats."""
+    body = {k: v for k, v in config.items() if k not in (_CONTENT_KEY, "backend")}
+    text = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _check_ids(ids: Sequence[Any], n: int, taken: set[ItemId]) -> list[ItemId]:
@@ -399,6 +416,7 @@ class EmbeddingIndex:
                 f"this index was built with {describe_model(mine)}, but the model used now is "
                 f"{describe_model(theirs)} (different {', '.join(differences)}): rebuild the index with this model "
                 "(Embedder.build_index, `bertflow search build`) or load the model it was built with"
+                + fingerprint_hint(mine.get("encoder", {}).get("fingerprint"))
             )
 
     # -- persistence -------------------------------------------------------------------------------------
@@ -430,6 +448,7 @@ class EmbeddingIndex:
                 "texts": self.texts,
                 "files": {INDEX_EMBEDDINGS: sha256_file(tmp / INDEX_EMBEDDINGS)},
             }
+            config[_CONTENT_KEY] = _content_digest(config)
             write_json(tmp / INDEX_CONFIG, config)
         logger.info("saved an index of %d rows to %s", len(self), path)
         return Path(path)
@@ -467,6 +486,17 @@ class EmbeddingIndex:
             raise CompatibilityError(
                 f"{folder} was written by bertflow {config.get('bertflow_version')} (format {version}); this is "
                 f"bertflow {__version__} (format {FORMAT_VERSION}): upgrade bertflow to load it"
+            )
+        recorded = config.get(_CONTENT_KEY)
+        if not isinstance(recorded, str):
+            raise ModelFileError(
+                f"{folder / INDEX_CONFIG} records no checksum of its ids and texts (written by an earlier bertflow, or "
+                "edited), so they cannot be checked against the vectors: rebuild the index (bertflow search build)"
+            )
+        if recorded != _content_digest(config):
+            raise ModelFileError(
+                f"{folder / INDEX_CONFIG} does not match its checksum: its ids, texts or settings were edited or "
+                "corrupted; rebuild the index (bertflow search build)"
             )
         file = folder / INDEX_EMBEDDINGS
         if not file.is_file():

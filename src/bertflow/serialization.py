@@ -44,6 +44,8 @@ __all__ = [
     "read_consistent",
     "recover_directory",
     "remove_stale_temporaries",
+    "apply_umask",
+    "current_umask",
     "fsync_dir",
     "temporary_name",
     "write_json",
@@ -261,6 +263,7 @@ def atomic_directory(target: str | Path) -> Iterator[Path]:
     backup: Path | None = None
     try:
         yield tmp
+        apply_umask(tmp)
         for f in tmp.rglob("*"):
             if f.is_file():
                 with open(f, "rb") as fh:
@@ -498,6 +501,34 @@ def folder_lock(folder: str | Path, what: str) -> Iterator[None]:
         with contextlib.suppress(OSError):
             if lock.read_text(encoding="utf-8").strip() == me:
                 lock.unlink()
+
+
+def current_umask() -> int:
+    """The process's file-mode creation mask, read without changing it where possible (Linux: /proc/self/status;
+    ``os.umask`` must set a value to read one, which would briefly apply to files other threads create)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def apply_umask(folder: Path) -> None:
+    """Give ``folder`` and everything in it the modes a plain ``mkdir`` / ``open`` would: 0777 (folders) or 0666
+    (files) less the umask, so 0755 / 0644 under the usual 022.
+
+    ``tempfile.mkdtemp`` creates its folder 0700, and copied files keep their source's mode (a read-only or
+    private cache), so without this a saved model could not be read by the other users who share it.
+    """
+    mask = current_umask()
+    for path in [folder, *folder.rglob("*")]:
+        if path.is_symlink():
+            continue
+        os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

@@ -40,7 +40,15 @@ import numpy as np
 
 from . import __version__
 from .errors import InputError, ModelFileError
-from .serialization import FOLDER_KINDS, TMP_MARK, atomic_file, atomic_write_text, fsync_dir, temporary_name
+from .serialization import (
+    FOLDER_KINDS,
+    TMP_MARK,
+    atomic_file,
+    atomic_write_text,
+    fsync_dir,
+    sha256_file,
+    temporary_name,
+)
 
 __all__ = [
     "MANIFEST_NAME",
@@ -593,15 +601,17 @@ class ShardedEmbeddings:
         Raises:
             ModelFileError: naming the first shard whose bytes changed.
         """
+        # A complete manifest holds its own copy of every shard's sha256 (finalize_manifest): both must agree.
+        in_manifest = {int(e["index"]): e.get("sha256") for e in self.manifest.get("shards", []) if "sha256" in e}
         for spec in self.specs:
             record = _read_json(self.folder / SHARD_DIR / spec.record_name) or {}
             path = self.folder / SHARD_DIR / spec.name
-            h = hashlib.sha256()
-            with open(path, "rb") as fh:
-                for block in iter(lambda: fh.read(1 << 22), b""):
-                    h.update(block)
-            if h.hexdigest() != record.get("sha256"):
-                raise ModelFileError(f"{path} does not match its recorded sha256: it is corrupted or was edited")
+            digest = sha256_file(path)
+            if digest != record.get("sha256") or in_manifest.get(spec.index, digest) != digest:
+                raise ModelFileError(
+                    f"{path} does not match its recorded sha256: it is corrupted or was edited; re-encode the store "
+                    "(distributed-encode --overwrite) or restore the shard"
+                )
 
 
 def open_embeddings(folder: str | Path, *, verify: bool = False) -> ShardedEmbeddings:

@@ -7,6 +7,7 @@ fails at the boundary instead of as a traceback from deep inside torch.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -15,22 +16,53 @@ import numpy as np
 from .errors import InputError
 
 __all__ = [
-    "check_array",
-    "check_epochs",
-    "check_finite",
+    "OUTPUT_LIMIT",
+    "INVISIBLE",
     "check_sentence",
+    "is_blank",
     "check_sentences",
     "sentence_list",
     "validate_sentences",
+    "check_finite",
+    "check_array",
+    "check_calibrated",
+    "check_epochs",
+    "output_limit",
 ]
+
+#: Largest plausible magnitude of a calibrated coordinate, in units of the input's scale (see :func:`output_limit`).
+#: Whitening, standard-norm and the flow give coordinates of unit variance on the fitting data, so by Chebyshev's
+#: inequality a coordinate beyond 1e6 has probability at most 1e-12 for data like it; the other maps (identity,
+#: all-but-the-top, anchored's unit-length blocks) never exceed a few times the input's own magnitude. Whitening
+#: divides by at most sqrt(rcond) = 1e-3 times the largest standard deviation, so a held-out row reaches the bound
+#: only 1,000 such deviations from the mean. A corrupted weight does not stay below: a flipped exponent bit
+#: multiplies a value by 2^32 or more (or makes it 1e35), and one such coordinate dominates every cosine (1.000000).
+OUTPUT_LIMIT = 1e6
+
+
+#: Characters that are not whitespace to ``str.isspace`` but show nothing either: zero-width space, non-joiner and
+#: joiner, word joiner, byte-order mark (U+FEFF, also the zero-width no-break space), Mongolian vowel separator, NUL.
+#: A line made of them and whitespace is blank: the tokenizer drops them and the sentence would embed as an empty
+#: one (the special tokens only).
+INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff\u180e\x00"
+_BLANK = re.compile(f"[\\s{INVISIBLE}]*")
+
+
+def is_blank(text: str) -> bool:
+    """Whether ``text`` is empty or made only of whitespace and :data:`INVISIBLE` characters (the one blank rule of
+    the readers and the sentence checks). Stops at the first visible character, so it costs next to nothing."""
+    return _BLANK.fullmatch(text) is not None
 
 
 def check_sentence(index: int, item: object, *, what: str = "sentence") -> str:
-    """Return ``item`` if it is a non-blank string, else raise naming ``index`` and the problem."""
+    """Return ``item`` if it is a non-blank string (:func:`is_blank`), else raise naming ``index`` and the problem."""
     if not isinstance(item, str):
         raise InputError(f"{what} {index} is {type(item).__name__} ({item!r:.40}), not a string")
-    if not item.strip():
-        raise InputError(f"{what} {index} is empty or whitespace only; remove blank sentences first")
+    if is_blank(item):
+        raise InputError(
+            f"{what} {index} is empty or only whitespace or invisible characters (zero-width, U+FEFF, NUL); "
+            "remove blank sentences first"
+        )
     return item
 
 
@@ -43,9 +75,9 @@ def sentence_list(sentences: Iterable[object], *, what: str = "sentence") -> lis
 
 def check_sentences(items: list[Any], *, offset: int = 0, what: str = "sentence") -> None:
     """Raise (via :func:`check_sentence`, naming ``offset + index``) at the first item that is not a non-blank
-    string. About 0.1 us per sentence: the common case is tested inline and only a suspect goes to the full check."""
+    string. About 0.2 us per sentence: the common case is tested inline and only a suspect goes to the full check."""
     for i, s in enumerate(items):
-        if type(s) is not str or not s or s.isspace():  # same verdict as check_sentence's strip()
+        if type(s) is not str or _BLANK.fullmatch(s) is not None:  # same verdict as check_sentence
             check_sentence(offset + i, s, what=what)
 
 
@@ -69,6 +101,36 @@ def check_finite(x: np.ndarray, *, what: str) -> None:
         raise InputError(
             f"{what} contain NaN or Inf (first at row {row}, column {col}); the model or its input is broken"
         )
+
+
+def output_limit(input_absmax: float) -> float:
+    """Bound on the absolute value of a calibrated coordinate of inputs whose largest absolute value is
+    ``input_absmax``: :data:`OUTPUT_LIMIT` times ``max(1, input_absmax)`` (1: the scale of standardised outputs)."""
+    return OUTPUT_LIMIT * max(1.0, float(input_absmax))
+
+
+def check_calibrated(z: np.ndarray, x: np.ndarray, *, what: str = "the calibrator") -> None:
+    """Raise if calibrated vectors ``z`` [N, D'] of finite inputs ``x`` [N, D] hold NaN, Inf or a coordinate beyond
+    :func:`output_limit`, naming the row and column of the worst value: the map overflows or its weights are
+    corrupted."""
+    if not z.size:
+        return
+    limit = output_limit(max(float(x.max()), -float(x.min()))) if x.size else OUTPUT_LIMIT
+    if float(z.max()) <= limit and -float(z.min()) <= limit:  # NaN fails both; no temporary arrays
+        return
+    magnitude = np.where(np.isfinite(z), np.abs(z), np.inf)
+    row, col = (int(v) for v in np.unravel_index(int(np.argmax(magnitude)), z.shape))
+    raise InputError(calibrated_error(what, row, col, float(z[row, col]), limit))
+
+
+def calibrated_error(what: str, row: int, col: int, value: float, limit: float, source: str = "") -> str:
+    """The message of :func:`check_calibrated` (shared with the encoder's on-device check); ``source`` says where
+    the embeddings came from (``"from MODEL "``)."""
+    found = "NaN or Inf" if not np.isfinite(value) else f"{value:.3g}, beyond the plausible {limit:.3g},"
+    return (
+        f"{what} turned finite embeddings {source}into {found} at row {row}, column {col}: it overflows on these "
+        "inputs or its weights are corrupted; refit it on embeddings like them, or reload it from a verified copy"
+    )
 
 
 def check_array(

@@ -159,8 +159,14 @@ def test_whitening_drops_constant_dimensions(anisotropic_data):
 
 def test_whitening_fewer_samples_than_dimensions(caplog):
     x = np.random.default_rng(0).normal(size=(10, 30))
+    # By default the singular covariance is shrunk (see tests/test_silent_results.py for why), with a warning.
     cal = WhiteningCalibrator().fit(x)
-    assert cal.n_components_ <= 9
+    assert cal.shrinkage_ > 0 and "singular covariance" in caplog.text
+    assert np.isfinite(cal.transform(x)).all()
+    # Asked for no shrinkage: the directions without variance are dropped, with a warning.
+    caplog.clear()
+    cal = WhiteningCalibrator(shrinkage=0).fit(x)
+    assert cal.n_components_ <= 9 and cal.shrinkage_ == 0
     assert "only 10 samples" in caplog.text
     assert np.isfinite(cal.transform(x)).all()
 

@@ -184,3 +184,37 @@ def test_topology_from_torchrun_and_slurm_variables():
     assert Topology.from_env(slurm) == Topology(6, 8, 2, 4)
     # One SLURM task that runs torchrun: its workers read torchrun's variables.
     assert Topology.from_env({**slurm, "SLURM_NTASKS": "1", **torchrun}) == Topology(5, 8, 1, 4)
+
+
+def test_distributed_fit_refuses_a_store_with_a_flipped_float(tiny_model_dir, corpus_file, tmp_path):
+    """One changed float in one shard used to give a whitening that kept 1 of 384 directions (every pair 1.000000),
+    exit 0. The shard checksums are verified before fitting: a one-line error, exit 2, no model written."""
+    path, _ = corpus_file
+    runner = CliRunner()
+    out, model = tmp_path / "emb", tmp_path / "model"
+    args = ["distributed-encode", str(path), "-o", str(out), "--model", str(tiny_model_dir), "--device", "cpu", "-q"]
+    assert runner.invoke(app, [*args, "--shard-size", "64", "--chunk-size", "16"]).exit_code == 0
+    shard = out / "shards" / "part-000001.npy"
+    rows = np.load(shard)
+    data = bytearray(shard.read_bytes())
+    offset = len(data) - rows.nbytes + 4 * (5 * rows.shape[1] + 3)  # row 5, column 3
+    data[offset : offset + 4] = np.float32(1e30).tobytes()
+    shard.write_bytes(bytes(data))
+    assert np.load(shard)[5, 3] == np.float32(1e30)
+    r = runner.invoke(app, ["distributed-fit", str(out), "-o", str(model), "--calibrator", "whitening", "-q"])
+    assert r.exit_code == 2 and "part-000001.npy does not match its recorded sha256" in r.output
+    assert len(r.output.strip().splitlines()) == 1 and not model.exists()
+
+
+def test_distributed_fit_refuses_an_old_scheme_fingerprint_before_fitting(tiny_model_dir, corpus_file, tmp_path):
+    """A store encoded before the fingerprint covered every weight cannot vouch for its encoder: refused up front."""
+    path, _ = corpus_file
+    runner = CliRunner()
+    out, model = tmp_path / "emb", tmp_path / "model"
+    args = ["distributed-encode", str(path), "-o", str(out), "--model", str(tiny_model_dir), "--device", "cpu", "-q"]
+    assert runner.invoke(app, [*args, "--shard-size", "64", "--chunk-size", "16"]).exit_code == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["encoder"]["fingerprint"] = "0123456789abcdef"
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    r = runner.invoke(app, ["distributed-fit", str(out), "-o", str(model), "--calibrator", "whitening", "-q"])
+    assert r.exit_code == 2 and "encoded by an earlier bertflow" in r.output and not model.exists()

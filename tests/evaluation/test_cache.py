@@ -170,3 +170,31 @@ def test_default_cache_dir_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     assert EmbeddingCache().root == tmp_path / "x"
     monkeypatch.delenv(CACHE_DIR_ENV)
     assert default_cache_dir() == Path("~/.cache/bertflow/embeddings").expanduser()
+
+
+def test_a_model_retrained_into_the_same_folder_misses_the_cache(
+    working_tiny_bert: Path,  # noqa: F811 - fixture
+    tmp_path: Path,
+) -> None:
+    """Only a deep layer changes (same folder, config, vocabulary and embeddings): the cache must not return the old
+    model's vectors, it encodes again and gets the new model's."""
+    import shutil
+
+    import torch
+    from transformers import BertModel
+
+    folder = tmp_path / "model"
+    shutil.copytree(working_tiny_bert, folder)
+    cache = EmbeddingCache(tmp_path / "cache")
+    old = embed_cached(SentenceEncoder(str(folder), device="cpu"), SENTENCES, ["mean"], cache=cache)["mean"]
+
+    model = BertModel.from_pretrained(str(folder))
+    with torch.no_grad():
+        model.encoder.layer[-1].output.dense.weight.mul_(1.5)
+    model.save_pretrained(str(folder))  # "retrained" in place
+    retrained = SentenceEncoder(str(folder), device="cpu")
+    sizes = _count_forwards(retrained)
+    new = embed_cached(retrained, SENTENCES, ["mean"], cache=cache)["mean"]
+    assert sum(sizes) == len(set(SENTENCES))  # nothing came from the cache
+    np.testing.assert_allclose(new, retrained.encode(SENTENCES), atol=1e-5)
+    assert np.abs(new - old).max() > 1e-3

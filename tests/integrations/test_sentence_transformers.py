@@ -144,3 +144,14 @@ def test_default_model_round_trip(tmp_path):
     np.testing.assert_array_equal(z, model.encode(SENTENCES))
     np.testing.assert_allclose(np.linalg.norm(z, axis=1), 1.0, atol=1e-5)
     assert not np.allclose(z, base.encode(SENTENCES), atol=1e-2)  # calibration changed the vectors
+
+
+def test_forward_refuses_a_corrupted_calibrator_output(base):
+    """A corrupted weight (1e35) would make every similarity 1.000000: refused, as by Embedder.encode."""
+    module = fit_calibrator(base, CORPUS, "whitening")[2]
+    x = torch.randn(4, 32)
+    assert torch.isfinite(module({"sentence_embedding": x})["sentence_embedding"]).all()
+    module.calibrator.components_[3, 1] = 1e35
+    module.__dict__.pop("_transforms", None)  # the torch transform holds a copy of the fitted state
+    with pytest.raises(InputError, match="Calibration module's calibrator turned finite embeddings into .* column 1"):
+        module({"sentence_embedding": x})

@@ -21,7 +21,7 @@ import torch
 from ..errors import InputError
 from ..linalg import unit_rows
 from .base import Calibrator, TorchTransform, as_tensor, register
-from .whitening import descending_eigh, mean_and_covariance, read_projection
+from .whitening import check_variance, descending_eigh, mean_and_covariance, read_projection, singular_shrinkage
 
 __all__ = ["AnchoredWhiteningCalibrator", "anisotropy"]
 
@@ -72,7 +72,9 @@ class AnchoredWhiteningCalibrator(Calibrator):
     Attributes:
         mean_: [D] mean of the fitting embeddings.
         components_: [D, k] the partial-whitening matrix :math:`U_k \Lambda_k^{-\alpha/2}`.
-        explained_variance_: [k] eigenvalues of the kept directions, descending.
+        explained_variance_: [k] eigenvalues of the kept directions (after shrinkage), descending.
+        shrinkage_: 0, or with N <= D fitting sentences the automatic shrinkage of the covariance towards the
+            identity (see :func:`~bertflow.calibrators.whitening.singular_shrinkage`).
         anisotropy_: anisotropy of the fitting embeddings (whatever ``weight`` is).
         weight_: :math:`\beta` actually used.
         n_features_in_: D. The output has ``n_features_out_ = D + k`` columns.
@@ -98,9 +100,11 @@ class AnchoredWhiteningCalibrator(Calibrator):
         """Fit the partial whitening of strength ``alpha`` and the mix ``weight`` (None: the anisotropy)."""
         self.mean_, cov = mean_and_covariance(X)
         eigvals, eigvecs = descending_eigh(cov)
-        keep = eigvals > self.rcond * eigvals[0] if eigvals[0] > 0 else np.zeros_like(eigvals, dtype=bool)
-        if not keep.any():
-            raise InputError("the fitting embeddings have no variance (all rows equal); cannot calibrate")
+        check_variance(eigvals, self.mean_)
+        # N <= D rows: the partial whitening too would be estimated from a singular covariance (whitening.py).
+        self.shrinkage_ = singular_shrinkage(None, eigvals, len(X), "anchored")
+        eigvals = eigvals + self.shrinkage_ * eigvals.mean()
+        keep = eigvals > self.rcond * eigvals[0]
         self.explained_variance_ = eigvals[keep]
         self.components_ = eigvecs[:, keep] * self.explained_variance_ ** (-alpha / 2.0)
         self.anisotropy_ = anisotropy(X)
@@ -140,6 +144,7 @@ class AnchoredWhiteningCalibrator(Calibrator):
     def _get_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         meta = {
             "n_components": int(self.components_.shape[1]),
+            "shrinkage": float(self.shrinkage_),
             "anisotropy": float(self.anisotropy_),
             "weight": float(self.weight_),
         }
@@ -151,5 +156,6 @@ class AnchoredWhiteningCalibrator(Calibrator):
         self.mean_, self.components_, self.explained_variance_ = read_projection(arrays, self.n_features_in_, k)
         self.anisotropy_ = float(meta["anisotropy"])
         self.weight_ = float(meta["weight"])
+        self.shrinkage_ = float(meta.get("shrinkage", 0.0))  # absent from folders saved before it existed
         if not 0.0 <= self.weight_ <= 1.0:
             raise ValueError(f"weight {self.weight_} is outside [0, 1]")

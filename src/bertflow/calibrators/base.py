@@ -17,9 +17,9 @@ import numpy as np
 import torch
 
 from .. import __version__
-from ..errors import CompatibilityError, ModelFileError, NotFittedError
+from ..errors import CompatibilityError, InputError, ModelFileError, NotFittedError
 from ..serialization import FORMAT_VERSION, load_arrays, read_json, save_arrays, write_json
-from ..validation import check_array
+from ..validation import check_array, check_calibrated
 
 __all__ = [
     "Calibrator",
@@ -29,6 +29,9 @@ __all__ = [
     "calibrator_names",
     "CONFIG_NAME",
     "WEIGHTS_NAME",
+    "check_latents",
+    "check_spread",
+    "SPREAD_RTOL",
 ]
 
 #: A calibrator's map as a torch function: float32 tensor [n, D] -> float32 tensor [n, D'] on one device.
@@ -38,6 +41,33 @@ CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 
 _REGISTRY: dict[str, type[Calibrator]] = {}
+
+#: Fitting rows that differ by less than this fraction of their largest coordinate are taken as equal. Embeddings
+#: are float32 (24 significant bits, 6e-8 relative), so rows closer than 1e-5 differ by rounding noise (batch
+#: composition, summation order) at most, not by meaning; every calibrator would scale that noise up to unit
+#: variance or divide by it.
+SPREAD_RTOL = 1e-5
+
+
+def no_variance_message(n: int | None = None) -> str:
+    """The error for fitting data without variance (shared by the row and the moments checks)."""
+    rows = f"the {n} fitting embeddings" if n is not None else "the fitting embeddings"
+    return (
+        f"{rows} are all equal (duplicates of one sentence, or equal up to float32 rounding): there is no variance "
+        "to calibrate; fit on distinct sentences"
+    )
+
+
+def check_spread(X: np.ndarray) -> None:
+    """Raise :class:`~bertflow.errors.InputError` if the rows of ``X`` [N, D] are all equal up to :data:`SPREAD_RTOL`.
+
+    Whitening would keep 0 directions (a 0-dimensional model scoring every pair 0), standard-norm would divide by
+    a floor of 1e-12, the flow would fit a point mass. Two column reductions, no copy of ``X``.
+    """
+    high, low = X.max(axis=0), X.min(axis=0)
+    spread, magnitude = float((high - low).max()), max(float(high.max()), -float(low.min()))
+    if not spread > SPREAD_RTOL * magnitude:
+        raise InputError(no_variance_message(len(X)))
 
 
 def register(name: str):  # noqa: ANN201 - decorator
@@ -79,6 +109,8 @@ class Calibrator(ABC):
     #: dtype of the array ``_fit`` receives. float64 for the closed-form calibrators; the flow trains in float32
     #: and takes float32 so that fitting a million embeddings does not start with a 6 GB float64 copy.
     _fit_dtype: ClassVar[type] = np.float64
+    #: Whether fitting refuses rows that are all equal (:func:`check_spread`); only the identity does without.
+    _needs_variance: ClassVar[bool] = True
     #: Parameters that are ``None`` when unset are written as JSON null; everything in ``__init__`` must be
     #: JSON-serialisable (numbers, strings, lists, nested calibrators for :class:`Chain`).
 
@@ -123,7 +155,9 @@ class Calibrator(ABC):
     def fit(self, X: np.ndarray, y: object = None) -> Calibrator:
         """Fit on embeddings ``X`` [N, D] (``y`` is ignored; it exists for pipelines). Returns ``self``."""
         arr = check_array(X, what="X", min_rows=self._min_rows(), dtype=self._fit_dtype)
-        self._validate_params(arr)
+        self._check_params(arr)
+        if self._needs_variance:
+            check_spread(arr)
         self._fit(arr)
         self.n_features_in_ = arr.shape[1]
         return self
@@ -134,6 +168,7 @@ class Calibrator(ABC):
         single = np.ndim(X) == 1
         arr = check_array(np.atleast_2d(X) if single else X, n_features=self.n_features_in_, what="X")
         out = self._transform(arr).astype(np.float32)
+        check_calibrated(out, arr, what=f"this {type(self).__name__}")
         return out[0] if single else out
 
     def torch_transform(self, device: str | torch.device = "cpu") -> TorchTransform:
@@ -170,6 +205,17 @@ class Calibrator(ABC):
 
     def _min_rows(self) -> int:
         return 2
+
+    def _check_params(self, X: np.ndarray) -> None:
+        """Refuse NaN or infinite numeric hyperparameters, then run the subclass's :meth:`_validate_params`.
+
+        Range checks written as ``x < 0`` are all false for NaN, which would then flow into the fit as if it were
+        a number (``shrinkage=nan`` whitened like 0); one check here covers every calibrator's parameters.
+        """
+        for name, value in self.get_params().items():
+            if isinstance(value, (float, np.floating)) and not np.isfinite(value):
+                raise InputError(f"{type(self).__name__}: {name} must be a finite number, got {value!r}")
+        self._validate_params(X)
 
     def _validate_params(self, X: np.ndarray) -> None:  # noqa: B027 - optional hook
         """Check hyperparameters against the data at fit time (scikit-learn validates in fit, not init)."""
@@ -247,6 +293,19 @@ class Calibrator(ABC):
         """Load a calibrator saved with :meth:`save` (the concrete class comes from its config)."""
         folder = Path(path)
         return cls.from_config(read_json(folder / CONFIG_NAME), load_arrays(folder / WEIGHTS_NAME))
+
+
+def check_latents(calibrator: Calibrator, Z: object) -> np.ndarray:
+    """Validate the input of an ``inverse_transform``: finite, ``n_features_out_`` columns, as float64 of the same
+    shape ([N, D'], or [D'] for one vector). NaN or Inf would otherwise come back as plausible-looking embeddings."""
+    calibrator._check_fitted()
+    single = np.ndim(Z) == 1
+    arr = check_array(np.atleast_2d(Z) if single else Z, what="Z", min_rows=0)
+    if arr.shape[1] != calibrator.n_features_out_:
+        raise InputError(
+            f"Z has {arr.shape[1]} features, but this {type(calibrator).__name__} outputs {calibrator.n_features_out_}"
+        )
+    return arr[0] if single else arr
 
 
 def expect_shape(arrays: dict[str, np.ndarray], key: str, shape: tuple[int, ...]) -> np.ndarray:

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from .base import Calibrator, TorchTransform, register
+from .base import Calibrator, TorchTransform, check_latents, register
 
 __all__ = ["ChainCalibrator"]
 
@@ -55,7 +55,7 @@ class ChainCalibrator(Calibrator):
 
     def inverse_transform(self, Z: np.ndarray) -> np.ndarray:
         """Invert every step in reverse order; only where every step is invertible."""
-        self._check_fitted()
+        Z = check_latents(self, Z)
         for step in reversed(self.steps):
             if not hasattr(step, "inverse_transform"):
                 raise NotImplementedError(f"{type(step).__name__} in this chain has no inverse")

@@ -14,7 +14,7 @@ import torch
 from ..errors import DivergenceError, InputError
 from ..flows import GLOW_PRESETS, Glow
 from ..validation import check_epochs
-from .base import Calibrator, TorchTransform, as_tensor, expect_shape, register
+from .base import Calibrator, TorchTransform, as_tensor, check_latents, expect_shape, register
 from .simple import floored_std
 
 __all__ = ["FlowCalibrator"]
@@ -422,8 +422,7 @@ class FlowCalibrator(Calibrator):
 
     def inverse_transform(self, Z: np.ndarray) -> np.ndarray:
         """Map latents [N, D] (as returned by :meth:`transform`) back to embeddings [N, D]."""
-        self._check_fitted()
-        Z = np.asarray(Z, dtype=np.float64)
+        Z = check_latents(self, Z)
         n_active = len(self._active)
         device = next(self.flow_.parameters()).device
         with torch.no_grad():

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from .base import Calibrator, TorchTransform, as_tensor, expect_shape, register
+from .base import Calibrator, TorchTransform, as_tensor, check_latents, expect_shape, register
 
 __all__ = ["IdentityCalibrator", "StandardNormCalibrator", "AllButTheTopCalibrator", "floored_std"]
 
@@ -27,6 +27,8 @@ def floored_std(std: np.ndarray) -> np.ndarray:
 class IdentityCalibrator(Calibrator):
     """No calibration ("raw"): returns the embeddings unchanged. Useful as a baseline in the same pipeline."""
 
+    _needs_variance = False
+
     def __init__(self) -> None:
         pass
 
@@ -44,8 +46,7 @@ class IdentityCalibrator(Calibrator):
 
     def inverse_transform(self, Z: np.ndarray) -> np.ndarray:
         """Identity."""
-        self._check_fitted()
-        return np.asarray(Z, dtype=np.float32)
+        return check_latents(self, Z).astype(np.float32)
 
     def _get_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         return {}, {}
@@ -79,8 +80,7 @@ class StandardNormCalibrator(Calibrator):
 
     def inverse_transform(self, Z: np.ndarray) -> np.ndarray:
         """Undo the z-score."""
-        self._check_fitted()
-        return (np.asarray(Z, dtype=np.float64) * self.scale_ + self.mean_).astype(np.float32)
+        return (check_latents(self, Z) * self.scale_ + self.mean_).astype(np.float32)
 
     def _get_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         return {}, {"mean": self.mean_, "scale": self.scale_}
@@ -107,8 +107,16 @@ class AllButTheTopCalibrator(Calibrator):
         self.n_components = n_components
 
     def _validate_params(self, X: np.ndarray) -> None:
-        if not 1 <= int(self.n_components) < X.shape[1]:
-            raise InputError(f"n_components must be between 1 and {X.shape[1] - 1}, got {self.n_components}")
+        n, d = X.shape
+        if not 1 <= int(self.n_components) < d:
+            raise InputError(f"n_components must be between 1 and {d - 1}, got {self.n_components}")
+        # N centred rows span at most N - 1 directions: removing that many leaves nothing (every output 0, every
+        # cosine noise), and more would not even exist (the saved components would not match the declared count).
+        if n and int(self.n_components) > n - 2:
+            raise InputError(
+                f"all-but-the-top with n_components={self.n_components} needs at least {int(self.n_components) + 2} "
+                f"sentences (N sentences span N - 1 directions, and some must remain), got {n}"
+            )
 
     def _fit(self, X: np.ndarray) -> None:
         self.mean_ = X.mean(axis=0)

@@ -9,9 +9,18 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from .base import Calibrator, TorchTransform, as_tensor, expect_shape, register
+from .base import (
+    SPREAD_RTOL,
+    Calibrator,
+    TorchTransform,
+    as_tensor,
+    check_latents,
+    expect_shape,
+    no_variance_message,
+    register,
+)
 
-__all__ = ["WhiteningCalibrator"]
+__all__ = ["WhiteningCalibrator", "oas_shrinkage", "singular_shrinkage"]
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +36,69 @@ def descending_eigh(cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Eigenvalues [D] (largest first, clipped at 0) and eigenvectors [D, D] (columns) of a covariance."""
     eigvals, eigvecs = np.linalg.eigh(cov)  # ascending; symmetric, so eigh is exact and cheaper than SVD
     return eigvals[::-1].clip(min=0.0), eigvecs[:, ::-1]
+
+
+#: Largest weight of the identity target that automatic shrinkage uses (a shrinkage of 99 mean eigenvalues):
+#: Oracle Approximating Shrinkage reaches 1 only for covariances that are already nearly isotropic, where any large
+#: value gives the same cosines, and a finite value keeps ``shrinkage_`` a plain JSON number.
+MAX_AUTO_SHRINKAGE = 0.99
+
+
+def oas_shrinkage(eigvals: np.ndarray, n: int) -> float:
+    r"""Oracle Approximating Shrinkage (Chen et al. 2010): the weight :math:`\rho \in [0, 1]` of the target
+    :math:`\mu I` (:math:`\mu` the mean eigenvalue) in :math:`(1-\rho) S + \rho \mu I` that minimises the expected
+    squared error for Gaussian data, from the eigenvalues [D] of the sample covariance :math:`S` of ``n`` rows.
+
+    It needs only the eigenvalues and ``n``, so a fit from moments (distributed) gets the same value as a fit
+    from rows. The formula is scikit-learn's ``sklearn.covariance.oas``.
+    """
+    p = len(eigvals)
+    mu = float(eigvals.mean())
+    alpha = float((eigvals**2).sum()) / p**2  # mean of the squared entries of S
+    num = alpha + mu**2
+    den = (n + 1) * (alpha - mu**2 / p)
+    return 1.0 if den <= 0 else min(num / den, 1.0)
+
+
+def singular_shrinkage(shrinkage: float | None, eigvals: np.ndarray, n: int, what: str) -> float:
+    r"""The shrinkage :math:`\lambda` (covariance eigenvalues become :math:`\lambda_i + \lambda \bar s`) to whiten with.
+
+    ``shrinkage`` given: that value. ``None``: 0 when there are more rows than dimensions, else automatic. With
+    ``n <= D`` rows the covariance is singular (rank at most ``n - 1``), and whitening its ``n - 1`` directions
+    maps the ``n`` fitting rows onto the vertices of a regular simplex: every pair of fitting sentences gets the
+    same cosine, -1/(n-1), whatever they say, and held-out sentences are scaled along directions estimated from
+    almost nothing (whitening the 200 sentences of 100 STS-B pairs embedded by all-MiniLM-L6-v2 scored those pairs
+    Spearman 0.3 where the raw cosine scores 86.1: ``benchmarks/small_whitening.py``). The
+    covariance is then shrunk towards the identity by :func:`oas_shrinkage` (capped at
+    :data:`MAX_AUTO_SHRINKAGE`), with a warning.
+    """
+    if shrinkage is not None:
+        return float(shrinkage)
+    d = len(eigvals)
+    if n > d:
+        return 0.0
+    rho = min(oas_shrinkage(eigvals, n), MAX_AUTO_SHRINKAGE)
+    value = rho / (1.0 - rho)
+    logger.warning(
+        "%s: %d sentences for %d dimensions make a singular covariance (rank <= %d), whose whitening would give "
+        "every pair of fitting sentences the same cosine; shrinking it towards the identity instead (oracle "
+        "approximating shrinkage, shrinkage_=%.3g). Fit on more sentences than dimensions to whiten fully, or "
+        "pass shrinkage= to choose.",
+        what,
+        n,
+        d,
+        n - 1,
+        value,
+    )
+    return value
+
+
+def check_variance(eigvals: np.ndarray, mean: np.ndarray) -> None:
+    """Refuse a covariance with (almost) no variance: the largest eigenvalue [of D] is 0, or its standard deviation
+    is below :data:`SPREAD_RTOL` times the largest absolute coordinate of ``mean`` [D]
+    (rows equal up to float32 rounding; the moments path has no rows to compare)."""
+    if not eigvals[0] > (SPREAD_RTOL * float(np.abs(mean).max())) ** 2:
+        raise InputError(no_variance_message())
 
 
 def read_projection(arrays: dict[str, np.ndarray], d: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -47,7 +119,8 @@ class WhiteningCalibrator(Calibrator):
             keeps every direction that carries variance.
         shrinkage: :math:`\lambda \ge 0`; whitens with :math:`(\Sigma + \lambda\,\bar s I)^{-1/2}` where
             :math:`\bar s` is the mean eigenvalue, interpolating between whitening (0) and mere centring and
-            rotation (large). Also the remedy when there are fewer sentences than dimensions.
+            rotation (large). ``None`` (default): 0 when there are more sentences than dimensions, else chosen
+            from the data (:func:`singular_shrinkage`: without it, N <= D sentences would all end up equidistant).
         rcond: directions whose eigenvalue is below ``rcond`` times the largest are dropped, not amplified.
             Real checkpoints have (near-)constant output dimensions (all-MiniLM-L6-v2 at 127, 223, 319);
             scaling their rounding noise up to unit variance would add pure-noise coordinates to the cosine.
@@ -57,6 +130,7 @@ class WhiteningCalibrator(Calibrator):
         components_: [D, k] the whitening matrix W, so ``transform(X) = (X - mean_) @ components_``.
         explained_variance_: [k] eigenvalues (after shrinkage) of the kept directions, descending.
         n_components_: k actually kept.
+        shrinkage_: :math:`\lambda` actually used (``shrinkage``, or the automatic value for N <= D).
         n_features_in_: D.
 
     References:
@@ -64,7 +138,7 @@ class WhiteningCalibrator(Calibrator):
         arXiv:2103.15316.
     """
 
-    def __init__(self, n_components: int | None = None, *, shrinkage: float = 0.0, rcond: float = 1e-6) -> None:
+    def __init__(self, n_components: int | None = None, *, shrinkage: float | None = None, rcond: float = 1e-6) -> None:
         self.n_components = n_components
         self.shrinkage = shrinkage
         self.rcond = rcond
@@ -75,8 +149,8 @@ class WhiteningCalibrator(Calibrator):
             raise InputError(
                 f"n_components must be between 1 and {d} (the embedding dimension), got {self.n_components}"
             )
-        if self.shrinkage < 0 or not 0 <= self.rcond < 1:
-            raise InputError("shrinkage must be >= 0 and rcond in [0, 1)")
+        if (self.shrinkage is not None and self.shrinkage < 0) or not 0 <= self.rcond < 1:
+            raise InputError("shrinkage must be >= 0 (or None: automatic) and rcond in [0, 1)")
 
     def _fit(self, X: np.ndarray) -> None:
         self.mean_, cov = mean_and_covariance(X)
@@ -119,7 +193,7 @@ class WhiteningCalibrator(Calibrator):
             raise InputError(f"whitening needs at least 2 rows to estimate a covariance, got {n}")
         if not (np.isfinite(sum_x).all() and np.isfinite(sum_outer).all() and np.isfinite(shift).all()):
             raise InputError("the moments contain NaN or Inf; the embeddings they were summed from are broken")
-        self._validate_params(np.empty((0, d)))
+        self._check_params(np.empty((0, d)))
         n = int(n)
         delta = sum_x / n
         cov = (sum_outer - n * np.outer(delta, delta)) / (n - 1)
@@ -133,8 +207,10 @@ class WhiteningCalibrator(Calibrator):
         """Set the fitted attributes other than ``mean_`` from the covariance [D, D] of ``n`` rows."""
         d = cov.shape[0]
         eigvals, eigvecs = descending_eigh(cov)
-        if self.shrinkage > 0:
-            eigvals = eigvals + self.shrinkage * eigvals.mean()
+        check_variance(eigvals, self.mean_)
+        self.shrinkage_ = singular_shrinkage(self.shrinkage, eigvals, n, "whitening")
+        if self.shrinkage_ > 0:
+            eigvals = eigvals + self.shrinkage_ * eigvals.mean()
         keep = eigvals > self.rcond * eigvals[0]
         rank = int(keep.sum())
         if rank < d:
@@ -158,8 +234,7 @@ class WhiteningCalibrator(Calibrator):
 
     def inverse_transform(self, Z: np.ndarray) -> np.ndarray:
         """Map whitened vectors back; exact when every direction was kept, a projection otherwise."""
-        self._check_fitted()
-        Z = np.asarray(Z, dtype=np.float64)
+        Z = check_latents(self, Z)
         # W = U / sqrt(s), so the inverse map U sqrt(s) is W * s.
         return (Z @ (self.components_ * self.explained_variance_).T + self.mean_).astype(np.float32)
 
@@ -170,9 +245,11 @@ class WhiteningCalibrator(Calibrator):
 
     def _get_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         arrays = {"mean": self.mean_, "components": self.components_, "explained_variance": self.explained_variance_}
-        return {"n_components": self.n_components_}, arrays
+        return {"n_components": self.n_components_, "shrinkage": float(self.shrinkage_)}, arrays
 
     def _set_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
         k = int(meta["n_components"])
         self.mean_, self.components_, self.explained_variance_ = read_projection(arrays, self.n_features_in_, k)
         self.n_components_ = k
+        # Folders saved before shrinkage_ was recorded used the parameter (a number, 0 by default then).
+        self.shrinkage_ = float(meta.get("shrinkage", self.shrinkage or 0.0))

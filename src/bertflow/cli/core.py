@@ -267,9 +267,10 @@ def _nonblank_lines(path: Path, errors: str):
     """Lines of ``path``; a blank line is an error naming it, since the output keeps one row per line."""
     from ..data import iter_lines
     from ..errors import InputError
+    from ..validation import is_blank
 
     for number, text in iter_lines(path, errors=errors):
-        if not text.strip():
+        if is_blank(text):  # the readers' one blank rule: whitespace, zero-width characters, U+FEFF, NUL
             raise InputError(
                 f"{path}: line {number} is blank; `bertflow encode` writes one row per input line, "
                 "so remove blank lines first (e.g. grep -v '^[[:space:]]*$')"

@@ -230,7 +230,7 @@ def _fit_worker_body(device: str | None, args: dict[str, Any]) -> None:
 
     from ..calibrators import FlowCalibrator, WhiteningCalibrator, parse_calibrator
     from ..distributed import current_topology, fit_flow_distributed, fit_whitening_distributed
-    from ..encoder import SentenceEncoder
+    from ..encoder import FINGERPRINT_SCHEME, SentenceEncoder
     from ..errors import CompatibilityError, InputError
     from ..pipeline import Embedder
     from ..store import open_embeddings
@@ -238,12 +238,21 @@ def _fit_worker_body(device: str | None, args: dict[str, Any]) -> None:
     quiet_libraries()
     topology = current_topology()
     device = device or _rank_device(args["device"])
-    store = open_embeddings(args["store"])
+    # Every shard's sha256 is checked before fitting (one read of the store, which the fit reads at least once
+    # anyway): one flipped float in one shard would otherwise give a plausible-looking, useless model.
+    store = open_embeddings(args["store"], verify=True)
     manifest = store.manifest
     if manifest.get("calibrator"):
         raise InputError(f"{args['store']} holds calibrated embeddings; fit on raw ones (encode without --model-dir)")
     if not manifest.get("encoder"):
         raise InputError(f"{args['store']} does not record its encoder, so the fitted model could not be used")
+    recorded = manifest["encoder"].get("fingerprint")
+    if isinstance(recorded, str) and not recorded.startswith(FINGERPRINT_SCHEME):  # refused before the fit, not after
+        raise CompatibilityError(
+            f"{args['store']} was encoded by an earlier bertflow, whose encoder fingerprint ({recorded!r}) did not "
+            "cover the transformer weights, so the fitted model could not be checked against its encoder; re-encode "
+            "the store with this bertflow (distributed-encode --overwrite)"
+        )
     cal = parse_calibrator(
         args["calibrator"],
         seed=args["seed"],

@@ -62,11 +62,11 @@ except ImportError:  # pragma: no cover - sentence-transformers 5 (6 keeps this 
     from sentence_transformers.models import Module, Normalize
 
 from ..calibrators import Calibrator, parse_calibrator
-from ..encoder import SentenceEncoder
+from ..encoder import SentenceEncoder, fingerprint_hint
 from ..errors import CompatibilityError, InputError
 from ..pipeline import corpus_digest
 from ..serialization import read_json, write_json
-from ..validation import validate_sentences
+from ..validation import calibrated_error, output_limit, validate_sentences
 
 __all__ = ["Calibration", "fit_calibrator", "encoder_config"]
 
@@ -180,6 +180,13 @@ class Calibration(Module):
             transforms[x.device] = self.calibrator.torch_transform(x.device)
         with torch.no_grad():
             z = transforms[x.device](x.detach().float())
+            # The same bound as Embedder.encode (validation.output_limit): NaN, Inf or a corrupted weight's huge values.
+            limit = output_limit(float(x.detach().abs().amax())) if x.numel() else 0.0
+            bad = ~(z.abs() <= limit)
+            if z.numel() and bool(bad.any()):
+                row, col = (int(v) for v in bad.nonzero()[0])
+                what = "the Calibration module's calibrator"
+                raise InputError(calibrated_error(what, row, col, float(z[row, col]), limit))
         features["sentence_embedding"] = z.to(dtype=x.dtype)
         return features
 
@@ -240,6 +247,7 @@ def check_compatible(calibrator: Calibrator, model: SentenceTransformer) -> None
             raise CompatibilityError(
                 f"the calibrator was fitted with {key}={fitted_on[key]!r} (encoder {fitted_on.get('model')}), but this "
                 f"model has {key}={ours[key]!r}: {fix}, or use the model it was fitted on"
+                + (fingerprint_hint(fitted_on[key]) if key == "fingerprint" else "")
             )
 
 
