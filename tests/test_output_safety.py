@@ -673,3 +673,23 @@ def test_the_encoder_checks_device_and_max_length_before_loading_weights(tiny_mo
         SentenceEncoder(str(tiny_model_dir), device="bogus")
     with pytest.raises(InputError, match="at most 128"):
         SentenceEncoder(str(tiny_model_dir), max_length=129, device="cpu")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["encode", "IN", "-o", "OUT.npy", "--pooling", "cls"],
+        ["encode", "IN", "-o", "OUT.npy", "--max-length", "32"],
+        ["similarity", "a b", "c d", "--model", "other"],
+        ["evaluate", "--calibrator", "whitening"],
+        ["analyze", "--pooling", "cls", "-o", "OUT"],
+    ],
+    ids=["encode-pooling", "encode-max-length", "similarity-model", "evaluate-calibrator", "analyze-pooling"],
+)
+def test_options_a_model_folder_fixes_are_refused_with_model_dir(argv, tmp_path, no_model_loading):
+    """--pooling, --max-length, --model (and the fitting options) would be silently ignored with --model-dir."""
+    corpus = tmp_path / "in.txt"
+    corpus.write_text("a sentence\n", encoding="utf-8")
+    argv = [str(corpus) if a == "IN" else str(tmp_path / a) if a.startswith("OUT") else a for a in argv]
+    one_line_error(invoke(*argv, "--model-dir", tmp_path / "some-model"), "cannot be combined with --model-dir")
+    assert not (tmp_path / "OUT.npy").exists()

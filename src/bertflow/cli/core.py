@@ -17,6 +17,7 @@ from .options import (
     EncodingErrors,
     build_encoder,
     check_device,
+    check_model_dir_options,
     check_text_arguments,
     load_embedder,
     quiet_libraries,
@@ -134,6 +135,7 @@ def fit(
 """
 )
 def encode(
+    ctx: typer.Context,
     input: Annotated[
         Path,
         typer.Argument(help="Text file, one sentence per line, or a TSV with --column; - reads standard input."),
@@ -166,6 +168,7 @@ def encode(
     if not to_stdout:
         check_output_file(output, inputs=[input, *([model_dir] if model_dir else [])])
     check_device(device)
+    check_model_dir_options(ctx, model_dir)
     quiet_libraries()
     if model_dir:
         embedder = load_embedder(model_dir, device, dtype)
@@ -287,6 +290,7 @@ def _nonblank_lines(path: Path, errors: str):
 """
 )
 def similarity(
+    ctx: typer.Context,
     sentences: Annotated[list[str] | None, typer.Argument(help="Two sentences to compare.")] = None,
     pairs: Annotated[
         Path | None,
@@ -331,6 +335,7 @@ def similarity(
     if output is not None:
         check_output_file(output, inputs=[pairs] if pairs is not None else [])
     check_device(device)
+    check_model_dir_options(ctx, model_dir)
     quiet_libraries()
     if model_dir:
         embedder = load_embedder(model_dir, device, dtype)

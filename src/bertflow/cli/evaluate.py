@@ -12,7 +12,14 @@ import typer
 
 from . import app
 from .core import BatchOpt, DeviceOpt, DtypeOpt, MaxLenOpt
-from .options import EncodingErrors, check_device, load_embedder, quiet_libraries, read_corpus
+from .options import (
+    EncodingErrors,
+    check_device,
+    check_model_dir_options,
+    load_embedder,
+    quiet_libraries,
+    read_corpus,
+)
 
 ModelOpt = Annotated[
     str | None, typer.Option("--model", "-m", help="Hub id or local folder; default: the embedded all-MiniLM-L6-v2.")
@@ -157,6 +164,7 @@ def _write(output: Path | None, stem: str, markdown: str, data: dict[str, Any]) 
 """
 )
 def evaluate(
+    ctx: typer.Context,
     model_dir: ModelDirOpt = None,
     model: ModelOpt = None,
     pooling: PoolingOpt = "mean",
@@ -184,6 +192,7 @@ def evaluate(
     """STS evaluation (Spearman x100, "all" and "wmean", per subset) of an encoder + calibrator, with its regime."""
     _check_report(output, "evaluate")
     check_device(device)
+    check_model_dir_options(ctx, model_dir)
     from ..evaluation.reproduce import GridConfig, evaluate_embedder, run_grid
 
     quiet_libraries()
@@ -361,6 +370,7 @@ def reproduce(
 """
 )
 def analyze(
+    ctx: typer.Context,
     model_dir: ModelDirOpt = None,
     model: ModelOpt = None,
     pooling: PoolingOpt = "mean",
@@ -388,6 +398,7 @@ def analyze(
     """The paper's analyses on STS-B: similarity vs edit distance (Table 6), anisotropy before/after, PNG plots."""
     _check_report(output, "analyze")
     check_device(device)
+    check_model_dir_options(ctx, model_dir)
     from ..evaluation.analyze import analyze_stsb
 
     quiet_libraries()

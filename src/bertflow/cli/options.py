@@ -6,11 +6,14 @@ import enum
 from collections.abc import Sequence
 from pathlib import Path
 
+import typer
+
 __all__ = [
     "STDIO",
     "EncodingErrors",
     "build_encoder",
     "check_device",
+    "check_model_dir_options",
     "check_text_arguments",
     "column_key",
     "load_embedder",
@@ -69,6 +72,31 @@ def column_key(column: str) -> str | int:
     """A ``--column`` value: a 0-based index when it is ASCII digits, else a header name (``²`` is a name: it is a
     digit to ``str.isdigit`` but not to ``int``)."""
     return int(column) if column.isascii() and column.isdigit() else column
+
+
+#: Options that describe how to build or fit a model: a saved model folder fixes all of them.
+MODEL_DIR_FIXES = ("model", "pooling", "max_length", "calibrator", "regime", "corpus", "seeds", "epochs")
+
+
+def check_model_dir_options(ctx: typer.Context, model_dir: str | None) -> None:
+    """Refuse options that a ``--model-dir`` folder already fixes (they would be silently ignored otherwise).
+
+    An option counts as given when its value came from the command line or the environment, not its default.
+    """
+    from ..errors import InputError
+
+    if not model_dir:
+        return
+    given = [
+        f"--{name.replace('_', '-')}"
+        for name in MODEL_DIR_FIXES
+        if name in ctx.params and getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"
+    ]
+    if given:
+        raise InputError(
+            f"{', '.join(given)} cannot be combined with --model-dir: the model folder {model_dir} fixes "
+            f"{'it' if len(given) == 1 else 'them'} (encoder, pooling, max_length and calibrator are saved in it)"
+        )
 
 
 def check_device(device: str | None) -> None:
