@@ -235,6 +235,8 @@ def evaluate(
 
   bertflow reproduce --model bert-base-uncased --poolings first-last-avg,mean -o bert-base   (prints the paper's rows)
 
+  bertflow reproduce --model ../shared/models/bert-gutenberg-L6-H384 --paper-rows bert-base-uncased -o gutenberg
+
   bertflow reproduce --calibrators none,whitening,flow --regimes corpus --corpus wiki.txt -o wiki
 """
 )
@@ -271,6 +273,14 @@ def reproduce(
     dtype: DtypeOpt = "auto",
     encoding_errors: ErrorsOpt = EncodingErrors.strict,
     threads: ThreadsOpt = None,
+    paper_rows: Annotated[
+        str | None,
+        typer.Option(
+            "--paper-rows",
+            help="Show this paper model's published rows (bert-base-uncased or bert-large-uncased) beside another "
+            "encoder's, captioned with how the two differ.",
+        ),
+    ] = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Grid of pooling x calibrator x fitting regime on one model: Markdown + JSON, paper numbers beside BERT's."""
@@ -296,6 +306,7 @@ def reproduce(
             ("--max-length", max_length if max_length != 64 else None),
             ("--data-dir", data_dir),
             ("--threads", threads),
+            ("--paper-rows", paper_rows),
             ("--output", output),
         ],
     )
@@ -317,6 +328,7 @@ def reproduce(
         cache_dir=cache_dir,
         use_cache=not no_cache,
         flow_epochs=epochs,
+        paper_rows=paper_rows,
         command=command,
     )
     result = run_grid(config, progress=_progress(quiet))

@@ -38,7 +38,7 @@ from ..data import STS_TASKS, StsTask, load_nli_sentences, load_sts_tasks, resol
 from ..encoder import SentenceEncoder
 from ..errors import BertflowError, InputError
 from .cache import EmbeddingCache, embed_cached, pooling_key
-from .paper import PublishedResult, matching, published_for
+from .paper import PAPER_MODELS, PublishedResult, matching, paper_model_name, published_for, stand_in_caption
 from .sts import StsReport, TaskScore, evaluate_task
 
 __all__ = [
@@ -426,6 +426,9 @@ class GridConfig:
         data_dir: STS data folder (see :func:`bertflow.data.resolve_data_dir`).
         cache_dir: embedding cache folder; ``use_cache=False`` keeps nothing on disk.
         flow_epochs: flow training epochs.
+        paper_rows: a paper model (``"bert-base-uncased"``, ``"bert-large-uncased"``) whose published rows are shown
+            beside this encoder's, with a caption saying how the two differ; ``None`` shows them only when the
+            encoder is that model.
         fit_threads: BLAS threads while fitting and scoring calibrators (through ``threadpoolctl``; ``None`` keeps the
             library default). 1 by default: the matrices are small, and when other processes hold the cores a
             multi-threaded SVD waits on thread barriers (measured 11x slower on a busy 2-core machine).
@@ -449,6 +452,7 @@ class GridConfig:
     use_cache: bool = True
     flow_epochs: float = 1.0
     fit_threads: int | None = 1
+    paper_rows: str | None = None
     command: str | None = None
 
 
@@ -459,7 +463,8 @@ class GridResult:
     Attributes:
         meta: JSON-ready description of the run (model, data, regimes, machine, timings, command).
         cells: one :class:`CellResult` per (pooling, calibrator, regime), in grid order.
-        published: the papers' rows for this model (empty unless it is bert-base/large-uncased).
+        published: the papers' rows for this model, or for the paper model ``GridConfig.paper_rows`` names (empty
+            otherwise).
     """
 
     meta: dict[str, Any]
@@ -575,6 +580,8 @@ def run_grid(
             raise InputError(f"unknown regime {r!r}; use one of {', '.join(REGIMES)}")
     if "corpus" in regimes and not config.corpus:
         raise InputError("the corpus regime needs a corpus file (--corpus FILE)")
+    if config.paper_rows is not None and config.paper_rows not in PAPER_MODELS:
+        raise InputError(f"no published rows for {config.paper_rows!r}; use one of {', '.join(PAPER_MODELS)}")
     if encoder is None:
         encoder = load_encoder(config.model, max_length=config.max_length, device=config.device, dtype=config.dtype)
     poolings = list(dict.fromkeys(pooling_key(p, encoder.num_layers) for p in config.poolings))
@@ -648,11 +655,24 @@ def run_grid(
         "seeds": config.seeds,
         "flow": {"epochs": config.flow_epochs} if any(_is_seeded(s) for s in specs) else {},
         "fit_threads": config.fit_threads,
+        "published": _published_meta(encoder, config.paper_rows),
         "protocol": _PROTOCOL,
         "machine": machine_info(config.device),
         **_run_record(started, encode_seconds, cells, len(sentences), cache),
     }
-    return GridResult(meta, cells, published_for(encoder.model_id))
+    return GridResult(meta, cells, published_for(meta["published"]["model"] or ""))
+
+
+def _published_meta(encoder: SentenceEncoder, paper_rows: str | None) -> dict[str, Any]:
+    """Whose published rows a report shows: the encoder's own if the papers evaluated it, else ``paper_rows``'s
+    with a caption saying how that model differs from the encoder."""
+    own = paper_model_name(encoder.model_id)
+    if own is not None or paper_rows is None:
+        return {"model": own, "caption": None}
+    return {
+        "model": paper_rows,
+        "caption": stand_in_caption(paper_rows, encoder.model_id, encoder.num_layers, encoder.dim),
+    }
 
 
 def _run_record(
@@ -822,17 +842,22 @@ def _render_markdown(result: GridResult, *, title: str, subsets: bool) -> str:
         "",
     ]
     beside = bool(result.published)
+    published = meta.get("published") or {"model": model["id"], "caption": None}
+    caption = published.get("caption")
     lines += [
         "## Summary",
         "",
         f"Spearman × 100; {avg_name} is the plain mean over the {n_tasks} tasks. Δ: difference to the raw encoder "
         'with the same pooling. "test seen": how many evaluation sentences were in the calibrator\'s fitting set.',
         "",
+        *([f"Last column: {caption}", ""] if caption and beside else []),
     ]
     head = f'| pooling | calibrator | regime | test seen | {avg_name} "all" | Δ | {avg_name} "wmean" | Δ | seconds |'
     sep = "|---|---|---|---|---:|---:|---:|---:|---:|"
     if beside:
-        head += " published (protocol; source) |"
+        head += (
+            f" paper's {published['model']} (protocol; source) |" if caption else " published (protocol; source) |"
+        )
         sep += "---|"
     lines += [head, sep]
     for c in result.cells:
@@ -852,7 +877,7 @@ def _render_markdown(result: GridResult, *, title: str, subsets: bool) -> str:
             f"{c.seconds:.1f}",
         ]
         if beside:
-            cells.append(_published_cell(matching(model["id"], c.pooling, c.calibrator, c.regime)))
+            cells.append(_published_cell(matching(published["model"], c.pooling, c.calibrator, c.regime)))
         lines.append("| " + " | ".join(cells) + " |")
     errors = [c for c in result.cells if c.error]
     if errors:
@@ -896,6 +921,7 @@ def _render_markdown(result: GridResult, *, title: str, subsets: bool) -> str:
             "",
             f"## Published numbers for {result.published[0].model}",
             "",
+            *([caption, ""] if caption else []),
             "Transcribed in `bertflow/evaluation/paper.py` from the cited tables. Compare a published row only with "
             'our row of the same protocol: "wmean" and "all" differ by up to 20 points on STS12.',
             "",
