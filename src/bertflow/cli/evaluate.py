@@ -347,6 +347,8 @@ def reproduce(
   bertflow analyze --calibrator whitening --regime nli -o analysis-white
 
   bertflow analyze --model-dir my-flow -o analysis-my-flow
+
+  bertflow analyze --calibrator flow --compare whitening --vector pdf -o analysis-flow-vs-whitening
 """
 )
 def analyze(
@@ -363,6 +365,13 @@ def analyze(
         Path, typer.Option("--output", "-o", help="Folder for analyze.md, analyze.json and the PNG plots.")
     ] = Path("bertflow-analyze"),
     plots: Annotated[bool, typer.Option(help="Draw the PNG plots (needs matplotlib).")] = True,
+    compare: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated calibrator specs fitted the same way and shown beside --calibrator."),
+    ] = None,
+    vector: Annotated[
+        str | None, typer.Option(help="Also write each plot as pdf and/or svg (comma-separated).")
+    ] = None,
     data_dir: DataDirOpt = None,
     cache_dir: CacheDirOpt = None,
     no_cache: NoCacheOpt = False,
@@ -396,6 +405,7 @@ def analyze(
                 ("--model", model),
                 ("--pooling", pooling),
                 ("--calibrator", calibrator),
+                ("--compare", compare),
                 ("--regime", regime),
                 ("--corpus", corpus),
                 ("--column", column),
@@ -406,6 +416,7 @@ def analyze(
                 ("--threads", threads),
                 ("--output", output),
                 ("--no-plots", not plots),
+                ("--vector", vector),
             ],
         )
     result = analyze_stsb(
@@ -422,6 +433,8 @@ def analyze(
         batch_size=batch_size,
         out_dir=output,
         plots=plots,
+        vector=_split(vector) if vector else (),
+        compare=_split(compare) if compare else (),
         command=command,
         progress=_progress(quiet),
     )
