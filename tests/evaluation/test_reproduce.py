@@ -320,6 +320,22 @@ def test_flow_rows_report_seed_spread(encoder: SentenceEncoder, layout: Path) ->
     assert "±" in result.to_markdown() and "Avg (2 tasks)" in result.to_markdown()
 
 
+def test_flow_options_reach_every_flow_cell(encoder: SentenceEncoder, layout: Path) -> None:
+    base = dict(poolings=["mean"], calibrators=["flow", "whitening"], regimes=["nli"], tasks=["STS-B"],
+                data_dir=layout, use_cache=False, flow_epochs=0.5)  # fmt: skip
+    default = run_grid(GridConfig(**base), encoder=encoder)
+    changed = run_grid(GridConfig(**base, flow_options={"lr": 0.05, "coupling": "affine"}), encoder=encoder)
+    assert changed.meta["flow"] == {"epochs": 0.5, "lr": 0.05, "coupling": "affine"}
+    assert "lr=0.05, coupling=affine" in changed.to_markdown()
+    # Same seed, other optimiser and coupling: the flow changes, the deterministic whitening does not.
+    assert changed.cells[0].average_stat("all") != default.cells[0].average_stat("all")
+    assert changed.cells[1].average_stat("all") == default.cells[1].average_stat("all")
+    with pytest.raises(InputError, match="bad flow option"):
+        run_grid(GridConfig(**base, flow_options={"learning_rate": 1e-3}), encoder=encoder)
+    with pytest.raises(InputError, match="seed"):
+        run_grid(GridConfig(**base, flow_options={"seed": 3}), encoder=encoder)
+
+
 def test_bad_grid_arguments(encoder: SentenceEncoder, layout: Path) -> None:
     with pytest.raises(InputError, match="seeds"):
         run_grid(GridConfig(seeds=0, data_dir=layout), encoder=encoder)

@@ -426,6 +426,8 @@ class GridConfig:
         data_dir: STS data folder (see :func:`bertflow.data.resolve_data_dir`).
         cache_dir: embedding cache folder; ``use_cache=False`` keeps nothing on disk.
         flow_epochs: flow training epochs.
+        flow_options: further :class:`~bertflow.calibrators.FlowCalibrator` arguments for every flow cell (``lr``,
+            ``coupling``, ``n_levels``, ``depth``, ``validation_fraction`` ...), for ablations; the seed is the grid's.
         paper_rows: a paper model (``"bert-base-uncased"``, ``"bert-large-uncased"``) whose published rows are shown
             beside this encoder's, with a caption saying how the two differ; ``None`` shows them only when the
             encoder is that model.
@@ -451,6 +453,7 @@ class GridConfig:
     cache_dir: str | Path | None = None
     use_cache: bool = True
     flow_epochs: float = 1.0
+    flow_options: Mapping[str, Any] = field(default_factory=dict)
     fit_threads: int | None = 1
     paper_rows: str | None = None
     command: str | None = None
@@ -588,8 +591,15 @@ def run_grid(
     if not poolings:
         raise InputError("give at least one pooling")
     specs = list(dict.fromkeys(config.calibrators or default_calibrators(encoder.dim)))
+    if "seed" in config.flow_options:
+        raise InputError("flow_options must not set the seed: the grid's seeds are 0 .. seeds-1")
+    flow_kwargs: dict[str, Any] = {**config.flow_options, "epochs": config.flow_epochs, "device": config.device}
     for spec in specs:
-        parse_calibrator(spec)  # unknown specs fail now, not after encoding
+        # Unknown specs and flow options fail now, not after encoding.
+        try:
+            parse_calibrator(spec, **(flow_kwargs if _is_seeded(spec) else {}))
+        except TypeError as e:
+            raise InputError(f"bad flow option for {spec!r}: {e}") from None
     if all(_is_identity(s) for s in specs):
         regimes = []  # nothing is fitted, so no fitting sentences need encoding
     data_dir: Path | None = None
@@ -622,7 +632,6 @@ def run_grid(
     say(f"encoded in {encode_seconds:.1f} s")
     table = EmbeddingTable(sentences, embeddings)
 
-    flow_kwargs: dict[str, Any] = {"epochs": config.flow_epochs, "device": config.device}
     cells: list[CellResult] = []
     plan: list[tuple[str, str, FittingSets]] = []
     for pooling in poolings:
@@ -653,7 +662,7 @@ def run_grid(
             **{r: fit_by_regime[r].description for r in regimes},
         },
         "seeds": config.seeds,
-        "flow": {"epochs": config.flow_epochs} if any(_is_seeded(s) for s in specs) else {},
+        "flow": {"epochs": config.flow_epochs, **config.flow_options} if any(_is_seeded(s) for s in specs) else {},
         "fit_threads": config.fit_threads,
         "published": _published_meta(encoder, config.paper_rows),
         "protocol": _PROTOCOL,
@@ -799,6 +808,14 @@ def _machine_line(m: Mapping[str, Any]) -> str:
     return line + (f" ({m['gpu']})" if m.get("gpu") else "")
 
 
+def _flow_options_text(flow: Mapping[str, Any]) -> str:
+    """The flow settings a grid changed from the preset defaults, or the default wording."""
+    changed = {k: v for k, v in flow.items() if k != "epochs"}
+    if not changed:
+        return "the official code's optimiser settings"
+    return "changed from the preset: " + ", ".join(f"{k}={v}" for k, v in changed.items())
+
+
 def _render_markdown(result: GridResult, *, title: str, subsets: bool) -> str:
     meta = result.meta
     model = meta["model"]
@@ -830,7 +847,7 @@ def _render_markdown(result: GridResult, *, title: str, subsets: bool) -> str:
             else []
         ),
         *(
-            [f"| flow training | {meta['flow']['epochs']:g} epoch(s), the official code's optimiser settings |"]
+            [f"| flow training | {meta['flow']['epochs']:g} epoch(s), {_flow_options_text(meta['flow'])} |"]
             if meta["flow"].get("epochs") is not None
             else []
         ),
