@@ -336,7 +336,7 @@ def _plot(
 
     with plt.rc_context(style):
         # Eigenvalue spectra of the normalised rows: how evenly the second moment spreads over directions.
-        fig, ax = plt.subplots(figsize=(5.5, 3.6))
+        fig, ax = plt.subplots(figsize=(6.2, 3.9))
         dim = 1
         for name, x in embeddings.items():
             share = spectrum(x)
@@ -358,7 +358,7 @@ def _plot(
         n = len(next(iter(embeddings.values())))
         i = rng.integers(0, n, size=min(200_000, n * (n - 1)))
         j = (i + rng.integers(1, n, size=len(i))) % n
-        fig, ax = plt.subplots(figsize=(5.5, 3.6))
+        fig, ax = plt.subplots(figsize=(6.2, 3.9))
         for name, x in embeddings.items():
             u = unit_rows(x)
             c = (u[i] * u[j]).sum(axis=1)
@@ -388,7 +388,7 @@ def _plot(
         bins = np.minimum(distance, _MAX_DISTANCE_BIN)
         ds = np.arange(int(bins.max()) + 1)
         counts = np.array([(bins == d).sum() for d in ds])
-        fig, (ax, bar) = plt.subplots(2, 1, figsize=(5.5, 4.6), sharex=True, height_ratios=(3, 1))
+        fig, (ax, bar) = plt.subplots(2, 1, figsize=(6.2, 4.9), sharex=True, height_ratios=(3, 1))
         series = {"gold": gold, **similarities}
         for offset, (name, sim) in zip(np.linspace(-0.2, 0.2, len(series)), series.items(), strict=True):
             z = (sim - sim.mean()) / (sim.std() or 1.0)
@@ -545,8 +545,18 @@ def analyze_stsb(
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         if plots:
-            title = f"{Path(encoder.model_id).name}, {pool} pooling; calibrated = {spec} ({regime})"
-            result.plots = _plot(out, spaces, cosines, test.scores, distance, title, seed, vector)
+            title = f"{Path(encoder.model_id).name}, {pool} pooling, {regime} regime"
+            label = {"calibrated": spec} if spec not in spaces else {}  # legends name the calibrator
+            result.plots = _plot(
+                out,
+                {label.get(k, k): v for k, v in spaces.items()},
+                {label.get(k, k): v for k, v in cosines.items()},
+                test.scores,
+                distance,
+                title,
+                seed,
+                vector,
+            )
     meta["seconds"] = round(time.perf_counter() - started, 1)
     if out_dir is not None:
         out = Path(out_dir)
