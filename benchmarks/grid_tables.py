@@ -46,18 +46,18 @@ def tables(reports: list[dict[str, Any]], protocols: tuple[str, ...] = ("all", "
             raw_mean = raw["average"][protocol]["mean"] if raw else None
             for regime in regimes:
                 row = {cal: by_key.get((pooling, cal, regime)) for cal in calibrators}
-                if not any(c and c["average"][protocol]["mean"] is not None for c in row.values()):
-                    continue
                 values = {
                     cal: c["average"][protocol]
                     for cal, c in row.items()
-                    if c and c["average"][protocol]["mean"] is not None
+                    if c and c["average"][protocol] and c["average"][protocol]["mean"] is not None
                 }
+                if not values:  # e.g. the train regime: STS12-16 have no train split, so no 7-task average
+                    continue
                 best = max(values, key=lambda k: values[k]["mean"])
                 delta = f" ({values[best]['mean'] - raw_mean:+.2f})" if raw_mean is not None else ""
                 lines.append(
                     f"| {pooling} | {regime} | {_fmt(raw['average'][protocol]) if raw else 'n/a'} | "
-                    + " | ".join(_fmt(c["average"][protocol]) if c else "" for c in row.values())
+                    + " | ".join(_fmt(c["average"][protocol]) if c else "" for c in row.values())  # n/a: no average
                     + f" | {best}{delta} |"
                 )
         lines.append("")
