@@ -179,3 +179,22 @@ def test_cli_analyze_saved_model_without_plots(working_tiny_bert: Path, layout: 
     assert data["plots"] == [] and data["meta"]["calibrator"] == "standard-norm"
     assert data["meta"]["test_seen"].startswith("unknown")
     assert "Similarity vs edit distance" in r.stdout
+
+
+def test_cli_analyze_compare_and_bad_vector_format(working_tiny_bert: Path, layout: Path, tmp_path: Path) -> None:  # noqa: F811
+    runner = CliRunner()
+    out = tmp_path / "cmp"
+    r = runner.invoke(
+        app, ["analyze", "--model", str(working_tiny_bert), "--calibrator", "standard-norm", "--compare", "whitening",
+              "--data-dir", str(layout), "--no-cache", "--no-plots", "-o", str(out), "-q"]
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    data = json.loads((out / "analyze.json").read_text())
+    assert data["meta"]["compare"] == ["whitening"] and list(data["geometry"]) == ["raw", "calibrated", "whitening"]
+    assert "--compare whitening" in data["meta"]["command"]
+    bad = runner.invoke(
+        app, ["analyze", "--model", str(working_tiny_bert), "--vector", "eps", "--data-dir", str(layout), "--no-cache",
+              "-o", str(tmp_path / "bad"), "-q"]
+    )  # fmt: skip
+    assert bad.exit_code == 2 and "unknown plot format 'eps'" in bad.output
+    assert not (tmp_path / "bad").exists()
