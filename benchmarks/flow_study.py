@@ -189,7 +189,9 @@ def markdown(study: Mapping[str, Any]) -> str:
         if flows:
             top = max(flows, key=lambda n: flows[n]["all"]["mean"])
             gap = flows[top]["all"]["mean"] - b_all[1]
-            verdict = f"ahead of the best whitening by {gap:.2f}" if gap > 0 else f"{-gap:.2f} behind the best whitening"
+            verdict = (
+                f"ahead of the best whitening by {gap:.2f}" if gap > 0 else f"{-gap:.2f} behind the best whitening"
+            )
             lines += [
                 "",
                 f'Best flow setting under "all": `{top}` ({_fmt(flows[top]["all"])}), {verdict} '

@@ -181,7 +181,11 @@ def test_cli_analyze_saved_model_without_plots(working_tiny_bert: Path, layout: 
     assert "Similarity vs edit distance" in r.stdout
 
 
-def test_cli_analyze_compare_and_bad_vector_format(working_tiny_bert: Path, layout: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_cli_analyze_compare_and_bad_vector_format(
+    working_tiny_bert: Path,  # noqa: F811
+    layout: Path,
+    tmp_path: Path,
+) -> None:
     runner = CliRunner()
     out = tmp_path / "cmp"
     r = runner.invoke(

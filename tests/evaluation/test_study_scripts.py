@@ -31,7 +31,11 @@ def layout(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_sts_layout(tmp_path_factory.mktemp("sts-study"), n=30)
 
 
-def test_flow_study_rows_are_the_grid_cells(working_tiny_bert: Path, layout: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_flow_study_rows_are_the_grid_cells(
+    working_tiny_bert: Path,  # noqa: F811
+    layout: Path,
+    tmp_path: Path,
+) -> None:
     study = _load("flow_study")
     out = tmp_path / "study"
     study.main(["--model", str(working_tiny_bert), "--data-dir", str(layout), "--settings", "code,lr-1e-2",
