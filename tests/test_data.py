@@ -94,6 +94,37 @@ def test_iter_lines_is_lazy(tmp_path: Path) -> None:
         next(gen)
 
 
+def test_gzip_file_reads_like_the_plain_file(tmp_path: Path) -> None:
+    import gzip
+
+    raw = "\ufeffone\r\ncaf\u00e9 two\n\nthree\u2028four\nlast"
+    plain = _write(tmp_path / "s.txt", raw)
+    packed = tmp_path / "s.txt.gz"
+    packed.write_bytes(gzip.compress(raw.encode("utf-8")))
+    renamed = tmp_path / "no-suffix"  # recognised by content, not by name
+    renamed.write_bytes(packed.read_bytes())
+    expected = list(iter_lines(plain))
+    assert expected[0] == (1, "one")
+    assert list(iter_lines(packed)) == expected == list(iter_lines(renamed))
+    assert read_sentences(packed, unique=True) == read_sentences(plain, unique=True)
+    assert read_tsv_column(packed, 0, header=False) == read_tsv_column(plain, 0, header=False)
+
+
+def test_gzip_truncated_or_corrupt_is_an_input_error(tmp_path: Path) -> None:
+    import gzip
+
+    body = gzip.compress(("a sentence of some length\n" * 2000).encode())
+    truncated = tmp_path / "cut.txt.gz"
+    truncated.write_bytes(body[: len(body) // 2])
+    with pytest.raises(InputError, match=r"cut\.txt\.gz.*(corrupt|truncated)"):
+        read_sentences(truncated)
+    corrupt = tmp_path / "bad.txt.gz"
+    corrupt.write_bytes(body[:20] + bytes(b ^ 0xFF for b in body[20:60]) + body[60:])
+    with pytest.raises(InputError, match=r"bad\.txt\.gz"):
+        read_sentences(corrupt)
+    assert truncated.read_bytes() == body[: len(body) // 2]  # the input is never touched
+
+
 def test_read_sentences_skips_blank_lines_and_logs(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     f = _write(tmp_path / "s.txt", "a b\n\n   \n\tc \n")
     with caplog.at_level(logging.INFO, logger="bertflow.data"):

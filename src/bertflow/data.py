@@ -15,6 +15,7 @@ Two layers live here:
 
 from __future__ import annotations
 
+import gzip
 import io
 import logging
 import math
@@ -30,6 +31,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,22 +81,50 @@ def _check_errors_mode(errors: str) -> None:
         raise InputError(f"errors must be 'strict' or 'replace', got {errors!r}")
 
 
-def _open_binary(path: str | Path) -> io.BufferedReader:
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _open_binary(path: str | Path) -> io.BufferedIOBase:
     """Open ``path`` for binary reading, turning OS errors into InputError with the path in the message.
 
-    ``"-"`` is standard input (a duplicate of its descriptor, so closing the file leaves ``sys.stdin`` open).
+    A gzip file (recognised by its magic bytes, whatever its name) is decompressed while it is read, so a
+    ``corpus.txt.gz`` needs no unpacking first. ``"-"`` is standard input, read as it comes (not decompressed; a
+    duplicate of its descriptor, so closing the file leaves ``sys.stdin`` open).
     """
     p = Path(path)
     if str(path) == "-":
         return open(os.dup(sys.stdin.fileno()), "rb")  # noqa: SIM115 - the caller closes it
     try:
-        return open(p, "rb")  # noqa: SIM115 - the caller closes it
+        fh = open(p, "rb")  # noqa: SIM115 - the caller closes it
     except FileNotFoundError:
         raise InputError(f"cannot read {p}: no such file") from None
     except IsADirectoryError:
         raise InputError(f"cannot read {p}: it is a directory, expected a text file") from None
     except OSError as exc:
         raise InputError(f"cannot read {p}: {exc.strerror or exc}") from None
+    try:
+        is_gzip = fh.peek(2)[:2] == _GZIP_MAGIC
+    except OSError as exc:
+        fh.close()
+        raise InputError(f"cannot read {p}: {exc.strerror or exc}") from None
+    if not is_gzip:
+        return fh
+    # Reopened by name so that the GzipFile owns (and closes) its file.
+    fh.close()
+    try:
+        return gzip.open(p, "rb")
+    except OSError as exc:
+        raise InputError(f"cannot read {p}: {exc.strerror or exc}") from None
+
+
+def _raw_lines(fh: io.BufferedIOBase, path: Path) -> Iterator[bytes]:
+    """The lines of an open binary file; a read error or a corrupt or truncated gzip stream becomes an InputError
+    naming the file."""
+    try:
+        yield from fh
+    except (OSError, EOFError, zlib.error) as exc:
+        what = "corrupt or truncated gzip data" if isinstance(fh, gzip.GzipFile) else "read error"
+        raise InputError(f"cannot read {path}: {what} ({exc})") from None
 
 
 def _looks_utf16(raw: bytes) -> bool:
@@ -119,7 +149,7 @@ def check_not_utf16(raw: bytes, path: Path, number: int) -> None:
 
 
 def iter_lines(path: str | Path, errors: EncodingErrors = "strict") -> Iterator[tuple[int, str]]:
-    """Stream the lines of a UTF-8 text file.
+    """Stream the lines of a UTF-8 text file, plain or gzip-compressed.
 
     The file is read in binary and split on ``b"\\n"`` only (so U+2028, form feeds or a lone ``"\\r"``
     inside a line never split it; UTF-8 never uses byte 0x0A inside a multi-byte character, so splitting
@@ -141,7 +171,7 @@ def iter_lines(path: str | Path, errors: EncodingErrors = "strict") -> Iterator[
     _check_errors_mode(errors)
     p = Path(path)
     with _open_binary(p) as fh:
-        for number, raw in enumerate(fh, start=1):
+        for number, raw in enumerate(_raw_lines(fh, p), start=1):
             if raw.endswith(b"\n"):
                 raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
             check_not_utf16(raw, p, number)

@@ -114,7 +114,7 @@ def test_analyze_stsb_writes_report_and_plots(working_tiny_bert: Path, layout: P
     assert result.meta["test_seen"].endswith("(transductive)")
     assert sorted(result.plots) == sorted(
         ["spectrum.png", "cosine_hist.png", "similarity_vs_gold.png", "similarity_vs_edit_distance.png"]
-    )
+    )  # PNG only unless vector formats are asked for
     for name in result.plots:
         assert (out / name).read_bytes().startswith(PNG)
     data = json.loads((out / "analyze.json").read_text())
@@ -122,6 +122,41 @@ def test_analyze_stsb_writes_report_and_plots(working_tiny_bert: Path, layout: P
     md = (out / "analyze.md").read_text()
     assert "word-level Levenshtein" in md and "![spectrum.png](spectrum.png)" in md and "-28.01" in md
     assert math.isfinite(data["geometry"]["raw"]["isotropy_score"])
+
+
+def test_analyze_compares_calibrators_and_writes_vector_plots(
+    working_tiny_bert: Path,  # noqa: F811
+    layout: Path,
+    tmp_path: Path,
+) -> None:
+    encoder = SentenceEncoder(str(working_tiny_bert), pooling="mean", device="cpu")
+    out = tmp_path / "cmp"
+    result = analyze_stsb(
+        encoder, calibrator="standard-norm", compare=["whitening"], data_dir=layout, out_dir=out, vector=["pdf", "svg"]
+    )
+    assert list(result.geometry) == ["raw", "calibrated", "whitening"]
+    assert list(result.lexical["all"]["rows"]) == ["gold", "raw", "calibrated", "whitening"]
+    # The compared whitening is the same fit as analysing whitening on its own.
+    alone = analyze_stsb(encoder, calibrator="whitening", data_dir=layout)
+    assert result.lexical["all"]["rows"]["whitening"] == alone.lexical["all"]["rows"]["calibrated"]
+    assert result.geometry["whitening"]["mean_pairwise_cosine"] == pytest.approx(
+        alone.geometry["calibrated"]["mean_pairwise_cosine"], abs=1e-6
+    )
+    stems = ["spectrum", "cosine_hist", "similarity_vs_gold", "similarity_vs_edit_distance"]
+    assert sorted(result.plots) == sorted(f"{s}.{ext}" for s in stems for ext in ("png", "pdf", "svg"))
+    for stem in stems:
+        assert (out / f"{stem}.png").read_bytes().startswith(PNG)
+        assert (out / f"{stem}.pdf").read_bytes().startswith(b"%PDF")
+        assert b"<svg" in (out / f"{stem}.svg").read_bytes()[:2000]
+    md = (out / "analyze.md").read_text()
+    assert "| measure | raw | calibrated | whitening | isotropic ideal |" in md and "[spectrum.pdf](spectrum.pdf)" in md
+    assert "![spectrum.pdf]" not in md  # only PNGs are embedded
+    assert json.loads((out / "analyze.json").read_text())["meta"]["compare"] == ["whitening"]
+    with pytest.raises(InputError, match="unknown plot format 'eps'"):
+        analyze_stsb(encoder, calibrator="whitening", data_dir=layout, out_dir=tmp_path / "x", vector=["eps"])
+    with pytest.raises(InputError, match="unknown calibrator"):
+        analyze_stsb(encoder, calibrator="whitening", compare=["pca"], data_dir=layout)
+    assert not (tmp_path / "x").exists()  # bad options fail before anything is written
 
 
 def test_cli_analyze_saved_model_without_plots(working_tiny_bert: Path, layout: Path, tmp_path: Path) -> None:  # noqa: F811
@@ -144,3 +179,26 @@ def test_cli_analyze_saved_model_without_plots(working_tiny_bert: Path, layout: 
     assert data["plots"] == [] and data["meta"]["calibrator"] == "standard-norm"
     assert data["meta"]["test_seen"].startswith("unknown")
     assert "Similarity vs edit distance" in r.stdout
+
+
+def test_cli_analyze_compare_and_bad_vector_format(
+    working_tiny_bert: Path,  # noqa: F811
+    layout: Path,
+    tmp_path: Path,
+) -> None:
+    runner = CliRunner()
+    out = tmp_path / "cmp"
+    r = runner.invoke(
+        app, ["analyze", "--model", str(working_tiny_bert), "--calibrator", "standard-norm", "--compare", "whitening",
+              "--data-dir", str(layout), "--no-cache", "--no-plots", "-o", str(out), "-q"]
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    data = json.loads((out / "analyze.json").read_text())
+    assert data["meta"]["compare"] == ["whitening"] and list(data["geometry"]) == ["raw", "calibrated", "whitening"]
+    assert "--compare whitening" in data["meta"]["command"]
+    bad = runner.invoke(
+        app, ["analyze", "--model", str(working_tiny_bert), "--vector", "eps", "--data-dir", str(layout), "--no-cache",
+              "-o", str(tmp_path / "bad"), "-q"]
+    )  # fmt: skip
+    assert bad.exit_code == 2 and "unknown plot format 'eps'" in bad.output
+    assert not (tmp_path / "bad").exists()

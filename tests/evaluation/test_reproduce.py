@@ -18,7 +18,14 @@ from bertflow.cli import app
 from bertflow.data import STS_TASKS, load_nli_sentences, load_sts_tasks
 from bertflow.errors import InputError
 from bertflow.evaluation import evaluate_sts
-from bertflow.evaluation.paper import PUBLISHED, QUOTED_AVERAGES, matching, paper_model_name, published_for
+from bertflow.evaluation.paper import (
+    PUBLISHED,
+    QUOTED_AVERAGES,
+    matching,
+    paper_model_name,
+    published_for,
+    stand_in_caption,
+)
 from bertflow.evaluation.reproduce import (
     GridConfig,
     default_calibrators,
@@ -313,6 +320,22 @@ def test_flow_rows_report_seed_spread(encoder: SentenceEncoder, layout: Path) ->
     assert "±" in result.to_markdown() and "Avg (2 tasks)" in result.to_markdown()
 
 
+def test_flow_options_reach_every_flow_cell(encoder: SentenceEncoder, layout: Path) -> None:
+    base = dict(poolings=["mean"], calibrators=["flow", "whitening"], regimes=["nli"], tasks=["STS-B"],
+                data_dir=layout, use_cache=False, flow_epochs=0.5)  # fmt: skip
+    default = run_grid(GridConfig(**base), encoder=encoder)
+    changed = run_grid(GridConfig(**base, flow_options={"lr": 0.05, "coupling": "affine"}), encoder=encoder)
+    assert changed.meta["flow"] == {"epochs": 0.5, "lr": 0.05, "coupling": "affine"}
+    assert "lr=0.05, coupling=affine" in changed.to_markdown()
+    # Same seed, other optimiser and coupling: the flow changes, the deterministic whitening does not.
+    assert changed.cells[0].average_stat("all") != default.cells[0].average_stat("all")
+    assert changed.cells[1].average_stat("all") == default.cells[1].average_stat("all")
+    with pytest.raises(InputError, match="bad flow option"):
+        run_grid(GridConfig(**base, flow_options={"learning_rate": 1e-3}), encoder=encoder)
+    with pytest.raises(InputError, match="seed"):
+        run_grid(GridConfig(**base, flow_options={"seed": 3}), encoder=encoder)
+
+
 def test_bad_grid_arguments(encoder: SentenceEncoder, layout: Path) -> None:
     with pytest.raises(InputError, match="seeds"):
         run_grid(GridConfig(seeds=0, data_dir=layout), encoder=encoder)
@@ -401,6 +424,52 @@ def test_cli_reproduce_writes_markdown_and_json(working_tiny_bert: Path, layout:
     assert md == r.stdout
     assert "bertflow reproduce --model" in md and "--regimes target,train" in md
     assert data["meta"]["regimes"]["train"].startswith("per task, train split only")
+
+
+def test_cli_reproduce_corpus_from_gzip_with_stand_in_paper_rows(
+    working_tiny_bert: Path, layout: Path, tmp_path: Path
+) -> None:
+    import gzip
+
+    sentences = load_nli_sentences(layout)
+    plain = tmp_path / "corpus.txt"
+    plain.write_text("\n".join(sentences) + "\n", encoding="utf-8")
+    packed = tmp_path / "corpus.txt.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    runs = {}
+    for corpus in (plain, packed):
+        out = tmp_path / f"grid-{corpus.name}"
+        r = _invoke(
+            "reproduce", "--model", working_tiny_bert, "--poolings", "mean", "--calibrators", "none,standard-norm",
+            "--regimes", "corpus", "--corpus", corpus, "--tasks", "STS-B,SICK-R", "--data-dir", layout, "--no-cache",
+            "--paper-rows", "bert-base-uncased", "-o", out, "-q",
+        )  # fmt: skip
+        assert r.exit_code == 0, r.output
+        runs[corpus.name] = json.loads((out / "reproduce.json").read_text())
+    cells = {name: [c["average"] for c in d["cells"]] for name, d in runs.items()}
+    assert cells["corpus.txt"] == cells["corpus.txt.gz"]  # the .gz file is read as the plain one
+    data = runs["corpus.txt.gz"]
+    assert f"({len(set(sentences))} sentences)" in data["meta"]["regimes"]["corpus"]
+    # A model the papers did not evaluate gets bert-base's rows only when asked, captioned with how they differ.
+    assert data["meta"]["published"]["model"] == "bert-base-uncased"
+    assert len(data["published"]) == len(published_for("bert-base-uncased"))
+    md = (tmp_path / "grid-corpus.txt.gz" / "reproduce.md").read_text()
+    caption = data["meta"]["published"]["caption"]
+    assert caption in md and "not this encoder's" in caption and "12 layers, hidden 768" in caption
+    assert f"{SentenceEncoder(str(working_tiny_bert)).num_layers} layers" in caption
+    assert "--paper-rows bert-base-uncased" in md and "paper's bert-base-uncased (protocol; source)" in md
+    raw_row = next(line for line in md.splitlines() if line.startswith("| mean | none | none |"))
+    assert "(wmean" in raw_row  # the paper's raw last-avg row sits beside ours
+    bad = _invoke("reproduce", "--model", working_tiny_bert, "--paper-rows", "gpt2", "--data-dir", layout, "-q")
+    assert bad.exit_code == 2 and "no published rows for 'gpt2'" in bad.output
+
+
+def test_stand_in_caption_names_the_encoder() -> None:
+    caption = stand_in_caption("bert-base-uncased", "/models/bert-gutenberg-L6-H384/", 6, 384)
+    assert "`bert-gutenberg-L6-H384` has 6 layers and hidden size 384" in caption and "Gutenberg" in caption
+    assert "3.3B words" in caption
+    with pytest.raises(ValueError, match="no published rows"):
+        stand_in_caption("roberta-base", "x", 1, 2)
 
 
 def test_cli_evaluate_regimes_and_saved_model(working_tiny_bert: Path, layout: Path, tmp_path: Path) -> None:

@@ -265,6 +265,8 @@ def evaluate(
 
   bertflow reproduce --model bert-base-uncased --poolings first-last-avg,mean -o bert-base   (prints the paper's rows)
 
+  bertflow reproduce --model ../shared/models/bert-gutenberg-L6-H384 --paper-rows bert-base-uncased -o gutenberg
+
   bertflow reproduce --calibrators none,whitening,flow --regimes corpus --corpus wiki.txt -o wiki
 """
 )
@@ -301,6 +303,14 @@ def reproduce(
     dtype: DtypeOpt = "auto",
     encoding_errors: ErrorsOpt = EncodingErrors.strict,
     threads: ThreadsOpt = None,
+    paper_rows: Annotated[
+        str | None,
+        typer.Option(
+            "--paper-rows",
+            help="Show this paper model's published rows (bert-base-uncased or bert-large-uncased) beside another "
+            "encoder's, captioned with how the two differ.",
+        ),
+    ] = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Grid of pooling x calibrator x fitting regime on one model: Markdown + JSON, paper numbers beside BERT's."""
@@ -328,6 +338,7 @@ def reproduce(
             ("--max-length", max_length if max_length != 64 else None),
             ("--data-dir", data_dir),
             ("--threads", threads),
+            ("--paper-rows", paper_rows),
             ("--output", output),
         ],
     )
@@ -349,6 +360,7 @@ def reproduce(
         cache_dir=cache_dir,
         use_cache=not no_cache,
         flow_epochs=epochs,
+        paper_rows=paper_rows,
         command=command,
     )
     result = run_grid(config, progress=_progress(quiet))
@@ -367,6 +379,8 @@ def reproduce(
   bertflow analyze --calibrator whitening --regime nli -o analysis-white
 
   bertflow analyze --model-dir my-flow -o analysis-my-flow
+
+  bertflow analyze --calibrator flow --compare whitening --vector pdf -o analysis-flow-vs-whitening
 """
 )
 def analyze(
@@ -384,6 +398,13 @@ def analyze(
         Path, typer.Option("--output", "-o", help="Folder for analyze.md, analyze.json and the PNG plots.")
     ] = Path("bertflow-analyze"),
     plots: Annotated[bool, typer.Option(help="Draw the PNG plots (needs matplotlib).")] = True,
+    compare: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated calibrator specs fitted the same way and shown beside --calibrator."),
+    ] = None,
+    vector: Annotated[
+        str | None, typer.Option(help="Also write each plot as pdf and/or svg (comma-separated).")
+    ] = None,
     data_dir: DataDirOpt = None,
     cache_dir: CacheDirOpt = None,
     no_cache: NoCacheOpt = False,
@@ -420,6 +441,7 @@ def analyze(
                 ("--model", model),
                 ("--pooling", pooling),
                 ("--calibrator", calibrator),
+                ("--compare", compare),
                 ("--regime", regime),
                 ("--corpus", corpus),
                 ("--column", column),
@@ -430,6 +452,7 @@ def analyze(
                 ("--threads", threads),
                 ("--output", output),
                 ("--no-plots", not plots),
+                ("--vector", vector),
             ],
         )
     result = analyze_stsb(
@@ -446,6 +469,8 @@ def analyze(
         batch_size=batch_size,
         out_dir=output,
         plots=plots,
+        vector=_split(vector) if vector else (),
+        compare=_split(compare) if compare else (),
         command=command,
         progress=_progress(quiet),
     )

@@ -9,8 +9,12 @@ On the STS-B test pairs:
 * **Anisotropy** of the embeddings of the distinct STS-B test sentences, before and after calibration: the mean
   pairwise cosine, the partition-function isotropy score (Mu & Viswanath 2018; Arora et al. 2016) and the
   eigenvalue spectrum.
-* **Plots** (matplotlib, Agg backend): singular-value spectra, pairwise-cosine histograms, predicted similarity
-  against gold, similarity against edit distance.
+* **Plots** (matplotlib, Agg backend; PNG at 200 dpi, optionally PDF or SVG too): eigenvalue spectra,
+  pairwise-cosine histograms, predicted similarity against gold, similarity against edit distance with 95%
+  confidence intervals and the number of pairs per distance.
+
+Other calibrators can be fitted the same way and shown beside the main one (``compare``, e.g. whitening beside the
+flow), so one report holds the paper's comparison.
 
 All geometric measures are taken on L2-normalised rows, because cosine similarity ignores norms and the raw and
 calibrated spaces have different scales.
@@ -53,6 +57,7 @@ __all__ = [
     "geometry",
     "lexical_table",
     "AnalysisResult",
+    "VECTOR_FORMATS",
     "analyze_stsb",
 ]
 
@@ -192,8 +197,9 @@ class AnalysisResult:
     Attributes:
         meta: model, calibrator, regime, data, machine, time, command.
         lexical: :func:`lexical_table` output.
-        geometry: ``{"raw": geometry(...), "calibrated": geometry(...)}``.
-        plots: file names of the PNGs written (relative to the output folder).
+        geometry: ``{"raw": geometry(...), "calibrated": geometry(...)}`` plus one entry per compared calibrator
+            (keyed by its spec).
+        plots: file names of the plots written (relative to the output folder), PNGs and any vector copies.
     """
 
     meta: dict[str, Any]
@@ -227,7 +233,9 @@ class AnalysisResult:
             "|---|---|",
             f"| model | `{m['model']['id']}` (fingerprint {m['model']['fingerprint']}, {m['model']['dim']} dims), "
             f"pooling `{m['pooling']}`, max_length {m['model']['max_length']} |",
-            f"| calibrator | `{m['calibrator']}` |",
+            f'| calibrator | `{m["calibrator"]}` ("calibrated" below)'
+            + (f"; compared: {', '.join(f'`{c}`' for c in m['compare'])}" if m.get("compare") else "")
+            + " |",
             f"| regime | {m['regime']}: {m['regime_text']} |",
             f"| test sentences seen by the fit | {m['test_seen']} |",
             f"| pairs | STS-B test, {self.lexical['all']['n']} pairs; {self.geometry['raw']['n']} distinct sentences "
@@ -260,10 +268,9 @@ class AnalysisResult:
             "",
             "## Anisotropy (L2-normalised rows)",
             "",
-            "| measure | raw | calibrated | isotropic ideal |",
-            "|---|---:|---:|---:|",
+            "| measure | " + " | ".join(self.geometry) + " | isotropic ideal |",
+            "|---|" + "---:|" * (len(self.geometry) + 1),
         ]
-        raw, cal = self.geometry["raw"], self.geometry["calibrated"]
         for key, label, ideal, digits in (
             ("mean_pairwise_cosine", "mean pairwise cosine", "0", 4),
             ("isotropy_score", "isotropy score min Z(c) / max Z(c)", "1", 4),
@@ -271,25 +278,43 @@ class AnalysisResult:
             ("top10_eigenvalue_share", "top-10 eigenvalue share", "10/D", 4),
             ("effective_rank", "effective rank (exp entropy of the spectrum)", "D", 1),
         ):
-            lines.append(f"| {label} | {raw[key]:.{digits}f} | {cal[key]:.{digits}f} | {ideal} |")
-        lines += ["", f"Dimensions: raw {raw['dim']}, calibrated {cal['dim']}.", ""]
+            values = " | ".join(f"{g[key]:.{digits}f}" for g in self.geometry.values())
+            lines.append(f"| {label} | {values} | {ideal} |")
+        dims = ", ".join(f"{name} {g['dim']}" for name, g in self.geometry.items())
+        lines += ["", f"Dimensions: {dims}.", ""]
         if self.plots:
             lines += ["## Plots", ""]
-            lines += [f"![{p}]({p})" for p in self.plots]
+            lines += [f"![{p}]({p})" for p in self.plots if p.endswith(".png")]
+            vector = [p for p in self.plots if not p.endswith(".png")]
+            if vector:
+                lines += ["", "Vector copies: " + ", ".join(f"[{p}]({p})" for p in vector) + "."]
         return "\n".join(lines).rstrip() + "\n"
+
+
+#: Plot formats ``analyze`` can write besides the PNG.
+VECTOR_FORMATS = ("pdf", "svg")
+#: Edit distances above this are pooled into one bin in the edit-distance plot (few pairs lie beyond it).
+_MAX_DISTANCE_BIN = 20
 
 
 def _plot(
     out_dir: Path,
-    raw: np.ndarray,
-    cal: np.ndarray,
-    cos_raw: np.ndarray,
-    cos_cal: np.ndarray,
+    embeddings: Mapping[str, np.ndarray],
+    similarities: Mapping[str, np.ndarray],
     gold: np.ndarray,
     distance: np.ndarray,
     title: str,
     seed: int = 0,
+    vector: Sequence[str] = (),
 ) -> list[str]:
+    """Draw the four figures; returns the file names written (PNG at 200 dpi, plus each ``vector`` format).
+
+    Args:
+        embeddings: ``{name: [N, D]}`` embeddings of the distinct test sentences, raw first.
+        similarities: ``{name: [P]}`` cosine of each test pair, same names.
+        gold: gold score of each pair [P] (0-5).
+        distance: word-level edit distance of each pair [P].
+    """
     try:
         import matplotlib
     except ImportError:
@@ -298,56 +323,88 @@ def _plot(
     import matplotlib.pyplot as plt
 
     names: list[str] = []
+    colours = dict(zip(embeddings, plt.rcParams["axes.prop_cycle"].by_key()["color"][1:], strict=False))
+    style = {"font.size": 9, "axes.titlesize": 10, "legend.fontsize": 8, "axes.spines.top": False,
+             "axes.spines.right": False}  # fmt: skip
 
-    def save(fig: Any, name: str) -> None:
+    def save(fig: Any, stem: str) -> None:
         fig.tight_layout()
-        fig.savefig(out_dir / name, dpi=120)
+        for ext in ("png", *vector):
+            fig.savefig(out_dir / f"{stem}.{ext}", dpi=200)
+            names.append(f"{stem}.{ext}")
         plt.close(fig)
-        names.append(name)
 
-    # Singular-value spectra of the normalised rows.
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for x, label in ((raw, "raw"), (cal, "calibrated")):
-        sv = np.sqrt(spectrum(x))
-        # (Near-)constant dimensions give singular values ~1e-9 and below that would squash the plot's scale.
-        keep = sv > 1e-6 * sv[0]
-        dropped = f", {int((~keep).sum())} near-zero omitted" if (~keep).any() else ""
-        ax.semilogy(np.flatnonzero(keep), sv[keep], label=f"{label}{dropped}")
-    ax.set(xlabel="index", ylabel="singular value of U / sqrt(N)", title=f"Spectrum: {title}")
-    ax.legend()
-    save(fig, "spectrum.png")
-    # Pairwise cosine histograms on a random sample of pairs i != j.
-    rng = np.random.default_rng(seed)
-    n = len(raw)
-    i = rng.integers(0, n, size=min(200_000, n * (n - 1)))
-    j = (i + rng.integers(1, n, size=len(i))) % n
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for x, label in ((raw, "raw"), (cal, "calibrated")):
-        u = unit_rows(x)
-        c = (u[i] * u[j]).sum(axis=1)
-        ax.hist(c, bins=100, range=(-1, 1), alpha=0.55, density=True, label=f"{label} (mean {c.mean():.3f})")
-    ax.set(xlabel="cosine similarity of random sentence pairs", ylabel="density", title=f"Pairwise cosine: {title}")
-    ax.legend()
-    save(fig, "cosine_hist.png")
-    # Predicted similarity vs gold.
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=False)
-    for ax, sim, label in ((axes[0], cos_raw, "raw"), (axes[1], cos_cal, "calibrated")):
-        rho = stats.spearmanr(sim, gold)[0] * 100
-        ax.scatter(gold, sim, s=4, alpha=0.4)
-        ax.set(xlabel="gold score", ylabel="cosine similarity", title=f"{label}: Spearman {rho:.2f}")
-    fig.suptitle(f"STS-B test: {title}")
-    save(fig, "similarity_vs_gold.png")
-    # Similarity vs edit distance: mean per distance, gold rescaled to [0, 1].
-    fig, ax = plt.subplots(figsize=(6, 4))
-    top = int(min(distance.max(), 30))
-    ds = np.arange(top + 1)
-    for sim, label in ((gold / 5.0, "gold / 5"), (cos_raw, "raw cosine"), (cos_cal, "calibrated cosine")):
-        means = [sim[distance == d].mean() if (distance == d).any() else np.nan for d in ds]
-        ax.plot(ds, means, marker="o", ms=3, label=label)
-    ax.axvline(SMALL_EDIT_DISTANCE + 0.5, color="grey", lw=0.8, ls="--")
-    ax.set(xlabel="word-level edit distance", ylabel="mean similarity", title=f"Similarity vs edit distance: {title}")
-    ax.legend()
-    save(fig, "similarity_vs_edit_distance.png")
+    with plt.rc_context(style):
+        # Eigenvalue spectra of the normalised rows: how evenly the second moment spreads over directions.
+        fig, ax = plt.subplots(figsize=(6.2, 3.9))
+        dim = 1
+        for name, x in embeddings.items():
+            share = spectrum(x)
+            share = share / share.sum()
+            dim = max(dim, x.shape[1])
+            # (Near-)constant dimensions give shares ~1e-18 that would squash the log scale.
+            keep = share > 1e-12 * share[0]
+            dropped = f", {int((~keep).sum())} near-zero omitted" if (~keep).any() else ""
+            label = f"{name} (top {100 * share[0]:.1f}%, isotropy {isotropy_score(x):.2g}{dropped})"
+            ax.semilogy(np.flatnonzero(keep) + 1, share[keep], color=colours.get(name), lw=1.4, label=label)
+        ax.axhline(1 / dim, color="grey", lw=0.8, ls="--", label=f"isotropic: 1/D = 1/{dim}")
+        ax.set(xlabel="principal direction (rank by eigenvalue)", ylabel="share of the second moment (log)",
+               title=f"Eigenvalue spectrum, {len(next(iter(embeddings.values())))} sentences\n{title}")  # fmt: skip
+        ax.legend(frameon=False)
+        save(fig, "spectrum")
+
+        # Pairwise cosine histograms on a random sample of pairs i != j.
+        rng = np.random.default_rng(seed)
+        n = len(next(iter(embeddings.values())))
+        i = rng.integers(0, n, size=min(200_000, n * (n - 1)))
+        j = (i + rng.integers(1, n, size=len(i))) % n
+        fig, ax = plt.subplots(figsize=(6.2, 3.9))
+        for name, x in embeddings.items():
+            u = unit_rows(x)
+            c = (u[i] * u[j]).sum(axis=1)
+            colour = colours.get(name)
+            label = f"{name} (mean {c.mean():.3f})"
+            ax.hist(c, bins=100, range=(-1, 1), density=True, histtype="stepfilled", alpha=0.35, color=colour,
+                    edgecolor=colour, label=label)  # fmt: skip
+        ax.axvline(0, color="grey", lw=0.8, ls="--")
+        ax.set(xlabel="cosine similarity", ylabel="density (1 / unit cosine)",
+               title=f"Cosine of {len(i):,} random pairs of distinct test sentences\n{title}")  # fmt: skip
+        ax.legend(frameon=False)
+        save(fig, "cosine_hist")
+
+        # Predicted similarity vs gold, one panel per similarity.
+        k = len(similarities)
+        fig, axes = plt.subplots(1, k, figsize=(3.3 * k, 3.3), squeeze=False)
+        for ax, (name, sim) in zip(axes[0], similarities.items(), strict=True):
+            rho = stats.spearmanr(sim, gold)[0] * 100
+            ax.scatter(gold, sim, s=3, alpha=0.3, color=colours.get(name), rasterized=True)
+            ax.set(xlabel="gold similarity (0-5)", ylabel="cosine similarity",
+                   title=f"{name}: Spearman {rho:.2f} (n={len(gold)})")  # fmt: skip
+        fig.suptitle(f"STS-B test: {title}", fontsize=10)
+        save(fig, "similarity_vs_gold")
+
+        # Similarity vs edit distance. Each similarity is standardised over the pairs (z-score), so raw cosines
+        # (all near 1) and calibrated ones share an axis; mean and 95% CI (normal approximation) per distance.
+        bins = np.minimum(distance, _MAX_DISTANCE_BIN)
+        ds = np.arange(int(bins.max()) + 1)
+        counts = np.array([(bins == d).sum() for d in ds])
+        fig, (ax, bar) = plt.subplots(2, 1, figsize=(6.2, 4.9), sharex=True, height_ratios=(3, 1))
+        series = {"gold": gold, **similarities}
+        for offset, (name, sim) in zip(np.linspace(-0.2, 0.2, len(series)), series.items(), strict=True):
+            z = (sim - sim.mean()) / (sim.std() or 1.0)
+            groups = [z[bins == d] for d in ds]
+            mean = np.array([g.mean() if len(g) else np.nan for g in groups])
+            half = np.array([1.96 * g.std(ddof=1) / math.sqrt(len(g)) if len(g) > 1 else np.nan for g in groups])
+            rho = _spearman(sim, distance.astype(np.float64))
+            colour = "black" if name == "gold" else colours.get(name)
+            ax.errorbar(ds + offset, mean, yerr=half, marker="o", ms=2.5, lw=1, capsize=1.5, color=colour,
+                        label=f"{name} (Spearman vs ED {rho:.1f})" if rho is not None else name)  # fmt: skip
+        ax.axvline(SMALL_EDIT_DISTANCE + 0.5, color="grey", lw=0.8, ls="--")
+        ax.set(ylabel="similarity, z-score over pairs", title=f"Similarity vs word edit distance, STS-B test\n{title}")
+        ax.legend(frameon=False)
+        bar.bar(ds, counts, color="grey", width=0.8)
+        bar.set(xlabel=f"word-level edit distance (last bin: >= {_MAX_DISTANCE_BIN})", ylabel="pairs")
+        save(fig, "similarity_vs_edit_distance")
     return names
 
 
@@ -369,6 +426,8 @@ def analyze_stsb(
     batch_size: int | None = None,
     out_dir: str | Path | None = None,
     plots: bool = True,
+    vector: Sequence[str] = (),
+    compare: Sequence[str] = (),
     command: str | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> AnalysisResult:
@@ -388,7 +447,10 @@ def analyze_stsb(
         cache: embedding cache (``None``: nothing stored).
         batch_size: sentences per encoder forward pass.
         out_dir: where to write ``analyze.json``, ``analyze.md`` and the PNGs (``None``: nothing written).
-        plots: draw the PNGs (needs matplotlib).
+        plots: draw the plots (needs matplotlib).
+        vector: vector formats written beside each PNG (:data:`VECTOR_FORMATS`: ``"pdf"``, ``"svg"``).
+        compare: more calibrator specs, fitted on the same sentences (flows with the same seed) and shown beside the
+            main one in every table and plot (e.g. ``["whitening"]`` beside the flow).
         command: the command line, for the report.
         progress: called with one line per step.
 
@@ -397,6 +459,16 @@ def analyze_stsb(
     """
     say = progress or (lambda _msg: None)
     started = time.perf_counter()
+    for fmt in vector:
+        if fmt not in VECTOR_FORMATS:
+            raise InputError(f"unknown plot format {fmt!r}; use one of {', '.join(VECTOR_FORMATS)}")
+    compare = list(dict.fromkeys(compare))
+    for spec in compare:
+        parse_calibrator(spec)  # unknown specs fail before encoding
+        if spec in ("raw", "calibrated"):
+            raise InputError(f"{spec!r} cannot be compared: it names a column of the report")
+    if compare and isinstance(calibrator, Calibrator):
+        raise InputError("compare needs the calibrator as a spec fitted here, not an already-fitted one")
     pool = pooling_key(pooling if pooling is not None else encoder.pooling.to_spec(), encoder.num_layers)
     if task is None:
         task = load_sts_task("STS-B", resolve_data_dir(data_dir))
@@ -437,15 +509,18 @@ def analyze_stsb(
             say(f"fitting {spec} on {len(fit_sentences)} sentences ({regime})")
             cal.fit(rows(fit_sentences))
         raw_eval = rows(eval_sentences)
-        cal_eval = cal.transform(raw_eval)
-        geo = {"raw": geometry(raw_eval), "calibrated": geometry(cal_eval)}
+        spaces = {"raw": raw_eval, "calibrated": cal.transform(raw_eval)}
+        for other in compare:
+            say(f"fitting {other} on {len(fit_sentences)} sentences ({regime})")
+            fitted_other = parse_calibrator(other, seed=seed, epochs=flow_epochs, device=device)
+            spaces[other] = fitted_other.fit(rows(fit_sentences)).transform(raw_eval)
+        geo = {name: geometry(x) for name, x in spaces.items()}
     ev_index = {s: i for i, s in enumerate(eval_sentences)}
     i1 = np.fromiter((ev_index[s] for s in test.sentences1), dtype=np.int64, count=len(test))
     i2 = np.fromiter((ev_index[s] for s in test.sentences2), dtype=np.int64, count=len(test))
-    cos_raw = cosine_scores(raw_eval[i1], raw_eval[i2])
-    cos_cal = cosine_scores(cal_eval[i1], cal_eval[i2])
+    cosines = {name: cosine_scores(x[i1], x[i2]) for name, x in spaces.items()}
     distance = edit_distances(test.sentences1, test.sentences2)
-    lexical = lexical_table(test.scores, {"raw": cos_raw, "calibrated": cos_cal}, distance)
+    lexical = lexical_table(test.scores, cosines, distance)
     meta: dict[str, Any] = {
         "command": command,
         "model": {
@@ -456,6 +531,7 @@ def analyze_stsb(
         },
         "pooling": pool,
         "calibrator": spec,
+        "compare": compare,
         "seed": seed,
         "regime": regime,
         "regime_text": regime_text,
@@ -469,8 +545,18 @@ def analyze_stsb(
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         if plots:
-            title = f"{Path(encoder.model_id).name} {pool} + {spec}"
-            result.plots = _plot(out, raw_eval, cal_eval, cos_raw, cos_cal, test.scores, distance, title, seed)
+            title = f"{Path(encoder.model_id).name}, {pool} pooling, {regime} regime"
+            label = {"calibrated": spec} if spec not in spaces else {}  # legends name the calibrator
+            result.plots = _plot(
+                out,
+                {label.get(k, k): v for k, v in spaces.items()},
+                {label.get(k, k): v for k, v in cosines.items()},
+                test.scores,
+                distance,
+                title,
+                seed,
+                vector,
+            )
     meta["seconds"] = round(time.perf_counter() - started, 1)
     if out_dir is not None:
         out = Path(out_dir)

@@ -30,8 +30,10 @@ __all__ = [
     "QUOTED_AVERAGES",
     "TABLE6",
     "TABLE6_SOURCE",
+    "PAPER_MODEL_TEXT",
     "paper_model_name",
     "published_for",
+    "stand_in_caption",
     "matching",
 ]
 
@@ -390,6 +392,42 @@ TABLE6: dict[str, dict[str, float]] = {
     "calibrated": {"vs_edit_distance": -28.01, "vs_gold": 74.09},
 }
 TABLE6_SOURCE = f"{_LI}, Table 6 (BERT-base; 'BERT-induced' = raw, 'Flow-induced' = calibrated)"
+
+
+#: How the papers' models were built, for the caption of published rows shown beside another encoder.
+PAPER_MODEL_TEXT = {
+    "bert-base-uncased": "12 layers, hidden 768, 110M parameters, pre-trained with masked-language modelling and "
+    "next-sentence prediction on BooksCorpus + English Wikipedia (3.3B words)",
+    "bert-large-uncased": "24 layers, hidden 1024, 340M parameters, pre-trained with masked-language modelling and "
+    "next-sentence prediction on BooksCorpus + English Wikipedia (3.3B words)",
+}
+
+#: What is known of the pre-training of encoders that stand in for the papers' models (by folder name, lower case).
+_STAND_IN_TEXT = {
+    "bert-gutenberg-l6-h384": "pre-trained with masked-language modelling only on 108 public-domain Project "
+    "Gutenberg books, mostly 19th-century (11.7M words, 15.4M tokens; about 1/280 of BERT's text), 22.7M parameters",
+}
+
+
+def stand_in_caption(paper_model: str, model_id: str, layers: int, dim: int) -> str:
+    """A caption for ``paper_model``'s published rows printed beside a different encoder ``model_id``.
+
+    Says that the rows are the paper's, not this encoder's, and how the two encoders differ (shape, and training
+    text where bertflow knows it).
+
+    Raises:
+        ValueError: ``paper_model`` is not one of :data:`PAPER_MODELS`.
+    """
+    if paper_model not in PAPER_MODELS:
+        raise ValueError(f"no published rows for {paper_model!r}; use one of {', '.join(PAPER_MODELS)}")
+    name = Path(model_id.rstrip("/")).name
+    ours = f"`{name}` has {layers} layers and hidden size {dim}"
+    known = _STAND_IN_TEXT.get(name.lower())
+    ours += f", {known}" if known else ""
+    return (
+        f"The published rows below are {paper_model}'s ({PAPER_MODEL_TEXT[paper_model]}), not this encoder's: "
+        f"{ours}. They show the size of the paper's effects, not numbers this encoder should match."
+    )
 
 
 def paper_model_name(model_id: str) -> str | None:

@@ -38,7 +38,7 @@ from ..data import STS_TASKS, StsTask, load_nli_sentences, load_sts_tasks, resol
 from ..encoder import SentenceEncoder
 from ..errors import BertflowError, InputError
 from .cache import EmbeddingCache, embed_cached, pooling_key
-from .paper import PublishedResult, matching, published_for
+from .paper import PAPER_MODELS, PublishedResult, matching, paper_model_name, published_for, stand_in_caption
 from .sts import StsReport, TaskScore, evaluate_task
 
 __all__ = [
@@ -426,6 +426,11 @@ class GridConfig:
         data_dir: STS data folder (see :func:`bertflow.data.resolve_data_dir`).
         cache_dir: embedding cache folder; ``use_cache=False`` keeps nothing on disk.
         flow_epochs: flow training epochs.
+        flow_options: further :class:`~bertflow.calibrators.FlowCalibrator` arguments for every flow cell (``lr``,
+            ``coupling``, ``n_levels``, ``depth``, ``validation_fraction`` ...), for ablations; the seed is the grid's.
+        paper_rows: a paper model (``"bert-base-uncased"``, ``"bert-large-uncased"``) whose published rows are shown
+            beside this encoder's, with a caption saying how the two differ; ``None`` shows them only when the
+            encoder is that model.
         fit_threads: BLAS threads while fitting and scoring calibrators (through ``threadpoolctl``; ``None`` keeps the
             library default). 1 by default: the matrices are small, and when other processes hold the cores a
             multi-threaded SVD waits on thread barriers (measured 11x slower on a busy 2-core machine).
@@ -448,7 +453,9 @@ class GridConfig:
     cache_dir: str | Path | None = None
     use_cache: bool = True
     flow_epochs: float = 1.0
+    flow_options: Mapping[str, Any] = field(default_factory=dict)
     fit_threads: int | None = 1
+    paper_rows: str | None = None
     command: str | None = None
 
 
@@ -459,7 +466,8 @@ class GridResult:
     Attributes:
         meta: JSON-ready description of the run (model, data, regimes, machine, timings, command).
         cells: one :class:`CellResult` per (pooling, calibrator, regime), in grid order.
-        published: the papers' rows for this model (empty unless it is bert-base/large-uncased).
+        published: the papers' rows for this model, or for the paper model ``GridConfig.paper_rows`` names (empty
+            otherwise).
     """
 
     meta: dict[str, Any]
@@ -575,14 +583,23 @@ def run_grid(
             raise InputError(f"unknown regime {r!r}; use one of {', '.join(REGIMES)}")
     if "corpus" in regimes and not config.corpus:
         raise InputError("the corpus regime needs a corpus file (--corpus FILE)")
+    if config.paper_rows is not None and config.paper_rows not in PAPER_MODELS:
+        raise InputError(f"no published rows for {config.paper_rows!r}; use one of {', '.join(PAPER_MODELS)}")
     if encoder is None:
         encoder = load_encoder(config.model, max_length=config.max_length, device=config.device, dtype=config.dtype)
     poolings = list(dict.fromkeys(pooling_key(p, encoder.num_layers) for p in config.poolings))
     if not poolings:
         raise InputError("give at least one pooling")
     specs = list(dict.fromkeys(config.calibrators or default_calibrators(encoder.dim)))
+    if "seed" in config.flow_options:
+        raise InputError("flow_options must not set the seed: the grid's seeds are 0 .. seeds-1")
+    flow_kwargs: dict[str, Any] = {**config.flow_options, "epochs": config.flow_epochs, "device": config.device}
     for spec in specs:
-        parse_calibrator(spec)  # unknown specs fail now, not after encoding
+        # Unknown specs and flow options fail now, not after encoding.
+        try:
+            parse_calibrator(spec, **(flow_kwargs if _is_seeded(spec) else {}))
+        except TypeError as e:
+            raise InputError(f"bad flow option for {spec!r}: {e}") from None
     if all(_is_identity(s) for s in specs):
         regimes = []  # nothing is fitted, so no fitting sentences need encoding
     data_dir: Path | None = None
@@ -615,7 +632,6 @@ def run_grid(
     say(f"encoded in {encode_seconds:.1f} s")
     table = EmbeddingTable(sentences, embeddings)
 
-    flow_kwargs: dict[str, Any] = {"epochs": config.flow_epochs, "device": config.device}
     cells: list[CellResult] = []
     plan: list[tuple[str, str, FittingSets]] = []
     for pooling in poolings:
@@ -646,13 +662,26 @@ def run_grid(
             **{r: fit_by_regime[r].description for r in regimes},
         },
         "seeds": config.seeds,
-        "flow": {"epochs": config.flow_epochs} if any(_is_seeded(s) for s in specs) else {},
+        "flow": {"epochs": config.flow_epochs, **config.flow_options} if any(_is_seeded(s) for s in specs) else {},
         "fit_threads": config.fit_threads,
+        "published": _published_meta(encoder, config.paper_rows),
         "protocol": _PROTOCOL,
         "machine": machine_info(config.device),
         **_run_record(started, encode_seconds, cells, len(sentences), cache),
     }
-    return GridResult(meta, cells, published_for(encoder.model_id))
+    return GridResult(meta, cells, published_for(meta["published"]["model"] or ""))
+
+
+def _published_meta(encoder: SentenceEncoder, paper_rows: str | None) -> dict[str, Any]:
+    """Whose published rows a report shows: the encoder's own if the papers evaluated it, else ``paper_rows``'s
+    with a caption saying how that model differs from the encoder."""
+    own = paper_model_name(encoder.model_id)
+    if own is not None or paper_rows is None:
+        return {"model": own, "caption": None}
+    return {
+        "model": paper_rows,
+        "caption": stand_in_caption(paper_rows, encoder.model_id, encoder.num_layers, encoder.dim),
+    }
 
 
 def _run_record(
@@ -779,6 +808,14 @@ def _machine_line(m: Mapping[str, Any]) -> str:
     return line + (f" ({m['gpu']})" if m.get("gpu") else "")
 
 
+def _flow_options_text(flow: Mapping[str, Any]) -> str:
+    """The flow settings a grid changed from the preset defaults, or the default wording."""
+    changed = {k: v for k, v in flow.items() if k != "epochs"}
+    if not changed:
+        return "the official code's optimiser settings"
+    return "changed from the preset: " + ", ".join(f"{k}={v}" for k, v in changed.items())
+
+
 def _render_markdown(result: GridResult, *, title: str, subsets: bool) -> str:
     meta = result.meta
     model = meta["model"]
@@ -810,7 +847,7 @@ def _render_markdown(result: GridResult, *, title: str, subsets: bool) -> str:
             else []
         ),
         *(
-            [f"| flow training | {meta['flow']['epochs']:g} epoch(s), the official code's optimiser settings |"]
+            [f"| flow training | {meta['flow']['epochs']:g} epoch(s), {_flow_options_text(meta['flow'])} |"]
             if meta["flow"].get("epochs") is not None
             else []
         ),
@@ -822,17 +859,20 @@ def _render_markdown(result: GridResult, *, title: str, subsets: bool) -> str:
         "",
     ]
     beside = bool(result.published)
+    published = meta.get("published") or {"model": model["id"], "caption": None}
+    caption = published.get("caption")
     lines += [
         "## Summary",
         "",
         f"Spearman × 100; {avg_name} is the plain mean over the {n_tasks} tasks. Δ: difference to the raw encoder "
         'with the same pooling. "test seen": how many evaluation sentences were in the calibrator\'s fitting set.',
         "",
+        *([f"Last column: {caption}", ""] if caption and beside else []),
     ]
     head = f'| pooling | calibrator | regime | test seen | {avg_name} "all" | Δ | {avg_name} "wmean" | Δ | seconds |'
     sep = "|---|---|---|---|---:|---:|---:|---:|---:|"
     if beside:
-        head += " published (protocol; source) |"
+        head += f" paper's {published['model']} (protocol; source) |" if caption else " published (protocol; source) |"
         sep += "---|"
     lines += [head, sep]
     for c in result.cells:
@@ -852,7 +892,7 @@ def _render_markdown(result: GridResult, *, title: str, subsets: bool) -> str:
             f"{c.seconds:.1f}",
         ]
         if beside:
-            cells.append(_published_cell(matching(model["id"], c.pooling, c.calibrator, c.regime)))
+            cells.append(_published_cell(matching(published["model"], c.pooling, c.calibrator, c.regime)))
         lines.append("| " + " | ".join(cells) + " |")
     errors = [c for c in result.cells if c.error]
     if errors:
@@ -896,6 +936,7 @@ def _render_markdown(result: GridResult, *, title: str, subsets: bool) -> str:
             "",
             f"## Published numbers for {result.published[0].model}",
             "",
+            *([caption, ""] if caption else []),
             "Transcribed in `bertflow/evaluation/paper.py` from the cited tables. Compare a published row only with "
             'our row of the same protocol: "wmean" and "all" differ by up to 20 points on STS12.',
             "",
