@@ -10,12 +10,17 @@ Protocol (also written into the report):
   sentences; ``train`` = STS-B / SICK-R train split only (2 tasks, reported apart).
 - No labels anywhere. The rule's two thresholds were set from the spread of the fitting embeddings of one raw and
   one contrastive encoder (all-MiniLM-L6-v2), unlabeled; all-mpnet-base-v2 was not looked at before.
-- Flow: ``FlowCalibrator("code")``, 1 epoch, seeds 0..N-1 (``--flow-seeds``), mean ± std.
+- Flow: ``FlowCalibrator("code")``, 1 epoch, seeds 0..N-1, mean ± std (``--flow-seeds``, or ``--flow-from``).
 
 Usage (from the repository root; regenerates docs/results/auto_rule.json and .md)::
 
-    python benchmarks/auto_rule.py --model ../shared/models/bert-gutenberg-L6-H384 --flow-seeds 3 \
-        --model sentence-transformers/all-MiniLM-L6-v2 --model PATH/all-mpnet-base-v2 --output docs/results/auto_rule
+    python benchmarks/auto_rule.py --model ../shared/models/bert-gutenberg-L6-H384 \
+        --model sentence-transformers/all-MiniLM-L6-v2 --model PATH/all-mpnet-base-v2 \
+        --flow-from docs/results/bert-gutenberg-L6-H384/reproduce.json --output docs/results/auto_rule
+
+The flow column of the raw encoder comes from the grid report named by ``--flow-from`` (the same fits:
+``FlowCalibrator("code")``, seeds 0, 1, 2, CPU); ``--flow-seeds 3`` fits them here instead (about 20 more minutes
+on 2 cores).
 """
 
 from __future__ import annotations
@@ -118,6 +123,26 @@ def run_model(model: str, args: argparse.Namespace, tasks: dict, nli: list[str])
     return out
 
 
+def flow_cells(report: str) -> list[dict]:
+    """The flow cells (code preset) of a ``bertflow reproduce`` report, as this benchmark's records."""
+    cells = json.loads(Path(report).read_text(encoding="utf-8"))["cells"]
+    return [
+        {
+            "pooling": c["pooling"],
+            "method": "flow",
+            "regime": c["regime"],
+            "seeds": c["seeds"],
+            "all": c["average"]["all"]["mean"],
+            "wmean": c["average"]["wmean"]["mean"],
+            "all_std": c["average"]["all"]["std"],
+            "wmean_std": c["average"]["wmean"]["std"],
+            "source": report,
+        }
+        for c in cells
+        if c["calibrator"] == "flow" and c.get("average") and c["regime"] in ("target", "nli", "train")
+    ]
+
+
 def find(cells: list[dict], p: str, m: str, r: str) -> dict | None:
     return next((c for c in cells if c["pooling"] == p and c["method"] == m and c["regime"] == r), None)
 
@@ -181,6 +206,13 @@ def main() -> None:
     ap.add_argument(
         "--flow-models", action="append", default=None, help="models that get flow rows (default: the first --model)"
     )
+    ap.add_argument(
+        "--flow-from",
+        action="append",
+        default=[],
+        help="a `bertflow reproduce` report (reproduce.json) of the first --model whose flow cells (code preset) "
+        "fill the flow column instead of fitting again; repeatable",
+    )
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--cache-dir", default=None, help="embedding cache (default ~/.cache/bertflow/embeddings)")
     ap.add_argument("--output", default="docs/results/auto_rule", help="writes OUTPUT.json and OUTPUT.md")
@@ -190,6 +222,8 @@ def main() -> None:
     tasks = load_sts_tasks(data_dir=args.data_dir)
     nli = load_nli_sentences(args.data_dir)
     res = {"poolings": list(args.poolings), "models": [run_model(m, args, tasks, nli) for m in args.model]}
+    for report in args.flow_from:
+        res["models"][0]["cells"] += flow_cells(report)
     res["meta"] = {
         "command": "python benchmarks/auto_rule.py "
         + " ".join(f"--model {m}" for m in args.model)
