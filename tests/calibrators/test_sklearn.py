@@ -170,3 +170,13 @@ def test_grid_search_without_labels_uses_the_flows_likelihood(anisotropic_data):
     search = GridSearchCV(flow, {"max_steps": [1, 60]}, cv=2).fit(x)
     assert search.best_params_ == {"max_steps": 60}  # more training: higher held-out likelihood
     assert search.best_estimator_.is_fitted
+
+
+def test_repr_is_one_line():
+    """The repr goes into model cards (a Markdown table cell) and JSON summaries: never broken over lines, as
+    scikit-learn's pretty printer does for long ones."""
+    flow = FlowCalibrator("paper", coupling="affine", permutation="lu", max_steps=30, lr=1e-4, batch_size=128, seed=3)
+    chain = ChainCalibrator([StandardNormCalibrator(), WhiteningCalibrator(256, shrinkage=0.5), flow])
+    text = repr(chain)
+    assert "\n" not in text and text.startswith("ChainCalibrator(steps=[StandardNormCalibrator(), ")
+    assert "batch_size=128" in text and "seed=3" in text

@@ -7,6 +7,7 @@ in ``_``; using an unfitted calibrator raises :class:`~bertflow.errors.NotFitted
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -141,6 +142,18 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
 
     def __sklearn_is_fitted__(self) -> bool:
         return self.is_fitted
+
+    def __repr__(self) -> str:
+        """One line with the parameters that differ from their defaults, e.g. ``WhiteningCalibrator(n_components=256)``.
+
+        Not scikit-learn's pretty-printed repr, which breaks long ones over several lines: this one goes into model
+        cards (a Markdown table cell), JSON summaries and log lines. Notebooks still get scikit-learn's HTML view.
+        """
+        defaults = {
+            p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values() if p.name != "self"
+        }
+        shown = [f"{k}={v!r}" for k, v in self.get_params(deep=False).items() if defaults.get(k, inspect._empty) != v]
+        return f"{type(self).__name__}({', '.join(shown)})"
 
     @property
     def is_fitted(self) -> bool:
