@@ -244,3 +244,21 @@ def test_help_has_examples():
     for cmd in ("fit", "encode", "similarity"):
         r = runner.invoke(app, [cmd, "--help"])
         assert r.exit_code == 0 and "Examples" in r.stdout
+
+
+def test_every_command_has_quiet_and_the_encoding_ones_threads():
+    """The README promises -q on every command; --threads goes with every command that encodes sentences."""
+    import typer
+
+    def walk(command, path):
+        if hasattr(command, "commands"):
+            for name, sub in command.commands.items():
+                yield from walk(sub, [*path, name])
+        else:
+            yield " ".join(path), {opt for p in command.params for opt in getattr(p, "opts", [])}
+
+    commands = dict(walk(typer.main.get_command(app), []))
+    assert len(commands) >= 14
+    assert [name for name, opts in commands.items() if "-q" not in opts or "--quiet" not in opts] == []
+    for name in ("fit", "encode", "similarity", "search build", "search query", "evaluate", "reproduce", "analyze"):
+        assert "--threads" in commands[name], name
