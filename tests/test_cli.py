@@ -135,7 +135,8 @@ def test_search_threads_and_quiet(tiny_model_dir, corpus, tmp_path, monkeypatch)
     import torch
 
     model = tmp_path / "model"
-    assert invoke("fit", corpus, "-o", model, "--model", tiny_model_dir, "--calibrator", "whitening", "-q").exit_code == 0
+    r = invoke("fit", corpus, "-o", model, "--model", tiny_model_dir, "--calibrator", "whitening", "-q")
+    assert r.exit_code == 0, r.output
     seen = []
     monkeypatch.setattr(torch, "set_num_threads", seen.append)
     r = invoke("search", "build", corpus, "--model-dir", model, "-o", tmp_path / "idx", "--threads", "2", "-q")
@@ -177,7 +178,8 @@ def test_bench_quiet(tmp_path, monkeypatch):
     r = invoke(*args, "--json", tmp_path / "a.json")
     assert r.exit_code == 0 and "a progress line" in r.stdout
     r = invoke(*args, "--json", tmp_path / "b.json", "-q")
-    assert r.exit_code == 0 and r.stdout == "" and json.loads((tmp_path / "b.json").read_text())["flow_fit"] == {"rows": 8}
+    assert r.exit_code == 0 and r.stdout == ""
+    assert json.loads((tmp_path / "b.json").read_text())["flow_fit"] == {"rows": 8}
     r = invoke(*args, "-q")
     assert r.exit_code == 2 and "add --json" in r.stderr
 

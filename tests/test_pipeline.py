@@ -239,8 +239,10 @@ def test_include_encoder_makes_folder_self_contained(tiny_model_dir, tmp_path):
 
 def test_load_explains_missing_paths_and_offline_hub(fitted, tmp_path):
     assert os.environ.get("HF_HUB_OFFLINE") == "1"  # set by conftest: tests never reach the network
-    with pytest.raises(ModelFileError, match="no such folder 'someone/no-such-bertflow-model' here.*HF_HUB_OFFLINE"):
+    hub_shaped = "no such folder 'someone/no-such-bertflow-model' here.*HF_HUB_OFFLINE"
+    with pytest.raises(ModelFileError, match=hub_shaped) as e:
         Embedder.load("someone/no-such-bertflow-model")
+    assert "\n" not in str(e.value)  # huggingface_hub's multi-line message is folded into the CLI's one line
     with pytest.raises(ModelFileError, match="no such folder") as e:
         Embedder.load(tmp_path / "not" / "there")
     assert "Hub" not in str(e.value)  # an absolute path is never a repo id: no network error for a typo

@@ -158,7 +158,9 @@ class FlowCalibrator(Calibrator):
 
     def _validate_params(self, X: np.ndarray) -> None:
         if X.shape[1] < 2:
-            raise InputError(f"the flow needs at least 2 features (embedding dimensions); X has {X.shape[1]} feature(s)")
+            raise InputError(
+                f"the flow needs at least 2 features (embedding dimensions); X has {X.shape[1]} feature(s)"
+            )
         if not (math.isfinite(self.lr) and self.lr > 0) or self.batch_size < 1:
             raise InputError("lr and batch_size must be positive")
         check_epochs(self.epochs)
