@@ -739,3 +739,26 @@ def test_the_distributed_line_reader_applies_the_same_rules(tmp_path):
     invisible.write_bytes("first line\n\u200b\ufeff\n".encode())
     with pytest.raises(InputError, match="line 2 is empty or only whitespace or invisible"):
         read_lines(invisible, 0, 2)
+
+
+def test_read_pairs_without_target_and_with_every_column(tmp_path):
+    from bertflow.data import read_pairs
+    from bertflow.errors import InputError
+
+    path = tmp_path / "pairs.tsv"
+    path.write_text("id\tsentence1\tsentence2\tnote\nx1\ta b\tc d\t\nx2\te f\tg h\tkeep me\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"score \(or label\)"):
+        read_pairs(path)  # the STS readers still need a score or label
+    pairs = read_pairs(path, require_target=False, keep_columns=True)
+    assert pairs.sentences1 == ["a b", "e f"] and pairs.sentences2 == ["c d", "g h"]
+    assert pairs.scores is None and pairs.labels is None
+    assert pairs.columns == {
+        "id": ["x1", "x2"],
+        "sentence1": ["a b", "e f"],
+        "sentence2": ["c d", "g h"],
+        "note": ["", "keep me"],
+    }
+    assert read_pairs(path, require_target=False).columns is None
+    path.write_text("score\tsentence1\tsentence2\n4.5\ta\tb\n", encoding="utf-8")
+    scored = read_pairs(path, require_target=False, keep_columns=True)
+    assert scored.scores.tolist() == [4.5] and scored.columns["score"] == ["4.5"]

@@ -621,7 +621,7 @@ def test_similarity_pairs_from_stdin(tiny_model_dir, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr.decode()
     rows = proc.stdout.decode().splitlines()
-    assert rows[0] == "cosine\tgold\tsentence1\tsentence2" and len(rows) == 6
+    assert rows[0] == "cosine\tscore\tsentence1\tsentence2" and len(rows) == 6
 
 
 def test_encode_streams_a_pipe_without_reading_it_twice(tiny_model_dir):

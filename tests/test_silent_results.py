@@ -204,7 +204,7 @@ def test_whitening_fewer_sentences_than_dimensions_keeps_the_similarity_structur
     fitting, held_out = _low_rank_data(40, seed=0), _low_rank_data(60, seed=1)
     cal = make().fit(fitting)
     assert "40 sentences for 64 dimensions make a singular covariance" in caplog.text
-    whitening = cal.steps[-1] if isinstance(cal, ChainCalibrator) else cal
+    whitening = cal.steps_[-1] if isinstance(cal, ChainCalibrator) else cal
     assert whitening.shrinkage_ > 0
     for x in (fitting, held_out):
         calibrated = _pair_cosines(cal.transform(x).astype(np.float64))

@@ -333,12 +333,15 @@ class SentencePairs:
         scores: Gold similarity per pair, float64 array of shape (N,) on the data set's own scale (0-5 for
             STS, 1-5 for SICK), or None when the file has labels instead of scores.
         labels: Class label per pair (e.g. ``"entailment"``) for NLI files, else None.
+        columns: Every column of the file by header name, in file order, as raw text (``read_pairs(...,
+            keep_columns=True)``; None otherwise): what a tool that adds a column writes back.
     """
 
     sentences1: list[str]
     sentences2: list[str]
     scores: np.ndarray | None = None
     labels: list[str] | None = None
+    columns: dict[str, list[str]] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.sentences1)
@@ -361,15 +364,21 @@ class SentencePairs:
             yield s2
 
 
-def read_pairs(path: str | Path, *, errors: EncodingErrors = "strict") -> SentencePairs:
+def read_pairs(
+    path: str | Path, *, errors: EncodingErrors = "strict", require_target: bool = True, keep_columns: bool = False
+) -> SentencePairs:
     """Read a pair TSV with header ``score|label<TAB>sentence1<TAB>sentence2`` (the STS data format).
 
     Every data row must have exactly as many fields as the header (a TAB inside a sentence would otherwise
-    silently shift columns). Scores are parsed with ``float()``; sentences are kept verbatim.
+    silently shift columns). Scores are parsed with ``float()``; sentences are kept verbatim. Other columns (an
+    ``id``, say) are allowed, and ignored unless ``keep_columns``.
 
     Args:
         path: UTF-8 TSV file whose header contains ``sentence1``, ``sentence2`` and ``score`` or ``label``.
         errors: How to treat invalid UTF-8, see :func:`iter_lines`.
+        require_target: refuse a file without a ``score`` or ``label`` column; ``False`` reads sentence pairs
+            alone (``scores`` and ``labels`` are then None).
+        keep_columns: also return every column as text in :attr:`SentencePairs.columns`.
 
     Returns:
         The pairs; ``scores`` is set for a ``score`` column, ``labels`` for a ``label`` column.
@@ -385,12 +394,14 @@ def read_pairs(path: str | Path, *, errors: EncodingErrors = "strict") -> Senten
         raise InputError(f"{p} is empty: expected the header score<TAB>sentence1<TAB>sentence2")
     header = first[1]
     target = "score" if "score" in header else "label" if "label" in header else None
-    if target is None or "sentence1" not in header or "sentence2" not in header:
+    if (target is None and require_target) or "sentence1" not in header or "sentence2" not in header:
+        wanted = "score (or label), sentence1 and sentence2" if require_target else "sentence1 and sentence2"
         raise InputError(
-            f"{p}: line {first[0]} must be a header with the columns score (or label), sentence1 and "
-            f"sentence2, TAB-separated; got {header!r}"
+            f"{p}: line {first[0]} must be a header with the columns {wanted}, TAB-separated; got {header!r}"
         )
-    i_target, i1, i2 = header.index(target), header.index("sentence1"), header.index("sentence2")
+    i1, i2 = header.index("sentence1"), header.index("sentence2")
+    i_target = header.index(target) if target is not None else None
+    columns: list[list[str]] = [[] for _ in header]
     s1: list[str] = []
     s2: list[str] = []
     targets: list[str] = []
@@ -401,7 +412,8 @@ def read_pairs(path: str | Path, *, errors: EncodingErrors = "strict") -> Senten
                 f"{p}: line {number} has {len(fields)} TAB-separated field(s), expected {len(header)} "
                 f"({', '.join(header)})"
             )
-        a, b, t = fields[i1], fields[i2], fields[i_target]
+        a, b = fields[i1], fields[i2]
+        t = fields[i_target] if i_target is not None else ""
         if is_blank(a) or is_blank(b):
             which = "sentence1" if is_blank(a) else "sentence2"
             raise InputError(f"{p}: line {number}: {which} is empty (or only whitespace or invisible characters)")
@@ -413,15 +425,19 @@ def read_pairs(path: str | Path, *, errors: EncodingErrors = "strict") -> Senten
             if not math.isfinite(value):
                 raise InputError(f"{p}: line {number}: score {t!r} is not finite")
             scores.append(value)
-        else:
+        elif target == "label":
             targets.append(t)
         s1.append(a)
         s2.append(b)
+        if keep_columns:
+            for column, field in zip(columns, fields, strict=True):
+                column.append(field)
     if not s1:
         raise InputError(f"no sentence pairs in {p}")
+    kept = dict(zip(header, columns, strict=True)) if keep_columns else None
     if target == "score":
-        return SentencePairs(s1, s2, np.asarray(scores, dtype=np.float64))
-    return SentencePairs(s1, s2, None, targets)
+        return SentencePairs(s1, s2, np.asarray(scores, dtype=np.float64), columns=kept)
+    return SentencePairs(s1, s2, None, targets if target == "label" else None, columns=kept)
 
 
 def _distinct(sentences: Iterable[str]) -> list[str]:

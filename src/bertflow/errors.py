@@ -7,9 +7,12 @@ bad values, ``OSError`` for bad files) so generic handlers keep working.
 
 from __future__ import annotations
 
+from sklearn.exceptions import NotFittedError as SklearnNotFittedError
+
 __all__ = [
     "BertflowError",
     "InputError",
+    "InputTypeError",
     "NotFittedError",
     "ModelFileError",
     "OutputError",
@@ -28,8 +31,14 @@ class InputError(BertflowError, ValueError):
     """Bad user input: empty or non-text sentences, undecodable files, malformed TSV, NaN embeddings."""
 
 
-class NotFittedError(BertflowError, ValueError, AttributeError):
-    """A calibrator was used before ``fit`` (mirrors scikit-learn's ``NotFittedError``)."""
+class InputTypeError(InputError, TypeError):
+    """Input of the wrong type: an array whose items are not numbers. A ``TypeError`` too, as numpy and
+    scikit-learn raise for it."""
+
+
+class NotFittedError(BertflowError, SklearnNotFittedError):
+    """A calibrator was used before ``fit``: scikit-learn's ``NotFittedError`` (so a ``ValueError`` and an
+    ``AttributeError``), which ``except sklearn.exceptions.NotFittedError`` catches too."""
 
 
 class ModelFileError(BertflowError, OSError):

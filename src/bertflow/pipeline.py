@@ -240,13 +240,15 @@ class Embedder:
             return float(sims[0, 0])
         return sims.astype(np.float32)
 
-    def similarity_pairwise(self, a: Sequence[str], b: Sequence[str]) -> np.ndarray:
-        """Cosine of each pair ``(a[i], b[i])``: float32 [N]."""
+    def similarity_pairwise(
+        self, a: Sequence[str], b: Sequence[str], *, show_progress_bar: bool | None = None
+    ) -> np.ndarray:
+        """Cosine of each pair ``(a[i], b[i])``: float32 [N]. ``show_progress_bar`` as in :meth:`encode`."""
         if len(a) != len(b):
             raise ValueError(f"need as many first as second sentences, got {len(a)} and {len(b)}")
         za, zb = (
-            unit_rows(self.encode(list(a)).astype(np.float64)),
-            unit_rows(self.encode(list(b)).astype(np.float64)),
+            unit_rows(self.encode(list(a), show_progress_bar=show_progress_bar).astype(np.float64)),
+            unit_rows(self.encode(list(b), show_progress_bar=show_progress_bar).astype(np.float64)),
         )
         return (za * zb).sum(axis=1).astype(np.float32)
 
@@ -387,7 +389,12 @@ class Embedder:
         return index
 
     def search(
-        self, queries: str | Sequence[str], top_k: int = 10, *, index: EmbeddingIndex | None = None
+        self,
+        queries: str | Sequence[str],
+        top_k: int = 10,
+        *,
+        index: EmbeddingIndex | None = None,
+        show_progress_bar: bool | None = None,
     ) -> list[SearchHit] | list[list[SearchHit]]:
         """The ``top_k`` corpus sentences closest to each query (cosine in the calibrated space).
 
@@ -395,6 +402,7 @@ class Embedder:
             queries: one sentence, or a list of them.
             top_k: hits per query.
             index: search this index instead of :attr:`index` (checked against this model first).
+            show_progress_bar: for embedding the queries, as in :meth:`encode`.
 
         Returns:
             for one string, a list of :class:`~bertflow.search.SearchHit` (``id``, ``score``, ``text``, ``row``),
@@ -406,7 +414,7 @@ class Embedder:
         """
         target = index if index is not None else self._require_index()
         target.check_model(self.identity())
-        return target.search(self.encode(queries), top_k=top_k)
+        return target.search(self.encode(queries, show_progress_bar=show_progress_bar), top_k=top_k)
 
     def calibrator_dim(self) -> int:
         """Dimension D' of the calibrated vectors."""
@@ -762,6 +770,8 @@ def _download(name: str, revision: str | None) -> Path:
     path = Path(name).expanduser()
     if path.exists():
         raise ModelFileError(f"{path} is a file; a bertflow model is a folder (written by Embedder.save)")
+    if _means_local(name):
+        raise ModelFileError(f"no such folder: {name} (looked in {Path.cwd()}){_did_you_mean(path)}")
     if not _is_hub_id(name):
         raise ModelFileError(
             f"no folder {path} (looked in {Path.cwd()}), and {name!r} is not a Hugging Face Hub repo id either"
@@ -769,4 +779,32 @@ def _download(name: str, revision: str | None) -> Path:
     try:
         return _snapshot(name, revision)
     except ModelFileError as e:
-        raise ModelFileError(f"there is no local folder {name!r}, and {e}") from None
+        detail = " ".join(str(e).split())  # huggingface_hub's messages span lines; the CLI's errors take one
+        raise ModelFileError(f"no such folder {name!r} here, and {detail}") from None
+
+
+def _means_local(name: str) -> bool:
+    """Whether ``name``, which is no existing path, can only have meant a local folder (a typo, most likely).
+
+    A bertflow model on the Hub is always ``user/name`` (the Hub gives every new repo an owner), so a bare name,
+    a path starting with ``.``, ``/`` or ``~``, one with more than two parts, or one whose first folder exists
+    here (``runs/my-flwo`` next to ``runs/``) is not looked up on the network: that would answer a typo with a
+    network error.
+    """
+    parts = name.replace("\\", "/").split("/")
+    if len(parts) != 2 or name.startswith((".", "/", "~")):
+        return True
+    return Path(parts[0]).expanduser().is_dir()
+
+
+def _did_you_mean(path: Path) -> str:
+    """``"; did you mean X?"`` naming the closest existing folder next to ``path``, or ``""``."""
+    import difflib
+
+    parent = path.parent
+    try:
+        siblings = [p.name for p in parent.iterdir() if p.is_dir()] if parent.is_dir() else []
+    except OSError:
+        return ""
+    close = difflib.get_close_matches(path.name, siblings, n=1, cutoff=0.75)
+    return f"; did you mean {parent / close[0]}?" if close else ""

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InputError
+from .errors import InputError, InputTypeError
 
 __all__ = [
     "OUTPUT_LIMIT",
@@ -134,24 +134,53 @@ def calibrated_error(what: str, row: int, col: int, value: float, limit: float, 
 
 
 def check_array(
-    x: Any, *, n_features: int | None = None, what: str = "X", min_rows: int = 1, dtype: type = np.float64
+    x: Any,
+    *,
+    n_features: int | None = None,
+    what: str = "X",
+    min_rows: int = 1,
+    dtype: type = np.float64,
+    owner: str = "this calibrator",
 ) -> np.ndarray:
-    """Validate an embedding matrix: 2-D, numeric, finite, with ``n_features`` columns if given.
+    """Validate an embedding matrix: dense, 2-D, numeric, finite, with ``n_features`` columns if given.
+
+    The messages use scikit-learn's wording for the same faults (``"0 sample(s) (shape=(0, 3)) while a minimum of
+    2 is required"``, ``"X has 3 features, but WhiteningCalibrator is expecting 4 features as input"``), so code
+    and tests written against scikit-learn estimators recognise them; ``owner`` names the object in the latter.
 
     Returns:
         the array as ``dtype`` [N, D] (float64 by default: calibrators compute in float64 and return float32),
         without a copy when it already has that dtype.
+
+    Raises:
+        InputTypeError: for items that are not numbers (a ``TypeError`` as well as an :class:`InputError`).
+        InputError: for everything else.
     """
+    import scipy.sparse
+
+    if scipy.sparse.issparse(x):
+        raise InputError(f"{what} is a sparse matrix; calibrators take dense embeddings (convert with .toarray())")
     try:
-        arr = np.asarray(x, dtype=dtype)
-    except (TypeError, ValueError) as e:
+        arr = np.asarray(x)
+        if np.iscomplexobj(arr):  # a cast to float would drop the imaginary parts with no more than a warning
+            raise InputError(f"Complex data not supported: {what} holds complex numbers; embeddings are real")
+        arr = arr.astype(dtype, copy=False)
+    except TypeError as e:
+        raise InputTypeError(f"{what} is not a numeric array: {e}") from None
+    except ValueError as e:
+        if isinstance(e, InputError):
+            raise
         raise InputError(f"{what} is not a numeric array: {e}") from None
     if arr.ndim != 2:
         raise InputError(f"{what} must be 2-D [n_samples, n_features], got shape {arr.shape}")
     if arr.shape[0] < min_rows:
-        raise InputError(f"{what} has {arr.shape[0]} rows; at least {min_rows} needed")
+        raise InputError(
+            f"{what} has {arr.shape[0]} sample(s) (shape={arr.shape}) while a minimum of {min_rows} is required."
+        )
+    if arr.shape[1] < 1 and arr.shape[0]:
+        raise InputError(f"{what} has 0 feature(s) (shape={arr.shape}) while a minimum of 1 is required.")
     if n_features is not None and arr.shape[1] != n_features:
-        raise InputError(f"{what} has {arr.shape[1]} features, but this calibrator was fitted on {n_features}")
+        raise InputError(f"{what} has {arr.shape[1]} features, but {owner} is expecting {n_features} features as input")
     check_finite(arr, what=what)
     return arr
 

@@ -56,7 +56,7 @@ def test_get_set_params_and_validation(data):
     cal = AnchoredWhiteningCalibrator(0.25, weight=0.3)
     assert cal.get_params() == {"alpha": 0.25, "weight": 0.3, "rcond": 1e-6}
     assert cal.set_params(alpha=0.75) is cal and cal.alpha == 0.75
-    with pytest.raises(ValueError, match="no parameter"):
+    with pytest.raises(ValueError, match="Invalid parameter"):
         cal.set_params(beta=1)
     for bad in (AnchoredWhiteningCalibrator(1.5), AnchoredWhiteningCalibrator(weight=-0.1)):
         with pytest.raises(InputError):

@@ -84,7 +84,7 @@ def test_epochs_give_the_step_count(anisotropic_data):
 
 
 def test_too_few_rows_is_a_clear_error(anisotropic_data):
-    with pytest.raises(InputError, match="at least 32"):
+    with pytest.raises(InputError, match="minimum of 32"):
         FlowCalibrator().fit(anisotropic_data[:10])
 
 

@@ -155,3 +155,26 @@ def test_forward_refuses_a_corrupted_calibrator_output(base):
     module.__dict__.pop("_transforms", None)  # the torch transform holds a copy of the fitted state
     with pytest.raises(InputError, match="Calibration module's calibrator turned finite embeddings into .* column 1"):
         module({"sentence_embedding": x})
+
+
+@pytest.mark.parametrize("spec", ["whitening-8", "flow"])
+def test_module_pickles_after_encoding(base, spec):
+    """sentence-transformers' multi-process encoding pickles the model; the per-device functions Calibration caches
+    on its first forward (closures) must not travel, and the copy must encode the same."""
+    import pickle
+
+    model = fit_calibrator(base, CORPUS, spec, max_steps=5) if spec == "flow" else fit_calibrator(base, CORPUS, spec)
+    first = model.encode(CORPUS[:6])  # fills the cache
+    assert model[2].__dict__.get("_transforms")
+    copy = pickle.loads(pickle.dumps(model))
+    assert "_transforms" not in copy[2].__dict__
+    np.testing.assert_array_equal(copy.encode(CORPUS[:6]), first)
+    assert model[2].__dict__.get("_transforms")  # pickling did not empty the original's cache
+
+
+def test_multi_process_encoding_after_a_first_encode(base):
+    """The pool path: encode once in this process, then with two CPU worker processes (device=[...])."""
+    model = fit_calibrator(base, CORPUS, "whitening-8")
+    single = model.encode(CORPUS[:12])
+    pooled_out = model.encode(CORPUS[:12], device=["cpu", "cpu"], chunk_size=6)
+    np.testing.assert_allclose(pooled_out, single, rtol=1e-5, atol=1e-6)

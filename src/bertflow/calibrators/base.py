@@ -1,4 +1,4 @@
-"""The calibrator contract: scikit-learn's estimator API plus safetensors + JSON persistence.
+"""The calibrator contract: a scikit-learn transformer plus safetensors + JSON persistence.
 
 A calibrator maps sentence embeddings [N, D] to calibrated embeddings [N, D'] in which cosine similarity is
 taken. ``__init__`` only stores hyperparameters; ``fit`` validates them and sets fitted attributes whose names end
@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, OneToOneFeatureMixin, TransformerMixin
+from sklearn.utils import Tags
+from sklearn.utils.validation import validate_data
 
 from .. import __version__
 from ..errors import CompatibilityError, InputError, ModelFileError, NotFittedError
@@ -97,12 +100,26 @@ def calibrator_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
-class Calibrator(ABC):
-    """Base class of every calibrator (scikit-learn estimator contract).
+class Calibrator(TransformerMixin, BaseEstimator, ABC):
+    """Base class of every calibrator: a scikit-learn transformer (``BaseEstimator`` + ``TransformerMixin``).
+
+    So ``clone``, ``get_params``/``set_params``, ``Pipeline``, ``GridSearchCV``, ``set_output`` and
+    ``get_feature_names_out`` work as for scikit-learn's own transformers, and
+    ``sklearn.utils.estimator_checks`` passes (``tests/calibrators/test_sklearn.py`` lists the few checks that
+    are skipped, and why).
+
+    Output dtype: ``transform`` always returns **float32**, whatever the input dtype (a float64 input comes back
+    float32; the fit itself computes in float64). Embeddings are float32 throughout bertflow (encoders, the
+    on-device :meth:`torch_transform`, saved embeddings and search indices), and float32 holds every digit a
+    cosine between calibrated embeddings can use. The scikit-learn tag ``transformer_tags.preserves_dtype`` is
+    ``["float32"]`` accordingly.
 
     Subclasses implement ``_fit(X)`` and ``_transform(X)`` on validated float64 arrays, and
     ``_get_state() -> (meta, arrays)`` / ``_set_state(meta, arrays)`` for persistence. The public methods here
-    do the validation, the fitted check and the dtype handling once for all of them.
+    do the validation, the fitted check and the dtype handling once for all of them. Their output columns are
+    named by scikit-learn's ``ClassNamePrefixFeaturesOutMixin`` (``whiteningcalibrator0`` ...) unless the class
+    keeps the input's coordinates (``_one_to_one``: identity, standard-norm, all-but-the-top), which keep the input
+    names.
     """
 
     name: ClassVar[str] = "calibrator"
@@ -111,34 +128,31 @@ class Calibrator(ABC):
     _fit_dtype: ClassVar[type] = np.float64
     #: Whether fitting refuses rows that are all equal (:func:`check_spread`); only the identity does without.
     _needs_variance: ClassVar[bool] = True
+    #: Whether output column i is input column i transformed (feature names pass through).
+    _one_to_one: ClassVar[bool] = False
     #: Parameters that are ``None`` when unset are written as JSON null; everything in ``__init__`` must be
     #: JSON-serialisable (numbers, strings, lists, nested calibrators for :class:`Chain`).
 
     # -- scikit-learn plumbing ---------------------------------------------------------------------------
 
-    @classmethod
-    def _param_names(cls) -> list[str]:
-        sig = inspect.signature(cls.__init__)
-        return [p.name for p in sig.parameters.values() if p.name != "self" and p.kind != p.VAR_KEYWORD]
+    def __sklearn_tags__(self) -> Tags:
+        tags = super().__sklearn_tags__()
+        tags.transformer_tags.preserves_dtype = ["float32"]  # see the class docstring
+        return tags
 
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """Hyperparameters as given to ``__init__`` (scikit-learn's ``get_params``)."""
-        return {name: getattr(self, name) for name in self._param_names()}
-
-    def set_params(self, **params: Any) -> Calibrator:
-        """Set hyperparameters; unknown names raise ``ValueError``. Returns ``self``."""
-        valid = set(self._param_names())
-        for key, value in params.items():
-            if key not in valid:
-                raise ValueError(f"{type(self).__name__} has no parameter {key!r}; valid: {sorted(valid)}")
-            setattr(self, key, value)
-        return self
+    def __sklearn_is_fitted__(self) -> bool:
+        return self.is_fitted
 
     def __repr__(self) -> str:
+        """One line with the parameters that differ from their defaults, e.g. ``WhiteningCalibrator(n_components=256)``.
+
+        Not scikit-learn's pretty-printed repr, which breaks long ones over several lines: this one goes into model
+        cards (a Markdown table cell), JSON summaries and log lines. Notebooks still get scikit-learn's HTML view.
+        """
         defaults = {
             p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values() if p.name != "self"
         }
-        shown = [f"{k}={v!r}" for k, v in self.get_params().items() if defaults.get(k, inspect._empty) != v]
+        shown = [f"{k}={v!r}" for k, v in self.get_params(deep=False).items() if defaults.get(k, inspect._empty) != v]
         return f"{type(self).__name__}({', '.join(shown)})"
 
     @property
@@ -150,23 +164,49 @@ class Calibrator(ABC):
         if not self.is_fitted:
             raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit(X) with embeddings first")
 
+    def get_feature_names_out(self, input_features: Sequence[str] | None = None) -> np.ndarray:
+        """Names of the output columns (object array [n_features_out_]), as scikit-learn's transformers give them.
+
+        The input names (``input_features``, else ``feature_names_in_`` when fitted on a DataFrame, else ``x0``,
+        ``x1`` ...) for calibrators that keep the input's coordinates; ``<classname><i>`` for the others.
+        """
+        self._check_fitted()
+        if self._one_to_one:
+            return OneToOneFeatureMixin.get_feature_names_out(self, input_features)
+        return ClassNamePrefixFeaturesOutMixin.get_feature_names_out(self, input_features)
+
+    @property
+    def _n_features_out(self) -> int:
+        """What ``ClassNamePrefixFeaturesOutMixin`` reads."""
+        return self.n_features_out_
+
     # -- the contract ------------------------------------------------------------------------------------
 
     def fit(self, X: np.ndarray, y: object = None) -> Calibrator:
         """Fit on embeddings ``X`` [N, D] (``y`` is ignored; it exists for pipelines). Returns ``self``."""
-        arr = check_array(X, what="X", min_rows=self._min_rows(), dtype=self._fit_dtype)
+        arr = check_array(X, what="X", min_rows=self._min_rows(), dtype=self._fit_dtype, owner=type(self).__name__)
         self._check_params(arr)
         if self._needs_variance:
             check_spread(arr)
+        for attr in ("n_features_in_", "feature_names_in_"):  # a refit that fails leaves no stale fitted marker
+            self.__dict__.pop(attr, None)
         self._fit(arr)
-        self.n_features_in_ = arr.shape[1]
+        # Sets n_features_in_, and feature_names_in_ when X is a DataFrame with string column names.
+        validate_data(self, X, reset=True, skip_check_array=True)
         return self
 
     def transform(self, X: np.ndarray) -> np.ndarray:
-        """Calibrate embeddings [N, D] -> float32 [N, D_out]. A 1-D vector gives a 1-D result."""
+        """Calibrate embeddings [N, D] -> **float32** [N, D_out], whatever the input dtype.
+
+        A 1-D vector [D] gives a 1-D result [D_out] (one sentence); scikit-learn's transformers refuse 1-D input.
+        """
         self._check_fitted()
-        single = np.ndim(X) == 1
-        arr = check_array(np.atleast_2d(X) if single else X, n_features=self.n_features_in_, what="X")
+        single = np.asarray(X).ndim == 1  # np.asarray: np.ndim would go through __array_function__
+        arr = check_array(
+            np.atleast_2d(X) if single else X, n_features=self.n_features_in_, what="X", owner=type(self).__name__
+        )
+        if not single:  # warns when the columns of a DataFrame differ from those fitted on
+            validate_data(self, X, reset=False, skip_check_array=True)
         out = self._transform(arr).astype(np.float32)
         check_calibrated(out, arr, what=f"this {type(self).__name__}")
         return out[0] if single else out
@@ -192,10 +232,6 @@ class Calibrator(ABC):
             return torch.from_numpy(np.ascontiguousarray(z, dtype=np.float32)).to(x.device)
 
         return via_numpy
-
-    def fit_transform(self, X: np.ndarray, y: object = None) -> np.ndarray:
-        """``fit(X).transform(X)``."""
-        return self.fit(X).transform(X)
 
     @property
     def n_features_out_(self) -> int:

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from sklearn.base import OneToOneFeatureMixin, clone
 
 from ..errors import InputError
 from .base import Calibrator, TorchTransform, check_latents, register
@@ -18,8 +19,15 @@ __all__ = ["ChainCalibrator"]
 class ChainCalibrator(Calibrator):
     """Fit and apply calibrators one after another; each is fitted on the previous one's output.
 
+    As in scikit-learn's meta-estimators, ``fit`` leaves the ``steps`` parameter untouched: it fits clones
+    (``sklearn.base.clone``) of them, kept in ``steps_``. So ``clone(chain)`` and refitting a chain work, and the
+    calibrators passed in stay unfitted.
+
     Args:
         steps: the calibrators, first applied first.
+
+    Attributes:
+        steps_: the fitted clones of ``steps``, in order.
 
     Example:
         >>> ChainCalibrator([StandardNormCalibrator(), AllButTheTopCalibrator(6)])  # "SN + NATSV k=6"
@@ -34,17 +42,20 @@ class ChainCalibrator(Calibrator):
 
     def _fit(self, X: np.ndarray) -> None:
         # Intermediate results stay float64; the public transform would round each step to float32.
+        fitted = []
         for step in self.steps:
-            step.fit(X)
+            step = clone(step).fit(X)
+            fitted.append(step)
             X = step._transform(X)
+        self.steps_ = fitted
 
     def _transform(self, X: np.ndarray) -> np.ndarray:
-        for step in self.steps:
+        for step in self.steps_:
             X = step._transform(X)
         return X
 
     def _torch_transform(self, device: torch.device) -> TorchTransform:
-        parts = [step._torch_transform(device) for step in self.steps]
+        parts = [step._torch_transform(device) for step in self.steps_]
 
         def chained(x: torch.Tensor) -> torch.Tensor:
             for part in parts:
@@ -56,7 +67,7 @@ class ChainCalibrator(Calibrator):
     def inverse_transform(self, Z: np.ndarray) -> np.ndarray:
         """Invert every step in reverse order; only where every step is invertible."""
         Z = check_latents(self, Z)
-        for step in reversed(self.steps):
+        for step in reversed(self.steps_):
             if not hasattr(step, "inverse_transform"):
                 raise NotImplementedError(f"{type(step).__name__} in this chain has no inverse")
             Z = step.inverse_transform(Z)
@@ -65,10 +76,15 @@ class ChainCalibrator(Calibrator):
     @property
     def n_features_out_(self) -> int:
         self._check_fitted()
-        return self.steps[-1].n_features_out_
+        return self.steps_[-1].n_features_out_
 
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        return {"steps": list(self.steps)}
+    def get_feature_names_out(self, input_features: Sequence[str] | None = None) -> np.ndarray:
+        """Each step's output names fed to the next, as in ``sklearn.pipeline.Pipeline``."""
+        self._check_fitted()
+        names = OneToOneFeatureMixin.get_feature_names_out(self, input_features)
+        for step in self.steps_:
+            names = step.get_feature_names_out(names)
+        return names
 
     def to_config(self) -> dict[str, Any]:
         config = super().to_config()
@@ -77,10 +93,10 @@ class ChainCalibrator(Calibrator):
 
     def _get_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         arrays = {}
-        for i, step in enumerate(self.steps):
+        for i, step in enumerate(self.steps_):
             _, step_arrays = step._get_state()
             arrays.update({f"{i}.{k}": v for k, v in step_arrays.items()})
-        return {"steps": [step.to_config() for step in self.steps]}, arrays
+        return {"steps": [step.to_config() for step in self.steps_]}, arrays
 
     def _set_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
         steps = []
@@ -88,4 +104,5 @@ class ChainCalibrator(Calibrator):
             prefix = f"{i}."
             sub = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
             steps.append(Calibrator.from_config(config, sub))
-        self.steps = steps
+        self.steps_ = steps
+        self.steps = [clone(step) for step in steps]  # the parameter: the same calibrators, unfitted

@@ -73,6 +73,8 @@ class FlowCalibrator(Calibrator):
             steps, picks the best step (label-free early stopping) and the parameters of that step are kept.
         eval_every: steps between held-out evaluations.
         init_samples: rows used for ActNorm's data-dependent initialisation.
+        min_samples: fewer fitting rows are refused (default 32: below a few dozen rows a density estimate with
+            ~150k parameters is meaningless). Lower it only for tests and toy data.
         seed: seeds the Glow's initial weights, the shuffling and the held-out split.
         device: ``"cpu"``, ``"cuda"`` ...; ``None`` picks CUDA when available.
         cuda_graph: on CUDA, capture one training step as a CUDA graph and replay it (same kernels, same
@@ -111,6 +113,7 @@ class FlowCalibrator(Calibrator):
         validation_fraction: float = 0.0,
         eval_every: int = 50,
         init_samples: int = 4096,
+        min_samples: int = 32,
         seed: int = 0,
         device: str | None = None,
         cuda_graph: bool = True,
@@ -131,6 +134,7 @@ class FlowCalibrator(Calibrator):
         self.validation_fraction = validation_fraction
         self.eval_every = eval_every
         self.init_samples = init_samples
+        self.min_samples = min_samples
         self.seed = seed
         self.device = device
         self.cuda_graph = cuda_graph
@@ -150,9 +154,13 @@ class FlowCalibrator(Calibrator):
         return config
 
     def _min_rows(self) -> int:
-        return 32  # below a few dozen rows a 150k-parameter density estimate is meaningless
+        return max(2, int(self.min_samples))
 
     def _validate_params(self, X: np.ndarray) -> None:
+        if X.shape[1] < 2:
+            raise InputError(
+                f"the flow needs at least 2 features (embedding dimensions); X has {X.shape[1]} feature(s)"
+            )
         if not (math.isfinite(self.lr) and self.lr > 0) or self.batch_size < 1:
             raise InputError("lr and batch_size must be positive")
         check_epochs(self.epochs)
@@ -437,7 +445,7 @@ class FlowCalibrator(Calibrator):
         self._check_fitted()
         from ..validation import check_array
 
-        X = check_array(X, n_features=self.n_features_in_)
+        X = check_array(X, n_features=self.n_features_in_, owner=type(self).__name__)
         z, ladj = self._latent(X)
         log_p = -0.5 * (z**2).sum(axis=1) - 0.5 * z.shape[1] * math.log(2 * math.pi) + ladj
         u = (X[:, self.passthrough_] - self.passthrough_mean_) / self.passthrough_scale_

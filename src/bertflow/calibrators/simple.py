@@ -28,6 +28,7 @@ class IdentityCalibrator(Calibrator):
     """No calibration ("raw"): returns the embeddings unchanged. Useful as a baseline in the same pipeline."""
 
     _needs_variance = False
+    _one_to_one = True  # output column i is input column i transformed
 
     def __init__(self) -> None:
         pass
@@ -59,10 +60,16 @@ class IdentityCalibrator(Calibrator):
 class StandardNormCalibrator(Calibrator):
     """Standard normalisation ("SN" in the BERT-flow paper): per-dimension z-score.
 
+    This is ``sklearn.preprocessing.StandardScaler()`` (population std, ddof 0), except that a (near-)constant
+    dimension is divided by a floored std (:func:`floored_std`) where StandardScaler divides by 1; the output is
+    float32. ``tests/calibrators/test_sklearn.py`` checks the equality.
+
     Attributes:
         mean_: [D] per-dimension mean.
         scale_: [D] per-dimension std, floored (see :func:`floored_std`).
     """
+
+    _one_to_one = True  # output column i is input column i transformed
 
     def __init__(self) -> None:
         pass
@@ -103,13 +110,17 @@ class AllButTheTopCalibrator(Calibrator):
         components_: [k, D] orthonormal top principal directions that are projected out.
     """
 
+    _one_to_one = True  # output column i is input column i transformed
+
     def __init__(self, n_components: int = 1) -> None:
         self.n_components = n_components
 
     def _validate_params(self, X: np.ndarray) -> None:
         n, d = X.shape
         if not 1 <= int(self.n_components) < d:
-            raise InputError(f"n_components must be between 1 and {d - 1}, got {self.n_components}")
+            raise InputError(
+                f"n_components must be between 1 and {d - 1} (n_features={d} minus 1), got {self.n_components}"
+            )
         # N centred rows span at most N - 1 directions: removing that many leaves nothing (every output 0, every
         # cosine noise), and more would not even exist (the saved components would not match the declared count).
         if n and int(self.n_components) > n - 2:

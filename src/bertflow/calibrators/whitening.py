@@ -114,6 +114,12 @@ def read_projection(arrays: dict[str, np.ndarray], d: int, k: int) -> tuple[np.n
 class WhiteningCalibrator(Calibrator):
     r"""Whitening: :math:`\tilde x = (x - \mu) U_k \Lambda_k^{-1/2}` from the eigendecomposition of the covariance.
 
+    With the defaults and more sentences than dimensions this is ``sklearn.decomposition.PCA(n_components,
+    whiten=True)`` up to the sign of each output column (eigenvectors have no sign; cosines do not depend on
+    it): same centring, same covariance (divided by N - 1), same scaling. It differs where PCA has no
+    counterpart: ``shrinkage`` (automatic for N <= D), ``rcond`` (dropping directions without variance instead of
+    amplifying them), and float32 output. ``tests/calibrators/test_sklearn.py`` checks the equality.
+
     Args:
         n_components: keep the top k principal directions ("whitening-k", e.g. 256 for BERT-base); ``None``
             keeps every direction that carries variance.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Annotated
 
 import click
 import typer
@@ -37,6 +38,26 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        typer.echo(f"bertflow {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print bertflow's version and exit."),
+    ] = False,
+) -> None:
+    pass
+
 
 # Importing the modules registers their commands on `app`.
 from . import bench, core, distributed, evaluate, search  # noqa: E402,F401

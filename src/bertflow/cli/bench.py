@@ -23,6 +23,9 @@ bench_app = typer.Typer(
 app.add_typer(bench_app, name="bench")
 
 JsonOpt = Annotated[Path | None, typer.Option("--json", help="Also write every number to this JSON file.")]
+QuietOpt = Annotated[
+    bool, typer.Option("--quiet", "-q", help="No progress or result lines; the numbers go to --json only.")
+]
 DataOpt = Annotated[Path | None, typer.Option(help="STS data folder (default: found as bertflow.data does).")]
 
 
@@ -40,14 +43,15 @@ def cpu(
     rounds: Annotated[int, typer.Option(help="Timed runs per system, interleaved A B / B A; median reported.")] = 5,
     data_dir: DataOpt = None,
     json_path: JsonOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Embedded default model on this CPU: bertflow vs SentenceTransformer.encode (fp32, same sentences and
     max_length), then STS-B flow fitting time and calibrator transform overhead."""
     from ..bench import cpu_comparison
 
-    _check_json(json_path)
+    _check_json(json_path, quiet)
     quiet_libraries()
-    cpu_comparison(json_path, sentences=sentences, long=long, rounds=rounds, data_dir=data_dir)
+    cpu_comparison(json_path, sentences=sentences, long=long, rounds=rounds, data_dir=data_dir, log=_log(quiet))
 
 
 @bench_app.command(
@@ -72,12 +76,13 @@ def suite(
         Path | None, typer.Option(help="Scratch folder for models and files (default: a temp dir).")
     ] = None,
     data_dir: DataOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """The GPU suite: random-weight BERT-base and MiniLM-L6 against sentence-transformers (STS and long texts),
     bertflow variants, bf16 vs fp32, memory of `bertflow encode`, flow fitting on 1M vectors, calibrator overhead."""
     from ..bench import SUITE_SCALES, run_suite
 
-    _check_json(json_path)
+    _check_json(json_path, quiet)
     check_device(device)
     quiet_libraries()
     if scale not in SUITE_SCALES:
@@ -93,6 +98,7 @@ def suite(
             device=device,
             scale=scale,
             deadline_s=deadline,
+            log=_log(quiet),
         )
 
 
@@ -111,6 +117,7 @@ def flow(
     probe_steps: Annotated[int, typer.Option(help="Steps per side-by-side run of the two loops.")] = 1000,
     epoch: Annotated[bool, typer.Option(help="Also time one whole epoch.")] = True,
     json_path: JsonOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Flow fitting speed: one epoch of FlowCalibrator() on random vectors, and the training loop with and without
     its CUDA graph side by side (time per step, and whether both give identical flows)."""
@@ -118,20 +125,29 @@ def flow(
 
     from ..bench import bench_flow_fit_gpu, environment, save_json
 
-    _check_json(json_path)
+    _check_json(json_path, quiet)
     check_device(device)
     X = np.random.default_rng(0).normal(size=(rows, dim)).astype(np.float32)
     out = {
         "environment": environment(device),
-        "flow_fit": bench_flow_fit_gpu(X, device=device, probe_steps=probe_steps, full_epoch=epoch),
+        "flow_fit": bench_flow_fit_gpu(X, device=device, probe_steps=probe_steps, full_epoch=epoch, log=_log(quiet)),
     }
     if json_path:
         save_json(out, json_path)
 
 
-def _check_json(json_path: Path | None) -> None:
-    """The results file can be written: checked before the benchmark runs, not after."""
+def _check_json(json_path: Path | None, quiet: bool = False) -> None:
+    """The results file can be written: checked before the benchmark runs, not after. ``-q`` without ``--json``
+    would run the benchmark and show nothing, so it is refused."""
+    from ..errors import InputError
     from ..serialization import check_output_file
 
+    if quiet and json_path is None:
+        raise InputError("-q hides every result line; add --json FILE to keep the numbers")
     if json_path is not None:
         check_output_file(json_path)
+
+
+def _log(quiet: bool):  # noqa: ANN202 - the benchmarks' log callable
+    """What the benchmarks print their progress and results with: ``print``, or nothing with ``-q``."""
+    return (lambda _line: None) if quiet else print

@@ -13,12 +13,15 @@ import typer
 
 from . import app
 from .options import (
+    CALIBRATOR_HELP,
     STDIO,
     EncodingErrors,
+    ThreadsOpt,
     build_encoder,
     check_device,
     check_model_dir_options,
     check_text_arguments,
+    limit_threads,
     load_embedder,
     quiet_libraries,
     read_corpus,
@@ -77,10 +80,7 @@ def fit(
     model: ModelOpt = None,
     pooling: PoolingOpt = "mean",
     max_length: MaxLenOpt = 64,
-    calibrator: Annotated[
-        str,
-        typer.Option(help="flow | flow-paper | whitening | whitening-K | standard-norm | natsv-K, joined with '+'."),
-    ] = "flow",
+    calibrator: Annotated[str, typer.Option(help=CALIBRATOR_HELP)] = "flow",
     column: ColumnOpt = None,
     unique: Annotated[bool, typer.Option(help="Drop duplicate sentences before fitting.")] = False,
     seed: Annotated[int, typer.Option(help="Seed of the flow's initialisation and shuffling.")] = 0,
@@ -93,6 +93,7 @@ def fit(
     device: DeviceOpt = None,
     dtype: DtypeOpt = "auto",
     overwrite: OverwriteOpt = False,
+    threads: ThreadsOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Fit a calibrator on unlabeled sentences and save encoder reference + calibrator to a folder."""
@@ -105,6 +106,7 @@ def fit(
     check_output_folder(output, "model", overwrite=overwrite, inputs=[corpus, *([model] if model else [])])
     check_device(device)
     check_epochs(epochs)
+    limit_threads(threads)
     cal = parse_calibrator(
         calibrator, seed=seed, epochs=epochs, validation_fraction=validation_fraction, device=device, verbose=not quiet
     )
@@ -154,6 +156,7 @@ def encode(
     batch_size: BatchOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = "auto",
+    threads: ThreadsOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Embed every line of a file into a .npy (streamed: memory stays bounded for any file size)."""
@@ -169,6 +172,7 @@ def encode(
         check_output_file(output, inputs=[input, *([model_dir] if model_dir else [])])
     check_device(device)
     check_model_dir_options(ctx, model_dir)
+    limit_threads(threads)
     quiet_libraries()
     if model_dir:
         embedder = load_embedder(model_dir, device, dtype)
@@ -295,8 +299,8 @@ def similarity(
     pairs: Annotated[
         Path | None,
         typer.Option(
-            help="TSV with a header and sentence1, sentence2 columns (extra columns such as score are kept); "
-            "- reads standard input."
+            help="TSV with a header holding sentence1 and sentence2 columns; other columns (score, id ...) are "
+            "optional and copied to the output after the cosine. - reads standard input."
         ),
     ] = None,
     output: Annotated[
@@ -314,6 +318,8 @@ def similarity(
     encoding_errors: ErrorsOpt = EncodingErrors.strict,
     device: DeviceOpt = None,
     dtype: DtypeOpt = "auto",
+    threads: ThreadsOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Cosine similarity in the calibrated space: of two sentences, or of every pair in a TSV."""
     from ..calibrators import IdentityCalibrator
@@ -336,6 +342,7 @@ def similarity(
         check_output_file(output, inputs=[pairs] if pairs is not None else [])
     check_device(device)
     check_model_dir_options(ctx, model_dir)
+    limit_threads(threads)
     quiet_libraries()
     if model_dir:
         embedder = load_embedder(model_dir, device, dtype)
@@ -344,12 +351,13 @@ def similarity(
     if sentences:
         typer.echo(f"{embedder.similarity(sentences[0], sentences[1]):.6f}")
         return
-    data = read_pairs(pairs, errors=encoding_errors.value)
-    scores = embedder.similarity_pairwise(data.sentences1, data.sentences2)
-    lines = ["cosine\tsentence1\tsentence2" if data.scores is None else "cosine\tgold\tsentence1\tsentence2"]
-    for i, cos in enumerate(scores):
-        gold = "" if data.scores is None else f"{data.scores[i]:g}\t"
-        lines.append(f"{cos:.6f}\t{gold}{data.sentences1[i]}\t{data.sentences2[i]}")
+    data = read_pairs(pairs, errors=encoding_errors.value, require_target=False, keep_columns=True)
+    progress = False if quiet else None  # None: a bar for large files (SentenceEncoder.encode's rule)
+    scores = embedder.similarity_pairwise(data.sentences1, data.sentences2, show_progress_bar=progress)
+    # The input's columns, every one and in its order, after the cosine: ids and scores travel with their pair.
+    columns = data.columns or {}
+    lines = ["\t".join(["cosine", *columns])]
+    lines += ["\t".join([f"{cos:.6f}", *fields]) for cos, *fields in zip(scores, *columns.values(), strict=True)]
     text = "\n".join(lines) + "\n"
     if output:
         atomic_write_text(output, text)

@@ -13,10 +13,14 @@ import typer
 from . import app
 from .core import BatchOpt, DeviceOpt, DtypeOpt, MaxLenOpt
 from .options import (
+    CALIBRATOR_HELP,
     EncodingErrors,
+    ThreadsOpt,
     check_device,
     check_model_dir_options,
     load_embedder,
+    limit_threads,
+    progress_log,
     quiet_libraries,
     read_corpus,
 )
@@ -34,10 +38,7 @@ PoolingOpt = Annotated[
         help="cls | pooler | mean | first-last-avg | last2avg | comma-separated hidden-state indices (0 = embeddings)."
     ),
 ]
-CalibratorOpt = Annotated[
-    str,
-    typer.Option(help="none | flow | flow-paper | whitening | whitening-K | standard-norm | natsv-K, joined with '+'."),
-]
+CalibratorOpt = Annotated[str, typer.Option(help=CALIBRATOR_HELP)]
 RegimeOpt = Annotated[
     str,
     typer.Option(
@@ -70,13 +71,6 @@ NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Do not read or wri
 SeedsOpt = Annotated[int, typer.Option(help="Flow rows: fit with seeds 0..N-1 and report mean ± std.")]
 EpochsOpt = Annotated[float, typer.Option(help="Flow training epochs.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines on stderr.")]
-ThreadsOpt = Annotated[
-    int | None,
-    typer.Option(
-        help="torch CPU threads for encoding (default: torch's choice). On a machine whose cores other processes "
-        "use, 1 can be several times faster than 2."
-    ),
-]
 ErrorsOpt = Annotated[
     EncodingErrors,
     typer.Option("--encoding-errors", help="strict: stop at bytes that are not UTF-8; replace: use U+FFFD."),
@@ -101,13 +95,6 @@ def _command(name: str, options: Sequence[tuple[str, Any]]) -> str:
         else:
             parts += [flag, str(value)]
     return shlex.join(parts)
-
-
-def _threads(n: int | None) -> None:
-    if n is not None:
-        import torch
-
-        torch.set_num_threads(n)
 
 
 def _progress(quiet: bool):  # noqa: ANN202 - a callable or None
@@ -196,7 +183,7 @@ def evaluate(
     from ..evaluation.reproduce import GridConfig, evaluate_embedder, run_grid
 
     quiet_libraries()
-    _threads(threads)
+    limit_threads(threads)
     task_names = _split(tasks)
     if model_dir:
         command = _command(
@@ -319,7 +306,7 @@ def reproduce(
     from ..evaluation.reproduce import GridConfig, run_grid
 
     quiet_libraries()
-    _threads(threads)
+    limit_threads(threads)
     regime_list = _split(regimes)
     if corpus is not None and "corpus" not in regime_list:
         regime_list.append("corpus")
@@ -423,7 +410,7 @@ def analyze(
     from ..evaluation.analyze import analyze_stsb
 
     quiet_libraries()
-    _threads(threads)
+    limit_threads(threads)
     if corpus is not None and regime == "target":
         regime = "corpus"
     if model_dir:
@@ -486,9 +473,11 @@ def download_sts_command(
     ] = None,
     include_nli: Annotated[bool, typer.Option(help="Also build NLI/snli_{dev,test}.tsv (about 90 MB).")] = False,
     force: Annotated[bool, typer.Option(help="Rebuild even if a previous download completed.")] = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Download STS12-16, STS-B and SICK from the original releases into the TSV layout bertflow reads."""
     from ..data import download_sts
 
-    folder = download_sts(output, include_nli=include_nli, force=force)
+    with progress_log("bertflow.data", quiet):  # "downloading STS12 from ..." per archive, on stderr
+        folder = download_sts(output, include_nli=include_nli, force=force)
     typer.echo(str(folder))

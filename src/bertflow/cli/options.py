@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
-from collections.abc import Sequence
+import logging
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
+from ..calibrators import CALIBRATOR_SPECS
+
 __all__ = [
     "STDIO",
+    "CALIBRATOR_HELP",
+    "ThreadsOpt",
+    "limit_threads",
+    "progress_log",
     "EncodingErrors",
     "build_encoder",
     "check_device",
@@ -23,6 +32,52 @@ __all__ = [
 
 #: The file name that means standard input (for inputs) or standard output (for outputs).
 STDIO = "-"
+
+#: ``--calibrator`` help: every spec :func:`~bertflow.calibrators.parse_calibrator` knows, so none goes unlisted.
+CALIBRATOR_HELP = f"{' | '.join(CALIBRATOR_SPECS)}, joined with '+' (e.g. standard-norm+natsv-6)."
+
+ThreadsOpt = Annotated[
+    int | None,
+    typer.Option(
+        help="torch CPU threads for encoding (default: torch's choice). On a machine whose cores other processes "
+        "use, 1 can be several times faster than 2."
+    ),
+]
+
+
+@contextlib.contextmanager
+def progress_log(logger_name: str, quiet: bool) -> Iterator[None]:
+    """Show the INFO lines of ``logger_name`` on stderr as progress (message only) for the ``with`` block, unless
+    ``quiet``. For library steps that report through logging (``download_sts``: one line per archive)."""
+    if quiet:
+        yield
+        return
+    logger = logging.getLogger(logger_name)
+    handler = logging.StreamHandler()  # stderr, looked up at each write (so test runners can capture it)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    level, propagate = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False  # not twice when BERTFLOW_LOG=INFO also shows library logs
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate
+
+
+def limit_threads(n: int | None) -> None:
+    """Apply ``--threads``: torch's CPU thread count for the rest of the command (``None``: leave torch's choice)."""
+    if n is not None:
+        import torch
+
+        from ..errors import InputError
+
+        if n < 1:
+            raise InputError(f"--threads must be at least 1, got {n}")
+
+        torch.set_num_threads(n)
 
 
 class EncodingErrors(str, enum.Enum):

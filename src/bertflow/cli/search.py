@@ -12,7 +12,16 @@ import typer
 
 from . import app
 from .core import BatchOpt, DeviceOpt, DtypeOpt, ErrorsOpt, OverwriteOpt, QuietOpt
-from .options import EncodingErrors, check_device, check_text_arguments, column_key, load_embedder, quiet_libraries
+from .options import (
+    EncodingErrors,
+    ThreadsOpt,
+    check_device,
+    check_text_arguments,
+    column_key,
+    limit_threads,
+    load_embedder,
+    quiet_libraries,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +65,7 @@ def build(
     device: DeviceOpt = None,
     dtype: DtypeOpt = "auto",
     overwrite: OverwriteOpt = False,
+    threads: ThreadsOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Embed a corpus with a fitted model and save it as a searchable index (with the model's identity)."""
@@ -65,6 +75,7 @@ def build(
     # folder of another kind, and an existing index only with --overwrite.
     check_output_folder(output, "index", overwrite=overwrite, inputs=[corpus, model_dir])
     check_device(device)
+    limit_threads(threads)
     quiet_libraries()
     started = time.perf_counter()
     embedder = load_embedder(model_dir, device, dtype)
@@ -120,6 +131,8 @@ def query(
     encoding_errors: ErrorsOpt = EncodingErrors.strict,
     device: DeviceOpt = None,
     dtype: DtypeOpt = "auto",
+    threads: ThreadsOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Find the sentences of an index closest to each query (cosine in the calibrated space)."""
     from ..data import read_sentences
@@ -128,6 +141,7 @@ def query(
 
     check_text_arguments(texts or [], what="query")
     check_device(device)
+    limit_threads(threads)
     quiet_libraries()
     items = list(texts or [])
     if queries is not None:
@@ -139,7 +153,7 @@ def query(
     if not source:
         raise InputError(f"{index} does not record the model it was built with; pass --model-dir")
     embedder = load_embedder(source, device, dtype)
-    results = embedder.search(items, top_k=top_k, index=idx)
+    results = embedder.search(items, top_k=top_k, index=idx, show_progress_bar=False if quiet else None)
     for text, hits in zip(items, results, strict=True):
         if json_output:
             rows = [{"id": h.id, "score": round(h.score, 6), "text": h.text, "row": h.row} for h in hits]

@@ -190,6 +190,14 @@ class Calibration(Module):
         features["sentence_embedding"] = z.to(dtype=x.dtype)
         return features
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The module's state without the per-device functions ``forward`` caches: they are closures, which pickle
+        cannot send (sentence-transformers' multi-process encoding pickles the model to each worker), and a worker
+        builds its own on its first forward anyway."""
+        state = dict(super().__getstate__())
+        state.pop("_transforms", None)
+        return state
+
     def get_embedding_dimension(self) -> int:
         """Dimension D' of the calibrated embeddings (smaller than D for e.g. ``whitening-256``)."""
         return int(self.calibrator.n_features_out_)

@@ -1,0 +1,176 @@
+"""Calibrators are scikit-learn transformers: the estimator checks, clone, Pipeline, GridSearchCV, set_output,
+feature names, and the two calibrators that equal scikit-learn estimators."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.decomposition import PCA
+from sklearn.exceptions import NotFittedError as SklearnNotFittedError
+from sklearn.model_selection import GridSearchCV
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from bertflow.calibrators import (
+    AllButTheTopCalibrator,
+    AnchoredWhiteningCalibrator,
+    AutoCalibrator,
+    Calibrator,
+    ChainCalibrator,
+    FlowCalibrator,
+    IdentityCalibrator,
+    StandardNormCalibrator,
+    WhiteningCalibrator,
+)
+
+#: The flow's checks fit it dozens of times; a handful of steps keeps them fast and exercises the same code.
+#: The checks fit on 10 to 30 rows of 2 to 10 features: one level (two would need 4 features), min_samples lowered.
+FAST_FLOW = {"n_levels": 1, "depth": 2, "max_steps": 3, "init_samples": 64, "min_samples": 2, "device": "cpu"}
+
+ESTIMATORS = [
+    IdentityCalibrator(),
+    StandardNormCalibrator(),
+    WhiteningCalibrator(),
+    WhiteningCalibrator(2, shrinkage=0.1),
+    AllButTheTopCalibrator(1),
+    ChainCalibrator([StandardNormCalibrator(), AllButTheTopCalibrator(1)]),
+    FlowCalibrator(**FAST_FLOW),
+    AnchoredWhiteningCalibrator(),
+    AutoCalibrator(),
+]
+
+#: Checks that do not hold for bertflow's calibrators by design; each reason is the design decision.
+SKIPPED = {
+    "check_fit2d_predict1d": (
+        "transform accepts one embedding [D] and returns one calibrated vector [D'] (documented convenience for a "
+        "single sentence); scikit-learn's transformers refuse 1-D input"
+    ),
+}
+
+
+def expected_failed_checks(estimator) -> dict[str, str]:
+    return dict(SKIPPED)  # the same for every calibrator
+
+
+@parametrize_with_checks(ESTIMATORS, expected_failed_checks=expected_failed_checks, xfail_strict=True)
+def test_sklearn_estimator_checks(estimator, check):
+    check(estimator)
+
+
+# -- beyond the generic checks -------------------------------------------------------------------------------
+
+
+def test_clone_of_a_chain_is_unfitted_and_independent(anisotropic_data):
+    steps = [StandardNormCalibrator(), WhiteningCalibrator(4)]
+    chain = ChainCalibrator(steps).fit(anisotropic_data)
+    # fit leaves the steps given untouched (it fits clones, kept in steps_), as scikit-learn's meta-estimators do.
+    assert not steps[0].is_fitted and not steps[1].is_fitted
+    assert chain.steps_[1].n_components_ == 4 and chain.steps_[0] is not steps[0]
+    copy = clone(chain)
+    assert not copy.is_fitted and copy.steps[1].get_params() == steps[1].get_params()
+    assert copy.steps[1] is not steps[1]
+    np.testing.assert_array_equal(copy.fit_transform(anisotropic_data), chain.transform(anisotropic_data))
+
+
+def test_chain_loaded_from_disk_has_its_steps_as_parameters(anisotropic_data, tmp_path):
+    chain = ChainCalibrator([StandardNormCalibrator(), AllButTheTopCalibrator(2)]).fit(anisotropic_data)
+    chain.save(tmp_path / "chain")
+    loaded = ChainCalibrator.load(tmp_path / "chain")
+    assert [type(s) for s in loaded.steps] == [StandardNormCalibrator, AllButTheTopCalibrator]
+    assert loaded.steps[1].n_components == 2 and not loaded.steps[1].is_fitted
+    np.testing.assert_array_equal(
+        clone(loaded).fit(anisotropic_data).transform(anisotropic_data), chain.transform(anisotropic_data)
+    )
+
+
+def test_not_fitted_error_is_scikit_learns(anisotropic_data):
+    with pytest.raises(SklearnNotFittedError):
+        WhiteningCalibrator().transform(anisotropic_data)
+
+
+def test_output_is_float32_for_float64_input_as_documented(anisotropic_data):
+    cal = WhiteningCalibrator().fit(anisotropic_data.astype(np.float64))
+    assert cal.transform(anisotropic_data.astype(np.float64)).dtype == np.float32
+    assert cal.__sklearn_tags__().transformer_tags.preserves_dtype == ["float32"]
+    assert "float32" in Calibrator.__doc__ and "float32" in Calibrator.transform.__doc__
+
+
+def test_standard_norm_equals_standard_scaler(anisotropic_data):
+    ours = StandardNormCalibrator().fit_transform(anisotropic_data)
+    theirs = StandardScaler().fit_transform(anisotropic_data)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("k", [None, 5])
+def test_whitening_equals_pca_whiten_up_to_column_signs(anisotropic_data, k):
+    ours = WhiteningCalibrator(k).fit_transform(anisotropic_data).astype(np.float64)
+    theirs = PCA(n_components=k, whiten=True, svd_solver="full").fit_transform(anisotropic_data)
+    signs = np.sign((ours * theirs).sum(axis=0))  # eigenvectors are defined up to sign
+    assert (signs != 0).all()
+    np.testing.assert_allclose(ours * signs, theirs, rtol=1e-4, atol=1e-4)
+
+
+def test_feature_names_out(anisotropic_data):
+    d = anisotropic_data.shape[1]
+    sn = StandardNormCalibrator().fit(anisotropic_data)
+    assert list(sn.get_feature_names_out()) == [f"x{i}" for i in range(d)]
+    names = [f"dim{i}" for i in range(d)]
+    assert list(AllButTheTopCalibrator(2).fit(anisotropic_data).get_feature_names_out(names)) == names
+    wh = WhiteningCalibrator(4).fit(anisotropic_data)
+    assert list(wh.get_feature_names_out()) == [f"whiteningcalibrator{i}" for i in range(4)]
+    anchored = AnchoredWhiteningCalibrator().fit(anisotropic_data)
+    n_out = anchored.transform(anisotropic_data).shape[1]
+    assert len(anchored.get_feature_names_out()) == anchored.n_features_out_ == n_out
+    chain = ChainCalibrator([StandardNormCalibrator(), WhiteningCalibrator(3)]).fit(anisotropic_data)
+    assert list(chain.get_feature_names_out()) == [f"whiteningcalibrator{i}" for i in range(3)]
+    assert list(ChainCalibrator([StandardNormCalibrator()]).fit(anisotropic_data).get_feature_names_out(names)) == names
+    with pytest.raises(ValueError):
+        sn.get_feature_names_out(names[:3])  # wrong count, as scikit-learn refuses
+
+
+def test_set_output(anisotropic_data):
+    cal = WhiteningCalibrator(3).set_output(transform="default")
+    assert isinstance(cal.fit_transform(anisotropic_data), np.ndarray)
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame(anisotropic_data, columns=[f"d{i}" for i in range(anisotropic_data.shape[1])])
+    out = StandardNormCalibrator().set_output(transform="pandas").fit(frame).transform(frame)
+    assert list(out.columns) == list(frame.columns)
+
+
+def test_pipeline_and_grid_search_supervised(anisotropic_data):
+    """A toy supervised pipeline: the target depends on the data's low-variance directions, which whitening
+    brings to unit scale; the grid search must find the n_components that keeps them."""
+    from sklearn.linear_model import Ridge
+
+    x = anisotropic_data
+    low = WhiteningCalibrator().fit(x).transform(x)[:, -1].astype(np.float64)  # the weakest direction
+    y = low + 0.01 * np.random.default_rng(1).normal(size=len(x))
+    pipe = make_pipeline(ChainCalibrator([StandardNormCalibrator(), WhiteningCalibrator()]), Ridge(alpha=1.0))
+    grid = {"chaincalibrator__steps": [[WhiteningCalibrator(2)], [WhiteningCalibrator()]]}
+    search = GridSearchCV(pipe, grid, cv=3).fit(x, y)
+    assert search.best_params_["chaincalibrator__steps"][0].n_components is None
+    assert search.best_score_ > 0.9
+    grid = {"whiteningcalibrator__n_components": [2, None]}
+    search = GridSearchCV(make_pipeline(WhiteningCalibrator(), Ridge()), grid, cv=3)
+    assert search.fit(x, y).best_params_ == {"whiteningcalibrator__n_components": None}
+
+
+def test_grid_search_without_labels_uses_the_flows_likelihood(anisotropic_data):
+    """GridSearchCV with no y and no scoring ranks by ``FlowCalibrator.score`` (held-out log-likelihood)."""
+    x = anisotropic_data
+    flow = FlowCalibrator(n_levels=1, depth=1, hidden_channels=8, max_steps=2, device="cpu")
+    search = GridSearchCV(flow, {"max_steps": [1, 60]}, cv=2).fit(x)
+    assert search.best_params_ == {"max_steps": 60}  # more training: higher held-out likelihood
+    assert search.best_estimator_.is_fitted
+
+
+def test_repr_is_one_line():
+    """The repr goes into model cards (a Markdown table cell) and JSON summaries: never broken over lines, as
+    scikit-learn's pretty printer does for long ones."""
+    flow = FlowCalibrator("paper", coupling="affine", permutation="lu", max_steps=30, lr=1e-4, batch_size=128, seed=3)
+    chain = ChainCalibrator([StandardNormCalibrator(), WhiteningCalibrator(256, shrinkage=0.5), flow])
+    text = repr(chain)
+    assert "\n" not in text and text.startswith("ChainCalibrator(steps=[StandardNormCalibrator(), ")
+    assert "batch_size=128" in text and "seed=3" in text
