@@ -40,7 +40,6 @@ app = typer.Typer(
 )
 
 
-
 def _print_version(value: bool) -> None:
     if value:
         from .. import __version__
