@@ -50,7 +50,7 @@ def unit(x: np.ndarray) -> np.ndarray:
 
 def test_fit_calibrator_places_module_before_normalize(base):
     before = base.encode(CORPUS[:10])
-    model = fit_calibrator(base, CORPUS, "whitening-8")
+    model = fit_calibrator(base, CORPUS, "whitening-8", portable=False)
     assert [type(m).__name__ for m in model] == ["Transformer", "Pooling", "Calibration", "Normalize"]
     cal = model[2].calibrator
     assert isinstance(cal, WhiteningCalibrator) and cal.n_features_in_ == 32
@@ -66,19 +66,19 @@ def test_fit_calibrator_places_module_before_normalize(base):
 
 
 def test_normalize_option(base, tiny_model_dir):
-    raw = fit_calibrator(base, CORPUS, WhiteningCalibrator(), normalize=False)
+    raw = fit_calibrator(base, CORPUS, WhiteningCalibrator(), normalize=False, portable=False)
     assert [type(m).__name__ for m in raw][-1] == "Calibration"
     z = raw.encode(CORPUS[:10])
     ref = raw[2].calibrator.transform(pooled(base))
     # Calibration computes in float32 on the embeddings' device, transform() in float64: rounding apart, equal.
     np.testing.assert_allclose(z, ref, atol=1e-6 * np.abs(ref).max() * ref.shape[1] ** 0.5)
     assert not np.allclose(np.linalg.norm(z, axis=1), 1.0)
-    added = fit_calibrator(tiny_st(tiny_model_dir, normalize=False), CORPUS, "whitening", normalize=True)
+    added = fit_calibrator(tiny_st(tiny_model_dir, normalize=False), CORPUS, "whitening", normalize=True, portable=False)
     assert type(added[-1]).__name__ == "Normalize"
 
 
 def test_save_load_round_trip(base, tmp_path):
-    model = fit_calibrator(base, CORPUS, "whitening-8")  # the flow's round trip: the slow test below
+    model = fit_calibrator(base, CORPUS, "whitening-8", portable=False)  # the flow's round trip: the slow test below
     model.save(str(tmp_path / "st"))
     folder = tmp_path / "st" / "2_Calibration"
     assert {p.name for p in folder.iterdir()} == {"config.json", "model.safetensors", "fitting.json"}
@@ -93,7 +93,7 @@ def test_save_load_round_trip(base, tmp_path):
 
 
 def test_refuses_another_transformer_or_truncation(base, other_tiny_model_dir, tiny_model_dir):
-    model = fit_calibrator(base, CORPUS, "whitening")
+    model = fit_calibrator(base, CORPUS, "whitening", portable=False)
     module = model[2]
     with pytest.raises(CompatibilityError, match="fingerprint"):
         SentenceTransformer(modules=[*list(tiny_st(other_tiny_model_dir))[:2], module], device="cpu")
@@ -106,7 +106,7 @@ def test_refuses_another_transformer_or_truncation(base, other_tiny_model_dir, t
 
 
 def test_forward_keeps_device_and_dtype_and_checks_dimension(base):
-    module = fit_calibrator(base, CORPUS, "whitening")[2]
+    module = fit_calibrator(base, CORPUS, "whitening", portable=False)[2]
     x = torch.randn(4, 32, dtype=torch.bfloat16)
     out = module({"sentence_embedding": x})["sentence_embedding"]
     assert out.dtype == torch.bfloat16 and out.device == x.device and out.shape == (4, module.get_embedding_dimension())
@@ -148,7 +148,7 @@ def test_default_model_round_trip(tmp_path):
 
 def test_forward_refuses_a_corrupted_calibrator_output(base):
     """A corrupted weight (1e35) would make every similarity 1.000000: refused, as by Embedder.encode."""
-    module = fit_calibrator(base, CORPUS, "whitening")[2]
+    module = fit_calibrator(base, CORPUS, "whitening", portable=False)[2]
     x = torch.randn(4, 32)
     assert torch.isfinite(module({"sentence_embedding": x})["sentence_embedding"]).all()
     module.calibrator.components_[3, 1] = 1e35
@@ -163,7 +163,7 @@ def test_module_pickles_after_encoding(base, spec):
     on its first forward (closures) must not travel, and the copy must encode the same."""
     import pickle
 
-    model = fit_calibrator(base, CORPUS, spec, max_steps=5) if spec == "flow" else fit_calibrator(base, CORPUS, spec)
+    model = fit_calibrator(base, CORPUS, spec, max_steps=5) if spec == "flow" else fit_calibrator(base, CORPUS, spec, portable=False)
     first = model.encode(CORPUS[:6])  # fills the cache
     assert model[2].__dict__.get("_transforms")
     copy = pickle.loads(pickle.dumps(model))
@@ -174,7 +174,72 @@ def test_module_pickles_after_encoding(base, spec):
 
 def test_multi_process_encoding_after_a_first_encode(base):
     """The pool path: encode once in this process, then with two CPU worker processes (device=[...])."""
-    model = fit_calibrator(base, CORPUS, "whitening-8")
+    model = fit_calibrator(base, CORPUS, "whitening-8", portable=False)
     single = model.encode(CORPUS[:12])
     pooled_out = model.encode(CORPUS[:12], device=["cpu", "cpu"], chunk_size=6)
     np.testing.assert_allclose(pooled_out, single, rtol=1e-5, atol=1e-6)
+
+
+
+# Runs in a fresh interpreter that cannot import bertflow (a meta-path finder refuses it before any other import),
+# as on a machine with only sentence-transformers installed. Arguments: pairs of (saved folder, expected .npy);
+# prints the largest |difference| over all folders.
+_PLAIN_LOAD = """
+import sys, importlib.abc
+class NoBertflow(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "bertflow" or name.startswith("bertflow."):
+            raise ImportError("bertflow is not installed here")
+sys.meta_path.insert(0, NoBertflow())
+import numpy as np
+from sentence_transformers import SentenceTransformer
+worst = 0.0
+for folder, expected in zip(sys.argv[1::2], sys.argv[2::2]):
+    expected = np.load(expected)
+    model = SentenceTransformer(folder, device="cpu")
+    worst = max(worst, float(np.abs(model.encode(SENTENCES) - expected).max()))
+assert not any(m.startswith("bertflow") for m in sys.modules), "bertflow was imported"
+print(worst)
+"""
+
+AFFINE_SPECS = ["whitening-8", "standard-norm+natsv-2+whitening", "raw"]
+
+
+def test_affine_calibrators_export_as_dense_and_load_without_bertflow(base, tmp_path):
+    """Whitening(-k), standard-norm, all-but-the-top, identity and their chains become sentence-transformers' own
+    Dense (identity activation) between Pooling and Normalize; the saved folders load with plain
+    SentenceTransformer(path), no trust_remote_code, in a process where bertflow cannot be imported."""
+    import json
+    import subprocess
+    import sys
+
+    args = []
+    for n, spec in enumerate(AFFINE_SPECS):
+        model = fit_calibrator(base, CORPUS, spec)
+        assert [type(m).__name__ for m in model] == ["Transformer", "Pooling", "Dense", "Normalize"], spec
+        assert isinstance(model[2].activation_function, torch.nn.Identity)
+        reference = fit_calibrator(base, CORPUS, spec, portable=False)  # the same fit, as a Calibration module
+        expected = unit(reference[2].calibrator.transform(pooled(base)))
+        np.testing.assert_allclose(model.encode(CORPUS[:10]), expected, atol=1e-5, err_msg=spec)
+        folder = tmp_path / f"st{n}"
+        model.save(str(folder))
+        assert not list(folder.rglob("*.py"))
+        modules = json.loads((folder / "modules.json").read_text())
+        assert all(m["type"].startswith("sentence_transformers.") for m in modules), modules
+        np.save(tmp_path / f"expected{n}.npy", expected)
+        args += [str(folder), str(tmp_path / f"expected{n}.npy")]
+    code = f"SENTENCES = {CORPUS[:10]!r}\n{_PLAIN_LOAD}"
+    env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run([sys.executable, "-I", "-c", code, *args], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert float(done.stdout.split()[-1]) < 1e-5
+
+
+def test_non_affine_calibrators_have_no_dense_form(base):
+    from bertflow.integrations.sentence_transformers import affine_map, as_dense
+
+    model = fit_calibrator(base, CORPUS, "anchored")
+    assert type(model[2]).__name__ == "Calibration"
+    assert affine_map(model[2].calibrator) is None
+    with pytest.raises(InputError, match="not an affine map"):
+        as_dense(model[2].calibrator)

@@ -57,22 +57,89 @@ except ImportError as e:  # pragma: no cover - depends on the environment
         "bertflow.integrations.sentence_transformers needs sentence-transformers: pip install 'bertflow[st]'"
     ) from e
 try:  # sentence-transformers >= 6
-    from sentence_transformers.base.modules import Module, Normalize
+    from sentence_transformers.base.modules import Dense, Module, Normalize
 except ImportError:  # pragma: no cover - sentence-transformers 5 (6 keeps this path as a deprecated alias)
-    from sentence_transformers.models import Module, Normalize
+    from sentence_transformers.models import Dense, Module, Normalize
 
-from ..calibrators import Calibrator, parse_calibrator
+from ..calibrators import (
+    AllButTheTopCalibrator,
+    Calibrator,
+    ChainCalibrator,
+    IdentityCalibrator,
+    StandardNormCalibrator,
+    WhiteningCalibrator,
+    parse_calibrator,
+)
 from ..encoder import SentenceEncoder, fingerprint_hint
 from ..errors import CompatibilityError, InputError
 from ..pipeline import corpus_digest
 from ..serialization import read_json, write_json
 from ..validation import calibrated_error, output_limit, validate_sentences
 
-__all__ = ["Calibration", "fit_calibrator", "encoder_config"]
+__all__ = ["Calibration", "affine_map", "as_dense", "encoder_config", "fit_calibrator"]
 
 logger = logging.getLogger(__name__)
 
 FITTING_FILE = "fitting.json"
+
+
+# Calibrators whose transform is exactly x -> (x - mean) @ W: they export as sentence-transformers' own Dense. Exact
+# types, not isinstance: a subclass may add a non-linear step (AutoCalibrator extends the anchored mix, for one).
+_AFFINE = (IdentityCalibrator, StandardNormCalibrator, AllButTheTopCalibrator, WhiteningCalibrator)
+
+
+def affine_map(calibrator: Calibrator) -> tuple[np.ndarray, np.ndarray] | None:
+    """The fitted ``calibrator`` as one affine map ``x -> x @ W + b`` (float64), or ``None`` if it is not affine.
+
+    Affine: identity, standard-norm, all-but-the-top, whitening (any ``n_components``) and chains of these (the
+    fitted steps, ``steps_``, composed into one matrix). The flow is non-linear; the anchored and auto calibrators
+    normalise two blocks separately, which no single affine map does.
+
+    Returns:
+        ``(W [D, D'], b [D'])`` with ``b = -mean @ W`` (the mean folded into the bias), or ``None``.
+    """
+    calibrator._check_fitted()
+    if not _is_affine(calibrator):
+        return None
+    # Each step's _transform is affine and computes in float64, so probing it at 0 and at the unit vectors reads
+    # off b and W exactly (to float64 rounding), the same way for every class and for the composition.
+    d = calibrator.n_features_in_
+    probes = np.vstack([np.zeros((1, d)), np.eye(d)])
+    out = calibrator._transform(probes)
+    return out[1:] - out[0], out[0]
+
+
+def _is_affine(calibrator: Calibrator) -> bool:
+    if type(calibrator) is ChainCalibrator:
+        return all(_is_affine(step) for step in calibrator.steps_)
+    return type(calibrator) in _AFFINE
+
+
+def as_dense(calibrator: Calibrator) -> Dense:
+    """A sentence-transformers ``Dense`` module (identity activation) computing the affine ``calibrator``.
+
+    It saves as ``config.json`` + ``model.safetensors`` in sentence-transformers' own format and reloads with
+    plain ``SentenceTransformer(path)``: no ``trust_remote_code``, no bertflow. Its output agrees with
+    ``calibrator.transform`` to float32 rounding.
+
+    Raises:
+        InputError: the calibrator is not affine (flow, anchored, auto): see :func:`affine_map`.
+    """
+    mapping = affine_map(calibrator)
+    if mapping is None:
+        raise InputError(
+            f"{type(calibrator).__name__} is not an affine map, so it has no Dense equivalent; use the Calibration "
+            "module (loading then needs bertflow and trust_remote_code=True)"
+        )
+    W, b = mapping
+    return Dense(
+        W.shape[0],
+        W.shape[1],
+        bias=True,
+        activation_function=torch.nn.Identity(),
+        init_weight=torch.from_numpy(np.ascontiguousarray(W.T, dtype=np.float32)),  # nn.Linear stores [out, in]
+        init_bias=torch.from_numpy(b.astype(np.float32)),
+    )
 
 
 class _Weights:
@@ -268,6 +335,7 @@ def fit_calibrator(
     batch_size: int = 128,
     show_progress_bar: bool | None = None,
     regime: str = "custom",
+    portable: bool = True,
     **calibrator_kwargs: Any,
 ) -> SentenceTransformer:
     """Fit a calibrator on ``model``'s embeddings of ``corpus`` (no labels) and return the calibrated model.
@@ -281,11 +349,15 @@ def fit_calibrator(
         normalize: end the pipeline with ``Normalize``; ``None`` keeps what ``model`` had.
         batch_size, show_progress_bar: for embedding the corpus (``None`` shows a bar for large corpora).
         regime: a label for the fitting corpus, saved in ``fitting.json``.
+        portable: export an affine calibrator (see :func:`affine_map`) as sentence-transformers' own ``Dense``
+            module, so the saved model reloads with plain ``SentenceTransformer(path)``, without bertflow and without
+            ``trust_remote_code``. It then carries no fitting record and no encoder check. ``False`` keeps the
+            :class:`Calibration` module. Non-affine calibrators (flow, anchored, auto) always use Calibration.
         calibrator_kwargs: extra arguments for a spec string, e.g. ``seed=1`` or ``verbose=True`` for the flow.
 
     Returns:
-        A new ``SentenceTransformer``: ``model``'s modules up to pooling/Dense, :class:`Calibration`, and
-        ``Normalize`` if asked; cosine similarity; ``model``'s prompts.
+        A new ``SentenceTransformer``: ``model``'s modules up to pooling/Dense, :class:`Calibration` (or, for a
+        portable affine calibrator, a ``Dense``), and ``Normalize`` if asked; cosine similarity; ``model``'s prompts.
 
     Raises:
         InputError: blank or non-string sentences, a model that is already calibrated, a bad spec.
@@ -320,7 +392,8 @@ def fit_calibrator(
     cal.fitted_on = encoder_config(model)
     fitting = {"n_sentences": len(items), "corpus_sha256": corpus_digest(items), "regime": regime}
     keep_normalize = had_normalize if normalize is None else normalize
-    new_modules = [*base_modules, Calibration(cal, fitting=fitting)]
+    module = as_dense(cal) if portable and _is_affine(cal) else Calibration(cal, fitting=fitting)
+    new_modules = [*base_modules, module]
     if keep_normalize:
         new_modules.append(Normalize())
     # Cosine in the calibrated space is bertflow's similarity, whatever the base model declared.
