@@ -77,7 +77,7 @@ def test_normalize_option(base, tiny_model_dir):
     assert type(added[-1]).__name__ == "Normalize"
 
 
-def test_save_load_round_trip(base, tmp_path):
+def test_save_load_round_trip(base, tmp_path, tiny_model_dir):
     model = fit_calibrator(base, CORPUS, "whitening-8", portable=False)  # the flow's round trip: the slow test below
     model.save(str(tmp_path / "st"))
     folder = tmp_path / "st" / "2_Calibration"
@@ -90,6 +90,9 @@ def test_save_load_round_trip(base, tmp_path):
     assert isinstance(loaded[2], Calibration) and isinstance(loaded[2].calibrator, WhiteningCalibrator)
     np.testing.assert_array_equal(loaded.encode(CORPUS), model.encode(CORPUS))
     assert loaded[2].fitting == model[2].fitting
+    # The base model is a local folder (tmp_path): no absolute path goes into what is saved.
+    written = "".join(p.read_text() for p in (tmp_path / "st").rglob("*.json"))
+    assert str(tiny_model_dir) not in written and str(tmp_path) not in written
 
 
 def test_refuses_another_transformer_or_truncation(base, other_tiny_model_dir, tiny_model_dir):

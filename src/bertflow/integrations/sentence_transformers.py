@@ -156,7 +156,9 @@ def encoder_config(model: SentenceTransformer) -> dict[str, Any]:
 
     Returns:
         ``{"model", "revision", "pooling", "max_length", "dim", "fingerprint", "framework"}``; ``fingerprint`` is
-        ``None`` when the first module is not a Hugging Face transformer with a tokenizer.
+        ``None`` when the first module is not a Hugging Face transformer with a tokenizer. ``model`` is the Hub id,
+        or for a local checkpoint the Hub id sentence-transformers recognised or else the folder's name: never an
+        absolute local path.
     """
     first = model[0]
     hf_model = getattr(first, "auto_model", None)
@@ -168,6 +170,10 @@ def encoder_config(model: SentenceTransformer) -> dict[str, Any]:
     if isinstance(pooling, (list, tuple)):
         pooling = "+".join(pooling)
     name = getattr(getattr(hf_model, "config", None), "_name_or_path", None) or type(first).__name__
+    if Path(name).is_absolute():
+        # A local folder: its absolute path would publish the user's file system in a shared model and name nothing
+        # on another machine. The Hub id sentence-transformers recognised, else the folder's own name.
+        name = getattr(model.model_card_data, "base_model", None) or Path(name).name
     return {
         "model": name,
         "revision": None,
