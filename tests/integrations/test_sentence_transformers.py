@@ -44,6 +44,16 @@ def pooled(model: SentenceTransformer) -> np.ndarray:
     return SentenceTransformer(modules=list(model)[:2], device="cpu").encode(CORPUS[:10])
 
 
+def card_load_line(folder) -> str:
+    """The model card's usage snippet, install comment and load line, aimed at the local ``folder``."""
+    card = (folder / "README.md").read_text()
+    snippet = card[card.index("```python\nfrom") :] if "```python\nfrom" in card else card[card.index("```python\n#") :]
+    snippet = snippet[len("```python\n") : snippet.index("```", 10)]
+    lines = [ln for ln in snippet.splitlines() if ln.startswith(("from sentence_transformers", "model = "))]
+    assert len(lines) == 2, snippet
+    return "\n".join(lines).replace('"sentence_transformers_model_id"', repr(str(folder)))
+
+
 def unit(x: np.ndarray) -> np.ndarray:
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
@@ -93,6 +103,11 @@ def test_save_load_round_trip(base, tmp_path, tiny_model_dir):
     # The base model is a local folder (tmp_path): no absolute path goes into what is saved.
     written = "".join(p.read_text() for p in (tmp_path / "st").rglob("*.json"))
     assert str(tiny_model_dir) not in written and str(tmp_path) not in written
+    # The card's usage snippet, as written (the placeholder id aside), loads it; and tells to install bertflow.
+    assert 'pip install -U "bertflow[st]"' in (tmp_path / "st" / "README.md").read_text()
+    scope: dict = {}
+    exec(card_load_line(tmp_path / "st"), scope)
+    np.testing.assert_array_equal(scope["model"].encode(CORPUS[:5]), model.encode(CORPUS[:5]))
 
 
 def test_refuses_another_transformer_or_truncation(base, other_tiny_model_dir, tiny_model_dir):
@@ -185,8 +200,8 @@ def test_multi_process_encoding_after_a_first_encode(base):
 
 
 # Runs in a fresh interpreter that cannot import bertflow (a meta-path finder refuses it before any other import),
-# as on a machine with only sentence-transformers installed. Arguments: pairs of (saved folder, expected .npy);
-# prints the largest |difference| over all folders.
+# as on a machine with only sentence-transformers installed. Arguments: pairs of (the model card's import and load
+# lines aimed at a saved folder, expected .npy); prints the largest |difference| over all folders.
 _PLAIN_LOAD = """
 import sys, importlib.abc
 class NoBertflow(importlib.abc.MetaPathFinder):
@@ -195,11 +210,11 @@ class NoBertflow(importlib.abc.MetaPathFinder):
             raise ImportError("bertflow is not installed here")
 sys.meta_path.insert(0, NoBertflow())
 import numpy as np
-from sentence_transformers import SentenceTransformer
 worst = 0.0
-for folder, expected in zip(sys.argv[1::2], sys.argv[2::2]):
-    expected = np.load(expected)
-    model = SentenceTransformer(folder, device="cpu")
+for card_lines, expected in zip(sys.argv[1::2], sys.argv[2::2]):
+    expected, scope = np.load(expected), {}
+    exec(card_lines, scope)
+    model = scope["model"]
     worst = max(worst, float(np.abs(model.encode(SENTENCES) - expected).max()))
 assert not any(m.startswith("bertflow") for m in sys.modules), "bertflow was imported"
 print(worst)
@@ -230,7 +245,9 @@ def test_affine_calibrators_export_as_dense_and_load_without_bertflow(base, tmp_
         modules = json.loads((folder / "modules.json").read_text())
         assert all(m["type"].startswith("sentence_transformers.") for m in modules), modules
         np.save(tmp_path / f"expected{n}.npy", expected)
-        args += [str(folder), str(tmp_path / f"expected{n}.npy")]
+        load = card_load_line(folder)  # the card's plain snippet is right for these, and runs without bertflow
+        assert "trust_remote_code" not in load and "bertflow" not in load
+        args += [load, str(tmp_path / f"expected{n}.npy")]
     code = f"SENTENCES = {CORPUS[:10]!r}\n{_PLAIN_LOAD}"
     env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "TOKENIZERS_PARALLELISM": "false"}
     done = subprocess.run([sys.executable, "-I", "-c", code, *args], capture_output=True, text=True, timeout=300, env=env)

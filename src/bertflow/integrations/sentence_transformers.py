@@ -43,6 +43,7 @@ through it); fine-tune the model first, then calibrate.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,11 @@ try:  # sentence-transformers >= 6
     from sentence_transformers.base.modules import Dense, Module, Normalize
 except ImportError:  # pragma: no cover - sentence-transformers 5 (6 keeps this path as a deprecated alias)
     from sentence_transformers.models import Dense, Module, Normalize
+
+try:
+    from sentence_transformers.sentence_transformer.model_card import SentenceTransformerModelCardData
+except ImportError:  # pragma: no cover - sentence-transformers 5
+    from sentence_transformers.model_card import SentenceTransformerModelCardData
 
 from ..calibrators import (
     AllButTheTopCalibrator,
@@ -140,6 +146,25 @@ def as_dense(calibrator: Calibrator) -> Dense:
         init_weight=torch.from_numpy(np.ascontiguousarray(W.T, dtype=np.float32)),  # nn.Linear stores [out, in]
         init_bias=torch.from_numpy(b.astype(np.float32)),
     )
+
+
+class CalibratedModelCardData(SentenceTransformerModelCardData):
+    """Model card data for a model with a :class:`Calibration` module: the card's usage snippet installs bertflow
+    and loads with ``trust_remote_code=True``, which such a model needs (sentence-transformers' own snippet says
+    neither). Models exported with ``Dense`` (affine calibrators) keep the plain card."""
+
+    def generate_usage_snippet(self) -> str:
+        snippet = super().generate_usage_snippet()
+        # The load line is 'model = SentenceTransformer("<id>")' in sentence-transformers 5 and 6.
+        load = re.compile(r'^(model = SentenceTransformer\("[^"]*")\)$', re.MULTILINE)
+        note = "  # imports the installed bertflow; no code from the repository"
+        snippet = load.sub(r"\1, trust_remote_code=True)" + note, snippet)
+        return snippet.replace(
+            "from sentence_transformers import SentenceTransformer",
+            '# pip install -U "bertflow[st]"   (the Calibration module is bertflow\'s)\n'
+            "from sentence_transformers import SentenceTransformer",
+            1,
+        )
 
 
 class _Weights:
@@ -403,6 +428,8 @@ def fit_calibrator(
     if keep_normalize:
         new_modules.append(Normalize())
     # Cosine in the calibrated space is bertflow's similarity, whatever the base model declared.
+    if isinstance(module, Calibration):
+        common["model_card_data"] = CalibratedModelCardData()
     calibrated = SentenceTransformer(modules=new_modules, similarity_fn_name="cosine", **common)
     add_tags = getattr(calibrated.model_card_data, "add_tags", None)
     if callable(add_tags):
