@@ -20,7 +20,8 @@ from bertflow import (  # noqa: E402
     SentenceEncoder,
     WhiteningCalibrator,
 )
-from bertflow.integrations.sentence_transformers import Calibration, fit_calibrator  # noqa: E402
+from bertflow.errors import ModelFileError  # noqa: E402
+from bertflow.integrations.sentence_transformers import Calibration, fit_calibrator, load_calibrated  # noqa: E402
 
 from ..conftest import SENTENCES  # noqa: E402
 
@@ -103,6 +104,26 @@ def test_save_load_round_trip(base, tmp_path, tiny_model_dir):
     # The base model is a local folder (tmp_path): no absolute path goes into what is saved.
     written = "".join(p.read_text() for p in (tmp_path / "st").rglob("*.json"))
     assert str(tiny_model_dir) not in written and str(tmp_path) not in written
+    # The guarded loader: a folder that could run code under trust_remote_code=True is refused before loading.
+    np.testing.assert_array_equal(load_calibrated(str(tmp_path / "st"), device="cpu").encode(CORPUS[:5]),
+                                  model.encode(CORPUS[:5]))
+    config = tmp_path / "st" / "config.json"
+    saved = config.read_text()
+    config.write_text(saved.replace("{", '{"auto_map": {"AutoModel": "modeling_evil.Evil"}, ', 1))
+    with pytest.raises(ModelFileError, match="auto_map"):
+        load_calibrated(str(tmp_path / "st"))
+    config.write_text(saved)
+    (tmp_path / "st" / "2_Calibration" / "modeling_evil.py").write_text("raise SystemExit('ran')\n")
+    with pytest.raises(ModelFileError, match="contains code"):
+        load_calibrated(str(tmp_path / "st"))
+    (tmp_path / "st" / "2_Calibration" / "modeling_evil.py").unlink()
+    modules = tmp_path / "st" / "modules.json"
+    saved = modules.read_text()
+    modules.write_text(saved.replace("sentence_transformers.base.modules.normalize.Normalize", "evil.Module"))
+    assert modules.read_text() != saved
+    with pytest.raises(ModelFileError, match="'evil.Module'"):
+        load_calibrated(str(tmp_path / "st"))
+    modules.write_text(saved)
     # The card's usage snippet, as written (the placeholder id aside), loads it; and tells to install bertflow.
     assert 'pip install -U "bertflow[st]"' in (tmp_path / "st" / "README.md").read_text()
     scope: dict = {}

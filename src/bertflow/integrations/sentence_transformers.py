@@ -42,6 +42,7 @@ through it); fine-tune the model first, then calibrate.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Sequence
@@ -77,12 +78,12 @@ from ..calibrators import (
     parse_calibrator,
 )
 from ..encoder import SentenceEncoder, fingerprint_hint
-from ..errors import CompatibilityError, InputError
+from ..errors import CompatibilityError, InputError, ModelFileError
 from ..pipeline import corpus_digest
 from ..serialization import read_json, write_json
 from ..validation import calibrated_error, output_limit, validate_sentences
 
-__all__ = ["Calibration", "affine_map", "as_dense", "encoder_config", "fit_calibrator"]
+__all__ = ["Calibration", "affine_map", "as_dense", "encoder_config", "fit_calibrator", "load_calibrated"]
 
 logger = logging.getLogger(__name__)
 
@@ -435,3 +436,65 @@ def fit_calibrator(
     if callable(add_tags):
         add_tags(["bertflow", f"calibrator-{cal.name}"])
     return calibrated
+
+
+CALIBRATION_TYPE = f"{__name__}.Calibration"
+
+
+def check_no_code(folder: str | Path) -> None:
+    """Refuse a saved sentence-transformers folder that could run code under ``trust_remote_code=True``.
+
+    The flag is global to a load: besides letting sentence-transformers import bertflow's :class:`Calibration`, it
+    lets transformers run a repository's own modeling files. A folder passes when it holds no ``*.py`` file, no
+    JSON config (at the top or in a module folder) has an ``auto_map``, and ``modules.json`` names only
+    sentence-transformers' classes and bertflow's Calibration.
+
+    Raises:
+        ModelFileError: naming the first offending file.
+    """
+    root = Path(folder)
+    code = sorted(root.rglob("*.py"))
+    if code:
+        raise ModelFileError(f"{root} contains code ({code[0].relative_to(root)}); refusing to load it with "
+                             "trust_remote_code=True")
+    for config in sorted([*root.glob("*.json"), *root.glob("*/*.json")]):
+        try:
+            data = json.loads(config.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):  # not JSON: no auto_map either; the load reports it
+            continue
+        if isinstance(data, dict) and "auto_map" in data:
+            raise ModelFileError(f"{config.relative_to(root)} in {root} has an auto_map (custom modeling code); "
+                                 "refusing to load it with trust_remote_code=True")
+    if (root / "modules.json").is_file():
+        try:
+            entries = json.loads((root / "modules.json").read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ModelFileError(f"{root / 'modules.json'} is not valid JSON ({e})") from None
+        for entry in entries if isinstance(entries, list) else []:
+            kind = str(entry.get("type", "")) if isinstance(entry, dict) else ""
+            if not (kind.startswith("sentence_transformers.") or kind == CALIBRATION_TYPE):
+                raise ModelFileError(f"modules.json in {root} names the module class {kind!r}, which is neither "
+                                     "sentence-transformers' nor bertflow's; refusing to import it")
+
+
+def load_calibrated(
+    model_name_or_path: str, *, revision: str | None = None, token: bool | str | None = None, **kwargs: Any
+) -> SentenceTransformer:
+    """Load a saved calibrated ``SentenceTransformer`` (local folder or Hub id) after :func:`check_no_code`.
+
+    A model with a :class:`Calibration` module needs ``trust_remote_code=True`` (sentence-transformers >= 6
+    imports no class outside its namespace without it), and that flag would also run code shipped in the
+    repository. This loader fetches the files first (no code runs), refuses any folder that could run code, and
+    only then loads with the flag. Keyword arguments go to ``SentenceTransformer`` (``device=...``).
+
+    Raises:
+        ModelFileError: the folder holds code, an ``auto_map`` or a foreign module class.
+    """
+    folder = Path(model_name_or_path).expanduser()
+    if not folder.is_dir():
+        from huggingface_hub import snapshot_download
+
+        folder = Path(snapshot_download(model_name_or_path, revision=revision, token=token))
+    check_no_code(folder)
+    kwargs.pop("trust_remote_code", None)
+    return SentenceTransformer(str(folder), trust_remote_code=True, token=token, **kwargs)
