@@ -84,7 +84,8 @@ def test_normalize_option(base, tiny_model_dir):
     # Calibration computes in float32 on the embeddings' device, transform() in float64: rounding apart, equal.
     np.testing.assert_allclose(z, ref, atol=1e-6 * np.abs(ref).max() * ref.shape[1] ** 0.5)
     assert not np.allclose(np.linalg.norm(z, axis=1), 1.0)
-    added = fit_calibrator(tiny_st(tiny_model_dir, normalize=False), CORPUS, "whitening", normalize=True, portable=False)
+    unnormalised = tiny_st(tiny_model_dir, normalize=False)
+    added = fit_calibrator(unnormalised, CORPUS, "whitening", normalize=True, portable=False)
     assert type(added[-1]).__name__ == "Normalize"
 
 
@@ -202,7 +203,8 @@ def test_module_pickles_after_encoding(base, spec):
     on its first forward (closures) must not travel, and the copy must encode the same."""
     import pickle
 
-    model = fit_calibrator(base, CORPUS, spec, max_steps=5) if spec == "flow" else fit_calibrator(base, CORPUS, spec, portable=False)
+    options = {"max_steps": 5} if spec == "flow" else {"portable": False}
+    model = fit_calibrator(base, CORPUS, spec, **options)
     first = model.encode(CORPUS[:6])  # fills the cache
     assert model[2].__dict__.get("_transforms")
     copy = pickle.loads(pickle.dumps(model))
@@ -271,7 +273,8 @@ def test_affine_calibrators_export_as_dense_and_load_without_bertflow(base, tmp_
         args += [load, str(tmp_path / f"expected{n}.npy")]
     code = f"SENTENCES = {CORPUS[:10]!r}\n{_PLAIN_LOAD}"
     env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "TOKENIZERS_PARALLELISM": "false"}
-    done = subprocess.run([sys.executable, "-I", "-c", code, *args], capture_output=True, text=True, timeout=300, env=env)
+    command = [sys.executable, "-I", "-c", code, *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert float(done.stdout.split()[-1]) < 1e-5
 

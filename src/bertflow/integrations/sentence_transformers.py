@@ -1,36 +1,42 @@
 """A fitted bertflow calibrator as a sentence-transformers module.
 
 :func:`fit_calibrator` embeds a corpus with a ``SentenceTransformer``, fits a calibrator on it (no labels) and
-returns a new ``SentenceTransformer`` whose pipeline ends in a :class:`Calibration` module, so ``model.encode``
-returns calibrated embeddings::
+returns a new ``SentenceTransformer`` whose pipeline ends in the calibration (a ``Dense`` or a :class:`Calibration`
+module, then ``Normalize``), so ``model.encode`` returns calibrated embeddings::
 
     from sentence_transformers import SentenceTransformer
-    from bertflow.integrations.sentence_transformers import fit_calibrator
+    from bertflow.integrations.sentence_transformers import fit_calibrator, load_calibrated
 
     base = SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")
+    model = fit_calibrator(base, my_sentences, calibrator="whitening-256")  # Transformer, Pooling, Dense, Normalize
+    model.save("minilm-whitening")
+    model = SentenceTransformer("minilm-whitening")             # plain sentence-transformers, bertflow not needed
     model = fit_calibrator(base, my_sentences, calibrator="flow")   # Transformer, Pooling, Calibration, Normalize
     model.save("minilm-flow")
-    model = SentenceTransformer("minilm-flow", trust_remote_code=True)   # plain sentence-transformers
+    model = load_calibrated("minilm-flow")                      # refuses a folder with code, then loads
 
 **Where the module goes.** A calibrator is fitted on, and must be applied to, the *unnormalised* pooled vectors:
 BERT-flow's density and whitening's covariance are those of the raw embeddings, and L2-normalising first would
-discard the norm and bend the distribution the calibrator was fitted on. So :class:`Calibration` goes after
-Pooling (and any Dense layers) and *before* a trailing ``Normalize``. ``fit_calibrator`` keeps that ``Normalize``
-(re-normalising the calibrated vectors) by default when the model had one: cosine similarity is unchanged by it,
-and dot product then equals cosine, as users of a normalised model expect. ``normalize=False`` drops it (e.g. to
-read the flow's Gaussian latents); ``normalize=True`` adds one.
+discard the norm and bend the distribution the calibrator was fitted on. So the calibration goes after Pooling (and
+any Dense layers) and *before* a trailing ``Normalize``. ``fit_calibrator`` keeps that ``Normalize`` (re-normalising
+the calibrated vectors) by default when the model had one: cosine similarity is unchanged by it, and dot product
+then equals cosine, as users of a normalised model expect. ``normalize=False`` drops it (e.g. to read the flow's
+Gaussian latents); ``normalize=True`` adds one.
 
-**Saving.** ``model.save(path)`` writes the module folder ``{idx}_Calibration/`` with the calibrator's
-``config.json`` + ``model.safetensors`` (:meth:`bertflow.calibrators.Calibrator.save`; never a pickle) and
-``fitting.json`` (corpus size and sha256, regime). ``modules.json`` names this class by its dotted path,
-``bertflow.integrations.sentence_transformers.Calibration``.
+**Affine calibrators** (whitening, whitening-k, standard-norm, all-but-the-top, identity, chains of them) are
+exported as sentence-transformers' own ``Dense`` with identity activation (:func:`as_dense`): the saved model loads
+with plain ``SentenceTransformer(path)`` and needs neither bertflow nor ``trust_remote_code``.
 
-**Loading needs** ``trust_remote_code=True``: since sentence-transformers 6.0 importing any module class outside
-the ``sentence_transformers`` namespace requires it, even for a locally installed package such as bertflow. Here
-it imports the installed bertflow (no code is read from the model folder: the class path has more than one dot,
-which transformers' dynamic-module loader rejects, so sentence-transformers falls back to a normal import), and
-the calibrator itself loads from JSON + safetensors. As with any repository, look at a downloaded
-``modules.json`` before trusting it.
+**The others** (flow, anchored, auto) become a :class:`Calibration` module. ``model.save(path)`` writes its folder
+``{idx}_Calibration/`` with the calibrator's ``config.json`` + ``model.safetensors``
+(:meth:`bertflow.calibrators.Calibrator.save`; never a pickle) and ``fitting.json`` (corpus size and sha256,
+regime). ``modules.json`` names this class by its dotted path, ``bertflow.integrations.sentence_transformers.
+Calibration``. Loading it needs ``trust_remote_code=True``: sentence-transformers >= 6 imports no module class
+outside its own namespace without it, even from an installed package, and offers no allow-list. With the flag it
+imports the installed bertflow (no code is read from the model folder: the class path has more than one dot, which
+transformers' dynamic-module loader rejects, so sentence-transformers falls back to a normal import). But the flag
+also lets a repository's own modeling code run, so :func:`load_calibrated` first refuses a folder holding code, an
+``auto_map`` or a foreign module class (:func:`check_no_code`).
 
 **Checks.** The calibrator records what it was fitted on (the transformer's weight fingerprint, the pooling mode,
 ``max_seq_length``, dimension). When a model is built or loaded, :meth:`Calibration.on_model_ready` refuses
