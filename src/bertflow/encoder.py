@@ -728,11 +728,22 @@ class SentenceEncoder:
         return self.pooling(SimpleNamespace(hidden_states=hidden), mask)
 
     @torch.inference_mode()
-    def _launch(self, chunk: _PreparedChunk, transform: DeviceTransform | None = None) -> _Pending:
-        """Queue every batch of a chunk and the copy of its result to the host; waits for nothing on CUDA."""
+    def _launch(
+        self,
+        chunk: _PreparedChunk,
+        transform: DeviceTransform | None = None,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> _Pending:
+        """Queue every batch of a chunk and the copy of its result to the host; waits for nothing on CUDA.
+
+        ``on_batch(rows)`` is called after each batch is queued; pass it only where the forward runs on the
+        calling thread (CPU), so that the call means "these rows are done" without a device sync.
+        """
         out = torch.empty((chunk.n, self.dim), dtype=torch.float32, device=self.device)
         for batch in chunk.batches:
             out[batch.start : batch.start + batch.rows] = self._forward(batch)
+            if on_batch is not None:
+                on_batch(batch.rows)
         # Back to input order on the device, then one copy for the whole chunk.
         result = out.index_select(0, chunk.inverse.to(self.device, non_blocking=True))
         # Two flags, so that an overflow in the transform is not blamed on the model, and the transform's bound
@@ -806,8 +817,15 @@ class SentenceEncoder:
         chunk_size: int | None,
         max_tokens: int | None,
         transform: DeviceTransform | None = None,
+        progress: Callable[[int], None] | None = None,
     ) -> Iterator[tuple[int, np.ndarray]]:
-        """Yield ``(first_row, float32 [n, D])`` per chunk, in order (on CUDA a view of pinned memory)."""
+        """Yield ``(first_row, float32 [n, D])`` per chunk, in order (on CUDA a view of pinned memory).
+
+        ``progress(rows)`` is told of finished rows: per forward batch off CUDA (a 16,384-sentence CPU chunk
+        takes minutes, so per-chunk updates would leave a bar at 0%), per chunk on CUDA, when its copy to the
+        host is collected (chunks start at 4,096 and take well under a second; per-batch updates there would
+        need a sync).
+        """
         if (batch_size is not None and batch_size < 1) or (chunk_size is not None and chunk_size < 1):
             raise InputError("batch_size and chunk_size must be positive")
         budget = max_tokens or self.token_budget
@@ -838,6 +856,8 @@ class SentenceEncoder:
         # On CUDA, a chunk is handed out only after the next one is queued on the device, so the GPU keeps
         # working while the caller consumes the result (writes it to a file, runs a calibrator ...).
         delay = self.device.type == "cuda"
+        on_batch = None if delay else progress
+        on_chunk = progress if delay else None
         pending: _Pending | None = None
         error: BaseException | None = None
         try:
@@ -849,7 +869,7 @@ class SentenceEncoder:
                 except Exception as e:  # noqa: BLE001 - raised below, after the chunks before it
                     error = e
                     break
-                launched = self._launch(chunk, transform)
+                launched = self._launch(chunk, transform, on_batch)
                 stats.sentences += chunk.n
                 stats.real_tokens += chunk.real_tokens
                 stats.padded_tokens += chunk.padded_tokens
@@ -857,18 +877,24 @@ class SentenceEncoder:
                 stats.uniform_batches += sum(b.uniform for b in chunk.batches)
                 stats.chunk_sizes.append(chunk.n)
                 if pending is not None:
-                    yield pending.offset, self._finish(pending)
+                    yield self._collect(pending, on_chunk)
                 pending = launched
                 if not delay:
-                    yield pending.offset, self._finish(pending)
+                    yield self._collect(pending, on_chunk)
                     pending = None
             if pending is not None:
-                yield pending.offset, self._finish(pending)
+                yield self._collect(pending, on_chunk)
         finally:
             if prefetcher is not None:
                 prefetcher.close()
         if error is not None:
             raise error
+
+    def _collect(self, pending: _Pending, on_chunk: Callable[[int], None] | None) -> tuple[int, np.ndarray]:
+        part = self._finish(pending)
+        if on_chunk is not None:
+            on_chunk(len(part))
+        return pending.offset, part
 
     def iter_encode(
         self,
@@ -878,6 +904,7 @@ class SentenceEncoder:
         chunk_size: int | None = None,
         max_tokens: int | None = None,
         transform: DeviceTransform | None = None,
+        progress: Callable[[int], None] | None = None,
     ) -> Iterator[np.ndarray]:
         """Encode a stream of sentences, yielding float32 arrays [n, D] chunk by chunk, in input order.
 
@@ -893,6 +920,9 @@ class SentenceEncoder:
             transform: applied on the device to each chunk of pooled vectors (float32 tensor [n, D], input
                 order) before it is copied to the host; what it returns ([n, D']) is yielded instead. A
                 calibrator written in torch runs here at almost no cost (see ``docs/performance.md``).
+            progress: called with a number of sentences each time that many are encoded (e.g. a tqdm bar's
+                ``update``): after every forward batch on CPU, every chunk on CUDA, so a bar moves every few
+                seconds on any device. The counts add up to the number of sentences.
         """
         for _, part in self._iter_chunks(
             sentences,
@@ -900,6 +930,7 @@ class SentenceEncoder:
             chunk_size=chunk_size,
             max_tokens=max_tokens,
             transform=transform,
+            progress=progress,
         ):
             # Copy out of pinned (page-locked) memory, which callers should not be left holding.
             yield part.copy() if self.device.type == "cuda" else part
@@ -912,6 +943,7 @@ class SentenceEncoder:
         show_progress_bar: bool | None = None,
         max_tokens: int | None = None,
         transform: DeviceTransform | None = None,
+        progress: Callable[[int], None] | None = None,
     ) -> np.ndarray:
         """Embed sentences.
 
@@ -923,6 +955,7 @@ class SentenceEncoder:
             max_tokens: padded tokens per forward pass; ``None``: the encoder's ``max_tokens``.
             transform: a function of float32 tensors [n, D] -> [n, D'] applied on the device before the copy
                 to the host (see :meth:`iter_encode`).
+            progress: also told of encoded sentences, as in :meth:`iter_encode` (for a bar spanning several calls).
 
         Returns:
             float32 array [N, D] (or [N, D'] with ``transform``), or one row for a single string.
@@ -945,17 +978,23 @@ class SentenceEncoder:
         from tqdm.auto import tqdm
 
         with tqdm(total=len(items), desc="encode", unit="sent", disable=not show) as bar:
+
+            def advance(rows: int) -> None:
+                bar.update(rows)
+                if progress is not None:
+                    progress(rows)
+
             for row, part in self._iter_chunks(
                 items,
                 batch_size=batch_size,
                 chunk_size=None,
                 max_tokens=max_tokens,
                 transform=transform,
+                progress=advance,
             ):
                 if out is None:
                     out = np.empty((len(items), *part.shape[1:]), dtype=np.float32)
                 out[row : row + len(part)] = part
-                bar.update(len(part))
         assert out is not None
         return out[0] if single else out
 

@@ -246,10 +246,21 @@ class Embedder:
         """Cosine of each pair ``(a[i], b[i])``: float32 [N]. ``show_progress_bar`` as in :meth:`encode`."""
         if len(a) != len(b):
             raise ValueError(f"need as many first as second sentences, got {len(a)} and {len(b)}")
-        za, zb = (
-            unit_rows(self.encode(list(a), show_progress_bar=show_progress_bar).astype(np.float64)),
-            unit_rows(self.encode(list(b), show_progress_bar=show_progress_bar).astype(np.float64)),
-        )
+        from tqdm.auto import tqdm
+
+        self._require_fitted()
+        transform = self._device_transform()
+        show = 2 * len(a) >= 4096 if show_progress_bar is None else show_progress_bar
+        # One bar over both sides, moving per forward batch on CPU (SentenceEncoder.iter_encode's progress).
+        with tqdm(total=2 * len(a), desc="similarity", unit="sent", disable=not show) as bar:
+            za, zb = (
+                unit_rows(
+                    self.encoder.encode(
+                        list(side), show_progress_bar=False, transform=transform, progress=bar.update
+                    ).astype(np.float64)
+                )
+                for side in (a, b)
+            )
         return (za * zb).sum(axis=1).astype(np.float32)
 
     def _require_fitted(self) -> None:
@@ -287,9 +298,9 @@ class Embedder:
         self._require_fitted()
         show = len(sentences) >= 4096 if show_progress_bar is None else show_progress_bar
         with tqdm(total=len(sentences), desc="encode", unit="sent", disable=not show) as bar:
-            for part in self.encoder.iter_encode(sentences, batch_size=batch_size, transform=self._device_transform()):
-                yield part
-                bar.update(len(part))
+            yield from self.encoder.iter_encode(
+                sentences, batch_size=batch_size, transform=self._device_transform(), progress=bar.update
+            )
 
     def build_index(
         self,
