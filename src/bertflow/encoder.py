@@ -468,6 +468,8 @@ class SentenceEncoder:
         self.max_tokens = max_tokens
         self.tokenize_workers = None if tokenize_workers is None else int(tokenize_workers)
         self._token_pool: TokenizerPool | None = None
+        self._load_path: str | None = None  # what from_pretrained got (a folder or a hub id); None for an object
+        self._provenance: dict[str, Any] | None = None
         if model is not None:
             if tokenizer is None:
                 raise InputError("a model given directly needs its tokenizer too")
@@ -476,6 +478,7 @@ class SentenceEncoder:
             check_max_length(self.max_length, model.config, tokenizer, self.model_id)
         else:
             self.model_id, load_path = resolve_model(model_name_or_path)
+            self._load_path = load_path
             kwargs: dict[str, Any] = {"revision": revision} if revision else {}
             try:
                 self.tokenizer = AutoTokenizer.from_pretrained(load_path, **kwargs)
@@ -545,6 +548,31 @@ class SentenceEncoder:
         if self._fingerprint is None:
             self._fingerprint = weights_fingerprint(self.model, self.tokenizer)
         return self._fingerprint
+
+    def provenance(self) -> dict[str, Any]:
+        """Which checkpoint files exactly, for a saved model to pin (computed once).
+
+        Returns:
+            ``{"commit": sha}`` for a hub checkpoint: the commit its files were resolved to in the
+            huggingface_hub cache (a revision ``from_pretrained`` accepts, so loading gets these very files even
+            after the repo's branch moves); ``{"weights_sha256": {file name: sha256}}`` for a local folder (its
+            safetensors / .bin files: a local folder has no revision); ``{}`` for a model passed in as an object
+            or a hub file not found in the cache. :meth:`fingerprint` still checks the weights at every load;
+            this says where to find them.
+        """
+        if self._provenance is None:
+            self._provenance = _checkpoint_provenance(self._load_path, self.revision, self.model.config)
+        return dict(self._provenance)
+
+    @property
+    def source_dir(self) -> Path | None:
+        """The local folder the checkpoint was read from (a hub checkpoint's cached snapshot), or ``None``."""
+        if self._load_path is None:
+            return None
+        if Path(self._load_path).is_dir():
+            return Path(self._load_path)
+        config = _cached_hub_file(self._load_path, "config.json", self.revision)
+        return None if config is None else config.parent
 
     def get_config(self) -> dict[str, Any]:
         """JSON-ready settings that rebuild this encoder with :meth:`from_config`."""
@@ -1006,6 +1034,38 @@ class SentenceEncoder:
 
 
 # -- helpers ------------------------------------------------------------------------------------------------
+
+
+#: Weight files hashed as a local checkpoint's provenance (SentenceEncoder.provenance).
+_WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
+
+
+def _cached_hub_file(repo_id: str, filename: str, revision: str | None) -> Path | None:
+    """The huggingface_hub cache's copy of a hub repo's file (``.../snapshots/<commit>/<filename>``), or ``None``."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(repo_id, filename, revision=revision)
+    except Exception:  # noqa: BLE001 - an id the hub would refuse (a path-like name) is simply not cached
+        return None
+    return Path(found) if isinstance(found, str) else None
+
+
+def _checkpoint_provenance(load_path: str | None, revision: str | None, config: Any) -> dict[str, Any]:
+    """See :meth:`SentenceEncoder.provenance`."""
+    from .serialization import sha256_file
+
+    if load_path is None:
+        return {}
+    folder = Path(load_path)
+    if folder.is_dir():
+        files = sorted({p for pattern in _WEIGHT_PATTERNS for p in folder.glob(pattern) if p.is_file()})
+        return {"weights_sha256": {p.name: sha256_file(p) for p in files}} if files else {}
+    commit = getattr(config, "_commit_hash", None)  # set by transformers 4; transformers 5 does not keep it
+    if not commit:
+        cached = _cached_hub_file(load_path, "config.json", revision)
+        commit = cached.parent.name if cached is not None and cached.parent.parent.name == "snapshots" else None
+    return {"commit": commit} if commit else {}
 
 
 def _cut(sentences: Iterable[str], sizes: Iterator[int]) -> Iterator[tuple[int, list[str]]]:
