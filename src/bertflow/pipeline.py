@@ -491,7 +491,9 @@ class Embedder:
             _, load_path = resolve_model(self.encoder.model_id)
             source = Path(load_path)
             if not source.is_dir():
-                source = _snapshot(load_path, self.encoder.revision, allow_patterns=[*ENCODER_FILE_PATTERNS])
+                # The commit the encoder was loaded from, not a branch that may have moved since.
+                revision = self.encoder.provenance().get("commit") or self.encoder.revision
+                source = _snapshot(load_path, revision, allow_patterns=[*ENCODER_FILE_PATTERNS])
         files = {p for pattern in ENCODER_FILE_PATTERNS for p in source.glob(pattern) if p.is_file()}
         if not any(p.suffix == ".safetensors" for p in files):
             files |= {p for pattern in _TORCH_BIN_PATTERNS for p in source.glob(pattern) if p.is_file()}
