@@ -264,3 +264,14 @@ def test_every_command_has_quiet_and_the_encoding_ones_threads():
     assert [name for name, opts in commands.items() if "-q" not in opts or "--quiet" not in opts] == []
     for name in ("fit", "encode", "similarity", "search build", "search query", "evaluate", "reproduce", "analyze"):
         assert "--threads" in commands[name], name
+
+
+def test_similarity_pairs_progress_bar_unless_quiet(tiny_model_dir, tmp_path):
+    """Even a small file gets a bar with rate and ETA on stderr (stdout stays the TSV); -q turns it off."""
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("sentence1\tsentence2\n" + f"{SENTENCES[0]}\t{SENTENCES[1]}\n", encoding="utf-8")
+    r = invoke("similarity", "--pairs", pairs, "--model", tiny_model_dir)
+    assert r.exit_code == 0, r.output
+    assert "similarity: 100%" in r.stderr and "2/2" in r.stderr and "similarity:" not in r.stdout
+    r = invoke("similarity", "--pairs", pairs, "--model", tiny_model_dir, "-q")
+    assert r.exit_code == 0 and "similarity:" not in r.stderr

@@ -390,3 +390,24 @@ def test_old_fingerprint_scheme_is_refused_with_an_explanation(tiny_encoder, tmp
     (folder / "bertflow_config.json").write_text(json.dumps(top))
     with pytest.raises(CompatibilityError, match="earlier scheme .* refit"):
         Embedder.load(folder)
+
+
+def test_progress_moves_per_batch_within_a_chunk(tiny_model_dir, monkeypatch):
+    """On CPU a chunk holds 16,384 sentences (minutes for a real model): progress is told after every forward
+    batch, before the chunk is handed out, and the counts add up to the input."""
+    enc = SentenceEncoder(str(tiny_model_dir), pooling="mean", device="cpu", max_tokens=64, tokenize_workers=0)
+    forwards = []
+    forward = enc._forward
+    monkeypatch.setattr(enc, "_forward", lambda batch: forwards.append(batch.rows) or forward(batch))
+    sentences = SENTENCES * 2
+    updates: list[int] = []
+    parts = enc.iter_encode(sentences, progress=updates.append)
+    first = next(parts)
+    assert len(first) == len(sentences) and enc.last_stats.chunk_sizes == [len(sentences)]  # one chunk
+    assert len(updates) == len(forwards) >= 4 and updates == forwards  # several updates inside that chunk
+    assert sum(updates) == len(sentences)
+    assert next(parts, None) is None
+    # encode forwards the same counts to its caller (a bar spanning several calls) and returns the same rows.
+    updates.clear()
+    np.testing.assert_array_equal(enc.encode(sentences, progress=updates.append), first)
+    assert len(updates) >= 4 and sum(updates) == len(sentences)

@@ -14,6 +14,7 @@ from bertflow import (
     Embedder,
     FlowCalibrator,
     IdentityCalibrator,
+    InputError,
     ModelFileError,
     NotFittedError,
     SentenceEncoder,
@@ -255,3 +256,99 @@ def test_source_is_recorded(fitted, tmp_path):
     path = fitted.save(tmp_path / "model")
     assert fitted.source == str(path.resolve())
     assert Embedder.load(path, device="cpu").source == str(path.resolve())
+
+
+def test_card_licence_and_local_encoder_provenance(tiny_model_dir, tmp_path):
+    """Apache-2.0 for the calibrator; the encoder's licence read from its README; its weight files' sha256."""
+    import hashlib
+    import shutil
+
+    from bertflow.pipeline import CONFIG_FILE
+
+    source = shutil.copytree(tiny_model_dir, tmp_path / "encoder-src")
+    (source / "README.md").write_text("---\nlanguage: en\nlicense: mit\n---\n# tiny\n", encoding="utf-8")
+    model = Embedder(SentenceEncoder(str(source), device="cpu"), WhiteningCalibrator()).fit(CORPUS)
+    assert model.encoder_license() == "mit"
+    path = model.save(tmp_path / "model")
+    card = (path / "README.md").read_text()
+    assert front_matter(card)["license"] == "apache-2.0" and "## Licence" in card and "(`mit`, as its files" in card
+    digest = hashlib.sha256((source / "model.safetensors").read_bytes()).hexdigest()
+    enc = json.loads((path / CONFIG_FILE).read_text())["encoder"]
+    assert enc["weights_sha256"] == {"model.safetensors": digest} and enc["revision"] is None
+    assert f"`{digest}`" in card
+    # Bundled, the folder holds MIT files too: the card may not claim Apache-2.0 for all of it.
+    bundled = model.save(tmp_path / "bundled", include_encoder=True)
+    assert front_matter((bundled / "README.md").read_text())["license"] == "other"
+    loaded = Embedder.load(bundled, device="cpu")  # provenance of the original folder, not of the copy's path
+    assert loaded.encoder.provenance() == {"weights_sha256": {"model.safetensors": digest}}
+    assert loaded.encoder_license() == "mit"
+    (source / "README.md").unlink()
+    assert model.encoder_license() is None and "not declared in its files" in model.model_card()
+
+
+def test_hub_encoder_is_pinned_to_its_commit(tiny_model_dir, other_tiny_model_dir, tmp_path, monkeypatch):
+    """An encoder from the hub cache is saved with the commit it was loaded from, and loading uses that commit
+    even after the repo's main branch moves to other weights (offline, a hand-made huggingface_hub cache)."""
+    import shutil
+
+    from huggingface_hub import constants
+
+    repo = tmp_path / "cache" / "models--bertflow-test--tiny"
+    first, second = "a" * 40, "b" * 40
+    shutil.copytree(tiny_model_dir, repo / "snapshots" / first)
+    shutil.copytree(other_tiny_model_dir, repo / "snapshots" / second)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(first)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    model = Embedder(SentenceEncoder("bertflow-test/tiny", device="cpu"), WhiteningCalibrator()).fit(CORPUS)
+    assert model.encoder.provenance() == {"commit": first}
+    path = model.save(tmp_path / "model")
+    saved = json.loads((path / CONFIG_FILE).read_text())["encoder"]
+    assert saved["revision"] == first and saved["commit"] == first and "weights_sha256" not in saved
+    (repo / "refs" / "main").write_text(second)  # main moves on to other weights
+    assert SentenceEncoder("bertflow-test/tiny", device="cpu").fingerprint() != model.encoder.fingerprint()
+    loaded = Embedder.load(path, device="cpu")  # a moved encoder would be refused (fingerprint); pinned, it loads
+    assert loaded.encoder.revision == first
+    np.testing.assert_array_equal(loaded.encode(SENTENCES), model.encode(SENTENCES))
+
+
+def test_push_to_hub_uploads_the_saved_folder(tiny_encoder, tmp_path, monkeypatch):
+    """create_repo + create_branch + upload_folder of a folder Embedder.load accepts; nothing leaves the machine
+    (HfApi's methods are replaced by recorders) and an unfitted model is refused before any call."""
+    from types import SimpleNamespace
+
+    from huggingface_hub import HfApi
+
+    calls: list[tuple[str, dict]] = []
+
+    def upload_folder(self, **kw):
+        import shutil
+
+        kept = tmp_path / "uploaded"
+        shutil.copytree(kw["folder_path"], kept)  # the temporary folder is gone after the call
+        calls.append(("upload_folder", {**kw, "folder_path": kept}))
+        return SimpleNamespace(commit_url="https://huggingface.co/me/flow/commit/123")
+
+    monkeypatch.setattr(
+        HfApi, "create_repo", lambda self, repo_id, **kw: calls.append(("create_repo", {**kw, "repo_id": repo_id}))
+    )
+    monkeypatch.setattr(HfApi, "create_branch", lambda self, repo_id, **kw: calls.append(("create_branch", kw)))
+    monkeypatch.setattr(HfApi, "upload_folder", upload_folder)
+    with pytest.raises(NotFittedError):
+        Embedder(tiny_encoder, WhiteningCalibrator()).push_to_hub("me/flow")
+    assert calls == []
+    model = Embedder(tiny_encoder, WhiteningCalibrator()).fit(CORPUS)
+    with pytest.raises(InputError, match="repo_id"):
+        model.push_to_hub("../flow")
+    url = model.push_to_hub("me/flow", private=True, token="hf_x", revision="v1", commit_message="first")
+    assert url.endswith("/commit/123")
+    assert [name for name, _ in calls] == ["create_repo", "create_branch", "upload_folder"]
+    expected = {"repo_id": "me/flow", "token": "hf_x", "private": True, "repo_type": "model", "exist_ok": True}
+    assert calls[0][1] == expected
+    assert calls[1][1]["branch"] == "v1" and calls[2][1]["revision"] == "v1"
+    upload = calls[2][1]
+    assert upload["repo_id"] == "me/flow" and upload["commit_message"] == "first" and upload["token"] == "hf_x"
+    pushed = Embedder.load(upload["folder_path"], device="cpu")
+    np.testing.assert_array_equal(pushed.encode(SENTENCES), model.encode(SENTENCES))
+    assert model.source is None

@@ -666,13 +666,12 @@ def encode_file_to_store(
                 )
                 with ShardWriter(folder, spec, dim, record=record) as writer:
                     row = spec.start
-                    for part in encoder.iter_encode(lines, **encode_kwargs):
+                    for part in encoder.iter_encode(lines, **encode_kwargs, progress=bar.update):
                         check_finite(part, what=f"embeddings of lines {row + 1}..{row + len(part)} of {input_path}")
                         if calibrator is not None:
                             part = calibrator.transform(part)
                         writer.write(part)
                         row += len(part)
-                        bar.update(len(part))
                     writer.commit()
                 rows_done += spec.rows
                 shard_times.append((spec.rows, time.perf_counter() - t_shard))

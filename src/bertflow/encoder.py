@@ -468,6 +468,8 @@ class SentenceEncoder:
         self.max_tokens = max_tokens
         self.tokenize_workers = None if tokenize_workers is None else int(tokenize_workers)
         self._token_pool: TokenizerPool | None = None
+        self._load_path: str | None = None  # what from_pretrained got (a folder or a hub id); None for an object
+        self._provenance: dict[str, Any] | None = None
         if model is not None:
             if tokenizer is None:
                 raise InputError("a model given directly needs its tokenizer too")
@@ -476,6 +478,7 @@ class SentenceEncoder:
             check_max_length(self.max_length, model.config, tokenizer, self.model_id)
         else:
             self.model_id, load_path = resolve_model(model_name_or_path)
+            self._load_path = load_path
             kwargs: dict[str, Any] = {"revision": revision} if revision else {}
             try:
                 self.tokenizer = AutoTokenizer.from_pretrained(load_path, **kwargs)
@@ -545,6 +548,31 @@ class SentenceEncoder:
         if self._fingerprint is None:
             self._fingerprint = weights_fingerprint(self.model, self.tokenizer)
         return self._fingerprint
+
+    def provenance(self) -> dict[str, Any]:
+        """Which checkpoint files exactly, for a saved model to pin (computed once).
+
+        Returns:
+            ``{"commit": sha}`` for a hub checkpoint: the commit its files were resolved to in the
+            huggingface_hub cache (a revision ``from_pretrained`` accepts, so loading gets these very files even
+            after the repo's branch moves); ``{"weights_sha256": {file name: sha256}}`` for a local folder (its
+            safetensors / .bin files: a local folder has no revision); ``{}`` for a model passed in as an object
+            or a hub file not found in the cache. :meth:`fingerprint` still checks the weights at every load;
+            this says where to find them.
+        """
+        if self._provenance is None:
+            self._provenance = _checkpoint_provenance(self._load_path, self.revision, self.model.config)
+        return dict(self._provenance)
+
+    @property
+    def source_dir(self) -> Path | None:
+        """The local folder the checkpoint was read from (a hub checkpoint's cached snapshot), or ``None``."""
+        if self._load_path is None:
+            return None
+        if Path(self._load_path).is_dir():
+            return Path(self._load_path)
+        config = _cached_hub_file(self._load_path, "config.json", self.revision)
+        return None if config is None else config.parent
 
     def get_config(self) -> dict[str, Any]:
         """JSON-ready settings that rebuild this encoder with :meth:`from_config`."""
@@ -728,11 +756,22 @@ class SentenceEncoder:
         return self.pooling(SimpleNamespace(hidden_states=hidden), mask)
 
     @torch.inference_mode()
-    def _launch(self, chunk: _PreparedChunk, transform: DeviceTransform | None = None) -> _Pending:
-        """Queue every batch of a chunk and the copy of its result to the host; waits for nothing on CUDA."""
+    def _launch(
+        self,
+        chunk: _PreparedChunk,
+        transform: DeviceTransform | None = None,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> _Pending:
+        """Queue every batch of a chunk and the copy of its result to the host; waits for nothing on CUDA.
+
+        ``on_batch(rows)`` is called after each batch is queued; pass it only where the forward runs on the
+        calling thread (CPU), so that the call means "these rows are done" without a device sync.
+        """
         out = torch.empty((chunk.n, self.dim), dtype=torch.float32, device=self.device)
         for batch in chunk.batches:
             out[batch.start : batch.start + batch.rows] = self._forward(batch)
+            if on_batch is not None:
+                on_batch(batch.rows)
         # Back to input order on the device, then one copy for the whole chunk.
         result = out.index_select(0, chunk.inverse.to(self.device, non_blocking=True))
         # Two flags, so that an overflow in the transform is not blamed on the model, and the transform's bound
@@ -806,8 +845,15 @@ class SentenceEncoder:
         chunk_size: int | None,
         max_tokens: int | None,
         transform: DeviceTransform | None = None,
+        progress: Callable[[int], None] | None = None,
     ) -> Iterator[tuple[int, np.ndarray]]:
-        """Yield ``(first_row, float32 [n, D])`` per chunk, in order (on CUDA a view of pinned memory)."""
+        """Yield ``(first_row, float32 [n, D])`` per chunk, in order (on CUDA a view of pinned memory).
+
+        ``progress(rows)`` is told of finished rows: per forward batch off CUDA (a 16,384-sentence CPU chunk
+        takes minutes, so per-chunk updates would leave a bar at 0%), per chunk on CUDA, when its copy to the
+        host is collected (chunks start at 4,096 and take well under a second; per-batch updates there would
+        need a sync).
+        """
         if (batch_size is not None and batch_size < 1) or (chunk_size is not None and chunk_size < 1):
             raise InputError("batch_size and chunk_size must be positive")
         budget = max_tokens or self.token_budget
@@ -838,6 +884,8 @@ class SentenceEncoder:
         # On CUDA, a chunk is handed out only after the next one is queued on the device, so the GPU keeps
         # working while the caller consumes the result (writes it to a file, runs a calibrator ...).
         delay = self.device.type == "cuda"
+        on_batch = None if delay else progress
+        on_chunk = progress if delay else None
         pending: _Pending | None = None
         error: BaseException | None = None
         try:
@@ -849,7 +897,7 @@ class SentenceEncoder:
                 except Exception as e:  # noqa: BLE001 - raised below, after the chunks before it
                     error = e
                     break
-                launched = self._launch(chunk, transform)
+                launched = self._launch(chunk, transform, on_batch)
                 stats.sentences += chunk.n
                 stats.real_tokens += chunk.real_tokens
                 stats.padded_tokens += chunk.padded_tokens
@@ -857,18 +905,24 @@ class SentenceEncoder:
                 stats.uniform_batches += sum(b.uniform for b in chunk.batches)
                 stats.chunk_sizes.append(chunk.n)
                 if pending is not None:
-                    yield pending.offset, self._finish(pending)
+                    yield self._collect(pending, on_chunk)
                 pending = launched
                 if not delay:
-                    yield pending.offset, self._finish(pending)
+                    yield self._collect(pending, on_chunk)
                     pending = None
             if pending is not None:
-                yield pending.offset, self._finish(pending)
+                yield self._collect(pending, on_chunk)
         finally:
             if prefetcher is not None:
                 prefetcher.close()
         if error is not None:
             raise error
+
+    def _collect(self, pending: _Pending, on_chunk: Callable[[int], None] | None) -> tuple[int, np.ndarray]:
+        part = self._finish(pending)
+        if on_chunk is not None:
+            on_chunk(len(part))
+        return pending.offset, part
 
     def iter_encode(
         self,
@@ -878,6 +932,7 @@ class SentenceEncoder:
         chunk_size: int | None = None,
         max_tokens: int | None = None,
         transform: DeviceTransform | None = None,
+        progress: Callable[[int], None] | None = None,
     ) -> Iterator[np.ndarray]:
         """Encode a stream of sentences, yielding float32 arrays [n, D] chunk by chunk, in input order.
 
@@ -893,6 +948,9 @@ class SentenceEncoder:
             transform: applied on the device to each chunk of pooled vectors (float32 tensor [n, D], input
                 order) before it is copied to the host; what it returns ([n, D']) is yielded instead. A
                 calibrator written in torch runs here at almost no cost (see ``docs/performance.md``).
+            progress: called with a number of sentences each time that many are encoded (e.g. a tqdm bar's
+                ``update``): after every forward batch on CPU, every chunk on CUDA, so a bar moves every few
+                seconds on any device. The counts add up to the number of sentences.
         """
         for _, part in self._iter_chunks(
             sentences,
@@ -900,6 +958,7 @@ class SentenceEncoder:
             chunk_size=chunk_size,
             max_tokens=max_tokens,
             transform=transform,
+            progress=progress,
         ):
             # Copy out of pinned (page-locked) memory, which callers should not be left holding.
             yield part.copy() if self.device.type == "cuda" else part
@@ -912,6 +971,7 @@ class SentenceEncoder:
         show_progress_bar: bool | None = None,
         max_tokens: int | None = None,
         transform: DeviceTransform | None = None,
+        progress: Callable[[int], None] | None = None,
     ) -> np.ndarray:
         """Embed sentences.
 
@@ -923,6 +983,7 @@ class SentenceEncoder:
             max_tokens: padded tokens per forward pass; ``None``: the encoder's ``max_tokens``.
             transform: a function of float32 tensors [n, D] -> [n, D'] applied on the device before the copy
                 to the host (see :meth:`iter_encode`).
+            progress: also told of encoded sentences, as in :meth:`iter_encode` (for a bar spanning several calls).
 
         Returns:
             float32 array [N, D] (or [N, D'] with ``transform``), or one row for a single string.
@@ -945,17 +1006,23 @@ class SentenceEncoder:
         from tqdm.auto import tqdm
 
         with tqdm(total=len(items), desc="encode", unit="sent", disable=not show) as bar:
+
+            def advance(rows: int) -> None:
+                bar.update(rows)
+                if progress is not None:
+                    progress(rows)
+
             for row, part in self._iter_chunks(
                 items,
                 batch_size=batch_size,
                 chunk_size=None,
                 max_tokens=max_tokens,
                 transform=transform,
+                progress=advance,
             ):
                 if out is None:
                     out = np.empty((len(items), *part.shape[1:]), dtype=np.float32)
                 out[row : row + len(part)] = part
-                bar.update(len(part))
         assert out is not None
         return out[0] if single else out
 
@@ -967,6 +1034,38 @@ class SentenceEncoder:
 
 
 # -- helpers ------------------------------------------------------------------------------------------------
+
+
+#: Weight files hashed as a local checkpoint's provenance (SentenceEncoder.provenance).
+_WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
+
+
+def _cached_hub_file(repo_id: str, filename: str, revision: str | None) -> Path | None:
+    """The huggingface_hub cache's copy of a hub repo's file (``.../snapshots/<commit>/<filename>``), or ``None``."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(repo_id, filename, revision=revision)
+    except Exception:  # noqa: BLE001 - an id the hub would refuse (a path-like name) is simply not cached
+        return None
+    return Path(found) if isinstance(found, str) else None
+
+
+def _checkpoint_provenance(load_path: str | None, revision: str | None, config: Any) -> dict[str, Any]:
+    """See :meth:`SentenceEncoder.provenance`."""
+    from .serialization import sha256_file
+
+    if load_path is None:
+        return {}
+    folder = Path(load_path)
+    if folder.is_dir():
+        files = sorted({p for pattern in _WEIGHT_PATTERNS for p in folder.glob(pattern) if p.is_file()})
+        return {"weights_sha256": {p.name: sha256_file(p) for p in files}} if files else {}
+    commit = getattr(config, "_commit_hash", None)  # set by transformers 4; transformers 5 does not keep it
+    if not commit:
+        cached = _cached_hub_file(load_path, "config.json", revision)
+        commit = cached.parent.name if cached is not None and cached.parent.parent.name == "snapshots" else None
+    return {"commit": commit} if commit else {}
 
 
 def _cut(sentences: Iterable[str], sizes: Iterator[int]) -> Iterator[tuple[int, list[str]]]:

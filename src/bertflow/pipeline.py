@@ -3,7 +3,8 @@
 A saved folder::
 
     my-model/
-      bertflow_config.json      encoder (id, revision, pooling, max_length, fingerprint), calibrator type,
+      bertflow_config.json      encoder (id, revision pinned to a hub commit, pooling, max_length, fingerprint,
+                                provenance: commit or weight files' sha256), calibrator type,
                                 fitting record, library version, sha256 of every other file
       calibrator/config.json    calibrator parameters and fitted scalars
       calibrator/model.safetensors
@@ -246,10 +247,21 @@ class Embedder:
         """Cosine of each pair ``(a[i], b[i])``: float32 [N]. ``show_progress_bar`` as in :meth:`encode`."""
         if len(a) != len(b):
             raise ValueError(f"need as many first as second sentences, got {len(a)} and {len(b)}")
-        za, zb = (
-            unit_rows(self.encode(list(a), show_progress_bar=show_progress_bar).astype(np.float64)),
-            unit_rows(self.encode(list(b), show_progress_bar=show_progress_bar).astype(np.float64)),
-        )
+        from tqdm.auto import tqdm
+
+        self._require_fitted()
+        transform = self._device_transform()
+        show = 2 * len(a) >= 4096 if show_progress_bar is None else show_progress_bar
+        # One bar over both sides, moving per forward batch on CPU (SentenceEncoder.iter_encode's progress).
+        with tqdm(total=2 * len(a), desc="similarity", unit="sent", disable=not show) as bar:
+            za, zb = (
+                unit_rows(
+                    self.encoder.encode(
+                        list(side), show_progress_bar=False, transform=transform, progress=bar.update
+                    ).astype(np.float64)
+                )
+                for side in (a, b)
+            )
         return (za * zb).sum(axis=1).astype(np.float32)
 
     def _require_fitted(self) -> None:
@@ -287,9 +299,9 @@ class Embedder:
         self._require_fitted()
         show = len(sentences) >= 4096 if show_progress_bar is None else show_progress_bar
         with tqdm(total=len(sentences), desc="encode", unit="sent", disable=not show) as bar:
-            for part in self.encoder.iter_encode(sentences, batch_size=batch_size, transform=self._device_transform()):
-                yield part
-                bar.update(len(part))
+            yield from self.encoder.iter_encode(
+                sentences, batch_size=batch_size, transform=self._device_transform(), progress=bar.update
+            )
 
     def build_index(
         self,
@@ -446,7 +458,7 @@ class Embedder:
         check_output_folder(path, "model", overwrite=overwrite)
         with atomic_directory(path) as tmp:
             self.calibrator.save(tmp / CALIBRATOR_DIR)
-            encoder_config = self.encoder.get_config()
+            encoder_config = self._pinned_encoder_config()
             if include_encoder:
                 copied = self._copy_encoder_files(tmp / ENCODER_DIR)
                 encoder_config["path"] = ENCODER_DIR
@@ -479,7 +491,9 @@ class Embedder:
             _, load_path = resolve_model(self.encoder.model_id)
             source = Path(load_path)
             if not source.is_dir():
-                source = _snapshot(load_path, self.encoder.revision, allow_patterns=[*ENCODER_FILE_PATTERNS])
+                # The commit the encoder was loaded from, not a branch that may have moved since.
+                revision = self.encoder.provenance().get("commit") or self.encoder.revision
+                source = _snapshot(load_path, revision, allow_patterns=[*ENCODER_FILE_PATTERNS])
         files = {p for pattern in ENCODER_FILE_PATTERNS for p in source.glob(pattern) if p.is_file()}
         if not any(p.suffix == ".safetensors" for p in files):
             files |= {p for pattern in _TORCH_BIN_PATTERNS for p in source.glob(pattern) if p.is_file()}
@@ -576,6 +590,7 @@ class Embedder:
                     raise ModelFileError(f"{encoder_dir} has no config.json: the bundled encoder is incomplete")
                 encoder = SentenceEncoder.from_config({**enc, "model": str(encoder_dir)}, device=device, dtype=dtype)
                 encoder.model_id, encoder.revision = enc["model"], enc.get("revision")
+                encoder._provenance = {k: enc[k] for k in _PROVENANCE_KEYS if k in enc}
             else:
                 encoder = SentenceEncoder.from_config(enc, device=device, dtype=dtype)
         except (KeyError, TypeError, AttributeError) as e:
@@ -588,16 +603,120 @@ class Embedder:
         embedder._encoder_dir = encoder_dir
         return embedder
 
+    def _pinned_encoder_config(self) -> dict[str, Any]:
+        """The encoder's config as saved: with its provenance (:meth:`SentenceEncoder.provenance`), and for a hub
+        checkpoint ``revision`` pinned to the commit it was loaded from (the revision asked for, a branch or tag
+        that may move, is kept as ``requested_revision``), so that loading the saved model gets the same files."""
+        config = self.encoder.get_config()
+        provenance = self.encoder.provenance()
+        commit = provenance.get("commit")
+        if commit and config.get("revision") != commit:
+            if config.get("revision"):
+                config["requested_revision"] = config["revision"]
+            config["revision"] = commit
+        return {**config, **provenance}
+
+    def encoder_license(self) -> str | None:
+        """The encoder's licence identifier as its own files declare it (``license:`` in its README's front
+        matter, else a ``license`` key in its config.json), or ``None`` where neither is at hand."""
+        folder = self._encoder_dir or self.encoder.source_dir
+        if folder is None:
+            return None
+        readme, config = folder / "README.md", folder / "config.json"
+        if readme.is_file():
+            text = readme.read_text(encoding="utf-8", errors="replace")
+            front = re.match(r"---[ \t]*\r?\n(.*?)\r?\n---", text, re.S)
+            found = front and re.search(r"^license:[ \t]*['\"]?([\w.+-]+)['\"]?[ \t]*$", front.group(1), re.M)
+            if found:
+                return found.group(1)
+        if config.is_file():
+            try:
+                value = json.loads(config.read_text(encoding="utf-8")).get("license")
+            except (ValueError, AttributeError):
+                value = None
+            if isinstance(value, str) and value.strip():
+                return value.strip()
+        return None
+
+    def push_to_hub(
+        self,
+        repo_id: str,
+        *,
+        private: bool | None = None,
+        token: str | None = None,
+        revision: str | None = None,
+        commit_message: str = "Upload bertflow model",
+        include_encoder: bool = False,
+    ) -> str:
+        """Publish this model on the Hugging Face Hub, where :meth:`load` (and ``--model-dir``) can fetch it.
+
+        The model is saved as by :meth:`save` into a temporary folder, which ``huggingface_hub`` uploads in one
+        commit (``HfApi.create_repo`` with ``exist_ok``, then ``HfApi.upload_folder``); nothing is written here.
+
+        Args:
+            repo_id: ``"user/name"`` or ``"org/name"``.
+            private: visibility of a repo created now (``None``: the Hub's default); an existing repo keeps its own.
+            token: a Hugging Face token (``None``: the one ``hf auth login`` stored, or ``HF_TOKEN``).
+            revision: a branch to commit to, created if missing (``None``: the default branch).
+            commit_message: the commit's message.
+            include_encoder: bundle the encoder's files too (see :meth:`save`; mind the encoder's licence).
+
+        Returns:
+            the URL of the commit.
+
+        Raises:
+            NotFittedError: the calibrator is not fitted (checked before anything is created on the Hub).
+            InputError: ``repo_id`` is not a hub repo id.
+        """
+        import tempfile
+
+        from huggingface_hub import HfApi
+
+        self._require_fitted()
+        from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+        try:
+            validate_repo_id(repo_id)
+            if "/" not in repo_id:
+                raise HFValidationError("it has no owner")
+        except HFValidationError as e:
+            raise InputError(f"repo_id must read 'user/name' or 'org/name', got {repo_id!r} ({e})") from None
+        source = self.source  # save() records where it wrote; a temporary folder is no origin worth keeping
+        with tempfile.TemporaryDirectory(prefix="bertflow-push-") as tmp:
+            folder = self.save(Path(tmp) / "model", include_encoder=include_encoder)
+            self.source = source
+            api = HfApi(token=token)
+            api.create_repo(repo_id, token=token, private=private, repo_type="model", exist_ok=True)
+            if revision is not None:
+                api.create_branch(repo_id, branch=revision, token=token, repo_type="model", exist_ok=True)
+            info = api.upload_folder(
+                repo_id=repo_id,
+                folder_path=folder,
+                token=token,
+                repo_type="model",
+                revision=revision,
+                commit_message=commit_message,
+            )
+        logger.info("pushed %r to %s", self, repo_id)
+        return str(getattr(info, "commit_url", info))
+
     def model_card(self, *, include_encoder: bool = False) -> str:
         """A Markdown model card with YAML front matter (read by the Hugging Face Hub): what was fitted, on what,
-        with which library version, and how to load, search and publish it."""
-        enc = self.encoder.get_config()
+        with which library version and licence, and how to load, search and publish it."""
+        enc = self._pinned_encoder_config()
+        encoder_license = self.encoder_license()
         info = self.fit_info
         cal = self.calibrator
         tags = ["bertflow", "sentence-embeddings", "sentence-similarity", f"calibrator-{cal.name}"]
         if cal.name == "flow":
             tags.append("bert-flow")
-        front = ["---", "library_name: bertflow", "pipeline_tag: sentence-similarity", "tags:"]
+        # The calibrator's files are Apache-2.0 like bertflow; bundled encoder files keep the encoder's licence,
+        # so a bundle is Apache-2.0 only where the encoder is too.
+        if include_encoder and encoder_license != "apache-2.0":
+            front = ["---", "license: other", "license_name: apache-2.0-and-encoder-license"]
+        else:
+            front = ["---", "license: apache-2.0"]
+        front += ["library_name: bertflow", "pipeline_tag: sentence-similarity", "tags:"]
         front += [f"- {tag}" for tag in tags]
         if _is_hub_id(enc["model"]):
             # The hub links base_model to the encoder's page; a local path there would fail its validation.
@@ -610,6 +729,8 @@ class Embedder:
             ("max_length (tokens)", enc["max_length"]),
             ("embedding dimension in / out", f"{enc['dim']} / {cal.n_features_out_}"),
             ("encoder fingerprint", f"`{enc['fingerprint']}`"),
+            *[(f"encoder file sha256 ({f})", f"`{digest}`") for f, digest in enc.get("weights_sha256", {}).items()],
+            ("encoder licence", f"`{encoder_license}`" if encoder_license else "not declared in its files"),
             ("calibrator", f"`{cal!r}`"),
             ("calibrator fingerprint", f"`{calibrator_fingerprint(cal)}`"),
             ("regime (fitting corpus)", info.get("regime", "unknown")),
@@ -665,7 +786,15 @@ class Embedder:
             'bertflow search query my-index "someone making music" --top-k 5',
             "```",
             "",
-            "Publish this folder as it is: `huggingface_hub.HfApi().upload_folder(folder_path=PATH, repo_id=ID)`.",
+            "Publish it with `model.push_to_hub(\"user/name\")`, or upload this folder as it is "
+            "(`huggingface_hub.HfApi().upload_folder(folder_path=PATH, repo_id=ID)`).",
+            "",
+            "## Licence",
+            "",
+            f"The calibrator and its records (`{CONFIG_FILE}`, `{CALIBRATOR_DIR}/`, this card) are released under "
+            "the Apache License 2.0, like bertflow. The encoder is not covered by it: its own licence applies"
+            + (f" (`{encoder_license}`, as its files declare)" if encoder_license else " (see its model card)")
+            + (", also to its copy in `encoder/`." if include_encoder else "; its weights are not in this folder."),
             "",
         ]
         return "\n".join(lines)
@@ -682,6 +811,10 @@ class Embedder:
 
     def __repr__(self) -> str:
         return f"Embedder({self.encoder!r}, {self.calibrator!r})"
+
+
+#: Encoder provenance saved in bertflow_config.json (SentenceEncoder.provenance); carried over by a bundled load.
+_PROVENANCE_KEYS = ("commit", "weights_sha256")
 
 
 def _bundles_encoder(config: dict[str, Any]) -> bool:

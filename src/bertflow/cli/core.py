@@ -198,13 +198,12 @@ def encode(
         out.write(_npy_header(n or 0, dim))
         row = 0
         with tqdm(total=n, desc="encode", unit="sent", disable=quiet) as bar:
-            for part in encoder.iter_encode(stream, batch_size=batch_size):
+            for part in encoder.iter_encode(stream, batch_size=batch_size, progress=bar.update):
                 check_finite(part, what=f"embeddings of lines {row + 1}..{row + len(part)}")
                 if calibrator is not None:
                     part = calibrator.transform(part)
                 out.write(np.ascontiguousarray(part, dtype=np.float32).tobytes())
                 row += len(part)
-                bar.update(len(part))
         if n is not None and row != n:
             raise InputError(f"{input} changed while it was being encoded ({n} lines counted, {row} encoded)")
         out.seek(0)
@@ -352,8 +351,8 @@ def similarity(
         typer.echo(f"{embedder.similarity(sentences[0], sentences[1]):.6f}")
         return
     data = read_pairs(pairs, errors=encoding_errors.value, require_target=False, keep_columns=True)
-    progress = False if quiet else None  # None: a bar for large files (SentenceEncoder.encode's rule)
-    scores = embedder.similarity_pairwise(data.sentences1, data.sentences2, show_progress_bar=progress)
+    # A bar on stderr for any file (a few hundred pairs take seconds on CPU), none with -q.
+    scores = embedder.similarity_pairwise(data.sentences1, data.sentences2, show_progress_bar=not quiet)
     # The input's columns, every one and in its order, after the cosine: ids and scores travel with their pair.
     columns = data.columns or {}
     lines = ["\t".join(["cosine", *columns])]
