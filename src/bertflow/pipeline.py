@@ -786,7 +786,7 @@ class Embedder:
             'bertflow search query my-index "someone making music" --top-k 5',
             "```",
             "",
-            "Publish it with `model.push_to_hub(\"user/name\")`, or upload this folder as it is "
+            'Publish it with `model.push_to_hub("user/name")`, or upload this folder as it is '
             "(`huggingface_hub.HfApi().upload_folder(folder_path=PATH, repo_id=ID)`).",
             "",
             "## Licence",

@@ -106,8 +106,9 @@ def test_save_load_round_trip(base, tmp_path, tiny_model_dir):
     written = "".join(p.read_text() for p in (tmp_path / "st").rglob("*.json"))
     assert str(tiny_model_dir) not in written and str(tmp_path) not in written
     # The guarded loader: a folder that could run code under trust_remote_code=True is refused before loading.
-    np.testing.assert_array_equal(load_calibrated(str(tmp_path / "st"), device="cpu").encode(CORPUS[:5]),
-                                  model.encode(CORPUS[:5]))
+    np.testing.assert_array_equal(
+        load_calibrated(str(tmp_path / "st"), device="cpu").encode(CORPUS[:5]), model.encode(CORPUS[:5])
+    )
     config = tmp_path / "st" / "config.json"
     saved = config.read_text()
     config.write_text(saved.replace("{", '{"auto_map": {"AutoModel": "modeling_evil.Evil"}, ', 1))
@@ -219,7 +220,6 @@ def test_multi_process_encoding_after_a_first_encode(base):
     single = model.encode(CORPUS[:12])
     pooled_out = model.encode(CORPUS[:12], device=["cpu", "cpu"], chunk_size=6)
     np.testing.assert_allclose(pooled_out, single, rtol=1e-5, atol=1e-6)
-
 
 
 # Runs in a fresh interpreter that cannot import bertflow (a meta-path finder refuses it before any other import),

@@ -461,16 +461,19 @@ def check_no_code(folder: str | Path) -> None:
     root = Path(folder)
     code = sorted(root.rglob("*.py"))
     if code:
-        raise ModelFileError(f"{root} contains code ({code[0].relative_to(root)}); refusing to load it with "
-                             "trust_remote_code=True")
+        raise ModelFileError(
+            f"{root} contains code ({code[0].relative_to(root)}); refusing to load it with trust_remote_code=True"
+        )
     for config in sorted([*root.glob("*.json"), *root.glob("*/*.json")]):
         try:
             data = json.loads(config.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError):  # not JSON: no auto_map either; the load reports it
             continue
         if isinstance(data, dict) and "auto_map" in data:
-            raise ModelFileError(f"{config.relative_to(root)} in {root} has an auto_map (custom modeling code); "
-                                 "refusing to load it with trust_remote_code=True")
+            raise ModelFileError(
+                f"{config.relative_to(root)} in {root} has an auto_map (custom modeling code); "
+                "refusing to load it with trust_remote_code=True"
+            )
     if (root / "modules.json").is_file():
         try:
             entries = json.loads((root / "modules.json").read_text(encoding="utf-8"))
@@ -479,8 +482,10 @@ def check_no_code(folder: str | Path) -> None:
         for entry in entries if isinstance(entries, list) else []:
             kind = str(entry.get("type", "")) if isinstance(entry, dict) else ""
             if not (kind.startswith("sentence_transformers.") or kind == CALIBRATION_TYPE):
-                raise ModelFileError(f"modules.json in {root} names the module class {kind!r}, which is neither "
-                                     "sentence-transformers' nor bertflow's; refusing to import it")
+                raise ModelFileError(
+                    f"modules.json in {root} names the module class {kind!r}, which is neither "
+                    "sentence-transformers' nor bertflow's; refusing to import it"
+                )
 
 
 def load_calibrated(
