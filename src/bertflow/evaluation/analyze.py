@@ -366,7 +366,7 @@ def _plot(
             label = f"{name} (mean {c.mean():.3f})"
             ax.hist(c, bins=100, range=(-1, 1), density=True, histtype="stepfilled", alpha=0.35, color=colour,
                     edgecolor=colour, label=label)  # fmt: skip
-        ax.axvline(0, color="grey", lw=0.8, ls="--")
+        ax.axvline(0, color="grey", lw=0.8, ls="--", label="cosine 0 (orthogonal)")
         ax.set(xlabel="cosine similarity", ylabel="density (1 / unit cosine)",
                title=f"Cosine of {len(i):,} random pairs of distinct test sentences\n{title}")  # fmt: skip
         ax.legend(frameon=False)
@@ -399,7 +399,8 @@ def _plot(
             colour = "black" if name == "gold" else colours.get(name)
             ax.errorbar(ds + offset, mean, yerr=half, marker="o", ms=2.5, lw=1, capsize=1.5, color=colour,
                         label=f"{name} (Spearman vs ED {rho:.1f})" if rho is not None else name)  # fmt: skip
-        ax.axvline(SMALL_EDIT_DISTANCE + 0.5, color="grey", lw=0.8, ls="--")
+        ax.axvline(SMALL_EDIT_DISTANCE + 0.5, color="grey", lw=0.8, ls="--",
+                   label=f"paper's small-distance cut (ED <= {SMALL_EDIT_DISTANCE})")  # fmt: skip
         ax.set(ylabel="similarity, z-score over pairs", title=f"Similarity vs word edit distance, STS-B test\n{title}")
         ax.legend(frameon=False)
         bar.bar(ds, counts, color="grey", width=0.8)
