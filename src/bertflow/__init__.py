@@ -4,36 +4,44 @@ The public surface::
 
     SentenceEncoder   a frozen Hugging Face encoder + explicit pooling -> float32 vectors
     FlowCalibrator    BERT-flow (Glow), WhiteningCalibrator, StandardNormCalibrator, AllButTheTopCalibrator,
-                      ChainCalibrator, IdentityCalibrator: scikit-learn-style fit / transform
+                      ChainCalibrator, IdentityCalibrator, AnchoredWhiteningCalibrator, AutoCalibrator:
+                      scikit-learn fit / transform
     Embedder          encoder + calibrator: fit, encode, similarity, search, save, load
     EmbeddingIndex    exact (torch) or FAISS top-k cosine search, saved with the model it was built with
 """
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from .calibrators import (  # noqa: E402 - __version__ must exist before submodules import it
-    AllButTheTopCalibrator,
-    Calibrator,
-    ChainCalibrator,
-    FlowCalibrator,
-    IdentityCalibrator,
-    StandardNormCalibrator,
-    WhiteningCalibrator,
-    parse_calibrator,
-)
-from .encoder import DEFAULT_MODEL, SentenceEncoder  # noqa: E402
-from .errors import (  # noqa: E402
-    BertflowError,
-    CompatibilityError,
-    DivergenceError,
-    InputError,
-    ModelFileError,
-    NotFittedError,
-)
-from .pipeline import Embedder  # noqa: E402
-from .search import EmbeddingIndex, SearchHit  # noqa: E402
+from ._version import __version__
+
+# Names are imported on first use (PEP 562), so `import bertflow` and `bertflow --help` do not load torch,
+# transformers or scikit-learn until something needs them.
+_EXPORTS = {
+    "DEFAULT_MODEL": "encoder",
+    "SentenceEncoder": "encoder",
+    "Embedder": "pipeline",
+    "EmbeddingIndex": "search",
+    "SearchHit": "search",
+    "Calibrator": "calibrators",
+    "FlowCalibrator": "calibrators",
+    "WhiteningCalibrator": "calibrators",
+    "StandardNormCalibrator": "calibrators",
+    "AllButTheTopCalibrator": "calibrators",
+    "ChainCalibrator": "calibrators",
+    "IdentityCalibrator": "calibrators",
+    "AnchoredWhiteningCalibrator": "calibrators",
+    "AutoCalibrator": "calibrators",
+    "parse_calibrator": "calibrators",
+    "BertflowError": "errors",
+    "InputError": "errors",
+    "NotFittedError": "errors",
+    "ModelFileError": "errors",
+    "CompatibilityError": "errors",
+    "DivergenceError": "errors",
+}
 
 __all__ = [
     "__version__",
@@ -49,6 +57,8 @@ __all__ = [
     "AllButTheTopCalibrator",
     "ChainCalibrator",
     "IdentityCalibrator",
+    "AnchoredWhiteningCalibrator",
+    "AutoCalibrator",
     "parse_calibrator",
     "BertflowError",
     "InputError",
@@ -57,3 +67,41 @@ __all__ = [
     "CompatibilityError",
     "DivergenceError",
 ]
+
+if TYPE_CHECKING:  # what static tools and IDEs see
+    from .calibrators import (
+        AllButTheTopCalibrator,
+        AnchoredWhiteningCalibrator,
+        AutoCalibrator,
+        Calibrator,
+        ChainCalibrator,
+        FlowCalibrator,
+        IdentityCalibrator,
+        StandardNormCalibrator,
+        WhiteningCalibrator,
+        parse_calibrator,
+    )
+    from .encoder import DEFAULT_MODEL, SentenceEncoder
+    from .errors import (
+        BertflowError,
+        CompatibilityError,
+        DivergenceError,
+        InputError,
+        ModelFileError,
+        NotFittedError,
+    )
+    from .pipeline import Embedder
+    from .search import EmbeddingIndex, SearchHit
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'bertflow' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

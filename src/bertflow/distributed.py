@@ -40,7 +40,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from . import __version__, errors
+from . import errors
+from ._version import __version__
 from .data import check_not_utf16
 from .errors import BertflowError, CompatibilityError, InputError, describe_os_error
 from .serialization import LOCK_NAME, folder_lock

@@ -7,7 +7,7 @@ bad values, ``OSError`` for bad files) so generic handlers keep working.
 
 from __future__ import annotations
 
-from sklearn.exceptions import NotFittedError as SklearnNotFittedError
+from typing import TYPE_CHECKING, Any
 
 __all__ = [
     "BertflowError",
@@ -34,11 +34,6 @@ class InputError(BertflowError, ValueError):
 class InputTypeError(InputError, TypeError):
     """Input of the wrong type: an array whose items are not numbers. A ``TypeError`` too, as numpy and
     scikit-learn raise for it."""
-
-
-class NotFittedError(BertflowError, SklearnNotFittedError):
-    """A calibrator was used before ``fit``: scikit-learn's ``NotFittedError`` (so a ``ValueError`` and an
-    ``AttributeError``), which ``except sklearn.exceptions.NotFittedError`` catches too."""
 
 
 class ModelFileError(BertflowError, OSError):
@@ -70,3 +65,29 @@ def describe_os_error(e: OSError) -> str:
         return str(e)
     reason = "no space left on the device (disk full)" if e.errno == errno.ENOSPC else (e.strerror or str(e))
     return f"{e.filename}: {reason}" if e.filename else reason
+
+
+if TYPE_CHECKING:  # what static tools see; at run time it is made by __getattr__ below
+    from sklearn.exceptions import NotFittedError as _SklearnNotFittedError
+
+    class NotFittedError(BertflowError, _SklearnNotFittedError): ...
+
+
+def _not_fitted_error() -> type[BertflowError]:
+    from sklearn.exceptions import NotFittedError as SklearnNotFittedError
+
+    class NotFittedError(BertflowError, SklearnNotFittedError):
+        """A calibrator was used before ``fit``: scikit-learn's ``NotFittedError`` (so a ``ValueError`` and an
+        ``AttributeError``), which ``except sklearn.exceptions.NotFittedError`` catches too."""
+
+    NotFittedError.__module__, NotFittedError.__qualname__ = __name__, "NotFittedError"  # picklable by name
+    return NotFittedError
+
+
+def __getattr__(name: str) -> Any:
+    # NotFittedError subclasses scikit-learn's, and importing scikit-learn takes about a second: it is created on
+    # first use, so the CLI's help and error paths (which import this module) stay fast.
+    if name == "NotFittedError":
+        globals()[name] = cls = _not_fitted_error()
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

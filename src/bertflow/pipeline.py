@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import torch
 
-from . import __version__
+from ._version import __version__
 from .calibrators import Calibrator, FlowCalibrator, IdentityCalibrator
 from .encoder import SentenceEncoder, fingerprint_hint, resolve_model
 from .errors import CompatibilityError, InputError, ModelFileError

@@ -36,7 +36,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from . import __version__
+from ._version import __version__
 from .encoder import fingerprint_hint
 from .errors import CompatibilityError, InputError, ModelFileError
 from .linalg import unit_rows

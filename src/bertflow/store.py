@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from . import __version__
+from ._version import __version__
 from .errors import InputError, ModelFileError
 from .serialization import (
     FOLDER_KINDS,

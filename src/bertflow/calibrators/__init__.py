@@ -6,14 +6,44 @@ All follow scikit-learn's estimator contract (see :class:`Calibrator`) and save 
 
 from __future__ import annotations
 
-from ..errors import InputError
-from .anchored import AnchoredWhiteningCalibrator
-from .auto import AutoCalibrator
-from .base import Calibrator, calibrator_names, get_calibrator_class, register
-from .chain import ChainCalibrator
-from .flow import FlowCalibrator
-from .simple import AllButTheTopCalibrator, IdentityCalibrator, StandardNormCalibrator
-from .whitening import WhiteningCalibrator
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# The classes are imported on first use (PEP 562): the CLI reads CALIBRATOR_SPECS for its help text without
+# loading torch. The registry of saved calibrator types loads them all when it is asked (base.BUILTIN_MODULES).
+_EXPORTS = {
+    "AnchoredWhiteningCalibrator": "anchored",
+    "AutoCalibrator": "auto",
+    "Calibrator": "base",
+    "calibrator_names": "base",
+    "get_calibrator_class": "base",
+    "register": "base",
+    "ChainCalibrator": "chain",
+    "FlowCalibrator": "flow",
+    "AllButTheTopCalibrator": "simple",
+    "IdentityCalibrator": "simple",
+    "StandardNormCalibrator": "simple",
+    "WhiteningCalibrator": "whitening",
+}
+
+if TYPE_CHECKING:
+    from .anchored import AnchoredWhiteningCalibrator
+    from .auto import AutoCalibrator
+    from .base import Calibrator, calibrator_names, get_calibrator_class, register
+    from .chain import ChainCalibrator
+    from .flow import FlowCalibrator
+    from .simple import AllButTheTopCalibrator, IdentityCalibrator, StandardNormCalibrator
+    from .whitening import WhiteningCalibrator
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'bertflow.calibrators' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Calibrator",
@@ -59,6 +89,14 @@ def parse_calibrator(spec: str, **flow_kwargs: object) -> Calibrator:
         spec: e.g. ``"flow"``, ``"flow-paper"``, ``"whitening-256"``, ``"standard-norm+natsv-6"``.
         flow_kwargs: extra :class:`FlowCalibrator` arguments (``seed``, ``epochs``, ``device`` ...).
     """
+    from ..errors import InputError
+    from .anchored import AnchoredWhiteningCalibrator
+    from .auto import AutoCalibrator
+    from .chain import ChainCalibrator
+    from .flow import FlowCalibrator
+    from .simple import AllButTheTopCalibrator, IdentityCalibrator, StandardNormCalibrator
+    from .whitening import WhiteningCalibrator
+
     parts = [p.strip().lower() for p in spec.split("+")]
     if len(parts) > 1:
         return ChainCalibrator([parse_calibrator(p, **flow_kwargs) for p in parts])

@@ -7,6 +7,7 @@ in ``_``; using an unfitted calibrator raises :class:`~bertflow.errors.NotFitted
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -19,7 +20,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, OneToOn
 from sklearn.utils import Tags
 from sklearn.utils.validation import validate_data
 
-from .. import __version__
+from .._version import __version__
 from ..errors import CompatibilityError, InputError, ModelFileError, NotFittedError
 from ..serialization import FORMAT_VERSION, load_arrays, read_json, save_arrays, write_json
 from ..validation import check_array, check_calibrated
@@ -88,8 +89,19 @@ def register(name: str):  # noqa: ANN201 - decorator
     return wrap
 
 
+#: The modules of the calibrators that ship with bertflow; imported (and so registered) when the registry is read.
+BUILTIN_MODULES = ("anchored", "auto", "chain", "flow", "simple", "whitening")
+
+
+def _load_builtins() -> None:
+    for module in BUILTIN_MODULES:
+        importlib.import_module(f"{__package__}.{module}")
+
+
 def get_calibrator_class(name: str) -> type[Calibrator]:
     """The calibrator class registered as ``name``."""
+    if name not in _REGISTRY:
+        _load_builtins()
     if name not in _REGISTRY:
         raise CompatibilityError(f"unknown calibrator type {name!r}; known: {', '.join(sorted(_REGISTRY))}")
     return _REGISTRY[name]
@@ -97,6 +109,7 @@ def get_calibrator_class(name: str) -> type[Calibrator]:
 
 def calibrator_names() -> list[str]:
     """Names of every registered calibrator."""
+    _load_builtins()
     return sorted(_REGISTRY)
 
 

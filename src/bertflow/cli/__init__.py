@@ -17,16 +17,20 @@ class _Group(TyperGroup):
     """Turns bertflow's own errors into one clear line on stderr and exit status 2, never a traceback."""
 
     def invoke(self, ctx: click.Context):  # noqa: ANN201
-        from ..errors import BertflowError, describe_os_error
-
         try:
             return super().invoke(ctx)
-        except BertflowError as e:
-            click.echo(f"bertflow: error: {e}", err=True)
-            ctx.exit(2)
-        except OSError as e:
-            # Disk full, a folder turned read-only mid-run...: what the system said, about which file, in one line.
-            click.echo(f"bertflow: error: {describe_os_error(e)}", err=True)
+        except (OSError, Exception) as e:
+            # Imported here, on the error path only: bertflow.errors loads scikit-learn (NotFittedError's base),
+            # which `bertflow --help` should not pay for.
+            from ..errors import BertflowError, describe_os_error
+
+            if isinstance(e, BertflowError):
+                click.echo(f"bertflow: error: {e}", err=True)
+            elif isinstance(e, OSError):
+                # Disk full, a folder turned read-only mid-run...: what the system said, about which file, one line.
+                click.echo(f"bertflow: error: {describe_os_error(e)}", err=True)
+            else:
+                raise
             ctx.exit(2)
 
 
@@ -42,7 +46,7 @@ app = typer.Typer(
 
 def _print_version(value: bool) -> None:
     if value:
-        from .. import __version__
+        from .._version import __version__
 
         typer.echo(f"bertflow {__version__}")
         raise typer.Exit()

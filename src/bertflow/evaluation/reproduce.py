@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import __version__
+from .._version import __version__
 from ..calibrators import Calibrator, parse_calibrator
 from ..data import STS_TASKS, StsTask, load_nli_sentences, load_sts_tasks, resolve_data_dir
 from ..encoder import SentenceEncoder

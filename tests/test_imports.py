@@ -1,0 +1,54 @@
+"""Light imports: `import bertflow` and `bertflow --help` load no torch, transformers or scikit-learn."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+HEAVY = ("torch", "transformers", "sklearn", "scipy")
+
+
+def loaded_after(code: str) -> dict[str, bool]:
+    """Which heavy modules a fresh interpreter has loaded after running ``code``."""
+    probe = f"{code}\nimport json, sys\nprint(json.dumps({{m: m in sys.modules for m in {HEAVY!r}}}))"
+    env = {**os.environ, "PYTHONPATH": SRC}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_import_bertflow_is_light():
+    assert loaded_after("import bertflow; bertflow.__version__") == dict.fromkeys(HEAVY, False)
+
+
+def test_cli_help_is_light():
+    code = (
+        "from bertflow.cli import app\n"
+        "from typer.testing import CliRunner\n"
+        "r = CliRunner().invoke(app, ['--help'])\n"
+        "assert r.exit_code == 0 and 'fit' in r.output, r.output\n"
+        "r = CliRunner().invoke(app, ['fit', '--help'])\n"
+        "assert r.exit_code == 0 and 'auto' in r.output, r.output\n"
+    )
+    assert loaded_after(code) == dict.fromkeys(HEAVY, False)
+
+
+def test_names_load_on_first_use():
+    import bertflow
+    from bertflow import calibrators
+
+    assert bertflow.Embedder.__name__ == "Embedder"
+    assert calibrators.AutoCalibrator.__name__ == "AutoCalibrator"
+    assert set(bertflow.__all__) <= set(dir(bertflow))
+
+
+def test_the_registry_finds_every_builtin_calibrator_in_a_fresh_process():
+    code = (
+        "from bertflow.calibrators.base import get_calibrator_class, calibrator_names\n"
+        "assert get_calibrator_class('flow').__name__ == 'FlowCalibrator'\n"
+        "assert {'auto', 'anchored', 'chain', 'whitening'} <= set(calibrator_names())\n"
+    )
+    assert loaded_after(code)["torch"]  # ran, and loading the flow did need torch
