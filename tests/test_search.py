@@ -410,7 +410,9 @@ def test_auto_is_exact_below_the_threshold(unit_cloud, monkeypatch):
 
 @needs_faiss
 @pytest.mark.parametrize("kind", ["hnsw", "ivf"])
-def test_approximate_kind_survives_save_and_load(unit_cloud, kind, tmp_path):
+def test_approximate_kind_survives_save_and_load(unit_cloud, kind, tmp_path, monkeypatch):
+    from bertflow import search
+
     corpus, queries = unit_cloud
     index = EmbeddingIndex.build(corpus[:2000], approximate=kind, nprobe=3, ef_search=40)
     path = index.save(tmp_path / "idx")
@@ -420,6 +422,10 @@ def test_approximate_kind_survives_save_and_load(unit_cloud, kind, tmp_path):
     loaded = EmbeddingIndex.load(path)
     assert loaded.approximate == kind and loaded.ann_params == index.ann_params
     np.testing.assert_array_equal(loaded.topk(queries, 10)[1], index.topk(queries, 10)[1])
+    assert EmbeddingIndex.load(path, approximate="exact").search_kind() == "exact"
+    monkeypatch.setattr(search, "faiss_available", lambda: False)  # saved approximate, no faiss here: exact
+    assert EmbeddingIndex.load(path).search_kind() == "exact"
+    monkeypatch.undo()
     config["approximate"] = "exact"  # an edited kind is caught by the content checksum
     (path / INDEX_CONFIG).write_text(json.dumps(config))
     with pytest.raises(ModelFileError, match="checksum"):
