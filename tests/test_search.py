@@ -334,3 +334,126 @@ def test_edited_ids_or_texts_are_refused(vectors, tmp_path, edit):
     (path / INDEX_CONFIG).write_text(json.dumps(config))
     with pytest.raises(ModelFileError, match="checksum"):
         EmbeddingIndex.load(path)
+
+
+# -- approximate search (FAISS HNSW / IVF) ------------------------------------------------------------------
+
+needs_faiss = pytest.mark.skipif(not faiss_available(), reason="faiss-cpu is not installed (optional extra)")
+
+
+@pytest.fixture(scope="module")
+def unit_cloud() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(7)
+    corpus = rng.normal(size=(5000, 32)).astype(np.float32)
+    queries = rng.normal(size=(200, 32)).astype(np.float32)
+    return corpus / np.linalg.norm(corpus, axis=1, keepdims=True), queries
+
+
+def recall_at(found: np.ndarray, truth: np.ndarray) -> float:
+    return float(np.mean([len(set(f) & set(t)) / len(t) for f, t in zip(found, truth, strict=True)]))
+
+
+@needs_faiss
+def test_hnsw_recall_against_exact(unit_cloud):
+    corpus, queries = unit_cloud
+    _, exact = EmbeddingIndex.build(corpus, approximate="exact").topk(queries, 10)
+    index = EmbeddingIndex.build(corpus, approximate="hnsw")
+    assert index.search_kind() == "hnsw"
+    scores, rows = index.topk(queries, 10)
+    # Random 32-d unit vectors are a hard case for HNSW (no cluster structure); it still reaches ~0.97+ here.
+    assert recall_at(rows, exact) >= 0.9
+    assert np.all(np.diff(scores, axis=1) <= 0)  # best first
+    np.testing.assert_allclose(scores, np.einsum("qd,qkd->qk", index._prepare(queries), corpus[rows]), atol=1e-5)
+
+
+@needs_faiss
+def test_ivf_visiting_every_list_is_exact(unit_cloud):
+    corpus, queries = unit_cloud
+    s_exact, r_exact = EmbeddingIndex.build(corpus, approximate="exact").topk(queries, 10)
+    nlist = round(len(corpus) ** 0.5)
+    index = EmbeddingIndex.build(corpus, approximate="ivf", nprobe=nlist)
+    s_ivf, r_ivf = index.topk(queries, 10)
+    np.testing.assert_array_equal(r_ivf, r_exact)
+    np.testing.assert_allclose(s_ivf, s_exact, atol=1e-5)
+    index.ann_params["nprobe"] = 1  # one list of ~71 rows: approximate, and fewer than k hits are marked, not faked
+    s1, r1 = index.topk(queries, 100)
+    assert recall_at(r1[:, :10], r_exact) < 1.0
+    assert np.all((r1 >= 0) | np.isneginf(s1))
+    hits = index.search(queries[:20], top_k=100)
+    assert all(h.row >= 0 for q in hits for h in q)
+
+
+@needs_faiss
+def test_rows_added_after_a_query_are_found(unit_cloud):
+    corpus, _ = unit_cloud
+    index = EmbeddingIndex.build(corpus[:1000], approximate="hnsw")
+    index.topk(corpus[:1], 1)  # builds the HNSW graph
+    index.add(corpus[1000:1100])
+    _, rows = index.topk(corpus[1000:1100], 1)
+    assert recall_at(rows, np.arange(1000, 1100)[:, None]) >= 0.95  # each new row finds itself
+
+
+def test_auto_is_exact_below_the_threshold(unit_cloud, monkeypatch):
+    from bertflow import search
+
+    corpus, queries = unit_cloud
+    index = EmbeddingIndex.build(corpus)
+    assert index.approximate == "auto" and index.search_kind() == "exact"
+    _, rows = index.topk(queries, 10)
+    np.testing.assert_array_equal(rows, brute_force(corpus, queries, 10, "cosine")[1])
+    assert index._ann is None  # no approximate structure was built
+    monkeypatch.setattr(search, "AUTO_APPROXIMATE_MIN_ROWS", len(corpus))
+    assert index.search_kind() == ("hnsw" if faiss_available() else "exact")
+    monkeypatch.setattr(search, "faiss_available", lambda: False)
+    assert index.search_kind() == "exact"  # no faiss: exact, with a logged note
+
+
+@needs_faiss
+@pytest.mark.parametrize("kind", ["hnsw", "ivf"])
+def test_approximate_kind_survives_save_and_load(unit_cloud, kind, tmp_path, monkeypatch):
+    from bertflow import search
+
+    corpus, queries = unit_cloud
+    index = EmbeddingIndex.build(corpus[:2000], approximate=kind, nprobe=3, ef_search=40)
+    path = index.save(tmp_path / "idx")
+    config = json.loads((path / INDEX_CONFIG).read_text())
+    assert config["approximate"] == kind and config["ann_params"]["nprobe"] == 3
+    assert {p.name for p in path.iterdir()} == {INDEX_CONFIG, INDEX_EMBEDDINGS}  # no faiss binary: rebuilt on load
+    loaded = EmbeddingIndex.load(path)
+    assert loaded.approximate == kind and loaded.ann_params == index.ann_params
+    np.testing.assert_array_equal(loaded.topk(queries, 10)[1], index.topk(queries, 10)[1])
+    assert EmbeddingIndex.load(path, approximate="exact").search_kind() == "exact"
+    monkeypatch.setattr(search, "faiss_available", lambda: False)  # saved approximate, no faiss here: exact
+    assert EmbeddingIndex.load(path).search_kind() == "exact"
+    monkeypatch.undo()
+    config["approximate"] = "exact"  # an edited kind is caught by the content checksum
+    (path / INDEX_CONFIG).write_text(json.dumps(config))
+    with pytest.raises(ModelFileError, match="checksum"):
+        EmbeddingIndex.load(path)
+
+
+def test_bad_approximate_values_are_one_line_errors(model, tmp_path):
+    with pytest.raises(InputError, match="approximate must be one of auto, exact, hnsw, ivf; got 'annoy'"):
+        EmbeddingIndex(16, approximate="annoy")  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="nprobe must be a positive integer"):
+        EmbeddingIndex(16, approximate="ivf", nprobe=0)
+    model_dir = model.save(tmp_path / "model")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(CORPUS) + "\n", encoding="utf-8")
+    r = invoke("search", "build", corpus, "--model-dir", model_dir, "-o", tmp_path / "idx", "--approximate", "lsh")
+    assert r.exit_code == 2 and "approximate must be one of" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "idx").exists()
+
+
+@needs_faiss
+def test_cli_build_records_approximate(model, tmp_path):
+    model_dir = model.save(tmp_path / "model")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(CORPUS) + "\n", encoding="utf-8")
+    r = invoke("search", "build", corpus, "--model-dir", model_dir, "-o", tmp_path / "idx", "--approximate", "hnsw",
+               "-q")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["search"] == "hnsw"
+    assert EmbeddingIndex.load(tmp_path / "idx").approximate == "hnsw"
+    r = invoke("search", "query", tmp_path / "idx", CORPUS[5], "--json", "-k", "1")
+    assert r.exit_code == 0 and json.loads(r.stdout)["hits"][0]["text"] == CORPUS[5]

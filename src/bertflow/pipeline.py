@@ -312,6 +312,7 @@ class Embedder:
         device: str = "cpu",
         batch_size: int | None = None,
         show_progress_bar: bool | None = None,
+        approximate: Literal["auto", "exact", "hnsw", "ivf"] = "auto",
     ) -> EmbeddingIndex:
         """Embed ``corpus`` into a new cosine :class:`~bertflow.search.EmbeddingIndex` that :meth:`search` will use.
 
@@ -320,6 +321,8 @@ class Embedder:
             ids: one str or int id per sentence, unique; default: positions 0..N-1.
             backend: ``"torch"`` (exact, blockwise) or ``"faiss"`` (exact ``IndexFlatIP``; needs ``faiss-cpu``).
             device: where the index keeps its vectors and computes scores.
+            approximate: ``"auto"`` (exact below ``search.AUTO_APPROXIMATE_MIN_ROWS`` rows, else HNSW when faiss is
+                installed), ``"exact"``, ``"hnsw"`` or ``"ivf"``; see :class:`~bertflow.search.EmbeddingIndex`.
             show_progress_bar: ``None`` shows one for 4,096 sentences or more.
 
         Returns:
@@ -332,7 +335,9 @@ class Embedder:
         items = validate_sentences(corpus)
         if not items:
             raise InputError("the corpus is empty: nothing to index")
-        index = EmbeddingIndex(self.calibrator_dim(), backend=backend, device=device, model=self.identity())
+        index = EmbeddingIndex(
+            self.calibrator_dim(), backend=backend, device=device, model=self.identity(), approximate=approximate
+        )
         index.model_source = self.source
         self.index = index
         self.add_to_index(items, ids, batch_size=batch_size, show_progress_bar=show_progress_bar)

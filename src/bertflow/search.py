@@ -1,4 +1,5 @@
-"""Semantic search over calibrated embeddings: an exact top-k index that saves to disk with its model's identity.
+"""Semantic search over calibrated embeddings: a top-k index (exact, or approximate at scale) that saves to disk with
+its model's identity.
 
 :class:`EmbeddingIndex` holds vectors [N, D] with an id and (optionally) a text per row, and answers top-k
 queries by cosine (default) or dot product. Two backends give the same, exact results:
@@ -7,8 +8,25 @@ queries by cosine (default) or dot product. Two backends give the same, exact re
   ``query_chunk_size`` x ``corpus_chunk_size`` and each block's top-k is merged into a running top-k, so memory
   stays bounded by one block whatever the corpus size (as sentence-transformers' ``util.semantic_search``).
 - ``"faiss"`` (``pip install faiss-cpu``, the ``bertflow[faiss]`` extra): a ``faiss.IndexFlatIP``, faster on CPU
-  for many queries. Only exact search is offered; an approximate index (IVF, HNSW) can be built from
-  :attr:`EmbeddingIndex.embeddings` by hand.
+  for many queries.
+
+Approximate search (``approximate=``, needs faiss) trades a little recall for speed on large corpora:
+
+- ``"exact"``: always the exact backend above.
+- ``"hnsw"``: a ``faiss.IndexHNSWFlat`` with the inner-product metric (on unit rows for cosine), ``hnsw_m`` links
+  per node, ``ef_search`` candidates per query (higher: better recall, slower).
+- ``"ivf"``: a ``faiss.IndexIVFFlat`` with ``nlist = round(sqrt(N))`` lists (k-means trained on the rows) and
+  ``nprobe`` lists visited per query; ``nprobe >= nlist`` visits every list and is exact.
+- ``"auto"`` (default): exact below :data:`AUTO_APPROXIMATE_MIN_ROWS` rows, HNSW from there on when faiss is
+  installed (exact otherwise, with a logged note).
+
+The approximate structure is built from the stored vectors at the first query after rows were added (IVF needs all
+rows to train), and rebuilt after a load: only the vectors are saved, never a faiss binary, so a saved index does not
+depend on the faiss version (the price: each process pays the build once, e.g. ~40 s for HNSW over 100k x 384 rows on
+2 CPU cores). ``index.json`` records the requested kind and its parameters; where faiss is missing a saved approximate
+index loads as exact (with a warning), and ``load(approximate="exact")`` asks for that. An approximate search may
+find fewer than ``k`` rows (IVF with small ``nprobe``); :meth:`EmbeddingIndex.topk` marks the missing places with
+row ``-1`` and score ``-inf``, and :meth:`EmbeddingIndex.search` leaves them out.
 
 A saved index is a folder::
 
@@ -16,7 +34,8 @@ A saved index is a folder::
       index.json                 format and library version, metric, dimension, ids, texts, the identity of the
                                  model that embedded the rows (encoder config + fingerprint, calibrator type +
                                  fingerprint), sha256 of the embeddings file, and the sha256 of all the rest of
-                                 index.json (``content_sha256``), so an edited id or text is refused on load
+                                 index.json (``content_sha256``), so an edited id or text is refused on load;
+                                 the kind of search (``approximate``) and its ``ann_params``
       embeddings.safetensors     float32 [N, D] (unit rows for cosine)
 
 Searching a saved index with a different model is refused (:meth:`EmbeddingIndex.check_model`): scores between
@@ -54,7 +73,14 @@ from .serialization import (
 )
 from .validation import check_finite
 
-__all__ = ["SearchHit", "EmbeddingIndex", "INDEX_CONFIG", "INDEX_EMBEDDINGS", "faiss_available"]
+__all__ = [
+    "SearchHit",
+    "EmbeddingIndex",
+    "INDEX_CONFIG",
+    "INDEX_EMBEDDINGS",
+    "AUTO_APPROXIMATE_MIN_ROWS",
+    "faiss_available",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +90,12 @@ _FORMAT_NAME = FOLDER_KINDS["index"][2]  # "bertflow-index"
 
 Metric = Literal["cosine", "dot"]
 Backend = Literal["torch", "faiss"]
+Approximate = Literal["auto", "exact", "hnsw", "ivf"]
+APPROXIMATE_KINDS = ("auto", "exact", "hnsw", "ivf")
+
+#: ``approximate="auto"`` searches exactly below this many rows and with HNSW from it on (when faiss is installed):
+#: below it an exact search of one query takes a few milliseconds on a CPU, and recall below 1 buys little.
+AUTO_APPROXIMATE_MIN_ROWS = 100_000
 ItemId = str | int
 
 
@@ -93,13 +125,13 @@ def faiss_available() -> bool:
     return True
 
 
-def _import_faiss() -> Any:
+def _import_faiss(what: str = "backend 'faiss'", alternative: str = "backend='torch', which gives the same exact "
+                  "results") -> Any:
     try:
         import faiss
     except ImportError:
         raise InputError(
-            "backend 'faiss' needs the faiss package: pip install faiss-cpu (or bertflow[faiss]); "
-            "or use backend='torch', which gives the same exact results"
+            f"{what} needs the faiss package: pip install faiss-cpu (or bertflow[faiss]); or use {alternative}"
         ) from None
     return faiss
 
@@ -146,7 +178,7 @@ def describe_model(identity: dict[str, Any] | None) -> str:
 
 
 class EmbeddingIndex:
-    """Exact top-k search over a set of vectors, each with an id and an optional text.
+    """Top-k search (exact, or approximate with faiss) over a set of vectors, each with an id and an optional text.
 
     Args:
         dim: dimension D of the vectors.
@@ -157,6 +189,13 @@ class EmbeddingIndex:
         model: identity of the model whose embeddings the rows are (see :meth:`bertflow.Embedder.identity`);
             ``None`` for bare vectors. Saved with the index and checked by :meth:`check_model`.
         query_chunk_size, corpus_chunk_size: block sizes of the torch backend (results do not depend on them).
+        approximate: ``"auto"`` (exact below :data:`AUTO_APPROXIMATE_MIN_ROWS` rows, else HNSW if faiss is
+            installed), ``"exact"``, ``"hnsw"`` or ``"ivf"`` (both need faiss); see the module docstring.
+        hnsw_m: HNSW links per node (faiss ``M``).
+        ef_search: HNSW candidate list size per query (faiss ``efSearch``); at least ``k`` is used.
+        ef_construction: HNSW candidate list size while inserting (faiss ``efConstruction``).
+        nlist: IVF lists; ``None``: ``round(sqrt(N))`` at build time.
+        nprobe: IVF lists visited per query (capped at ``nlist``).
 
     Example:
         >>> index = EmbeddingIndex.build(vectors, ids=["a", "b", "c"], texts=sentences)
@@ -174,6 +213,12 @@ class EmbeddingIndex:
         model: dict[str, Any] | None = None,
         query_chunk_size: int = 1024,
         corpus_chunk_size: int = 65536,
+        approximate: Approximate = "auto",
+        hnsw_m: int = 32,
+        ef_search: int = 64,
+        ef_construction: int = 80,
+        nlist: int | None = None,
+        nprobe: int = 16,
     ) -> None:
         if int(dim) < 1:
             raise InputError(f"dim must be positive, got {dim}")
@@ -183,6 +228,14 @@ class EmbeddingIndex:
             raise InputError(f"backend must be 'torch' or 'faiss', got {backend!r}")
         if query_chunk_size < 1 or corpus_chunk_size < 1:
             raise InputError("query_chunk_size and corpus_chunk_size must be positive")
+        if approximate not in APPROXIMATE_KINDS:
+            raise InputError(f"approximate must be one of {', '.join(APPROXIMATE_KINDS)}; got {approximate!r}")
+        for name, value in (("hnsw_m", hnsw_m), ("ef_search", ef_search), ("ef_construction", ef_construction),
+                            ("nprobe", nprobe), ("nlist", 1 if nlist is None else nlist)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InputError(f"{name} must be a positive integer, got {value!r}")
+        if approximate in ("hnsw", "ivf"):
+            _import_faiss(f"approximate={approximate!r}", "approximate='exact'")
         self.dim = int(dim)
         self.metric: Metric = metric
         self.backend: Backend = backend
@@ -198,6 +251,14 @@ class EmbeddingIndex:
         # Added blocks are concatenated lazily: appending to one tensor per add() would copy O(N^2) bytes.
         self._blocks: list[torch.Tensor] = []
         self._matrix: torch.Tensor = torch.empty((0, self.dim), dtype=torch.float32, device=self.device)
+        self.approximate: Approximate = approximate
+        self.ann_params: dict[str, int | None] = {
+            "hnsw_m": hnsw_m, "ef_search": ef_search, "ef_construction": ef_construction, "nlist": nlist,
+            "nprobe": nprobe,
+        }
+        # The approximate faiss index over all rows, built at the first query after an add (None: not built).
+        self._ann: Any = None
+        self._auto_noted = False
         self._faiss: Any = None
         if backend == "faiss":
             self._faiss = _import_faiss().IndexFlatIP(self.dim)
@@ -215,18 +276,24 @@ class EmbeddingIndex:
         backend: Backend = "torch",
         device: str | torch.device = "cpu",
         model: dict[str, Any] | None = None,
+        approximate: Approximate = "auto",
+        **ann_params: int | None,
     ) -> EmbeddingIndex:
         """An index holding ``embeddings`` [N, D] (float, any precision; stored as float32).
 
         Args:
             ids: one str or int per row, unique; default: the row positions 0..N-1.
             texts: one sentence per row (returned in hits), or ``None``.
-            metric, backend, device, model: see the class.
+            metric, backend, device, model, approximate: see the class.
+            ann_params: ``hnsw_m``, ``ef_search``, ``ef_construction``, ``nlist``, ``nprobe`` (see the class).
         """
         arr = np.asarray(embeddings)
         if arr.ndim != 2:
             raise InputError(f"embeddings must be 2-D [n_rows, dim], got shape {arr.shape}")
-        index = cls(arr.shape[1], metric=metric, backend=backend, device=device, model=model)
+        index = cls(
+            arr.shape[1], metric=metric, backend=backend, device=device, model=model, approximate=approximate,
+            **ann_params,  # type: ignore[arg-type]
+        )
         index.add(arr, ids=ids, texts=texts)
         return index
 
@@ -276,6 +343,7 @@ class EmbeddingIndex:
         self._blocks.append(block.to(self.device))
         if self._faiss is not None:
             self._faiss.add(block.numpy())
+        self._ann = None  # rebuilt with the new rows at the next query
         self.ids.extend(new_ids)
         self._id_set.update(new_ids)
         if texts is not None:
@@ -304,9 +372,45 @@ class EmbeddingIndex:
         """The stored vectors, float32 [N, D] (unit rows for cosine); a copy on CPU."""
         return self._corpus().cpu().numpy().copy()
 
+    def search_kind(self) -> Literal["exact", "hnsw", "ivf"]:
+        """How a query is answered now: ``approximate`` with ``"auto"`` resolved for the current size."""
+        if self.approximate != "auto":
+            return self.approximate
+        if len(self) < AUTO_APPROXIMATE_MIN_ROWS:
+            return "exact"
+        if not faiss_available():
+            if not self._auto_noted:
+                logger.info(
+                    "%d rows (>= %d) would use an approximate HNSW search, but faiss is not installed: searching "
+                    "exactly (pip install faiss-cpu for faster search)", len(self), AUTO_APPROXIMATE_MIN_ROWS
+                )
+                self._auto_noted = True
+            return "exact"
+        return "hnsw"
+
+    def _ann_index(self, kind: str) -> Any:
+        """The faiss HNSW or IVF index over the current rows (inner product), built once per set of rows."""
+        if self._ann is not None and self._ann[0] == kind:
+            return self._ann[1]
+        faiss = _import_faiss(f"approximate={kind!r}", "approximate='exact'")
+        corpus = np.ascontiguousarray(self._corpus().cpu().numpy(), dtype=np.float32)
+        p = self.ann_params
+        if kind == "hnsw":
+            ann = faiss.IndexHNSWFlat(self.dim, int(p["hnsw_m"]), faiss.METRIC_INNER_PRODUCT)
+            ann.hnsw.efConstruction = int(p["ef_construction"])
+        else:
+            nlist = min(len(corpus), int(p["nlist"] or max(1, round(len(corpus) ** 0.5))))
+            ann = faiss.IndexIVFFlat(faiss.IndexFlatIP(self.dim), self.dim, nlist, faiss.METRIC_INNER_PRODUCT)
+            ann.cp.seed = 1234  # reproducible k-means lists
+            ann.train(corpus)
+        ann.add(corpus)
+        self._ann = (kind, ann)
+        return ann
+
     def __repr__(self) -> str:
         return (
             f"EmbeddingIndex({len(self)} rows, dim={self.dim}, metric={self.metric!r}, backend={self.backend!r}, "
+            f"approximate={self.approximate!r}, "
             f"texts={self.texts is not None}, model={'yes' if self.model else 'none'})"
         )
 
@@ -322,7 +426,8 @@ class EmbeddingIndex:
         Returns:
             ``(scores, rows)``: float32 [M, k'] sorted best first, and int64 [M, k'] row positions, where
             ``k' = min(k, len(self))``. Equal scores are ordered by row; which of several rows tied at the
-            k-th place is kept is unspecified.
+            k-th place is kept is unspecified. An approximate search (see :meth:`search_kind`) may miss true
+            neighbours, and marks places it could not fill with row ``-1`` and score ``-inf``.
         """
         if k < 1:
             raise InputError(f"top_k must be at least 1, got {k}")
@@ -331,7 +436,16 @@ class EmbeddingIndex:
         if k == 0 or len(q) == 0:
             return np.empty((len(q), k), np.float32), np.empty((len(q), k), np.int64)
         q = self._prepare(q)
-        if self._faiss is not None:
+        kind = self.search_kind()
+        if kind != "exact":
+            ann = self._ann_index(kind)
+            if kind == "hnsw":
+                ann.hnsw.efSearch = max(int(self.ann_params["ef_search"]), k)
+            else:
+                ann.nprobe = min(int(self.ann_params["nprobe"]), ann.nlist)
+            scores, rows = ann.search(q, k)
+            scores = np.where(rows < 0, -np.inf, scores).astype(np.float32)
+        elif self._faiss is not None:
             scores, rows = self._faiss.search(q, k)
         else:
             scores, rows = self._torch_topk(torch.from_numpy(q), k)
@@ -382,6 +496,7 @@ class EmbeddingIndex:
                     row=int(r),
                 )
                 for s, r in zip(srow, rrow, strict=True)
+                if r >= 0  # a place an approximate search could not fill
             ]
             for srow, rrow in zip(scores, rows, strict=True)
         ]
@@ -442,6 +557,8 @@ class EmbeddingIndex:
                 "dim": self.dim,
                 "count": len(self),
                 "backend": self.backend,
+                "approximate": self.approximate,
+                "ann_params": self.ann_params,
                 "model": self.model,
                 "model_source": self.model_source,
                 "ids": self.ids,
@@ -455,7 +572,12 @@ class EmbeddingIndex:
 
     @classmethod
     def load(
-        cls, path: str | Path, *, backend: Backend | None = None, device: str | torch.device = "cpu"
+        cls,
+        path: str | Path,
+        *,
+        backend: Backend | None = None,
+        device: str | torch.device = "cpu",
+        approximate: Approximate | None = None,
     ) -> EmbeddingIndex:
         """Load a folder written by :meth:`save`.
 
@@ -463,6 +585,8 @@ class EmbeddingIndex:
             backend: override the saved backend (the files are the same for both); by default the saved one, or
                 torch when the index was saved with faiss and faiss is not installed.
             device: where the torch backend keeps the vectors.
+            approximate: override the saved kind of search (``"exact"`` always works); by default the saved one, or
+                exact when it needs faiss and faiss is not installed (with a warning).
 
         Raises:
             ModelFileError: a missing, truncated, edited or inconsistent index.
@@ -470,10 +594,14 @@ class EmbeddingIndex:
         """
         folder = Path(path).expanduser()
         # Another process may save over the folder while it is read: see one complete save, never a mix.
-        return read_consistent(folder, INDEX_CONFIG, lambda f: cls._load_folder(f, backend=backend, device=device))
+        return read_consistent(
+            folder, INDEX_CONFIG, lambda f: cls._load_folder(f, backend=backend, device=device, approximate=approximate)
+        )
 
     @classmethod
-    def _load_folder(cls, folder: Path, *, backend: Backend | None, device: str | torch.device) -> EmbeddingIndex:
+    def _load_folder(
+        cls, folder: Path, *, backend: Backend | None, device: str | torch.device, approximate: Approximate | None
+    ) -> EmbeddingIndex:
         if not folder.is_dir():
             raise ModelFileError(f"{folder} is not a folder; an index is a folder written by EmbeddingIndex.save")
         config = read_json(folder / INDEX_CONFIG)
@@ -515,7 +643,15 @@ class EmbeddingIndex:
                 # Same files, same exact results: an index saved with faiss stays usable where faiss is absent.
                 logger.warning("%s was saved with the faiss backend, which is not installed; using torch", folder)
                 chosen = "torch"
-            index = cls(dim, metric=config["metric"], backend=chosen, device=device)
+            # Indexes saved before approximate search existed are exact.
+            kind = approximate or config.get("approximate", "exact")
+            ann_params = config.get("ann_params") or {}
+            if approximate is None and kind in ("hnsw", "ivf") and not faiss_available():
+                # Same vectors, exact answers (a superset of what the approximate search finds), only slower.
+                logger.warning("%s was saved for %s search, which needs faiss (not installed); searching exactly",
+                               folder, kind)
+                kind = "exact"
+            index = cls(dim, metric=config["metric"], backend=chosen, device=device, approximate=kind, **ann_params)
         except (KeyError, TypeError, ValueError) as e:
             raise ModelFileError(f"{folder} is inconsistent ({type(e).__name__}: {e}); was it edited?") from None
         index.model = config.get("model")

@@ -60,6 +60,13 @@ def build(
     ] = None,
     unique: Annotated[bool, typer.Option(help="Index each distinct sentence once (its first occurrence).")] = False,
     backend: BackendOpt = "torch",
+    approximate: Annotated[
+        str,
+        typer.Option(
+            help="auto (exact below 100,000 rows, else HNSW when faiss is installed), exact, hnsw or ivf "
+            "(approximate: faster on large corpora, recall below 1; need faiss-cpu). Recorded in the index."
+        ),
+    ] = "auto",
     encoding_errors: ErrorsOpt = EncodingErrors.strict,
     batch_size: BatchOpt = None,
     device: DeviceOpt = None,
@@ -74,6 +81,9 @@ def build(
     # Before the model loads and the corpus is embedded: the index may not replace the model, the corpus, or a
     # folder of another kind, and an existing index only with --overwrite.
     check_output_folder(output, "index", overwrite=overwrite, inputs=[corpus, model_dir])
+    from ..search import EmbeddingIndex
+
+    EmbeddingIndex(1, approximate=approximate)  # type: ignore[arg-type]  # a bad value fails before the model loads
     check_device(device)
     limit_threads(threads)
     quiet_libraries()
@@ -85,6 +95,7 @@ def build(
         unique=unique,
         errors=encoding_errors.value,
         backend=backend,  # type: ignore[arg-type]  # validated by EmbeddingIndex
+        approximate=approximate,  # type: ignore[arg-type]
         batch_size=batch_size,
         show_progress_bar=not quiet,
     )
@@ -93,6 +104,7 @@ def build(
         "output": str(output),
         "rows": len(index),
         "dim": index.dim,
+        "search": index.search_kind(),
         "model": embedder.source,
         "seconds": round(time.perf_counter() - started, 2),
     }
