@@ -94,8 +94,10 @@ def main() -> None:
             )
             print(line, flush=True)
             lines.append(line)
-    command = "python benchmarks/ann_recall.py --sizes " + " ".join(map(str, args.sizes)) + (
-        f" --output {args.output}" if args.output else ""
+    command = (
+        "python benchmarks/ann_recall.py --sizes "
+        + " ".join(map(str, args.sizes))
+        + (f" --output {args.output}" if args.output else "")
     )
     import faiss
 

@@ -450,8 +450,9 @@ def test_cli_build_records_approximate(model, tmp_path):
     model_dir = model.save(tmp_path / "model")
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(CORPUS) + "\n", encoding="utf-8")
-    r = invoke("search", "build", corpus, "--model-dir", model_dir, "-o", tmp_path / "idx", "--approximate", "hnsw",
-               "-q")
+    r = invoke(
+        "search", "build", corpus, "--model-dir", model_dir, "-o", tmp_path / "idx", "--approximate", "hnsw", "-q"
+    )
     assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout)["search"] == "hnsw"
     assert EmbeddingIndex.load(tmp_path / "idx").approximate == "hnsw"

@@ -125,8 +125,9 @@ def faiss_available() -> bool:
     return True
 
 
-def _import_faiss(what: str = "backend 'faiss'", alternative: str = "backend='torch', which gives the same exact "
-                  "results") -> Any:
+def _import_faiss(
+    what: str = "backend 'faiss'", alternative: str = "backend='torch', which gives the same exact results"
+) -> Any:
     try:
         import faiss
     except ImportError:
@@ -230,8 +231,13 @@ class EmbeddingIndex:
             raise InputError("query_chunk_size and corpus_chunk_size must be positive")
         if approximate not in APPROXIMATE_KINDS:
             raise InputError(f"approximate must be one of {', '.join(APPROXIMATE_KINDS)}; got {approximate!r}")
-        for name, value in (("hnsw_m", hnsw_m), ("ef_search", ef_search), ("ef_construction", ef_construction),
-                            ("nprobe", nprobe), ("nlist", 1 if nlist is None else nlist)):
+        for name, value in (
+            ("hnsw_m", hnsw_m),
+            ("ef_search", ef_search),
+            ("ef_construction", ef_construction),
+            ("nprobe", nprobe),
+            ("nlist", 1 if nlist is None else nlist),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InputError(f"{name} must be a positive integer, got {value!r}")
         if approximate in ("hnsw", "ivf"):
@@ -253,7 +259,10 @@ class EmbeddingIndex:
         self._matrix: torch.Tensor = torch.empty((0, self.dim), dtype=torch.float32, device=self.device)
         self.approximate: Approximate = approximate
         self.ann_params: dict[str, int | None] = {
-            "hnsw_m": hnsw_m, "ef_search": ef_search, "ef_construction": ef_construction, "nlist": nlist,
+            "hnsw_m": hnsw_m,
+            "ef_search": ef_search,
+            "ef_construction": ef_construction,
+            "nlist": nlist,
             "nprobe": nprobe,
         }
         # The approximate faiss index over all rows, built at the first query after an add (None: not built).
@@ -291,7 +300,12 @@ class EmbeddingIndex:
         if arr.ndim != 2:
             raise InputError(f"embeddings must be 2-D [n_rows, dim], got shape {arr.shape}")
         index = cls(
-            arr.shape[1], metric=metric, backend=backend, device=device, model=model, approximate=approximate,
+            arr.shape[1],
+            metric=metric,
+            backend=backend,
+            device=device,
+            model=model,
+            approximate=approximate,
             **ann_params,  # type: ignore[arg-type]
         )
         index.add(arr, ids=ids, texts=texts)
@@ -382,7 +396,9 @@ class EmbeddingIndex:
             if not self._auto_noted:
                 logger.info(
                     "%d rows (>= %d) would use an approximate HNSW search, but faiss is not installed: searching "
-                    "exactly (pip install faiss-cpu for faster search)", len(self), AUTO_APPROXIMATE_MIN_ROWS
+                    "exactly (pip install faiss-cpu for faster search)",
+                    len(self),
+                    AUTO_APPROXIMATE_MIN_ROWS,
                 )
                 self._auto_noted = True
             return "exact"
@@ -648,8 +664,9 @@ class EmbeddingIndex:
             ann_params = config.get("ann_params") or {}
             if approximate is None and kind in ("hnsw", "ivf") and not faiss_available():
                 # Same vectors, exact answers (a superset of what the approximate search finds), only slower.
-                logger.warning("%s was saved for %s search, which needs faiss (not installed); searching exactly",
-                               folder, kind)
+                logger.warning(
+                    "%s was saved for %s search, which needs faiss (not installed); searching exactly", folder, kind
+                )
                 kind = "exact"
             index = cls(dim, metric=config["metric"], backend=chosen, device=device, approximate=kind, **ann_params)
         except (KeyError, TypeError, ValueError) as e:
