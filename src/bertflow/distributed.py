@@ -208,6 +208,9 @@ def process_group(
     )
     try:
         yield current_topology()
+        # Leave together: a rank that tears gloo down while a peer still works on (rank 0 finalising and merging
+        # the store) can abort at exit ("terminate called without an active exception", SIGABRT).
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
