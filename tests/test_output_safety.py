@@ -47,6 +47,23 @@ def invoke(*args: object):
     return result
 
 
+def encode_store_args(corpus: Path, store: Path, model: Path) -> list[object]:
+    """`bertflow distributed-encode` of ``corpus`` into ``store`` as one small, quiet, single-process run."""
+    return [
+        "distributed-encode",
+        corpus,
+        "-o",
+        store,
+        "--model",
+        model,
+        "-q",
+        "--chunk-size",
+        "16",
+        "--shard-size",
+        "32",
+    ]
+
+
 def one_line_error(result, *needles: str) -> None:
     """Exit 2, one ``bertflow: error:`` line naming the problem, no traceback."""
     assert result.exit_code == 2, result.output
@@ -149,19 +166,7 @@ def test_search_build_refuses_to_replace_the_model(model_a, corpus, tmp_path):
 
 def test_distributed_fit_refuses_the_store_and_foreign_folders(tiny_model_dir, corpus, tmp_path):
     store = tmp_path / "emb"
-    r = invoke(
-        "distributed-encode",
-        corpus,
-        "-o",
-        store,
-        "--model",
-        tiny_model_dir,
-        "-q",
-        "--chunk-size",
-        "16",
-        "--shard-size",
-        "32",
-    )
+    r = invoke(*encode_store_args(corpus, store, tiny_model_dir))
     assert r.exit_code == 0, r.output
     before = snapshot(store)
     one_line_error(
@@ -486,19 +491,7 @@ def test_disk_full_is_one_line_and_leaves_nothing(tiny_model_dir, corpus, tmp_pa
 def test_two_distributed_encode_runs_on_one_store(tiny_model_dir, corpus, tmp_path):
     store = tmp_path / "emb"
     store.mkdir()
-    args = [
-        "distributed-encode",
-        corpus,
-        "-o",
-        store,
-        "--model",
-        tiny_model_dir,
-        "-q",
-        "--chunk-size",
-        "16",
-        "--shard-size",
-        "32",
-    ]
+    args = encode_store_args(corpus, store, tiny_model_dir)
     with folder_lock(store, "distributed-encode run"):  # another run, alive, holds the store
         one_line_error(invoke(*args), "in use", str(os.getpid()))
     (store / ".lock").write_text(f"{socket.gethostname()}-{dead_pid()}\n")  # left by a killed run

@@ -19,7 +19,7 @@ class _Group(TyperGroup):
     def invoke(self, ctx: click.Context):  # noqa: ANN201
         try:
             return super().invoke(ctx)
-        except (OSError, Exception) as e:
+        except Exception as e:  # OSError included
             # Imported here, on the error path only: bertflow.errors loads scikit-learn (NotFittedError's base),
             # which `bertflow --help` should not pay for.
             from ..errors import BertflowError, describe_os_error
