@@ -52,9 +52,9 @@ from bertflow.calibrators import (  # noqa: E402
 )
 from bertflow.calibrators.anchored import anisotropy  # noqa: E402
 from bertflow.calibrators.auto import spread  # noqa: E402
-from bertflow.data import load_nli_sentences, load_sts_tasks  # noqa: E402
-from bertflow.encoder import SentenceEncoder  # noqa: E402
+from bertflow.encoding.encoder import SentenceEncoder
 from bertflow.evaluation.cache import EmbeddingCache  # noqa: E402
+from bertflow.evaluation.datasets import load_nli_sentences, load_sts_tasks
 
 POOLINGS = ("mean", "first-last-avg", "last2avg", "cls")
 METHODS: dict[str, Callable[[], Calibrator]] = {

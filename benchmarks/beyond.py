@@ -46,9 +46,9 @@ from bertflow.calibrators import (
     parse_calibrator,
 )
 from bertflow.calibrators.anchored import anisotropy
-from bertflow.data import load_nli_sentences, load_sts_tasks
-from bertflow.encoder import SentenceEncoder
+from bertflow.encoding.encoder import SentenceEncoder
 from bertflow.evaluation.cache import EmbeddingCache, embed_cached
+from bertflow.evaluation.datasets import load_nli_sentences, load_sts_tasks
 from bertflow.evaluation.sts import evaluate_pairs, evaluate_task
 
 POOLINGS = ("mean", "cls", "first-last-avg", "last2avg")

@@ -25,9 +25,9 @@ from bertflow.calibrators import (
     StandardNormCalibrator,
     WhiteningCalibrator,
 )
-from bertflow.data import load_sts_tasks
-from bertflow.encoder import SentenceEncoder
+from bertflow.encoding.encoder import SentenceEncoder
 from bertflow.evaluation.cache import EmbeddingCache
+from bertflow.evaluation.datasets import load_sts_tasks
 
 
 def _unit(x: np.ndarray) -> np.ndarray:

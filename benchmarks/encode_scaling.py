@@ -19,7 +19,7 @@ import tempfile
 import numpy as np
 
 from bertflow.bench import build_random_model, environment, interleave, replicate, sts_sentences
-from bertflow.encoder import SentenceEncoder
+from bertflow.encoding.encoder import SentenceEncoder
 
 
 def pretokenized(encoder: SentenceEncoder) -> SentenceEncoder:

@@ -36,9 +36,9 @@ from typing import Any
 
 import torch
 
-from bertflow.data import STS_TASKS, load_nli_sentences, load_sts_tasks
+from bertflow.evaluation.datasets import STS_TASKS, load_nli_sentences, load_sts_tasks
 from bertflow.evaluation.reproduce import GridConfig, _fmt, default_calibrators, load_encoder, machine_info, run_grid
-from bertflow.serialization import atomic_write_text
+from bertflow.io.files import atomic_write_text
 
 #: name -> (calibrator spec, epochs, FlowCalibrator options, what it changes from the code preset).
 SETTINGS: dict[str, tuple[str, float, dict[str, Any], str]] = {

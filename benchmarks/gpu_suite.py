@@ -23,7 +23,7 @@ from bertflow.bench import SUITE_SCALES, run_suite
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokenizer-dir", required=True, help="folder with vocab.txt / tokenizer.json")
-    parser.add_argument("--data-dir", default=None, help="STS data folder (default: as bertflow.data finds it)")
+    parser.add_argument("--data-dir", default=None, help="STS data folder (default: as bertflow evaluate finds it)")
     parser.add_argument("--json", default="bench-suite.json", help="results file, rewritten after each part")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--scale", default="full", choices=sorted(SUITE_SCALES))

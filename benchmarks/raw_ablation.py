@@ -44,9 +44,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from beyond import Table, averages, score  # noqa: E402
 
 from bertflow.calibrators import AnchoredWhiteningCalibrator, IdentityCalibrator  # noqa: E402
-from bertflow.data import load_nli_sentences, load_sts_tasks  # noqa: E402
-from bertflow.encoder import SentenceEncoder  # noqa: E402
+from bertflow.encoding.encoder import SentenceEncoder
 from bertflow.evaluation.cache import EmbeddingCache  # noqa: E402
+from bertflow.evaluation.datasets import load_nli_sentences, load_sts_tasks
 from bertflow.linalg import unit_rows  # noqa: E402
 
 Map = Callable[[np.ndarray], np.ndarray]

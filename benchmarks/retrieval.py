@@ -38,9 +38,10 @@ from scipy.stats import spearmanr
 
 from bertflow import __version__
 from bertflow.calibrators import Calibrator, FlowCalibrator, parse_calibrator
-from bertflow.data import SentencePairs, load_sts_task
-from bertflow.encoder import SentenceEncoder
-from bertflow.pipeline import corpus_digest
+from bertflow.embedder import corpus_digest
+from bertflow.encoding.encoder import SentenceEncoder
+from bertflow.evaluation.datasets import load_sts_task
+from bertflow.io.text import SentencePairs
 from bertflow.search import EmbeddingIndex
 
 logger = logging.getLogger("bertflow.benchmarks.retrieval")

@@ -20,7 +20,7 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from bertflow import SentenceEncoder, WhiteningCalibrator
-from bertflow.data import load_sts_task
+from bertflow.evaluation.datasets import load_sts_task
 from bertflow.linalg import unit_rows
 
 

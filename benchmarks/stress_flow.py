@@ -22,8 +22,8 @@ import numpy as np
 import torch
 
 from bertflow import FlowCalibrator, SentenceEncoder
-from bertflow.data import STS_TASKS, load_sts_tasks
 from bertflow.evaluation.cache import EmbeddingCache, embed_cached
+from bertflow.evaluation.datasets import STS_TASKS, load_sts_tasks
 
 VARIANTS = {
     "code": {"preset": "code"},

@@ -155,7 +155,7 @@ def test_search_threads_and_quiet(tiny_model_dir, corpus, tmp_path, monkeypatch)
 
 def test_download_sts_quiet(tmp_path):
     """A completed download is not redone: without -q the progress line says so on stderr, with -q nothing."""
-    from bertflow.data import _COMPLETE_MARKER
+    from bertflow.evaluation.download import _COMPLETE_MARKER
 
     (tmp_path / _COMPLETE_MARKER).write_text("complete\n")
     r = invoke("download-sts", "-o", tmp_path)

@@ -24,14 +24,14 @@ from bertflow import Embedder
 from bertflow.calibrators import StandardNormCalibrator, WhiteningCalibrator
 from bertflow.cli import app
 from bertflow.errors import BertflowError, ModelFileError, OutputError
-from bertflow.search import EmbeddingIndex
-from bertflow.serialization import (
+from bertflow.io.files import (
     atomic_directory,
     atomic_write_text,
     check_output_folder,
     folder_lock,
     remove_stale_temporaries,
 )
+from bertflow.search import EmbeddingIndex
 
 from .conftest import SENTENCES
 
@@ -224,7 +224,7 @@ def test_encode_refuses_to_write_over_its_input(tiny_model_dir, corpus, tmp_path
 _CRASH_SCRIPT = """
 import os, shutil, sys
 sys.path.insert(0, {src!r})
-from bertflow import serialization
+from bertflow.io import files as serialization
 source, target, where = sys.argv[1], sys.argv[2], sys.argv[3]
 real_replace = os.replace
 if where == "between-renames":
@@ -281,7 +281,7 @@ def test_a_crash_after_the_exchange_leaves_the_new_model_and_a_stale_copy_that_i
 
 
 def test_the_two_rename_fallback_replaces_a_model_and_leaves_nothing(model_a, model_b, tmp_path, monkeypatch):
-    import bertflow.serialization as serialization
+    import bertflow.io.files as serialization
 
     monkeypatch.setattr(serialization, "exchange_paths", lambda a, b: False)  # e.g. macOS, or a file system without it
     Embedder.load(model_b).save(model_a, overwrite=True)
@@ -290,7 +290,7 @@ def test_the_two_rename_fallback_replaces_a_model_and_leaves_nothing(model_a, mo
 
 
 def test_the_exchange_is_used_where_the_system_has_it(tmp_path):
-    from bertflow.serialization import exchange_paths
+    from bertflow.io.files import exchange_paths
 
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
@@ -338,7 +338,7 @@ def test_an_interrupted_block_leaves_the_old_folder_and_no_temporary(model_a, tm
 _WRITER_SCRIPT = """
 import os, random, shutil, sys, time
 sys.path.insert(0, {src!r})
-from bertflow.serialization import atomic_directory
+from bertflow.io.files import atomic_directory
 sources, target, seconds = sys.argv[1:3], sys.argv[3], float(sys.argv[4])
 end, i = time.monotonic() + seconds, 0
 while time.monotonic() < end:

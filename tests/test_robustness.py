@@ -20,7 +20,7 @@ from bertflow import (
     WhiteningCalibrator,
 )
 from bertflow.cli import app
-from bertflow.data import read_pairs, read_tsv_column
+from bertflow.io.text import read_pairs, read_tsv_column
 
 from .conftest import SENTENCES
 

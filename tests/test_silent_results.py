@@ -300,7 +300,7 @@ def test_saved_model_and_index_follow_the_umask(tiny_encoder, tmp_path, umask):
     import os
     import stat
 
-    from bertflow.serialization import atomic_write_text, current_umask
+    from bertflow.io.files import atomic_write_text, current_umask
 
     previous = os.umask(umask)
     try:

@@ -15,14 +15,17 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from ._deprecated import install as _install_old_paths
 from ._version import __version__
+
+_install_old_paths()  # bertflow.encoder, bertflow.pipeline, ... keep importing for one release (warned)
 
 # Names are imported on first use (PEP 562), so `import bertflow` and `bertflow --help` do not load torch,
 # transformers or scikit-learn until something needs them.
 _EXPORTS = {
-    "DEFAULT_MODEL": "encoder",
-    "SentenceEncoder": "encoder",
-    "Embedder": "pipeline",
+    "DEFAULT_MODEL": "encoding.encoder",
+    "SentenceEncoder": "encoding.encoder",
+    "Embedder": "embedder",
     "EmbeddingIndex": "search",
     "SearchHit": "search",
     "Calibrator": "calibrators",
@@ -81,7 +84,8 @@ if TYPE_CHECKING:  # what static tools and IDEs see
         WhiteningCalibrator,
         parse_calibrator,
     )
-    from .encoder import DEFAULT_MODEL, SentenceEncoder
+    from .embedder import Embedder
+    from .encoding.encoder import DEFAULT_MODEL, SentenceEncoder
     from .errors import (
         BertflowError,
         CompatibilityError,
@@ -90,7 +94,6 @@ if TYPE_CHECKING:  # what static tools and IDEs see
         ModelFileError,
         NotFittedError,
     )
-    from .pipeline import Embedder
     from .search import EmbeddingIndex, SearchHit
 
 

@@ -67,7 +67,7 @@ MODEL_CONFIGS: dict[str, dict[str, int]] = {
 
 def sts_sentences(data_dir: str | Path | None = None) -> list[str]:
     """Distinct sentences of every STS task (STS12-16, STS-B, SICK-R; about 29.5k), in first-seen order."""
-    from .data import load_sts_tasks
+    from .evaluation.datasets import load_sts_tasks
 
     tasks = load_sts_tasks(data_dir=data_dir)
     return list(dict.fromkeys(s for task in tasks.values() for s in task.fit_sentences("target")))
@@ -242,7 +242,7 @@ def bench_encode(
     """
     from sentence_transformers import SentenceTransformer
 
-    from .encoder import SentenceEncoder, _resolve_dtype
+    from .encoding.encoder import SentenceEncoder, _resolve_dtype
 
     torch_dtype = _resolve_dtype(dtype, torch.device(device))
     base = SentenceEncoder(model_path, pooling="mean", device=device, dtype=dtype)
@@ -393,7 +393,7 @@ def bench_forward(
     """
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from .encoder import SentenceEncoder
+    from .encoding.encoder import SentenceEncoder
 
     enc = SentenceEncoder(model_path, device=device)
     model, dev = enc.model, enc.device
@@ -557,7 +557,7 @@ def bench_calibrator_overhead(
     ``flow_steps`` steps: its transform costs the same however long it trained.
     """
     from .calibrators import FlowCalibrator, WhiteningCalibrator
-    from .pipeline import Embedder
+    from .embedder import Embedder
 
     device = str(encoder.device)
     X = encoder.encode(sentences)
@@ -612,8 +612,8 @@ def bench_calibrator_overhead(
 _STREAM_SCRIPT = """
 import json, sys
 import numpy as np
-from bertflow.data import iter_lines
-from bertflow.encoder import SentenceEncoder
+from bertflow.io.text import iter_lines
+from bertflow.encoding.encoder import SentenceEncoder
 from bertflow.validation import check_finite
 path, out, model, device = sys.argv[1:5]
 enc = SentenceEncoder(model or None, device=device or None)
@@ -768,7 +768,7 @@ def bench_memory(
 
 def save_json(results: dict[str, Any], path: str | Path) -> None:
     """Write results as indented JSON (atomically: a partial run never leaves a broken file)."""
-    from .serialization import atomic_write_text
+    from .io.files import atomic_write_text
 
     atomic_write_text(path, json.dumps(results, indent=1, default=str))
 
@@ -830,7 +830,7 @@ def run_suite(
     Results are written to ``out_json`` after every section, so a run stopped by its time limit keeps what it
     finished; optional parts are skipped once ``deadline_s`` seconds have passed.
     """
-    from .encoder import SentenceEncoder
+    from .encoding.encoder import SentenceEncoder
 
     started = time.perf_counter()
     sizes = SUITE_SCALES[scale]
@@ -972,8 +972,8 @@ def cpu_comparison(
     ``sentences`` STS sentences (a seeded sample) and ``long`` paragraph texts (max_length 256) are encoded by
     both, ``rounds`` times each, interleaved.
     """
-    from .data import load_sts_task
-    from .encoder import SentenceEncoder, resolve_model
+    from .encoding.encoder import SentenceEncoder, resolve_model
+    from .evaluation.datasets import load_sts_task
 
     _, path = resolve_model(None)
     base = sts_sentences(data_dir)

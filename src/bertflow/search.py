@@ -56,21 +56,11 @@ import numpy as np
 import torch
 
 from ._version import __version__
-from .encoder import fingerprint_hint
+from .encoding.encoder import fingerprint_hint
 from .errors import CompatibilityError, InputError, ModelFileError
+from .io.files import FOLDER_KINDS, atomic_directory, check_output_folder, read_consistent
+from .io.formats import FORMAT_VERSION, load_arrays, read_json, save_arrays, sha256_file, write_json
 from .linalg import unit_rows
-from .serialization import (
-    FOLDER_KINDS,
-    FORMAT_VERSION,
-    atomic_directory,
-    check_output_folder,
-    load_arrays,
-    read_consistent,
-    read_json,
-    save_arrays,
-    sha256_file,
-    write_json,
-)
 from .validation import check_finite
 
 __all__ = [
@@ -560,7 +550,7 @@ class EmbeddingIndex:
             overwrite: replace an index already at ``path`` (refused without it since bertflow 0.x).
 
         Raises:
-            OutputError: ``path`` may not be written (see :func:`~bertflow.serialization.check_output_folder`).
+            OutputError: ``path`` may not be written (see :func:`~bertflow.io.files.check_output_folder`).
         """
         check_output_folder(path, "index", overwrite=overwrite)
         with atomic_directory(path) as tmp:

@@ -14,7 +14,6 @@ from typer.testing import CliRunner
 
 from bertflow import SentenceEncoder, WhiteningCalibrator
 from bertflow.cli import app
-from bertflow.data import load_sts_task
 from bertflow.errors import InputError
 from bertflow.evaluation.analyze import (
     analyze_stsb,
@@ -27,6 +26,7 @@ from bertflow.evaluation.analyze import (
     spectrum,
     word_tokens,
 )
+from bertflow.evaluation.datasets import load_sts_task
 
 from .test_reproduce import one_torch_thread, working_tiny_bert, write_sts_layout  # noqa: F401 - fixtures
 

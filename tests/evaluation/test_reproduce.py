@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 from bertflow import SentenceEncoder, StandardNormCalibrator, WhiteningCalibrator
 from bertflow.calibrators import parse_calibrator
 from bertflow.cli import app
-from bertflow.data import STS_TASKS, load_nli_sentences, load_sts_tasks
 from bertflow.errors import InputError
 from bertflow.evaluation import evaluate_sts
+from bertflow.evaluation.datasets import STS_TASKS, load_nli_sentences, load_sts_tasks
 from bertflow.evaluation.paper import (
     PUBLISHED,
     QUOTED_AVERAGES,
@@ -500,8 +500,8 @@ def test_cli_evaluate_regimes_and_saved_model(working_tiny_bert: Path, layout: P
 
 
 def test_cli_download_sts_fails_fast_with_advice(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from bertflow import data
     from bertflow.errors import DataNotFoundError
+    from bertflow.evaluation import download as data
 
     def offline(*_a: object, **_k: object) -> Path:
         raise DataNotFoundError("cannot download the STS data: network unreachable. Use --data-dir PATH")

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from bertflow.data import DATA_DIR_ENV, STS_TASKS, SentencePairs, StsTask
 from bertflow.errors import InputError
 from bertflow.evaluation import (
     StsReport,
@@ -24,6 +23,8 @@ from bertflow.evaluation import (
     evaluate_sts,
     evaluate_task,
 )
+from bertflow.evaluation.datasets import DATA_DIR_ENV, STS_TASKS, StsTask
+from bertflow.io.text import SentencePairs
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -295,7 +296,7 @@ def test_evaluate_sts_on_real_data(sts_dir: Path) -> None:
             assert t.all_spearman != t.wmean_spearman and len(t.subsets) > 1
 
     # Independent check of the distinct-sentence bookkeeping: score STS-B test pair by pair.
-    from bertflow.data import load_sts_task
+    from bertflow.evaluation.datasets import load_sts_task
 
     test = load_sts_task("STS-B", sts_dir).eval_subsets["test"]
     # Same cosine function on per-pair embeddings: bag-of-words cosines tie a lot, and a different float

@@ -22,7 +22,7 @@ from sklearn.utils.validation import validate_data
 
 from .._version import __version__
 from ..errors import CompatibilityError, InputError, ModelFileError, NotFittedError
-from ..serialization import FORMAT_VERSION, load_arrays, read_json, save_arrays, write_json
+from ..io.formats import FORMAT_VERSION, load_arrays, read_json, save_arrays, write_json
 from ..validation import check_array, check_calibrated
 
 __all__ = [

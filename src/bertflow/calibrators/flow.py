@@ -199,7 +199,7 @@ class FlowCalibrator(Calibrator):
     def _set_passthrough(self, mean: np.ndarray, std: np.ndarray, abs_max: float, n_rows: int) -> None:
         """Set the constant-dimension attributes from per-dimension statistics of the fitting embeddings.
 
-        A separate step so that distributed fitting (:mod:`bertflow.distributed`) can feed statistics that were
+        A separate step so that distributed fitting (:mod:`bertflow.scale.fit`) can feed statistics that were
         all-reduced across ranks instead of computed from one in-memory matrix.
 
         Args:
@@ -280,7 +280,7 @@ class FlowCalibrator(Calibrator):
         as a CUDA graph (``cuda_graph``): a step of this ~150k-parameter flow is several hundred tiny kernels,
         whose launches, not the arithmetic, set the pace.
 
-        The keyword arguments are the hooks of :func:`bertflow.distributed.fit_flow_distributed`; left at
+        The keyword arguments are the hooks of :func:`bertflow.scale.fit.fit_flow_distributed`; left at
         ``None``, this is the single-process loop.
 
         Args:

@@ -26,7 +26,7 @@ JsonOpt = Annotated[Path | None, typer.Option("--json", help="Also write every n
 QuietOpt = Annotated[
     bool, typer.Option("--quiet", "-q", help="No progress or result lines; the numbers go to --json only.")
 ]
-DataOpt = Annotated[Path | None, typer.Option(help="STS data folder (default: found as bertflow.data does).")]
+DataOpt = Annotated[Path | None, typer.Option(help="STS data folder (default: found as bertflow evaluate finds it).")]
 
 
 @bench_app.command(
@@ -140,7 +140,7 @@ def _check_json(json_path: Path | None, quiet: bool = False) -> None:
     """The results file can be written: checked before the benchmark runs, not after. ``-q`` without ``--json``
     would run the benchmark and show nothing, so it is refused."""
     from ..errors import InputError
-    from ..serialization import check_output_file
+    from ..io.files import check_output_file
 
     if quiet and json_path is None:
         raise InputError("-q hides every result line; add --json FILE to keep the numbers")

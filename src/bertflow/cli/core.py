@@ -98,8 +98,8 @@ def fit(
 ) -> None:
     """Fit a calibrator on unlabeled sentences and save encoder reference + calibrator to a folder."""
     from ..calibrators import parse_calibrator
-    from ..pipeline import Embedder
-    from ..serialization import check_output_folder
+    from ..embedder import Embedder
+    from ..io.files import check_output_folder
     from ..validation import check_epochs
 
     # Every option is checked before the corpus is read and the encoder loaded, so none fails after the fit.
@@ -163,7 +163,7 @@ def encode(
     from tqdm.auto import tqdm
 
     from ..errors import InputError
-    from ..serialization import check_output_file
+    from ..io.files import check_output_file
     from ..validation import check_finite
 
     to_stdout = str(output) == STDIO
@@ -256,7 +256,7 @@ def _npy_destination(output: Path):  # noqa: ANN202
     import sys
     import tempfile
 
-    from ..serialization import atomic_file
+    from ..io.files import atomic_file
 
     if str(output) != STDIO:
         with atomic_file(output, "wb") as fh:
@@ -271,8 +271,8 @@ def _npy_destination(output: Path):  # noqa: ANN202
 
 def _nonblank_lines(path: Path, errors: str):
     """Lines of ``path``; a blank line is an error naming it, since the output keeps one row per line."""
-    from ..data import iter_lines
     from ..errors import InputError
+    from ..io.text import iter_lines
     from ..validation import is_blank
 
     for number, text in iter_lines(path, errors=errors):
@@ -322,10 +322,10 @@ def similarity(
 ) -> None:
     """Cosine similarity in the calibrated space: of two sentences, or of every pair in a TSV."""
     from ..calibrators import IdentityCalibrator
-    from ..data import read_pairs
+    from ..embedder import Embedder
     from ..errors import InputError
-    from ..pipeline import Embedder
-    from ..serialization import atomic_write_text, check_output_file
+    from ..io.files import atomic_write_text, check_output_file
+    from ..io.text import read_pairs
 
     if (pairs is None) == (not sentences):
         raise InputError("give either two sentences or --pairs FILE")

@@ -27,7 +27,7 @@ _EPILOG_ENCODE = """Examples:
   bertflow distributed-encode corpus.txt -o emb --devices cuda:0,cuda:1      (no torchrun, one machine)
 
 Re-running the same command resumes: finished shards are kept. Read the result with
-bertflow.store.open_embeddings("emb"), or pass --merge for one emb/embeddings.npy. See docs/distributed.md.
+bertflow.scale.store.open_embeddings("emb"), or pass --merge for one emb/embeddings.npy. See docs/distributed.md.
 """
 
 _EPILOG_FIT = """Examples:
@@ -53,7 +53,7 @@ QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.
 
 def _rank_device(device: str | None) -> str:
     """``--device`` for this rank: ``cuda`` alone means this rank's GPU (``cuda:LOCAL_RANK``)."""
-    from ..distributed import current_topology, default_device
+    from ..scale.launch import current_topology, default_device
 
     if device is None:
         return default_device()
@@ -64,7 +64,7 @@ def _rank_device(device: str | None) -> str:
 
 def _run(worker: Any, devices: str | None, backend: str, timeout_minutes: float, args: dict[str, Any]) -> None:
     """Run ``worker(device, args)`` on every rank: spawned per ``--devices``, or as this launcher's rank."""
-    from ..distributed import Topology, launch_local, process_group
+    from ..scale.launch import Topology, launch_local, process_group
 
     if devices:
         if Topology.from_env().world_size > 1:
@@ -105,8 +105,8 @@ def _raise_input(message: str) -> None:
 
 def _guarded(body: Any, device: str | None, args: dict[str, Any]) -> None:
     """Run one rank's body; print its bertflow error as one line (once, for errors broadcast from rank 0), exit 2."""
-    from ..distributed import current_topology
     from ..errors import BertflowError, describe_os_error
+    from ..scale.launch import current_topology
 
     try:
         body(device, args)
@@ -125,9 +125,10 @@ def _guarded(body: Any, device: str | None, args: dict[str, Any]) -> None:
 
 def _encode_worker_body(device: str | None, args: dict[str, Any]) -> None:
     from ..calibrators import FlowCalibrator
-    from ..distributed import current_topology, encode_file_to_store
-    from ..encoder import SentenceEncoder
-    from ..pipeline import Embedder
+    from ..embedder import Embedder
+    from ..encoding.encoder import SentenceEncoder
+    from ..scale.encode import encode_file_to_store
+    from ..scale.launch import current_topology
 
     quiet_libraries()
     topology = current_topology()
@@ -198,7 +199,7 @@ def distributed_encode(
     quiet: QuietOpt = False,
 ) -> None:
     """Encode a text file into sharded embeddings on every rank of a torchrun/srun job (resumable)."""
-    from ..serialization import check_output_folder
+    from ..io.files import check_output_folder
 
     if model_dir and model:
         _raise_input("give --model-dir (a fitted model) or --model (a raw encoder), not both")
@@ -229,11 +230,12 @@ def _fit_worker_body(device: str | None, args: dict[str, Any]) -> None:
     import platform
 
     from ..calibrators import FlowCalibrator, WhiteningCalibrator, parse_calibrator
-    from ..distributed import current_topology, fit_flow_distributed, fit_whitening_distributed
-    from ..encoder import FINGERPRINT_SCHEME, SentenceEncoder
+    from ..embedder import Embedder
+    from ..encoding.encoder import FINGERPRINT_SCHEME, SentenceEncoder
     from ..errors import CompatibilityError, InputError
-    from ..pipeline import Embedder
-    from ..store import open_embeddings
+    from ..scale.fit import fit_flow_distributed, fit_whitening_distributed
+    from ..scale.launch import current_topology
+    from ..scale.store import open_embeddings
 
     quiet_libraries()
     topology = current_topology()
@@ -330,7 +332,7 @@ def distributed_fit(
     quiet: QuietOpt = False,
 ) -> None:
     """Fit a flow or whitening on a store across every rank (same result as one process); rank 0 saves it."""
-    from ..serialization import check_output_folder
+    from ..io.files import check_output_folder
     from ..validation import check_epochs
 
     # Before any rank starts: a destination that may not be written fails now, not after the fit.

@@ -113,7 +113,7 @@ def _corpus(corpus: Path | None, column: list[str] | None, errors: EncodingError
 
 def _check_report(output: Path | None, stem: str) -> None:
     """Before any work: the report files ``OUTPUT/STEM.md`` and ``.json`` can be written (only they are replaced)."""
-    from ..serialization import check_output_file
+    from ..io.files import check_output_file
 
     if output is not None:
         if output.exists() and not output.is_dir():
@@ -129,7 +129,7 @@ def _raise_output(message: str) -> None:
 
 
 def _write(output: Path | None, stem: str, markdown: str, data: dict[str, Any]) -> None:
-    from ..serialization import atomic_write_text
+    from ..io.files import atomic_write_text
 
     if output is None:
         return
@@ -476,8 +476,8 @@ def download_sts_command(
     quiet: QuietOpt = False,
 ) -> None:
     """Download STS12-16, STS-B and SICK from the original releases into the TSV layout bertflow reads."""
-    from ..data import download_sts
+    from ..evaluation.download import download_sts
 
-    with progress_log("bertflow.data", quiet):  # "downloading STS12 from ..." per archive, on stderr
+    with progress_log("bertflow.evaluation.download", quiet):  # "downloading STS12 from ..." per archive, on stderr
         folder = download_sts(output, include_nli=include_nli, force=force)
     typer.echo(str(folder))

@@ -96,22 +96,22 @@ def quiet_libraries() -> None:
 
 
 def build_encoder(model: str | None, pooling: str, max_length: int, device: str | None, dtype: str):
-    """A :class:`~bertflow.encoder.SentenceEncoder` from CLI options."""
-    from ..encoder import SentenceEncoder
+    """A :class:`~bertflow.encoding.encoder.SentenceEncoder` from CLI options."""
+    from ..encoding.encoder import SentenceEncoder
 
     return SentenceEncoder(model, pooling=pooling, max_length=max_length, device=device, dtype=dtype)
 
 
 def load_embedder(model_dir: str, device: str | None, dtype: str):
-    """Load a fitted :class:`~bertflow.pipeline.Embedder` folder (or hub id)."""
-    from ..pipeline import Embedder
+    """Load a fitted :class:`~bertflow.embedder.Embedder` folder (or hub id)."""
+    from ..embedder import Embedder
 
     return Embedder.load(model_dir, device=device, dtype=dtype)
 
 
 def read_corpus(path: Path, columns: Sequence[str] | None, errors: str, unique: bool) -> list[str]:
     """Sentences from a text file (one per line) or from one or more columns of a TSV with a header."""
-    from ..data import read_sentences, read_tsv_column
+    from ..io.text import read_sentences, read_tsv_column
 
     if not columns:
         return read_sentences(path, errors=errors, unique=unique)
@@ -157,7 +157,7 @@ def check_model_dir_options(ctx: typer.Context, model_dir: str | None) -> None:
 def check_device(device: str | None) -> None:
     """Refuse an unknown device, or a CUDA one on a machine without CUDA, before any model is loaded."""
     if device is not None:
-        from ..encoder import resolve_device
+        from ..encoding.encoder import resolve_device
 
         resolve_device(device)
 

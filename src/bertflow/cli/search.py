@@ -76,7 +76,7 @@ def build(
     quiet: QuietOpt = False,
 ) -> None:
     """Embed a corpus with a fitted model and save it as a searchable index (with the model's identity)."""
-    from ..serialization import check_output_folder
+    from ..io.files import check_output_folder
 
     # Before the model loads and the corpus is embedded: the index may not replace the model, the corpus, or a
     # folder of another kind, and an existing index only with --overwrite.
@@ -147,8 +147,8 @@ def query(
     quiet: QuietOpt = False,
 ) -> None:
     """Find the sentences of an index closest to each query (cosine in the calibrated space)."""
-    from ..data import read_sentences
     from ..errors import InputError
+    from ..io.text import read_sentences
     from ..search import EmbeddingIndex
 
     check_text_arguments(texts or [], what="query")

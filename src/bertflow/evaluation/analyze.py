@@ -37,11 +37,11 @@ from scipy import stats
 from scipy.special import logsumexp
 
 from ..calibrators import Calibrator, parse_calibrator
-from ..data import StsTask, load_nli_sentences, load_sts_task, resolve_data_dir
-from ..encoder import SentenceEncoder
+from ..encoding.encoder import SentenceEncoder
 from ..errors import InputError
 from ..linalg import unit_rows
 from .cache import EmbeddingCache, embed_cached, pooling_key
+from .datasets import StsTask, load_nli_sentences, load_sts_task, resolve_data_dir
 from .paper import TABLE6, TABLE6_SOURCE
 from .reproduce import _blas_threads, fitting_sets, machine_info
 from .sts import cosine_scores

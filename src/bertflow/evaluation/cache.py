@@ -34,10 +34,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..encoder import SentenceEncoder, plan_batches
+from ..encoding.encoder import SentenceEncoder, plan_batches
+from ..encoding.pooling import Pooling
 from ..errors import InputError
-from ..pooling import Pooling
-from ..serialization import atomic_file, atomic_write_text
+from ..io.files import atomic_file, atomic_write_text
 from ..validation import check_finite, validate_sentences
 
 __all__ = [
@@ -198,9 +198,9 @@ def encode_poolings(
     Args:
         encoder: the encoder (its own pooling is ignored; its model, tokenizer, max_length and device are used).
         sentences: N non-blank strings.
-        poolings: pooling names or layer lists (see :class:`bertflow.pooling.Pooling`).
+        poolings: pooling names or layer lists (see :class:`bertflow.encoding.pooling.Pooling`).
         batch_size: optional cap on sentences per forward pass; batches follow the encoder's token budget
-            (:func:`~bertflow.encoder.plan_batches`), and results do not depend on either.
+            (:func:`~bertflow.encoding.encoder.plan_batches`), and results do not depend on either.
         show_progress_bar: ``None`` shows a bar for 4,096 sentences or more.
 
     Returns:

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..data import STS_TASKS
+from .datasets import STS_TASKS
 
 __all__ = [
     "PAPER_MODELS",
@@ -57,7 +57,7 @@ class PublishedResult:
             not say which Glow size produced the numbers, the paper's Table 7 and the code disagree).
         regime: ``"target"``, ``"nli"`` or ``"none"`` (no fitting); ``None`` where the source does not say.
         protocol: ``"wmean"`` or ``"all"`` (STS12-16 aggregation; STS-B and SICK-R are the same either way).
-        scores: Spearman x 100 by task name (:data:`bertflow.data.STS_TASKS`), possibly only some tasks.
+        scores: Spearman x 100 by task name (:data:`bertflow.evaluation.datasets.STS_TASKS`), possibly only some tasks.
         source: paper and table.
         note: caveats (e.g. the NLI regime's corpus differs from ours).
     """

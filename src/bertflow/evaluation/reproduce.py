@@ -34,10 +34,10 @@ import numpy as np
 
 from .._version import __version__
 from ..calibrators import Calibrator, parse_calibrator
-from ..data import STS_TASKS, StsTask, load_nli_sentences, load_sts_tasks, resolve_data_dir
-from ..encoder import SentenceEncoder
+from ..encoding.encoder import SentenceEncoder
 from ..errors import BertflowError, InputError
 from .cache import EmbeddingCache, embed_cached, pooling_key
+from .datasets import STS_TASKS, StsTask, load_nli_sentences, load_sts_tasks, resolve_data_dir
 from .paper import PAPER_MODELS, PublishedResult, matching, paper_model_name, published_for, stand_in_caption
 from .sts import StsReport, TaskScore, evaluate_task
 
@@ -423,7 +423,7 @@ class GridConfig:
         seeds: flow rows are fitted with seeds ``0 .. seeds-1`` and reported as mean +- std.
         corpus: sentences of the ``corpus`` regime; ``corpus_name`` names them in reports.
         max_length, batch_size, device, dtype: encoder settings.
-        data_dir: STS data folder (see :func:`bertflow.data.resolve_data_dir`).
+        data_dir: STS data folder (see :func:`bertflow.evaluation.datasets.resolve_data_dir`).
         cache_dir: embedding cache folder; ``use_cache=False`` keeps nothing on disk.
         flow_epochs: flow training epochs.
         flow_options: further :class:`~bertflow.calibrators.FlowCalibrator` arguments for every flow cell (``lr``,
@@ -711,7 +711,7 @@ def evaluate_embedder(
     batch_size: int | None = None,
     command: str | None = None,
 ) -> GridResult:
-    """Score a fitted :class:`~bertflow.pipeline.Embedder` (e.g. loaded from ``bertflow fit``) on STS tasks.
+    """Score a fitted :class:`~bertflow.embedder.Embedder` (e.g. loaded from ``bertflow fit``) on STS tasks.
 
     The calibrator is used as saved; its fitting corpus is not known here, so the report says so instead of
     claiming whether test sentences were seen (the saved fitting record, regime label and sentence count, is

@@ -25,8 +25,9 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats
 
-from bertflow.data import STS_TASKS, SentencePairs, StsTask, load_sts_tasks
 from bertflow.errors import InputError
+from bertflow.evaluation.datasets import STS_TASKS, StsTask, load_sts_tasks
+from bertflow.io.text import SentencePairs
 from bertflow.linalg import unit_rows
 from bertflow.validation import check_array
 
@@ -330,7 +331,7 @@ def evaluate_task(task: StsTask, embed: EmbedFn) -> TaskScore:
     (:meth:`StsTask.eval_sentences`), so each sentence is encoded once even if it appears in several pairs.
 
     Args:
-        task: The task (see :func:`bertflow.data.load_sts_task`).
+        task: The task (see :func:`bertflow.evaluation.datasets.load_sts_task`).
         embed: Maps a list of N sentences to an (N, D) array of embeddings, row i for sentence i.
 
     Returns:
@@ -354,11 +355,11 @@ def evaluate_sts(
 
     Args:
         embed: Maps a list of N sentences to an (N, D) array; called once per task with the task's distinct
-            evaluation sentences. A mapping from task name (as in :data:`bertflow.data.STS_TASKS`) to such a
-            function gives each task its own encoder, e.g. a calibrator fitted on that task ("target"
-            regime).
-        tasks: Task names or aliases (see :func:`bertflow.data.canonical_task_name`).
-        data_dir: Data folder; see :func:`bertflow.data.resolve_data_dir`.
+            evaluation sentences. A mapping from task name (as in
+            :data:`bertflow.evaluation.datasets.STS_TASKS`) to such a function gives each task its own encoder,
+            e.g. a calibrator fitted on that task ("target" regime).
+        tasks: Task names or aliases (see :func:`bertflow.evaluation.datasets.canonical_task_name`).
+        data_dir: Data folder; see :func:`bertflow.evaluation.datasets.resolve_data_dir`.
 
     Returns:
         The report; ``report.average("all")`` is the SimCSE-style "Avg.", ``report.average("wmean")`` the

@@ -83,10 +83,10 @@ from ..calibrators import (
     WhiteningCalibrator,
     parse_calibrator,
 )
-from ..encoder import SentenceEncoder, fingerprint_hint
+from ..embedder import corpus_digest
+from ..encoding.encoder import SentenceEncoder, fingerprint_hint
 from ..errors import CompatibilityError, InputError, ModelFileError
-from ..pipeline import corpus_digest
-from ..serialization import read_json, write_json
+from ..io.formats import read_json, write_json
 from ..validation import calibrated_error, output_limit, validate_sentences
 
 __all__ = ["Calibration", "affine_map", "as_dense", "encoder_config", "fit_calibrator", "load_calibrated"]

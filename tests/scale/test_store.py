@@ -8,10 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from bertflow.data import iter_lines
-from bertflow.distributed import index_lines, read_lines
 from bertflow.errors import InputError, ModelFileError
-from bertflow.store import (
+from bertflow.io.text import index_lines, iter_lines, read_lines
+from bertflow.scale.store import (
     ShardSpec,
     ShardWriter,
     merge_shards,

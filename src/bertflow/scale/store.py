@@ -1,6 +1,6 @@
 """Embedding stores: a folder of ``.npy`` shards plus a JSON manifest, read back as one array in input order.
 
-Written by :func:`bertflow.distributed.encode_file_to_store` (``bertflow distributed-encode``), one shard file at a
+Written by :func:`bertflow.scale.encode.encode_file_to_store` (``bertflow distributed-encode``), one shard file at a
 time by whichever rank encoded it, or by :func:`write_store` from an in-memory matrix. Layout::
 
     OUTDIR/
@@ -38,17 +38,10 @@ from typing import Any
 
 import numpy as np
 
-from ._version import __version__
-from .errors import InputError, ModelFileError
-from .serialization import (
-    FOLDER_KINDS,
-    TMP_MARK,
-    atomic_file,
-    atomic_write_text,
-    fsync_dir,
-    sha256_file,
-    temporary_name,
-)
+from .._version import __version__
+from ..errors import InputError, ModelFileError
+from ..io.files import FOLDER_KINDS, TMP_MARK, atomic_file, atomic_write_text, fsync_dir, temporary_name
+from ..io.formats import sha256_file
 
 __all__ = [
     "MANIFEST_NAME",

@@ -32,8 +32,9 @@ def fit_then_encode_with_a_kill(device: str, args: dict[str, str]) -> None:
     first shard is complete, the second is a temporary file, and the launcher stops rank 0 wherever it is.
     """
     from bertflow import FlowCalibrator, SentenceEncoder
-    from bertflow.distributed import encode_file_to_store, fit_flow_distributed, fit_whitening_distributed
-    from bertflow.store import ShardWriter, open_embeddings
+    from bertflow.scale.encode import encode_file_to_store
+    from bertflow.scale.fit import fit_flow_distributed, fit_whitening_distributed
+    from bertflow.scale.store import ShardWriter, open_embeddings
 
     torch.set_num_threads(1)
     rank = dist.get_rank()

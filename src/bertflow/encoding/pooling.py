@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import InputError
+from ..errors import InputError
 
 __all__ = ["POOLING_NAMES", "Pooling", "masked_mean"]
 

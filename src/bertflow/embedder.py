@@ -42,20 +42,11 @@ import torch
 
 from ._version import __version__
 from .calibrators import Calibrator, FlowCalibrator, IdentityCalibrator
-from .encoder import SentenceEncoder, fingerprint_hint, resolve_model
+from .encoding.encoder import SentenceEncoder, fingerprint_hint, resolve_model
 from .errors import CompatibilityError, InputError, ModelFileError
+from .io.files import FOLDER_KINDS, OLD_MARK, atomic_directory, check_output_folder, read_consistent
+from .io.formats import FORMAT_VERSION, read_json, sha256_file, write_json
 from .linalg import unit_rows
-from .serialization import (
-    FOLDER_KINDS,
-    FORMAT_VERSION,
-    OLD_MARK,
-    atomic_directory,
-    check_output_folder,
-    read_consistent,
-    read_json,
-    sha256_file,
-    write_json,
-)
 from .validation import is_blank, validate_sentences
 
 if TYPE_CHECKING:
@@ -358,7 +349,7 @@ class Embedder:
         Ids are 1-based line numbers for a text file and 1-based data-row numbers for a TSV. ``unique`` drops
         repeated sentences (keeping the first); ``kwargs`` go to :meth:`build_index`.
         """
-        from .data import iter_lines, read_tsv_column
+        from .io.text import iter_lines, read_tsv_column
 
         if column is None:
             rows = [(number, text) for number, text in iter_lines(path, errors=errors) if not is_blank(text)]
@@ -457,7 +448,7 @@ class Embedder:
                 refused without it, and any other non-empty folder (or the working directory) always is.
 
         Raises:
-            OutputError: ``path`` may not be written (see :func:`~bertflow.serialization.check_output_folder`).
+            OutputError: ``path`` may not be written (see :func:`~bertflow.io.files.check_output_folder`).
         """
         self._require_fitted()
         check_output_folder(path, "model", overwrite=overwrite)
@@ -520,7 +511,7 @@ class Embedder:
 
         Args:
             path: a local folder, or a hub repo id (``"user/my-flow"``; fetched and cached by huggingface_hub).
-            device, dtype: for the encoder, as in :class:`~bertflow.encoder.SentenceEncoder`.
+            device, dtype: for the encoder, as in :class:`~bertflow.encoding.encoder.SentenceEncoder`.
             revision: hub revision (branch, tag or commit) of the bertflow repo.
 
         Raises:

@@ -1,7 +1,7 @@
-"""Files on disk: atomic file and folder writes, JSON and safetensors reading with clear errors, checksums.
+"""Safe files on disk: atomic file and folder writes, crash recovery, output-path checks, folder locks.
 
-Nothing here pickles: configs are JSON and arrays are safetensors, so a saved model can be inspected by hand
-and loading one never runs code.
+A save never leaves a half-written model, index or store where a reader can see it, and an output path that holds
+something else is refused, not replaced.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import contextlib
 import ctypes
 import errno
 import functools
-import hashlib
 import json
 import logging
 import os
@@ -23,15 +22,9 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-import numpy as np
-
-from .errors import BertflowError, ModelFileError, OutputError
-
-logger = logging.getLogger(__name__)
-T = TypeVar("T")
+from ..errors import BertflowError, ModelFileError, OutputError
 
 __all__ = [
-    "FORMAT_VERSION",
     "TMP_MARK",
     "atomic_directory",
     "atomic_file",
@@ -48,15 +41,10 @@ __all__ = [
     "current_umask",
     "fsync_dir",
     "temporary_name",
-    "write_json",
-    "read_json",
-    "save_arrays",
-    "load_arrays",
-    "sha256_file",
 ]
 
-#: Version of the on-disk layout. Loading refuses folders written with a larger number.
-FORMAT_VERSION = 1
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 #: Marks the name of a file being written (``.NAME.tmp-HOST-PID``): a stale one, left by a killed writer, is found
@@ -529,49 +517,3 @@ def apply_umask(folder: Path) -> None:
         if path.is_symlink():
             continue
         os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write ``data`` as indented, key-sorted UTF-8 JSON (diff-friendly)."""
-    path.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    """Read a JSON object, turning every failure into a :class:`ModelFileError` naming the file."""
-    if not path.is_file():
-        raise ModelFileError(f"missing file {path}: the model folder is incomplete")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ModelFileError(f"{path} is not valid JSON ({e}); the file is corrupted or was edited") from None
-    if not isinstance(data, dict):
-        raise ModelFileError(f"{path} must hold a JSON object, found {type(data).__name__}")
-    return data
-
-
-def save_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """Save named numpy arrays as safetensors (contiguous copies; safetensors refuses views)."""
-    from safetensors.numpy import save_file
-
-    save_file({k: np.ascontiguousarray(v) for k, v in arrays.items()}, str(path))
-
-
-def load_arrays(path: Path) -> dict[str, np.ndarray]:
-    """Load a safetensors file, turning truncation or corruption into a :class:`ModelFileError`."""
-    from safetensors.numpy import load_file
-
-    if not path.is_file():
-        raise ModelFileError(f"missing file {path}: the model folder is incomplete")
-    try:
-        return load_file(str(path))
-    except Exception as e:  # safetensors raises its own error types for every kind of damage
-        raise ModelFileError(f"{path} is truncated or corrupted and cannot be read ({e})") from None
-
-
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file's bytes, read in 1 MiB blocks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()

@@ -10,15 +10,11 @@ from typer.testing import CliRunner
 
 from bertflow import Embedder, FlowCalibrator, WhiteningCalibrator
 from bertflow.cli import app
-from bertflow.distributed import (
-    Topology,
-    all_reduce_moments,
-    encode_file_to_store,
-    fit_flow_distributed,
-    fit_whitening_distributed,
-)
 from bertflow.errors import InputError
-from bertflow.store import open_embeddings, read_manifest, write_store
+from bertflow.scale.encode import encode_file_to_store
+from bertflow.scale.fit import all_reduce_moments, fit_flow_distributed, fit_whitening_distributed
+from bertflow.scale.launch import Topology
+from bertflow.scale.store import open_embeddings, read_manifest, write_store
 
 from .conftest import one_thread, reference
 

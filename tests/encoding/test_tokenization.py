@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from bertflow import SentenceEncoder
-from bertflow.tokenization import (
+from bertflow.encoding.tokenization import (
     MIN_PART,
     TokenArrays,
     TokenizerPool,
@@ -20,7 +20,7 @@ from bertflow.tokenization import (
     tokenize_arrays,
 )
 
-from .conftest import SENTENCES
+from ..conftest import SENTENCES
 
 LONGER = [f"{s} and then {i} more words follow here" * (1 + i % 3) for i, s in enumerate(SENTENCES * 3)]
 
@@ -38,7 +38,7 @@ def test_concatenate_joins_in_order():
 
 
 def test_auto_processes_only_on_cuda_with_the_shortcut(tiny_model_dir, monkeypatch):
-    from bertflow import tokenization
+    from bertflow.encoding import tokenization
 
     tok = _rust(tiny_model_dir)
     assert auto_processes("cpu") == 0 and auto_processes("cpu", tok) == 0
@@ -82,7 +82,7 @@ def test_pool_matches_in_process_tokenisation(tiny_model_dir):
 
 def test_pool_with_spawned_workers(tiny_model_dir, monkeypatch):
     """The start method used off Linux: a fresh interpreter per worker, same ids."""
-    from bertflow import tokenization
+    from bertflow.encoding import tokenization
 
     monkeypatch.setattr(tokenization, "_start_method", lambda: "spawn")
     rust = SentenceEncoder(str(tiny_model_dir), device="cpu", tokenize_processes=0)._rust_tokenizer
@@ -155,7 +155,7 @@ def test_dead_worker_falls_back_to_in_process_tokenisation(tiny_model_dir, caplo
     assert enc._token_pool is not None
     for pid in list(enc._token_pool._executor._processes):  # a worker killed for memory, say
         os.kill(pid, signal.SIGKILL)
-    with caplog.at_level("WARNING", logger="bertflow.encoder"):
+    with caplog.at_level("WARNING", logger="bertflow.encoding.encoder"):
         parts = list(enc.iter_encode(iter(LONGER), chunk_size=10))
     np.testing.assert_allclose(np.concatenate(parts), ref, atol=1e-5)
     assert "worker process died" in caplog.text
@@ -253,7 +253,7 @@ def _check_exact(tok, sentences):
 
 @pytest.mark.parametrize(("max_length", "direction"), [(64, "right"), (9, "right"), (9, "left"), (512, "right")])
 def test_shortcut_gives_the_tokenizers_ids(tiny_model_dir, max_length, direction):
-    from .conftest import DATA_DIR
+    from ..conftest import DATA_DIR
 
     sentences = _fuzz()
     if DATA_DIR.is_dir():
@@ -287,7 +287,7 @@ def test_shortcut_variants_of_the_pipeline(tiny_model_dir):
 
 
 def test_shortcut_refuses_other_tokenizers(tiny_model_dir, monkeypatch):
-    from bertflow import tokenization
+    from bertflow.encoding import tokenization
 
     tok = _rust(tiny_model_dir)
     assert WordPieceShortcut.from_tokenizer(_edited(tok, pre_tokenizer={"type": "Whitespace"})) is None
@@ -301,7 +301,7 @@ def test_shortcut_refuses_other_tokenizers(tiny_model_dir, monkeypatch):
 
 
 def test_shortcut_memo_is_bounded(tiny_model_dir, monkeypatch):
-    from bertflow import tokenization
+    from bertflow.encoding import tokenization
 
     monkeypatch.setattr(tokenization, "MEMO_LIMIT", 5)
     tok = _rust(tiny_model_dir)

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from bertflow import InputError, SentenceEncoder
-from bertflow.encoder import FINGERPRINT_SCHEME
+from bertflow.encoding.encoder import FINGERPRINT_SCHEME
+from bertflow.encoding.pooling import Pooling, masked_mean
 from bertflow.errors import CompatibilityError
-from bertflow.pooling import Pooling, masked_mean
 
-from .conftest import SENTENCES
+from ..conftest import SENTENCES
 
 
 @pytest.mark.parametrize(
@@ -164,7 +164,7 @@ LONGER = SENTENCES + [
 
 
 def test_plan_batches_covers_everything_within_budget():
-    from bertflow.encoder import plan_batches
+    from bertflow.encoding.encoder import plan_batches
 
     rng = np.random.default_rng(0)
     lengths = np.sort(rng.integers(3, 40, size=500))[::-1]
@@ -306,7 +306,7 @@ def test_bf16_default_model_sts_cosines(default_encoder, data_dir):
     """On the real model and STS-B pairs, bf16 moves the pair cosines and their Spearman correlation very little."""
     from scipy.stats import spearmanr
 
-    from bertflow.data import load_sts_task
+    from bertflow.evaluation.datasets import load_sts_task
 
     pairs = load_sts_task("STS-B", data_dir).eval_subsets["test"]
     n = 200
@@ -327,7 +327,7 @@ def test_bf16_default_model_sts_cosines(default_encoder, data_dir):
 
 
 def test_min_tokens_keeps_small_batches_from_forming():
-    from bertflow.encoder import plan_batches
+    from bertflow.encoding.encoder import plan_batches
 
     lengths = np.array([40] * 3 + [30] * 3 + [20] * 3 + [10] * 200)
     strict = plan_batches(lengths, 4000, None, 0.5, 0.9, 0)

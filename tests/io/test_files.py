@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bertflow.serialization import TMP_MARK, atomic_file, atomic_write_text, temporary_name
+from bertflow.io.files import TMP_MARK, atomic_file, atomic_write_text, temporary_name
 
 
 def test_atomic_file_replaces_on_success(tmp_path):

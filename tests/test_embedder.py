@@ -20,7 +20,7 @@ from bertflow import (
     SentenceEncoder,
     WhiteningCalibrator,
 )
-from bertflow.pipeline import CONFIG_FILE
+from bertflow.embedder import CONFIG_FILE
 
 from .conftest import SENTENCES
 
@@ -75,7 +75,7 @@ def test_save_overwrites_atomically(fitted, tiny_encoder, tmp_path, monkeypatch)
     def crash(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr("bertflow.pipeline.write_json", crash)
+    monkeypatch.setattr("bertflow.embedder.write_json", crash)
     with pytest.raises(OSError, match="disk full"):
         other.save(path, overwrite=True)
     after = {p.relative_to(path): p.read_bytes() for p in path.rglob("*") if p.is_file()}
@@ -167,7 +167,7 @@ def test_end_to_end_default_model_on_stsb(default_encoder, data_dir, tmp_path):
     """The README's main job, on a slice: fit a flow on STS-B train sentences, save, load, score pairs."""
     from scipy.stats import spearmanr
 
-    from bertflow.data import read_pairs
+    from bertflow.io.text import read_pairs
 
     train = read_pairs(data_dir / "STSBenchmark" / "train.tsv")
     corpus = list(dict.fromkeys(train.sentences1[:1500] + train.sentences2[:1500]))
@@ -193,7 +193,7 @@ def front_matter(card: str) -> dict:
 
 def test_model_card_is_hub_ready(fitted, tmp_path, monkeypatch):
     from bertflow import __version__
-    from bertflow.pipeline import calibrator_fingerprint
+    from bertflow.embedder import calibrator_fingerprint
 
     path = fitted.save(tmp_path / "model")
     card = (path / "README.md").read_text()
@@ -263,7 +263,7 @@ def test_card_licence_and_local_encoder_provenance(tiny_model_dir, tmp_path):
     import hashlib
     import shutil
 
-    from bertflow.pipeline import CONFIG_FILE
+    from bertflow.embedder import CONFIG_FILE
 
     source = shutil.copytree(tiny_model_dir, tmp_path / "encoder-src")
     (source / "README.md").write_text("---\nlanguage: en\nlicense: mit\n---\n# tiny\n", encoding="utf-8")

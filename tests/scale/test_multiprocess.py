@@ -25,9 +25,10 @@ import pytest
 import torch.multiprocessing as mp
 
 from bertflow import FlowCalibrator, SentenceEncoder, WhiteningCalibrator
-from bertflow.distributed import encode_multi_device, launch_local
 from bertflow.errors import InputError
-from bertflow.store import open_embeddings, read_manifest, write_store
+from bertflow.scale.encode import encode_multi_device
+from bertflow.scale.launch import launch_local
+from bertflow.scale.store import open_embeddings, read_manifest, write_store
 
 from . import workers
 from .conftest import make_lines, one_thread, reference

@@ -1,0 +1,285 @@
+"""The STS benchmark catalog: task names, where the data lives, and loading tasks and the NLI fitting sentences."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from bertflow.errors import DataNotFoundError, InputError
+
+from ..io.text import EncodingErrors, SentencePairs, distinct, read_pairs
+
+__all__ = [
+    "STS_TASKS",
+    "STS_TASK_FOLDERS",
+    "OFFICIAL_EVAL_PAIRS",
+    "DATA_DIR_ENV",
+    "DEFAULT_CACHE_DIR",
+    "StsTask",
+    "canonical_task_name",
+    "resolve_data_dir",
+    "load_sts_task",
+    "load_sts_tasks",
+    "load_nli_sentences",
+]
+
+logger = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# STS benchmark data
+# ---------------------------------------------------------------------------------------------------------
+
+STS_TASKS: tuple[str, ...] = ("STS12", "STS13", "STS14", "STS15", "STS16", "STS-B", "SICK-R")
+"""The seven STS tasks of the BERT-flow / SimCSE evaluation, in the papers' column order."""
+
+STS_TASK_FOLDERS: dict[str, str] = {
+    "STS12": "STS12",
+    "STS13": "STS13",
+    "STS14": "STS14",
+    "STS15": "STS15",
+    "STS16": "STS16",
+    "STS-B": "STSBenchmark",
+    "SICK-R": "SICK",
+}
+"""Folder of each task inside the data directory."""
+
+OFFICIAL_EVAL_PAIRS: dict[str, int] = {
+    "STS12": 3108,
+    "STS13": 1500,
+    "STS14": 3750,
+    "STS15": 3000,
+    "STS16": 1186,
+    "STS-B": 1379,
+    "SICK-R": 4927,
+}
+"""Scored evaluation pairs per task as SentEval evaluates them (STS13 without SMT; STS-B/SICK-R: test)."""
+
+DATA_DIR_ENV = "BERTFLOW_DATA_DIR"
+"""Environment variable naming the STS data folder."""
+
+DEFAULT_CACHE_DIR = Path("~/.cache/bertflow/sts")
+"""Where :func:`download_sts` builds the data by default (``~`` is expanded at call time)."""
+
+_SPLIT_FILES: dict[str, dict[str, str]] = {
+    "STS-B": {"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"},
+    "SICK-R": {"train": "train.tsv", "dev": "trial.tsv", "test": "test.tsv"},
+}
+
+_ALIASES: dict[str, str] = {
+    **{name.replace("-", "").upper(): name for name in STS_TASKS},
+    "STSBENCHMARK": "STS-B",
+    "SICK": "SICK-R",
+    "SICKRELATEDNESS": "SICK-R",
+}
+
+_HOW_TO_GET_DATA = (
+    "Point bertflow at a local copy of the STS data with --data-dir PATH or the environment variable "
+    f"{DATA_DIR_ENV}=PATH (the folder holding STS12 ... STS16, STSBenchmark, SICK), or, with internet "
+    "access, download it once with `bertflow download-sts` (Python: bertflow.evaluation.download.download_sts()), "
+    "which "
+    f"builds it in {DEFAULT_CACHE_DIR}."
+)
+
+USE_LOCAL_COPY = (
+    "Without network access, get the data folder (STS12 ... STS16, STSBenchmark, SICK as TSV files) "
+    "some other way and point bertflow at it with --data-dir PATH or the environment variable "
+    f"{DATA_DIR_ENV}=PATH."
+)
+
+
+def canonical_task_name(name: str) -> str:
+    """Map a task name or common alias (``"stsb"``, ``"STSBenchmark"``, ``"sick"``) to its STS_TASKS name.
+
+    Raises:
+        InputError: Unknown name; the message lists the valid names.
+    """
+    if not isinstance(name, str):
+        raise InputError(f"task name must be a string, got {type(name).__name__}")
+    key = name.replace("-", "").replace("_", "").replace(" ", "").upper()
+    if key not in _ALIASES:
+        raise InputError(f"unknown STS task {name!r}; expected one of {', '.join(STS_TASKS)}")
+    return _ALIASES[key]
+
+
+def resolve_data_dir(data_dir: str | Path | None = None) -> Path:
+    """Find the STS data folder.
+
+    Order: the explicit ``data_dir``; else the environment variable ``BERTFLOW_DATA_DIR``; else the first
+    existing folder among ``./shared/data/sts``, ``../shared/data/sts`` (relative to the current directory)
+    and ``~/.cache/bertflow/sts`` (where :func:`download_sts` puts it).
+
+    Args:
+        data_dir: Explicit folder; it must exist.
+
+    Returns:
+        The folder as an absolute path (so a later change of directory does not invalidate it).
+
+    Raises:
+        DataNotFoundError: The explicit or environment folder does not exist, or no default folder exists;
+            the message says how to point at a local copy and how to download the data.
+    """
+    if data_dir is not None:
+        p = Path(data_dir).expanduser()
+        if not p.is_dir():
+            raise DataNotFoundError(f"STS data folder {p} does not exist. {_HOW_TO_GET_DATA}")
+        return p.resolve()
+    env = os.environ.get(DATA_DIR_ENV)
+    if env:
+        p = Path(env).expanduser()
+        if not p.is_dir():
+            raise DataNotFoundError(f"{DATA_DIR_ENV}={env} is not an existing folder. {_HOW_TO_GET_DATA}")
+        return p.resolve()
+    candidates = [Path("shared/data/sts"), Path("../shared/data/sts"), DEFAULT_CACHE_DIR.expanduser()]
+    for candidate in candidates:
+        if candidate.is_dir():
+            return candidate.resolve()
+    tried = ", ".join(str(c) for c in candidates)
+    raise DataNotFoundError(f"no STS data folder found (looked in {tried}). {_HOW_TO_GET_DATA}")
+
+
+@dataclass
+class StsTask:
+    """One STS task: the pairs it is evaluated on and the splits its sentences can be fitted on.
+
+    Attributes:
+        name: Task name from :data:`STS_TASKS`, e.g. ``"STS12"``.
+        eval_subsets: Evaluation pairs by subset name. STS12-16: every subset of the year (e.g. ``"MSRpar"``);
+            STS-B and SICK-R: ``{"test": ...}``.
+        splits: All available pairs by split. STS-B and SICK-R: ``train``, ``dev`` (SICK's ``trial``) and
+            ``test``; STS12-16 (test-only data sets): the same subsets as ``eval_subsets``.
+    """
+
+    name: str
+    eval_subsets: dict[str, SentencePairs]
+    splits: dict[str, SentencePairs] = field(default_factory=dict)
+
+    @property
+    def n_eval_pairs(self) -> int:
+        """Number of evaluation pairs over all subsets."""
+        return sum(len(pairs) for pairs in self.eval_subsets.values())
+
+    @property
+    def has_train_split(self) -> bool:
+        """Whether the task has a labelled train split (STS-B and SICK-R only)."""
+        return self.name in _SPLIT_FILES
+
+    def fit_sentences(self, regime: Literal["target", "train"] = "target") -> list[str]:
+        """Distinct unlabelled sentences to fit a calibrator (flow, whitening) on.
+
+        Args:
+            regime: ``"target"``: every sentence of the task, i.e. train + dev + test for STS-B and SICK-R and
+                all subsets for STS12-16. This is BERT-flow's transductive default (it sees the test
+                sentences, never the scores). ``"train"``: the train split only (STS-B and SICK-R).
+                The "nli" regime is :func:`load_nli_sentences`.
+
+        Returns:
+            Distinct sentences in order of first occurrence (split by split, pair by pair, ``s1`` before
+            ``s2``).
+
+        Raises:
+            InputError: Unknown regime, or ``"train"`` for a task without a train split (STS12-16).
+        """
+        if regime == "target":
+            chosen = list(self.splits.values()) or list(self.eval_subsets.values())
+        elif regime == "train":
+            if not self.has_train_split or "train" not in self.splits:
+                raise InputError(
+                    f"{self.name} has no train split (STS12-16 are test-only); use regime='target' or fit "
+                    "on another corpus (e.g. load_nli_sentences())"
+                )
+            chosen = [self.splits["train"]]
+        else:
+            raise InputError(f"regime must be 'target' or 'train', got {regime!r}")
+        return distinct(s for pairs in chosen for s in pairs.sentences())
+
+    def eval_sentences(self) -> list[str]:
+        """Distinct sentences of the evaluation pairs, in order of first occurrence."""
+        return distinct(s for pairs in self.eval_subsets.values() for s in pairs.sentences())
+
+
+def _read_data_file(path: Path, errors: EncodingErrors = "strict") -> SentencePairs:
+    if not path.is_file():
+        raise DataNotFoundError(f"missing STS data file {path}. {_HOW_TO_GET_DATA}")
+    return read_pairs(path, errors=errors)
+
+
+def load_sts_task(name: str, data_dir: str | Path | None = None) -> StsTask:
+    """Load one STS task from the TSV layout.
+
+    STS12-16 subsets are every ``*.tsv`` in the year's folder, ordered case-insensitively by name (which is
+    SentEval's order). A pair count that differs from the official one is logged as a warning, since
+    results would then not be comparable with published numbers.
+
+    Args:
+        name: Task name from :data:`STS_TASKS` or an alias accepted by :func:`canonical_task_name`.
+        data_dir: Data folder; see :func:`resolve_data_dir` for the default.
+
+    Returns:
+        The task with its evaluation subsets and splits.
+
+    Raises:
+        InputError: Unknown task name or malformed file.
+        DataNotFoundError: The data folder, the task folder or a split file is missing.
+    """
+    task = canonical_task_name(name)
+    root = resolve_data_dir(data_dir)
+    folder = root / STS_TASK_FOLDERS[task]
+    if not folder.is_dir():
+        raise DataNotFoundError(f"{task}: folder {folder} does not exist. {_HOW_TO_GET_DATA}")
+    if task in _SPLIT_FILES:
+        splits = {split: _read_data_file(folder / fname) for split, fname in _SPLIT_FILES[task].items()}
+        subsets = {"test": splits["test"]}
+    else:
+        files = sorted(folder.glob("*.tsv"), key=lambda f: (f.name.lower(), f.name))
+        if not files:
+            raise DataNotFoundError(f"{task}: no subset files (*.tsv) in {folder}. {_HOW_TO_GET_DATA}")
+        subsets = {f.stem: _read_data_file(f) for f in files}
+        splits = dict(subsets)
+    result = StsTask(task, subsets, splits)
+    if result.n_eval_pairs != OFFICIAL_EVAL_PAIRS[task]:
+        logger.warning(
+            "%s has %d evaluation pairs in %s, the official count is %d: scores are not comparable with "
+            "published results",
+            task,
+            result.n_eval_pairs,
+            folder,
+            OFFICIAL_EVAL_PAIRS[task],
+        )
+    return result
+
+
+def load_sts_tasks(names: Sequence[str] = STS_TASKS, data_dir: str | Path | None = None) -> dict[str, StsTask]:
+    """Load several STS tasks (default: all seven) keyed by canonical task name, in the given order."""
+    root = resolve_data_dir(data_dir)
+    tasks: dict[str, StsTask] = {}
+    for name in names:
+        task = load_sts_task(name, root)
+        tasks[task.name] = task
+    return tasks
+
+
+def load_nli_sentences(data_dir: str | Path | None = None) -> list[str]:
+    """Distinct sentences of SNLI dev + test (``NLI/snli_dev.tsv``, ``NLI/snli_test.tsv``): the "nli" regime.
+
+    BERT-flow's NLI setting fits the flow on the sentences of full SNLI + MultiNLI (about 1M pairs). Those
+    corpora are not available in the shipped data folder, so SNLI dev+test (19,666 pairs, about 25.7k
+    distinct sentences, SentEval-tokenized text) is a stand-in: good for a generic, non-target fitting
+    corpus, but not the paper's exact setting.
+
+    Args:
+        data_dir: Data folder; see :func:`resolve_data_dir`.
+
+    Returns:
+        Distinct sentences in order of first occurrence (dev before test, pair by pair).
+
+    Raises:
+        DataNotFoundError: The NLI files are missing.
+    """
+    root = resolve_data_dir(data_dir)
+    parts = [_read_data_file(root / "NLI" / fname) for fname in ("snli_dev.tsv", "snli_test.tsv")]
+    return distinct(s for pairs in parts for s in pairs.sentences())

@@ -1,0 +1,532 @@
+"""Reading user text files: sentences, TSV columns and sentence pairs, streamed line by line, and reads by byte
+offset for sharded work.
+
+They decode UTF-8 line by line, strip only the line terminator (``"\\n"`` or ``"\\r\\n"``) and never touch the rest of a
+line: leading and trailing spaces and ``"`` are part of a sentence. Every problem with a file's content is an
+:class:`~bertflow.errors.InputError` naming the file and the 1-based line number.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import itertools
+import logging
+import math
+import os
+import sys
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from bertflow.errors import InputError
+from bertflow.validation import is_blank
+
+__all__ = [
+    "EncodingErrors",
+    "SentencePairs",
+    "iter_lines",
+    "read_sentences",
+    "read_tsv_column",
+    "read_pairs",
+]
+
+logger = logging.getLogger(__name__)
+
+
+EncodingErrors = Literal["strict", "replace"]
+"""How undecodable bytes are handled: ``"strict"`` raises InputError, ``"replace"`` substitutes U+FFFD."""
+
+BOM = "\ufeff"
+
+# ---------------------------------------------------------------------------------------------------------
+# Generic readers
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _check_errors_mode(errors: str) -> None:
+    if errors not in ("strict", "replace"):
+        raise InputError(f"errors must be 'strict' or 'replace', got {errors!r}")
+
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _open_binary(path: str | Path) -> io.BufferedIOBase:
+    """Open ``path`` for binary reading, turning OS errors into InputError with the path in the message.
+
+    A gzip file (recognised by its magic bytes, whatever its name) is decompressed while it is read, so a
+    ``corpus.txt.gz`` needs no unpacking first. ``"-"`` is standard input, read as it comes (not decompressed; a
+    duplicate of its descriptor, so closing the file leaves ``sys.stdin`` open).
+    """
+    p = Path(path)
+    if str(path) == "-":
+        return open(os.dup(sys.stdin.fileno()), "rb")  # noqa: SIM115 - the caller closes it
+    try:
+        fh = open(p, "rb")  # noqa: SIM115 - the caller closes it
+    except FileNotFoundError:
+        raise InputError(f"cannot read {p}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"cannot read {p}: it is a directory, expected a text file") from None
+    except OSError as exc:
+        raise InputError(f"cannot read {p}: {exc.strerror or exc}") from None
+    try:
+        is_gzip = fh.peek(2)[:2] == _GZIP_MAGIC
+    except OSError as exc:
+        fh.close()
+        raise InputError(f"cannot read {p}: {exc.strerror or exc}") from None
+    if not is_gzip:
+        return fh
+    # Reopened by name so that the GzipFile owns (and closes) its file.
+    fh.close()
+    try:
+        return gzip.open(p, "rb")
+    except OSError as exc:
+        raise InputError(f"cannot read {p}: {exc.strerror or exc}") from None
+
+
+def _raw_lines(fh: io.BufferedIOBase, path: Path) -> Iterator[bytes]:
+    """The lines of an open binary file; a read error or a corrupt or truncated gzip stream becomes an InputError
+    naming the file."""
+    try:
+        yield from fh
+    except (OSError, EOFError, zlib.error) as exc:
+        what = "corrupt or truncated gzip data" if isinstance(fh, gzip.GzipFile) else "read error"
+        raise InputError(f"cannot read {path}: {what} ({exc})") from None
+
+
+def _looks_utf16(raw: bytes) -> bool:
+    """Whether a line's bytes look like UTF-16 text read as UTF-8: at least a third of them NUL, nearly all at even
+    or nearly all at odd positions (ASCII or Latin-1 text in UTF-16 has a NUL beside every character; NUL bytes in
+    real UTF-8 text are rare and not aligned). Only lines with a NUL get here."""
+    if len(raw) < 2:
+        return False
+    even, odd = raw[0::2].count(0), raw[1::2].count(0)
+    nuls = even + odd
+    return 3 * nuls >= len(raw) and 10 * max(even, odd) >= 9 * nuls and nuls < len(raw)
+
+
+def check_not_utf16(raw: bytes, path: Path, number: int) -> None:
+    """Raise :class:`InputError` naming ``path`` and line ``number`` if the line's bytes (terminator removed) look
+    like UTF-16 (:func:`_looks_utf16`); a fast byte search when the line has no NUL, the usual case."""
+    if b"\x00" in raw and _looks_utf16(raw):
+        raise InputError(
+            f"{path}: line {number} has a NUL byte every other byte: the file is UTF-16 (without a byte-order "
+            "mark), not UTF-8; re-encode it as UTF-8 (e.g. iconv -f UTF-16LE -t UTF-8)"
+        )
+
+
+def iter_lines(path: str | Path, errors: EncodingErrors = "strict") -> Iterator[tuple[int, str]]:
+    """Stream the lines of a UTF-8 text file, plain or gzip-compressed.
+
+    The file is read in binary and split on ``b"\\n"`` only (so U+2028, form feeds or a lone ``"\\r"``
+    inside a line never split it; UTF-8 never uses byte 0x0A inside a multi-byte character, so splitting
+    before decoding is safe). Only the terminator ``"\\n"`` or ``"\\r\\n"`` is removed; a UTF-8 BOM at the
+    very start of the file is dropped. Nothing else is stripped. A line with a NUL byte every other byte is UTF-16
+    without a byte-order mark (valid UTF-8 byte by byte, so it would otherwise be read as garbage): refused.
+
+    Args:
+        path: The text file.
+        errors: ``"strict"`` raises on invalid UTF-8; ``"replace"`` decodes each bad byte as U+FFFD.
+
+    Yields:
+        ``(line_number, text)``: the 1-based line number and the decoded line without its terminator.
+
+    Raises:
+        InputError: The file cannot be opened, or (``errors="strict"``) a line is not valid UTF-8; the
+            message names the file, the line number, the column and the offending byte.
+    """
+    _check_errors_mode(errors)
+    p = Path(path)
+    with _open_binary(p) as fh:
+        for number, raw in enumerate(_raw_lines(fh, p), start=1):
+            if raw.endswith(b"\n"):
+                raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
+            check_not_utf16(raw, p, number)
+            try:
+                text = raw.decode("utf-8", errors=errors)
+            except UnicodeDecodeError as exc:
+                bad = raw[exc.start : exc.start + 1]
+                raise InputError(
+                    f"{p}: line {number} is not valid UTF-8 (byte 0x{bad.hex()} at byte column "
+                    f"{exc.start + 1}: {exc.reason}). Re-encode the file as UTF-8, or pass "
+                    f"errors='replace' (CLI: --encoding-errors replace) to read undecodable bytes as U+FFFD."
+                ) from None
+            if number == 1 and text.startswith(BOM):
+                text = text[1:]
+            yield number, text
+
+
+def read_sentences(
+    path: str | Path,
+    *,
+    errors: EncodingErrors = "strict",
+    skip_blank: bool = True,
+    unique: bool = False,
+) -> list[str]:
+    """Read a file with one sentence per line.
+
+    Streams the file once (suitable for files with millions of lines or very long lines). Sentences are
+    kept exactly as written apart from the line terminator.
+
+    Args:
+        path: UTF-8 text file (a leading BOM is ignored).
+        errors: How to treat invalid UTF-8, see :func:`iter_lines`.
+        skip_blank: Skip blank lines: empty, or only whitespace or invisible characters (zero-width, U+FEFF, NUL:
+            :func:`bertflow.validation.is_blank`); their count is logged at INFO. If False, such a
+            line raises InputError naming its line number.
+        unique: Drop repeated sentences, keeping the first occurrence (and its position).
+
+    Returns:
+        The sentences, in file order.
+
+    Raises:
+        InputError: Unreadable or undecodable file, a blank line with ``skip_blank=False``, or no sentences.
+    """
+    p = Path(path)
+    sentences: list[str] = []
+    seen: set[str] = set()
+    n_blank = 0
+    n_duplicate = 0
+    for number, text in iter_lines(p, errors=errors):
+        if is_blank(text):
+            if not skip_blank:
+                raise InputError(
+                    f"{p}: line {number} is empty or only whitespace or invisible characters (zero-width, U+FEFF, "
+                    "NUL); remove it or allow skipping blank lines"
+                )
+            n_blank += 1
+            continue
+        if unique:
+            if text in seen:
+                n_duplicate += 1
+                continue
+            seen.add(text)
+        sentences.append(text)
+    if n_blank:
+        logger.info("%s: skipped %d blank line(s)", p, n_blank)
+    if n_duplicate:
+        logger.info("%s: dropped %d duplicate sentence(s)", p, n_duplicate)
+    if not sentences:
+        detail = f" ({n_blank} blank line(s) skipped)" if n_blank else ""
+        raise InputError(f"no sentences in {p}{detail}")
+    return sentences
+
+
+def _iter_tsv_rows(path: Path, errors: EncodingErrors) -> Iterator[tuple[int, list[str]]]:
+    """Yield ``(line_number, fields)`` for every non-empty line, split on TAB only (no quoting)."""
+    n_empty = 0
+    for number, text in iter_lines(path, errors=errors):
+        if text == "":
+            # A stray empty line (typically a second trailing newline) carries no row.
+            n_empty += 1
+            continue
+        yield number, text.split("\t")
+    if n_empty:
+        logger.info("%s: skipped %d empty line(s)", path, n_empty)
+
+
+def read_tsv_column(
+    path: str | Path,
+    column: str | int,
+    *,
+    header: bool = True,
+    errors: EncodingErrors = "strict",
+) -> list[str]:
+    """Read one column of a TAB-separated file.
+
+    Lines are split on TAB only; ``"`` has no special meaning and values are not stripped. Completely empty
+    lines are skipped. Rows may have more fields than needed.
+
+    Args:
+        path: UTF-8 TSV file.
+        column: Header name (needs ``header=True``) or 0-based column index.
+        header: Whether the first line is a header (it is then not returned).
+        errors: How to treat invalid UTF-8, see :func:`iter_lines`.
+
+    Returns:
+        The column's values, one per data row, in file order.
+
+    Raises:
+        InputError: Unknown column name (the message lists the header), a negative index, a row with too
+            few fields (the message names the line and the column), or no data rows.
+    """
+    p = Path(path)
+    rows = _iter_tsv_rows(p, errors)
+    index: int
+    label: str
+    if isinstance(column, bool) or not isinstance(column, (str, int)):
+        raise InputError(f"column must be a header name or a 0-based index, got {column!r}")
+    header_fields: list[str] | None = None
+    if header:
+        first = next(rows, None)
+        if first is None:
+            raise InputError(f"{p} is empty: expected a header line")
+        header_fields = first[1]
+    if isinstance(column, str):
+        if header_fields is None:
+            raise InputError(f"column {column!r} is a name, but header=False; pass a 0-based index instead")
+        if column not in header_fields:
+            available = ", ".join(repr(name) for name in header_fields)
+            raise InputError(f"{p}: no column named {column!r}; the header has: {available}")
+        index, label = header_fields.index(column), repr(column)
+    else:
+        if column < 0:
+            raise InputError(f"column index must be >= 0, got {column}")
+        if header_fields is not None and column >= len(header_fields):
+            available = ", ".join(f"{i}={name!r}" for i, name in enumerate(header_fields))
+            raise InputError(f"{p}: column index {column} is out of range; the header has: {available}")
+        index = column
+        label = f"{column} ({header_fields[column]!r})" if header_fields is not None else str(column)
+    values: list[str] = []
+    for number, fields in rows:
+        if len(fields) <= index:
+            raise InputError(
+                f"{p}: line {number} has {len(fields)} TAB-separated field(s), so column {label} "
+                f"(needs at least {index + 1}) is missing"
+            )
+        values.append(fields[index])
+    if not values:
+        raise InputError(f"no data rows in {p}")
+    return values
+
+
+@dataclass
+class SentencePairs:
+    """Aligned sentence pairs, optionally with a gold score (STS) or a label (NLI) per pair.
+
+    Attributes:
+        sentences1: First sentence of each pair, length N.
+        sentences2: Second sentence of each pair, length N.
+        scores: Gold similarity per pair, float64 array of shape (N,) on the data set's own scale (0-5 for
+            STS, 1-5 for SICK), or None when the file has labels instead of scores.
+        labels: Class label per pair (e.g. ``"entailment"``) for NLI files, else None.
+        columns: Every column of the file by header name, in file order, as raw text (``read_pairs(...,
+            keep_columns=True)``; None otherwise): what a tool that adds a column writes back.
+    """
+
+    sentences1: list[str]
+    sentences2: list[str]
+    scores: np.ndarray | None = None
+    labels: list[str] | None = None
+    columns: dict[str, list[str]] | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.sentences1)
+        if len(self.sentences2) != n:
+            raise InputError(f"sentences1 has {n} entries but sentences2 has {len(self.sentences2)}")
+        if self.scores is not None:
+            self.scores = np.asarray(self.scores, dtype=np.float64)
+            if self.scores.shape != (n,):
+                raise InputError(f"scores must have shape ({n},), got {self.scores.shape}")
+        if self.labels is not None and len(self.labels) != n:
+            raise InputError(f"labels has {len(self.labels)} entries, expected {n}")
+
+    def __len__(self) -> int:
+        return len(self.sentences1)
+
+    def sentences(self) -> Iterator[str]:
+        """Yield every sentence, pair by pair (``s1, s2`` of pair 0, then of pair 1, ...)."""
+        for s1, s2 in zip(self.sentences1, self.sentences2, strict=True):
+            yield s1
+            yield s2
+
+
+def read_pairs(
+    path: str | Path, *, errors: EncodingErrors = "strict", require_target: bool = True, keep_columns: bool = False
+) -> SentencePairs:
+    """Read a pair TSV with header ``score|label<TAB>sentence1<TAB>sentence2`` (the STS data format).
+
+    Every data row must have exactly as many fields as the header (a TAB inside a sentence would otherwise
+    silently shift columns). Scores are parsed with ``float()``; sentences are kept verbatim. Other columns (an
+    ``id``, say) are allowed, and ignored unless ``keep_columns``.
+
+    Args:
+        path: UTF-8 TSV file whose header contains ``sentence1``, ``sentence2`` and ``score`` or ``label``.
+        errors: How to treat invalid UTF-8, see :func:`iter_lines`.
+        require_target: refuse a file without a ``score`` or ``label`` column; ``False`` reads sentence pairs
+            alone (``scores`` and ``labels`` are then None).
+        keep_columns: also return every column as text in :attr:`SentencePairs.columns`.
+
+    Returns:
+        The pairs; ``scores`` is set for a ``score`` column, ``labels`` for a ``label`` column.
+
+    Raises:
+        InputError: Missing or wrong header, a row with the wrong number of fields, a non-numeric or
+            non-finite score, an empty sentence (each with its line number), or no rows.
+    """
+    p = Path(path)
+    rows = _iter_tsv_rows(p, errors)
+    first = next(rows, None)
+    if first is None:
+        raise InputError(f"{p} is empty: expected the header score<TAB>sentence1<TAB>sentence2")
+    header = first[1]
+    target = "score" if "score" in header else "label" if "label" in header else None
+    if (target is None and require_target) or "sentence1" not in header or "sentence2" not in header:
+        wanted = "score (or label), sentence1 and sentence2" if require_target else "sentence1 and sentence2"
+        raise InputError(
+            f"{p}: line {first[0]} must be a header with the columns {wanted}, TAB-separated; got {header!r}"
+        )
+    i1, i2 = header.index("sentence1"), header.index("sentence2")
+    i_target = header.index(target) if target is not None else None
+    columns: list[list[str]] = [[] for _ in header]
+    s1: list[str] = []
+    s2: list[str] = []
+    targets: list[str] = []
+    scores: list[float] = []
+    for number, fields in rows:
+        if len(fields) != len(header):
+            raise InputError(
+                f"{p}: line {number} has {len(fields)} TAB-separated field(s), expected {len(header)} "
+                f"({', '.join(header)})"
+            )
+        a, b = fields[i1], fields[i2]
+        t = fields[i_target] if i_target is not None else ""
+        if is_blank(a) or is_blank(b):
+            which = "sentence1" if is_blank(a) else "sentence2"
+            raise InputError(f"{p}: line {number}: {which} is empty (or only whitespace or invisible characters)")
+        if target == "score":
+            try:
+                value = float(t)
+            except ValueError:
+                raise InputError(f"{p}: line {number}: score {t!r} is not a number") from None
+            if not math.isfinite(value):
+                raise InputError(f"{p}: line {number}: score {t!r} is not finite")
+            scores.append(value)
+        elif target == "label":
+            targets.append(t)
+        s1.append(a)
+        s2.append(b)
+        if keep_columns:
+            for column, field in zip(columns, fields, strict=True):
+                column.append(field)
+    if not s1:
+        raise InputError(f"no sentence pairs in {p}")
+    kept = dict(zip(header, columns, strict=True)) if keep_columns else None
+    if target == "score":
+        return SentencePairs(s1, s2, np.asarray(scores, dtype=np.float64), columns=kept)
+    return SentencePairs(s1, s2, None, targets if target == "label" else None, columns=kept)
+
+
+def distinct(sentences: Iterable[str]) -> list[str]:
+    """Distinct strings in order of first occurrence."""
+    return list(dict.fromkeys(sentences))
+
+
+# -- the input file: line index and reads by offset ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LineIndex:
+    """What one pass over a text file learns: its size, sha256, line count and where each shard starts.
+
+    Attributes:
+        bytes: file size.
+        sha256: hex digest of the whole file.
+        lines: number of lines (a last line without a newline counts; an empty file has 0).
+        offsets: byte offset of line ``k * every`` for every ``k`` with ``k * every < lines``.
+        every: the spacing of ``offsets`` in lines.
+    """
+
+    bytes: int
+    sha256: str
+    lines: int
+    offsets: tuple[int, ...]
+    every: int
+
+
+def index_lines(path: str | Path, every: int, *, block_size: int = 1 << 24) -> LineIndex:
+    """Count the lines of a file and record the byte offset of every ``every``-th one, in one streamed pass.
+
+    Lines are split on ``b"\\n"`` only, as :func:`bertflow.io.text.iter_lines` does, so row ``i`` of a store is line
+    ``i + 1`` of the file. Memory stays at one block whatever the file size.
+
+    Args:
+        path: the text file.
+        every: spacing of the recorded offsets, in lines (the shard size).
+        block_size: bytes read at a time.
+
+    Raises:
+        InputError: the file cannot be read.
+    """
+    if every < 1:
+        raise InputError(f"every must be positive, got {every}")
+    p = Path(path)
+    h = hashlib.sha256()
+    offsets = [0]
+    newlines = 0  # newlines seen before the current block
+    position = 0  # bytes before the current block
+    last = b""
+    try:
+        with open(p, "rb") as fh:
+            while block := fh.read(block_size):
+                h.update(block)
+                count = block.count(b"\n")
+                # Shard k starts right after the (k * every)-th newline.
+                target = len(offsets) * every
+                if newlines + count >= target:
+                    where = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+                    while newlines + count >= target:
+                        offsets.append(position + int(where[target - newlines - 1]) + 1)
+                        target += every
+                newlines += count
+                position += len(block)
+                last = block[-1:]
+    except OSError as e:
+        raise InputError(f"cannot read {p}: {e.strerror or e}") from None
+    lines = newlines + (1 if position and last != b"\n" else 0)
+    n_shards = -(-lines // every)
+    return LineIndex(position, h.hexdigest(), lines, tuple(offsets[:n_shards]), every)
+
+
+def read_lines(path: str | Path, offset: int, count: int, *, first_line: int = 1, errors: str = "strict") -> list[str]:
+    """Read ``count`` lines starting at byte ``offset``, decoded and checked like the whole-file readers.
+
+    Only the terminator (``"\\n"`` or ``"\\r\\n"``) is removed; a UTF-8 BOM is dropped at offset 0.
+
+    Args:
+        path: the text file.
+        offset: byte offset of the first line (from :func:`index_lines`).
+        count: number of lines to read.
+        first_line: 1-based number of the first line, for error messages.
+        errors: ``"strict"`` (undecodable bytes raise) or ``"replace"`` (they become U+FFFD).
+
+    Raises:
+        InputError: the file ended early (it changed since it was indexed), a line is not UTF-8 (strict), or a
+            line is empty or whitespace only (every line must be a sentence: row ``i`` is line ``i + 1``).
+    """
+    p = Path(path)
+    out: list[str] = []
+    with open(p, "rb") as fh:
+        fh.seek(offset)
+        for i, raw in enumerate(itertools.islice(fh, count)):
+            number = first_line + i
+            if raw.endswith(b"\n"):
+                raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
+            check_not_utf16(raw, p, number)
+            try:
+                text = raw.decode("utf-8", errors=errors)
+            except UnicodeDecodeError as e:
+                raise InputError(
+                    f"{p}: line {number} is not valid UTF-8 (byte 0x{raw[e.start : e.start + 1].hex()} at byte "
+                    f"column {e.start + 1}); re-encode the file or pass --encoding-errors replace"
+                ) from None
+            if i == 0 and offset == 0 and text.startswith("\ufeff"):
+                text = text[1:]
+            if is_blank(text):
+                raise InputError(
+                    f"{p}: line {number} is empty or only whitespace or invisible characters; every line becomes one "
+                    "row, so remove blank lines first (e.g. grep -v '^[[:space:]]*$')"
+                )
+            out.append(text)
+    if len(out) != count:
+        raise InputError(
+            f"{p} ended after line {first_line + len(out) - 1}, but {count} lines were expected from line "
+            f"{first_line}: the file changed since it was indexed"
+        )
+    return out

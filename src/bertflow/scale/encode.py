@@ -1,0 +1,424 @@
+"""Sharded encoding to disk (``bertflow distributed-encode``) and multi-device encoding on one machine.
+
+Rank 0 indexes the input file once (line count, sha256, the byte offset of every shard's first line) and writes
+the manifest; each rank then encodes its contiguous block of the shards that are not finished yet, seeking straight
+to their byte offsets, and writes each shard atomically (:class:`bertflow.scale.store.ShardWriter`). Shard
+boundaries are multiples of the encoder's chunk size, so every forward pass sees exactly the sentences it would in
+one process: the store is bit for bit what ``SentenceEncoder.iter_encode`` (or ``bertflow encode``) gives on the
+same kind of device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import shutil
+import socket
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from .._version import __version__
+from ..errors import CompatibilityError, InputError
+from ..io.files import LOCK_NAME, folder_lock
+from ..io.text import index_lines, read_lines
+from .launch import all_gather_object, barrier, rank_and_world, run_on_main, share, share_cpu_threads
+from .store import (
+    MANIFEST_NAME,
+    MERGED_NAME,
+    SHARD_DIR,
+    ShardSpec,
+    ShardWriter,
+    finalize_manifest,
+    merge_shards,
+    new_manifest,
+    plan_shards,
+    read_manifest,
+    remove_temporary_files,
+    shard_record,
+    write_manifest,
+)
+
+if TYPE_CHECKING:
+    from ..calibrators import Calibrator
+    from ..encoding.encoder import SentenceEncoder
+
+__all__ = [
+    "encode_file_to_store",
+    "encode_multi_device",
+]
+
+logger = logging.getLogger(__name__)
+
+
+#: Manifest fields that a resumed run must reproduce exactly (otherwise its shards would not fit together).
+IDENTITY_KEYS = (
+    "input",
+    "encoder",
+    "compute_dtype",
+    "calibrator",
+    "rows",
+    "dim",
+    "dtype",
+    "shard_size",
+    "chunk_size",
+    "batch_size",
+    "max_tokens",
+    "encoding_errors",
+)
+
+
+# -- distributed encoding ------------------------------------------------------------------------------------------
+
+
+def _encode_kwargs(batch_size: int | None, chunk_size: int) -> dict[str, int]:
+    # batch_size only when given: then the encoder's own default batching applies (a token budget).
+    return {"chunk_size": int(chunk_size)} | ({"batch_size": int(batch_size)} if batch_size is not None else {})
+
+
+def _calibrator_identity(calibrator: Calibrator) -> dict[str, Any]:
+    """Type, parameters and a sha256 of the fitted state of a calibrator (runtime settings left out)."""
+    config = calibrator.to_config()
+    config["params"] = {k: v for k, v in config["params"].items() if k not in ("device", "verbose")}
+    _, arrays = calibrator._get_state()
+    h = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode("utf-8"))
+    for name in sorted(arrays):
+        arr = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}:{arr.dtype.str}:{arr.shape};".encode())
+        h.update(arr.tobytes())
+    return {"type": calibrator.name, "params": config["params"], "sha256": h.hexdigest()}
+
+
+def _normalised(data: dict[str, Any]) -> dict[str, Any]:
+    # JSON round trip: tuples become lists, as they will be when read back from the manifest.
+    return json.loads(json.dumps(data, sort_keys=True, default=str))
+
+
+def _prepare_store(
+    input_path: Path, folder: Path, identity: dict[str, Any], shard_size: int, overwrite: bool
+) -> tuple[dict[str, Any], list[int]]:
+    """Rank 0: index the input, create or check the manifest, clear stale temporaries; return (manifest, done)."""
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"{folder} exists and is not a folder")
+    has_manifest = (folder / MANIFEST_NAME).is_file()
+    if folder.is_dir() and not has_manifest:
+        # Not a store: --overwrite does not change that (it replaces a store, never somebody else's files).
+        strangers = [p.name for p in folder.iterdir() if p.name not in (SHARD_DIR, LOCK_NAME)]
+        if strangers:
+            raise InputError(
+                f"{folder} is not empty and holds no embedding store ({', '.join(sorted(strangers)[:5])}...); "
+                "write to a new or empty folder"
+            )
+    if overwrite and folder.is_dir():
+        for name in (MANIFEST_NAME, MERGED_NAME):
+            (folder / name).unlink(missing_ok=True)
+        shutil.rmtree(folder / SHARD_DIR, ignore_errors=True)
+        has_manifest = False
+    index = index_lines(input_path, shard_size)
+    if index.lines == 0:
+        raise InputError(f"{input_path} has no lines to encode")
+    specs = plan_shards(index.lines, shard_size, index.offsets)
+    fresh = new_manifest(
+        rows=index.lines,
+        dim=identity["dim"],
+        specs=specs,
+        shard_size=shard_size,
+        input={"bytes": index.bytes, "sha256": index.sha256, "lines": index.lines},
+        input_path=str(input_path.resolve()),
+        **{k: v for k, v in identity.items() if k not in ("dim",)},
+    )
+    fresh = _normalised(fresh)
+    if has_manifest:
+        manifest = read_manifest(folder)
+        differ = [k for k in IDENTITY_KEYS if manifest.get(k) != fresh.get(k)]
+        if manifest.get("shards") and [ShardSpec.from_json(e) for e in manifest["shards"]] != specs:
+            differ.append("shards")
+        if differ:
+            raise InputError(
+                f"{folder} holds embeddings made from another input or with other settings ({', '.join(differ)} "
+                "differ); write to a new folder, or pass --overwrite to start this one afresh"
+            )
+        manifest["complete"] = False
+        if any(shard_record(folder, s, manifest["dim"], manifest["dtype"]) is None for s in specs):
+            # Shards will be rewritten: a merged copy made before would no longer be the store's concatenation.
+            (folder / MERGED_NAME).unlink(missing_ok=True)
+            manifest.pop("merged", None)
+        write_manifest(folder, manifest)
+    else:
+        manifest = fresh
+        write_manifest(folder, manifest)
+    removed = remove_temporary_files(folder)
+    if removed:
+        logger.info("%s: removed %d temporary file(s) left by an interrupted run", folder, removed)
+    done = [s.index for s in specs if shard_record(folder, s, manifest["dim"], manifest["dtype"]) is not None]
+    return manifest, done
+
+
+def encode_file_to_store(
+    input_path: str | Path,
+    folder: str | Path,
+    encoder: SentenceEncoder,
+    *,
+    calibrator: Calibrator | None = None,
+    shard_size: int = 131072,
+    chunk_size: int = 16384,
+    batch_size: int | None = None,
+    encoding_errors: str = "strict",
+    overwrite: bool = False,
+    merge: bool = False,
+    show_progress: bool = False,
+) -> dict[str, Any]:
+    """Encode every line of a text file into an embedding store, this process being one rank of the job.
+
+    Call it on every rank (inside :func:`process_group`, or alone for one process). Rank 0 indexes the file and
+    writes the manifest; the shards not yet complete are split into contiguous blocks, one per rank; each rank
+    reads its shards' lines by byte offset and writes each shard atomically; after a barrier rank 0 checks every
+    shard, completes the manifest and optionally merges. Re-running the same call resumes: complete shards are
+    skipped, so a killed rank costs at most the shard it was encoding.
+
+    Args:
+        input_path: UTF-8 text, one sentence per line (blank lines are an error: row ``i`` is line ``i + 1``).
+        folder: the store folder (see :mod:`bertflow.scale.store`).
+        encoder: this rank's encoder, on this rank's device.
+        calibrator: a fitted calibrator applied to every chunk (the store then holds calibrated vectors).
+        shard_size: rows per shard file; a multiple of ``chunk_size``.
+        chunk_size: sentences the encoder length-sorts together (as in ``iter_encode``); with the same
+            ``chunk_size`` and ``batch_size`` every forward pass holds the same sentences as in one process, so the
+            output is bit-identical to ``encoder.iter_encode`` on the same kind of device.
+        batch_size: cap on sentences per forward pass; ``None`` leaves batching to the encoder (its token budget).
+        encoding_errors: ``"strict"`` or ``"replace"`` for bytes that are not UTF-8.
+        overwrite: delete an existing store in ``folder`` first, instead of resuming it.
+        merge: also write ``embeddings.npy`` (rank 0, after the barrier).
+        show_progress: progress bar on rank 0 (counting rank 0's rows).
+
+    Returns:
+        A JSON-ready summary: on rank 0 of the whole run (rows, shards encoded and skipped, seconds, rows per
+        second, per-rank figures), on other ranks of this rank's work.
+
+    Raises:
+        InputError: bad input file or options, or a store in ``folder`` made with other settings.
+    """
+    from tqdm.auto import tqdm
+
+    from ..calibrators import IdentityCalibrator
+    from ..validation import check_finite
+
+    if shard_size < 1 or chunk_size < 1 or (batch_size is not None and batch_size < 1):
+        raise InputError("shard_size, chunk_size and batch_size must be positive")
+    if shard_size % chunk_size:
+        raise InputError(
+            f"shard_size ({shard_size}) must be a multiple of chunk_size ({chunk_size}), so that every shard is made "
+            "of whole encoder chunks and the output does not depend on how the input was split"
+        )
+    if encoding_errors not in ("strict", "replace"):
+        raise InputError(f"encoding_errors must be 'strict' or 'replace', got {encoding_errors!r}")
+    if isinstance(calibrator, IdentityCalibrator):
+        calibrator = None
+    input_path, folder = Path(input_path), Path(folder)
+    rank, world = rank_and_world()
+    started = time.time()
+    dim = int(calibrator.n_features_out_) if calibrator is not None else int(encoder.dim)
+    identity = {
+        "encoder": encoder.get_config(),
+        "compute_dtype": str(getattr(encoder, "dtype", "unknown")).replace("torch.", ""),
+        "calibrator": _calibrator_identity(calibrator) if calibrator is not None else None,
+        "dim": dim,
+        "dtype": "float32",
+        "chunk_size": int(chunk_size),
+        "batch_size": batch_size,
+        # The encoder's padded-token budget per forward pass shapes the batches too (None: its device default).
+        "max_tokens": getattr(encoder, "max_tokens", None),
+        "encoding_errors": encoding_errors,
+    }
+    encode_kwargs = _encode_kwargs(batch_size, chunk_size)
+    if not input_path.is_file():
+        raise InputError(f"cannot read {input_path}: no such file")
+    # Rank 0 holds FOLDER/.lock for the whole run: a second run on the same store stops with a clear error instead
+    # of deleting this run's temporary files and racing it for the shards.
+    lock = contextlib.ExitStack()
+
+    def prepare() -> tuple[dict[str, Any], list[int]]:
+        if folder.exists() and not folder.is_dir():
+            raise InputError(f"{folder} exists and is not a folder")
+        folder.mkdir(parents=True, exist_ok=True)
+        lock.enter_context(folder_lock(folder, "distributed-encode run"))
+        return _prepare_store(input_path, folder, identity, shard_size, overwrite)
+
+    with lock:
+        manifest, done = run_on_main(prepare)
+        ours = _normalised(identity)
+        if any(ours[k] != manifest.get(k) for k in ours if k != "dim") or manifest["dim"] != dim:
+            # Every rank must encode with what rank 0 recorded: same weights, pooling, precision, calibrator.
+            raise CompatibilityError(
+                f"rank {rank}: this rank's encoder or calibrator differs from rank 0's (model files differ between "
+                "nodes, or another dtype was picked); every rank must use the same model and options"
+            )
+        specs = [ShardSpec.from_json(e) for e in manifest["shards"]]
+        done_set = set(done)
+        todo = [s for s in specs if s.index not in done_set]
+        lo, hi = share(len(todo), rank, world)
+        mine = todo[lo:hi]
+        record = {"rank": rank, "world_size": world, "device": str(getattr(encoder, "device", "unknown"))}
+        barrier()  # every rank has its encoder loaded and its plan: the timed phase starts together
+        t0 = time.perf_counter()
+        rows_done, shard_times = 0, []
+        total = sum(s.rows for s in mine)
+        with tqdm(
+            total=total, desc=f"encode (rank 0 of {world})", unit="sent", disable=not (show_progress and rank == 0)
+        ) as bar:
+            for spec in mine:
+                t_shard = time.perf_counter()
+                lines = read_lines(
+                    input_path, spec.offset, spec.rows, first_line=spec.start + 1, errors=encoding_errors
+                )
+                with ShardWriter(folder, spec, dim, record=record) as writer:
+                    row = spec.start
+                    for part in encoder.iter_encode(lines, **encode_kwargs, progress=bar.update):
+                        check_finite(part, what=f"embeddings of lines {row + 1}..{row + len(part)} of {input_path}")
+                        if calibrator is not None:
+                            part = calibrator.transform(part)
+                        writer.write(part)
+                        row += len(part)
+                    writer.commit()
+                rows_done += spec.rows
+                shard_times.append((spec.rows, time.perf_counter() - t_shard))
+        seconds = time.perf_counter() - t0
+        mine_summary = {
+            "rank": rank,
+            "device": record["device"],
+            "shards": len(mine),
+            "rows": rows_done,
+            "seconds": round(seconds, 4),
+            "shard_rows": [r for r, _ in shard_times],
+            "shard_seconds": [round(t, 4) for _, t in shard_times],
+        }
+        barrier()  # all shards written
+        wall = time.perf_counter() - t0
+        per_rank = all_gather_object(mine_summary)
+        if rank != 0:
+            return mine_summary
+        run = {
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+            "world_size": world,
+            "encoded_shards": len(todo),
+            "skipped_shards": len(done),
+            "seconds": round(wall, 4),
+            "host": socket.gethostname(),
+            "bertflow_version": __version__,
+        }
+        final = finalize_manifest(folder, run=run)
+        merged = str(merge_shards(folder)) if merge else None
+        encoded_rows = sum(r["rows"] for r in per_rank)
+        return {
+            "output": str(folder),
+            "rows": final["rows"],
+            "dim": final["dim"],
+            "shards": len(specs),
+            "encoded_shards": len(todo),
+            "skipped_shards": len(done),
+            "encoded_rows": encoded_rows,
+            "world_size": world,
+            "seconds": round(wall, 4),
+            "rows_per_second": round(encoded_rows / wall, 2) if wall > 0 and encoded_rows else None,
+            "merged": merged,
+            "per_rank": per_rank,
+        }
+
+
+# -- one machine, several devices, no torchrun -----------------------------------------------------------------
+
+
+def encode_multi_device(
+    sentences: Sequence[str],
+    encoder: SentenceEncoder | dict[str, Any],
+    devices: Sequence[str],
+    *,
+    dtype: str = "auto",
+    batch_size: int | None = None,
+    chunk_size: int = 16384,
+    threads_per_process: int | None = None,
+) -> np.ndarray:
+    """Encode in memory with one spawned process per local device (e.g. ``["cuda:0", "cuda:1"]``), no torchrun.
+
+    The sentences are cut into contiguous, chunk-aligned parts, one per device; each process loads the encoder
+    on its device and writes its rows into a shared-memory result. The result equals
+    ``np.concatenate(list(encoder.iter_encode(sentences, batch_size=..., chunk_size=...)))`` computed on one
+    device of the same kind, bit for bit. Each process loads the model once, so this pays off from a few tens
+    of thousands of sentences; for files and for several machines use :func:`encode_file_to_store`.
+
+    Args:
+        sentences: non-blank strings.
+        encoder: a :class:`~bertflow.encoding.encoder.SentenceEncoder` or its ``get_config()``; its model must load by
+            id or path (not a model object given directly).
+        devices: one entry per process; ``"cpu"`` may repeat (the cores are then split between them).
+        dtype: compute precision on every device (``"auto"``: bfloat16 on CUDA, float32 on CPU).
+        batch_size, chunk_size: as in ``SentenceEncoder.iter_encode``.
+        threads_per_process: torch CPU threads in each process; default: the usable cores split between the CPU
+            processes (CPU results are bit-identical to one process only at the same thread count).
+
+    Returns:
+        float32 [N, D] in input order.
+    """
+    import torch.multiprocessing as mp
+
+    from ..validation import validate_sentences
+
+    items = validate_sentences(sentences)
+    config = encoder.get_config() if hasattr(encoder, "get_config") else dict(encoder)
+    # A token budget set on the encoder object is not part of its config, but shapes the batches: carry it over.
+    overrides = {"max_tokens": encoder.max_tokens} if getattr(encoder, "max_tokens", None) is not None else {}
+    if not devices:
+        raise InputError("encode_multi_device needs at least one device")
+    if chunk_size < 1 or (batch_size is not None and batch_size < 1):
+        raise InputError("batch_size and chunk_size must be positive")
+    n, dim = len(items), int(config["dim"])
+    if n == 0:
+        return np.empty((0, dim), dtype=np.float32)
+    # Whole chunks per device: each process then length-sorts exactly the chunks one process would.
+    n_chunks = -(-n // chunk_size)
+    bounds = [
+        (min(n, a * chunk_size), min(n, b * chunk_size))
+        for a, b in (share(n_chunks, i, len(devices)) for i in range(len(devices)))
+    ]
+    out = torch.empty((n, dim), dtype=torch.float32).share_memory_()
+    mp.spawn(
+        _encode_part,
+        args=(config, overrides, list(devices), dtype, batch_size, chunk_size, threads_per_process, bounds, items, out),
+        nprocs=len(devices),
+        join=True,
+    )
+    return out.numpy().copy()
+
+
+def _encode_part(
+    index: int,
+    config: dict[str, Any],
+    overrides: dict[str, Any],
+    devices: list[str],
+    dtype: str,
+    batch_size: int | None,
+    chunk_size: int,
+    threads: int | None,
+    bounds: list[tuple[int, int]],
+    sentences: list[str],
+    out: torch.Tensor,
+) -> None:
+    from ..encoding.encoder import SentenceEncoder
+
+    start, stop = bounds[index]
+    if start == stop:
+        return
+    share_cpu_threads(devices, index, threads)
+    encoder = SentenceEncoder.from_config(config, device=devices[index], dtype=dtype, **overrides)
+    if encoder.get_config().get("fingerprint") != config.get("fingerprint"):
+        raise CompatibilityError(f"{config['model']} on {devices[index]} has other weights than the encoder given")
+    row = start
+    for part in encoder.iter_encode(sentences[start:stop], **_encode_kwargs(batch_size, chunk_size)):
+        out[row : row + len(part)] = torch.from_numpy(part)
+        row += len(part)

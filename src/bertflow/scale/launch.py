@@ -1,0 +1,279 @@
+"""Processes for scale-out: topology from the environment (torchrun, Slurm), the gloo process group, collective
+helpers, and the local multi-process launcher (``--devices``) with its CPU-thread sharing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+
+from .. import errors
+from ..errors import BertflowError, InputError, describe_os_error
+
+if TYPE_CHECKING:
+    pass
+
+__all__ = [
+    "Topology",
+    "current_topology",
+    "process_group",
+    "default_device",
+    "launch_local",
+    "usable_cpus",
+]
+
+
+# -- topology and process group ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Where this process sits: its global rank among ``world_size`` and its local rank on its node.
+
+    Attributes:
+        rank: global rank, 0 .. world_size - 1.
+        world_size: number of processes in the job.
+        local_rank: rank on this node (picks the GPU: ``cuda:{local_rank}``).
+        local_world_size: processes on this node.
+    """
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+
+    @property
+    def is_main(self) -> bool:
+        """True on global rank 0 (the one that plans, finalises and prints)."""
+        return self.rank == 0
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> Topology:
+        """Read the topology that ``torchrun`` (``RANK``...) or a bare ``srun`` (``SLURM_PROCID``...) set.
+
+        Without either, this is a single process (rank 0 of 1). A SLURM job of one task that starts torchrun
+        itself is read through torchrun's variables, which its workers see.
+        """
+        env = os.environ if environ is None else environ
+        if "RANK" in env and "WORLD_SIZE" in env:
+            return cls(
+                int(env["RANK"]),
+                int(env["WORLD_SIZE"]),
+                int(env.get("LOCAL_RANK", 0)),
+                int(env.get("LOCAL_WORLD_SIZE", 1)),
+            )
+        if "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1")) > 1:
+            per_node = env.get("SLURM_NTASKS_PER_NODE", env.get("SLURM_TASKS_PER_NODE", "1"))
+            return cls(
+                int(env["SLURM_PROCID"]),
+                int(env["SLURM_NTASKS"]),
+                int(env.get("SLURM_LOCALID", 0)),
+                int(per_node.split("(")[0].split(",")[0]),
+            )
+        return cls()
+
+
+def current_topology() -> Topology:
+    """The topology of the initialised process group, or :meth:`Topology.from_env` when there is none."""
+    env = Topology.from_env()
+    if dist.is_available() and dist.is_initialized():
+        return Topology(dist.get_rank(), dist.get_world_size(), env.local_rank, env.local_world_size)
+    return env
+
+
+def default_device(topology: Topology | None = None) -> str:
+    """``cuda:{local_rank}`` when CUDA is available, else ``cpu``."""
+    topology = topology or current_topology()
+    if torch.cuda.is_available():
+        return f"cuda:{topology.local_rank % torch.cuda.device_count()}"
+    return "cpu"
+
+
+@contextlib.contextmanager
+def process_group(
+    backend: str = "gloo", *, init_method: str | None = None, timeout_minutes: float = 60.0
+) -> Iterator[Topology]:
+    """Join the job's process group for the duration of the block and yield this process's topology.
+
+    A single process (no torchrun variables) joins nothing, so the same code runs with and without a launcher;
+    a group initialised by the caller is used as it is and left open.
+
+    Args:
+        backend: ``"gloo"`` (default; CPU, and CUDA tensors for all-reduce and broadcast) or ``"nccl"``.
+        init_method: rendezvous URL; default ``env://`` (``MASTER_ADDR``/``MASTER_PORT``, set by torchrun).
+        timeout_minutes: how long a collective waits for the slowest rank (the final barrier of an encoding
+            waits for the rank with the most work, so keep it above one rank's share of the job).
+    """
+    topology = Topology.from_env()
+    if topology.world_size == 1 or dist.is_initialized():
+        yield current_topology()
+        return
+    if init_method is None or init_method == "env://":
+        if "MASTER_ADDR" not in os.environ:
+            raise InputError(
+                "a multi-process launch needs MASTER_ADDR and MASTER_PORT (torchrun sets them; under a bare srun, "
+                "export them in the sbatch script, see docs/distributed.md)"
+            )
+        # A bare srun sets only SLURM_* variables; env:// reads RANK and WORLD_SIZE.
+        os.environ.setdefault("RANK", str(topology.rank))
+        os.environ.setdefault("WORLD_SIZE", str(topology.world_size))
+        os.environ.setdefault("MASTER_PORT", "29500")
+    dist.init_process_group(
+        backend,
+        init_method=init_method or "env://",
+        rank=topology.rank,
+        world_size=topology.world_size,
+        timeout=datetime.timedelta(minutes=timeout_minutes),
+    )
+    try:
+        yield current_topology()
+        # Leave together: a rank that tears gloo down while a peer still works on (rank 0 finalising and merging
+        # the store) can abort at exit ("terminate called without an active exception", SIGABRT).
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def rank_and_world() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def barrier() -> None:
+    if rank_and_world()[1] > 1:
+        dist.barrier()
+
+
+def broadcast_object(obj: Any, src: int = 0) -> Any:
+    if rank_and_world()[1] == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def all_gather_object(obj: Any) -> list[Any]:
+    world = rank_and_world()[1]
+    if world == 1:
+        return [obj]
+    out: list[Any] = [None] * world
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def share(n: int, rank: int, world: int) -> tuple[int, int]:
+    """Contiguous row range ``[lo, hi)`` of rank ``rank`` when ``n`` rows are split as evenly as possible."""
+    return n * rank // world, n * (rank + 1) // world
+
+
+def run_on_main(fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` on rank 0 and hand its result, or its bertflow error, to every rank.
+
+    Without this, an error on rank 0 (a bad input file, say) would leave the other ranks waiting at the next
+    collective until the timeout; with it, every rank raises the same error at once.
+    """
+    rank, _ = rank_and_world()
+    payload: tuple[str, Any] = ("ok", None)
+    if rank == 0:
+        try:
+            payload = ("ok", fn())
+        except BertflowError as e:
+            payload = ("error", (type(e).__name__, str(e)))
+        except OSError as e:  # disk full, read-only folder...: every rank stops with the same one-line error
+            payload = ("error", ("OutputError", describe_os_error(e)))
+    payload = broadcast_object(payload)
+    if payload[0] == "error":
+        name, message = payload[1]
+        cls = getattr(errors, name, BertflowError)
+        error = cls(message) if isinstance(cls, type) and issubclass(cls, BertflowError) else BertflowError(message)
+        error.from_rank0 = rank != 0  # type: ignore[attr-defined]  # the CLI prints it once, on rank 0
+        raise error
+    return payload[1]
+
+
+# -- local multi-process launch (no torchrun) ---------------------------------------------------------------------
+
+
+def launch_local(
+    fn: Callable[..., Any],
+    devices: Sequence[str],
+    *args: Any,
+    backend: str = "gloo",
+    timeout_minutes: float = 60.0,
+) -> None:
+    """Run ``fn(device, *args)`` in one spawned process per device, as the ranks of one process group.
+
+    The single-machine stand-in for ``torchrun --nproc_per_node=len(devices)``: rank ``i`` gets ``devices[i]``
+    and a group initialised over a temporary file (no port to pick). ``fn`` must be importable (a module-level
+    function) because processes are spawned, not forked. CPU ranks split the machine's cores between them.
+
+    Raises:
+        torch.multiprocessing.ProcessRaisedException / ProcessExitedException: a rank failed; the others are
+            stopped.
+    """
+    import torch.multiprocessing as mp
+
+    if not devices:
+        raise InputError("launch_local needs at least one device")
+    folder = tempfile.mkdtemp(prefix="bertflow-pg-")
+    try:
+        mp.spawn(
+            _local_entry,
+            args=(fn, list(devices), os.path.join(folder, "rendezvous"), backend, timeout_minutes, args),
+            nprocs=len(devices),
+            join=True,
+        )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _local_entry(
+    index: int,
+    fn: Callable[..., Any],
+    devices: list[str],
+    rendezvous: str,
+    backend: str,
+    timeout_minutes: float,
+    args: tuple[Any, ...],
+) -> None:
+    world = len(devices)
+    os.environ.update(RANK=str(index), WORLD_SIZE=str(world), LOCAL_RANK=str(index), LOCAL_WORLD_SIZE=str(world))
+    share_cpu_threads(devices, index)
+    dist.init_process_group(
+        backend,
+        init_method=f"file://{rendezvous}",
+        rank=index,
+        world_size=world,
+        timeout=datetime.timedelta(minutes=timeout_minutes),
+    )
+    try:
+        fn(devices[index], *args)
+    finally:
+        dist.destroy_process_group()
+
+
+def usable_cpus() -> int:
+    """Cores this process may run on (its affinity mask: what a container or ``taskset`` grants, not the host's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def share_cpu_threads(devices: Sequence[str], index: int, threads: int | None = None) -> None:
+    # Several CPU ranks each running torch's default thread pool would oversubscribe the cores many times over.
+    n_cpu = sum(1 for d in devices if str(d).startswith("cpu"))
+    if threads is not None:
+        torch.set_num_threads(max(1, int(threads)))
+    elif str(devices[index]).startswith("cpu") and n_cpu > 1:
+        torch.set_num_threads(max(1, usable_cpus() // n_cpu))
