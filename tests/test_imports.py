@@ -52,3 +52,16 @@ def test_the_registry_finds_every_builtin_calibrator_in_a_fresh_process():
         "assert {'auto', 'anchored', 'chain', 'whitening'} <= set(calibrator_names())\n"
     )
     assert loaded_after(code)["torch"]  # ran, and loading the flow did need torch
+
+
+def test_embedder_does_not_import_mteb_or_sentence_transformers():
+    """The MTEB and sentence-transformers bridges load on first use (to_mteb, to_sentence_transformer), so
+    bertflow works without either installed."""
+    code = (
+        "import sys\nimport bertflow.pipeline\nfrom bertflow import Embedder\n"
+        "assert Embedder.to_mteb and Embedder.to_sentence_transformer\n"
+        "bad = [m for m in ('mteb', 'sentence_transformers', 'datasets') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    env = {**os.environ, "PYTHONPATH": SRC}
+    subprocess.run([sys.executable, "-c", code], env=env, check=True)

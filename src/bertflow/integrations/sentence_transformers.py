@@ -458,7 +458,7 @@ _ST_POOLINGS = ("mean", "cls")
 
 
 def from_embedder(embedder: Embedder, *, normalize: bool = False, portable: bool = True) -> SentenceTransformer:
-    """A ``SentenceTransformer`` that computes what ``embedder.encode`` computes (:meth:`Embedder.to_sentence_transformer`).
+    """A ``SentenceTransformer`` computing what ``embedder.encode`` computes (``Embedder.to_sentence_transformer``).
 
     The pipeline is ``Transformer`` (the encoder's checkpoint, ``max_seq_length`` = its ``max_length``) ->
     ``Pooling`` (its pooling) -> the calibrator (a ``Dense`` for an affine one when ``portable``, else a
@@ -484,8 +484,11 @@ def from_embedder(embedder: Embedder, *, normalize: bool = False, portable: bool
     """
     import copy
 
-    from sentence_transformers.sentence_transformer.modules import Pooling
-    from sentence_transformers.base.modules import Transformer
+    try:  # sentence-transformers >= 6
+        from sentence_transformers.base.modules import Transformer
+        from sentence_transformers.sentence_transformer.modules import Pooling
+    except ImportError:  # pragma: no cover - sentence-transformers 5
+        from sentence_transformers.models import Pooling, Transformer
 
     embedder._require_fitted()
     encoder = embedder.encoder
