@@ -3,6 +3,9 @@ over a local STS task built from the STS-B files, scored against bertflow's own 
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -119,3 +122,43 @@ def test_sts_task_from_local_pairs(stsb_pairs):
         sts_task("nli", SentencePairs(["a"], ["b"], labels=["entailment"]))
     with pytest.raises(InputError, match="no pairs"):
         sts_task("empty", SentencePairs([], [], np.zeros(0)))
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "ecosystem.md"
+
+
+def docs_block(containing: str) -> str:
+    """The one Python code block of docs/ecosystem.md that contains ``containing``."""
+    blocks = re.findall(r"```python\n(.*?)```", DOCS.read_text(encoding="utf-8"), re.S)
+    (block,) = [b for b in blocks if containing in b]
+    return block
+
+
+def test_docs_local_mteb_snippet_runs_as_written(embedder, stsb_pairs, tmp_path, monkeypatch):
+    """The docs' local-task snippet, run verbatim in a folder holding 'my-flow' and 'my-pairs.tsv'."""
+    monkeypatch.chdir(tmp_path)
+    embedder.save("my-flow")
+    head = SentencePairs(stsb_pairs.sentences1[:40], stsb_pairs.sentences2[:40], stsb_pairs.scores[:40])
+    rows = [f"{score:.3f}\t{a}\t{b}" for score, a, b in zip(head.scores, head.sentences1, head.sentences2, strict=True)]
+    (tmp_path / "my-pairs.tsv").write_text("score\tsentence1\tsentence2\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    namespace: dict = {}
+    exec(docs_block("sts_task("), namespace)
+    ours = evaluate_pairs("my-sts", {"test": head}, embedder.encode)
+    assert namespace["results"].task_results[0].get_score() == pytest.approx(ours.all_spearman / 100, abs=1e-6)
+
+
+def test_docs_sentence_transformers_snippets_run_as_written(embedder, tmp_path, monkeypatch):
+    """The docs' to_sentence_transformer and encode-keyword snippets, run verbatim."""
+    pytest.importorskip("sentence_transformers")
+    monkeypatch.chdir(tmp_path)
+    embedder.save("my-flow")
+    namespace: dict = {}
+    exec(docs_block('st.save("my-flow-st")'), namespace)
+    assert (tmp_path / "my-flow-st" / "modules.json").is_file()
+    np.testing.assert_allclose(
+        namespace["st"].encode(["A man is playing a guitar."]), embedder.encode(["A man is playing a guitar."]),
+        atol=1e-4,
+    )
+    namespace = {"model": embedder, "sentences": ["A man is playing a guitar.", "The cat sleeps.", "A dog runs."]}
+    exec(docs_block("convert_to_tensor=True"), namespace)
+    assert namespace["z"].shape == (3, 64)
