@@ -329,17 +329,25 @@ class Embedder:
 
         Raises:
             AttributeError: mteb is not installed (so ``hasattr(embedder, "mteb_model_meta")`` is just ``False``).
+            InputError: the calibrator is not fitted. Not the ``NotFittedError`` (an ``AttributeError``) that
+                MTEB's ``hasattr`` would swallow, leaving only its "No model implementation is available".
         """
         try:
             from .integrations.mteb import MTEBEncoder
         except ImportError as e:
             raise AttributeError(f"Embedder.mteb_model_meta needs mteb ({e})") from None
+        try:
+            self._require_fitted()
+        except AttributeError as e:
+            raise InputError(f"{e} (MTEB needs a fitted Embedder)") from None
         return MTEBEncoder(self).mteb_model_meta
 
     def _device_transform(self) -> Callable[[torch.Tensor], torch.Tensor]:
         return self.calibrator.torch_transform(self.encoder.device)
 
-    def similarity(self, a: str | Sequence[str], b: str | Sequence[str]) -> float | np.ndarray:
+    def similarity(
+        self, a: str | Sequence[str] | np.ndarray | torch.Tensor, b: str | Sequence[str] | np.ndarray | torch.Tensor
+    ) -> float | np.ndarray | torch.Tensor:
         """Cosine similarity in the calibrated space.
 
         ``a`` and ``b`` may instead both be embeddings (arrays or tensors [N, D'], e.g. from :meth:`encode`): then,
@@ -350,7 +358,7 @@ class Embedder:
             a float for two strings, else a float32 matrix [len(a), len(b)] (a string counts as one row).
         """
         if _are_embeddings(a, b):
-            return self.to_mteb().similarity(a, b)
+            return _embedding_cosine(a, b, pairwise=False)
         za = np.atleast_2d(self.encode(a)).astype(np.float64)
         zb = np.atleast_2d(self.encode(b)).astype(np.float64)
         sims = unit_rows(za) @ unit_rows(zb).T
@@ -359,15 +367,19 @@ class Embedder:
         return sims.astype(np.float32)
 
     def similarity_pairwise(
-        self, a: Sequence[str], b: Sequence[str], *, show_progress_bar: bool | None = None
-    ) -> np.ndarray:
+        self,
+        a: Sequence[str] | np.ndarray | torch.Tensor,
+        b: Sequence[str] | np.ndarray | torch.Tensor,
+        *,
+        show_progress_bar: bool | None = None,
+    ) -> np.ndarray | torch.Tensor:
         """Cosine of each pair ``(a[i], b[i])``: float32 [N]. ``show_progress_bar`` as in :meth:`encode`.
 
         For two embedding matrices (arrays or tensors [N, D']) the cosine of each pair of rows, as a float32
         ``torch.Tensor`` [N], as in sentence-transformers (which MTEB calls).
         """
         if _are_embeddings(a, b):
-            return self.to_mteb().similarity_pairwise(a, b)
+            return _embedding_cosine(a, b, pairwise=True)
         if len(a) != len(b):
             raise ValueError(f"need as many first as second sentences, got {len(a)} and {len(b)}")
         from tqdm.auto import tqdm
@@ -945,6 +957,22 @@ def _are_embeddings(a: object, b: object) -> bool:
     """Whether ``a`` and ``b`` are both embedding arrays or tensors (sentence-transformers' ``similarity`` input)
     rather than sentences."""
     return all(isinstance(x, (np.ndarray, torch.Tensor)) for x in (a, b))
+
+
+def _embedding_cosine(a: np.ndarray | torch.Tensor, b: np.ndarray | torch.Tensor, *, pairwise: bool) -> torch.Tensor:
+    """Cosine of embeddings ([N, D] or [D]), computed in float64: the matrix [N1, N2], or with ``pairwise`` the
+    cosine of each pair of rows [N]; a float32 CPU tensor, as sentence-transformers' ``similarity`` returns."""
+    za, zb = (
+        unit_rows(np.atleast_2d(np.asarray(x.detach().cpu() if isinstance(x, torch.Tensor) else x, dtype=np.float64)))
+        for x in (a, b)
+    )
+    if pairwise:
+        if za.shape != zb.shape:
+            raise InputError(f"pairwise similarity needs embeddings of one shape, got {za.shape} and {zb.shape}")
+        sims = np.einsum("nd,nd->n", za, zb)
+    else:
+        sims = za @ zb.T
+    return torch.from_numpy(sims.astype(np.float32))
 
 
 #: Encoder provenance saved in bertflow_config.json (SentenceEncoder.provenance); carried over by a bundled load.

@@ -101,8 +101,11 @@ def test_mteb_encode_kwargs_reach_embedder_encode(embedder, stsb_pairs):
 
 
 def test_adapter_refusals(default_encoder, embedder, stsb_pairs):
+    unfitted = Embedder(default_encoder, FlowCalibrator())
     with pytest.raises(NotFittedError):
-        MTEBEncoder(Embedder(default_encoder, FlowCalibrator()))
+        MTEBEncoder(unfitted)
+    with pytest.raises(InputError, match="not fitted.*MTEB needs a fitted Embedder"):  # not mteb's vague error
+        mteb.evaluate(unfitted, [sts_task("STSB-local", stsb_pairs)], cache=None, show_progress_bar=False)
     with pytest.raises(InputError, match="wraps a bertflow Embedder"):
         MTEBEncoder("all-MiniLM-L6-v2")
     with pytest.raises(InputError, match="text only"):

@@ -115,28 +115,16 @@ class MTEBEncoder:
         return self.embedder.encode(texts, **kwargs)
 
     def similarity(self, embeddings1: Any, embeddings2: Any) -> torch.Tensor:
-        """Cosine similarity matrix [N1, N2] (float32 tensor, as sentence-transformers returns)."""
-        a, b = _unit(embeddings1), _unit(embeddings2)
-        return torch.from_numpy((a @ b.T).astype(np.float32))
+        """Cosine similarity matrix [N1, N2] (float32 tensor, as sentence-transformers returns):
+        :meth:`Embedder.similarity` on embeddings."""
+        return self.embedder.similarity(embeddings1, embeddings2)
 
     def similarity_pairwise(self, embeddings1: Any, embeddings2: Any) -> torch.Tensor:
-        """Cosine of each pair of rows [N] (float32 tensor)."""
-        a, b = _unit(embeddings1), _unit(embeddings2)
-        if a.shape != b.shape:
-            raise InputError(f"pairwise similarity needs two arrays of one shape, got {a.shape} and {b.shape}")
-        return torch.from_numpy(np.einsum("nd,nd->n", a, b).astype(np.float32))
+        """Cosine of each pair of rows [N] (float32 tensor): :meth:`Embedder.similarity_pairwise` on embeddings."""
+        return self.embedder.similarity_pairwise(embeddings1, embeddings2)
 
     def __repr__(self) -> str:
         return f"MTEBEncoder({self.embedder!r}, name={self.name!r})"
-
-
-def _unit(x: Any) -> np.ndarray:
-    """Rows of ``x`` (array or tensor, [N, D] or [D]) as float64 unit vectors [N, D]."""
-    from ..linalg import unit_rows
-
-    if isinstance(x, torch.Tensor):
-        x = x.detach().cpu().numpy()
-    return unit_rows(np.atleast_2d(np.asarray(x, dtype=np.float64)))
 
 
 def sts_task(
