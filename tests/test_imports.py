@@ -86,3 +86,16 @@ def test_a_renamed_module_is_the_new_module_so_patching_it_still_works():
         warnings.simplefilter("ignore", DeprecationWarning)
         import bertflow.encoder as old
     assert old is encoder
+
+
+def test_embedder_does_not_import_mteb_or_sentence_transformers():
+    """The MTEB and sentence-transformers bridges load on first use (to_mteb, to_sentence_transformer), so
+    bertflow works without either installed."""
+    code = (
+        "import sys\nimport bertflow.embedder\nfrom bertflow import Embedder\n"
+        "assert Embedder.to_mteb and Embedder.to_sentence_transformer\n"
+        "bad = [m for m in ('mteb', 'sentence_transformers', 'datasets') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    env = {**os.environ, "PYTHONPATH": SRC}
+    subprocess.run([sys.executable, "-c", code], env=env, check=True)

@@ -83,6 +83,9 @@ _TORCH_BIN_PATTERNS = ("pytorch_model.bin", "pytorch_model-*.bin", "pytorch_mode
 # Parameters that change how a calibrator runs, not what it computes: left out of its fingerprint.
 _RUNTIME_KEYS = frozenset({"bertflow_version", "format_version", "fitted_on", "verbose", "device"})
 
+#: ``Embedder.encode(precision=...)`` values: sentence-transformers' (``quantize_embeddings``).
+_PRECISIONS = ("float32", "int8", "uint8", "binary", "ubinary")
+
 
 def corpus_digest(sentences: Sequence[str]) -> str:
     """sha256 of the sentences joined by newlines: identifies a fitting corpus without storing it."""
@@ -204,27 +207,149 @@ class Embedder:
         return self
 
     def encode(
-        self, sentences: str | Sequence[str], *, batch_size: int | None = None, show_progress_bar: bool | None = None
-    ) -> np.ndarray:
+        self,
+        sentences: str | Sequence[str],
+        *,
+        batch_size: int | None = None,
+        show_progress_bar: bool | None = None,
+        convert_to_numpy: bool = True,
+        convert_to_tensor: bool = False,
+        normalize_embeddings: bool = False,
+        precision: str = "float32",
+        device: str | torch.device | None = None,
+        prompt: str | None = None,
+        prompt_name: str | None = None,
+        **unknown: Any,
+    ) -> Any:
         """Calibrated embeddings: float32 [N, D'] (or [D'] for one string).
 
         The calibrator runs on the encoder's device, on each chunk of pooled vectors before they are copied to
         the host (:meth:`Calibrator.torch_transform`, float32), so calibration costs next to nothing on a GPU.
+
+        The other keywords are sentence-transformers' ``encode`` keywords, with its meaning, so code written for a
+        ``SentenceTransformer`` runs unchanged:
+
+        Args:
+            convert_to_tensor: one ``torch.Tensor`` [N, D'] on the encoder's device instead of an array.
+            convert_to_numpy: ``False`` (and no tensor) gives a list of N tensors [D'], as sentence-transformers.
+            normalize_embeddings: scale each vector to unit length (cosine is unchanged; dot product becomes it).
+            precision: ``"float32"``, or ``"int8"``, ``"uint8"``, ``"binary"``, ``"ubinary"``, quantised with
+                sentence-transformers' ``quantize_embeddings`` (needs it installed; ranges from these embeddings).
+            device: accepted only as ``None`` or the encoder's own device: the encoder is placed once, when built
+                (``SentenceEncoder(..., device=...)``), not per call.
+            prompt, prompt_name: refused unless ``None``: the calibrator was fitted on embeddings of sentences
+                without a prompt, and a prompt would change what it is applied to.
+
+        ``sentences`` may also be the ``DataLoader`` that ``mteb.evaluate(embedder, ...)`` passes, with MTEB's
+        keywords: see :class:`bertflow.integrations.mteb.MTEBEncoder`.
+
+        Raises:
+            TypeError: a keyword that neither bertflow nor sentence-transformers' ``encode`` knows (all named).
+            InputError: a prompt, another device, an unknown precision.
         """
+        if isinstance(sentences, torch.utils.data.DataLoader):  # called by mteb.evaluate(embedder, ...)
+            st_kwargs = {"batch_size": batch_size, "show_progress_bar": show_progress_bar, "precision": precision}
+            return self.to_mteb().encode(sentences, **unknown, **{k: v for k, v in st_kwargs.items() if v is not None})
+        if unknown:
+            raise TypeError(
+                f"Embedder.encode() got unexpected keyword argument(s) {', '.join(map(repr, sorted(unknown)))}; it "
+                "takes batch_size, show_progress_bar, convert_to_numpy, convert_to_tensor, normalize_embeddings, "
+                "precision, device (and prompt=None, prompt_name=None)"
+            )
+        if prompt is not None or prompt_name is not None:
+            raise InputError(
+                "Embedder.encode() takes no prompt: the calibrator was fitted on sentences without one, so a prompt "
+                "would change what it is applied to; put the prompt in the sentences for both fit and encode instead"
+            )
+        if device is not None and torch.device(device) != self.encoder.device:
+            raise InputError(
+                f"this Embedder encodes on {self.encoder.device}, not {device}: the device is chosen when the "
+                f"encoder is built (SentenceEncoder(..., device={str(device)!r}), or Embedder.load(..., device=...))"
+            )
+        if precision not in _PRECISIONS:
+            raise InputError(f"precision must be one of {', '.join(_PRECISIONS)}, got {precision!r}")
         self._require_fitted()
-        return self.encoder.encode(
+        out = self.encoder.encode(
             sentences, batch_size=batch_size, show_progress_bar=show_progress_bar, transform=self._device_transform()
         )
+        if normalize_embeddings:
+            out = unit_rows(np.atleast_2d(out)).astype(np.float32).reshape(out.shape)
+        if precision != "float32":
+            try:  # sentence-transformers >= 6; 5 has it in .quantization (a deprecated alias in 6)
+                from sentence_transformers.util.quantization import quantize_embeddings
+            except ImportError:
+                try:
+                    from sentence_transformers.quantization import quantize_embeddings
+                except ImportError:
+                    raise InputError(
+                        f"precision={precision!r} needs sentence-transformers: pip install 'bertflow[st]'"
+                    ) from None
+            out = np.asarray(quantize_embeddings(np.atleast_2d(out), precision=precision))
+            out = out[0] if isinstance(sentences, str) else out
+        if convert_to_tensor:
+            return torch.from_numpy(out).to(self.encoder.device)
+        if not convert_to_numpy:
+            tensor = torch.from_numpy(out).to(self.encoder.device)
+            return tensor if isinstance(sentences, str) else list(tensor)
+        return out
+
+    def to_sentence_transformer(self, *, normalize: bool = False, portable: bool = True) -> Any:
+        """This model as a ``sentence_transformers.SentenceTransformer`` whose ``encode`` gives the same vectors.
+
+        Transformer -> Pooling -> the calibrator (``Dense`` if affine and ``portable``, else bertflow's
+        ``Calibration`` module) [-> ``Normalize`` with ``normalize=True``]; needs ``pip install 'bertflow[st]'``.
+        See :func:`bertflow.integrations.sentence_transformers.from_embedder`.
+        """
+        from .integrations.sentence_transformers import from_embedder
+
+        return from_embedder(self, normalize=normalize, portable=portable)
+
+    def to_mteb(self, *, name: str | None = None) -> Any:
+        """This model as an MTEB encoder: ``mteb.evaluate(model.to_mteb(), tasks)`` (needs ``pip install mteb``).
+
+        See :class:`bertflow.integrations.mteb.MTEBEncoder`.
+        """
+        from .integrations.mteb import MTEBEncoder
+
+        return MTEBEncoder(self, name=name)
+
+    @property
+    def mteb_model_meta(self) -> Any:
+        """MTEB's ``ModelMeta`` for this model (as :meth:`to_mteb`): what lets ``mteb.evaluate(embedder, tasks)``
+        take the Embedder itself as its encoder.
+
+        Raises:
+            AttributeError: mteb is not installed (so ``hasattr(embedder, "mteb_model_meta")`` is just ``False``).
+            InputError: the calibrator is not fitted. Not the ``NotFittedError`` (an ``AttributeError``) that
+                MTEB's ``hasattr`` would swallow, leaving only its "No model implementation is available".
+        """
+        try:
+            from .integrations.mteb import MTEBEncoder
+        except ImportError as e:
+            raise AttributeError(f"Embedder.mteb_model_meta needs mteb ({e})") from None
+        try:
+            self._require_fitted()
+        except AttributeError as e:
+            raise InputError(f"{e} (MTEB needs a fitted Embedder)") from None
+        return MTEBEncoder(self).mteb_model_meta
 
     def _device_transform(self) -> Callable[[torch.Tensor], torch.Tensor]:
         return self.calibrator.torch_transform(self.encoder.device)
 
-    def similarity(self, a: str | Sequence[str], b: str | Sequence[str]) -> float | np.ndarray:
+    def similarity(
+        self, a: str | Sequence[str] | np.ndarray | torch.Tensor, b: str | Sequence[str] | np.ndarray | torch.Tensor
+    ) -> float | np.ndarray | torch.Tensor:
         """Cosine similarity in the calibrated space.
+
+        ``a`` and ``b`` may instead both be embeddings (arrays or tensors [N, D'], e.g. from :meth:`encode`): then,
+        as ``SentenceTransformer.similarity`` (which MTEB calls), the result is their cosine matrix as a float32
+        ``torch.Tensor`` [N1, N2].
 
         Returns:
             a float for two strings, else a float32 matrix [len(a), len(b)] (a string counts as one row).
         """
+        if _are_embeddings(a, b):
+            return _embedding_cosine(a, b, pairwise=False)
         za = np.atleast_2d(self.encode(a)).astype(np.float64)
         zb = np.atleast_2d(self.encode(b)).astype(np.float64)
         sims = unit_rows(za) @ unit_rows(zb).T
@@ -233,9 +358,19 @@ class Embedder:
         return sims.astype(np.float32)
 
     def similarity_pairwise(
-        self, a: Sequence[str], b: Sequence[str], *, show_progress_bar: bool | None = None
-    ) -> np.ndarray:
-        """Cosine of each pair ``(a[i], b[i])``: float32 [N]. ``show_progress_bar`` as in :meth:`encode`."""
+        self,
+        a: Sequence[str] | np.ndarray | torch.Tensor,
+        b: Sequence[str] | np.ndarray | torch.Tensor,
+        *,
+        show_progress_bar: bool | None = None,
+    ) -> np.ndarray | torch.Tensor:
+        """Cosine of each pair ``(a[i], b[i])``: float32 [N]. ``show_progress_bar`` as in :meth:`encode`.
+
+        For two embedding matrices (arrays or tensors [N, D']) the cosine of each pair of rows, as a float32
+        ``torch.Tensor`` [N], as in sentence-transformers (which MTEB calls).
+        """
+        if _are_embeddings(a, b):
+            return _embedding_cosine(a, b, pairwise=True)
         if len(a) != len(b):
             raise ValueError(f"need as many first as second sentences, got {len(a)} and {len(b)}")
         from tqdm.auto import tqdm
@@ -807,6 +942,28 @@ class Embedder:
 
     def __repr__(self) -> str:
         return f"Embedder({self.encoder!r}, {self.calibrator!r})"
+
+
+def _are_embeddings(a: object, b: object) -> bool:
+    """Whether ``a`` and ``b`` are both embedding arrays or tensors (sentence-transformers' ``similarity`` input)
+    rather than sentences."""
+    return all(isinstance(x, (np.ndarray, torch.Tensor)) for x in (a, b))
+
+
+def _embedding_cosine(a: np.ndarray | torch.Tensor, b: np.ndarray | torch.Tensor, *, pairwise: bool) -> torch.Tensor:
+    """Cosine of embeddings ([N, D] or [D]), computed in float64: the matrix [N1, N2], or with ``pairwise`` the
+    cosine of each pair of rows [N]; a float32 CPU tensor, as sentence-transformers' ``similarity`` returns."""
+    za, zb = (
+        unit_rows(np.atleast_2d(np.asarray(x.detach().cpu() if isinstance(x, torch.Tensor) else x, dtype=np.float64)))
+        for x in (a, b)
+    )
+    if pairwise:
+        if za.shape != zb.shape:
+            raise InputError(f"pairwise similarity needs embeddings of one shape, got {za.shape} and {zb.shape}")
+        sims = np.einsum("nd,nd->n", za, zb)
+    else:
+        sims = za @ zb.T
+    return torch.from_numpy(sims.astype(np.float32))
 
 
 #: Encoder provenance saved in bertflow_config.json (SentenceEncoder.provenance); carried over by a bundled load.

@@ -17,6 +17,7 @@ from bertflow import (  # noqa: E402
     Embedder,
     FlowCalibrator,
     InputError,
+    NotFittedError,
     SentenceEncoder,
     WhiteningCalibrator,
 )
@@ -287,3 +288,49 @@ def test_non_affine_calibrators_have_no_dense_form(base):
     assert affine_map(model[2].calibrator) is None
     with pytest.raises(InputError, match="not an affine map"):
         as_dense(model[2].calibrator)
+
+
+@pytest.mark.parametrize(
+    ("calibrator", "module"), [(WhiteningCalibrator(), "Dense"), (FlowCalibrator(max_steps=20), "Calibration")]
+)
+def test_embedder_to_sentence_transformer(tiny_model_dir, calibrator, module, tmp_path):
+    """One call turns an Embedder into a SentenceTransformer with the same vectors: Transformer, Pooling, the
+    calibrator (Dense when affine, else Calibration); Normalize on request. Refitting the Embedder afterwards
+    leaves the converted model alone."""
+    embedder = Embedder(SentenceEncoder(str(tiny_model_dir), device="cpu"), calibrator).fit(CORPUS)
+    st = embedder.to_sentence_transformer()
+    assert [type(m).__name__ for m in st] == ["Transformer", "Pooling", module]
+    assert st.max_seq_length == embedder.encoder.max_length and st.similarity_fn_name == "cosine"
+    expected = embedder.encode(CORPUS)
+    z = st.encode(CORPUS)
+    assert z.shape == expected.shape
+    cos = (unit(z.astype(np.float64)) * unit(expected.astype(np.float64))).sum(axis=1)
+    assert cos.min() > 1 - 1e-5
+    np.testing.assert_allclose(z, expected, rtol=1e-3, atol=1e-3)  # unnormalised: the Embedder's own vectors
+
+    normalized = embedder.to_sentence_transformer(normalize=True)
+    assert type(normalized[-1]).__name__ == "Normalize"
+    np.testing.assert_allclose(normalized.encode(CORPUS), unit(expected.astype(np.float64)), atol=1e-4)
+
+    embedder.fit(CORPUS[:40])  # the conversion copied the calibrator
+    np.testing.assert_array_equal(st.encode(CORPUS), z)
+
+
+def test_embedder_to_sentence_transformer_saves_as_plain_sentence_transformers(tiny_model_dir, tmp_path):
+    embedder = Embedder(SentenceEncoder(str(tiny_model_dir), device="cpu"), WhiteningCalibrator()).fit(CORPUS)
+    embedder.to_sentence_transformer().save(str(tmp_path / "st"))
+    reloaded = SentenceTransformer(str(tmp_path / "st"), device="cpu")  # no trust_remote_code: a Dense
+    cos = (unit(reloaded.encode(CORPUS).astype(np.float64)) * unit(embedder.encode(CORPUS).astype(np.float64))).sum(1)
+    assert cos.min() > 1 - 1e-5
+
+
+def test_embedder_to_sentence_transformer_refusals(tiny_model_dir, tiny_encoder):
+    encoder = SentenceEncoder(str(tiny_model_dir), pooling="first-last-avg", device="cpu")
+    layers = Embedder(encoder, WhiteningCalibrator())
+    with pytest.raises(InputError, match="no 'first-last-avg' pooling"):
+        layers.fit(CORPUS).to_sentence_transformer()
+    built = SentenceEncoder(model=tiny_encoder.model, tokenizer=tiny_encoder.tokenizer, device="cpu")
+    with pytest.raises(InputError, match="built from a model object"):
+        Embedder(built, WhiteningCalibrator()).fit(CORPUS).to_sentence_transformer()
+    with pytest.raises(NotFittedError):
+        Embedder(SentenceEncoder(str(tiny_model_dir), device="cpu"), FlowCalibrator()).to_sentence_transformer()

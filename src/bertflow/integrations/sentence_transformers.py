@@ -83,13 +83,21 @@ from ..calibrators import (
     WhiteningCalibrator,
     parse_calibrator,
 )
-from ..embedder import corpus_digest
+from ..embedder import Embedder, corpus_digest
 from ..encoding.encoder import SentenceEncoder, fingerprint_hint
 from ..errors import CompatibilityError, InputError, ModelFileError
 from ..io.formats import read_json, write_json
 from ..validation import calibrated_error, output_limit, validate_sentences
 
-__all__ = ["Calibration", "affine_map", "as_dense", "encoder_config", "fit_calibrator", "load_calibrated"]
+__all__ = [
+    "Calibration",
+    "affine_map",
+    "as_dense",
+    "encoder_config",
+    "fit_calibrator",
+    "from_embedder",
+    "load_calibrated",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -442,6 +450,72 @@ def fit_calibrator(
     if callable(add_tags):
         add_tags(["bertflow", f"calibrator-{cal.name}"])
     return calibrated
+
+
+#: bertflow poolings that sentence-transformers' ``Pooling`` computes the same way (the others read hidden layers
+#: or the pooler head, which its ``Transformer`` module does not return).
+_ST_POOLINGS = ("mean", "cls")
+
+
+def from_embedder(embedder: Embedder, *, normalize: bool = False, portable: bool = True) -> SentenceTransformer:
+    """A ``SentenceTransformer`` computing what ``embedder.encode`` computes (``Embedder.to_sentence_transformer``).
+
+    The pipeline is ``Transformer`` (the encoder's checkpoint, ``max_seq_length`` = its ``max_length``) ->
+    ``Pooling`` (its pooling) -> the calibrator (a ``Dense`` for an affine one when ``portable``, else a
+    :class:`Calibration` module) [-> ``Normalize``], on the encoder's device, with cosine similarity. The calibrator
+    is copied, so refitting the Embedder later leaves the model alone. The module's construction check
+    (:meth:`Calibration.on_model_ready`) compares the checkpoint's weight fingerprint, pooling and truncation with
+    what the calibrator was fitted on.
+
+    Args:
+        embedder: a fitted :class:`~bertflow.Embedder` whose encoder was loaded from a checkpoint (a hub id or a
+            folder) with ``mean`` or ``cls`` pooling.
+        normalize: end with ``Normalize`` (unit vectors; cosine unchanged). ``False`` returns exactly the
+            Embedder's vectors.
+        portable: export an affine calibrator as sentence-transformers' own ``Dense`` (see :func:`fit_calibrator`).
+
+    Returns:
+        the new model; ``model.encode(s)`` equals ``embedder.encode(s)`` to float32 rounding of the two libraries'
+        poolings (about 1e-5 in cosine).
+
+    Raises:
+        InputError: another pooling (``first-last-avg``, ``last2avg``, ``pooler``, layer lists), or an encoder
+            built from a model object rather than a checkpoint.
+    """
+    import copy
+
+    try:  # sentence-transformers >= 6
+        from sentence_transformers.base.modules import Transformer
+        from sentence_transformers.sentence_transformer.modules import Pooling
+    except ImportError:  # pragma: no cover - sentence-transformers 5
+        from sentence_transformers.models import Pooling, Transformer
+
+    embedder._require_fitted()
+    encoder = embedder.encoder
+    pooling = encoder.pooling.to_spec()
+    if pooling not in _ST_POOLINGS:
+        raise InputError(
+            f"sentence-transformers' Pooling has no {pooling!r} pooling (it has {' and '.join(_ST_POOLINGS)} of "
+            "bertflow's); fit the Embedder with one of those to convert it"
+        )
+    folder = encoder.source_dir
+    if folder is None:
+        raise InputError(
+            f"the encoder {encoder.model_id!r} was built from a model object, so there is no checkpoint for "
+            "sentence-transformers to load; save it with save_pretrained and build the encoder from that folder"
+        )
+    kwargs: dict[str, Any] = {"model_kwargs": {"dtype": encoder.dtype}}
+    transformer = Transformer(str(folder), max_seq_length=encoder.max_length, **kwargs)
+    cal = copy.deepcopy(embedder.calibrator)
+    fitting = {k: embedder.fit_info[k] for k in ("n_sentences", "corpus_sha256", "regime") if k in embedder.fit_info}
+    module = as_dense(cal) if portable and _is_affine(cal) else Calibration(cal, fitting=fitting)
+    modules = [transformer, Pooling(encoder.dim, pooling), module, *([Normalize()] if normalize else [])]
+    extra: dict[str, Any] = {"model_card_data": CalibratedModelCardData()} if isinstance(module, Calibration) else {}
+    model = SentenceTransformer(modules=modules, device=str(encoder.device), similarity_fn_name="cosine", **extra)
+    add_tags = getattr(model.model_card_data, "add_tags", None)
+    if callable(add_tags):
+        add_tags(["bertflow", f"calibrator-{cal.name}"])
+    return model
 
 
 CALIBRATION_TYPE = f"{__name__}.Calibration"
