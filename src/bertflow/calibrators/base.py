@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -23,6 +23,7 @@ from sklearn.utils.validation import validate_data
 from .._version import __version__
 from ..errors import CompatibilityError, InputError, ModelFileError, NotFittedError
 from ..io.formats import FORMAT_VERSION, load_arrays, read_json, save_arrays, write_json
+from ..typing import TorchTransform
 from ..validation import check_array, check_calibrated
 
 __all__ = [
@@ -37,9 +38,6 @@ __all__ = [
     "check_spread",
     "SPREAD_RTOL",
 ]
-
-#: A calibrator's map as a torch function: float32 tensor [n, D] -> float32 tensor [n, D'] on one device.
-TorchTransform = Callable[[torch.Tensor], torch.Tensor]
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
