@@ -22,6 +22,7 @@ from bertflow.identity import (
 from bertflow.io.formats import check_format
 
 from .conftest import SENTENCES
+from .test_imports import HEAVY, loaded_after
 
 CORPUS = [f"{s} ({i})" for i, s in enumerate(SENTENCES * 8)]
 
@@ -52,7 +53,11 @@ def test_the_three_fitting_routes_record_the_same_keys(tiny_model_dir, tmp_path)
     base = st.SentenceTransformer(modules=[Transformer(str(tiny_model_dir), max_seq_length=64), Pooling(32, "mean")])
     module = fit_calibrator(base, CORPUS, WhiteningCalibrator(8), portable=False)[-1]
 
-    records = {"Embedder.fit": local.fit_info, "distributed-fit": distributed.fit_info, "fit_calibrator": module.fitting}
+    records = {
+        "Embedder.fit": local.fit_info,
+        "distributed-fit": distributed.fit_info,
+        "fit_calibrator": module.fitting,
+    }
     for route, record in records.items():
         assert sorted(record) == sorted(FIT_RECORD_KEYS), route  # a saved record comes back key-sorted
         assert record["n_sentences"] == len(CORPUS) and record["machine"], route
@@ -73,7 +78,9 @@ def test_the_three_fitting_routes_record_the_same_keys(tiny_model_dir, tmp_path)
     assert fitted_on["fit_calibrator"]["framework"] == "sentence-transformers"
 
 
-def test_calibrator_fingerprint_ignores_runtime_and_versions_not_fitted_numbers(anisotropic_data, tmp_path, monkeypatch):
+def test_calibrator_fingerprint_ignores_runtime_and_versions_not_fitted_numbers(
+    anisotropic_data, tmp_path, monkeypatch
+):
     import bertflow.calibrators.base
 
     cal = WhiteningCalibrator(4).fit(anisotropic_data)
@@ -122,3 +129,9 @@ def test_a_calibrator_of_a_newer_format_is_refused_as_a_model_file_error(anisotr
     config_path.write_text(json.dumps({**config, "format_version": 99}))
     with pytest.raises(ModelFileError, match=r"cal/config.json is a calibrator written by .* upgrade bertflow"):
         Calibrator.load(tmp_path / "cal")
+
+
+def test_the_identity_and_format_modules_are_light():
+    """Stores, indexes and the CLI's early checks import these without loading torch or scikit-learn."""
+    code = "import bertflow.identity, bertflow.typing, bertflow.hub, bertflow.io.formats"
+    assert loaded_after(code) == dict.fromkeys(HEAVY, False)

@@ -86,6 +86,7 @@ ENCODER_FILE_PATTERNS = (
 )
 _TORCH_BIN_PATTERNS = ("pytorch_model.bin", "pytorch_model-*.bin", "pytorch_model.bin.index.json")
 
+
 class Embedder:
     """Sentence encoder + calibrator, with SimCSE's small surface: ``fit``, ``encode``, ``similarity``.
 

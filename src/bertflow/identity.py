@@ -8,7 +8,7 @@
 * the fitting record saved with a model (:func:`fit_record`, :func:`corpus_digest`);
 * the check that a calibrator meets the encoder it was fitted on (:func:`check_fitted_on`).
 
-torch is imported only by :func:`weights_fingerprint`, when it runs.
+Importing this module loads no torch (only :func:`weights_fingerprint` needs it, when it runs).
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import platform
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from .errors import CompatibilityError
 
@@ -198,8 +200,6 @@ def calibrator_fingerprint(calibrator: Calibrator) -> str:
             return [canonical(v) for v in value]
         return value
 
-    import numpy as np
-
     config = calibrator.to_config()
     _, arrays = calibrator._get_state()  # the fitted arrays, exactly as save() writes them
     h = hashlib.sha256(json.dumps(canonical(config), sort_keys=True, default=str).encode("utf-8"))
@@ -245,7 +245,7 @@ def fit_record(
     corpus_file_sha256: str | None = None,
     ranks: int | None = None,
 ) -> dict[str, Any]:
-    """How a model was fitted, as saved with it (``bertflow_config.json`` ``fitting``, the model card, ``fitting.json``).
+    """How a model was fitted, as saved with it (``bertflow_config.json`` ``fitting``, the card, ``fitting.json``).
 
     Args:
         n_sentences: sentences (rows) fitted on.
