@@ -6,7 +6,8 @@
   recorded by search indexes and embedding stores; none of them contains the library version, so a model, an index
   or a half-encoded store made with one bertflow release is still recognised by the next;
 * the fitting record saved with a model (:func:`fit_record`, :func:`corpus_digest`);
-* the check that a calibrator meets the encoder it was fitted on (:func:`check_fitted_on`).
+* the check that a calibrator meets the encoder it was fitted on (:func:`check_fitted_on`), and the comparison of
+  two model identities that a search index makes before it is queried (:func:`identity_differences`).
 
 Importing this module loads no torch (only :func:`weights_fingerprint` needs it, when it runs).
 """
@@ -37,9 +38,11 @@ __all__ = [
     "calibrator_identity",
     "check_fitted_on",
     "corpus_digest",
+    "describe_model",
     "encoder_record",
     "fingerprint_hint",
     "fit_record",
+    "identity_differences",
     "mark_fitted",
     "weights_fingerprint",
 ]
@@ -218,6 +221,31 @@ def calibrator_identity(calibrator: Calibrator) -> dict[str, Any]:
         "fingerprint": calibrator_fingerprint(calibrator),
         "dim": int(calibrator.n_features_out_),
     }
+
+
+def identity_differences(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """What differs between two model identities (``Embedder.identity()``: an encoder config and a
+    :func:`calibrator_identity`), e.g. ``["encoder fingerprint", "calibrator type"]``; empty for the same model."""
+    differences = []
+    for part, keys in (
+        ("encoder", ("fingerprint", "pooling", "max_length", "dim")),
+        ("calibrator", ("type", "fingerprint")),
+    ):
+        for key in keys:
+            if (recorded.get(part) or {}).get(key) != (current.get(part) or {}).get(key):
+                differences.append(f"{part} {key}")
+    return differences
+
+
+def describe_model(identity: Mapping[str, Any] | None) -> str:
+    """One line naming an encoder + calibrator identity (as in :meth:`bertflow.Embedder.identity`)."""
+    if not identity:
+        return "an unknown model"
+    enc, cal = identity.get("encoder", {}), identity.get("calibrator", {})
+    return (
+        f"encoder {enc.get('model')} (pooling {enc.get('pooling')}, max_length {enc.get('max_length')}, "
+        f"fingerprint {enc.get('fingerprint')}) + {cal.get('type')} calibrator (fingerprint {cal.get('fingerprint')})"
+    )
 
 
 # -- the fitting record -----------------------------------------------------------------------------------------

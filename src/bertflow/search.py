@@ -57,7 +57,7 @@ import torch
 
 from ._version import __version__
 from .errors import CompatibilityError, InputError, ModelFileError
-from .identity import fingerprint_hint
+from .identity import describe_model, fingerprint_hint, identity_differences
 from .io.files import FOLDER_KINDS, atomic_directory, check_output_folder, read_consistent
 from .io.formats import FORMAT_VERSION, check_format, load_arrays, read_json, save_arrays, sha256_file, write_json
 from .linalg import unit_rows
@@ -155,17 +155,6 @@ def _check_ids(ids: Sequence[Any], n: int, taken: set[ItemId]) -> list[ItemId]:
             raise InputError(f"id {item!r} (row {i}) is used twice; ids must be unique")
         seen.add(item)
     return out
-
-
-def describe_model(identity: dict[str, Any] | None) -> str:
-    """One line naming an encoder + calibrator identity (as in :meth:`bertflow.Embedder.identity`)."""
-    if not identity:
-        return "an unknown model"
-    enc, cal = identity.get("encoder", {}), identity.get("calibrator", {})
-    return (
-        f"encoder {enc.get('model')} (pooling {enc.get('pooling')}, max_length {enc.get('max_length')}, "
-        f"fingerprint {enc.get('fingerprint')}) + {cal.get('type')} calibrator (fingerprint {cal.get('fingerprint')})"
-    )
 
 
 class EmbeddingIndex:
@@ -525,13 +514,7 @@ class EmbeddingIndex:
                 "checked against it; search it with index.search(vectors), or rebuild it with Embedder.build_index"
             )
         mine, theirs = self.model, identity
-        differences = []
-        for key in ("fingerprint", "pooling", "max_length", "dim"):
-            if mine.get("encoder", {}).get(key) != theirs.get("encoder", {}).get(key):
-                differences.append(f"encoder {key}")
-        for key in ("type", "fingerprint"):
-            if mine.get("calibrator", {}).get(key) != theirs.get("calibrator", {}).get(key):
-                differences.append(f"calibrator {key}")
+        differences = identity_differences(mine, theirs)
         if differences:
             raise CompatibilityError(
                 f"this index was built with {describe_model(mine)}, but the model used now is "
