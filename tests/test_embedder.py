@@ -134,7 +134,11 @@ def test_newer_version_refused(fitted, tmp_path):
     cfg = json.loads((path / CONFIG_FILE).read_text())
     cfg["format_version"] = 99
     (path / CONFIG_FILE).write_text(json.dumps(cfg))
-    with pytest.raises(CompatibilityError, match="upgrade"):
+    with pytest.raises(ModelFileError, match=rf"{CONFIG_FILE} is a model written by bertflow .* upgrade bertflow"):
+        Embedder.load(path)
+    cfg["format_version"] = "1"  # a hand edit: not an integer
+    (path / CONFIG_FILE).write_text(json.dumps(cfg))
+    with pytest.raises(ModelFileError, match="no valid format_version .* was it edited"):
         Embedder.load(path)
 
 

@@ -159,7 +159,7 @@ def test_load_refuses_damaged_index(vectors, tmp_path):
         EmbeddingIndex.load(path)
     config["format_version"] = 99
     (path / INDEX_CONFIG).write_text(json.dumps(config))
-    with pytest.raises(CompatibilityError, match="upgrade"):
+    with pytest.raises(ModelFileError, match=r"index.json is a search index written by .* upgrade bertflow"):
         EmbeddingIndex.load(path)
     with pytest.raises(ModelFileError, match="not a folder"):
         EmbeddingIndex.load(tmp_path / "nope")

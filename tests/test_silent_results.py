@@ -279,7 +279,7 @@ def test_paths_in_the_config_may_not_leave_the_folder(tiny_encoder, saved, tmp_p
             config[key]["path"] = value
 
     _edit_config(saved, point_outside)
-    with pytest.raises(ModelFileError, match="not a path inside the model folder"):
+    with pytest.raises(ModelFileError, match="not a path inside the folder"):
         Embedder.load(saved)
 
 

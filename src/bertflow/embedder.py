@@ -25,16 +25,13 @@ model's :meth:`Embedder.identity` and is refused by any other model.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import os
-import platform
 import re
 import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path, PurePosixPath, PureWindowsPath
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -42,10 +39,19 @@ import torch
 
 from ._version import __version__
 from .calibrators import Calibrator, FlowCalibrator, IdentityCalibrator
-from .encoding.encoder import SentenceEncoder, fingerprint_hint, resolve_model
-from .errors import CompatibilityError, InputError, ModelFileError
+from .encoding.encoder import SentenceEncoder, resolve_model
+from .errors import InputError, ModelFileError
+from .hub import download_model, snapshot
+from .identity import (
+    calibrator_fingerprint,
+    calibrator_identity,
+    check_fitted_on,
+    corpus_digest,
+    fit_record,
+    mark_fitted,
+)
 from .io.files import FOLDER_KINDS, OLD_MARK, atomic_directory, check_output_folder, read_consistent
-from .io.formats import FORMAT_VERSION, read_json, sha256_file, write_json
+from .io.formats import FORMAT_VERSION, check_format, path_inside, read_json, sha256_file, verify_checksums, write_json
 from .linalg import unit_rows
 from .validation import is_blank, validate_sentences
 
@@ -80,44 +86,8 @@ ENCODER_FILE_PATTERNS = (
 )
 _TORCH_BIN_PATTERNS = ("pytorch_model.bin", "pytorch_model-*.bin", "pytorch_model.bin.index.json")
 
-# Parameters that change how a calibrator runs, not what it computes: left out of its fingerprint.
-_RUNTIME_KEYS = frozenset({"bertflow_version", "format_version", "fitted_on", "verbose", "device"})
-
 #: ``Embedder.encode(precision=...)`` values: sentence-transformers' (``quantize_embeddings``).
 _PRECISIONS = ("float32", "int8", "uint8", "binary", "ubinary")
-
-
-def corpus_digest(sentences: Sequence[str]) -> str:
-    """sha256 of the sentences joined by newlines: identifies a fitting corpus without storing it."""
-    h = hashlib.sha256()
-    for s in sentences:
-        h.update(s.encode("utf-8"))
-        h.update(b"\n")
-    return h.hexdigest()
-
-
-def calibrator_fingerprint(calibrator: Calibrator) -> str:
-    """A short hash of a fitted calibrator's type, parameters and fitted state (arrays included).
-
-    Identical for the same calibrator before saving and after loading, on CPU or GPU, in any bertflow version;
-    different as soon as one fitted number differs. Runtime settings (``device``, ``verbose``) are left out.
-    """
-
-    def canonical(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: canonical(v) for k, v in value.items() if k not in _RUNTIME_KEYS}
-        if isinstance(value, (list, tuple)):
-            return [canonical(v) for v in value]
-        return value
-
-    config = calibrator.to_config()
-    _, arrays = calibrator._get_state()
-    h = hashlib.sha256(json.dumps(canonical(config), sort_keys=True, default=str).encode("utf-8"))
-    for name in sorted(arrays):
-        arr = np.ascontiguousarray(arrays[name])
-        h.update(f"{name}:{arr.dtype.str}:{arr.shape};".encode())
-        h.update(arr.tobytes())
-    return h.hexdigest()[:16]
 
 
 class Embedder:
@@ -152,23 +122,7 @@ class Embedder:
         # Local folder holding the encoder's HF files when loaded from a self-contained save (copied on re-save).
         self._encoder_dir: Path | None = None
         if self.calibrator.is_fitted:
-            self._check_compatible(self.calibrator, getattr(self.calibrator, "fitted_on", None))
-
-    def _check_compatible(self, calibrator: Calibrator, fitted_on: dict[str, Any] | None) -> None:
-        if calibrator.n_features_in_ != self.encoder.dim:
-            raise CompatibilityError(
-                f"the calibrator was fitted on {calibrator.n_features_in_}-dimensional embeddings, but "
-                f"{self.encoder.model_id} gives {self.encoder.dim}; refit it for this encoder"
-            )
-        if fitted_on:
-            ours = self.encoder.get_config()
-            for key in ("fingerprint", "pooling", "max_length"):
-                if key in fitted_on and fitted_on[key] != ours[key]:
-                    hint = fingerprint_hint(fitted_on[key]) if key == "fingerprint" else ""
-                    raise CompatibilityError(
-                        f"the calibrator was fitted with {key}={fitted_on[key]!r} (encoder {fitted_on.get('model')}),"
-                        f" but this encoder has {key}={ours[key]!r}; refit it or load the matching encoder{hint}"
-                    )
+            check_fitted_on(self.calibrator, self.encoder.get_config())
 
     # -- fit / encode / similarity -----------------------------------------------------------------------
 
@@ -190,20 +144,19 @@ class Embedder:
         started = time.perf_counter()
         X = self.encoder.encode(items, batch_size=batch_size, show_progress_bar=show_progress_bar)
         self.fit_embeddings(X)
-        self.fit_info = {
-            "n_sentences": len(items),
-            "corpus_sha256": corpus_digest(items),
-            "regime": regime,
-            "seconds": round(time.perf_counter() - started, 2),
-            "fitted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "machine": f"{platform.machine()} {platform.system()}, device {self.encoder.device}",
-        }
+        self.fit_info = fit_record(
+            len(items),
+            corpus_sha256=corpus_digest(items),
+            regime=regime,
+            seconds=time.perf_counter() - started,
+            device=self.encoder.device,
+        )
         return self
 
     def fit_embeddings(self, X: np.ndarray) -> Embedder:
         """Fit the calibrator on embeddings already produced by this encoder (e.g. from a cache)."""
         self.calibrator.fit(X)
-        self.calibrator.fitted_on = self.encoder.get_config()
+        mark_fitted(self.calibrator, self.encoder)
         return self
 
     def encode(
@@ -403,14 +356,7 @@ class Embedder:
         """What makes this model's vectors what they are: the encoder config (with its weight fingerprint) and the
         calibrator's type, fingerprint and output dimension. Saved with an index and compared when it is used."""
         self._require_fitted()
-        return {
-            "encoder": self.encoder.get_config(),
-            "calibrator": {
-                "type": self.calibrator.name,
-                "fingerprint": calibrator_fingerprint(self.calibrator),
-                "dim": int(self.calibrator.n_features_out_),
-            },
-        }
+        return {"encoder": self.encoder.get_config(), "calibrator": calibrator_identity(self.calibrator)}
 
     def iter_encode(
         self, sentences: Sequence[str], *, batch_size: int | None = None, show_progress_bar: bool | None = None
@@ -624,7 +570,7 @@ class Embedder:
             if not source.is_dir():
                 # The commit the encoder was loaded from, not a branch that may have moved since.
                 revision = self.encoder.provenance().get("commit") or self.encoder.revision
-                source = _snapshot(load_path, revision, allow_patterns=[*ENCODER_FILE_PATTERNS])
+                source = snapshot(load_path, revision, allow_patterns=[*ENCODER_FILE_PATTERNS])
         files = {p for pattern in ENCODER_FILE_PATTERNS for p in source.glob(pattern) if p.is_file()}
         if not any(p.suffix == ".safetensors" for p in files):
             files |= {p for pattern in _TORCH_BIN_PATTERNS for p in source.glob(pattern) if p.is_file()}
@@ -650,13 +596,13 @@ class Embedder:
             revision: hub revision (branch, tag or commit) of the bertflow repo.
 
         Raises:
-            ModelFileError: missing, truncated, corrupted or edited files; a path that is neither a local folder
-                nor a hub repo that can be fetched (e.g. offline and not cached).
-            CompatibilityError: a newer format, or a calibrator that does not match the encoder.
+            ModelFileError: missing, truncated, corrupted or edited files; a format newer than this bertflow reads;
+                a path that is neither a local folder nor a hub repo that can be fetched (e.g. offline and not cached).
+            CompatibilityError: a calibrator that does not match the encoder.
         """
         folder = Path(path).expanduser()
         if not (folder.is_dir() or _left_by_interrupted_save(folder)):
-            folder = _download(str(path), revision)
+            folder = download_model(str(path), revision)
             config, calibrator = cls._read_folder(folder)
             return cls._assemble(folder, config, calibrator, str(path), device=device, dtype=dtype)
 
@@ -680,14 +626,7 @@ class Embedder:
         config = read_json(folder / CONFIG_FILE)
         if config.get("library") != "bertflow":
             raise ModelFileError(f"{folder / CONFIG_FILE} is not a bertflow model config")
-        version = config.get("format_version")
-        if not isinstance(version, int):
-            raise ModelFileError(f"{folder / CONFIG_FILE} has no valid format_version; was it edited?")
-        if version > FORMAT_VERSION:
-            raise CompatibilityError(
-                f"{folder} was written by bertflow {config.get('bertflow_version')} (format {version}); "
-                f"this is bertflow {__version__} (format {FORMAT_VERSION}): upgrade bertflow to load it"
-            )
+        check_format(config, folder / CONFIG_FILE, kind="model")
         encoder_dir: Path | None = None
         try:
             calibrator_dir = _inside(folder, config["calibrator"]["path"], "calibrator.path")
@@ -695,7 +634,12 @@ class Embedder:
                 encoder_dir = _inside(folder, config["encoder"]["path"], "encoder.path")
         except (KeyError, TypeError, AttributeError) as e:
             raise ModelFileError(f"{folder / CONFIG_FILE} lacks or garbles {e}; was it edited?") from None
-        _verify_files(folder, config.get("files"), [calibrator_dir, *([encoder_dir] if encoder_dir else [])])
+        verify_checksums(
+            folder,
+            config.get("files"),
+            [calibrator_dir, *([encoder_dir] if encoder_dir else [])],
+            config=folder / CONFIG_FILE,
+        )
         return config, Calibrator.load(calibrator_dir)
 
     @classmethod
@@ -833,102 +777,16 @@ class Embedder:
 
     def model_card(self, *, include_encoder: bool = False) -> str:
         """A Markdown model card with YAML front matter (read by the Hugging Face Hub): what was fitted, on what,
-        with which library version and licence, and how to load, search and publish it."""
-        enc = self._pinned_encoder_config()
-        encoder_license = self.encoder_license()
-        info = self.fit_info
-        cal = self.calibrator
-        tags = ["bertflow", "sentence-embeddings", "sentence-similarity", f"calibrator-{cal.name}"]
-        if cal.name == "flow":
-            tags.append("bert-flow")
-        # The calibrator's files are Apache-2.0 like bertflow; bundled encoder files keep the encoder's licence,
-        # so a bundle is Apache-2.0 only where the encoder is too.
-        if include_encoder and encoder_license != "apache-2.0":
-            front = ["---", "license: other", "license_name: apache-2.0-and-encoder-license"]
-        else:
-            front = ["---", "license: apache-2.0"]
-        front += ["library_name: bertflow", "pipeline_tag: sentence-similarity", "tags:"]
-        front += [f"- {tag}" for tag in tags]
-        if _is_hub_id(enc["model"]):
-            # The hub links base_model to the encoder's page; a local path there would fail its validation.
-            front += [f"base_model: {enc['model']}", "base_model_relation: adapter"]
-        front.append("---")
-        fitted = [
-            ("encoder", f"`{enc['model']}`" + (f" @ `{enc['revision']}`" if enc.get("revision") else "")),
-            ("encoder weights", "bundled in `encoder/`" if include_encoder else "referenced by id, not copied"),
-            ("pooling", f"`{enc['pooling']}`"),
-            ("max_length (tokens)", enc["max_length"]),
-            ("embedding dimension in / out", f"{enc['dim']} / {cal.n_features_out_}"),
-            ("encoder fingerprint", f"`{enc['fingerprint']}`"),
-            *[(f"encoder file sha256 ({f})", f"`{digest}`") for f, digest in enc.get("weights_sha256", {}).items()],
-            ("encoder licence", f"`{encoder_license}`" if encoder_license else "not declared in its files"),
-            ("calibrator", f"`{cal!r}`"),
-            ("calibrator fingerprint", f"`{calibrator_fingerprint(cal)}`"),
-            ("regime (fitting corpus)", info.get("regime", "unknown")),
-            ("corpus size (sentences)", info.get("n_sentences", "unknown")),
-            ("corpus_sha256", f"`{info['corpus_sha256']}`" if "corpus_sha256" in info else "unknown"),
-            ("labels used", "none (label-free)"),
-            ("fitting time (s)", info.get("seconds", "unknown")),
-            ("fitted_at (UTC)", info.get("fitted_at", "unknown")),
-            ("machine", info.get("machine", "unknown")),
-            ("bertflow version", __version__),
-            ("format version", FORMAT_VERSION),
-        ]
-        lines = [
-            *front,
-            f"# bertflow calibrator for `{enc['model']}`",
-            "",
-            f"A `{cal.name}` calibrator fitted **without labels** on sentence embeddings of `{enc['model']}`, with "
-            "bertflow (a reimplementation of BERT-flow, Li et al., EMNLP "
-            "2020, and related post-hoc calibrations). The encoder stays frozen; similarity is the cosine of the "
-            "calibrated vectors.",
-            "",
-            "## How it was fitted",
-            "",
-            "| | |",
-            "|---|---|",
-            *[f"| {key} | {value} |" for key, value in fitted],
-            "",
-            "`corpus_sha256` is the sha256 of the fitting sentences joined by newlines (each followed by `\\n`), "
-            "so the corpus can be verified without being published.",
-            "",
-            "## Files",
-            "",
-            f"- `{CONFIG_FILE}`: encoder reference, calibrator type, fitting record, sha256 of every other file",
-            f"- `{CALIBRATOR_DIR}/config.json`, `{CALIBRATOR_DIR}/model.safetensors`: the calibrator (no pickles)",
-        ]
-        if include_encoder:
-            lines.append(f"- `{ENCODER_DIR}/`: the encoder's own Hugging Face files (its licence applies to them)")
-        lines += [
-            "",
-            "## Use",
-            "",
-            "```python",
-            "from bertflow import Embedder",
-            'model = Embedder.load("PATH_OR_HUB_ID")',
-            'model.similarity("A man is playing a guitar.", "Someone plays an instrument.")',
-            'model.build_index(["A man is playing a guitar.", "The stock market fell."])',
-            'model.search("someone making music", top_k=1)',
-            "```",
-            "",
-            "```bash",
-            'bertflow similarity "A man plays a guitar." "Someone plays an instrument." --model-dir PATH_OR_HUB_ID',
-            "bertflow search build corpus.txt --model-dir PATH_OR_HUB_ID -o my-index",
-            'bertflow search query my-index "someone making music" --top-k 5',
-            "```",
-            "",
-            'Publish it with `model.push_to_hub("user/name")`, or upload this folder as it is '
-            "(`huggingface_hub.HfApi().upload_folder(folder_path=PATH, repo_id=ID)`).",
-            "",
-            "## Licence",
-            "",
-            f"The calibrator and its records (`{CONFIG_FILE}`, `{CALIBRATOR_DIR}/`, this card) are released under "
-            "the Apache License 2.0, like bertflow. The encoder is not covered by it: its own licence applies"
-            + (f" (`{encoder_license}`, as its files declare)" if encoder_license else " (see its model card)")
-            + (", also to its copy in `encoder/`." if include_encoder else "; its weights are not in this folder."),
-            "",
-        ]
-        return "\n".join(lines)
+        with which library version and licence, and how to load, search and publish it (:mod:`bertflow.card`)."""
+        from .card import model_card
+
+        return model_card(
+            self._pinned_encoder_config(),
+            self.calibrator,
+            self.fit_info,
+            encoder_license=self.encoder_license(),
+            include_encoder=include_encoder,
+        )
 
     def close(self) -> None:
         """Stop the encoder's tokenisation worker processes, if any (see :meth:`SentenceEncoder.close`)."""
@@ -987,110 +845,5 @@ def _left_by_interrupted_save(folder: Path) -> bool:
 
 
 def _inside(folder: Path, rel: object, what: str) -> Path:
-    """``folder / rel`` for a relative path from a saved config, refusing one that could leave the folder.
-
-    Checked on the text, not by resolving links: a hub snapshot's files are links into the hub's blob cache, and
-    what matters is that the config cannot name an absolute path or climb out with ``..``.
-    """
-    text = str(rel) if isinstance(rel, str) else ""
-    parts = PurePosixPath(text.replace("\\", "/")).parts
-    if not text or PurePosixPath(text).is_absolute() or PureWindowsPath(text).drive or ".." in parts:
-        raise ModelFileError(
-            f"{folder / CONFIG_FILE}: {what} is {rel!r}, which is not a path inside the model folder; was it edited?"
-        )
-    return folder.joinpath(*parts)
-
-
-def _verify_files(folder: Path, files: object, read_dirs: list[Path]) -> None:
-    """Check the saved sha256 of every file listed in ``files`` ({relative path: hex digest}), and that every file
-    the loader will read (all files under ``read_dirs``) is listed: a config stripped of its checksums, or a file
-    slipped into the folder, is refused rather than loaded unchecked."""
-    if not isinstance(files, dict) or not files:
-        raise ModelFileError(
-            f"{folder / CONFIG_FILE} has no 'files' checksums (removed or garbled), so the model cannot be checked; "
-            "was it edited? Save it again with Embedder.save"
-        )
-    for rel, digest in files.items():
-        file = _inside(folder, rel, f"files entry {rel!r}")
-        if not file.is_file():
-            raise ModelFileError(f"{file} is missing: the model folder is incomplete")
-        if sha256_file(file) != digest:
-            raise ModelFileError(f"{file} does not match its checksum: it is truncated, corrupted or edited")
-    listed = {folder.joinpath(*PurePosixPath(rel).parts) for rel in files}
-    for directory in read_dirs:
-        if not directory.is_dir():
-            raise ModelFileError(f"{directory} is missing: the model folder is incomplete")
-        for file in sorted(directory.rglob("*")):
-            if file.is_file() and file not in listed:
-                raise ModelFileError(
-                    f"{file} has no checksum in {folder / CONFIG_FILE}: it was added or the config was edited"
-                )
-
-
-def _is_hub_id(name: str) -> bool:
-    """Whether ``name`` reads as a hub repo id (``org/name`` or ``name``) rather than a local path."""
-    return bool(re.fullmatch(r"[\w.-]+(/[\w.-]+)?", name)) and not Path(name).expanduser().exists()
-
-
-def _snapshot(repo_id: str, revision: str | None, allow_patterns: list[str] | None = None) -> Path:
-    """A hub repo's files via huggingface_hub (its cache first; the network only where allowed and needed)."""
-    from huggingface_hub import snapshot_download
-
-    try:
-        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=allow_patterns))
-    except Exception as e:  # huggingface_hub raises many types: offline, not found, gated, invalid id, HTTP
-        offline = os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on")
-        hint = (
-            "HF_HUB_OFFLINE is set and it is not in the local cache: unset HF_HUB_OFFLINE where there is network, "
-            f"or download it first (hf download {repo_id})"
-            if offline
-            else "check the repo id and revision, your network, and (for a private or gated repo) `hf auth login`"
-        )
-        raise ModelFileError(
-            f"{repo_id!r} could not be fetched from the Hugging Face Hub ({type(e).__name__}: {e}); {hint}"
-        ) from None
-
-
-def _download(name: str, revision: str | None) -> Path:
-    """Fetch a bertflow model folder from the Hugging Face Hub, or explain why ``name`` is neither folder nor repo."""
-    path = Path(name).expanduser()
-    if path.exists():
-        raise ModelFileError(f"{path} is a file; a bertflow model is a folder (written by Embedder.save)")
-    if _means_local(name):
-        raise ModelFileError(f"no such folder: {name} (looked in {Path.cwd()}){_did_you_mean(path)}")
-    if not _is_hub_id(name):
-        raise ModelFileError(
-            f"no folder {path} (looked in {Path.cwd()}), and {name!r} is not a Hugging Face Hub repo id either"
-        )
-    try:
-        return _snapshot(name, revision)
-    except ModelFileError as e:
-        detail = " ".join(str(e).split())  # huggingface_hub's messages span lines; the CLI's errors take one
-        raise ModelFileError(f"no such folder {name!r} here, and {detail}") from None
-
-
-def _means_local(name: str) -> bool:
-    """Whether ``name``, which is no existing path, can only have meant a local folder (a typo, most likely).
-
-    A bertflow model on the Hub is always ``user/name`` (the Hub gives every new repo an owner), so a bare name,
-    a path starting with ``.``, ``/`` or ``~``, one with more than two parts, or one whose first folder exists
-    here (``runs/my-flwo`` next to ``runs/``) is not looked up on the network: that would answer a typo with a
-    network error.
-    """
-    parts = name.replace("\\", "/").split("/")
-    if len(parts) != 2 or name.startswith((".", "/", "~")):
-        return True
-    return Path(parts[0]).expanduser().is_dir()
-
-
-def _did_you_mean(path: Path) -> str:
-    """``"; did you mean X?"`` naming the closest existing folder next to ``path``, or ``""``."""
-    import difflib
-
-    parent = path.parent
-    try:
-        siblings = [p.name for p in parent.iterdir() if p.is_dir()] if parent.is_dir() else []
-    except OSError:
-        return ""
-    close = difflib.get_close_matches(path.name, siblings, n=1, cutoff=0.75)
-    return f"; did you mean {parent / close[0]}?" if close else ""
+    """``folder / rel`` for a relative path from the model's config (see :func:`~bertflow.io.formats.path_inside`)."""
+    return path_inside(folder, rel, config=folder / CONFIG_FILE, what=what)

@@ -46,7 +46,8 @@ class OutputError(BertflowError, OSError):
 
 
 class CompatibilityError(BertflowError, ValueError):
-    """A calibrator or index does not match the encoder, dimension or library version it is used with."""
+    """A calibrator or index does not match the encoder or dimension it is used with. (A file written in a newer
+    format is a :class:`ModelFileError`: this bertflow cannot read it.)"""
 
 
 class DivergenceError(BertflowError, RuntimeError):

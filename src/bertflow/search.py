@@ -56,10 +56,10 @@ import numpy as np
 import torch
 
 from ._version import __version__
-from .encoding.encoder import fingerprint_hint
 from .errors import CompatibilityError, InputError, ModelFileError
+from .identity import describe_model, fingerprint_hint, identity_differences
 from .io.files import FOLDER_KINDS, atomic_directory, check_output_folder, read_consistent
-from .io.formats import FORMAT_VERSION, load_arrays, read_json, save_arrays, sha256_file, write_json
+from .io.formats import FORMAT_VERSION, check_format, load_arrays, read_json, save_arrays, sha256_file, write_json
 from .linalg import unit_rows
 from .validation import check_finite
 
@@ -155,17 +155,6 @@ def _check_ids(ids: Sequence[Any], n: int, taken: set[ItemId]) -> list[ItemId]:
             raise InputError(f"id {item!r} (row {i}) is used twice; ids must be unique")
         seen.add(item)
     return out
-
-
-def describe_model(identity: dict[str, Any] | None) -> str:
-    """One line naming an encoder + calibrator identity (as in :meth:`bertflow.Embedder.identity`)."""
-    if not identity:
-        return "an unknown model"
-    enc, cal = identity.get("encoder", {}), identity.get("calibrator", {})
-    return (
-        f"encoder {enc.get('model')} (pooling {enc.get('pooling')}, max_length {enc.get('max_length')}, "
-        f"fingerprint {enc.get('fingerprint')}) + {cal.get('type')} calibrator (fingerprint {cal.get('fingerprint')})"
-    )
 
 
 class EmbeddingIndex:
@@ -525,13 +514,7 @@ class EmbeddingIndex:
                 "checked against it; search it with index.search(vectors), or rebuild it with Embedder.build_index"
             )
         mine, theirs = self.model, identity
-        differences = []
-        for key in ("fingerprint", "pooling", "max_length", "dim"):
-            if mine.get("encoder", {}).get(key) != theirs.get("encoder", {}).get(key):
-                differences.append(f"encoder {key}")
-        for key in ("type", "fingerprint"):
-            if mine.get("calibrator", {}).get(key) != theirs.get("calibrator", {}).get(key):
-                differences.append(f"calibrator {key}")
+        differences = identity_differences(mine, theirs)
         if differences:
             raise CompatibilityError(
                 f"this index was built with {describe_model(mine)}, but the model used now is "
@@ -595,8 +578,7 @@ class EmbeddingIndex:
                 exact when it needs faiss and faiss is not installed (with a warning).
 
         Raises:
-            ModelFileError: a missing, truncated, edited or inconsistent index.
-            CompatibilityError: an index written by a newer bertflow.
+            ModelFileError: a missing, truncated, edited or inconsistent index, or one written by a newer bertflow.
         """
         folder = Path(path).expanduser()
         # Another process may save over the folder while it is read: see one complete save, never a mix.
@@ -613,14 +595,7 @@ class EmbeddingIndex:
         config = read_json(folder / INDEX_CONFIG)
         if config.get("format") != _FORMAT_NAME:
             raise ModelFileError(f"{folder / INDEX_CONFIG} is not a bertflow index")
-        version = config.get("format_version")
-        if not isinstance(version, int):
-            raise ModelFileError(f"{folder / INDEX_CONFIG} has no valid format_version; was it edited?")
-        if version > FORMAT_VERSION:
-            raise CompatibilityError(
-                f"{folder} was written by bertflow {config.get('bertflow_version')} (format {version}); this is "
-                f"bertflow {__version__} (format {FORMAT_VERSION}): upgrade bertflow to load it"
-            )
+        check_format(config, folder / INDEX_CONFIG, kind="search index")
         recorded = config.get(_CONTENT_KEY)
         if not isinstance(recorded, str):
             raise ModelFileError(

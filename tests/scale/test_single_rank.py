@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from unittest.mock import ANY
 
 import numpy as np
 import pytest
@@ -96,8 +97,37 @@ def test_a_calibrated_store_holds_the_calibrated_vectors(tiny_encoder, corpus_fi
     store = open_embeddings(tmp_path / "out")
     assert store.shape == (203, 8)
     np.testing.assert_array_equal(np.asarray(store), expected)
-    identity = store.manifest["calibrator"]
-    assert identity["type"] == "whitening" and identity["params"]["n_components"] == 8 and identity["sha256"]
+    # The same record as a search index keeps of the model (Embedder.identity), from the one recipe.
+    assert store.manifest["calibrator"] == embedder.identity()["calibrator"]
+    assert store.manifest["calibrator"] == {"type": "whitening", "fingerprint": ANY, "dim": 8}
+
+
+def test_a_calibrated_store_resumes_after_an_upgrade_but_not_with_another_calibrator(
+    tiny_encoder, corpus_file, tmp_path, monkeypatch
+):
+    """The store records the calibrator by a fingerprint without the library version: a run killed under one
+    bertflow release is resumed by the next (it used to be refused, 'calibrator differ'); another fit is not."""
+    import bertflow._version
+    import bertflow.calibrators.base
+    import bertflow.scale.encode
+    import bertflow.scale.store
+
+    path, lines = corpus_file
+    out = tmp_path / "out"
+    calibrator = Embedder(tiny_encoder, WhiteningCalibrator(8)).fit(lines).calibrator
+    with one_thread():
+        encode_file_to_store(path, out, tiny_encoder, calibrator=calibrator, **ENCODE)
+    (out / "shards" / "part-000002.npy").unlink()  # the shard a killed run did not finish
+    for module in (bertflow._version, bertflow.calibrators.base, bertflow.scale.encode, bertflow.scale.store):
+        monkeypatch.setattr(module, "__version__", "99.0.0")
+    with one_thread():
+        summary = encode_file_to_store(path, out, tiny_encoder, calibrator=calibrator, **ENCODE)
+    assert (summary["encoded_shards"], summary["skipped_shards"]) == (1, 6)
+    expected = calibrator.transform(reference(tiny_encoder, lines, **_sizes()))
+    np.testing.assert_array_equal(np.asarray(open_embeddings(out, verify=True)), expected)
+    other = Embedder(tiny_encoder, WhiteningCalibrator(8)).fit(lines[:100]).calibrator  # same type and dimension
+    with pytest.raises(InputError, match=r"\(calibrator differ\)"):
+        encode_file_to_store(path, out, tiny_encoder, calibrator=other, **ENCODE)
 
 
 # -- fitting as one rank --------------------------------------------------------------------------------------------

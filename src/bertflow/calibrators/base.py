@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -22,7 +22,8 @@ from sklearn.utils.validation import validate_data
 
 from .._version import __version__
 from ..errors import CompatibilityError, InputError, ModelFileError, NotFittedError
-from ..io.formats import FORMAT_VERSION, load_arrays, read_json, save_arrays, write_json
+from ..io.formats import FORMAT_VERSION, check_format, load_arrays, read_json, save_arrays, write_json
+from ..typing import TorchTransform
 from ..validation import check_array, check_calibrated
 
 __all__ = [
@@ -37,9 +38,6 @@ __all__ = [
     "check_spread",
     "SPREAD_RTOL",
 ]
-
-#: A calibrator's map as a torch function: float32 tensor [n, D] -> float32 tensor [n, D'] on one device.
-TorchTransform = Callable[[torch.Tensor], torch.Tensor]
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -308,16 +306,21 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
         write_json(folder / CONFIG_NAME, self.to_config())
 
     @classmethod
-    def from_config(cls, config: dict[str, Any], arrays: dict[str, np.ndarray]) -> Calibrator:
-        """Rebuild a fitted calibrator from :meth:`to_config` output and its arrays, validating both."""
+    def from_config(
+        cls, config: dict[str, Any], arrays: dict[str, np.ndarray], *, source: str | Path = "calibrator config"
+    ) -> Calibrator:
+        """Rebuild a fitted calibrator from :meth:`to_config` output and its arrays, validating both.
+
+        ``source`` names where the config came from in errors (the file, for :meth:`load`).
+
+        Raises:
+            ModelFileError: a missing key, a newer or missing format version, parameters or arrays that do not fit.
+            CompatibilityError: an unknown calibrator type, or another type than the class this is called on.
+        """
         for key in ("type", "params", "n_features_in", "state", "format_version"):
             if key not in config:
                 raise ModelFileError(f"calibrator config lacks {key!r}; the file was edited or is not bertflow's")
-        if int(config["format_version"]) > FORMAT_VERSION:
-            raise CompatibilityError(
-                f"this calibrator was written by a newer bertflow ({config.get('bertflow_version')}, format "
-                f"{config['format_version']}); this is bertflow {__version__} (format {FORMAT_VERSION}): upgrade"
-            )
+        check_format(config, source, kind="calibrator")
         klass = get_calibrator_class(config["type"])
         if cls is not Calibrator and not issubclass(klass, cls):
             raise CompatibilityError(f"the folder holds a {config['type']!r} calibrator, not a {cls.name!r}")
@@ -341,7 +344,8 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
     def load(cls, path: str | Path) -> Calibrator:
         """Load a calibrator saved with :meth:`save` (the concrete class comes from its config)."""
         folder = Path(path)
-        return cls.from_config(read_json(folder / CONFIG_NAME), load_arrays(folder / WEIGHTS_NAME))
+        config = read_json(folder / CONFIG_NAME)
+        return cls.from_config(config, load_arrays(folder / WEIGHTS_NAME), source=folder / CONFIG_NAME)
 
 
 def check_latents(calibrator: Calibrator, Z: object) -> np.ndarray:

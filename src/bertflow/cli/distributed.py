@@ -227,12 +227,11 @@ def distributed_encode(
 
 
 def _fit_worker_body(device: str | None, args: dict[str, Any]) -> None:
-    import platform
-
     from ..calibrators import FlowCalibrator, WhiteningCalibrator, parse_calibrator
     from ..embedder import Embedder
-    from ..encoding.encoder import FINGERPRINT_SCHEME, SentenceEncoder
+    from ..encoding.encoder import SentenceEncoder
     from ..errors import CompatibilityError, InputError
+    from ..identity import FINGERPRINT_SCHEME, fit_record, mark_fitted
     from ..scale.fit import fit_flow_distributed, fit_whitening_distributed
     from ..scale.launch import current_topology
     from ..scale.store import open_embeddings
@@ -281,16 +280,17 @@ def _fit_worker_body(device: str | None, args: dict[str, Any]) -> None:
             f"{manifest['encoder']['model']} now has other weights than when {args['store']} was encoded; the fitted "
             "calibrator would not match it"
         )
-    cal.fitted_on = encoder.get_config()
+    mark_fitted(cal, encoder)
     embedder = Embedder(encoder, cal)
-    embedder.fit_info = {
-        "n_sentences": int(store.shape[0]),
-        "corpus_file_sha256": (manifest.get("input") or {}).get("sha256"),
-        "regime": f"distributed corpus {Path(manifest.get('input_path', args['store'])).name}",
-        "seconds": round(seconds, 2),
-        "fitted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": f"{topology.world_size} rank(s), {platform.machine()} {platform.system()}, device {device}",
-    }
+    # The sentences were never all in one process, so the record names the input file's sha256 instead of theirs.
+    embedder.fit_info = fit_record(
+        int(store.shape[0]),
+        corpus_file_sha256=(manifest.get("input") or {}).get("sha256"),
+        regime=f"distributed corpus {Path(manifest.get('input_path', args['store'])).name}",
+        seconds=seconds,
+        device=device,
+        ranks=topology.world_size,
+    )
     embedder.save(args["output"], overwrite=args.get("overwrite", False))
     summary = {
         "output": args["output"],

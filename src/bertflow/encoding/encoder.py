@@ -28,7 +28,6 @@ workers (up to floating-point summation order).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import itertools
 import json
 import logging
@@ -47,6 +46,8 @@ import numpy as np
 import torch
 
 from ..errors import InputError
+from ..identity import FINGERPRINT_SCHEME, fingerprint_hint, weights_fingerprint  # noqa: F401 (re-exported)
+from ..typing import DeviceTransform
 from ..validation import OUTPUT_LIMIT, calibrated_error, check_sentences, sentence_list
 from .pooling import Pooling
 from .tokenization import TokenArrays, TokenizerPool, auto_processes, tokenize_arrays
@@ -119,63 +120,6 @@ def resolve_model(name_or_path: str | None) -> tuple[str, str]:
                     return str(path), str(path / module["path"])
         return str(path), str(path)
     return name_or_path, name_or_path
-
-
-#: Prefix of fingerprints of the current scheme (:func:`weights_fingerprint`). Fingerprints written before it
-#: (16 hex digits, no prefix) hashed only the config, the vocabulary and the first 256 embedding rows, so they
-#: cannot tell two checkpoints with different transformer layers apart; they are refused, not trusted.
-FINGERPRINT_SCHEME = "w2-"
-#: Config fields that change what a checkpoint computes, hashed with its weights.
-_FINGERPRINT_CONFIG_KEYS = (
-    "model_type",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
-    "hidden_act",
-    "layer_norm_eps",
-    "max_position_embeddings",
-    "position_embedding_type",
-    "vocab_size",
-)
-
-
-def weights_fingerprint(model: torch.nn.Module, tokenizer: Any) -> str:
-    """``FINGERPRINT_SCHEME`` + 16 hex digits of a sha256 over the architecture, the vocabulary and every parameter.
-
-    Each parameter (by name, shape and value) is hashed after rounding to bfloat16, so the same checkpoint loaded
-    in float32, float16 or bfloat16, on any device, gives the same value, while any change of a weight larger
-    than bfloat16's resolution (relative 2^-9) changes it; retraining or fine-tuning moves many weights that far.
-    Cost: one pass over the weights (a bfloat16 copy of one tensor at a time, then sha256), once per encoder:
-    0.5 s for the 22.7M parameters of a 6-layer 384-wide BERT and 1.0 s for the 109.5M of BERT-base on a 2-core
-    Xeon shared with other jobs (``benchmarks/fingerprint_cost.py``; on a GPU the rounding runs there and only
-    bfloat16 bytes are copied).
-    Hashing the parameters rather than the checkpoint files gives the same value whether the model came from a
-    local folder, the hub cache, a bundled copy or an object built in memory.
-    """
-    h = hashlib.sha256()
-    cfg = model.config
-    for key in _FINGERPRINT_CONFIG_KEYS:
-        h.update(f"{key}={getattr(cfg, key, None)};".encode())
-    vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
-    h.update("\n".join(tok for tok, _ in vocab).encode("utf-8"))
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            h.update(f"{name}:{tuple(param.shape)};".encode())
-            rounded = param.detach().to(torch.bfloat16).contiguous().to("cpu")
-            h.update(rounded.view(torch.int16).numpy())  # the buffer itself, no bytes copy
-    return FINGERPRINT_SCHEME + h.hexdigest()[:16]
-
-
-def fingerprint_hint(saved: object) -> str:
-    """An explanation to add to a fingerprint-mismatch error when ``saved`` predates the current scheme, else ``""``."""
-    if isinstance(saved, str) and not saved.startswith(FINGERPRINT_SCHEME):
-        return (
-            f" (the saved fingerprint {saved!r} is of an earlier scheme that hashed only the "
-            "config, the vocabulary and the first 256 embedding rows, so it cannot show that the encoder's weights "
-            "are the ones the calibrator was fitted on: refit it with this bertflow)"
-        )
-    return ""
 
 
 # -- batching (pure numpy, no model) ----------------------------------------------------------------------
@@ -340,9 +284,6 @@ class _StopForward(Exception):
 
 
 _END = object()
-
-#: A function applied on the device to each chunk of pooled vectors: float32 [n, D] -> [n, D'].
-DeviceTransform = Callable[[torch.Tensor], torch.Tensor]
 
 
 class _Prefetcher:

@@ -51,6 +51,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -83,9 +84,9 @@ from ..calibrators import (
     WhiteningCalibrator,
     parse_calibrator,
 )
-from ..embedder import Embedder, corpus_digest
-from ..encoding.encoder import SentenceEncoder, fingerprint_hint
+from ..embedder import Embedder
 from ..errors import CompatibilityError, InputError, ModelFileError
+from ..identity import check_fitted_on, corpus_digest, fit_record, mark_fitted, weights_fingerprint
 from ..io.formats import read_json, write_json
 from ..validation import calibrated_error, output_limit, validate_sentences
 
@@ -182,15 +183,6 @@ class CalibratedModelCardData(SentenceTransformerModelCardData):
         )
 
 
-class _Weights:
-    """The two attributes :meth:`SentenceEncoder.fingerprint` reads, taken from a sentence-transformers model, so
-    both libraries compute the same fingerprint for the same checkpoint (a calibrator fitted by either is checked
-    against either)."""
-
-    def __init__(self, model: torch.nn.Module, tokenizer: Any) -> None:
-        self.model, self.tokenizer, self._fingerprint = model, tokenizer, None
-
-
 def encoder_config(model: SentenceTransformer) -> dict[str, Any]:
     """What a calibrator fitted on ``model``'s pooled embeddings depends on, in bertflow's encoder-config form.
 
@@ -205,7 +197,8 @@ def encoder_config(model: SentenceTransformer) -> dict[str, Any]:
     tokenizer = getattr(first, "tokenizer", None)
     fingerprint = None
     if hf_model is not None and tokenizer is not None:
-        fingerprint = SentenceEncoder.fingerprint(_Weights(hf_model, tokenizer))  # type: ignore[arg-type]
+        # The same function as SentenceEncoder.fingerprint: a calibrator fitted by either library is checked by either.
+        fingerprint = weights_fingerprint(hf_model, tokenizer)
     pooling = next((m.pooling_mode for m in model if hasattr(m, "pooling_mode")), None)
     if isinstance(pooling, (list, tuple)):
         pooling = "+".join(pooling)
@@ -358,18 +351,14 @@ class Calibration(Module):
 
 def check_compatible(calibrator: Calibrator, model: SentenceTransformer) -> None:
     """Raise :class:`CompatibilityError` if ``calibrator`` was fitted on another encoder, pooling or truncation."""
-    fitted_on = getattr(calibrator, "fitted_on", None)
-    if not fitted_on:
-        return
-    ours = encoder_config(model)
-    for key in ("fingerprint", "pooling", "max_length"):
-        if fitted_on.get(key) is not None and ours[key] is not None and fitted_on[key] != ours[key]:
-            fix = f"set model.max_seq_length = {fitted_on[key]}" if key == "max_length" else "refit with fit_calibrator"
-            raise CompatibilityError(
-                f"the calibrator was fitted with {key}={fitted_on[key]!r} (encoder {fitted_on.get('model')}), but this "
-                f"model has {key}={ours[key]!r}: {fix}, or use the model it was fitted on"
-                + (fingerprint_hint(fitted_on[key]) if key == "fingerprint" else "")
-            )
+    if not getattr(calibrator, "fitted_on", None):
+        return  # nothing recorded to check (the dimension is checked by Calibration.forward)
+
+    def advice(key: str, recorded: Any) -> str:
+        fix = f"set model.max_seq_length = {recorded}" if key == "max_length" else "refit with fit_calibrator"
+        return f"{fix}, or use the model it was fitted on"
+
+    check_fitted_on(calibrator, encoder_config(model), subject="this model", advice=advice)
 
 
 def fit_calibrator(
@@ -432,11 +421,18 @@ def fit_calibrator(
     }
     # The calibrator must see what it will be applied to: the pooled vectors before any normalisation.
     pooled = SentenceTransformer(modules=base_modules, **common)
+    started = time.perf_counter()
     X = pooled.encode(items, batch_size=batch_size, show_progress_bar=show_progress_bar, convert_to_numpy=True)
     logger.info("fitting %r on %d embeddings of dimension %d", cal, X.shape[0], X.shape[1])
     cal.fit(np.asarray(X, dtype=np.float32))
-    cal.fitted_on = encoder_config(model)
-    fitting = {"n_sentences": len(items), "corpus_sha256": corpus_digest(items), "regime": regime}
+    mark_fitted(cal, encoder_config(model), framework="sentence-transformers")
+    fitting = fit_record(
+        len(items),
+        corpus_sha256=corpus_digest(items),
+        regime=regime,
+        seconds=time.perf_counter() - started,
+        device=model.device,
+    )
     keep_normalize = had_normalize if normalize is None else normalize
     module = as_dense(cal) if portable and _is_affine(cal) else Calibration(cal, fitting=fitting)
     new_modules = [*base_modules, module]

@@ -8,25 +8,56 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
 import numpy as np
 
+from .._version import __version__
 from ..errors import ModelFileError
 
 __all__ = [
     "FORMAT_VERSION",
+    "check_format",
     "write_json",
     "read_json",
     "save_arrays",
     "load_arrays",
     "sha256_file",
+    "path_inside",
+    "verify_checksums",
 ]
 
 
 #: Version of the on-disk layout. Loading refuses folders written with a larger number.
 FORMAT_VERSION = 1
+
+
+def check_format(config: dict[str, Any], path: str | Path, *, kind: str, current: int = FORMAT_VERSION) -> int:
+    """The ``format_version`` of a saved ``config`` read from ``path``, refused unless this bertflow can read it.
+
+    The one check of every loader (models, calibrators, search indexes, embedding stores).
+
+    Args:
+        config: the parsed JSON; its ``bertflow_version``, where recorded, is named in the error.
+        path: the file it was read from (named in the error).
+        kind: what the file describes, for the error (``"model"``, ``"calibrator"``, ``"search index"``...).
+        current: the newest format of that kind this bertflow reads.
+
+    Raises:
+        ModelFileError: no integer ``format_version`` (the file was edited), or a newer one (upgrade bertflow).
+    """
+    version = config.get("format_version")
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise ModelFileError(f"{path} has no valid format_version ({version!r}); was it edited?")
+    if version > current:
+        written = config.get("bertflow_version")
+        raise ModelFileError(
+            f"{path} is a {kind} written by bertflow {written or '(version not recorded)'} in format {version}; this "
+            f"is bertflow {__version__}, which reads {kind} formats up to {current}: upgrade bertflow to load it "
+            "(unless the file was edited)"
+        )
+    return version
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
@@ -73,3 +104,49 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def path_inside(folder: Path, rel: object, *, config: Path, what: str) -> Path:
+    """``folder / rel`` for a relative path read from the saved ``config``, refusing one that could leave the folder.
+
+    Checked on the text, not by resolving links: a hub snapshot's files are links into the hub's blob cache, and
+    what matters is that the config cannot name an absolute path or climb out with ``..``.
+
+    Raises:
+        ModelFileError: an empty, absolute or climbing path (``what`` names the config entry).
+    """
+    text = str(rel) if isinstance(rel, str) else ""
+    parts = PurePosixPath(text.replace("\\", "/")).parts
+    if not text or PurePosixPath(text).is_absolute() or PureWindowsPath(text).drive or ".." in parts:
+        raise ModelFileError(f"{config}: {what} is {rel!r}, which is not a path inside the folder; was it edited?")
+    return folder.joinpath(*parts)
+
+
+def verify_checksums(folder: Path, files: object, read_dirs: list[Path], *, config: Path) -> None:
+    """Check a saved folder's files against the checksums its ``config`` lists.
+
+    Every file listed in ``files`` ({relative path: hex sha256}) must match, and every file the loader will read
+    (all files under ``read_dirs``) must be listed: a config stripped of its checksums, or a file slipped into the
+    folder, is refused rather than loaded unchecked.
+
+    Raises:
+        ModelFileError: no checksums, a missing, altered or unlisted file (named in the message).
+    """
+    if not isinstance(files, dict) or not files:
+        raise ModelFileError(
+            f"{config} has no 'files' checksums (removed or garbled), so the folder cannot be checked; "
+            "was it edited? Save it again"
+        )
+    for rel, digest in files.items():
+        file = path_inside(folder, rel, config=config, what=f"files entry {rel!r}")
+        if not file.is_file():
+            raise ModelFileError(f"{file} is missing: the folder is incomplete")
+        if sha256_file(file) != digest:
+            raise ModelFileError(f"{file} does not match its checksum: it is truncated, corrupted or edited")
+    listed = {folder.joinpath(*PurePosixPath(rel).parts) for rel in files}
+    for directory in read_dirs:
+        if not directory.is_dir():
+            raise ModelFileError(f"{directory} is missing: the folder is incomplete")
+        for file in sorted(directory.rglob("*")):
+            if file.is_file() and file not in listed:
+                raise ModelFileError(f"{file} has no checksum in {config}: it was added or the config was edited")

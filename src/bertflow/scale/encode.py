@@ -11,7 +11,6 @@ same kind of device.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import shutil
@@ -26,6 +25,7 @@ import torch
 
 from .._version import __version__
 from ..errors import CompatibilityError, InputError
+from ..identity import calibrator_identity
 from ..io.files import LOCK_NAME, folder_lock
 from ..io.text import index_lines, read_lines
 from .launch import all_gather_object, barrier, rank_and_world, run_on_main, share, share_cpu_threads
@@ -57,7 +57,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-#: Manifest fields that a resumed run must reproduce exactly (otherwise its shards would not fit together).
+#: Manifest fields that a resumed run must reproduce exactly (otherwise its shards would not fit together). The
+#: library version is not one: a store half encoded by one bertflow release is resumed by the next (the encoder and
+#: the calibrator are recorded by fingerprints that do not depend on it, :mod:`bertflow.identity`).
 IDENTITY_KEYS = (
     "input",
     "encoder",
@@ -80,19 +82,6 @@ IDENTITY_KEYS = (
 def _encode_kwargs(batch_size: int | None, chunk_size: int) -> dict[str, int]:
     # batch_size only when given: then the encoder's own default batching applies (a token budget).
     return {"chunk_size": int(chunk_size)} | ({"batch_size": int(batch_size)} if batch_size is not None else {})
-
-
-def _calibrator_identity(calibrator: Calibrator) -> dict[str, Any]:
-    """Type, parameters and a sha256 of the fitted state of a calibrator (runtime settings left out)."""
-    config = calibrator.to_config()
-    config["params"] = {k: v for k, v in config["params"].items() if k not in ("device", "verbose")}
-    _, arrays = calibrator._get_state()
-    h = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode("utf-8"))
-    for name in sorted(arrays):
-        arr = np.ascontiguousarray(arrays[name])
-        h.update(f"{name}:{arr.dtype.str}:{arr.shape};".encode())
-        h.update(arr.tobytes())
-    return {"type": calibrator.name, "params": config["params"], "sha256": h.hexdigest()}
 
 
 def _normalised(data: dict[str, Any]) -> dict[str, Any]:
@@ -227,7 +216,7 @@ def encode_file_to_store(
     identity = {
         "encoder": encoder.get_config(),
         "compute_dtype": str(getattr(encoder, "dtype", "unknown")).replace("torch.", ""),
-        "calibrator": _calibrator_identity(calibrator) if calibrator is not None else None,
+        "calibrator": calibrator_identity(calibrator) if calibrator is not None else None,
         "dim": dim,
         "dtype": "float32",
         "chunk_size": int(chunk_size),

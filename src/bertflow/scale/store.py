@@ -41,7 +41,7 @@ import numpy as np
 from .._version import __version__
 from ..errors import InputError, ModelFileError
 from ..io.files import FOLDER_KINDS, TMP_MARK, atomic_file, atomic_write_text, fsync_dir, temporary_name
-from ..io.formats import sha256_file
+from ..io.formats import check_format, sha256_file
 
 __all__ = [
     "MANIFEST_NAME",
@@ -106,14 +106,7 @@ def read_manifest(folder: str | Path) -> dict[str, Any]:
         raise ModelFileError(f"{path} is not valid JSON; the file is corrupted or was edited")
     if data.get("format") != STORE_FORMAT:
         raise ModelFileError(f"{path} is not a bertflow embedding-store manifest")
-    version = data.get("format_version")
-    if not isinstance(version, int):
-        raise ModelFileError(f"{path} has no valid format_version; was it edited?")
-    if version > STORE_FORMAT_VERSION:
-        raise ModelFileError(
-            f"{folder} was written by bertflow {data.get('bertflow_version')} (store format {version}); this is "
-            f"bertflow {__version__} (store format {STORE_FORMAT_VERSION}): upgrade bertflow to read it"
-        )
+    check_format(data, path, kind="embedding store", current=STORE_FORMAT_VERSION)
     for key in ("rows", "dim", "dtype", "shards"):
         if key not in data:
             raise ModelFileError(f"{path} lacks {key!r}; was it edited?")

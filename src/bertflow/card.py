@@ -1,0 +1,131 @@
+"""The model card of a saved :class:`~bertflow.embedder.Embedder`: ``README.md`` with YAML front matter, which the
+Hugging Face Hub reads (licence, library, tags, base model), and a table of how the model was fitted."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ._version import __version__
+from .embedder import CALIBRATOR_DIR, CONFIG_FILE, ENCODER_DIR
+from .hub import is_hub_id
+from .identity import calibrator_fingerprint
+from .io.formats import FORMAT_VERSION
+
+if TYPE_CHECKING:
+    from .calibrators import Calibrator
+
+__all__ = ["model_card"]
+
+
+def model_card(
+    encoder: Mapping[str, Any],
+    calibrator: Calibrator,
+    fitting: Mapping[str, Any],
+    *,
+    encoder_license: str | None,
+    include_encoder: bool = False,
+) -> str:
+    """A Markdown model card: what was fitted, on what, with which library version and licence, and how to load,
+    search and publish it.
+
+    Args:
+        encoder: the encoder's config as saved (``bertflow_config.json`` ``encoder``: pinned revision, provenance).
+        calibrator: the fitted calibrator.
+        fitting: the fitting record (:func:`bertflow.identity.fit_record`; older records may lack keys).
+        encoder_license: the licence the encoder's own files declare, or ``None``.
+        include_encoder: whether the folder bundles the encoder's files (changes the licence statement).
+    """
+    enc, cal, info = encoder, calibrator, fitting
+    tags = ["bertflow", "sentence-embeddings", "sentence-similarity", f"calibrator-{cal.name}"]
+    if cal.name == "flow":
+        tags.append("bert-flow")
+    # The calibrator's files are Apache-2.0 like bertflow; bundled encoder files keep the encoder's licence,
+    # so a bundle is Apache-2.0 only where the encoder is too.
+    if include_encoder and encoder_license != "apache-2.0":
+        front = ["---", "license: other", "license_name: apache-2.0-and-encoder-license"]
+    else:
+        front = ["---", "license: apache-2.0"]
+    front += ["library_name: bertflow", "pipeline_tag: sentence-similarity", "tags:"]
+    front += [f"- {tag}" for tag in tags]
+    if is_hub_id(enc["model"]):
+        # The hub links base_model to the encoder's page; a local path there would fail its validation.
+        front += [f"base_model: {enc['model']}", "base_model_relation: adapter"]
+    front.append("---")
+    fitted = [
+        ("encoder", f"`{enc['model']}`" + (f" @ `{enc['revision']}`" if enc.get("revision") else "")),
+        ("encoder weights", "bundled in `encoder/`" if include_encoder else "referenced by id, not copied"),
+        ("pooling", f"`{enc['pooling']}`"),
+        ("max_length (tokens)", enc["max_length"]),
+        ("embedding dimension in / out", f"{enc['dim']} / {cal.n_features_out_}"),
+        ("encoder fingerprint", f"`{enc['fingerprint']}`"),
+        *[(f"encoder file sha256 ({f})", f"`{digest}`") for f, digest in enc.get("weights_sha256", {}).items()],
+        ("encoder licence", f"`{encoder_license}`" if encoder_license else "not declared in its files"),
+        ("calibrator", f"`{cal!r}`"),
+        ("calibrator fingerprint", f"`{calibrator_fingerprint(cal)}`"),
+        ("regime (fitting corpus)", info.get("regime", "unknown")),
+        ("corpus size (sentences)", info.get("n_sentences", "unknown")),
+        ("corpus_sha256", f"`{info['corpus_sha256']}`" if info.get("corpus_sha256") else "unknown"),
+        *([("corpus file sha256", f"`{info['corpus_file_sha256']}`")] if info.get("corpus_file_sha256") else []),
+        ("labels used", "none (label-free)"),
+        ("fitting time (s)", info.get("seconds", "unknown")),
+        ("fitted_at (UTC)", info.get("fitted_at", "unknown")),
+        ("machine", info.get("machine", "unknown")),
+        ("bertflow version", __version__),
+        ("format version", FORMAT_VERSION),
+    ]
+    lines = [
+        *front,
+        f"# bertflow calibrator for `{enc['model']}`",
+        "",
+        f"A `{cal.name}` calibrator fitted **without labels** on sentence embeddings of `{enc['model']}`, with "
+        "bertflow (a reimplementation of BERT-flow, Li et al., EMNLP "
+        "2020, and related post-hoc calibrations). The encoder stays frozen; similarity is the cosine of the "
+        "calibrated vectors.",
+        "",
+        "## How it was fitted",
+        "",
+        "| | |",
+        "|---|---|",
+        *[f"| {key} | {value} |" for key, value in fitted],
+        "",
+        "`corpus_sha256` is the sha256 of the fitting sentences joined by newlines (each followed by `\\n`), "
+        "so the corpus can be verified without being published.",
+        "",
+        "## Files",
+        "",
+        f"- `{CONFIG_FILE}`: encoder reference, calibrator type, fitting record, sha256 of every other file",
+        f"- `{CALIBRATOR_DIR}/config.json`, `{CALIBRATOR_DIR}/model.safetensors`: the calibrator (no pickles)",
+    ]
+    if include_encoder:
+        lines.append(f"- `{ENCODER_DIR}/`: the encoder's own Hugging Face files (its licence applies to them)")
+    lines += [
+        "",
+        "## Use",
+        "",
+        "```python",
+        "from bertflow import Embedder",
+        'model = Embedder.load("PATH_OR_HUB_ID")',
+        'model.similarity("A man is playing a guitar.", "Someone plays an instrument.")',
+        'model.build_index(["A man is playing a guitar.", "The stock market fell."])',
+        'model.search("someone making music", top_k=1)',
+        "```",
+        "",
+        "```bash",
+        'bertflow similarity "A man plays a guitar." "Someone plays an instrument." --model-dir PATH_OR_HUB_ID',
+        "bertflow search build corpus.txt --model-dir PATH_OR_HUB_ID -o my-index",
+        'bertflow search query my-index "someone making music" --top-k 5',
+        "```",
+        "",
+        'Publish it with `model.push_to_hub("user/name")`, or upload this folder as it is '
+        "(`huggingface_hub.HfApi().upload_folder(folder_path=PATH, repo_id=ID)`).",
+        "",
+        "## Licence",
+        "",
+        f"The calibrator and its records (`{CONFIG_FILE}`, `{CALIBRATOR_DIR}/`, this card) are released under "
+        "the Apache License 2.0, like bertflow. The encoder is not covered by it: its own licence applies"
+        + (f" (`{encoder_license}`, as its files declare)" if encoder_license else " (see its model card)")
+        + (", also to its copy in `encoder/`." if include_encoder else "; its weights are not in this folder."),
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,93 @@
+"""The Hugging Face Hub as a place models come from: telling a repo id from a local path, fetching a snapshot, and
+explaining a name that is neither (a typo of a local folder is answered as such, not with a network error).
+
+huggingface_hub is imported only when something is fetched.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from .errors import ModelFileError
+
+__all__ = ["is_hub_id", "snapshot", "download_model", "means_local", "did_you_mean"]
+
+
+def is_hub_id(name: str) -> bool:
+    """Whether ``name`` reads as a hub repo id (``org/name`` or ``name``) rather than a local path."""
+    return bool(re.fullmatch(r"[\w.-]+(/[\w.-]+)?", name)) and not Path(name).expanduser().exists()
+
+
+def snapshot(repo_id: str, revision: str | None, allow_patterns: list[str] | None = None) -> Path:
+    """A hub repo's files via huggingface_hub (its cache first; the network only where allowed and needed).
+
+    Raises:
+        ModelFileError: the repo could not be fetched; the message says why and what to try.
+    """
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=allow_patterns))
+    except Exception as e:  # huggingface_hub raises many types: offline, not found, gated, invalid id, HTTP
+        offline = os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on")
+        hint = (
+            "HF_HUB_OFFLINE is set and it is not in the local cache: unset HF_HUB_OFFLINE where there is network, "
+            f"or download it first (hf download {repo_id})"
+            if offline
+            else "check the repo id and revision, your network, and (for a private or gated repo) `hf auth login`"
+        )
+        raise ModelFileError(
+            f"{repo_id!r} could not be fetched from the Hugging Face Hub ({type(e).__name__}: {e}); {hint}"
+        ) from None
+
+
+def download_model(name: str, revision: str | None) -> Path:
+    """Fetch a bertflow model folder from the Hugging Face Hub, or explain why ``name`` is neither folder nor repo.
+
+    Raises:
+        ModelFileError: ``name`` is a file, can only mean a local folder that does not exist, is no repo id, or the
+            repo could not be fetched.
+    """
+    path = Path(name).expanduser()
+    if path.exists():
+        raise ModelFileError(f"{path} is a file; a bertflow model is a folder (written by Embedder.save)")
+    if means_local(name):
+        raise ModelFileError(f"no such folder: {name} (looked in {Path.cwd()}){did_you_mean(path)}")
+    if not is_hub_id(name):
+        raise ModelFileError(
+            f"no folder {path} (looked in {Path.cwd()}), and {name!r} is not a Hugging Face Hub repo id either"
+        )
+    try:
+        return snapshot(name, revision)
+    except ModelFileError as e:
+        detail = " ".join(str(e).split())  # huggingface_hub's messages span lines; the CLI's errors take one
+        raise ModelFileError(f"no such folder {name!r} here, and {detail}") from None
+
+
+def means_local(name: str) -> bool:
+    """Whether ``name``, which is no existing path, can only have meant a local folder (a typo, most likely).
+
+    A bertflow model on the Hub is always ``user/name`` (the Hub gives every new repo an owner), so a bare name,
+    a path starting with ``.``, ``/`` or ``~``, one with more than two parts, or one whose first folder exists
+    here (``runs/my-flwo`` next to ``runs/``) is not looked up on the network: that would answer a typo with a
+    network error.
+    """
+    parts = name.replace("\\", "/").split("/")
+    if len(parts) != 2 or name.startswith((".", "/", "~")):
+        return True
+    return Path(parts[0]).expanduser().is_dir()
+
+
+def did_you_mean(path: Path) -> str:
+    """``"; did you mean X?"`` naming the closest existing folder next to ``path``, or ``""``."""
+    import difflib
+
+    parent = path.parent
+    try:
+        siblings = [p.name for p in parent.iterdir() if p.is_dir()] if parent.is_dir() else []
+    except OSError:
+        return ""
+    close = difflib.get_close_matches(path.name, siblings, n=1, cutoff=0.75)
+    return f"; did you mean {parent / close[0]}?" if close else ""

@@ -1,0 +1,300 @@
+"""Identity and compatibility: what makes a model's vectors what they are, recorded in one way and checked in one way.
+
+* the encoder's weight fingerprint (:func:`weights_fingerprint`), part of the encoder's record (:func:`encoder_record`)
+  that a calibrator keeps as ``fitted_on`` once fitted (:func:`mark_fitted`);
+* a fitted calibrator's fingerprint (:func:`calibrator_fingerprint`) and identity (:func:`calibrator_identity`),
+  recorded by search indexes and embedding stores; none of them contains the library version, so a model, an index
+  or a half-encoded store made with one bertflow release is still recognised by the next;
+* the fitting record saved with a model (:func:`fit_record`, :func:`corpus_digest`);
+* the check that a calibrator meets the encoder it was fitted on (:func:`check_fitted_on`), and the comparison of
+  two model identities that a search index makes before it is queried (:func:`identity_differences`).
+
+Importing this module loads no torch (only :func:`weights_fingerprint` needs it, when it runs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .errors import CompatibilityError
+
+if TYPE_CHECKING:
+    import torch
+
+    from .calibrators import Calibrator
+
+__all__ = [
+    "ENCODER_KEYS",
+    "FINGERPRINT_SCHEME",
+    "FIT_RECORD_KEYS",
+    "calibrator_fingerprint",
+    "calibrator_identity",
+    "check_fitted_on",
+    "corpus_digest",
+    "describe_model",
+    "encoder_record",
+    "fingerprint_hint",
+    "fit_record",
+    "identity_differences",
+    "mark_fitted",
+    "weights_fingerprint",
+]
+
+# -- the encoder ------------------------------------------------------------------------------------------------
+
+#: Prefix of fingerprints of the current scheme (:func:`weights_fingerprint`). Fingerprints written before it
+#: (16 hex digits, no prefix) hashed only the config, the vocabulary and the first 256 embedding rows, so they
+#: cannot tell two checkpoints with different transformer layers apart; they are refused, not trusted.
+FINGERPRINT_SCHEME = "w2-"
+#: Config fields that change what a checkpoint computes, hashed with its weights.
+_FINGERPRINT_CONFIG_KEYS = (
+    "model_type",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "hidden_act",
+    "layer_norm_eps",
+    "max_position_embeddings",
+    "position_embedding_type",
+    "vocab_size",
+)
+
+
+def weights_fingerprint(model: torch.nn.Module, tokenizer: Any) -> str:
+    """``FINGERPRINT_SCHEME`` + 16 hex digits of a sha256 over the architecture, the vocabulary and every parameter.
+
+    Each parameter (by name, shape and value) is hashed after rounding to bfloat16, so the same checkpoint loaded
+    in float32, float16 or bfloat16, on any device, gives the same value, while any change of a weight larger
+    than bfloat16's resolution (relative 2^-9) changes it; retraining or fine-tuning moves many weights that far.
+    Cost: one pass over the weights (a bfloat16 copy of one tensor at a time, then sha256), once per encoder:
+    0.5 s for the 22.7M parameters of a 6-layer 384-wide BERT and 1.0 s for the 109.5M of BERT-base on a 2-core
+    Xeon shared with other jobs (``benchmarks/fingerprint_cost.py``; on a GPU the rounding runs there and only
+    bfloat16 bytes are copied).
+    Hashing the parameters rather than the checkpoint files gives the same value whether the model came from a
+    local folder, the hub cache, a bundled copy or an object built in memory.
+    """
+    import torch
+
+    h = hashlib.sha256()
+    cfg = model.config
+    for key in _FINGERPRINT_CONFIG_KEYS:
+        h.update(f"{key}={getattr(cfg, key, None)};".encode())
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+    h.update("\n".join(tok for tok, _ in vocab).encode("utf-8"))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            h.update(f"{name}:{tuple(param.shape)};".encode())
+            rounded = param.detach().to(torch.bfloat16).contiguous().to("cpu")
+            h.update(rounded.view(torch.int16).numpy())  # the buffer itself, no bytes copy
+    return FINGERPRINT_SCHEME + h.hexdigest()[:16]
+
+
+def fingerprint_hint(saved: object) -> str:
+    """An explanation to add to a fingerprint-mismatch error when ``saved`` predates the current scheme, else ``""``."""
+    if isinstance(saved, str) and not saved.startswith(FINGERPRINT_SCHEME):
+        return (
+            f" (the saved fingerprint {saved!r} is of an earlier scheme that hashed only the "
+            "config, the vocabulary and the first 256 embedding rows, so it cannot show that the encoder's weights "
+            "are the ones the calibrator was fitted on: refit it with this bertflow)"
+        )
+    return ""
+
+
+#: What a calibrator's ``fitted_on`` records of the encoder whose embeddings it was fitted on (plus ``framework``:
+#: ``"bertflow"`` for a :class:`~bertflow.encoding.encoder.SentenceEncoder`, ``"sentence-transformers"`` for a model
+#: of that library).
+ENCODER_KEYS = ("model", "revision", "pooling", "max_length", "dim", "fingerprint")
+#: The fields compared with a calibrator's ``fitted_on`` before it is applied (the dimension is checked apart).
+_CHECKED_KEYS = ("fingerprint", "pooling", "max_length")
+
+
+def encoder_record(encoder: Any, *, framework: str = "bertflow") -> dict[str, Any]:
+    """The record of an encoder that a calibrator fitted on its embeddings keeps as ``fitted_on``.
+
+    Args:
+        encoder: a :class:`~bertflow.encoding.encoder.SentenceEncoder` (its ``get_config()`` is read), or a mapping
+            with at least :data:`ENCODER_KEYS` (the sentence-transformers integration builds one from its model).
+        framework: the library that computed the embeddings.
+
+    Returns:
+        ``{key: value for key in ENCODER_KEYS}`` plus ``framework``: the same keys whichever route fitted the
+        calibrator (``Embedder.fit``, ``bertflow distributed-fit``, ``fit_calibrator``).
+
+    Raises:
+        ValueError: a mapping without one of :data:`ENCODER_KEYS` (a programming error, not a user's).
+    """
+    config = encoder if isinstance(encoder, Mapping) else encoder.get_config()
+    missing = [key for key in ENCODER_KEYS if key not in config]
+    if missing:
+        raise ValueError(f"an encoder record needs {', '.join(missing)}")
+    return {**{key: config[key] for key in ENCODER_KEYS}, "framework": framework}
+
+
+def mark_fitted(calibrator: Calibrator, encoder: Any, *, framework: str = "bertflow") -> None:
+    """Record on a freshly fitted ``calibrator`` (as ``fitted_on``) the encoder whose embeddings it was fitted on."""
+    calibrator.fitted_on = encoder_record(encoder, framework=framework)
+
+
+def check_fitted_on(
+    calibrator: Calibrator,
+    ours: Mapping[str, Any],
+    *,
+    subject: str = "this encoder",
+    advice: Callable[[str, Any], str] | None = None,
+) -> None:
+    """Refuse to apply ``calibrator`` to embeddings of an encoder other than the one it was fitted on.
+
+    Args:
+        calibrator: a fitted calibrator; its ``fitted_on`` (:func:`encoder_record`), where it has one, is compared.
+        ours: the record of the encoder at hand (its ``get_config()``, or the integration's equivalent); a value it
+            gives as ``None`` (not computable there) is not compared.
+        subject: how the messages name the encoder at hand.
+        advice: ``(key, recorded value) -> what to do``; default: refit, or load the matching encoder.
+
+    Raises:
+        CompatibilityError: another dimension, weight fingerprint, pooling or truncation length.
+    """
+    dim = ours.get("dim")
+    if dim is not None and int(calibrator.n_features_in_) != int(dim):
+        raise CompatibilityError(
+            f"the calibrator was fitted on {calibrator.n_features_in_}-dimensional embeddings, but "
+            f"{ours.get('model')} gives {dim}; refit it for this encoder"
+        )
+    fitted_on = getattr(calibrator, "fitted_on", None)
+    if not fitted_on:
+        return
+    for key in _CHECKED_KEYS:
+        if key in fitted_on and ours.get(key) is not None and fitted_on[key] != ours[key]:
+            todo = advice(key, fitted_on[key]) if advice else "refit it or load the matching encoder"
+            raise CompatibilityError(
+                f"the calibrator was fitted with {key}={fitted_on[key]!r} (encoder {fitted_on.get('model')}), but "
+                f"{subject} has {key}={ours[key]!r}; {todo}"
+                + (fingerprint_hint(fitted_on[key]) if key == "fingerprint" else "")
+            )
+
+
+# -- the calibrator ---------------------------------------------------------------------------------------------
+
+# Settings that change how a calibrator runs or where it came from, not what it computes: left out of its
+# fingerprint (at any depth of its config), so that it survives saving, loading, another device and an upgrade.
+_RUNTIME_KEYS = frozenset({"bertflow_version", "format_version", "fitted_on", "verbose", "device"})
+
+
+def calibrator_fingerprint(calibrator: Calibrator) -> str:
+    """A short hash (16 hex digits) of a fitted calibrator's type, parameters and fitted state (arrays included).
+
+    Identical for the same calibrator before saving and after loading, on CPU or GPU, in any bertflow version;
+    different as soon as one fitted number differs. Runtime settings (``device``, ``verbose``), the library and
+    format versions and the encoder record (``fitted_on``, checked apart) are left out.
+    """
+
+    def canonical(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: canonical(v) for k, v in value.items() if k not in _RUNTIME_KEYS}
+        if isinstance(value, (list, tuple)):
+            return [canonical(v) for v in value]
+        return value
+
+    config = calibrator.to_config()
+    _, arrays = calibrator._get_state()  # the fitted arrays, exactly as save() writes them
+    h = hashlib.sha256(json.dumps(canonical(config), sort_keys=True, default=str).encode("utf-8"))
+    for name in sorted(arrays):
+        arr = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}:{arr.dtype.str}:{arr.shape};".encode())
+        h.update(arr.tobytes())
+    return h.hexdigest()[:16]
+
+
+def calibrator_identity(calibrator: Calibrator) -> dict[str, Any]:
+    """``{"type", "fingerprint", "dim"}`` of a fitted calibrator: what a search index (in ``Embedder.identity()``)
+    and a calibrated embedding store record of it, and compare on use."""
+    return {
+        "type": calibrator.name,
+        "fingerprint": calibrator_fingerprint(calibrator),
+        "dim": int(calibrator.n_features_out_),
+    }
+
+
+def identity_differences(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """What differs between two model identities (``Embedder.identity()``: an encoder config and a
+    :func:`calibrator_identity`), e.g. ``["encoder fingerprint", "calibrator type"]``; empty for the same model."""
+    differences = []
+    for part, keys in (
+        ("encoder", ("fingerprint", "pooling", "max_length", "dim")),
+        ("calibrator", ("type", "fingerprint")),
+    ):
+        for key in keys:
+            if (recorded.get(part) or {}).get(key) != (current.get(part) or {}).get(key):
+                differences.append(f"{part} {key}")
+    return differences
+
+
+def describe_model(identity: Mapping[str, Any] | None) -> str:
+    """One line naming an encoder + calibrator identity (as in :meth:`bertflow.Embedder.identity`)."""
+    if not identity:
+        return "an unknown model"
+    enc, cal = identity.get("encoder", {}), identity.get("calibrator", {})
+    return (
+        f"encoder {enc.get('model')} (pooling {enc.get('pooling')}, max_length {enc.get('max_length')}, "
+        f"fingerprint {enc.get('fingerprint')}) + {cal.get('type')} calibrator (fingerprint {cal.get('fingerprint')})"
+    )
+
+
+# -- the fitting record -----------------------------------------------------------------------------------------
+
+#: Keys of every fitting record (:func:`fit_record`), whichever route fitted the model.
+FIT_RECORD_KEYS = ("n_sentences", "corpus_sha256", "corpus_file_sha256", "regime", "seconds", "fitted_at", "machine")
+
+
+def corpus_digest(sentences: Sequence[str]) -> str:
+    """sha256 of the sentences joined by newlines: identifies a fitting corpus without storing it."""
+    h = hashlib.sha256()
+    for s in sentences:
+        h.update(s.encode("utf-8"))
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def fit_record(
+    n_sentences: int,
+    *,
+    regime: str,
+    seconds: float,
+    device: object,
+    corpus_sha256: str | None = None,
+    corpus_file_sha256: str | None = None,
+    ranks: int | None = None,
+) -> dict[str, Any]:
+    """How a model was fitted, as saved with it (``bertflow_config.json`` ``fitting``, the card, ``fitting.json``).
+
+    Args:
+        n_sentences: sentences (rows) fitted on.
+        regime: a free-form label of the fitting corpus.
+        seconds: wall time of encoding and fitting.
+        device: where it ran (the encoder's device, or the ranks' device).
+        corpus_sha256: :func:`corpus_digest` of the sentences, where they were at hand.
+        corpus_file_sha256: sha256 of the file the sentences were read from (a distributed fit, which never holds
+            them all), where known.
+        ranks: processes of a distributed fit; ``None`` for one process.
+
+    Returns:
+        A dict with exactly the keys :data:`FIT_RECORD_KEYS` (``None`` for what is not known).
+    """
+    machine = f"{platform.machine()} {platform.system()}, device {device}"
+    return {
+        "n_sentences": int(n_sentences),
+        "corpus_sha256": corpus_sha256,
+        "corpus_file_sha256": corpus_file_sha256,
+        "regime": regime,
+        "seconds": round(float(seconds), 2),
+        "fitted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine if ranks is None else f"{ranks} rank(s), {machine}",
+    }
