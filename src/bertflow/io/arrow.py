@@ -167,24 +167,27 @@ class TableColumn:
 
     def _check_no_nulls(self) -> None:
         # Nulls are refused, not skipped: row i of the store must stay row i of the table. Parquet keeps null
-        # counts in its metadata; an Arrow batch keeps its own (both read without decoding the strings).
-        file = self._file
+        # counts in its metadata, an Arrow batch its own: the strings are decoded only where a count is missing.
+        file, total, first = self._file, 0, None
         for g in range(len(self._starts) - 1):
             if self.kind == "parquet":
                 meta = file.metadata.row_group(g).column(file.schema_arrow.get_field_index(self.column))
                 stats = meta.statistics
-                if stats is not None and stats.has_null_count and stats.null_count == 0:
+                if stats is not None and stats.has_null_count and (stats.null_count == 0 or first is not None):
+                    total += stats.null_count
                     continue
                 values = file.read_row_group(g, columns=[self.column]).column(0)
             else:
                 values = file.get_batch(g).column(self.column)
             if values.null_count:
-                first = next(i for i, v in enumerate(values.is_null().to_pylist()) if v)
-                raise InputError(
-                    f"{self.path}: column {self.column!r} holds {values.null_count} null value(s), the first at row "
-                    f"{self._starts[g] + first} (counting from 0); every row becomes one embedding row, so drop or "
-                    "fill the nulls first"
-                )
+                total += values.null_count
+                if first is None:
+                    first = self._starts[g] + values.is_null().to_pylist().index(True)
+        if total:
+            raise InputError(
+                f"{self.path}: column {self.column!r} holds {total} null value(s), the first at row {first} (counting "
+                "from 0); every row becomes one embedding row, so drop or fill the nulls first"
+            )
 
     def _iter_column(self, name: str, start: int, stop: int) -> Iterator[Any]:
         """The arrays of column ``name`` covering rows ``[start, stop)``, in order (only overlapping groups read)."""
@@ -385,7 +388,9 @@ def read_embedding_table(path: str | Path, kind: str, dim: int, first_row: int) 
     """
     pa = pyarrow()
     try:
-        table = _open_table(Path(path), kind).read(columns=[ROW_COLUMN, EMBEDDING_COLUMN])
+        file = _open_table(Path(path), kind)
+        columns = [ROW_COLUMN, EMBEDDING_COLUMN]
+        table = file.read(columns=columns) if kind == "parquet" else file.read_all().select(columns)
     except (pa.ArrowException, OSError) as e:
         raise ModelFileError(f"cannot read {path}: {str(e).splitlines()[0]}") from None
     rows = table.column(ROW_COLUMN).to_numpy()

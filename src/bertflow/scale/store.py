@@ -480,7 +480,10 @@ class TableShardWriter(ShardWriter):
         return size, digest
 
     def _discard(self) -> None:
-        # Leaving atomic_file by an exception deletes its temporary file.
+        # Close the table writer while its file is open (pyarrow would write to a closed file when it is collected),
+        # then leave atomic_file by an exception, which deletes the temporary file.
+        with contextlib.suppress(Exception):
+            self._table.close()
         self._stack.__exit__(RuntimeError, RuntimeError("shard aborted"), None)
 
 
