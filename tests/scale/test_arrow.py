@@ -104,12 +104,16 @@ def test_bad_columns_and_rows_are_one_line_errors(tmp_path, lines):
 
 @pytest.mark.parametrize("shard_format", ["npy", "parquet", "arrow"])
 @pytest.mark.parametrize("name", ["in.parquet", "in.feather"])
-def test_a_table_input_gives_the_text_store_in_every_format(tiny_encoder, tmp_path, lines, expected, name, shard_format):
+def test_a_table_input_gives_the_text_store_in_every_format(
+    tiny_encoder, tmp_path, lines, expected, name, shard_format
+):
     path = write_table(tmp_path / name, _table(lines), group=30)  # row groups cross shard boundaries
     out = tmp_path / "out"
     id_column = None if shard_format == "npy" else "doc_id"
     with one_thread():
-        summary = encode_file_to_store(path, out, tiny_encoder, shard_format=shard_format, id_column=id_column, **ENCODE)
+        summary = encode_file_to_store(
+            path, out, tiny_encoder, shard_format=shard_format, id_column=id_column, **ENCODE
+        )
     assert summary["rows"] == ROWS and summary["shards"] == 4
     store = open_embeddings(out, verify=True)
     np.testing.assert_array_equal(np.asarray(store), expected)
@@ -123,9 +127,7 @@ def test_a_table_input_gives_the_text_store_in_every_format(tiny_encoder, tmp_pa
         assert table.schema.field("embedding").type == pa.list_(pa.float32(), expected.shape[1])
         assert table.column("row").to_pylist() == list(range(ROWS))
         assert table.column("doc_id").to_pylist() == [1000 + i for i in range(ROWS)]
-        np.testing.assert_array_equal(
-            np.stack(table.column("embedding").to_numpy(zero_copy_only=False)), expected
-        )
+        np.testing.assert_array_equal(np.stack(table.column("embedding").to_numpy(zero_copy_only=False)), expected)
 
 
 def test_a_text_file_can_be_stored_as_parquet_shards(tiny_encoder, corpus_file, tmp_path):
@@ -249,19 +251,24 @@ def _map(batch):
 
 
 def test_map_encoder_in_a_process_pool_equals_embedder_encode(tiny_encoder, tmp_path, lines):
-    embedder = Embedder(tiny_encoder, WhiteningCalibrator(8)).fit(lines)
+    with one_thread():
+        embedder = Embedder(tiny_encoder, WhiteningCalibrator(8)).fit(lines)
     embedder.save(tmp_path / "model")
     table = _table(lines)
     batches = [table.slice(a, 25) for a in range(0, ROWS, 25)]  # Ray's batch_format="pyarrow"
-    as_dicts = [{"text": np.array(b.column("text").to_pylist()), "doc_id": b.column("doc_id").to_numpy()} for b in batches]
+    as_dicts = [
+        {"text": np.array(b.column("text").to_pylist()), "doc_id": b.column("doc_id").to_numpy()} for b in batches
+    ]
     context = multiprocessing.get_context("spawn")
-    with context.Pool(2, initializer=_start_worker, initargs=({"model_dir": str(tmp_path / "model"), "device": "cpu"},)) as pool:
+    with context.Pool(
+        2, initializer=_start_worker, initargs=({"model_dir": str(tmp_path / "model"), "device": "cpu"},)
+    ) as pool:
         tables = pool.map(_map, batches)
         dicts = pool.map(_map, as_dicts)
     with one_thread():
         per_batch = [embedder.encode(b.column("text").to_pylist()) for b in batches]
         whole = embedder.encode(lines)
-    for got, got_dict, want, batch in zip(tables, dicts, per_batch, batches):
+    for got, got_dict, want, batch in zip(tables, dicts, per_batch, batches, strict=True):
         assert got.column_names == ["doc_id", "text", "embedding"] and got.column("doc_id") == batch.column("doc_id")
         assert got.schema.field("embedding").type == pa.list_(pa.float32(), 8)
         np.testing.assert_array_equal(np.stack(got.column("embedding").to_numpy(zero_copy_only=False)), want)

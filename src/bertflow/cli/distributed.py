@@ -278,7 +278,11 @@ def distributed_encode(
 
 
 def _check_input_options(
-    input: Path, text_column: str | None, input_format: InputFormat | None, shard_format: ShardFormat, id_column: str | None
+    input: Path,
+    text_column: str | None,
+    input_format: InputFormat | None,
+    shard_format: ShardFormat,
+    id_column: str | None,
 ) -> None:
     """Refuse input and format options that do not fit together, or a table without the columns named, before any
     rank starts (reads a table's metadata only)."""

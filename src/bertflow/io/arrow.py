@@ -122,16 +122,18 @@ class TableColumn:
                 self._file = pa.ipc.open_file(pa.memory_map(str(self.path), "r"))
                 counts = [self._file.get_batch(i).num_rows for i in range(self._file.num_record_batches)]
         except (pa.ArrowInvalid, OSError) as e:
-            what = "Parquet" if self.kind == "parquet" else "Arrow IPC (random-access, or Feather v2)"
-            raise InputError(f"cannot read {self.path} as a {what} file: {str(e).splitlines()[0]}") from None
+            what = (
+                "a Parquet file"
+                if self.kind == "parquet"
+                else "an Arrow IPC file (the random-access format; Feather v2)"
+            )
+            raise InputError(f"cannot read {self.path} as {what}: {str(e).splitlines()[0]}") from None
         self._starts = [0, *np.cumsum(counts, dtype=np.int64).tolist()]
         schema = self._file.schema_arrow if self.kind == "parquet" else self._file.schema
         names = list(schema.names)
         for name in filter(None, (self.column, self.id_column)):
             if name not in names:
-                raise InputError(
-                    f"{self.path} has no column {name!r}; its columns: {', '.join(names) or '(none)'}"
-                )
+                raise InputError(f"{self.path} has no column {name!r}; its columns: {', '.join(names) or '(none)'}")
         kind = schema.field(self.column).type
         if not _is_text(pa, kind):
             raise InputError(

@@ -550,7 +550,9 @@ class TextLines:
         from .arrow import InputIndex
 
         found = index_lines(self.path, every)
-        return InputIndex(found.lines, found.offsets, {"bytes": found.bytes, "sha256": found.sha256, "lines": found.lines})
+        return InputIndex(
+            found.lines, found.offsets, {"bytes": found.bytes, "sha256": found.sha256, "lines": found.lines}
+        )
 
     def read(self, start: int, stop: int, offset: int = 0) -> list[str]:
         """Lines ``start + 1 .. stop`` (rows ``[start, stop)``), the first beginning at byte ``offset``."""

@@ -26,8 +26,8 @@ import torch
 
 from .._version import __version__
 from ..errors import CompatibilityError, InputError
-from ..io.files import LOCK_NAME, folder_lock
 from ..io.arrow import open_input
+from ..io.files import LOCK_NAME, folder_lock
 from .launch import all_gather_object, barrier, rank_and_world, run_on_main, share, share_cpu_threads
 from .store import (
     MANIFEST_NAME,
