@@ -166,6 +166,27 @@ def test_resume_after_a_killed_table_shard(tiny_encoder, tmp_path, lines, expect
         open_embeddings(out, verify=True)
 
 
+def test_a_blank_row_stops_the_run_at_its_shard_and_keeps_the_shards_before(tiny_encoder, tmp_path, lines, expected):
+    rows = list(lines)
+    rows[70] = " \t "
+    path = write_table(tmp_path / "in.feather", _table(rows))
+    out = tmp_path / "out"
+    with one_thread(), pytest.raises(InputError, match=r"row 70 \(counting from 0\) of column 'text' is empty"):
+        encode_file_to_store(path, out, tiny_encoder, shard_format="arrow", **ENCODE)
+    # Shards 0 and 1 (rows 0..63) were finished before shard 2 (rows 64..95) was read; nothing half-written remains.
+    assert sorted(p.name for p in (out / "shards").iterdir()) == [
+        "part-000000.arrow",
+        "part-000000.json",
+        "part-000001.arrow",
+        "part-000001.json",
+    ]
+    from bertflow.io.arrow import read_embedding_table
+
+    for k in (0, 1):
+        got = read_embedding_table(out / "shards" / f"part-00000{k}.arrow", "arrow", expected.shape[1], 32 * k)
+        np.testing.assert_array_equal(got, expected[32 * k : 32 * (k + 1)])
+
+
 def test_a_failed_table_shard_leaves_nothing_behind(tmp_path):
     spec = ShardSpec(0, 0, 4, suffix=".parquet")
     with pytest.raises(RuntimeError, match="encoder died"):
