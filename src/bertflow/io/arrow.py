@@ -22,7 +22,7 @@ import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from .formats import sha256_file
 __all__ = [
     "TABLE_SUFFIXES",
     "InputIndex",
+    "InputSource",
     "TableColumn",
     "EmbeddingTableWriter",
     "input_format",
@@ -81,6 +82,20 @@ class InputIndex:
     rows: int
     offsets: tuple[int, ...] | None
     record: dict[str, Any]
+
+
+class InputSource(Protocol):
+    """What a sharded run reads: a text file (:class:`bertflow.io.text.TextLines`) or a table (:class:`TableColumn`)."""
+
+    path: Path
+
+    def index(self, every: int) -> InputIndex:
+        """One pass over the input: rows, shard offsets, identity (``every``: rows per shard)."""
+        ...
+
+    def read(self, start: int, stop: int, offset: int = 0) -> list[str]:
+        """The sentences of rows ``[start, stop)`` (``offset``: byte offset of row ``start`` in a text file)."""
+        ...
 
 
 def _is_text(pa: Any, kind: Any) -> bool:
@@ -250,10 +265,9 @@ def open_input(
     input_format_name: str | None = None,
     id_column: str | None = None,
     encoding_errors: str = "strict",
-) -> Any:
-    """The input of ``distributed-encode``: a :class:`TableColumn` for Parquet/Arrow, a ``TextLines`` otherwise.
-
-    Both have ``index(every) -> InputIndex`` and ``read(start, stop) -> list[str]`` (and ``read_ids`` for tables).
+) -> InputSource:
+    """The input of ``distributed-encode``: a :class:`TableColumn` for Parquet/Arrow, a ``TextLines`` otherwise
+    (both :class:`InputSource`; a table also has ``read_ids``).
 
     Args:
         path: the input file.

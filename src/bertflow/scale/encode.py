@@ -26,7 +26,7 @@ import torch
 
 from .._version import __version__
 from ..errors import CompatibilityError, InputError
-from ..io.arrow import open_input
+from ..io.arrow import InputSource, open_input
 from ..io.files import LOCK_NAME, folder_lock
 from .launch import all_gather_object, barrier, rank_and_world, run_on_main, share, share_cpu_threads
 from .store import (
@@ -103,7 +103,7 @@ def _normalised(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _prepare_store(
-    source: Any, folder: Path, identity: dict[str, Any], shard_size: int, overwrite: bool
+    source: InputSource, folder: Path, identity: dict[str, Any], shard_size: int, overwrite: bool
 ) -> tuple[dict[str, Any], list[int]]:
     """Rank 0: index the input, create or check the manifest, clear stale temporaries; return (manifest, done)."""
     if folder.exists() and not folder.is_dir():
