@@ -6,6 +6,7 @@ with ``--devices cuda:0,cuda:1`` and no launcher, this process spawns one rank p
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import sys
@@ -25,6 +26,8 @@ _EPILOG_ENCODE = """Examples:
   torchrun --nproc_per_node=8 -m bertflow distributed-encode corpus.txt -o emb --model-dir my-flow
 
   bertflow distributed-encode corpus.txt -o emb --devices cuda:0,cuda:1      (no torchrun, one machine)
+
+  bertflow distributed-encode docs.parquet --text-column body --id-column doc_id --format parquet -o emb
 
 Re-running the same command resumes: finished shards are kept. Read the result with
 bertflow.scale.store.open_embeddings("emb"), or pass --merge for one emb/embeddings.npy. See docs/distributed.md.
@@ -49,6 +52,22 @@ TimeoutOpt = Annotated[
     float, typer.Option(help="Minutes a rank waits for the slowest one at a barrier before the job fails.")
 ]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
+
+
+class InputFormat(str, enum.Enum):
+    """How distributed-encode reads its input (default: from the suffix)."""
+
+    text = "text"
+    parquet = "parquet"
+    arrow = "arrow"
+
+
+class ShardFormat(str, enum.Enum):
+    """The file format of a store's shards."""
+
+    npy = "npy"
+    parquet = "parquet"
+    arrow = "arrow"
 
 
 def _rank_device(device: str | None) -> str:
@@ -159,6 +178,10 @@ def _encode_worker_body(device: str | None, args: dict[str, Any]) -> None:
         overwrite=args["overwrite"],
         merge=args["merge"],
         show_progress=not args["quiet"],
+        text_column=args["text_column"],
+        input_format=args["input_format"],
+        shard_format=args["shard_format"],
+        id_column=args["id_column"],
     )
     if topology.is_main:
         print(json.dumps(summary), flush=True)
@@ -171,7 +194,15 @@ def _encode_worker(device: str | None, args: dict[str, Any]) -> None:
 
 @app.command("distributed-encode", epilog=_EPILOG_ENCODE)
 def distributed_encode(
-    input: Annotated[Path, typer.Argument(help="UTF-8 text file, one sentence per line.", exists=True, dir_okay=False)],
+    input: Annotated[
+        Path,
+        typer.Argument(
+            help="UTF-8 text file, one sentence per line; or a Parquet / Arrow IPC (Feather v2) file with a text "
+            "column (.parquet, .arrow, .feather).",
+            exists=True,
+            dir_okay=False,
+        ),
+    ],
     output: Annotated[Path, typer.Option("--output", "-o", help="Store folder (created; resumed if it exists).")],
     model_dir: Annotated[
         str | None, typer.Option(help="A folder written by `bertflow fit`: its encoder and calibrator are used.")
@@ -194,11 +225,26 @@ def distributed_encode(
     ] = EncodingErrors.strict,
     merge: Annotated[bool, typer.Option(help="Also write OUTPUT/embeddings.npy, all rows in one array.")] = False,
     overwrite: Annotated[bool, typer.Option(help="Delete a store already in OUTPUT instead of resuming it.")] = False,
+    text_column: Annotated[
+        str | None, typer.Option(help="The text column of a Parquet/Arrow input (default: text).")
+    ] = None,
+    input_format: Annotated[
+        InputFormat | None, typer.Option(help="text | parquet | arrow; default: from the input's suffix.")
+    ] = None,
+    shard_format: Annotated[
+        ShardFormat,
+        typer.Option("--format", help="Shard files: npy (memory-mapped) | parquet | arrow (row, id, embedding)."),
+    ] = ShardFormat.npy,
+    id_column: Annotated[
+        str | None,
+        typer.Option(help="A Parquet/Arrow input column copied beside each embedding (needs --format parquet|arrow)."),
+    ] = None,
     backend: BackendOpt = "gloo",
     timeout_minutes: TimeoutOpt = 60.0,
     quiet: QuietOpt = False,
 ) -> None:
-    """Encode a text file into sharded embeddings on every rank of a torchrun/srun job (resumable)."""
+    """Encode a text file (or a Parquet/Arrow text column) into sharded embeddings on every rank of a torchrun/srun
+    job (resumable)."""
     from ..io.files import check_output_folder
 
     if model_dir and model:
@@ -206,6 +252,7 @@ def distributed_encode(
     # An existing store is resumed (or restarted with --overwrite); anything else non-empty is refused.
     check_output_folder(output, "store", overwrite=overwrite, resume=True, inputs=[input, *filter(None, [model_dir])])
     _check_device_option(device, devices)
+    _check_input_options(input, text_column, input_format, shard_format, id_column)
     args = {
         "input": str(input),
         "output": str(output),
@@ -222,8 +269,35 @@ def distributed_encode(
         "merge": merge,
         "overwrite": overwrite,
         "quiet": quiet,
+        "text_column": text_column,
+        "input_format": input_format.value if input_format is not None else None,
+        "shard_format": shard_format.value,
+        "id_column": id_column,
     }
     _run(_encode_worker, devices, backend, timeout_minutes, args)
+
+
+def _check_input_options(
+    input: Path,
+    text_column: str | None,
+    input_format: InputFormat | None,
+    shard_format: ShardFormat,
+    id_column: str | None,
+) -> None:
+    """Refuse input and format options that do not fit together, or a table without the columns named, before any
+    rank starts (reads a table's metadata only)."""
+    from ..io.arrow import TableColumn, open_input
+
+    if id_column is not None and shard_format is ShardFormat.npy:
+        _raise_input("--id-column needs table shards (--format parquet or arrow): .npy shards hold only vectors")
+    source = open_input(
+        input,
+        text_column=text_column,
+        input_format_name=input_format.value if input_format is not None else None,
+        id_column=id_column,
+    )
+    if isinstance(source, TableColumn):
+        _ = source.rows  # opens the file: a missing column or a column that is not text fails here
 
 
 def _fit_worker_body(device: str | None, args: dict[str, Any]) -> None:

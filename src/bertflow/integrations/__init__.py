@@ -4,6 +4,8 @@
   (``pip install 'bertflow[st]'``); ``Embedder.to_sentence_transformer()`` converts a whole model.
 - :mod:`bertflow.integrations.mteb`: a fitted Embedder as an mteb 2.x encoder (``mteb.evaluate(embedder, tasks)``)
   and local STS files as an MTEB task (``pip install 'bertflow[mteb]'``).
+- :mod:`bertflow.integrations.map_step`: :class:`~bertflow.integrations.map_step.MapEncoder`, a map step for Ray
+  Data, Spark or a process pool (batches of text in, an embedding column out).
 """
 
 from __future__ import annotations

@@ -26,18 +26,18 @@ import torch
 from .._version import __version__
 from ..errors import CompatibilityError, InputError
 from ..identity import calibrator_identity
+from ..io.arrow import InputSource, open_input
 from ..io.files import LOCK_NAME, folder_lock
-from ..io.text import index_lines, read_lines
 from .launch import all_gather_object, barrier, rank_and_world, run_on_main, share, share_cpu_threads
 from .store import (
     MANIFEST_NAME,
     MERGED_NAME,
     SHARD_DIR,
     ShardSpec,
-    ShardWriter,
     finalize_manifest,
     merge_shards,
     new_manifest,
+    open_shard_writer,
     plan_shards,
     read_manifest,
     remove_temporary_files,
@@ -73,6 +73,8 @@ IDENTITY_KEYS = (
     "batch_size",
     "max_tokens",
     "encoding_errors",
+    "shard_format",  # absent (None) for .npy stores, as before it existed
+    "id_column",
 )
 
 
@@ -90,7 +92,7 @@ def _normalised(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _prepare_store(
-    input_path: Path, folder: Path, identity: dict[str, Any], shard_size: int, overwrite: bool
+    source: InputSource, folder: Path, identity: dict[str, Any], shard_size: int, overwrite: bool
 ) -> tuple[dict[str, Any], list[int]]:
     """Rank 0: index the input, create or check the manifest, clear stale temporaries; return (manifest, done)."""
     if folder.exists() and not folder.is_dir():
@@ -109,17 +111,17 @@ def _prepare_store(
             (folder / name).unlink(missing_ok=True)
         shutil.rmtree(folder / SHARD_DIR, ignore_errors=True)
         has_manifest = False
-    index = index_lines(input_path, shard_size)
-    if index.lines == 0:
-        raise InputError(f"{input_path} has no lines to encode")
-    specs = plan_shards(index.lines, shard_size, index.offsets)
+    index = source.index(shard_size)  # a text file's lines or a table's text column (bertflow.io.arrow)
+    if index.rows == 0:
+        raise InputError(f"{source.path} has no {'lines' if index.offsets is not None else 'rows'} to encode")
+    specs = plan_shards(index.rows, shard_size, index.offsets, shard_format=identity.get("shard_format", "npy"))
     fresh = new_manifest(
-        rows=index.lines,
+        rows=index.rows,
         dim=identity["dim"],
         specs=specs,
         shard_size=shard_size,
-        input={"bytes": index.bytes, "sha256": index.sha256, "lines": index.lines},
-        input_path=str(input_path.resolve()),
+        input=index.record,
+        input_path=str(source.path.resolve()),
         **{k: v for k, v in identity.items() if k not in ("dim",)},
     )
     fresh = _normalised(fresh)
@@ -162,8 +164,13 @@ def encode_file_to_store(
     overwrite: bool = False,
     merge: bool = False,
     show_progress: bool = False,
+    text_column: str | None = None,
+    input_format: str | None = None,
+    shard_format: str = "npy",
+    id_column: str | None = None,
 ) -> dict[str, Any]:
-    """Encode every line of a text file into an embedding store, this process being one rank of the job.
+    """Encode every line of a text file (or every row of a table's text column) into an embedding store, this
+    process being one rank of the job.
 
     Call it on every rank (inside :func:`process_group`, or alone for one process). Rank 0 indexes the file and
     writes the manifest; the shards not yet complete are split into contiguous blocks, one per rank; each rank
@@ -172,7 +179,9 @@ def encode_file_to_store(
     skipped, so a killed rank costs at most the shard it was encoding.
 
     Args:
-        input_path: UTF-8 text, one sentence per line (blank lines are an error: row ``i`` is line ``i + 1``).
+        input_path: UTF-8 text, one sentence per line (blank lines are an error: row ``i`` is line ``i + 1``), or
+            a Parquet / Arrow IPC (Feather v2) file (``.parquet``, ``.arrow``, ``.feather``...: row ``i`` is row
+            ``i`` of ``text_column``; null and blank rows are an error), read by row group (:mod:`bertflow.io.arrow`).
         folder: the store folder (see :mod:`bertflow.scale.store`).
         encoder: this rank's encoder, on this rank's device.
         calibrator: a fitted calibrator applied to every chunk (the store then holds calibrated vectors).
@@ -185,6 +194,11 @@ def encode_file_to_store(
         overwrite: delete an existing store in ``folder`` first, instead of resuming it.
         merge: also write ``embeddings.npy`` (rank 0, after the barrier).
         show_progress: progress bar on rank 0 (counting rank 0's rows).
+        text_column: the text column of a table input (default ``"text"``).
+        input_format: ``"text"``, ``"parquet"`` or ``"arrow"``; default: from the input's suffix.
+        shard_format: ``"npy"`` (memory-mapped shards), ``"parquet"`` or ``"arrow"`` (tables of ``row``, the id
+            column, ``embedding``); a store is resumed only in the format it was started in.
+        id_column: a column of a table input copied into Parquet/Arrow shards beside each embedding.
 
     Returns:
         A JSON-ready summary: on rank 0 of the whole run (rows, shards encoded and skipped, seconds, rows per
@@ -209,7 +223,16 @@ def encode_file_to_store(
         raise InputError(f"encoding_errors must be 'strict' or 'replace', got {encoding_errors!r}")
     if isinstance(calibrator, IdentityCalibrator):
         calibrator = None
+    if id_column is not None and shard_format == "npy":
+        raise InputError("--id-column needs table shards (--format parquet or arrow): .npy shards hold only vectors")
     input_path, folder = Path(input_path), Path(folder)
+    source = open_input(
+        input_path,
+        text_column=text_column,
+        input_format_name=input_format,
+        id_column=id_column,
+        encoding_errors=encoding_errors,
+    )
     rank, world = rank_and_world()
     started = time.time()
     dim = int(calibrator.n_features_out_) if calibrator is not None else int(encoder.dim)
@@ -224,6 +247,9 @@ def encode_file_to_store(
         # The encoder's padded-token budget per forward pass shapes the batches too (None: its device default).
         "max_tokens": getattr(encoder, "max_tokens", None),
         "encoding_errors": encoding_errors,
+        # Only when not the default, so that .npy stores keep the manifest (and resume) they always had.
+        **({"shard_format": shard_format} if shard_format != "npy" else {}),
+        **({"id_column": id_column} if id_column is not None else {}),
     }
     encode_kwargs = _encode_kwargs(batch_size, chunk_size)
     if not input_path.is_file():
@@ -237,7 +263,7 @@ def encode_file_to_store(
             raise InputError(f"{folder} exists and is not a folder")
         folder.mkdir(parents=True, exist_ok=True)
         lock.enter_context(folder_lock(folder, "distributed-encode run"))
-        return _prepare_store(input_path, folder, identity, shard_size, overwrite)
+        return _prepare_store(source, folder, identity, shard_size, overwrite)
 
     with lock:
         manifest, done = run_on_main(prepare)
@@ -263,10 +289,9 @@ def encode_file_to_store(
         ) as bar:
             for spec in mine:
                 t_shard = time.perf_counter()
-                lines = read_lines(
-                    input_path, spec.offset, spec.rows, first_line=spec.start + 1, errors=encoding_errors
-                )
-                with ShardWriter(folder, spec, dim, record=record) as writer:
+                lines = source.read(spec.start, spec.stop, spec.offset)
+                ids = (id_column, source.read_ids(spec.start, spec.stop)) if id_column is not None else None
+                with open_shard_writer(folder, spec, dim, record=record, ids=ids) as writer:
                     row = spec.start
                     for part in encoder.iter_encode(lines, **encode_kwargs, progress=bar.update):
                         check_finite(part, what=f"embeddings of lines {row + 1}..{row + len(part)} of {input_path}")

@@ -12,6 +12,12 @@ time by whichever rank encoded it, or by :func:`write_store` from an in-memory m
       shards/part-000000.json  the shard's completion record: rows, bytes, sha256, rank, device, seconds
       embeddings.npy           only after a merge (``--merge`` or :func:`merge_shards`): every row in one array
 
+A store may hold Parquet or Arrow IPC shards instead (``shard_format`` in the manifest, ``--format parquet|arrow``):
+``shards/part-000000.parquet`` (or ``.arrow``) is a table of ``row`` (int64), an optional id column copied from the
+input, and ``embedding`` (fixed_size_list<float32>[D]), written and completed the same way (see
+:mod:`bertflow.io.arrow`). Such a store has ``format_version`` 2, so a bertflow that only reads ``.npy`` shards
+refuses it by name instead of reporting missing shards.
+
 Shards are numbered over the whole input, not per rank, so a run resumed with another number of ranks still
 reuses every finished shard. A shard is complete when its record exists and its ``.npy`` has the recorded size:
 the ``.npy`` is written under a temporary name, fsynced and renamed, and only then is its record written (the same
@@ -24,6 +30,7 @@ array (memory-mapped, so only the rows asked for are read) without concatenating
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import hashlib
 import io
 import itertools
@@ -51,6 +58,9 @@ __all__ = [
     "STORE_FORMAT_VERSION",
     "ShardSpec",
     "ShardWriter",
+    "TableShardWriter",
+    "open_shard_writer",
+    "SHARD_SUFFIXES",
     "ShardedEmbeddings",
     "open_embeddings",
     "merge_shards",
@@ -66,8 +76,10 @@ MANIFEST_NAME = FOLDER_KINDS["store"][0]  # "manifest.json"
 SHARD_DIR = "shards"
 MERGED_NAME = "embeddings.npy"
 STORE_FORMAT = FOLDER_KINDS["store"][2]  # "bertflow-embeddings"
-#: Version of the store layout; reading refuses a larger number.
-STORE_FORMAT_VERSION = 1
+#: Version of the store layout; reading refuses a larger number. 1: ``.npy`` shards; 2: Parquet/Arrow shards too.
+STORE_FORMAT_VERSION = 2
+#: Shard file formats and their suffixes (``npy`` is the default and memory-maps; the others are for other tools).
+SHARD_SUFFIXES = {"npy": ".npy", "parquet": ".parquet", "arrow": ".arrow"}
 
 # -- small file helpers ---------------------------------------------------------------------------------------
 
@@ -121,15 +133,17 @@ class ShardSpec:
     """One shard of the plan: input rows ``[start, stop)``; ``offset`` is the byte where row ``start`` begins.
 
     Attributes:
-        index: global shard number (its file is ``shards/part-{index:06d}.npy``).
+        index: global shard number (its file is ``shards/part-{index:06d}{suffix}``).
         start, stop: row range, 0-based, ``stop`` excluded.
-        offset: byte offset of the input line of row ``start`` (0 when the rows did not come from a file).
+        offset: byte offset of the input line of row ``start`` (0 when the rows did not come from a text file).
+        suffix: the shard file's suffix, which names its format (:data:`SHARD_SUFFIXES`).
     """
 
     index: int
     start: int
     stop: int
     offset: int = 0
+    suffix: str = ".npy"
 
     @property
     def rows(self) -> int:
@@ -138,8 +152,13 @@ class ShardSpec:
 
     @property
     def name(self) -> str:
-        """File name of the shard's array, ``part-{index:06d}.npy``."""
-        return f"part-{self.index:06d}.npy"
+        """File name of the shard's array, ``part-{index:06d}.npy`` (or ``.parquet``, ``.arrow``)."""
+        return f"part-{self.index:06d}{self.suffix}"
+
+    @property
+    def format(self) -> str:
+        """The shard's file format: ``"npy"``, ``"parquet"`` or ``"arrow"``."""
+        return self.suffix.lstrip(".")
 
     @property
     def record_name(self) -> str:
@@ -148,29 +167,40 @@ class ShardSpec:
 
     def to_json(self) -> dict[str, Any]:
         """The manifest entry of this shard."""
-        return {**asdict(self), "file": f"{SHARD_DIR}/{self.name}"}
+        entry = asdict(self)
+        del entry["suffix"]  # the file name carries it
+        return {**entry, "file": f"{SHARD_DIR}/{self.name}"}
 
     @classmethod
     def from_json(cls, entry: dict[str, Any]) -> ShardSpec:
         """Rebuild a spec from its manifest entry."""
-        return cls(int(entry["index"]), int(entry["start"]), int(entry["stop"]), int(entry.get("offset", 0)))
+        suffix = Path(entry.get("file", ".npy")).suffix or ".npy"
+        return cls(int(entry["index"]), int(entry["start"]), int(entry["stop"]), int(entry.get("offset", 0)), suffix)
 
 
-def plan_shards(n_rows: int, shard_size: int, offsets: Sequence[int] | None = None) -> list[ShardSpec]:
+def plan_shards(
+    n_rows: int, shard_size: int, offsets: Sequence[int] | None = None, *, shard_format: str = "npy"
+) -> list[ShardSpec]:
     """Cut ``n_rows`` rows into shards of ``shard_size`` rows (the last one shorter).
 
     Args:
         n_rows: total rows N.
         shard_size: rows per shard, positive.
         offsets: byte offset of the first line of every shard (``ceil(N / shard_size)`` values), if from a file.
+        shard_format: ``"npy"``, ``"parquet"`` or ``"arrow"`` (:data:`SHARD_SUFFIXES`).
     """
     if shard_size < 1:
         raise InputError(f"shard_size must be positive, got {shard_size}")
+    if shard_format not in SHARD_SUFFIXES:
+        raise InputError(f"the shard format must be one of {', '.join(SHARD_SUFFIXES)}, got {shard_format!r}")
+    suffix = SHARD_SUFFIXES[shard_format]
     count = -(-n_rows // shard_size)
     if offsets is not None and len(offsets) != count:
         raise ValueError(f"{count} shards need {count} offsets, got {len(offsets)}")
     return [
-        ShardSpec(k, k * shard_size, min((k + 1) * shard_size, n_rows), int(offsets[k]) if offsets is not None else 0)
+        ShardSpec(
+            k, k * shard_size, min((k + 1) * shard_size, n_rows), int(offsets[k]) if offsets is not None else 0, suffix
+        )
         for k in range(count)
     ]
 
@@ -179,8 +209,9 @@ def shard_record(folder: str | Path, spec: ShardSpec, dim: int, dtype: str = "fl
     """The completion record of shard ``spec`` if the shard is complete and matches the plan, else ``None``.
 
     Complete means: the record parses, names the same rows, dimension and dtype, and the ``.npy`` exists with the
-    recorded byte size and an array header of shape ``[rows, dim]``. The checksum is not recomputed here (that
-    reads the whole shard); :meth:`ShardedEmbeddings.verify` does it.
+    recorded byte size and an array header of shape ``[rows, dim]`` (a Parquet/Arrow shard: the recorded size, and
+    metadata saying ``rows`` rows of float32 [dim]). The checksum is not recomputed here (that reads the whole
+    shard); :meth:`ShardedEmbeddings.verify` does it.
     """
     shard_dir = Path(folder) / SHARD_DIR
     record = _read_json(shard_dir / spec.record_name)
@@ -193,6 +224,10 @@ def shard_record(folder: str | Path, spec: ShardSpec, dim: int, dtype: str = "fl
     try:
         if path.stat().st_size != record.get("bytes"):
             return None
+        if spec.format != "npy":
+            from ..io.arrow import embedding_table_rows
+
+            return record if dtype == "float32" and embedding_table_rows(path, spec.format, dim) == spec.rows else None
         with open(path, "rb") as fh:
             version = np.lib.format.read_magic(fh)
             if version == (1, 0):
@@ -265,23 +300,47 @@ class ShardWriter:
         self.shard_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.shard_dir / spec.name
         self.tmp = temporary_name(self.path)
-        self._fh = open(self.tmp, "wb")  # noqa: SIM115 - closed by commit/abort
-        self._hash = hashlib.sha256()
         self._written = 0  # rows handed to write()
         self._started = time.perf_counter()
-        header = {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": (spec.rows, dim)}
+        self._open()
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="shard-writer") if background else None
+        self._pending: list[concurrent.futures.Future[None]] = []
+        self._done = False
+
+    # The file itself (an .npy here; TableShardWriter overrides these four for Parquet/Arrow).
+
+    def _open(self) -> None:
+        """Start the temporary file: the ``.npy`` header."""
+        self._fh = open(self.tmp, "wb")  # noqa: SIM115 - closed by commit/abort
+        self._hash = hashlib.sha256()
+        header = {
+            "descr": np.lib.format.dtype_to_descr(self.dtype),
+            "fortran_order": False,
+            "shape": (self.spec.rows, self.dim),
+        }
         np.lib.format.write_array_header_1_0(self._fh, header)
         self._fh.flush()
         with open(self.tmp, "rb") as fh:  # hash the header too: the sha256 is that of the whole file
             self._hash.update(fh.read())
-        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="shard-writer") if background else None
-        self._pending: list[concurrent.futures.Future[None]] = []
-        self._done = False
 
     def _write_block(self, block: np.ndarray) -> None:
         data = memoryview(block).cast("B")
         self._fh.write(data)
         self._hash.update(data)
+
+    def _finish(self) -> tuple[int, str]:
+        """Flush, fsync and rename the file to its final name; return its size and sha256."""
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        size = self._fh.tell()
+        self._fh.close()
+        os.replace(self.tmp, self.path)
+        fsync_dir(self.shard_dir)
+        return size, self._hash.hexdigest()
+
+    def _discard(self) -> None:
+        self._fh.close()
+        self.tmp.unlink(missing_ok=True)
 
     def write(self, rows: np.ndarray) -> None:
         """Append rows [n, D] (converted to the store dtype; do not modify the array afterwards)."""
@@ -317,13 +376,8 @@ class ShardWriter:
         self._pending.clear()
         if self._written != self.spec.rows:
             raise InputError(f"shard {self.spec.index} got {self._written} rows, expected {self.spec.rows}")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
-        size = self._fh.tell()
-        self._fh.close()
         self._shutdown()
-        os.replace(self.tmp, self.path)
-        fsync_dir(self.shard_dir)
+        size, digest = self._finish()
         record = {
             "index": self.spec.index,
             "start": self.spec.start,
@@ -333,7 +387,7 @@ class ShardWriter:
             "dtype": self.dtype.name,
             "file": self.spec.name,
             "bytes": size,
-            "sha256": self._hash.hexdigest(),
+            "sha256": digest,
             "seconds": round(time.perf_counter() - self._started, 4),
             "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "host": socket.gethostname(),
@@ -352,8 +406,7 @@ class ShardWriter:
         for future in self._pending:
             future.cancel()
         self._shutdown()
-        self._fh.close()
-        self.tmp.unlink(missing_ok=True)
+        self._discard()
 
     def _shutdown(self) -> None:
         if self._pool is not None:
@@ -366,6 +419,85 @@ class ShardWriter:
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if not self._done:
             self.abort()
+
+
+class TableShardWriter(ShardWriter):
+    """A :class:`ShardWriter` for a Parquet or Arrow IPC shard (``spec.suffix``): same use, record and atomicity.
+
+    The table (:class:`bertflow.io.arrow.EmbeddingTableWriter`: ``row``, the id column if any, ``embedding``) is
+    written through :func:`~bertflow.io.files.atomic_file`, one row group or record batch per :meth:`write`.
+
+    Args:
+        ids: ``(name, values)``: a column copied beside the embeddings, ``values`` a pyarrow array of the shard's
+            rows (``spec.rows`` of them).
+        the others: as for :class:`ShardWriter` (``dtype`` must be float32).
+    """
+
+    def __init__(
+        self,
+        folder: str | Path,
+        spec: ShardSpec,
+        dim: int,
+        dtype: str = "float32",
+        *,
+        record: dict[str, Any] | None = None,
+        background: bool = True,
+        ids: tuple[str, Any] | None = None,
+    ) -> None:
+        if np.dtype(dtype) != np.float32:
+            raise InputError(f"Parquet and Arrow shards hold float32 embeddings, not {dtype}")
+        if ids is not None and len(ids[1]) != spec.rows:
+            raise InputError(f"shard {spec.index} holds {spec.rows} rows but got {len(ids[1])} ids")
+        self._ids = ids
+        super().__init__(folder, spec, dim, dtype, record=record, background=background)
+
+    def _open(self) -> None:
+        from ..io.arrow import EmbeddingTableWriter, pyarrow
+
+        self._stack = contextlib.ExitStack()
+        self._fh = self._stack.enter_context(atomic_file(self.path, "wb"))
+        id_field = pyarrow().field(self._ids[0], self._ids[1].type) if self._ids is not None else None
+        self._table = EmbeddingTableWriter(self._fh, self.spec.format, self.dim, id_field)
+        self._row = self.spec.start
+
+    def _write_block(self, block: np.ndarray) -> None:
+        local = self._row - self.spec.start
+        ids = self._ids[1].slice(local, len(block)) if self._ids is not None else None
+        self._table.write(self._row, block, ids)
+        self._row += len(block)
+
+    def _finish(self) -> tuple[int, str]:
+        digest = self._table.close()
+        size = self._fh.tell()
+        self._stack.close()  # atomic_file: fsync, rename, fsync the folder
+        return size, digest
+
+    def _discard(self) -> None:
+        # Close the table writer while its file is open (pyarrow would write to a closed file when it is collected),
+        # then leave atomic_file by an exception, which deletes the temporary file.
+        with contextlib.suppress(Exception):
+            self._table.close()
+        self._stack.__exit__(RuntimeError, RuntimeError("shard aborted"), None)
+
+
+def open_shard_writer(
+    folder: str | Path,
+    spec: ShardSpec,
+    dim: int,
+    *,
+    record: dict[str, Any] | None = None,
+    ids: tuple[str, Any] | None = None,
+) -> ShardWriter:
+    """The writer of shard ``spec`` in its format: a :class:`ShardWriter` (``.npy``) or a :class:`TableShardWriter`.
+
+    Raises:
+        InputError: ``ids`` for an ``.npy`` shard (it has no place for them).
+    """
+    if spec.format == "npy":
+        if ids is not None:
+            raise InputError("an id column can only be stored in Parquet or Arrow shards (--format parquet|arrow)")
+        return ShardWriter(folder, spec, dim, record=record)
+    return TableShardWriter(folder, spec, dim, record=record, ids=ids)
 
 
 def write_store(
@@ -409,7 +541,8 @@ def new_manifest(
     """A manifest for a store about to be written (``complete`` is false until :func:`finalize_manifest`)."""
     return {
         "format": STORE_FORMAT,
-        "format_version": STORE_FORMAT_VERSION,
+        # Version 1 still describes an .npy store exactly, so bertflow versions that know only 1 keep reading it.
+        "format_version": 1 if info.get("shard_format", "npy") == "npy" else STORE_FORMAT_VERSION,
         "bertflow_version": __version__,
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "rows": int(rows),
@@ -462,7 +595,8 @@ def _short(items: Sequence[int], limit: int = 12) -> str:
 class ShardedEmbeddings:
     """A read-only ``[N, D]`` view of a store's shards in input order, indexed like a numpy array.
 
-    Every shard is memory-mapped on first use, so indexing reads only the rows asked for. Supported indices: an
+    Every ``.npy`` shard is memory-mapped on first use, so indexing reads only the rows asked for (a Parquet or Arrow
+    shard is read whole, and at most two are kept in memory). Supported indices: an
     integer (a row [D]), a slice (with any step), an integer array or list (rows in the order given), and a tuple
     ``(rows, columns)`` whose column part is applied to the result. ``np.asarray(store)`` materialises everything.
 
@@ -504,7 +638,17 @@ class ShardedEmbeddings:
         """Shard ``k`` as a read-only memory map [rows_k, D]."""
         if k not in self._maps:
             spec = self.specs[k]
-            arr = np.load(self.folder / SHARD_DIR / spec.name, mmap_mode="r")
+            path = self.folder / SHARD_DIR / spec.name
+            if spec.format == "npy":
+                arr = np.load(path, mmap_mode="r")
+            else:
+                from ..io.arrow import read_embedding_table
+
+                # A table is decoded into memory, not mapped: keep the last two, so a scan never holds the store.
+                for old in [i for i in self._maps if self.specs[i].format != "npy"][:-1]:
+                    del self._maps[old]
+                arr = read_embedding_table(path, spec.format, self.shape[1], spec.start)
+                arr.flags.writeable = False
             if arr.shape != (spec.rows, self.shape[1]) or arr.dtype != self.dtype:
                 raise ModelFileError(f"{self.folder / SHARD_DIR / spec.name} has shape {arr.shape}, not {spec.rows}")
             self._maps[k] = arr

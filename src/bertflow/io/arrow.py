@@ -1,0 +1,417 @@
+"""Parquet and Arrow IPC files: a text column read by row range, and embedding tables written in a stream.
+
+Input. :class:`TableColumn` reads one string column of a Parquet file (by row group) or an Arrow IPC / Feather v2
+file (by record batch, memory-mapped), only the groups that overlap the rows asked for, never the whole file. The
+rules are those of the text readers: every row becomes one embedding row (row ``i`` of a store is row ``i`` of the
+table), so a null or blank row (:func:`bertflow.validation.is_blank`) is an :class:`~bertflow.errors.InputError`
+naming the row, not skipped. Nulls are found when the input is indexed (before anything is encoded); blank strings
+when their shard is read, as blank lines of a text file are.
+
+Output. :class:`EmbeddingTableWriter` writes an embedding table (``row`` int64, an optional id column copied from
+the input, ``embedding`` fixed_size_list<float32>[D]) to an open binary file, one record batch or row group per
+block, hashing the bytes as they go; :func:`read_embedding_table` and :func:`embedding_table_rows` read one back.
+``bertflow.scale.store`` uses them for ``--format parquet|arrow`` stores.
+
+pyarrow is imported when first needed (``pip install 'bertflow[arrow]'``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+import numpy as np
+
+from ..errors import InputError, ModelFileError
+from ..validation import is_blank
+from .formats import sha256_file
+
+__all__ = [
+    "TABLE_SUFFIXES",
+    "InputIndex",
+    "InputSource",
+    "TableColumn",
+    "EmbeddingTableWriter",
+    "input_format",
+    "open_input",
+    "read_embedding_table",
+    "embedding_table_rows",
+]
+
+#: File name suffixes read as tables, and their format.
+TABLE_SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow"}
+#: Column names of an embedding table.
+ROW_COLUMN, EMBEDDING_COLUMN = "row", "embedding"
+
+
+def pyarrow() -> Any:
+    """The pyarrow module, or a one-line InputError saying how to install it."""
+    try:
+        import pyarrow as pa
+        import pyarrow.ipc  # noqa: F401 - loads the submodules used below
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        raise InputError("Parquet and Arrow files need pyarrow: pip install 'bertflow[arrow]'") from None
+    return pa
+
+
+def input_format(path: str | Path, explicit: str | None = None) -> str:
+    """``"text"``, ``"parquet"`` or ``"arrow"``: ``explicit`` if given, else from the suffix (text otherwise)."""
+    if explicit is not None:
+        if explicit not in ("text", "parquet", "arrow"):
+            raise InputError(f"input format must be text, parquet or arrow, got {explicit!r}")
+        return explicit
+    return TABLE_SUFFIXES.get(Path(path).suffix.lower(), "text")
+
+
+@dataclass(frozen=True)
+class InputIndex:
+    """What indexing an input learns: its row count, where each shard starts and its identity for the manifest.
+
+    Attributes:
+        rows: number of rows (lines of a text file, rows of a table).
+        offsets: byte offset of every shard's first line (text files), or None (tables are read by row number).
+        record: JSON-ready identity of the input (``manifest["input"]``): size and sha256, plus the column of a
+            table, so that resuming with another file or column is refused.
+    """
+
+    rows: int
+    offsets: tuple[int, ...] | None
+    record: dict[str, Any]
+
+
+class InputSource(Protocol):
+    """What a sharded run reads: a text file (:class:`bertflow.io.text.TextLines`) or a table (:class:`TableColumn`)."""
+
+    path: Path
+
+    def index(self, every: int) -> InputIndex:
+        """One pass over the input: rows, shard offsets, identity (``every``: rows per shard)."""
+        ...
+
+    def read(self, start: int, stop: int, offset: int = 0) -> list[str]:
+        """The sentences of rows ``[start, stop)`` (``offset``: byte offset of row ``start`` in a text file)."""
+        ...
+
+
+def _is_text(pa: Any, kind: Any) -> bool:
+    types = pa.types
+    if types.is_dictionary(kind):
+        kind = kind.value_type
+    return bool(types.is_string(kind) or types.is_large_string(kind) or types.is_string_view(kind))
+
+
+@dataclass
+class TableColumn:
+    """The text column of a Parquet or Arrow IPC file, read by row range.
+
+    Opening is lazy: nothing is read until :meth:`index`, :meth:`read` or :meth:`read_ids`.
+
+    Args:
+        path: the file.
+        column: name of the string column holding the sentences.
+        kind: ``"parquet"`` or ``"arrow"`` (an Arrow IPC file; Feather v2 is one).
+        id_column: a column to copy beside the embeddings (any type), if any.
+    """
+
+    path: Path
+    column: str
+    kind: str
+    id_column: str | None = None
+    _file: Any = field(default=None, init=False, repr=False)
+    _starts: list[int] = field(default_factory=list, init=False, repr=False)  # first row of each group, then N
+
+    def _open(self) -> Any:
+        if self._file is not None:
+            return self._file
+        pa = pyarrow()
+        try:
+            if self.kind == "parquet":
+                self._file = pa.parquet.ParquetFile(self.path)
+                counts = [self._file.metadata.row_group(i).num_rows for i in range(self._file.num_row_groups)]
+            else:
+                self._file = pa.ipc.open_file(pa.memory_map(str(self.path), "r"))
+                counts = [self._file.get_batch(i).num_rows for i in range(self._file.num_record_batches)]
+        except (pa.ArrowInvalid, OSError) as e:
+            what = (
+                "a Parquet file"
+                if self.kind == "parquet"
+                else "an Arrow IPC file (the random-access format; Feather v2)"
+            )
+            raise InputError(f"cannot read {self.path} as {what}: {str(e).splitlines()[0]}") from None
+        self._starts = [0, *np.cumsum(counts, dtype=np.int64).tolist()]
+        schema = self._file.schema_arrow if self.kind == "parquet" else self._file.schema
+        names = list(schema.names)
+        for name in filter(None, (self.column, self.id_column)):
+            if name not in names:
+                raise InputError(f"{self.path} has no column {name!r}; its columns: {', '.join(names) or '(none)'}")
+        kind = schema.field(self.column).type
+        if not _is_text(pa, kind):
+            raise InputError(
+                f"{self.path}: column {self.column!r} has type {kind}, not text (string); name the text column "
+                "with --text-column"
+            )
+        if self.id_column in (ROW_COLUMN, EMBEDDING_COLUMN):
+            raise InputError(f"the id column may not be called {self.id_column!r}: the output table has one already")
+        return self._file
+
+    @property
+    def rows(self) -> int:
+        """Number of rows of the table."""
+        self._open()
+        return self._starts[-1]
+
+    def index(self, every: int) -> InputIndex:
+        """Check the columns and that the text column has no nulls; hash the file (one streamed pass).
+
+        Raises:
+            InputError: a missing column (the message lists the columns), a column that is not text, a null.
+        """
+        self._open()
+        self._check_no_nulls()
+        record = {
+            "format": self.kind,
+            "column": self.column,
+            "bytes": self.path.stat().st_size,
+            "sha256": sha256_file(self.path),
+            "rows": self.rows,
+        }
+        return InputIndex(self.rows, None, record)
+
+    def _check_no_nulls(self) -> None:
+        # Nulls are refused, not skipped: row i of the store must stay row i of the table. Parquet keeps null
+        # counts in its metadata, an Arrow batch its own: the strings are decoded only where a count is missing.
+        file, total, first = self._file, 0, None
+        for g in range(len(self._starts) - 1):
+            if self.kind == "parquet":
+                meta = file.metadata.row_group(g).column(file.schema_arrow.get_field_index(self.column))
+                stats = meta.statistics
+                if stats is not None and stats.has_null_count and (stats.null_count == 0 or first is not None):
+                    total += stats.null_count
+                    continue
+                values = file.read_row_group(g, columns=[self.column]).column(0)
+            else:
+                values = file.get_batch(g).column(self.column)
+            if values.null_count:
+                total += values.null_count
+                if first is None:
+                    first = self._starts[g] + values.is_null().to_pylist().index(True)
+        if total:
+            raise InputError(
+                f"{self.path}: column {self.column!r} holds {total} null value(s), the first at row {first} (counting "
+                "from 0); every row becomes one embedding row, so drop or fill the nulls first"
+            )
+
+    def _iter_column(self, name: str, start: int, stop: int) -> Iterator[Any]:
+        """The arrays of column ``name`` covering rows ``[start, stop)``, in order (only overlapping groups read)."""
+        file = self._open()
+        first = bisect.bisect_right(self._starts, start) - 1
+        row = self._starts[first]
+        for g in range(first, len(self._starts) - 1):
+            if row >= stop:
+                return
+            if self.kind == "parquet":
+                batches = (b.column(0) for b in file.iter_batches(batch_size=65536, row_groups=[g], columns=[name]))
+            else:
+                batches = iter([file.get_batch(g).column(name)])
+            for values in batches:
+                lo, hi = max(start - row, 0), min(stop - row, len(values))
+                if hi > lo:
+                    yield values.slice(lo, hi - lo)
+                row += len(values)
+                if row >= stop:
+                    return
+
+    def read(self, start: int, stop: int, offset: int = 0) -> list[str]:
+        """The sentences of rows ``[start, stop)`` (``offset`` is unused: tables are read by row number).
+
+        Raises:
+            InputError: a null or blank row (named by its row number, counting from 0), or fewer rows than asked
+                (the file changed since it was indexed).
+        """
+        out: list[str] = []
+        for values in self._iter_column(self.column, start, stop):
+            texts = values.to_pylist()
+            for i, text in enumerate(texts):
+                if text is None or is_blank(text):
+                    what = "null" if text is None else "empty or only whitespace or invisible characters"
+                    raise InputError(
+                        f"{self.path}: row {start + len(out) + i} (counting from 0) of column {self.column!r} is "
+                        f"{what}; every row becomes one embedding row, so remove such rows first"
+                    )
+            out += texts
+        if len(out) != stop - start:
+            raise InputError(f"{self.path} has fewer rows than when it was indexed: the file changed")
+        return out
+
+    def read_ids(self, start: int, stop: int) -> Any:
+        """The id column's values of rows ``[start, stop)`` as one pyarrow array (its own type kept)."""
+        if self.id_column is None:
+            raise ValueError("no id column was given")
+        pa = pyarrow()
+        chunks = list(self._iter_column(self.id_column, start, stop))
+        kind = self._open().schema_arrow if self.kind == "parquet" else self._open().schema
+        return pa.concat_arrays(chunks) if chunks else pa.array([], type=kind.field(self.id_column).type)
+
+
+def open_input(
+    path: str | Path,
+    *,
+    text_column: str | None = None,
+    input_format_name: str | None = None,
+    id_column: str | None = None,
+    encoding_errors: str = "strict",
+) -> InputSource:
+    """The input of ``distributed-encode``: a :class:`TableColumn` for Parquet/Arrow, a ``TextLines`` otherwise
+    (both :class:`InputSource`; a table also has ``read_ids``).
+
+    Args:
+        path: the input file.
+        text_column: the text column of a table (default ``"text"``); refused for a text file.
+        input_format_name: ``"text"``, ``"parquet"`` or ``"arrow"``; default from the suffix (:data:`TABLE_SUFFIXES`).
+        id_column: a table column copied into Parquet/Arrow output shards; refused for a text file.
+        encoding_errors: for text files, as in :func:`bertflow.io.text.read_lines`.
+    """
+    from .text import TextLines
+
+    kind = input_format(path, input_format_name)
+    if kind == "text":
+        for option, value in (("--text-column", text_column), ("--id-column", id_column)):
+            if value is not None:
+                raise InputError(
+                    f"{option} applies to Parquet or Arrow input; {path} is read as a text file (one sentence per "
+                    "line; pass --input-format parquet or arrow if it is a table)"
+                )
+        return TextLines(Path(path), encoding_errors)
+    return TableColumn(Path(path), text_column or "text", kind, id_column)
+
+
+# -- embedding tables (the shards of --format parquet|arrow stores) ----------------------------------------------
+
+
+class _HashingFile:
+    """A write-only file for pyarrow that hashes every byte on its way to ``fh`` (so no second read is needed)."""
+
+    def __init__(self, fh: IO[bytes]) -> None:
+        self.fh, self.sha256 = fh, hashlib.sha256()
+
+    def write(self, data: Any) -> int:
+        self.sha256.update(data)
+        return self.fh.write(data)
+
+    def tell(self) -> int:
+        return self.fh.tell()
+
+    def flush(self) -> None:
+        self.fh.flush()
+
+    def close(self) -> None:  # the owner of fh closes it (atomic_file renames it afterwards)
+        pass
+
+    @property
+    def closed(self) -> bool:
+        return self.fh.closed
+
+    def writable(self) -> bool:
+        return True
+
+
+def embedding_schema(dim: int, id_field: Any = None) -> Any:
+    """Schema of an embedding table: ``row`` int64, the id field if any, ``embedding`` fixed_size_list<float32>[D]."""
+    pa = pyarrow()
+    fields = [pa.field(ROW_COLUMN, pa.int64(), nullable=False)]
+    if id_field is not None:
+        fields.append(id_field)
+    fields.append(pa.field(EMBEDDING_COLUMN, pa.list_(pa.float32(), int(dim)), nullable=False))
+    return pa.schema(fields)
+
+
+class EmbeddingTableWriter:
+    """Write an embedding table to an open binary file, block by block (memory: one block).
+
+    Args:
+        fh: the file (written from its current position; not closed).
+        kind: ``"parquet"`` (one row group per block) or ``"arrow"`` (an Arrow IPC file, one record batch per
+            block; readable memory-mapped, and by ``pyarrow.feather``).
+        dim: embedding dimension D.
+        id_field: a ``pyarrow.Field`` for the id column, if any.
+    """
+
+    def __init__(self, fh: IO[bytes], kind: str, dim: int, id_field: Any = None) -> None:
+        pa = pyarrow()
+        self._pa, self.dim = pa, int(dim)
+        self.schema = embedding_schema(dim, id_field)
+        self._sink = _HashingFile(fh)
+        if kind == "parquet":
+            # Floats do not repeat: dictionary encoding would only cost time.
+            self._writer = pa.parquet.ParquetWriter(self._sink, self.schema, use_dictionary=False)
+        elif kind == "arrow":
+            self._writer = pa.ipc.new_file(self._sink, self.schema)
+        else:
+            raise ValueError(f"unknown table format {kind!r}")
+
+    def write(self, first_row: int, block: np.ndarray, ids: Any = None) -> None:
+        """Append rows ``first_row ...`` of float32 ``block`` [n, D], with their ids (a pyarrow array) if any."""
+        pa = self._pa
+        n = len(block)
+        columns = [pa.array(np.arange(first_row, first_row + n, dtype=np.int64))]
+        if ids is not None:
+            columns.append(ids)
+        flat = pa.array(np.ascontiguousarray(block, dtype=np.float32).reshape(-1))
+        columns.append(pa.FixedSizeListArray.from_arrays(flat, self.dim))
+        self._writer.write_batch(pa.record_batch(columns, schema=self.schema))
+
+    def close(self) -> str:
+        """Write the footer; return the sha256 of everything written."""
+        self._writer.close()
+        self._sink.flush()
+        return self._sink.sha256.hexdigest()
+
+
+def _open_table(path: Path, kind: str) -> Any:
+    pa = pyarrow()
+    if kind == "parquet":
+        return pa.parquet.ParquetFile(path)
+    return pa.ipc.open_file(pa.memory_map(str(path), "r"))
+
+
+def embedding_table_rows(path: str | Path, kind: str, dim: int) -> int | None:
+    """Rows of the embedding table at ``path`` from its metadata, or None if it is unreadable or has another
+    schema (rows of another dimension or type)."""
+    pa = pyarrow()
+    try:
+        table = _open_table(Path(path), kind)
+        schema = table.schema_arrow if kind == "parquet" else table.schema
+        if schema.field(EMBEDDING_COLUMN).type != pa.list_(pa.float32(), int(dim)):
+            return None
+        if kind == "parquet":
+            return int(table.metadata.num_rows)
+        return sum(table.get_batch(i).num_rows for i in range(table.num_record_batches))
+    except (pa.ArrowException, OSError, KeyError):
+        return None
+
+
+def read_embedding_table(path: str | Path, kind: str, dim: int, first_row: int) -> np.ndarray:
+    """The embeddings of a table written by :class:`EmbeddingTableWriter`, float32 [rows, D], checking that its
+    ``row`` column counts up from ``first_row``.
+
+    Raises:
+        ModelFileError: the file is unreadable or holds other rows.
+    """
+    pa = pyarrow()
+    try:
+        file = _open_table(Path(path), kind)
+        columns = [ROW_COLUMN, EMBEDDING_COLUMN]
+        table = file.read(columns=columns) if kind == "parquet" else file.read_all().select(columns)
+    except (pa.ArrowException, OSError) as e:
+        raise ModelFileError(f"cannot read {path}: {str(e).splitlines()[0]}") from None
+    rows = table.column(ROW_COLUMN).to_numpy()
+    if not np.array_equal(rows, np.arange(first_row, first_row + len(rows))):
+        raise ModelFileError(f"{path} does not hold rows {first_row}..{first_row + len(rows) - 1} in order")
+    parts = [c.flatten().to_numpy(zero_copy_only=False) for c in table.column(EMBEDDING_COLUMN).chunks]
+    flat = np.concatenate(parts) if len(parts) != 1 else parts[0]
+    return np.asarray(flat, dtype=np.float32).reshape(len(rows), int(dim))
