@@ -23,6 +23,13 @@ MOVED: dict[str, tuple[str, ...]] = {
     "bertflow.store": ("bertflow.scale.store",),
     "bertflow.serialization": ("bertflow.io.files", "bertflow.io.formats"),
     "bertflow.data": ("bertflow.io.text", "bertflow.evaluation.datasets", "bertflow.evaluation.download"),
+    "bertflow.evaluation.reproduce": (
+        "bertflow.evaluation.grid",
+        "bertflow.evaluation.regimes",
+        "bertflow.evaluation.results",
+        "bertflow.evaluation.render",
+        "bertflow.resources",
+    ),
     "bertflow.distributed": (
         "bertflow.scale.launch",
         "bertflow.scale.encode",
