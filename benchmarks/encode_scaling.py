@@ -18,7 +18,7 @@ import tempfile
 
 import numpy as np
 
-from bertflow.bench import build_random_model, environment, interleave, replicate, sts_sentences
+from harness import build_random_model, environment, interleave, replicate, sts_sentences
 from bertflow.encoding.encoder import SentenceEncoder
 
 

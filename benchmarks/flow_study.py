@@ -39,8 +39,8 @@ import torch
 from bertflow.evaluation.datasets import STS_TASKS, load_nli_sentences, load_sts_tasks
 from bertflow.evaluation.grid import GridConfig, default_calibrators, load_encoder, run_grid
 from bertflow.evaluation.render import format_stat
-from bertflow.resources import machine_info
 from bertflow.io.files import atomic_write_text
+from bertflow.resources import machine_info
 
 #: name -> (calibrator spec, epochs, FlowCalibrator options, what it changes from the code preset).
 SETTINGS: dict[str, tuple[str, float, dict[str, Any], str]] = {
@@ -104,7 +104,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         for cell in grid.cells:
             rows[cell.pooling][name] = _cell_row(cell)
-            say(f"  {cell.pooling}: all {format_stat(cell.average_stat('all'))}, wmean {format_stat(cell.average_stat('wmean'))}")
+            avg_all, avg_wmean = format_stat(cell.average_stat("all")), format_stat(cell.average_stat("wmean"))
+            say(f"  {cell.pooling}: all {avg_all}, wmean {avg_wmean}")
     return {
         "meta": {
             "command": "python benchmarks/flow_study.py " + shlex.join(sys.argv[1:]),

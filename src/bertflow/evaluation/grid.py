@@ -136,7 +136,6 @@ class EmbeddingTable:
         return self.embeddings[pooling][rows]
 
 
-
 def score_fitted(
     table: EmbeddingTable, pooling: str, calibrator: Calibrator | None, tasks: Mapping[str, StsTask]
 ) -> StsReport:
@@ -248,7 +247,6 @@ class GridConfig:
     fit_threads: int | None = 1
     paper_rows: str | None = None
     command: str | None = None
-
 
 
 def run_grid(
@@ -470,7 +468,6 @@ def evaluate_embedder(
         **_run_record(started, encode_seconds, cells, len(sentences), cache),
     }
     return GridResult(meta, cells, published_for(encoder.model_id))
-
 
 
 def _model_meta(encoder: SentenceEncoder) -> dict[str, Any]:

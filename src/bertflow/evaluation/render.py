@@ -193,4 +193,3 @@ def render_markdown(result: GridResult, *, title: str, subsets: bool) -> str:
                 f"| {r.label} | {r.protocol} | " + " | ".join(vals) + f" | {avg} | {ours} | {r.source}{note} |"
             )
     return "\n".join(lines).rstrip() + "\n"
-

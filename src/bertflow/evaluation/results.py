@@ -28,7 +28,6 @@ def mean_std(values: Sequence[float]) -> dict[str, Any]:
     }
 
 
-
 @dataclass
 class CellResult:
     """Scores of one (pooling, calibrator, regime) cell, over one or several seeds.
