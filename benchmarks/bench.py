@@ -101,7 +101,12 @@ def run(argv: Sequence[str], prog: str | None = None) -> None:
     if args.command == "cpu":
         _quiet_libraries()
         harness.cpu_comparison(
-            args.json_path, sentences=args.sentences, long=args.long, rounds=args.rounds, data_dir=args.data_dir, log=log
+            args.json_path,
+            sentences=args.sentences,
+            long=args.long,
+            rounds=args.rounds,
+            data_dir=args.data_dir,
+            log=log,
         )
     elif args.command == "flow":
         import numpy as np
@@ -136,7 +141,7 @@ def run(argv: Sequence[str], prog: str | None = None) -> None:
 
 def _check_device(device: str) -> None:
     """An unknown device, or CUDA on a machine without it, is refused before anything is timed."""
-    from bertflow.encoding.encoder import resolve_device
+    from bertflow.encoding.device import resolve_device
 
     resolve_device(device)
 

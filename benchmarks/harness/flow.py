@@ -96,8 +96,7 @@ def bench_flow_fit_gpu(
         a = FlowCalibrator(device=device, max_steps=300, validation_fraction=0.1, cuda_graph=False).fit(small)
         b = FlowCalibrator(device=device, max_steps=300, validation_fraction=0.1, cuda_graph=True).fit(small)
         identical = all(
-            torch.equal(u, v)
-            for u, v in zip(a.flow_.state_dict().values(), b.flow_.state_dict().values(), strict=True)
+            torch.equal(u, v) for u, v in zip(a.flow_.state_dict().values(), b.flow_.state_dict().values(), strict=True)
         )
         out["graph_equals_eager"] = {
             "identical_parameters": identical,
