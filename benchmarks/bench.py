@@ -18,6 +18,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:  # loaded by `bertflow bench` rather than run: the harness sits beside this file
@@ -30,9 +31,16 @@ except ImportError:
 from bertflow.errors import BertflowError, InputError  # noqa: E402
 
 
+class _Parser(argparse.ArgumentParser):
+    """An option error is an :class:`InputError` (one line from the caller), not argparse's usage text and exit."""
+
+    def error(self, message: str) -> NoReturn:
+        raise InputError(f"{message} (see {self.prog} --help)")
+
+
 def parser(prog: str | None = None) -> argparse.ArgumentParser:
     """The command line: ``cpu``, ``flow`` and ``suite`` with their options."""
-    main_parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
+    main_parser = _Parser(prog=prog, description=__doc__.split("\n")[0])
     commands = main_parser.add_subparsers(dest="command", required=True, metavar="{cpu,flow,suite}")
 
     def common(p: argparse.ArgumentParser, json_default: str | None = None) -> None:
@@ -81,12 +89,12 @@ def parser(prog: str | None = None) -> argparse.ArgumentParser:
     return main_parser
 
 
-def run(argv: Sequence[str], prog: str | None = None) -> None:
-    """Parse ``argv`` and run the benchmark it names.
+def parse(argv: Sequence[str], prog: str | None = None) -> argparse.Namespace:
+    """The options of ``argv``, checked: nothing has run yet when this returns.
 
     Raises:
-        BertflowError: bad options (``-q`` without ``--json``, an unwritable results file, an unknown device or
-            scale), before any benchmark starts.
+        BertflowError: bad options (unknown ones, ``-q`` without ``--json``, an unwritable results file, an
+            unknown device or scale).
     """
     import harness
 
@@ -97,6 +105,17 @@ def run(argv: Sequence[str], prog: str | None = None) -> None:
         from bertflow.io.files import check_output_file
 
         check_output_file(args.json_path)
+    if args.command in ("flow", "suite"):
+        _check_device(args.device)
+    if args.command == "suite" and args.scale not in harness.SUITE_SCALES:
+        raise InputError(f"unknown scale {args.scale!r}: use {' or '.join(harness.SUITE_SCALES)}")
+    return args
+
+
+def run(args: argparse.Namespace) -> None:
+    """Run the benchmark that :func:`parse` returned the options of."""
+    import harness
+
     log: Callable[[str], None] = (lambda _line: None) if args.quiet else print
     if args.command == "cpu":
         _quiet_libraries()
@@ -111,7 +130,6 @@ def run(argv: Sequence[str], prog: str | None = None) -> None:
     elif args.command == "flow":
         import numpy as np
 
-        _check_device(args.device)
         X = np.random.default_rng(0).normal(size=(args.rows, args.dim)).astype(np.float32)
         out = {
             "environment": harness.environment(args.device),
@@ -122,9 +140,6 @@ def run(argv: Sequence[str], prog: str | None = None) -> None:
         if args.json_path:
             harness.save_json(out, args.json_path)
     else:
-        _check_device(args.device)
-        if args.scale not in harness.SUITE_SCALES:
-            raise InputError(f"unknown scale {args.scale!r}: use {' or '.join(harness.SUITE_SCALES)}")
         _quiet_libraries()
         with tempfile.TemporaryDirectory(prefix="bertflow-bench-") as tmp:
             harness.run_suite(
@@ -157,7 +172,7 @@ def _quiet_libraries() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run from the shell: a bad option is one line on stderr and exit status 2."""
     try:
-        run(sys.argv[1:] if argv is None else argv)
+        run(parse(sys.argv[1:] if argv is None else argv))
     except BertflowError as e:
         print(f"{Path(__file__).name}: error: {e}", file=sys.stderr)
         return 2

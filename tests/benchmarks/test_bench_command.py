@@ -44,6 +44,21 @@ def test_bertflow_bench_says_it_is_deprecated_and_names_the_script(tmp_path, fak
     assert json.loads((tmp_path / "a.json").read_text())["flow_fit"] == {"rows": 8}
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["flow", "--nonsense"], "unrecognized arguments: --nonsense"),
+        ([], "required: {cpu,flow,suite}"),
+        (["suite", "--tokenizer-dir", "tok", "--device", "cpu", "--scale", "huge"], "unknown scale 'huge'"),
+    ],
+)
+def test_bertflow_bench_bad_options_are_one_error_line_before_the_notice(args, message):
+    r = invoke("bench", *args)
+    assert r.exit_code == 2 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()] and r.stderr.startswith("bertflow: error: ")
+    assert message in r.stderr
+
+
 def test_bertflow_bench_without_the_checkout_is_one_line(monkeypatch, tmp_path):
     """An installed wheel has no benchmarks/ folder: one line naming the script to run, exit status 2."""
     monkeypatch.setattr(cli_bench, "SCRIPT", tmp_path / "benchmarks" / "bench.py")
@@ -59,6 +74,7 @@ def test_bench_script_refuses_bad_options_in_one_line(tmp_path):
     """Run as a script (its own process): a bad option is one line on stderr and exit status 2, before any timing."""
     for args, message in (
         (["flow", "-q"], "add --json FILE"),
+        (["flow", "--nonsense"], "unrecognized arguments"),
         (["flow", "--device", "nonsense"], "unknown device"),
         (["flow", "--device", "cpu", "--json", str(tmp_path / "missing" / "x.json")], "not exist"),
     ):

@@ -31,9 +31,10 @@ def bench(ctx: typer.Context) -> None:
         raise BertflowError(
             f"bertflow bench moved out of the package: run {command} from a source checkout of bertflow"
         )
-    print(f"bertflow bench is deprecated: run {command}", file=sys.stderr)
     spec = importlib.util.spec_from_file_location("bertflow_benchmarks_bench", SCRIPT)
     assert spec is not None and spec.loader is not None
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    script.run(args, prog="bertflow bench")
+    options = script.parse(args, prog="bertflow bench")  # bad options: one error line, and no notice before it
+    print(f"bertflow bench is deprecated: run {command}", file=sys.stderr)
+    script.run(options)
