@@ -17,8 +17,8 @@ import json
 import tempfile
 
 import numpy as np
+from harness import build_random_model, environment, interleave, replicate, sts_sentences
 
-from bertflow.bench import build_random_model, environment, interleave, replicate, sts_sentences
 from bertflow.encoding.encoder import SentenceEncoder
 
 

@@ -1,7 +1,7 @@
 """A flow study on one encoder, like the BERT-flow paper's Table 8 and ablations: does any flow setting beat whitening?
 
 Each setting is a :class:`~bertflow.calibrators.FlowCalibrator` variant fitted by ``bertflow reproduce``'s grid
-(:func:`bertflow.evaluation.reproduce.run_grid`) with ``GridConfig.flow_options``; every setting runs with seeds
+(:func:`bertflow.evaluation.grid.run_grid`) with ``GridConfig.flow_options``; every setting runs with seeds
 0..N-1 and is reported as mean ± sample std. Reference rows: the raw encoder, whitening and whitening-K (K = D/3,
 the project's rule) fitted on the same sentences.
 
@@ -37,8 +37,10 @@ from typing import Any
 import torch
 
 from bertflow.evaluation.datasets import STS_TASKS, load_nli_sentences, load_sts_tasks
-from bertflow.evaluation.reproduce import GridConfig, _fmt, default_calibrators, load_encoder, machine_info, run_grid
+from bertflow.evaluation.grid import GridConfig, default_calibrators, load_encoder, run_grid
+from bertflow.evaluation.render import format_stat
 from bertflow.io.files import atomic_write_text
+from bertflow.resources import machine_info
 
 #: name -> (calibrator spec, epochs, FlowCalibrator options, what it changes from the code preset).
 SETTINGS: dict[str, tuple[str, float, dict[str, Any], str]] = {
@@ -102,7 +104,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         for cell in grid.cells:
             rows[cell.pooling][name] = _cell_row(cell)
-            say(f"  {cell.pooling}: all {_fmt(cell.average_stat('all'))}, wmean {_fmt(cell.average_stat('wmean'))}")
+            avg_all, avg_wmean = format_stat(cell.average_stat("all")), format_stat(cell.average_stat("wmean"))
+            say(f"  {cell.pooling}: all {avg_all}, wmean {avg_wmean}")
     return {
         "meta": {
             "command": "python benchmarks/flow_study.py " + shlex.join(sys.argv[1:]),
@@ -185,8 +188,8 @@ def markdown(study: Mapping[str, Any]) -> str:
             d = []
             for protocol, best in (("all", b_all[1]), ("wmean", b_w[1])):
                 mean = r[protocol]["mean"]
-                d += [_fmt(r[protocol]), f"{mean - raw[protocol]['mean']:+.2f}", f"{mean - best:+.2f}"]
-            tasks = [_fmt(r["tasks"][t]) for t in m["tasks"]]
+                d += [format_stat(r[protocol]), f"{mean - raw[protocol]['mean']:+.2f}", f"{mean - best:+.2f}"]
+            tasks = [format_stat(r["tasks"][t]) for t in m["tasks"]]
             lines.append(f"| {name} | " + " | ".join(d + tasks) + f" | {r['seconds']:.0f} |")
         flows = {n: r for n, r in row.items() if n in m["settings"] and not r["error"]}
         if flows:
@@ -197,7 +200,7 @@ def markdown(study: Mapping[str, Any]) -> str:
             )
             lines += [
                 "",
-                f'Best flow setting under "all": `{top}` ({_fmt(flows[top]["all"])}), {verdict} '
+                f'Best flow setting under "all": `{top}` ({format_stat(flows[top]["all"])}), {verdict} '
                 f"({b_all[0]}, {b_all[1]:.2f}).",
             ]
     return "\n".join(lines).rstrip() + "\n"

@@ -165,25 +165,6 @@ def test_download_sts_quiet(tmp_path):
     assert r.exit_code == 0 and r.stdout.strip() == str(tmp_path) and r.stderr == ""
 
 
-def test_bench_quiet(tmp_path, monkeypatch):
-    """-q silences the benchmarks' lines (the numbers still go to --json) and needs --json."""
-    import bertflow.bench
-
-    def fake(X, *, device, probe_steps, full_epoch, log):
-        log("[flow fit] a progress line")
-        return {"rows": len(X)}
-
-    monkeypatch.setattr(bertflow.bench, "bench_flow_fit_gpu", fake)
-    args = ("bench", "flow", "--rows", "8", "--dim", "4", "--device", "cpu")
-    r = invoke(*args, "--json", tmp_path / "a.json")
-    assert r.exit_code == 0 and "a progress line" in r.stdout
-    r = invoke(*args, "--json", tmp_path / "b.json", "-q")
-    assert r.exit_code == 0 and r.stdout == ""
-    assert json.loads((tmp_path / "b.json").read_text())["flow_fit"] == {"rows": 8}
-    r = invoke(*args, "-q")
-    assert r.exit_code == 2 and "add --json" in r.stderr
-
-
 def test_model_dir_typo_is_one_line_no_such_folder(tmp_path, monkeypatch):
     """A mistyped local folder is not looked up on the Hub (which would answer with a network error)."""
     (tmp_path / "runs" / "my-flow").mkdir(parents=True)

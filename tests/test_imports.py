@@ -80,12 +80,12 @@ def test_old_module_paths_still_import_with_a_deprecation_warning(old):
 def test_a_renamed_module_is_the_new_module_so_patching_it_still_works():
     import warnings
 
-    from bertflow.encoding import encoder
+    from bertflow import embedder
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        import bertflow.encoder as old
-    assert old is encoder
+        import bertflow.pipeline as old
+    assert old is embedder
 
 
 def test_embedder_does_not_import_mteb_or_sentence_transformers():

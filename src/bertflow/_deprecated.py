@@ -16,13 +16,20 @@ from typing import Any
 
 #: old module -> the modules its public names now live in (searched in order).
 MOVED: dict[str, tuple[str, ...]] = {
-    "bertflow.encoder": ("bertflow.encoding.encoder",),
+    "bertflow.encoder": ("bertflow.encoding.encoder", "bertflow.encoding.device", "bertflow.encoding.settings"),
     "bertflow.pooling": ("bertflow.encoding.pooling",),
     "bertflow.tokenization": ("bertflow.encoding.tokenization",),
     "bertflow.pipeline": ("bertflow.embedder",),
     "bertflow.store": ("bertflow.scale.store",),
     "bertflow.serialization": ("bertflow.io.files", "bertflow.io.formats"),
     "bertflow.data": ("bertflow.io.text", "bertflow.evaluation.datasets", "bertflow.evaluation.download"),
+    "bertflow.evaluation.reproduce": (
+        "bertflow.evaluation.grid",
+        "bertflow.evaluation.regimes",
+        "bertflow.evaluation.results",
+        "bertflow.evaluation.render",
+        "bertflow.resources",
+    ),
     "bertflow.distributed": (
         "bertflow.scale.launch",
         "bertflow.scale.encode",

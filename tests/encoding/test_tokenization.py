@@ -257,9 +257,10 @@ def test_shortcut_gives_the_tokenizers_ids(tiny_model_dir, max_length, direction
 
     sentences = _fuzz()
     if DATA_DIR.is_dir():
-        from bertflow.bench import sts_sentences
+        from bertflow.evaluation.datasets import load_sts_tasks
 
-        sentences += sts_sentences(DATA_DIR)
+        tasks = load_sts_tasks(data_dir=DATA_DIR).values()
+        sentences += list(dict.fromkeys(s for task in tasks for s in task.fit_sentences("target")))
     real = _real_tokenizer_dir()
     folders = [tiny_model_dir] + ([real] if real is not None else [])
     for folder in folders:

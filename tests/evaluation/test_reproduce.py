@@ -1,4 +1,4 @@
-"""The evaluation grid (bertflow.evaluation.reproduce), the published numbers (paper.py) and the CLI commands
+"""The evaluation grid (bertflow.evaluation.grid), the published numbers (paper.py) and the CLI commands
 `bertflow evaluate`, `bertflow reproduce` and `bertflow download-sts`, on a tiny BERT and a synthetic STS layout."""
 
 from __future__ import annotations
@@ -18,6 +18,12 @@ from bertflow.cli import app
 from bertflow.errors import InputError
 from bertflow.evaluation import evaluate_sts
 from bertflow.evaluation.datasets import STS_TASKS, load_nli_sentences, load_sts_tasks
+from bertflow.evaluation.grid import (
+    GridConfig,
+    default_calibrators,
+    fitting_sets,
+    run_grid,
+)
 from bertflow.evaluation.paper import (
     PUBLISHED,
     QUOTED_AVERAGES,
@@ -25,12 +31,6 @@ from bertflow.evaluation.paper import (
     paper_model_name,
     published_for,
     stand_in_caption,
-)
-from bertflow.evaluation.reproduce import (
-    GridConfig,
-    default_calibrators,
-    fitting_sets,
-    run_grid,
 )
 
 runner = CliRunner()
@@ -526,20 +526,3 @@ def test_minilm_raw_stsb_matches_published(default_encoder: SentenceEncoder, dat
     )  # fmt: skip
     spearman = result.cells[0].task_stat("STS-B", "all")["mean"]
     assert abs(spearman - 82.03) < 0.3
-
-
-def test_blas_threads_limits_and_restores() -> None:
-    from threadpoolctl import threadpool_info
-
-    from bertflow.evaluation.reproduce import _blas_threads
-
-    def blas_threads() -> list[int]:
-        return [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
-
-    before = blas_threads()
-    assert before  # numpy's BLAS is loaded, so there is something to limit
-    with _blas_threads(1):
-        assert all(n == 1 for n in blas_threads())
-    assert blas_threads() == before
-    with _blas_threads(None):
-        assert blas_threads() == before

@@ -11,7 +11,7 @@ from types import ModuleType
 import pytest
 
 from bertflow import SentenceEncoder
-from bertflow.evaluation.reproduce import GridConfig, run_grid
+from bertflow.evaluation.grid import GridConfig, run_grid
 
 from .test_reproduce import one_torch_thread, working_tiny_bert, write_sts_layout  # noqa: F401 - fixtures
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 from collections.abc import Callable, Iterator
@@ -13,6 +12,7 @@ import torch
 
 from ..errors import DivergenceError, InputError
 from ..flows import GLOW_PRESETS, Glow
+from ..resources import limited_threads
 from ..validation import check_epochs
 from .base import Calibrator, TorchTransform, as_tensor, check_latents, expect_shape, register
 from .simple import floored_std
@@ -23,21 +23,6 @@ logger = logging.getLogger(__name__)
 
 #: A dimension whose std is below this fraction of the median std is treated as constant (see below).
 DEGENERATE_RTOL = 1e-4
-
-
-@contextlib.contextmanager
-def _cpu_threads(n: int | None):
-    """Temporarily set torch's CPU thread count. The flow's matrices are tiny ([64, D/2] x [D/2, 32]):
-    intra-op threads only add synchronisation, which is ruinous when another process holds a core."""
-    if n is None:
-        yield
-        return
-    previous = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 @register("flow")
@@ -192,7 +177,9 @@ class FlowCalibrator(Calibrator):
         with torch.no_grad():
             glow.initialize(data.index_select(0, train_rows[: self.init_samples]))
         self.flow_ = glow
-        with _cpu_threads(1 if device.type == "cpu" else None):
+        # The flow's matrices are tiny ([64, D/2] x [D/2, 32]): intra-op threads only add synchronisation, which is
+        # ruinous when another process holds a core.
+        with limited_threads(torch_threads=1 if device.type == "cpu" else None):
             self._train(glow, data, data.index_select(0, val_rows), gen, rows=train_rows)
         self.flow_.eval()
 

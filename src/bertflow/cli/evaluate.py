@@ -180,7 +180,7 @@ def evaluate(
     _check_report(output, "evaluate")
     check_device(device)
     check_model_dir_options(ctx, model_dir)
-    from ..evaluation.reproduce import GridConfig, evaluate_embedder, run_grid
+    from ..evaluation.grid import GridConfig, evaluate_embedder, run_grid
 
     quiet_libraries()
     limit_threads(threads)
@@ -303,7 +303,7 @@ def reproduce(
     """Grid of pooling x calibrator x fitting regime on one model: Markdown + JSON, paper numbers beside BERT's."""
     _check_report(output, "reproduce")
     check_device(device)
-    from ..evaluation.reproduce import GridConfig, run_grid
+    from ..evaluation.grid import GridConfig, run_grid
 
     quiet_libraries()
     limit_threads(threads)
@@ -418,7 +418,7 @@ def analyze(
         encoder, cal, label = embedder.encoder, embedder.calibrator, str(embedder.fit_info.get("regime", "unknown"))
         command = _command("analyze", [("--model-dir", model_dir), ("--data-dir", data_dir), ("--output", output)])
     else:
-        from ..evaluation.reproduce import load_encoder
+        from ..evaluation.grid import load_encoder
 
         encoder = load_encoder(model, pooling=pooling, max_length=max_length, device=device, dtype=dtype)
         cal, label = calibrator, regime

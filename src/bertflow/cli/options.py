@@ -70,14 +70,12 @@ def progress_log(logger_name: str, quiet: bool) -> Iterator[None]:
 def limit_threads(n: int | None) -> None:
     """Apply ``--threads``: torch's CPU thread count for the rest of the command (``None``: leave torch's choice)."""
     if n is not None:
-        import torch
-
         from ..errors import InputError
+        from ..resources import set_torch_threads
 
         if n < 1:
             raise InputError(f"--threads must be at least 1, got {n}")
-
-        torch.set_num_threads(n)
+        set_torch_threads(n)
 
 
 class EncodingErrors(str, enum.Enum):

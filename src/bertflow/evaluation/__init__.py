@@ -1,8 +1,9 @@
 """Evaluation of sentence embeddings: STS correlation metrics under the "all" and "wmean" protocols.
 
 Submodules: :mod:`~bertflow.evaluation.sts` (metrics, imported here), :mod:`~bertflow.evaluation.cache` (embedding
-cache, one-pass multi-pooling encoding), :mod:`~bertflow.evaluation.reproduce` (``bertflow evaluate`` and
-``bertflow reproduce``), :mod:`~bertflow.evaluation.analyze` (``bertflow analyze``) and
+cache, one-pass multi-pooling encoding), :mod:`~bertflow.evaluation.grid` (``bertflow evaluate`` and
+``bertflow reproduce``; fitting :mod:`~bertflow.evaluation.regimes`, :mod:`~bertflow.evaluation.results` and their
+Markdown :mod:`~bertflow.evaluation.render`), :mod:`~bertflow.evaluation.analyze` (``bertflow analyze``) and
 :mod:`~bertflow.evaluation.paper` (published numbers). Their main names are importable from here too; they load
 on first use, so ``import bertflow.evaluation`` stays light.
 """
@@ -52,10 +53,10 @@ _LAZY = {
     "EmbeddingCache": "cache",
     "embed_cached": "cache",
     "encode_poolings": "cache",
-    "GridConfig": "reproduce",
-    "GridResult": "reproduce",
-    "run_grid": "reproduce",
-    "evaluate_embedder": "reproduce",
+    "GridConfig": "grid",
+    "GridResult": "results",
+    "run_grid": "grid",
+    "evaluate_embedder": "grid",
     "analyze_stsb": "analyze",
 }
 

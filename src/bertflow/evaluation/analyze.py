@@ -40,10 +40,11 @@ from ..calibrators import Calibrator, parse_calibrator
 from ..encoding.encoder import SentenceEncoder
 from ..errors import InputError
 from ..linalg import unit_rows
+from ..resources import limited_threads, machine_info
 from .cache import EmbeddingCache, embed_cached, pooling_key
 from .datasets import StsTask, load_nli_sentences, load_sts_task, resolve_data_dir
 from .paper import TABLE6, TABLE6_SOURCE
-from .reproduce import _blas_threads, fitting_sets, machine_info
+from .regimes import fitting_sets
 from .sts import cosine_scores
 
 __all__ = [
@@ -500,7 +501,7 @@ def analyze_stsb(
     def rows(items: Sequence[str]) -> np.ndarray:
         return emb[np.fromiter((index[s] for s in items), dtype=np.int64, count=len(items))]
 
-    with _blas_threads(1):  # small matrices; see GridConfig.fit_threads
+    with limited_threads(blas_threads=1):  # small matrices; see GridConfig.fit_threads
         if fitted:
             cal = calibrator
             spec = getattr(calibrator, "name", type(calibrator).__name__)

@@ -312,7 +312,7 @@ def fit_flow_distributed(
         The fitted calibrator (``n_features_in_``, ``flow_``, ``history_``... set as by ``fit``).
     """
     from ..calibrators import FlowCalibrator
-    from ..calibrators.flow import _cpu_threads
+    from ..resources import limited_threads
 
     cal = calibrator if calibrator is not None else FlowCalibrator()
     n, d = _check_matrix(X)
@@ -349,7 +349,7 @@ def fit_flow_distributed(
     verbose = cal.verbose
     cal.verbose = bool(verbose and rank == 0)
     try:
-        with _cpu_threads(1 if dev.type == "cpu" else None):
+        with limited_threads(torch_threads=1 if dev.type == "cpu" else None):
             cal._train(
                 glow,
                 None,

@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 from .. import errors
 from ..errors import BertflowError, InputError, describe_os_error
+from ..resources import set_torch_threads, usable_cpus  # usable_cpus: re-exported, benchmarks import it from here
 
 if TYPE_CHECKING:
     pass
@@ -262,18 +263,12 @@ def _local_entry(
         dist.destroy_process_group()
 
 
-def usable_cpus() -> int:
-    """Cores this process may run on (its affinity mask: what a container or ``taskset`` grants, not the host's)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
-
-
 def share_cpu_threads(devices: Sequence[str], index: int, threads: int | None = None) -> None:
-    # Several CPU ranks each running torch's default thread pool would oversubscribe the cores many times over.
+    """Set the torch threads of rank ``index`` of ``devices``: ``threads`` if given, else the usable cores split
+    evenly between the CPU ranks (several CPU ranks each running torch's default thread pool would oversubscribe
+    the cores many times over)."""
     n_cpu = sum(1 for d in devices if str(d).startswith("cpu"))
     if threads is not None:
-        torch.set_num_threads(max(1, int(threads)))
+        set_torch_threads(threads)
     elif str(devices[index]).startswith("cpu") and n_cpu > 1:
-        torch.set_num_threads(max(1, usable_cpus() // n_cpu))
+        set_torch_threads(usable_cpus() // n_cpu)

@@ -1,0 +1,88 @@
+"""Where and in which precision the encoder runs: device and dtype names, SDPA attention backends."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+
+from ..errors import InputError
+
+__all__ = ["attention_backends", "resolve_device", "resolve_dtype", "transformers_major"]
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """The torch device for ``device`` (``None``: CUDA when available, else CPU), checked before any model loads.
+
+    Raises:
+        InputError: an unknown device name, or a CUDA/MPS device this machine does not have.
+    """
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise InputError(f"unknown device {str(device)!r}; use cpu, cuda, cuda:N or mps") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise InputError(f"device {str(device)!r} asked for, but CUDA is not available here; use --device cpu")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise InputError(
+                f"device {str(device)!r} asked for, but this machine has {torch.cuda.device_count()} GPU(s)"
+            )
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise InputError(f"device {str(device)!r} asked for, but MPS is not available here; use --device cpu")
+    elif dev.type not in ("cpu", "cuda", "mps"):
+        raise InputError(f"device {str(device)!r} is not supported; use cpu, cuda, cuda:N or mps")
+    return dev
+
+
+def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
+    """The torch dtype for ``dtype`` (``"auto"``: bfloat16 on CUDA, float32 elsewhere).
+
+    Raises:
+        InputError: an unknown dtype name.
+    """
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    table = {
+        "float32": torch.float32,
+        "fp32": torch.float32,
+        "bfloat16": torch.bfloat16,
+        "bf16": torch.bfloat16,
+        "float16": torch.float16,
+        "fp16": torch.float16,
+    }
+    if dtype not in table:
+        raise InputError(f"unknown dtype {dtype!r}: use auto, float32, bfloat16 or float16")
+    return table[dtype]
+
+
+def attention_backends(device: torch.device, cudnn: bool = False) -> contextlib.AbstractContextManager[Any]:
+    """SDPA kernels for our forward passes: on CUDA, flash / memory-efficient / math, not cuDNN (unless ``cudnn``).
+
+    On Hopper and newer with a recent cuDNN, torch tries cuDNN attention first, and cuDNN builds an
+    execution plan for every new (batch, length) shape: tens of milliseconds each, while token-budget
+    batches have a new shape almost every time. The choice is restored when the forward returns (torch
+    keeps it in process-wide flags, so another thread's attention call at that moment sees it too).
+    """
+    if device.type != "cuda" or cudnn:
+        return contextlib.nullcontext()
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:  # torch < 2.3: no cuDNN attention to avoid either
+        return contextlib.nullcontext()
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
+
+
+def transformers_major() -> int:
+    """The installed transformers major version (0 if unreadable)."""
+    import transformers
+
+    try:
+        return int(transformers.__version__.split(".")[0])
+    except ValueError:
+        return 0

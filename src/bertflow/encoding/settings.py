@@ -1,0 +1,110 @@
+"""EncodeSettings: the throughput knobs of :class:`bertflow.encoding.encoder.SentenceEncoder`.
+
+None of them changes the vectors (up to floating-point summation order); they decide how sentences are cut into
+chunks and forward batches. ``docs/performance.md`` says what each one buys and how the defaults were measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import InputError
+
+__all__ = [
+    "DEFAULT_CHUNK",
+    "DEFAULT_MAX_TOKENS",
+    "DEFAULT_MIN_TOKENS",
+    "FIRST_CUDA_CHUNK",
+    "MIN_LENGTH_RATIO",
+    "UNIFORM_FILL",
+    "EncodeSettings",
+    "device_kind",
+]
+
+#: Default token budget per forward pass (padded tokens: rows x width). On a GPU, batches must be large
+#: enough to keep the matrix units busy (a BERT-base forward of 8k tokens is launch-bound on an H100); on a
+#: CPU, beyond a few thousand tokens larger batches only add memory traffic (1k to 4k tokens measured alike on
+#: 2 quiet cores, 8k slower: docs/performance.md).
+DEFAULT_MAX_TOKENS = {"cuda": 65536, "cpu": 4096}
+#: Default sentences per chunk (the sorting window). A GPU starts with a small chunk so that it gets work
+#: after a few milliseconds of tokenisation, then doubles it up to the maximum.
+DEFAULT_CHUNK = {"cuda": 65536, "cpu": 16384}
+FIRST_CUDA_CHUNK = 4096
+#: A batch is cut where the token count changes if the run of equal lengths already fills this share of the
+#: batch: such a batch needs no padding mask. Lower values make more, smaller mask-free batches.
+UNIFORM_FILL = 0.5
+#: A batch takes no sentence shorter than this share of its width (its longest sentence): on a small input, a
+#: large token budget would otherwise pad short sentences to the longest one in the whole chunk.
+MIN_LENGTH_RATIO = 0.9
+#: ... unless the batch would then be smaller than this many padded tokens. A forward pass of BERT-base costs about
+#: 4 ms of host time to launch whatever its size (measured on an H200, docs/performance.md), so on a GPU a batch
+#: must be large to keep the device busy. On a CPU the launch cost is small and padding is paid in full, so the
+#: length rule alone decides (on 2 quiet cores a 4,096-token floor cost 16% on STS sentences and 10% on paragraphs).
+DEFAULT_MIN_TOKENS = {"cuda": 32768, "cpu": 0}
+
+
+def device_kind(device_type: str) -> str:
+    """The key of the default tables for a torch device type: ``"cuda"`` or ``"cpu"`` (MPS counts as CPU)."""
+    return "cuda" if device_type == "cuda" else "cpu"
+
+
+@dataclass(frozen=True)
+class EncodeSettings:
+    """Throughput knobs of SentenceEncoder (none changes the vectors). ``None`` = the device's default.
+
+    Attributes:
+        max_tokens: padded tokens per forward batch (rows x width); ``None``: 65,536 on CUDA, 4,096 on CPU.
+        chunk_size: sentences tokenised and sorted together by length; ``None``: 16,384 on CPU; on CUDA
+            ``first_chunk`` first, doubling up to 65,536. A value given is used for every chunk.
+        tokenize_workers: background threads that prepare chunks while the model runs (0: on the calling
+            thread); ``None``: two with tokenisation processes, else one.
+        tokenize_processes: worker processes that tokenise for those threads; ``None``: chosen from the device,
+            the CPU count and the tokenizer (:func:`bertflow.encoding.tokenization.auto_processes`).
+        uniform_fill: share of a batch that a run of equal lengths must fill to end the batch there (mask-free);
+            see :func:`bertflow.encoding.batching.plan_batches`.
+        min_length_ratio: shortest sentence a batch takes, as a share of its width (bounds padding).
+        min_tokens: padded tokens below which a batch is filled up anyway; ``None``: 32,768 on CUDA, 0 on CPU.
+        first_chunk: size of the first chunk on CUDA (the ramp's start) when ``chunk_size`` is ``None``.
+        cudnn_attention: let torch pick cuDNN attention on CUDA (off by default: it plans every new shape).
+
+    Example:
+        >>> import dataclasses
+        >>> dataclasses.replace(EncodeSettings(), uniform_fill=0.7).uniform_fill
+        0.7
+    """
+
+    max_tokens: int | None = None
+    chunk_size: int | None = None
+    tokenize_workers: int | None = None
+    tokenize_processes: int | None = None
+    uniform_fill: float = UNIFORM_FILL
+    min_length_ratio: float = MIN_LENGTH_RATIO
+    min_tokens: int | None = None
+    first_chunk: int = FIRST_CUDA_CHUNK
+    cudnn_attention: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("max_tokens", "chunk_size", "first_chunk"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise InputError(f"{name} must be a positive integer, got {value!r}")
+        for name in ("tokenize_workers", "tokenize_processes", "min_tokens"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise InputError(f"{name} must be 0 or more, got {value!r}")
+        for name in ("uniform_fill", "min_length_ratio"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise InputError(f"{name} must be a number of 0 or more, got {value!r}")
+        if self.min_length_ratio > 1:
+            raise InputError(f"min_length_ratio must be at most 1, got {self.min_length_ratio!r}")
+        if not isinstance(self.cudnn_attention, bool):
+            raise InputError(f"cudnn_attention must be True or False, got {self.cudnn_attention!r}")
+
+    def token_budget(self, device_type: str) -> int:
+        """Padded tokens per forward pass on a device of this type (``max_tokens`` or the default)."""
+        return self.max_tokens or DEFAULT_MAX_TOKENS[device_kind(device_type)]
+
+    def min_batch_tokens(self, device_type: str) -> int:
+        """``min_tokens`` or the device's default."""
+        return DEFAULT_MIN_TOKENS[device_kind(device_type)] if self.min_tokens is None else self.min_tokens

@@ -1,0 +1,482 @@
+"""STS evaluation of an encoder + calibrator, and the grid behind ``bertflow reproduce``.
+
+A *cell* is one (pooling, calibrator, fitting regime) on one encoder. Its calibrator is fitted without labels on
+the regime's sentences (:mod:`bertflow.evaluation.regimes`) and the seven STS tasks are scored by cosine similarity
+in the calibrated space, under both the "all" and the "wmean" convention (see :mod:`bertflow.evaluation.sts`).
+Results: :mod:`bertflow.evaluation.results` (JSON) and :mod:`bertflow.evaluation.render` (Markdown).
+
+Every sentence is encoded once for all poolings (:func:`bertflow.evaluation.cache.embed_cached`), so a grid costs
+one encoder pass plus the calibrator fits. Each cell records how many evaluation sentences its fitting set
+contained ("test sentences seen").
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..calibrators import Calibrator, parse_calibrator
+from ..encoding.encoder import SentenceEncoder
+from ..errors import BertflowError, InputError
+from ..resources import limited_threads, machine_info
+from .cache import EmbeddingCache, embed_cached, pooling_key
+from .datasets import STS_TASKS, StsTask, load_nli_sentences, load_sts_tasks, resolve_data_dir
+from .paper import PAPER_MODELS, paper_model_name, published_for, stand_in_caption
+from .regimes import DEFAULT_REGIMES, REGIME_TEXT, REGIMES, FittingSets, fitting_sets, seen_counts
+from .render import format_stat
+from .results import CellResult, GridResult
+from .sts import StsReport, TaskScore, evaluate_task
+
+__all__ = [
+    "DEFAULT_POOLINGS",
+    "default_calibrators",
+    "EmbeddingTable",
+    "GridConfig",
+    "run_grid",
+    "load_encoder",
+    "evaluate_embedder",
+    "score_fitted",
+    # also importable from here, where they were before the split
+    "REGIMES",
+    "DEFAULT_REGIMES",
+    "FittingSets",
+    "fitting_sets",
+    "CellResult",
+    "GridResult",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Poolings of the default grid: all three come from one forward pass.
+DEFAULT_POOLINGS = ("mean", "cls", "first-last-avg")
+
+Progress = Callable[[str], None]
+
+_PROTOCOL = {
+    "metric": "Spearman × 100 of cosine similarity against the gold score (Pearson in the JSON)",
+    "all": "one correlation over all subsets of a task concatenated (SBERT, SimCSE, MTEB)",
+    "wmean": "subset-size-weighted mean of per-subset correlations (BERT-flow and whitening papers)",
+    "average": "plain mean over the tasks (the papers' Avg.)",
+    "seeds": "flow rows: mean ± sample std (ddof=1) over seeds 0..N-1",
+}
+
+
+def default_calibrators(dim: int) -> list[str]:
+    """The calibrators of the default grid for D-dimensional embeddings.
+
+    ``natsv-10`` and ``standard-norm+natsv-6`` are the paper's best Table 5 settings; ``whitening-K`` keeps about
+    a third of the dimensions as the whitening paper recommends (K = 256 for D = 768, 384 for D = 1024, else D/3).
+    """
+    k = {768: 256, 1024: 384}.get(dim, max(1, round(dim / 3)))
+    natsv = min(10, max(1, dim - 1))
+    return [
+        "none",
+        "standard-norm",
+        f"natsv-{natsv}",
+        f"standard-norm+natsv-{min(6, natsv)}",
+        "whitening",
+        f"whitening-{k}",
+        "flow",
+        "flow-paper",
+    ]
+
+
+def load_encoder(
+    model: str | None,
+    *,
+    pooling: str | Sequence[int] = "mean",
+    max_length: int = 64,
+    device: str | None = None,
+    dtype: str = "auto",
+) -> SentenceEncoder:
+    """Build the :class:`SentenceEncoder` of a grid (architectures without an SDPA kernel, such as MPNet under
+    transformers 5, fall back to the default attention inside ``SentenceEncoder``)."""
+    return SentenceEncoder(model, pooling=pooling, max_length=max_length, device=device, dtype=dtype)
+
+
+def _is_seeded(spec: str) -> bool:
+    """Whether a calibrator spec contains a flow (whose fit depends on a seed)."""
+    return any(p.strip().lower().startswith("flow") for p in spec.split("+"))
+
+
+def _is_identity(spec: str) -> bool:
+    return spec.strip().lower() in ("none", "raw", "identity")
+
+
+# -------------------------------------------------------------------------------------------------------
+# Embedding table
+# -------------------------------------------------------------------------------------------------------
+
+
+class EmbeddingTable:
+    """Raw embeddings of a fixed set of distinct sentences under several poolings.
+
+    Args:
+        sentences: the distinct sentences, N of them.
+        embeddings: ``{pooling_key: float32 [N, D]}``, rows in the order of ``sentences``.
+    """
+
+    def __init__(self, sentences: Sequence[str], embeddings: Mapping[str, np.ndarray]) -> None:
+        self.index = {s: i for i, s in enumerate(sentences)}
+        self.embeddings = dict(embeddings)
+
+    def get(self, pooling: str, sentences: Sequence[str]) -> np.ndarray:
+        """Rows for ``sentences`` (each must be in the table) under ``pooling``: float32 [len(sentences), D]."""
+        try:
+            rows = np.fromiter((self.index[s] for s in sentences), dtype=np.int64, count=len(sentences))
+        except KeyError as e:
+            raise InputError(f"sentence {e.args[0]!r:.60} was never encoded") from None
+        return self.embeddings[pooling][rows]
+
+
+def score_fitted(
+    table: EmbeddingTable, pooling: str, calibrator: Calibrator | None, tasks: Mapping[str, StsTask]
+) -> StsReport:
+    """Score tasks with an already-fitted calibrator (``None``: raw embeddings) on cached embeddings.
+
+    Returns:
+        The report over ``tasks`` (both conventions, per subset).
+    """
+
+    def embed(sentences: list[str]) -> np.ndarray:
+        raw = table.get(pooling, sentences)
+        return raw if calibrator is None else calibrator.transform(raw)
+
+    return StsReport({name: evaluate_task(task, embed) for name, task in tasks.items()})
+
+
+def _run_cell(
+    table: EmbeddingTable,
+    pooling: str,
+    spec: str,
+    fits: FittingSets,
+    tasks: Mapping[str, StsTask],
+    seeds: Sequence[int | None],
+    flow_kwargs: Mapping[str, Any],
+) -> CellResult:
+    """Fit ``spec`` under ``fits`` for each seed and score every task it applies to."""
+    started = time.perf_counter()
+    cell = CellResult(pooling, spec, fits.regime, list(seeds), list(tasks))
+    applicable = {t: task for t, task in tasks.items() if fits.per_task[t] is not None}
+    cell.test_seen = {t: seen_counts(fits.per_task[t], task.eval_sentences()) for t, task in tasks.items()}
+    if fits.regime == "none":
+        cell.test_seen = {t: None for t in tasks}
+    try:
+        for seed in seeds:
+            kwargs = dict(flow_kwargs)
+            if seed is not None:
+                kwargs["seed"] = seed
+            scores: dict[str, TaskScore] = {}
+            if fits.regime == "none":
+                scores = score_fitted(table, pooling, None, applicable).tasks
+            elif fits.shared:
+                # One fit serves every task: fit once, score each task with it.
+                sentences = next(iter(fits.per_task.values())) or []
+                cal = parse_calibrator(spec, **kwargs).fit(table.get(pooling, sentences))
+                scores = score_fitted(table, pooling, cal, applicable).tasks
+            else:
+                for t, task in applicable.items():
+                    cal = parse_calibrator(spec, **kwargs).fit(table.get(pooling, fits.per_task[t] or []))
+                    scores[t] = score_fitted(table, pooling, cal, {t: task}).tasks[t]
+            cell.reports.append(StsReport(scores))
+    except BertflowError as e:
+        cell.reports = []
+        cell.error = f"{type(e).__name__}: {e}"
+        logger.warning("%s / %s / %s failed: %s", pooling, spec, fits.regime, cell.error)
+    cell.seconds = time.perf_counter() - started
+    return cell
+
+
+# -------------------------------------------------------------------------------------------------------
+# The grid
+# -------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class GridConfig:
+    """What ``bertflow reproduce`` (and ``bertflow evaluate``) runs.
+
+    Attributes:
+        model: hub id or folder; ``None`` is the embedded all-MiniLM-L6-v2.
+        poolings: pooling names (or comma-separated layer indices).
+        calibrators: calibrator specs (:func:`bertflow.calibrators.parse_calibrator`); ``None`` uses
+            :func:`default_calibrators` for the model's dimension.
+        regimes: subset of :data:`REGIMES`.
+        tasks: STS task names.
+        seeds: flow rows are fitted with seeds ``0 .. seeds-1`` and reported as mean +- std.
+        corpus: sentences of the ``corpus`` regime; ``corpus_name`` names them in reports.
+        max_length, batch_size, device, dtype: encoder settings.
+        data_dir: STS data folder (see :func:`bertflow.evaluation.datasets.resolve_data_dir`).
+        cache_dir: embedding cache folder; ``use_cache=False`` keeps nothing on disk.
+        flow_epochs: flow training epochs.
+        flow_options: further :class:`~bertflow.calibrators.FlowCalibrator` arguments for every flow cell (``lr``,
+            ``coupling``, ``n_levels``, ``depth``, ``validation_fraction`` ...), for ablations; the seed is the grid's.
+        paper_rows: a paper model (``"bert-base-uncased"``, ``"bert-large-uncased"``) whose published rows are shown
+            beside this encoder's, with a caption saying how the two differ; ``None`` shows them only when the
+            encoder is that model.
+        fit_threads: BLAS threads while fitting and scoring calibrators (through ``threadpoolctl``; ``None`` keeps the
+            library default). 1 by default: the matrices are small, and when other processes hold the cores a
+            multi-threaded SVD waits on thread barriers (measured 11x slower on a busy 2-core machine).
+        command: the command line that produced the run, for the report.
+    """
+
+    model: str | None = None
+    poolings: Sequence[str] = DEFAULT_POOLINGS
+    calibrators: Sequence[str] | None = None
+    regimes: Sequence[str] = DEFAULT_REGIMES
+    tasks: Sequence[str] = STS_TASKS
+    seeds: int = 1
+    corpus: Sequence[str] | None = None
+    corpus_name: str | None = None
+    max_length: int = 64
+    batch_size: int | None = None
+    device: str | None = None
+    dtype: str = "auto"
+    data_dir: str | Path | None = None
+    cache_dir: str | Path | None = None
+    use_cache: bool = True
+    flow_epochs: float = 1.0
+    flow_options: Mapping[str, Any] = field(default_factory=dict)
+    fit_threads: int | None = 1
+    paper_rows: str | None = None
+    command: str | None = None
+
+
+def run_grid(
+    config: GridConfig,
+    *,
+    encoder: SentenceEncoder | None = None,
+    tasks: Mapping[str, StsTask] | None = None,
+    nli: Sequence[str] | None = None,
+    progress: Progress | None = None,
+) -> GridResult:
+    """Run a pooling x calibrator x regime grid on one encoder.
+
+    Args:
+        config: the grid (see :class:`GridConfig`).
+        encoder: an already-built encoder to use instead of ``config.model`` (its pooling is ignored).
+        tasks: already-loaded tasks instead of reading ``config.tasks`` from ``config.data_dir``.
+        nli: NLI sentences instead of reading them from the data folder.
+        progress: called with one line per finished step (e.g. ``print`` to stderr).
+
+    Returns:
+        The cells and the run's metadata. Cells whose fit failed carry an ``error`` instead of scores.
+
+    Raises:
+        InputError: unknown pooling, calibrator or regime, ``seeds < 1``, ``corpus`` without sentences.
+        DataNotFoundError: the STS (or NLI) data is missing.
+    """
+    say = progress or (lambda _msg: None)
+    started = time.perf_counter()
+    if config.seeds < 1:
+        raise InputError(f"seeds must be at least 1, got {config.seeds}")
+    regimes = list(dict.fromkeys(r.strip().lower() for r in config.regimes))
+    for r in regimes:
+        if r not in REGIMES:
+            raise InputError(f"unknown regime {r!r}; use one of {', '.join(REGIMES)}")
+    if "corpus" in regimes and not config.corpus:
+        raise InputError("the corpus regime needs a corpus file (--corpus FILE)")
+    if config.paper_rows is not None and config.paper_rows not in PAPER_MODELS:
+        raise InputError(f"no published rows for {config.paper_rows!r}; use one of {', '.join(PAPER_MODELS)}")
+    if encoder is None:
+        encoder = load_encoder(config.model, max_length=config.max_length, device=config.device, dtype=config.dtype)
+    poolings = list(dict.fromkeys(pooling_key(p, encoder.num_layers) for p in config.poolings))
+    if not poolings:
+        raise InputError("give at least one pooling")
+    specs = list(dict.fromkeys(config.calibrators or default_calibrators(encoder.dim)))
+    if "seed" in config.flow_options:
+        raise InputError("flow_options must not set the seed: the grid's seeds are 0 .. seeds-1")
+    flow_kwargs: dict[str, Any] = {**config.flow_options, "epochs": config.flow_epochs, "device": config.device}
+    for spec in specs:
+        # Unknown specs and flow options fail now, not after encoding.
+        try:
+            parse_calibrator(spec, **(flow_kwargs if _is_seeded(spec) else {}))
+        except TypeError as e:
+            raise InputError(f"bad flow option for {spec!r}: {e}") from None
+    if all(_is_identity(s) for s in specs):
+        regimes = []  # nothing is fitted, so no fitting sentences need encoding
+    data_dir: Path | None = None
+    if tasks is None:
+        data_dir = resolve_data_dir(config.data_dir)
+        tasks = load_sts_tasks(config.tasks, data_dir)
+    # The papers' column order, whatever order the tasks were named in.
+    tasks = dict(sorted(tasks.items(), key=lambda kv: STS_TASKS.index(kv[0]) if kv[0] in STS_TASKS else len(STS_TASKS)))
+    nli_sentences: list[str] | None = None
+    if "nli" in regimes:
+        nli_sentences = list(nli) if nli is not None else load_nli_sentences(data_dir or config.data_dir)
+    corpus = list(dict.fromkeys(config.corpus)) if config.corpus else None
+
+    # Every sentence any cell needs, encoded once for all poolings.
+    fit_by_regime = {
+        r: fitting_sets(r, tasks, nli=nli_sentences, corpus=corpus, corpus_name=config.corpus_name) for r in regimes
+    }
+    needed: dict[str, None] = {}
+    for task in tasks.values():
+        needed.update(dict.fromkeys(task.eval_sentences()))
+    for fits in fit_by_regime.values():
+        for sentences in fits.per_task.values():
+            needed.update(dict.fromkeys(sentences or []))
+    sentences = list(needed)
+    cache = EmbeddingCache(config.cache_dir) if config.use_cache else None
+    say(f"encoding {len(sentences)} distinct sentences with {encoder.model_id} ({', '.join(poolings)})")
+    t0 = time.perf_counter()
+    embeddings = embed_cached(encoder, sentences, poolings, cache=cache, batch_size=config.batch_size)
+    encode_seconds = time.perf_counter() - t0
+    say(f"encoded in {encode_seconds:.1f} s")
+    table = EmbeddingTable(sentences, embeddings)
+
+    cells: list[CellResult] = []
+    plan: list[tuple[str, str, FittingSets]] = []
+    for pooling in poolings:
+        for spec in specs:
+            if _is_identity(spec):
+                plan.append((pooling, spec, fitting_sets("none", tasks)))
+                continue
+            for r in regimes:
+                plan.append((pooling, spec, fit_by_regime[r]))
+    for i, (pooling, spec, fits) in enumerate(plan, start=1):
+        seeds: list[int | None] = list(range(config.seeds)) if _is_seeded(spec) else [None]
+        with limited_threads(blas_threads=config.fit_threads):
+            cell = _run_cell(table, pooling, spec, fits, tasks, seeds, flow_kwargs)
+        cells.append(cell)
+        avg = cell.average_stat("all")
+        shown = "error" if cell.error else format_stat(avg)
+        say(f"[{i}/{len(plan)}] {pooling} / {spec} / {fits.regime}: avg all {shown} ({cell.seconds:.1f} s)")
+
+    meta = {
+        "command": config.command,
+        "model": _model_meta(encoder),
+        "tasks": {t: {"n_pairs": task.n_eval_pairs, "subsets": list(task.eval_subsets)} for t, task in tasks.items()},
+        "data_dir": str(data_dir) if data_dir else None,
+        "poolings": poolings,
+        "calibrators": specs,
+        "regimes": {
+            **({"none": REGIME_TEXT["none"]} if any(_is_identity(s) for s in specs) else {}),
+            **{r: fit_by_regime[r].description for r in regimes},
+        },
+        "seeds": config.seeds,
+        "flow": {"epochs": config.flow_epochs, **config.flow_options} if any(_is_seeded(s) for s in specs) else {},
+        "fit_threads": config.fit_threads,
+        "published": _published_meta(encoder, config.paper_rows),
+        "protocol": _PROTOCOL,
+        "machine": machine_info(config.device),
+        **_run_record(started, encode_seconds, cells, len(sentences), cache),
+    }
+    return GridResult(meta, cells, published_for(meta["published"]["model"] or ""))
+
+
+def _published_meta(encoder: SentenceEncoder, paper_rows: str | None) -> dict[str, Any]:
+    """Whose published rows a report shows: the encoder's own if the papers evaluated it, else ``paper_rows``'s
+    with a caption saying how that model differs from the encoder."""
+    own = paper_model_name(encoder.model_id)
+    if own is not None or paper_rows is None:
+        return {"model": own, "caption": None}
+    return {
+        "model": paper_rows,
+        "caption": stand_in_caption(paper_rows, encoder.model_id, encoder.num_layers, encoder.dim),
+    }
+
+
+def _run_record(
+    started: float, encode_seconds: float, cells: Sequence[Any], n_sentences: int, cache: EmbeddingCache | None
+) -> dict[str, Any]:
+    """The part of a run's metadata that says how long it took, on how many sentences, from which cache."""
+    elapsed = time.perf_counter() - started
+    return {
+        "seconds": {
+            "total": round(elapsed, 1),
+            "encode": round(encode_seconds, 1),
+            "cells": round(sum(c.seconds for c in cells), 1),
+        },
+        "sentences": {"distinct": n_sentences},
+        "cache": str(cache.root) if cache else None,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - elapsed)),
+    }
+
+
+def evaluate_embedder(
+    embedder: Any,
+    *,
+    tasks: Mapping[str, StsTask] | None = None,
+    task_names: Sequence[str] = STS_TASKS,
+    data_dir: str | Path | None = None,
+    cache: EmbeddingCache | None = None,
+    batch_size: int | None = None,
+    command: str | None = None,
+) -> GridResult:
+    """Score a fitted :class:`~bertflow.embedder.Embedder` (e.g. loaded from ``bertflow fit``) on STS tasks.
+
+    The calibrator is used as saved; its fitting corpus is not known here, so the report says so instead of
+    claiming whether test sentences were seen (the saved fitting record, regime label and sentence count, is
+    quoted).
+
+    Args:
+        embedder: encoder + fitted calibrator.
+        tasks: already-loaded tasks; else ``task_names`` are read from ``data_dir``.
+        cache: embedding cache for the raw embeddings (``None``: nothing stored).
+        batch_size: optional cap on sentences per forward pass (default: the token budget).
+        command: the command line, for the report.
+
+    Returns:
+        A one-cell :class:`GridResult` (plus a raw-encoder cell for comparison).
+    """
+    started = time.perf_counter()
+    encoder: SentenceEncoder = embedder.encoder
+    embedder._require_fitted()
+    root: Path | None = None
+    if tasks is None:
+        root = resolve_data_dir(data_dir)
+        tasks = load_sts_tasks(task_names, root)
+    pool = pooling_key(encoder.pooling.to_spec(), encoder.num_layers)
+    sentences = list(dict.fromkeys(s for task in tasks.values() for s in task.eval_sentences()))
+    t0 = time.perf_counter()
+    table = EmbeddingTable(sentences, embed_cached(encoder, sentences, [pool], cache=cache, batch_size=batch_size))
+    encode_seconds = time.perf_counter() - t0
+    info = getattr(embedder, "fit_info", {}) or {}
+    label = str(info.get("regime", "unknown"))
+    note = (
+        f"unknown: fitted beforehand on {info.get('n_sentences', '?')} sentences ({label!r}); "
+        "bertflow cannot tell whether they include test sentences"
+    )
+    cells = []
+    for spec, cal, regime in (("none", None, "none"), (embedder.calibrator.name, embedder.calibrator, label)):
+        t1 = time.perf_counter()
+        cell = CellResult(pool, spec, regime, [None], list(tasks), seen_note=None if cal is None else note)
+        cell.test_seen = {t: None for t in tasks}
+        cell.reports = [score_fitted(table, pool, cal, tasks)]
+        cell.seconds = time.perf_counter() - t1
+        cells.append(cell)
+    meta = {
+        "command": command,
+        "model": _model_meta(encoder),
+        "tasks": {t: {"n_pairs": task.n_eval_pairs, "subsets": list(task.eval_subsets)} for t, task in tasks.items()},
+        "data_dir": str(root) if root else None,
+        "poolings": [pool],
+        "calibrators": [embedder.calibrator.name],
+        "regimes": {label: f"saved fitting record: {json.dumps(info, sort_keys=True)}"},
+        "seeds": 1,
+        "flow": {"epochs": getattr(embedder.calibrator, "epochs", None)},
+        "protocol": _PROTOCOL,
+        "machine": machine_info(str(encoder.device)),
+        **_run_record(started, encode_seconds, cells, len(sentences), cache),
+    }
+    return GridResult(meta, cells, published_for(encoder.model_id))
+
+
+def _model_meta(encoder: SentenceEncoder) -> dict[str, Any]:
+    """What a report records about the encoder: id, weight fingerprint, shape, truncation and precision."""
+    return {
+        "id": encoder.model_id,
+        "fingerprint": encoder.fingerprint(),
+        "dim": encoder.dim,
+        "layers": encoder.num_layers,
+        "max_length": encoder.max_length,
+        "dtype": str(encoder.dtype).removeprefix("torch."),
+    }

@@ -1,0 +1,102 @@
+"""Fitting regimes of the evaluation grid: which unlabeled sentences each task's calibrator is fitted on.
+
+* ``target``: per task, every sentence of that task (STS-B and SICK-R: train + dev + test; STS12-16: all subsets).
+  The BERT-flow paper's default. Transductive: the calibrator sees the test sentences (never their scores).
+* ``train``: per task, the train split only (STS-B and SICK-R); STS12-16 have none and are reported n/a.
+* ``nli``: one fit on the SNLI dev + test sentences of the data folder, used for every task.
+* ``corpus``: one fit on a user's text file, used for every task.
+* ``none``: no fitting (the raw encoder, calibrator ``none``).
+
+Each cell records how many evaluation sentences its fitting set contained ("test sentences seen",
+:func:`seen_counts`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ..errors import InputError
+from .datasets import StsTask
+
+__all__ = ["REGIMES", "DEFAULT_REGIMES", "REGIME_TEXT", "FittingSets", "fitting_sets", "seen_counts"]
+
+#: Fitting regimes a grid accepts (``none`` is implied by the calibrator ``none``).
+REGIMES = ("target", "train", "nli", "corpus")
+#: Regimes of the default grid: the paper's transductive default and a generic (NLI) corpus.
+DEFAULT_REGIMES = ("target", "nli")
+
+REGIME_TEXT = {
+    "none": "no fitting (raw encoder)",
+    "target": "per task, all sentences of that task (STS-B/SICK-R train+dev+test; STS12-16 all subsets); "
+    "transductive, the paper's default",
+    "train": "per task, train split only (STS-B, SICK-R); STS12-16 have none: n/a",
+    "nli": "one fit on the SNLI dev+test sentences (25.7k distinct; a stand-in for the paper's full SNLI+MNLI)",
+    "corpus": "one fit on a user corpus",
+}
+
+
+@dataclass
+class FittingSets:
+    """The unlabeled sentences a regime fits on.
+
+    Attributes:
+        regime: ``"none"``, ``"target"``, ``"train"``, ``"nli"`` or ``"corpus"``.
+        per_task: for each task, its fitting sentences; ``None`` where the regime does not apply (train split
+            of STS12-16); for shared regimes (nli, corpus) every task maps to the same list.
+        shared: whether one fit serves every task.
+        description: what the sentences are, for reports.
+    """
+
+    regime: str
+    per_task: dict[str, list[str] | None]
+    shared: bool
+    description: str
+
+
+def fitting_sets(
+    regime: str,
+    tasks: Mapping[str, StsTask],
+    *,
+    nli: Sequence[str] | None = None,
+    corpus: Sequence[str] | None = None,
+    corpus_name: str | None = None,
+) -> FittingSets:
+    """Which sentences each task's calibrator is fitted on under ``regime``.
+
+    Args:
+        regime: one of ``"none"``, :data:`REGIMES`.
+        tasks: the loaded tasks.
+        nli: the NLI sentences (needed for ``"nli"``).
+        corpus: the user corpus (needed for ``"corpus"``).
+        corpus_name: how the corpus is named in reports.
+
+    Raises:
+        InputError: unknown regime or missing sentences.
+    """
+    if regime == "none":
+        return FittingSets("none", {t: [] for t in tasks}, True, REGIME_TEXT["none"])
+    if regime == "target":
+        return FittingSets(
+            regime, {t: task.fit_sentences("target") for t, task in tasks.items()}, False, REGIME_TEXT[regime]
+        )
+    if regime == "train":
+        per = {t: task.fit_sentences("train") if task.has_train_split else None for t, task in tasks.items()}
+        return FittingSets(regime, per, False, REGIME_TEXT[regime])
+    if regime in ("nli", "corpus"):
+        shared = nli if regime == "nli" else corpus
+        if not shared:
+            raise InputError(
+                "the corpus regime needs a corpus file (--corpus FILE)" if regime == "corpus" else "no NLI sentences"
+            )
+        text = REGIME_TEXT[regime] + (f" {corpus_name!r} ({len(shared)} sentences)" if regime == "corpus" else "")
+        return FittingSets(regime, {t: list(shared) for t in tasks}, True, text)
+    raise InputError(f"unknown regime {regime!r}; use one of {', '.join(REGIMES)}")
+
+
+def seen_counts(fit: Sequence[str] | None, eval_sentences: Sequence[str]) -> dict[str, int] | None:
+    """How many of ``eval_sentences`` are in ``fit``: ``{"seen": k, "of": n}``; ``None`` where nothing is fitted."""
+    if fit is None:
+        return None
+    fit_set = set(fit)
+    return {"seen": sum(1 for s in eval_sentences if s in fit_set), "of": len(eval_sentences)}

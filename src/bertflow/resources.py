@@ -1,0 +1,98 @@
+"""What this process may use of the machine: usable cores, CPU thread limits, and a description for reports.
+
+A leaf module: it imports nothing of bertflow but the version, and torch, threadpoolctl and the libraries named in
+:func:`machine_info` only when called (``import bertflow.resources`` stays cheap).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ._version import __version__
+
+__all__ = ["usable_cpus", "set_torch_threads", "limited_threads", "machine_info"]
+
+
+def usable_cpus() -> int:
+    """Cores this process may run on (its affinity mask: what a container or ``taskset`` grants, not the host's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def set_torch_threads(n: int) -> int:
+    """Set torch's intra-op CPU thread count to ``n`` (at least 1) for the rest of the process.
+
+    Returns:
+        The count before the change, so a caller can restore it.
+    """
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(n)))
+    return previous
+
+
+@contextlib.contextmanager
+def limited_threads(torch_threads: int | None = None, blas_threads: int | None = None) -> Iterator[None]:
+    """Limit CPU threads for the ``with`` block, restoring the previous limits after it.
+
+    Args:
+        torch_threads: torch's intra-op threads (``None``: unchanged).
+        blas_threads: BLAS/OpenMP threads of numpy and scipy, through ``threadpoolctl`` (``None``: unchanged).
+
+    Small matrices gain nothing from many threads, and when other processes hold the cores a multi-threaded
+    kernel waits on thread barriers: the calibrators' fits and scoring run with one thread for that reason.
+    """
+    with contextlib.ExitStack() as stack:
+        if blas_threads is not None:
+            from threadpoolctl import threadpool_limits
+
+            stack.enter_context(threadpool_limits(blas_threads))
+        if torch_threads is not None:
+            previous = set_torch_threads(torch_threads)
+            stack.callback(set_torch_threads, previous)
+        yield
+
+
+def machine_info(device: str | None = None) -> dict[str, Any]:
+    """Platform, CPU model and counts, library versions and compute device: what a reader needs to compare
+    numbers taken on different machines (reports of ``bertflow reproduce`` / ``evaluate``, benchmarks)."""
+    import numpy as np
+    import scipy
+    import torch
+    import transformers
+
+    cpu_model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    info: dict[str, Any] = {
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu": cpu_model,
+        "cpu_count": os.cpu_count(),
+        "usable_cpus": usable_cpus(),
+        "torch_threads": torch.get_num_threads(),
+        "device": dev,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
+        "bertflow": __version__,
+    }
+    if dev.startswith("cuda") and torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(torch.device(dev))
+    return info
