@@ -21,9 +21,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
-
-from bertflow.bench import (
+from harness import (
     H100_BF16_PEAK,
     build_random_model,
     environment,
@@ -32,6 +30,8 @@ from bertflow.bench import (
     replicate,
     sts_sentences,
 )
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
 from bertflow.encoding.encoder import SentenceEncoder
 
 BACKENDS = {

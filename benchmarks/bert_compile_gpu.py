@@ -24,8 +24,7 @@ from typing import Any
 
 import numpy as np
 import torch
-
-from bertflow.bench import (
+from harness import (
     H100_BF16_PEAK,
     build_random_model,
     environment,
@@ -34,6 +33,7 @@ from bertflow.bench import (
     replicate,
     sts_sentences,
 )
+
 from bertflow.encoding.encoder import SentenceEncoder
 
 

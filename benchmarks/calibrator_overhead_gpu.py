@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 import torch
+from harness import build_random_model, environment, interleave, replicate, sts_sentences
 
-from bertflow.bench import build_random_model, environment, interleave, replicate, sts_sentences
 from bertflow.calibrators import FlowCalibrator, WhiteningCalibrator
 from bertflow.calibrators.device import GraphedTransform, fast_torch_transform
 from bertflow.embedder import Embedder
