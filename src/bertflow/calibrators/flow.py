@@ -1,4 +1,7 @@
-"""FlowCalibrator: BERT-flow. A Glow fitted by maximum likelihood maps embeddings to an isotropic Gaussian."""
+"""FlowCalibrator: BERT-flow. A Glow fitted by maximum likelihood maps embeddings to an isotropic Gaussian.
+
+:class:`FlowTrainer` is how it is fitted, step by step: ``FlowCalibrator.fit`` and distributed fitting
+(:func:`bertflow.scale.fit.fit_flow_distributed`) both go through it."""
 
 from __future__ import annotations
 
@@ -371,7 +374,14 @@ class FlowTrainer:
         self.verbose = calibrator.verbose if verbose is None else bool(verbose)
         self.generator = torch.Generator().manual_seed(int(calibrator.seed))
         self.glow: Glow | None = None
+        # Set by begin(): steps in all, rows per global batch, the optimiser and the divergence guard.
         self.total = 0
+        self.size = 0
+        self.params: list[torch.nn.Parameter] = []
+        self.opt: torch.optim.Optimizer | None = None
+        self.guard: _DivergenceGuard | None = None
+        self._use_graph = False
+        self._graph: _GraphStep | None = None
         self.history: dict[str, list[float]] = {"step": [], "train_bpd": [], "val_step": [], "val_bpd": []}
         self.best: tuple[float, int, dict[str, torch.Tensor] | None] = (math.inf, 0, None)  # (val bpd, step, state)
 
@@ -517,13 +527,15 @@ class FlowTrainer:
         # A step of this ~150k-parameter flow is several hundred tiny kernels, whose launches, not the arithmetic,
         # set the pace on CUDA: the whole step is captured once and replayed as a CUDA graph.
         self._use_graph = cuda and cal.cuda_graph and self.reduce is None
-        self._graph: _GraphStep | None = None
+        self._graph = None
         glow.train()
         return self.total
 
     def step(self, x: torch.Tensor) -> torch.Tensor:
         """One optimiser step on the batch ``x`` [b, D_a] (after :meth:`begin`); returns its loss (a 0-d device
         tensor, in bits per dimension; with ``reduce``, the global batch's)."""
+        if self.opt is None:
+            raise RuntimeError("FlowTrainer: call begin() before step()")
         if self._use_graph and self._graph is None:
             self._graph = _GraphStep.capture(self._step, self.params, self.opt, self.guard, x)
             self._use_graph = self._graph is not None

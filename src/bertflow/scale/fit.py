@@ -288,14 +288,15 @@ def fit_flow_distributed(
 ) -> FlowCalibrator:
     """Fit BERT-flow on a corpus split over the ranks (data parallel); every rank returns the same flow.
 
-    Reproduces ``FlowCalibrator.fit`` step for step: the constant dimensions come from all-reduced moments; the
-    shuffle, held-out split and batch order are drawn from the same seeded generator on every rank, exactly as in
-    one process; ActNorm's data-dependent initialisation runs on rank 0 on the same rows one process would use,
-    and its parameters are broadcast; at every step each rank computes its contiguous share of the global batch
-    of ``batch_size`` rows (read from disk), and the gradients are summed (:class:`GradientAllReduce`). The
-    effective batch is therefore ``batch_size`` whatever the number of ranks, and the result equals the
-    single-process fit up to floating-point summation order (which, compounded over the steps, leaves
-    differences around 1e-6 relative in the latents: see the tests).
+    Reproduces ``FlowCalibrator.fit`` step for step, through the same :class:`~bertflow.calibrators.FlowTrainer`:
+    the constant dimensions come from all-reduced moments; the shuffle, held-out split and batch order are drawn
+    from the trainer's seeded generator on every rank, exactly as in one process; ActNorm's data-dependent
+    initialisation runs on rank 0 on the same rows one process would use, and its parameters are broadcast; at
+    every step each rank computes its contiguous share of the global batch of ``batch_size`` rows (read from disk),
+    and the gradients are summed (:class:`GradientAllReduce`). The effective batch is therefore ``batch_size``
+    whatever the number of ranks, and the result equals the single-process fit up to floating-point summation
+    order (which, compounded over the steps, leaves differences around 1e-6 relative in the latents: see the
+    tests).
 
     Rows are read at random positions from ``X``, so every rank must be able to read all of it: a store on shared
     storage, or a copy per node. Memory per rank: the shuffled row order (8 bytes a row) and a few hundred steps
