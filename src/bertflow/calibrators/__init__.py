@@ -20,6 +20,7 @@ _EXPORTS = {
     "register": "base",
     "ChainCalibrator": "chain",
     "FlowCalibrator": "flow",
+    "FlowTrainer": "flow",
     "AllButTheTopCalibrator": "simple",
     "IdentityCalibrator": "simple",
     "StandardNormCalibrator": "simple",
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from .auto import AutoCalibrator
     from .base import Calibrator, calibrator_names, get_calibrator_class, register
     from .chain import ChainCalibrator
-    from .flow import FlowCalibrator
+    from .flow import FlowCalibrator, FlowTrainer
     from .simple import AllButTheTopCalibrator, IdentityCalibrator, StandardNormCalibrator
     from .whitening import WhiteningCalibrator
 
@@ -48,6 +49,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "Calibrator",
     "FlowCalibrator",
+    "FlowTrainer",
     "WhiteningCalibrator",
     "StandardNormCalibrator",
     "AllButTheTopCalibrator",

@@ -1,4 +1,7 @@
-"""FlowCalibrator: BERT-flow. A Glow fitted by maximum likelihood maps embeddings to an isotropic Gaussian."""
+"""FlowCalibrator: BERT-flow. A Glow fitted by maximum likelihood maps embeddings to an isotropic Gaussian.
+
+:class:`FlowTrainer` is how it is fitted, step by step: ``FlowCalibrator.fit`` and distributed fitting
+(:func:`bertflow.scale.fit.fit_flow_distributed`) both go through it."""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from ..validation import check_epochs
 from .base import Calibrator, TorchTransform, as_tensor, check_latents, expect_shape, register
 from .simple import floored_std
 
-__all__ = ["FlowCalibrator"]
+__all__ = ["FlowCalibrator", "FlowTrainer"]
 
 logger = logging.getLogger(__name__)
 
@@ -162,64 +165,25 @@ class FlowCalibrator(Calibrator):
     def _fit(self, X: np.ndarray) -> None:
         # X is float32 (``_fit_dtype``): it goes to the device once, and everything else happens there, so a
         # million rows cost one 3 GB copy rather than float64 conversions and column gathers on the host.
-        device = self._device()
+        trainer = FlowTrainer(self)
+        device = trainer.device
         data = torch.from_numpy(np.ascontiguousarray(X)).to(device)
-        mean, std, abs_max = _column_moments(data)
-        self._set_passthrough(mean, std, abs_max, len(X))
+        active = trainer.prepare(*_column_moments(data), len(X))
         if len(self.passthrough_):
-            data = data.index_select(1, torch.as_tensor(self._active, device=device))
-        glow = self._build_glow(len(self._active)).to(device)
-        gen = torch.Generator().manual_seed(self.seed)
-        order = torch.randperm(len(data), generator=gen)
-        n_val = int(round(self.validation_fraction * len(data)))
+            data = data.index_select(1, torch.as_tensor(active, device=device))
+        trainer.build()
+        val_rows, train_rows = trainer.split(len(data))
         # Rows are addressed through the shuffled order instead of copying a shuffled training set.
-        val_rows, train_rows = order[:n_val].to(device), order[n_val:].to(device)
-        with torch.no_grad():
-            glow.initialize(data.index_select(0, train_rows[: self.init_samples]))
-        self.flow_ = glow
-        # The flow's matrices are tiny ([64, D/2] x [D/2, 32]): intra-op threads only add synchronisation, which is
-        # ruinous when another process holds a core.
-        with limited_threads(torch_threads=1 if device.type == "cpu" else None):
-            self._train(glow, data, data.index_select(0, val_rows), gen, rows=train_rows)
-        self.flow_.eval()
+        val_rows, train_rows = val_rows.to(device), train_rows.to(device)
+        trainer.initialize(data.index_select(0, train_rows[: self.init_samples]))
+        val = data.index_select(0, val_rows)
+        trainer.run(
+            self._device_batches(data, train_rows, len(train_rows), trainer.generator),
+            len(train_rows),
+            evaluate=(lambda glow: FlowTrainer.mean_bits_per_dim(glow, val)) if len(val) else None,
+        )
 
-    def _set_passthrough(self, mean: np.ndarray, std: np.ndarray, abs_max: float, n_rows: int) -> None:
-        """Set the constant-dimension attributes from per-dimension statistics of the fitting embeddings.
-
-        A separate step so that distributed fitting (:mod:`bertflow.scale.fit`) can feed statistics that were
-        all-reduced across ranks instead of computed from one in-memory matrix.
-
-        Args:
-            mean: [D] float64 mean of each dimension.
-            std: [D] float64 population std (ddof 0) of each dimension.
-            abs_max: largest absolute value in the embeddings (sets the float-rounding floor).
-            n_rows: number of fitting rows (for the error message).
-        """
-        # Relative to the typical spread, and never below float rounding of the values themselves.
-        degenerate = std <= max(DEGENERATE_RTOL * np.median(std), 1e-12 * abs_max)
-        self.passthrough_ = np.flatnonzero(degenerate)
-        self.passthrough_mean_ = mean[degenerate]
-        self.passthrough_scale_ = floored_std(std)[degenerate]
-        self._active = np.flatnonzero(~degenerate)
-        if len(self._active) < 2:
-            raise InputError(
-                f"only {len(self._active)} of {len(std)} embedding dimensions vary across the {n_rows} rows "
-                "(are all rows duplicates of one another?); a flow needs varied embeddings"
-            )
-        if len(self.passthrough_):
-            logger.info("flow: %d constant dimension(s) set aside: %s", len(self.passthrough_), self.passthrough_)
-
-    def _build_glow(self, n_active: int) -> Glow:
-        """The untrained, uninitialised Glow on ``n_active`` dimensions (on the CPU), seeded by ``seed``."""
-        try:
-            config = self.glow_config(n_active)
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(self.seed)
-                return Glow(**config)
-        except ValueError as e:
-            raise InputError(f"cannot build the flow for these embeddings: {e}") from None
-
-    def _batches(self, n: int, gen: torch.Generator):
+    def _batches(self, n: int, gen: torch.Generator) -> Iterator[torch.Tensor]:
         """Endless stream of index batches: shuffled epochs, every batch full (the last one wraps around)."""
         size = min(self.batch_size, n)
         pool = torch.empty(0, dtype=torch.long)
@@ -245,136 +209,6 @@ class FlowCalibrator(Calibrator):
                 block = rows.index_select(0, block)
             for idx in block.split(size):
                 yield train.index_select(0, idx)
-
-    def _train(
-        self,
-        glow: Glow,
-        train: torch.Tensor | None,
-        val: torch.Tensor | None,
-        gen: torch.Generator,
-        *,
-        rows: torch.Tensor | None = None,
-        batches: Iterator[torch.Tensor] | None = None,
-        n_train: int | None = None,
-        reduce: Callable[[Glow, torch.Tensor], torch.Tensor] | None = None,
-        evaluate: Callable[[Glow], float] | None = None,
-    ) -> None:
-        """Run the optimiser on the training rows in shuffled batches; ``val`` [M, D] picks the best step.
-
-        The loop never waits for the device between checks: divergence (a NaN/Inf loss or gradient norm) is
-        recorded in a device flag and read every ``_CHECK_EVERY`` steps, when a snapshot of the parameters is
-        also taken (one fused copy); on divergence that snapshot is restored. On CUDA the whole step is replayed
-        as a CUDA graph (``cuda_graph``): a step of this ~150k-parameter flow is several hundred tiny kernels,
-        whose launches, not the arithmetic, set the pace.
-
-        The keyword arguments are the hooks of :func:`bertflow.scale.fit.fit_flow_distributed`; left at
-        ``None``, this is the single-process loop.
-
-        Args:
-            train: [N, D] rows on the device; with ``rows``, the training rows are ``train[rows]``.
-            rows: [n] indices of the training rows in ``train`` (on its device), in shuffled order.
-            batches: the rows of every step in place of ``train[rows[idx]]``: this rank's share of each global
-                batch.
-            n_train: training rows over all ranks (needed when ``train`` is ``None``).
-            reduce: called after ``backward`` with this rank's loss term (the sum of its rows' bits per dimension
-                divided by the global batch size); all-reduces the gradients in place and returns the global
-                batch loss.
-            evaluate: held-out mean bits per dimension of ``glow``, in place of the mean over ``val``.
-        """
-        from tqdm.auto import tqdm
-
-        if n_train is not None:
-            n = int(n_train)
-        else:
-            n = len(rows) if rows is not None else len(train)
-        size = min(self.batch_size, n)
-        total = self.max_steps or max(1, math.ceil(self.epochs * n / size))
-        has_val = evaluate is not None or (val is not None and len(val) > 0)
-        if evaluate is None and has_val:
-            evaluate = lambda g: self._mean_bpd(g, val)  # noqa: E731 - the single-process held-out score
-        if batches is None:
-            batches = self._device_batches(train, rows, n, gen)
-        device = next(glow.parameters()).device
-        params = [p for p in glow.parameters() if p.requires_grad]
-        cuda = device.type == "cuda"
-        # Fused and capturable on CUDA: one kernel for the whole update, step counts kept on the device.
-        opt = torch.optim.AdamW(
-            params, lr=self.lr, weight_decay=self.weight_decay, **({"fused": True, "capturable": True} if cuda else {})
-        )
-        guard = _DivergenceGuard(params, device)
-
-        def step(x: torch.Tensor) -> torch.Tensor:
-            if reduce is None:
-                loss = glow.bits_per_dim(x).mean()
-                loss.backward()
-            else:
-                # This rank's rows summed / global batch size: the gradients summed over the ranks are then
-                # those of the global batch mean, even when the ranks hold unequal shares of it.
-                local = glow.bits_per_dim(x).sum() / size
-                local.backward()
-                loss = reduce(glow, local.detach())
-            norm = torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm, foreach=cuda or None)
-            guard.record(loss.detach(), norm)
-            opt.step()
-            return loss.detach()
-
-        use_graph = cuda and self.cuda_graph and reduce is None
-        runner: _GraphStep | None = None
-        history: dict[str, list[float]] = {"step": [], "train_bpd": [], "val_step": [], "val_bpd": []}
-        best = (math.inf, 0, None)  # (val bpd, step, state)
-        log_every = max(1, total // 100)
-
-        def check(k: int) -> None:
-            bad = guard.check(k)
-            if bad:
-                self.n_steps_, self.best_step_, self.history_ = guard.kept, guard.kept, history
-                raise DivergenceError(
-                    f"flow fitting diverged at step {bad} of {total}: the loss or its gradient became NaN or Inf; "
-                    f"the parameters of step {guard.kept} were kept. "
-                    "Try a smaller lr, affine -> additive coupling, or check the embeddings."
-                )
-
-        glow.train()
-        with tqdm(range(1, total + 1), desc="fit flow", disable=not self.verbose, unit="step") as bar:
-            for k in bar:
-                x = next(batches)
-                if use_graph and runner is None:
-                    runner = _GraphStep.capture(step, params, opt, guard, x)
-                    use_graph = runner is not None
-                if runner is not None:
-                    loss = runner(x)
-                else:
-                    opt.zero_grad(set_to_none=True)
-                    loss = step(x)
-                if k % _CHECK_EVERY == 0 or k == total:
-                    check(k)
-                if k % log_every == 0 or k == total:
-                    history["step"].append(k)
-                    history["train_bpd"].append(loss.item())
-                    bar.set_postfix(bpd=f"{history['train_bpd'][-1]:.3f}")
-                if has_val and (k % self.eval_every == 0 or k == total):
-                    check(k)  # never keep the state of a diverged step as the best one
-                    vbpd = evaluate(glow)
-                    history["val_step"].append(k)
-                    history["val_bpd"].append(vbpd)
-                    if vbpd < best[0]:
-                        best = (vbpd, k, {name: v.detach().clone() for name, v in glow.state_dict().items()})
-        self.n_steps_ = total
-        self.best_step_ = total
-        if best[2] is not None:
-            glow.load_state_dict(best[2])
-            self.best_step_ = best[1]
-            logger.info("flow: kept step %d of %d (held-out bpd %.4f)", best[1], total, best[0])
-        self.history_ = history
-
-    @staticmethod
-    @torch.no_grad()
-    def _mean_bpd(glow: Glow, x: torch.Tensor) -> float:
-        was_training = glow.training
-        glow.eval()
-        value = float(torch.cat([glow.bits_per_dim(c) for c in x.split(65536)]).mean())
-        glow.train(was_training)
-        return value
 
     # -- using the fitted flow ---------------------------------------------------------------------------
 
@@ -482,6 +316,291 @@ class FlowCalibrator(Calibrator):
         self.n_steps_ = int(meta["n_steps"])
         self.best_step_ = int(meta["best_step"])
         self.history_ = meta["history"]
+
+
+class FlowTrainer:
+    """Fits the Glow of one :class:`FlowCalibrator`: the steps that single-process and distributed fitting share.
+
+    :meth:`FlowCalibrator.fit` (rows in memory) and :func:`bertflow.scale.fit.fit_flow_distributed` (rows on
+    disk, one share of every batch per rank) both go through these steps, in this order, so the two make the same
+    generator calls, the same split and the same batches:
+
+    1. :meth:`prepare` sets the constant dimensions aside, from per-dimension statistics of the fitting rows;
+    2. :meth:`build` makes the seeded, untrained Glow on the device; :meth:`split` draws the shuffled held-out and
+       training rows from the seeded generator (:attr:`generator`, which then draws the batches:
+       :meth:`index_batches`);
+    3. :meth:`initialize` runs ActNorm's data-dependent initialisation;
+    4. :meth:`run` trains: :meth:`begin`, then :meth:`step` on every batch, :meth:`check` for divergence,
+       :meth:`observe` for the held-out score (label-free early stopping), and :meth:`finalise`, which keeps the
+       best step's parameters and sets the calibrator's fitted attributes (``flow_``, ``n_steps_``,
+       ``best_step_``, ``history_``).
+
+    Args:
+        calibrator: the (unfitted) calibrator; its hyperparameters drive the fit and its fitted attributes are set.
+        device: where the Glow trains; default ``calibrator.device`` (CUDA when available).
+        reduce: called in every step after ``backward`` with this process's loss term (the sum of its rows' bits
+            per dimension divided by the global batch size); it must sum the gradients over the processes in place
+            and return the global batch loss (:class:`bertflow.scale.fit.GradientAllReduce`). ``None``: one
+            process, the loss is the batch mean. Steps with ``reduce`` are never captured as a CUDA graph.
+        verbose: show the progress bar; default ``calibrator.verbose``.
+    """
+
+    def __init__(
+        self,
+        calibrator: FlowCalibrator,
+        *,
+        device: str | torch.device | None = None,
+        reduce: Callable[[Glow, torch.Tensor], torch.Tensor] | None = None,
+        verbose: bool | None = None,
+    ) -> None:
+        self.calibrator = calibrator
+        self.device = torch.device(device) if device is not None else calibrator._device()
+        self.reduce = reduce
+        self.verbose = calibrator.verbose if verbose is None else bool(verbose)
+        self.generator = torch.Generator().manual_seed(int(calibrator.seed))
+        self.glow: Glow | None = None
+        # Set by begin(): steps in all, rows per global batch, the optimiser and the divergence guard.
+        self.total = 0
+        self.size = 0
+        self.params: list[torch.nn.Parameter] = []
+        self.opt: torch.optim.Optimizer | None = None
+        self.guard: _DivergenceGuard | None = None
+        self._use_graph = False
+        self._graph: _GraphStep | None = None
+        self.history: dict[str, list[float]] = {"step": [], "train_bpd": [], "val_step": [], "val_bpd": []}
+        self.best: tuple[float, int, dict[str, torch.Tensor] | None] = (math.inf, 0, None)  # (val bpd, step, state)
+
+    # -- before training ---------------------------------------------------------------------------------
+
+    def check_input(self, n_rows: int, n_features: int) -> None:
+        """Refuse bad hyperparameters, or too few rows, before any work (``fit`` checks an in-memory matrix itself).
+
+        Raises:
+            InputError: a hyperparameter out of range, fewer than 2 features, or fewer rows than ``min_samples``.
+        """
+        cal = self.calibrator
+        cal._check_params(np.empty((0, n_features)))
+        if n_rows < cal._min_rows():
+            raise InputError(f"the flow needs at least {cal._min_rows()} rows, got {n_rows}")
+
+    def prepare(self, mean: np.ndarray, std: np.ndarray, abs_max: float, n_rows: int) -> np.ndarray:
+        """Set the constant dimensions aside from per-dimension statistics of all fitting rows; returns the [D_a]
+        indices of the active (modelled) dimensions.
+
+        Args:
+            mean: [D] float64 mean of each dimension.
+            std: [D] float64 population std (ddof 0) of each dimension.
+            abs_max: largest absolute value in the rows (sets the float-rounding floor).
+            n_rows: number of fitting rows (for the error message).
+
+        Raises:
+            InputError: fewer than 2 dimensions vary.
+        """
+        cal = self.calibrator
+        # Relative to the typical spread, and never below float rounding of the values themselves.
+        degenerate = std <= max(DEGENERATE_RTOL * np.median(std), 1e-12 * abs_max)
+        cal.passthrough_ = np.flatnonzero(degenerate)
+        cal.passthrough_mean_ = mean[degenerate]
+        cal.passthrough_scale_ = floored_std(std)[degenerate]
+        cal._active = np.flatnonzero(~degenerate)
+        if len(cal._active) < 2:
+            raise InputError(
+                f"only {len(cal._active)} of {len(std)} embedding dimensions vary across the {n_rows} rows "
+                "(are all rows duplicates of one another?); a flow needs varied embeddings"
+            )
+        if len(cal.passthrough_):
+            logger.info("flow: %d constant dimension(s) set aside: %s", len(cal.passthrough_), cal.passthrough_)
+        return cal._active
+
+    def build(self) -> Glow:
+        """The untrained, uninitialised Glow on the active dimensions (after :meth:`prepare`), seeded by ``seed``,
+        on :attr:`device`; it is also the calibrator's ``flow_`` from now on."""
+        cal = self.calibrator
+        try:
+            config = cal.glow_config(len(cal._active))
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(cal.seed)
+                glow = Glow(**config)
+        except ValueError as e:
+            raise InputError(f"cannot build the flow for these embeddings: {e}") from None
+        self.glow = cal.flow_ = glow.to(self.device)
+        return self.glow
+
+    def split(self, n_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(held-out rows [round(validation_fraction * n_rows)], training rows [the rest]): indices into the
+        fitting rows, in the seeded shuffled order (on the CPU)."""
+        order = torch.randperm(n_rows, generator=self.generator)
+        n_val = int(round(self.calibrator.validation_fraction * n_rows))
+        return order[:n_val], order[n_val:]
+
+    def index_batches(self, n_train: int) -> Iterator[torch.Tensor]:
+        """Endless stream of [min(batch_size, n_train)] indices into the training rows (after :meth:`split`):
+        shuffled epochs drawn from :attr:`generator`, every batch full."""
+        return self.calibrator._batches(n_train, self.generator)
+
+    @torch.no_grad()
+    def initialize(self, x: torch.Tensor) -> None:
+        """ActNorm's data-dependent initialisation on rows ``x`` [n, D_a] (the first ``init_samples`` training
+        rows in shuffled order), on :attr:`device`."""
+        self._glow().initialize(x)
+
+    # -- training ----------------------------------------------------------------------------------------
+
+    def run(
+        self,
+        batches: Iterator[torch.Tensor],
+        n_train: int,
+        *,
+        evaluate: Callable[[Glow], float] | None = None,
+    ) -> None:
+        """Train: :meth:`begin`, a :meth:`step` on each batch, divergence checks, held-out scores, :meth:`finalise`.
+
+        The loop never waits for the device between checks: divergence (a NaN/Inf loss or gradient norm) is
+        recorded in a device flag and read every ``_CHECK_EVERY`` steps, when a snapshot of the parameters is also
+        taken (one fused copy); on divergence that snapshot is restored.
+
+        Args:
+            batches: the rows [b, D_a] of every step, on :attr:`device` (with ``reduce``: this process's share of
+                each global batch).
+            n_train: training rows (over all processes); with ``epochs`` it sets the number of steps.
+            evaluate: held-out mean bits per dimension of the Glow, scored every ``eval_every`` steps; the step
+                with the lowest keeps its parameters. ``None``: no held-out rows, the last step is kept.
+
+        Raises:
+            DivergenceError: the loss or a gradient became NaN or Inf (the parameters of the last clean check are
+                kept, and ``n_steps_`` / ``best_step_`` / ``history_`` say where).
+        """
+        from tqdm.auto import tqdm
+
+        cal = self.calibrator
+        total = self.begin(n_train)
+        log_every = max(1, total // 100)
+        # The flow's matrices are tiny ([64, D/2] x [D/2, 32]): intra-op threads only add synchronisation, which
+        # is ruinous when another process holds a core.
+        with (
+            limited_threads(torch_threads=1 if self.device.type == "cpu" else None),
+            tqdm(range(1, total + 1), desc="fit flow", disable=not self.verbose, unit="step") as bar,
+        ):
+            for k in bar:
+                loss = self.step(next(batches))
+                if k % _CHECK_EVERY == 0 or k == total:
+                    self.check(k)
+                if k % log_every == 0 or k == total:
+                    self.history["step"].append(k)
+                    self.history["train_bpd"].append(loss.item())
+                    bar.set_postfix(bpd=f"{self.history['train_bpd'][-1]:.3f}")
+                if evaluate is not None and (k % cal.eval_every == 0 or k == total):
+                    self.check(k)  # never keep the state of a diverged step as the best one
+                    self.observe(k, evaluate(self._glow()))
+        self.finalise()
+
+    def begin(self, n_train: int) -> int:
+        """Start the optimiser (after :meth:`initialize`, and after any broadcast of the initialised parameters);
+        returns the number of steps for ``n_train`` training rows."""
+        cal = self.calibrator
+        glow = self._glow()
+        self.size = min(cal.batch_size, int(n_train))
+        self.total = cal.max_steps or max(1, math.ceil(cal.epochs * n_train / self.size))
+        self.params = [p for p in glow.parameters() if p.requires_grad]
+        cuda = self.device.type == "cuda"
+        # Fused and capturable on CUDA: one kernel for the whole update, step counts kept on the device.
+        self.opt = torch.optim.AdamW(
+            self.params,
+            lr=cal.lr,
+            weight_decay=cal.weight_decay,
+            **({"fused": True, "capturable": True} if cuda else {}),
+        )
+        self.guard = _DivergenceGuard(self.params, self.device)
+        # A step of this ~150k-parameter flow is several hundred tiny kernels, whose launches, not the arithmetic,
+        # set the pace on CUDA: the whole step is captured once and replayed as a CUDA graph.
+        self._use_graph = cuda and cal.cuda_graph and self.reduce is None
+        self._graph = None
+        glow.train()
+        return self.total
+
+    def step(self, x: torch.Tensor) -> torch.Tensor:
+        """One optimiser step on the batch ``x`` [b, D_a] (after :meth:`begin`); returns its loss (a 0-d device
+        tensor, in bits per dimension; with ``reduce``, the global batch's)."""
+        if self.opt is None:
+            raise RuntimeError("FlowTrainer: call begin() before step()")
+        if self._use_graph and self._graph is None:
+            self._graph = _GraphStep.capture(self._step, self.params, self.opt, self.guard, x)
+            self._use_graph = self._graph is not None
+        if self._graph is not None:
+            return self._graph(x)
+        self.opt.zero_grad(set_to_none=True)
+        return self._step(x)
+
+    def _step(self, x: torch.Tensor) -> torch.Tensor:
+        glow = self._glow()
+        if self.reduce is None:
+            loss = glow.bits_per_dim(x).mean()
+            loss.backward()
+        else:
+            # This process's rows summed / global batch size: the gradients summed over the processes are then
+            # those of the global batch mean, even when they hold unequal shares of it.
+            local = glow.bits_per_dim(x).sum() / self.size
+            local.backward()
+            loss = self.reduce(glow, local.detach())
+        cuda = self.device.type == "cuda"
+        norm = torch.nn.utils.clip_grad_norm_(self.params, self.calibrator.clip_grad_norm, foreach=cuda or None)
+        self.guard.record(loss.detach(), norm)
+        self.opt.step()
+        return loss.detach()
+
+    def check(self, k: int) -> None:
+        """Read the divergence flag after step ``k`` (waits for the device).
+
+        Raises:
+            DivergenceError: a step up to ``k`` had a NaN/Inf loss or gradient norm; the parameters of the last clean
+                check were restored and the calibrator's ``n_steps_``, ``best_step_`` and ``history_`` say so.
+        """
+        bad = self.guard.check(k)
+        if bad:
+            cal = self.calibrator
+            cal.n_steps_, cal.best_step_, cal.history_ = self.guard.kept, self.guard.kept, self.history
+            raise DivergenceError(
+                f"flow fitting diverged at step {bad} of {self.total}: the loss or its gradient became NaN or Inf; "
+                f"the parameters of step {self.guard.kept} were kept. "
+                "Try a smaller lr, affine -> additive coupling, or check the embeddings."
+            )
+
+    def observe(self, k: int, val_bpd: float) -> None:
+        """Record the held-out score of step ``k``; the parameters of the lowest so far are kept (early stopping)."""
+        self.history["val_step"].append(k)
+        self.history["val_bpd"].append(val_bpd)
+        if val_bpd < self.best[0]:
+            self.best = (val_bpd, k, {name: v.detach().clone() for name, v in self._glow().state_dict().items()})
+
+    @property
+    def best_step(self) -> int:
+        """The step whose parameters :meth:`finalise` keeps: the best held-out score's, else the last."""
+        return self.best[1] if self.best[2] is not None else self.total
+
+    def finalise(self) -> None:
+        """Keep the best step's parameters, put the Glow in eval mode, and set the calibrator's ``flow_``,
+        ``n_steps_``, ``best_step_`` and ``history_``."""
+        cal, glow = self.calibrator, self._glow()
+        if self.best[2] is not None:
+            glow.load_state_dict(self.best[2])
+            logger.info("flow: kept step %d of %d (held-out bpd %.4f)", self.best[1], self.total, self.best[0])
+        cal.flow_ = glow.eval()
+        cal.n_steps_, cal.best_step_, cal.history_ = self.total, self.best_step, self.history
+
+    @staticmethod
+    @torch.no_grad()
+    def mean_bits_per_dim(glow: Glow, x: torch.Tensor) -> float:
+        """Mean negative log-likelihood of rows ``x`` [n, D_a] in bits per dimension (in eval mode, in blocks)."""
+        was_training = glow.training
+        glow.eval()
+        value = float(torch.cat([glow.bits_per_dim(c) for c in x.split(65536)]).mean())
+        glow.train(was_training)
+        return value
+
+    def _glow(self) -> Glow:
+        if self.glow is None:
+            raise RuntimeError("FlowTrainer: call build() first")
+        return self.glow
 
 
 #: Steps between reads of the divergence flag (each read waits for the device) and parameter snapshots.

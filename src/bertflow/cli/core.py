@@ -13,10 +13,24 @@ import typer
 
 from . import app
 from .options import (
-    CALIBRATOR_HELP,
     STDIO,
+    BatchOpt,
+    CalibratorOpt,
+    ColumnOpt,
+    DeviceOpt,
+    DtypeOpt,
     EncodingErrors,
+    EpochsOpt,
+    ErrorsOpt,
+    MaxLenOpt,
+    ModelDirOpt,
+    ModelOpt,
+    OverwriteOpt,
+    PoolingOpt,
+    QuietOpt,
+    SeedOpt,
     ThreadsOpt,
+    ValidationFractionOpt,
     build_encoder,
     check_device,
     check_model_dir_options,
@@ -28,37 +42,6 @@ from .options import (
 )
 
 logger = logging.getLogger(__name__)
-
-ModelOpt = Annotated[
-    str | None, typer.Option("--model", "-m", help="Hub id or local folder; default: the embedded all-MiniLM-L6-v2.")
-]
-PoolingOpt = Annotated[
-    str,
-    typer.Option(
-        help="cls | pooler | mean | first-last-avg | last2avg | comma-separated hidden-state indices (0 = embeddings)."
-    ),
-]
-MaxLenOpt = Annotated[int, typer.Option(help="Tokens per sentence after truncation (the paper used 64).")]
-DeviceOpt = Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 ...; default: CUDA when available.")]
-DtypeOpt = Annotated[str, typer.Option(help="auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16.")]
-BatchOpt = Annotated[
-    int | None,
-    typer.Option(help="Cap on sentences per forward pass; default: the encoder's token budget (same results)."),
-]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
-ErrorsOpt = Annotated[
-    EncodingErrors,
-    typer.Option(
-        "--encoding-errors", help="strict: stop at bytes that are not UTF-8 (naming the line); replace: use U+FFFD."
-    ),
-]
-OverwriteOpt = Annotated[
-    bool, typer.Option(help="Replace a bertflow folder of the same kind already at --output (refused otherwise).")
-]
-ColumnOpt = Annotated[
-    list[str] | None,
-    typer.Option("--column", "-c", help="For a TSV corpus: column name or 0-based index to read; repeat for several."),
-]
 
 
 @app.command(
@@ -80,14 +63,12 @@ def fit(
     model: ModelOpt = None,
     pooling: PoolingOpt = "mean",
     max_length: MaxLenOpt = 64,
-    calibrator: Annotated[str, typer.Option(help=CALIBRATOR_HELP)] = "flow",
+    calibrator: CalibratorOpt = "flow",
     column: ColumnOpt = None,
     unique: Annotated[bool, typer.Option(help="Drop duplicate sentences before fitting.")] = False,
-    seed: Annotated[int, typer.Option(help="Seed of the flow's initialisation and shuffling.")] = 0,
-    epochs: Annotated[float, typer.Option(help="Flow training epochs (fractions allowed).")] = 1.0,
-    validation_fraction: Annotated[
-        float, typer.Option(help="Hold out this share; its NLL picks the flow's best step.")
-    ] = 0.0,
+    seed: SeedOpt = 0,
+    epochs: EpochsOpt = 1.0,
+    validation_fraction: ValidationFractionOpt = 0.0,
     encoding_errors: ErrorsOpt = EncodingErrors.strict,
     batch_size: BatchOpt = None,
     device: DeviceOpt = None,
@@ -145,9 +126,7 @@ def encode(
     output: Annotated[
         Path, typer.Option("--output", "-o", help="Where to write the float32 [N, D] .npy; - writes standard output.")
     ],
-    model_dir: Annotated[
-        str | None, typer.Option(help="A folder written by `bertflow fit` (or a hub id); omit for raw embeddings.")
-    ] = None,
+    model_dir: ModelDirOpt = None,
     model: ModelOpt = None,
     pooling: PoolingOpt = "mean",
     max_length: MaxLenOpt = 64,
@@ -308,9 +287,7 @@ def similarity(
             "--output", "-o", help="With --pairs: write the TSV with a cosine column here (default or -: stdout)."
         ),
     ] = None,
-    model_dir: Annotated[
-        str | None, typer.Option(help="A folder written by `bertflow fit` (or a hub id); omit for the raw encoder.")
-    ] = None,
+    model_dir: ModelDirOpt = None,
     model: ModelOpt = None,
     pooling: PoolingOpt = "mean",
     max_length: MaxLenOpt = 64,

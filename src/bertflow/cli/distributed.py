@@ -17,7 +17,22 @@ from typing import Annotated, Any
 import typer
 
 from . import app
-from .options import EncodingErrors, quiet_libraries
+from .options import (
+    BatchOpt,
+    DtypeOpt,
+    EncodingErrors,
+    EpochsOpt,
+    ErrorsOpt,
+    MaxLenOpt,
+    ModelDirOpt,
+    ModelOpt,
+    OverwriteOpt,
+    PoolingOpt,
+    QuietOpt,
+    SeedOpt,
+    ValidationFractionOpt,
+    quiet_libraries,
+)
 
 _EPILOG_ENCODE = """Examples:
 
@@ -44,14 +59,13 @@ DevicesOpt = Annotated[
     str | None,
     typer.Option(help="Comma-separated local devices, one rank each, spawned here without torchrun (cuda:0,cuda:1)."),
 ]
-DeviceOpt = Annotated[
+RankDeviceOpt = Annotated[
     str | None, typer.Option(help="This rank's device; default cuda:LOCAL_RANK when CUDA is available, else cpu.")
 ]
 BackendOpt = Annotated[str, typer.Option(help="torch.distributed backend: gloo (default, CPU and GPU) or nccl.")]
 TimeoutOpt = Annotated[
     float, typer.Option(help="Minutes a rank waits for the slowest one at a barrier before the job fails.")
 ]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
 
 
 class InputFormat(str, enum.Enum):
@@ -204,25 +218,17 @@ def distributed_encode(
         ),
     ],
     output: Annotated[Path, typer.Option("--output", "-o", help="Store folder (created; resumed if it exists).")],
-    model_dir: Annotated[
-        str | None, typer.Option(help="A folder written by `bertflow fit`: its encoder and calibrator are used.")
-    ] = None,
-    model: Annotated[
-        str | None, typer.Option("--model", "-m", help="Hub id or local folder; default: the embedded model.")
-    ] = None,
-    pooling: Annotated[str, typer.Option(help="cls | pooler | mean | first-last-avg | last2avg | indices.")] = "mean",
-    max_length: Annotated[int, typer.Option(help="Tokens per sentence after truncation.")] = 64,
+    model_dir: ModelDirOpt = None,
+    model: ModelOpt = None,
+    pooling: PoolingOpt = "mean",
+    max_length: MaxLenOpt = 64,
     shard_size: Annotated[int, typer.Option(help="Rows per shard file (a multiple of --chunk-size).")] = 131072,
     chunk_size: Annotated[int, typer.Option(help="Sentences length-sorted together by the encoder.")] = 16384,
-    batch_size: Annotated[
-        int | None, typer.Option(help="Cap on sentences per forward pass; default: the encoder's token budget.")
-    ] = None,
-    dtype: Annotated[str, typer.Option(help="auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16.")] = "auto",
-    device: DeviceOpt = None,
+    batch_size: BatchOpt = None,
+    dtype: DtypeOpt = "auto",
+    device: RankDeviceOpt = None,
     devices: DevicesOpt = None,
-    encoding_errors: Annotated[
-        EncodingErrors, typer.Option("--encoding-errors", help="strict: stop at non-UTF-8 bytes; replace: U+FFFD.")
-    ] = EncodingErrors.strict,
+    encoding_errors: ErrorsOpt = EncodingErrors.strict,
     merge: Annotated[bool, typer.Option(help="Also write OUTPUT/embeddings.npy, all rows in one array.")] = False,
     overwrite: Annotated[bool, typer.Option(help="Delete a store already in OUTPUT instead of resuming it.")] = False,
     text_column: Annotated[
@@ -391,18 +397,14 @@ def distributed_fit(
     ],
     output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write the fitted model to (rank 0).")],
     calibrator: Annotated[str, typer.Option(help="flow | flow-paper | whitening | whitening-K.")] = "flow",
-    seed: Annotated[int, typer.Option(help="Seed of the flow's initialisation and shuffling.")] = 0,
-    epochs: Annotated[float, typer.Option(help="Flow training epochs (fractions allowed).")] = 1.0,
-    validation_fraction: Annotated[
-        float, typer.Option(help="Hold out this share; its NLL picks the flow's best step.")
-    ] = 0.0,
-    device: DeviceOpt = None,
+    seed: SeedOpt = 0,
+    epochs: EpochsOpt = 1.0,
+    validation_fraction: ValidationFractionOpt = 0.0,
+    device: RankDeviceOpt = None,
     devices: DevicesOpt = None,
     backend: BackendOpt = "gloo",
     timeout_minutes: TimeoutOpt = 60.0,
-    overwrite: Annotated[
-        bool, typer.Option(help="Replace a bertflow model already at --output (refused otherwise).")
-    ] = False,
+    overwrite: OverwriteOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
     """Fit a flow or whitening on a store across every rank (same result as one process); rank 0 saves it."""

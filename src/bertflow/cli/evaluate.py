@@ -11,10 +11,21 @@ from typing import Annotated, Any
 import typer
 
 from . import app
-from .core import BatchOpt, DeviceOpt, DtypeOpt, MaxLenOpt
 from .options import (
-    CALIBRATOR_HELP,
+    BatchOpt,
+    CalibratorOpt,
+    ColumnOpt,
+    DeviceOpt,
+    DtypeOpt,
     EncodingErrors,
+    EpochsOpt,
+    ErrorsOpt,
+    MaxLenOpt,
+    ModelDirOpt,
+    ModelOpt,
+    PoolingOpt,
+    QuietOpt,
+    SeedOpt,
     ThreadsOpt,
     check_device,
     check_model_dir_options,
@@ -25,20 +36,6 @@ from .options import (
     read_corpus,
 )
 
-ModelOpt = Annotated[
-    str | None, typer.Option("--model", "-m", help="Hub id or local folder; default: the embedded all-MiniLM-L6-v2.")
-]
-ModelDirOpt = Annotated[
-    str | None,
-    typer.Option(help="A folder written by `bertflow fit` (encoder + fitted calibrator); replaces --model etc."),
-]
-PoolingOpt = Annotated[
-    str,
-    typer.Option(
-        help="cls | pooler | mean | first-last-avg | last2avg | comma-separated hidden-state indices (0 = embeddings)."
-    ),
-]
-CalibratorOpt = Annotated[str, typer.Option(help=CALIBRATOR_HELP)]
 RegimeOpt = Annotated[
     str,
     typer.Option(
@@ -54,9 +51,6 @@ CorpusOpt = Annotated[
         dir_okay=False,
     ),
 ]
-ColumnOpt = Annotated[
-    list[str] | None, typer.Option("--column", "-c", help="For a TSV corpus: column name or index; repeatable.")
-]
 _ALL_TASKS = "STS12,STS13,STS14,STS15,STS16,STS-B,SICK-R"
 TasksOpt = Annotated[str, typer.Option(help="Comma-separated STS tasks: STS12,STS13,STS14,STS15,STS16,STS-B,SICK-R.")]
 DataDirOpt = Annotated[
@@ -69,12 +63,6 @@ CacheDirOpt = Annotated[
 ]
 NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Do not read or write the embedding cache.")]
 SeedsOpt = Annotated[int, typer.Option(help="Flow rows: fit with seeds 0..N-1 and report mean ± std.")]
-EpochsOpt = Annotated[float, typer.Option(help="Flow training epochs.")]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines on stderr.")]
-ErrorsOpt = Annotated[
-    EncodingErrors,
-    typer.Option("--encoding-errors", help="strict: stop at bytes that are not UTF-8; replace: use U+FFFD."),
-]
 
 
 def _split(text: str) -> list[str]:
@@ -379,7 +367,7 @@ def analyze(
     regime: RegimeOpt = "target",
     corpus: CorpusOpt = None,
     column: ColumnOpt = None,
-    seed: Annotated[int, typer.Option(help="Flow seed.")] = 0,
+    seed: SeedOpt = 0,
     epochs: EpochsOpt = 1.0,
     output: Annotated[
         Path, typer.Option("--output", "-o", help="Folder for analyze.md, analyze.json and the PNG plots.")

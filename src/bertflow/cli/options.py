@@ -1,4 +1,5 @@
-"""Helpers shared by the CLI commands: building encoders, reading corpora, quieting libraries."""
+"""What the CLI commands share: their common options (each defined once), building encoders, reading corpora,
+quieting libraries."""
 
 from __future__ import annotations
 
@@ -17,6 +18,21 @@ __all__ = [
     "STDIO",
     "CALIBRATOR_HELP",
     "ThreadsOpt",
+    "ModelOpt",
+    "ModelDirOpt",
+    "PoolingOpt",
+    "MaxLenOpt",
+    "CalibratorOpt",
+    "DeviceOpt",
+    "DtypeOpt",
+    "BatchOpt",
+    "ColumnOpt",
+    "ErrorsOpt",
+    "SeedOpt",
+    "EpochsOpt",
+    "ValidationFractionOpt",
+    "OverwriteOpt",
+    "QuietOpt",
     "limit_threads",
     "progress_log",
     "EncodingErrors",
@@ -172,3 +188,48 @@ def check_text_arguments(texts: Sequence[str], what: str = "sentence") -> None:
                 f"{what} {i} on the command line is not valid UTF-8 (byte 0x{ord(text[e.start]) & 0xFF:02x} at "
                 f"character {e.start + 1}); pass UTF-8 text, or put the sentences in a file"
             ) from None
+
+
+# -- options that several commands share, each defined once (an option of one command stays with it) ----------
+
+ModelOpt = Annotated[
+    str | None, typer.Option("--model", "-m", help="Hub id or local folder; default: the embedded all-MiniLM-L6-v2.")
+]
+ModelDirOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="A folder written by `bertflow fit` (or a hub id): its encoder and fitted calibrator replace --model, "
+        "--pooling and the other model options."
+    ),
+]
+PoolingOpt = Annotated[
+    str,
+    typer.Option(
+        help="cls | pooler | mean | first-last-avg | last2avg | comma-separated hidden-state indices (0 = embeddings)."
+    ),
+]
+MaxLenOpt = Annotated[int, typer.Option(help="Tokens per sentence after truncation (the paper used 64).")]
+CalibratorOpt = Annotated[str, typer.Option(help=CALIBRATOR_HELP)]
+DeviceOpt = Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 ...; default: CUDA when available.")]
+DtypeOpt = Annotated[str, typer.Option(help="auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16.")]
+BatchOpt = Annotated[
+    int | None,
+    typer.Option(help="Cap on sentences per forward pass; default: the encoder's token budget (same results)."),
+]
+ColumnOpt = Annotated[
+    list[str] | None,
+    typer.Option("--column", "-c", help="For a TSV corpus: column name or 0-based index to read; repeat for several."),
+]
+ErrorsOpt = Annotated[
+    EncodingErrors,
+    typer.Option(
+        "--encoding-errors", help="strict: stop at bytes that are not UTF-8 (naming the line); replace: use U+FFFD."
+    ),
+]
+SeedOpt = Annotated[int, typer.Option(help="Seed of the flow's initialisation and shuffling.")]
+EpochsOpt = Annotated[float, typer.Option(help="Flow training epochs (fractions allowed).")]
+ValidationFractionOpt = Annotated[float, typer.Option(help="Hold out this share; its NLL picks the flow's best step.")]
+OverwriteOpt = Annotated[
+    bool, typer.Option(help="Replace a bertflow folder of the same kind already at --output (refused otherwise).")
+]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or lines on stderr.")]

@@ -11,9 +11,14 @@ from typing import Annotated
 import typer
 
 from . import app
-from .core import BatchOpt, DeviceOpt, DtypeOpt, ErrorsOpt, OverwriteOpt, QuietOpt
 from .options import (
+    BatchOpt,
+    DeviceOpt,
+    DtypeOpt,
     EncodingErrors,
+    ErrorsOpt,
+    OverwriteOpt,
+    QuietOpt,
     ThreadsOpt,
     check_device,
     check_text_arguments,

@@ -201,7 +201,8 @@ def fit_whitening_distributed(
 
 
 class GradientAllReduce:
-    """The ``reduce`` hook of ``FlowCalibrator._train``: sums every gradient and the loss term over the ranks.
+    """The ``reduce`` hook of :class:`~bertflow.calibrators.flow.FlowTrainer`: sums every gradient and the loss
+    term over the ranks.
 
     One all-reduce per step of a flat vector (all gradients, then the loss), so the Glow's ~150k gradients cost
     one message, not one per parameter. Every rank then holds identical gradients, clips them identically and
@@ -287,14 +288,15 @@ def fit_flow_distributed(
 ) -> FlowCalibrator:
     """Fit BERT-flow on a corpus split over the ranks (data parallel); every rank returns the same flow.
 
-    Reproduces ``FlowCalibrator.fit`` step for step: the constant dimensions come from all-reduced moments; the
-    shuffle, held-out split and batch order are drawn from the same seeded generator on every rank, exactly as in
-    one process; ActNorm's data-dependent initialisation runs on rank 0 on the same rows one process would use,
-    and its parameters are broadcast; at every step each rank computes its contiguous share of the global batch
-    of ``batch_size`` rows (read from disk), and the gradients are summed (:class:`GradientAllReduce`). The
-    effective batch is therefore ``batch_size`` whatever the number of ranks, and the result equals the
-    single-process fit up to floating-point summation order (which, compounded over the steps, leaves
-    differences around 1e-6 relative in the latents: see the tests).
+    Reproduces ``FlowCalibrator.fit`` step for step, through the same :class:`~bertflow.calibrators.FlowTrainer`:
+    the constant dimensions come from all-reduced moments; the shuffle, held-out split and batch order are drawn
+    from the trainer's seeded generator on every rank, exactly as in one process; ActNorm's data-dependent
+    initialisation runs on rank 0 on the same rows one process would use, and its parameters are broadcast; at
+    every step each rank computes its contiguous share of the global batch of ``batch_size`` rows (read from disk),
+    and the gradients are summed (:class:`GradientAllReduce`). The effective batch is therefore ``batch_size``
+    whatever the number of ranks, and the result equals the single-process fit up to floating-point summation
+    order (which, compounded over the steps, leaves differences around 1e-6 relative in the latents: see the
+    tests).
 
     Rows are read at random positions from ``X``, so every rank must be able to read all of it: a store on shared
     storage, or a copy per node. Memory per rank: the shuffled row order (8 bytes a row) and a few hundred steps
@@ -311,57 +313,33 @@ def fit_flow_distributed(
     Returns:
         The fitted calibrator (``n_features_in_``, ``flow_``, ``history_``... set as by ``fit``).
     """
-    from ..calibrators import FlowCalibrator
-    from ..resources import limited_threads
+    from ..calibrators.flow import FlowCalibrator, FlowTrainer
 
     cal = calibrator if calibrator is not None else FlowCalibrator()
     n, d = _check_matrix(X)
     rank, world = rank_and_world()
-    cal._check_params(np.empty((0, d)))
-    if n < cal._min_rows():
-        raise InputError(f"the flow needs at least {cal._min_rows()} rows, got {n}")
+    dev = torch.device(device or cal.device or default_device())
+    trainer = FlowTrainer(cal, device=dev, reduce=GradientAllReduce(), verbose=cal.verbose and rank == 0)
+    trainer.check_input(n, d)
     if min(cal.batch_size, n) < world:
         raise InputError(f"batch_size ({cal.batch_size}) must be at least the number of ranks ({world})")
-    dev = torch.device(device or cal.device or default_device())
     lo, hi = share(n, rank, world)
     moments = all_reduce_moments(_row_chunks(X, lo, hi, chunk_rows), d, outer=False)
-    cal._set_passthrough(moments.mean, moments.std, moments.abs_max, n)
-    active = cal._active
-    glow = cal._build_glow(len(active)).to(dev)
-    # The same generator calls as FlowCalibrator._fit, so the split and every batch match one process.
-    gen = torch.Generator().manual_seed(cal.seed)
-    order = torch.randperm(n, generator=gen).numpy()
-    n_val = int(round(cal.validation_fraction * n))
-    val_rows, train_rows = order[:n_val], order[n_val:]
+    active = trainer.prepare(moments.mean, moments.std, moments.abs_max, n)
+    glow = trainer.build()
+    # The trainer's seeded generator draws the split and every batch, as in one process.
+    val_rows, train_rows = (rows.numpy() for rows in trainer.split(n))
     if rank == 0:
         init = _take(X, train_rows[: cal.init_samples])[:, active].astype(np.float32)
-        with torch.no_grad():
-            glow.initialize(torch.from_numpy(init).to(dev))
+        trainer.initialize(torch.from_numpy(init).to(dev))
     if world > 1:
         state = broadcast_object({k: v.cpu() for k, v in glow.state_dict().items()} if rank == 0 else None)
         glow.load_state_dict(state)
-    cal.flow_ = glow
-    batches = _rank_batches(X, train_rows, active, cal._batches(len(train_rows), gen), rank, world, dev, read_steps)
+    batches = _rank_batches(X, train_rows, active, trainer.index_batches(len(train_rows)), rank, world, dev, read_steps)
     evaluate = None
-    if n_val:
-        vlo, vhi = share(n_val, rank, world)
-        evaluate = _HeldOutScore(X, np.sort(val_rows)[vlo:vhi], active, n_val, dev)
-    verbose = cal.verbose
-    cal.verbose = bool(verbose and rank == 0)
-    try:
-        with limited_threads(torch_threads=1 if dev.type == "cpu" else None):
-            cal._train(
-                glow,
-                None,
-                None,
-                gen,
-                batches=batches,
-                n_train=len(train_rows),
-                reduce=GradientAllReduce(),
-                evaluate=evaluate,
-            )
-    finally:
-        cal.verbose = verbose
-    cal.flow_.eval()
+    if len(val_rows):
+        vlo, vhi = share(len(val_rows), rank, world)
+        evaluate = _HeldOutScore(X, np.sort(val_rows)[vlo:vhi], active, len(val_rows), dev)
+    trainer.run(batches, len(train_rows), evaluate=evaluate)
     cal.n_features_in_ = d
     return cal
