@@ -110,7 +110,7 @@ def test_a_calibrated_store_resumes_after_an_upgrade_but_not_with_another_calibr
     import bertflow._version
     import bertflow.calibrators.base
     import bertflow.scale.encode
-    import bertflow.scale.store
+    import bertflow.scale.layout
 
     path, lines = corpus_file
     out = tmp_path / "out"
@@ -118,7 +118,7 @@ def test_a_calibrated_store_resumes_after_an_upgrade_but_not_with_another_calibr
     with one_thread():
         encode_file_to_store(path, out, tiny_encoder, calibrator=calibrator, **ENCODE)
     (out / "shards" / "part-000002.npy").unlink()  # the shard a killed run did not finish
-    for module in (bertflow._version, bertflow.calibrators.base, bertflow.scale.encode, bertflow.scale.store):
+    for module in (bertflow._version, bertflow.calibrators.base, bertflow.scale.encode, bertflow.scale.layout):
         monkeypatch.setattr(module, "__version__", "99.0.0")
     with one_thread():
         summary = encode_file_to_store(path, out, tiny_encoder, calibrator=calibrator, **ENCODE)

@@ -11,7 +11,7 @@ On the STS-B test pairs:
   eigenvalue spectrum.
 * **Plots** (matplotlib, Agg backend; PNG at 200 dpi, optionally PDF or SVG too): eigenvalue spectra,
   pairwise-cosine histograms, predicted similarity against gold, similarity against edit distance with 95%
-  confidence intervals and the number of pairs per distance.
+  confidence intervals and the number of pairs per distance; drawn by :mod:`bertflow.evaluation.plots`.
 
 Other calibrators can be fitted the same way and shown beside the main one (``compare``, e.g. whitening beside the
 flow), so one report holds the paper's comparison.
@@ -56,6 +56,7 @@ __all__ = [
     "isotropy_score",
     "spectrum",
     "geometry",
+    "spearman_x100",
     "lexical_table",
     "AnalysisResult",
     "VECTOR_FORMATS",
@@ -157,7 +158,8 @@ def geometry(x: np.ndarray) -> dict[str, Any]:
     }
 
 
-def _spearman(a: np.ndarray, b: np.ndarray) -> float | None:
+def spearman_x100(a: np.ndarray, b: np.ndarray) -> float | None:
+    """Spearman correlation x 100 of ``a`` and ``b`` [N], or ``None`` when undefined (N < 3 or a constant input)."""
     if len(a) < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:
         return None
     return float(stats.spearmanr(a, b)[0]) * 100.0
@@ -180,11 +182,11 @@ def lexical_table(
     """
     out: dict[str, Any] = {}
     for part, mask in (("all", np.ones(len(gold), dtype=bool)), ("small", distance <= small)):
-        rows = {"gold": {"vs_edit_distance": _spearman(gold[mask], distance[mask]), "vs_gold": 100.0}}
+        rows = {"gold": {"vs_edit_distance": spearman_x100(gold[mask], distance[mask]), "vs_gold": 100.0}}
         for name, sim in similarities.items():
             rows[name] = {
-                "vs_edit_distance": _spearman(sim[mask], distance[mask]),
-                "vs_gold": _spearman(sim[mask], gold[mask]),
+                "vs_edit_distance": spearman_x100(sim[mask], distance[mask]),
+                "vs_gold": spearman_x100(sim[mask], gold[mask]),
             }
         out[part] = {"n": int(mask.sum()), "rows": rows}
     out["small"]["max_edit_distance"] = small
@@ -294,120 +296,6 @@ class AnalysisResult:
 
 #: Plot formats ``analyze`` can write besides the PNG.
 VECTOR_FORMATS = ("pdf", "svg")
-#: Edit distances above this are pooled into one bin in the edit-distance plot (few pairs lie beyond it).
-_MAX_DISTANCE_BIN = 20
-
-
-def _plot(
-    out_dir: Path,
-    embeddings: Mapping[str, np.ndarray],
-    similarities: Mapping[str, np.ndarray],
-    gold: np.ndarray,
-    distance: np.ndarray,
-    title: str,
-    seed: int = 0,
-    vector: Sequence[str] = (),
-) -> list[str]:
-    """Draw the four figures; returns the file names written (PNG at 200 dpi, plus each ``vector`` format).
-
-    Args:
-        embeddings: ``{name: [N, D]}`` embeddings of the distinct test sentences, raw first.
-        similarities: ``{name: [P]}`` cosine of each test pair, same names.
-        gold: gold score of each pair [P] (0-5).
-        distance: word-level edit distance of each pair [P].
-    """
-    try:
-        import matplotlib
-    except ImportError:
-        raise InputError("plots need matplotlib: pip install 'bertflow[plots]' (or pass --no-plots)") from None
-    matplotlib.use("Agg")  # files only, never a window
-    import matplotlib.pyplot as plt
-
-    names: list[str] = []
-    colours = dict(zip(embeddings, plt.rcParams["axes.prop_cycle"].by_key()["color"][1:], strict=False))
-    style = {"font.size": 9, "axes.titlesize": 10, "legend.fontsize": 8, "axes.spines.top": False,
-             "axes.spines.right": False}  # fmt: skip
-
-    def save(fig: Any, stem: str) -> None:
-        fig.tight_layout()
-        for ext in ("png", *vector):
-            fig.savefig(out_dir / f"{stem}.{ext}", dpi=200)
-            names.append(f"{stem}.{ext}")
-        plt.close(fig)
-
-    with plt.rc_context(style):
-        # Eigenvalue spectra of the normalised rows: how evenly the second moment spreads over directions.
-        fig, ax = plt.subplots(figsize=(6.2, 3.9))
-        dim = 1
-        for name, x in embeddings.items():
-            share = spectrum(x)
-            share = share / share.sum()
-            dim = max(dim, x.shape[1])
-            # (Near-)constant dimensions give shares ~1e-18 that would squash the log scale.
-            keep = share > 1e-12 * share[0]
-            dropped = f", {int((~keep).sum())} near-zero omitted" if (~keep).any() else ""
-            label = f"{name} (top {100 * share[0]:.1f}%, isotropy {isotropy_score(x):.2g}{dropped})"
-            ax.semilogy(np.flatnonzero(keep) + 1, share[keep], color=colours.get(name), lw=1.4, label=label)
-        ax.axhline(1 / dim, color="grey", lw=0.8, ls="--", label=f"isotropic: 1/D = 1/{dim}")
-        ax.set(xlabel="principal direction (rank by eigenvalue)", ylabel="share of the second moment (log)",
-               title=f"Eigenvalue spectrum, {len(next(iter(embeddings.values())))} sentences\n{title}")  # fmt: skip
-        ax.legend(frameon=False)
-        save(fig, "spectrum")
-
-        # Pairwise cosine histograms on a random sample of pairs i != j.
-        rng = np.random.default_rng(seed)
-        n = len(next(iter(embeddings.values())))
-        i = rng.integers(0, n, size=min(200_000, n * (n - 1)))
-        j = (i + rng.integers(1, n, size=len(i))) % n
-        fig, ax = plt.subplots(figsize=(6.2, 3.9))
-        for name, x in embeddings.items():
-            u = unit_rows(x)
-            c = (u[i] * u[j]).sum(axis=1)
-            colour = colours.get(name)
-            label = f"{name} (mean {c.mean():.3f})"
-            ax.hist(c, bins=100, range=(-1, 1), density=True, histtype="stepfilled", alpha=0.35, color=colour,
-                    edgecolor=colour, label=label)  # fmt: skip
-        ax.axvline(0, color="grey", lw=0.8, ls="--", label="cosine 0 (orthogonal)")
-        ax.set(xlabel="cosine similarity", ylabel="density (1 / unit cosine)",
-               title=f"Cosine of {len(i):,} random pairs of distinct test sentences\n{title}")  # fmt: skip
-        ax.legend(frameon=False)
-        save(fig, "cosine_hist")
-
-        # Predicted similarity vs gold, one panel per similarity.
-        k = len(similarities)
-        fig, axes = plt.subplots(1, k, figsize=(3.3 * k, 3.3), squeeze=False)
-        for ax, (name, sim) in zip(axes[0], similarities.items(), strict=True):
-            rho = stats.spearmanr(sim, gold)[0] * 100
-            ax.scatter(gold, sim, s=3, alpha=0.3, color=colours.get(name), rasterized=True)
-            ax.set(xlabel="gold similarity (0-5)", ylabel="cosine similarity",
-                   title=f"{name}: Spearman {rho:.2f} (n={len(gold)})")  # fmt: skip
-        fig.suptitle(f"STS-B test: {title}", fontsize=10)
-        save(fig, "similarity_vs_gold")
-
-        # Similarity vs edit distance. Each similarity is standardised over the pairs (z-score), so raw cosines
-        # (all near 1) and calibrated ones share an axis; mean and 95% CI (normal approximation) per distance.
-        bins = np.minimum(distance, _MAX_DISTANCE_BIN)
-        ds = np.arange(int(bins.max()) + 1)
-        counts = np.array([(bins == d).sum() for d in ds])
-        fig, (ax, bar) = plt.subplots(2, 1, figsize=(6.2, 4.9), sharex=True, height_ratios=(3, 1))
-        series = {"gold": gold, **similarities}
-        for offset, (name, sim) in zip(np.linspace(-0.2, 0.2, len(series)), series.items(), strict=True):
-            z = (sim - sim.mean()) / (sim.std() or 1.0)
-            groups = [z[bins == d] for d in ds]
-            mean = np.array([g.mean() if len(g) else np.nan for g in groups])
-            half = np.array([1.96 * g.std(ddof=1) / math.sqrt(len(g)) if len(g) > 1 else np.nan for g in groups])
-            rho = _spearman(sim, distance.astype(np.float64))
-            colour = "black" if name == "gold" else colours.get(name)
-            ax.errorbar(ds + offset, mean, yerr=half, marker="o", ms=2.5, lw=1, capsize=1.5, color=colour,
-                        label=f"{name} (Spearman vs ED {rho:.1f})" if rho is not None else name)  # fmt: skip
-        ax.axvline(SMALL_EDIT_DISTANCE + 0.5, color="grey", lw=0.8, ls="--",
-                   label=f"paper's small-distance cut (ED <= {SMALL_EDIT_DISTANCE})")  # fmt: skip
-        ax.set(ylabel="similarity, z-score over pairs", title=f"Similarity vs word edit distance, STS-B test\n{title}")
-        ax.legend(frameon=False)
-        bar.bar(ds, counts, color="grey", width=0.8)
-        bar.set(xlabel=f"word-level edit distance (last bin: >= {_MAX_DISTANCE_BIN})", ylabel="pairs")
-        save(fig, "similarity_vs_edit_distance")
-    return names
 
 
 def analyze_stsb(
@@ -547,9 +435,11 @@ def analyze_stsb(
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         if plots:
+            from .plots import plot_analysis  # here, not at the top: plots imports this module's measures
+
             title = f"{Path(encoder.model_id).name}, {pool} pooling, {regime} regime"
             label = {"calibrated": spec} if spec not in spaces else {}  # legends name the calibrator
-            result.plots = _plot(
+            result.plots = plot_analysis(
                 out,
                 {label.get(k, k): v for k, v in spaces.items()},
                 {label.get(k, k): v for k, v in cosines.items()},

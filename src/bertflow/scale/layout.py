@@ -1,0 +1,285 @@
+"""The layout of an embedding store on disk: file names, the manifest, the shard plan and shard completion.
+
+What the files mean is described in :mod:`bertflow.scale.store`. This module decides what a store *is* (names,
+``manifest.json``, which rows each shard holds, whether a shard is complete); :mod:`bertflow.scale.shards` writes
+shards and :mod:`bertflow.scale.reader` reads them back.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._version import __version__
+from ..errors import InputError, ModelFileError
+from ..io.files import FOLDER_KINDS, TMP_MARK, atomic_write_text
+from ..io.formats import check_format
+
+__all__ = [
+    "MANIFEST_NAME",
+    "SHARD_DIR",
+    "MERGED_NAME",
+    "STORE_FORMAT",
+    "STORE_FORMAT_VERSION",
+    "SHARD_SUFFIXES",
+    "ShardSpec",
+    "plan_shards",
+    "shard_record",
+    "remove_temporary_files",
+    "read_manifest",
+    "write_manifest",
+    "new_manifest",
+    "finalize_manifest",
+    "dump_record",
+    "read_record",
+    "short_list",
+]
+
+MANIFEST_NAME = FOLDER_KINDS["store"][0]  # "manifest.json"
+SHARD_DIR = "shards"
+MERGED_NAME = "embeddings.npy"
+STORE_FORMAT = FOLDER_KINDS["store"][2]  # "bertflow-embeddings"
+#: Version of the store layout; reading refuses a larger number. 1: ``.npy`` shards; 2: Parquet/Arrow shards too.
+STORE_FORMAT_VERSION = 2
+#: Shard file formats and their suffixes (``npy`` is the default and memory-maps; the others are for other tools).
+SHARD_SUFFIXES = {"npy": ".npy", "parquet": ".parquet", "arrow": ".arrow"}
+
+# -- small file helpers ---------------------------------------------------------------------------------------
+
+
+def dump_record(data: dict[str, Any]) -> str:
+    """``data`` as the text of a manifest or shard record: key-sorted, indented UTF-8 JSON."""
+    return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def read_record(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path``, or ``None`` when it is missing or unreadable (an incomplete record)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_manifest(folder: str | Path, manifest: dict[str, Any]) -> None:
+    """Write ``manifest.json`` into ``folder`` atomically (key-sorted, indented UTF-8 JSON)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(folder / MANIFEST_NAME, dump_record(manifest))
+
+
+def read_manifest(folder: str | Path) -> dict[str, Any]:
+    """Read and check a store's ``manifest.json``.
+
+    Raises:
+        ModelFileError: the file is missing or garbled, is not a bertflow store, or was written in a newer format.
+    """
+    path = Path(folder) / MANIFEST_NAME
+    if not path.is_file():
+        raise ModelFileError(f"{path} is missing: {folder} is not a bertflow embedding store (or was never started)")
+    data = read_record(path)
+    if data is None:
+        raise ModelFileError(f"{path} is not valid JSON; the file is corrupted or was edited")
+    if data.get("format") != STORE_FORMAT:
+        raise ModelFileError(f"{path} is not a bertflow embedding-store manifest")
+    check_format(data, path, kind="embedding store", current=STORE_FORMAT_VERSION)
+    for key in ("rows", "dim", "dtype", "shards"):
+        if key not in data:
+            raise ModelFileError(f"{path} lacks {key!r}; was it edited?")
+    return data
+
+
+# -- the shard plan ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    """One shard of the plan: input rows ``[start, stop)``; ``offset`` is the byte where row ``start`` begins.
+
+    Attributes:
+        index: global shard number (its file is ``shards/part-{index:06d}{suffix}``).
+        start, stop: row range, 0-based, ``stop`` excluded.
+        offset: byte offset of the input line of row ``start`` (0 when the rows did not come from a text file).
+        suffix: the shard file's suffix, which names its format (:data:`SHARD_SUFFIXES`).
+    """
+
+    index: int
+    start: int
+    stop: int
+    offset: int = 0
+    suffix: str = ".npy"
+
+    @property
+    def rows(self) -> int:
+        """Number of rows in the shard."""
+        return self.stop - self.start
+
+    @property
+    def name(self) -> str:
+        """File name of the shard's array, ``part-{index:06d}.npy`` (or ``.parquet``, ``.arrow``)."""
+        return f"part-{self.index:06d}{self.suffix}"
+
+    @property
+    def format(self) -> str:
+        """The shard's file format: ``"npy"``, ``"parquet"`` or ``"arrow"``."""
+        return self.suffix.lstrip(".")
+
+    @property
+    def record_name(self) -> str:
+        """File name of the shard's completion record, ``part-{index:06d}.json``."""
+        return f"part-{self.index:06d}.json"
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest entry of this shard."""
+        entry = asdict(self)
+        del entry["suffix"]  # the file name carries it
+        return {**entry, "file": f"{SHARD_DIR}/{self.name}"}
+
+    @classmethod
+    def from_json(cls, entry: dict[str, Any]) -> ShardSpec:
+        """Rebuild a spec from its manifest entry."""
+        suffix = Path(entry.get("file", ".npy")).suffix or ".npy"
+        return cls(int(entry["index"]), int(entry["start"]), int(entry["stop"]), int(entry.get("offset", 0)), suffix)
+
+
+def plan_shards(
+    n_rows: int, shard_size: int, offsets: Sequence[int] | None = None, *, shard_format: str = "npy"
+) -> list[ShardSpec]:
+    """Cut ``n_rows`` rows into shards of ``shard_size`` rows (the last one shorter).
+
+    Args:
+        n_rows: total rows N.
+        shard_size: rows per shard, positive.
+        offsets: byte offset of the first line of every shard (``ceil(N / shard_size)`` values), if from a file.
+        shard_format: ``"npy"``, ``"parquet"`` or ``"arrow"`` (:data:`SHARD_SUFFIXES`).
+    """
+    if shard_size < 1:
+        raise InputError(f"shard_size must be positive, got {shard_size}")
+    if shard_format not in SHARD_SUFFIXES:
+        raise InputError(f"the shard format must be one of {', '.join(SHARD_SUFFIXES)}, got {shard_format!r}")
+    suffix = SHARD_SUFFIXES[shard_format]
+    count = -(-n_rows // shard_size)
+    if offsets is not None and len(offsets) != count:
+        raise ValueError(f"{count} shards need {count} offsets, got {len(offsets)}")
+    return [
+        ShardSpec(
+            k, k * shard_size, min((k + 1) * shard_size, n_rows), int(offsets[k]) if offsets is not None else 0, suffix
+        )
+        for k in range(count)
+    ]
+
+
+def shard_record(folder: str | Path, spec: ShardSpec, dim: int, dtype: str = "float32") -> dict[str, Any] | None:
+    """The completion record of shard ``spec`` if the shard is complete and matches the plan, else ``None``.
+
+    Complete means: the record parses, names the same rows, dimension and dtype, and the ``.npy`` exists with the
+    recorded byte size and an array header of shape ``[rows, dim]`` (a Parquet/Arrow shard: the recorded size, and
+    metadata saying ``rows`` rows of float32 [dim]). The checksum is not recomputed here (that reads the whole
+    shard); :meth:`ShardedEmbeddings.verify` does it.
+    """
+    shard_dir = Path(folder) / SHARD_DIR
+    record = read_record(shard_dir / spec.record_name)
+    if record is None:
+        return None
+    expected = {"index": spec.index, "start": spec.start, "stop": spec.stop, "dim": dim, "dtype": dtype}
+    if any(record.get(k) != v for k, v in expected.items()):
+        return None
+    path = shard_dir / spec.name
+    try:
+        if path.stat().st_size != record.get("bytes"):
+            return None
+        if spec.format != "npy":
+            from ..io.arrow import embedding_table_rows
+
+            return record if dtype == "float32" and embedding_table_rows(path, spec.format, dim) == spec.rows else None
+        with open(path, "rb") as fh:
+            version = np.lib.format.read_magic(fh)
+            if version == (1, 0):
+                shape, _, file_dtype = np.lib.format.read_array_header_1_0(fh)
+            else:
+                shape, _, file_dtype = np.lib.format.read_array_header_2_0(fh)
+    except (OSError, ValueError):
+        return None
+    if tuple(shape) != (spec.rows, dim) or file_dtype != np.dtype(dtype):
+        return None
+    return record
+
+
+def remove_temporary_files(folder: str | Path) -> int:
+    """Delete the temporary files that killed writers left in a store; returns how many.
+
+    Only safe while no other run writes into the same folder (one run per store at a time).
+    """
+    removed = 0
+    for path in (Path(folder), Path(folder) / SHARD_DIR):
+        if not path.is_dir():
+            continue
+        for f in path.iterdir():
+            if f.name.startswith(".") and TMP_MARK in f.name and f.is_file():
+                f.unlink(missing_ok=True)
+                removed += 1
+    return removed
+
+
+# -- completing a store ----------------------------------------------------------------------------------------
+
+
+def new_manifest(
+    *, rows: int, dim: int, specs: Sequence[ShardSpec], shard_size: int, dtype: str = "float32", **info: Any
+) -> dict[str, Any]:
+    """A manifest for a store about to be written (``complete`` is false until :func:`finalize_manifest`)."""
+    return {
+        "format": STORE_FORMAT,
+        # Version 1 still describes an .npy store exactly, so bertflow versions that know only 1 keep reading it.
+        "format_version": 1 if info.get("shard_format", "npy") == "npy" else STORE_FORMAT_VERSION,
+        "bertflow_version": __version__,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "rows": int(rows),
+        "dim": int(dim),
+        "dtype": dtype,
+        "shard_size": int(shard_size),
+        "shards": [s.to_json() for s in specs],
+        "complete": False,
+        **info,
+    }
+
+
+def finalize_manifest(folder: str | Path, *, run: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Mark a store complete: copy every shard's record (bytes, sha256) into the manifest and set ``complete``.
+
+    Args:
+        folder: the store.
+        run: a JSON-ready description of the run that completed it, appended to ``runs``.
+
+    Raises:
+        InputError: some shard is not complete (the message lists them).
+    """
+    manifest = read_manifest(folder)
+    specs = [ShardSpec.from_json(e) for e in manifest["shards"]]
+    missing, entries = [], []
+    for spec in specs:
+        record = shard_record(folder, spec, manifest["dim"], manifest["dtype"])
+        if record is None:
+            missing.append(spec.index)
+            continue
+        entries.append({**spec.to_json(), "bytes": record["bytes"], "sha256": record["sha256"]})
+    if missing:
+        raise InputError(f"{folder}: {len(missing)} of {len(specs)} shard(s) are not complete: {short_list(missing)}")
+    manifest["shards"] = entries
+    manifest["complete"] = True
+    if run is not None:
+        manifest.setdefault("runs", []).append(run)
+    write_manifest(folder, manifest)
+    return manifest
+
+
+def short_list(items: Sequence[int], limit: int = 12) -> str:
+    """The first ``limit`` items, comma-separated, and how many there are in all when some were left out."""
+    shown = ", ".join(str(i) for i in items[:limit])
+    return shown + (f" ... ({len(items)} in all)" if len(items) > limit else "")

@@ -1,0 +1,269 @@
+"""Writing one shard of an embedding store, ``.npy`` (:class:`ShardWriter`) or Parquet/Arrow
+(:class:`TableShardWriter`).
+
+Each writer writes under a temporary name, fsyncs and renames, and only then writes the shard's completion record,
+so a killed writer never leaves a short shard (see :mod:`bertflow.scale.store` for the layout).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import hashlib
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError
+from ..io.files import atomic_file, atomic_write_text, fsync_dir, temporary_name
+from .layout import SHARD_DIR, ShardSpec, dump_record
+
+__all__ = [
+    "ShardWriter",
+    "TableShardWriter",
+    "open_shard_writer",
+]
+
+
+class ShardWriter:
+    """Write one shard: a ``.npy`` header, the rows as they come, then fsync, rename and the completion record.
+
+    Rows are written and hashed by a background thread, so disk and checksum overlap the encoding of the next
+    rows. Nothing under the final names exists until :meth:`commit` returns; leaving the ``with`` block by an
+    exception deletes the temporary file.
+
+    Args:
+        folder: the store folder (``shards/`` is created inside it).
+        spec: which shard.
+        dim: row dimension D.
+        dtype: stored dtype (float32 by default).
+        record: extra JSON-ready fields for the completion record (rank, device, host...).
+        background: write in a background thread (``False`` writes inline).
+
+    Example:
+        >>> with ShardWriter("out", ShardSpec(0, 0, 3), dim=2) as w:
+        ...     w.write(np.zeros((3, 2), np.float32))
+        ...     w.commit()
+    """
+
+    def __init__(
+        self,
+        folder: str | Path,
+        spec: ShardSpec,
+        dim: int,
+        dtype: str = "float32",
+        *,
+        record: dict[str, Any] | None = None,
+        background: bool = True,
+    ) -> None:
+        self.folder = Path(folder)
+        self.spec = spec
+        self.dim = int(dim)
+        self.dtype = np.dtype(dtype)
+        self.extra = dict(record or {})
+        self.shard_dir = self.folder / SHARD_DIR
+        self.shard_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.shard_dir / spec.name
+        self.tmp = temporary_name(self.path)
+        self._written = 0  # rows handed to write()
+        self._started = time.perf_counter()
+        self._open()
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="shard-writer") if background else None
+        self._pending: list[concurrent.futures.Future[None]] = []
+        self._done = False
+
+    # The file itself (an .npy here; TableShardWriter overrides these four for Parquet/Arrow).
+
+    def _open(self) -> None:
+        """Start the temporary file: the ``.npy`` header."""
+        self._fh = open(self.tmp, "wb")  # noqa: SIM115 - closed by commit/abort
+        self._hash = hashlib.sha256()
+        header = {
+            "descr": np.lib.format.dtype_to_descr(self.dtype),
+            "fortran_order": False,
+            "shape": (self.spec.rows, self.dim),
+        }
+        np.lib.format.write_array_header_1_0(self._fh, header)
+        self._fh.flush()
+        with open(self.tmp, "rb") as fh:  # hash the header too: the sha256 is that of the whole file
+            self._hash.update(fh.read())
+
+    def _write_block(self, block: np.ndarray) -> None:
+        data = memoryview(block).cast("B")
+        self._fh.write(data)
+        self._hash.update(data)
+
+    def _finish(self) -> tuple[int, str]:
+        """Flush, fsync and rename the file to its final name; return its size and sha256."""
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        size = self._fh.tell()
+        self._fh.close()
+        os.replace(self.tmp, self.path)
+        fsync_dir(self.shard_dir)
+        return size, self._hash.hexdigest()
+
+    def _discard(self) -> None:
+        self._fh.close()
+        self.tmp.unlink(missing_ok=True)
+
+    def write(self, rows: np.ndarray) -> None:
+        """Append rows [n, D] (converted to the store dtype; do not modify the array afterwards)."""
+        if self._done:
+            raise RuntimeError("this shard was already committed or aborted")
+        block = np.ascontiguousarray(rows, dtype=self.dtype)
+        if block.ndim != 2 or block.shape[1] != self.dim:
+            raise InputError(f"shard {self.spec.index}: expected rows of shape [n, {self.dim}], got {block.shape}")
+        if self._written + len(block) > self.spec.rows:
+            raise InputError(
+                f"shard {self.spec.index} holds {self.spec.rows} rows; writing {len(block)} more after "
+                f"{self._written} overflows it"
+            )
+        self._written += len(block)
+        if self._pool is None:
+            self._write_block(block)
+            return
+        self._pending.append(self._pool.submit(self._write_block, block))
+        # Keep at most two blocks in flight, so memory stays bounded if the disk is slower than the encoder.
+        while len(self._pending) > 2:
+            self._pending.pop(0).result()
+
+    def commit(self) -> dict[str, Any]:
+        """Finish the shard: wait for the writes, fsync, rename to the final name, write the record; return it.
+
+        Raises:
+            InputError: fewer rows were written than the shard holds.
+        """
+        if self._done:
+            raise RuntimeError("this shard was already committed or aborted")
+        for future in self._pending:
+            future.result()
+        self._pending.clear()
+        if self._written != self.spec.rows:
+            raise InputError(f"shard {self.spec.index} got {self._written} rows, expected {self.spec.rows}")
+        self._shutdown()
+        size, digest = self._finish()
+        record = {
+            "index": self.spec.index,
+            "start": self.spec.start,
+            "stop": self.spec.stop,
+            "rows": self.spec.rows,
+            "dim": self.dim,
+            "dtype": self.dtype.name,
+            "file": self.spec.name,
+            "bytes": size,
+            "sha256": digest,
+            "seconds": round(time.perf_counter() - self._started, 4),
+            "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "host": socket.gethostname(),
+            **self.extra,
+        }
+        # The record goes last: a crash before this line leaves a shard that the next run redoes.
+        atomic_write_text(self.shard_dir / self.spec.record_name, dump_record(record))
+        self._done = True
+        return record
+
+    def abort(self) -> None:
+        """Drop the shard: stop the writer and delete the temporary file."""
+        if self._done:
+            return
+        self._done = True
+        for future in self._pending:
+            future.cancel()
+        self._shutdown()
+        self._discard()
+
+    def _shutdown(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if not self._done:
+            self.abort()
+
+
+class TableShardWriter(ShardWriter):
+    """A :class:`ShardWriter` for a Parquet or Arrow IPC shard (``spec.suffix``): same use, record and atomicity.
+
+    The table (:class:`bertflow.io.arrow.EmbeddingTableWriter`: ``row``, the id column if any, ``embedding``) is
+    written through :func:`~bertflow.io.files.atomic_file`, one row group or record batch per :meth:`write`.
+
+    Args:
+        ids: ``(name, values)``: a column copied beside the embeddings, ``values`` a pyarrow array of the shard's
+            rows (``spec.rows`` of them).
+        the others: as for :class:`ShardWriter` (``dtype`` must be float32).
+    """
+
+    def __init__(
+        self,
+        folder: str | Path,
+        spec: ShardSpec,
+        dim: int,
+        dtype: str = "float32",
+        *,
+        record: dict[str, Any] | None = None,
+        background: bool = True,
+        ids: tuple[str, Any] | None = None,
+    ) -> None:
+        if np.dtype(dtype) != np.float32:
+            raise InputError(f"Parquet and Arrow shards hold float32 embeddings, not {dtype}")
+        if ids is not None and len(ids[1]) != spec.rows:
+            raise InputError(f"shard {spec.index} holds {spec.rows} rows but got {len(ids[1])} ids")
+        self._ids = ids
+        super().__init__(folder, spec, dim, dtype, record=record, background=background)
+
+    def _open(self) -> None:
+        from ..io.arrow import EmbeddingTableWriter, pyarrow
+
+        self._stack = contextlib.ExitStack()
+        self._fh = self._stack.enter_context(atomic_file(self.path, "wb"))
+        id_field = pyarrow().field(self._ids[0], self._ids[1].type) if self._ids is not None else None
+        self._table = EmbeddingTableWriter(self._fh, self.spec.format, self.dim, id_field)
+        self._row = self.spec.start
+
+    def _write_block(self, block: np.ndarray) -> None:
+        local = self._row - self.spec.start
+        ids = self._ids[1].slice(local, len(block)) if self._ids is not None else None
+        self._table.write(self._row, block, ids)
+        self._row += len(block)
+
+    def _finish(self) -> tuple[int, str]:
+        digest = self._table.close()
+        size = self._fh.tell()
+        self._stack.close()  # atomic_file: fsync, rename, fsync the folder
+        return size, digest
+
+    def _discard(self) -> None:
+        # Close the table writer while its file is open (pyarrow would write to a closed file when it is collected),
+        # then leave atomic_file by an exception, which deletes the temporary file.
+        with contextlib.suppress(Exception):
+            self._table.close()
+        self._stack.__exit__(RuntimeError, RuntimeError("shard aborted"), None)
+
+
+def open_shard_writer(
+    folder: str | Path,
+    spec: ShardSpec,
+    dim: int,
+    *,
+    record: dict[str, Any] | None = None,
+    ids: tuple[str, Any] | None = None,
+) -> ShardWriter:
+    """The writer of shard ``spec`` in its format: a :class:`ShardWriter` (``.npy``) or a :class:`TableShardWriter`.
+
+    Raises:
+        InputError: ``ids`` for an ``.npy`` shard (it has no place for them).
+    """
+    if spec.format == "npy":
+        if ids is not None:
+            raise InputError("an id column can only be stored in Parquet or Arrow shards (--format parquet|arrow)")
+        return ShardWriter(folder, spec, dim, record=record)
+    return TableShardWriter(folder, spec, dim, record=record, ids=ids)
