@@ -261,7 +261,7 @@ def test_layer_poolings_match_output_hidden_states(tiny_model_dir, spec):
     mask = batch["attention_mask"]
     manual = masked_mean(sum(hs[i] for i in layers) / len(layers), mask).numpy()
     np.testing.assert_allclose(enc.encode(LONGER), manual, atol=1e-5)
-    assert enc._layer_list is not None and not enc._hidden_states
+    assert enc._layer_list is not None and not enc._plan(None).hidden_states
     assert all(not layer._forward_pre_hooks for layer in enc._layer_list)  # hooks removed after each pass
 
 

@@ -266,6 +266,15 @@ class _PreparedChunk:
     padded_tokens: int
 
 
+@dataclass(frozen=True)
+class _PoolingPlan:
+    """The poolings one forward pass computes, and what that pass must keep of the model's layers."""
+
+    poolings: tuple[Pooling, ...]
+    layers: tuple[int, ...]  # hidden-state indices read (num_layers: the last layer's output)
+    hidden_states: bool  # ask the model for every layer (its layer list was not found for hooks)
+
+
 @dataclass
 class _Pending:
     """A chunk whose pooled vectors are on their way to the host (CUDA: until ``event`` completes)."""
@@ -475,13 +484,10 @@ class SentenceEncoder:
         self.model.to(device=self.device, dtype=self.dtype).eval()
         self.model.requires_grad_(False)
         self.num_layers = int(self.model.config.num_hidden_layers)
-        self.pooling = Pooling.parse(pooling, self.num_layers)
-        if self.pooling.name == "pooler" and getattr(self.model, "pooler", None) is None:
-            raise InputError(f"pooling 'pooler' needs a pooler head, and {self.model_id} has none")
         # Layer-list poolings read the inputs of the layers they need through hooks (and stop the forward
         # after the highest one); every layer is requested from the model only if its layer list is not found.
-        self._layer_list = _find_layer_list(self.model, self.num_layers) if self.pooling.needs_hidden_states else None
-        self._hidden_states = self.pooling.needs_hidden_states and self._layer_list is None
+        self._layer_list = _find_layer_list(self.model, self.num_layers)
+        (self.pooling,) = self._plan([pooling]).poolings
         # A prepared 4-D boolean mask goes straight to SDPA in transformers >= 5; a 2-D mask would make the
         # mask builder check on the host whether the batch has padding at all (one device sync per batch).
         self._mask_4d = transformers_major() >= 5 and getattr(self.model.config, "_attn_implementation", "") == "sdpa"
@@ -696,9 +702,28 @@ class SentenceEncoder:
 
     # -- the model ---------------------------------------------------------------------------------------
 
+    def _plan(self, poolings: Sequence[str | Sequence[int] | Pooling] | None) -> _PoolingPlan:
+        """Check ``poolings`` against this model (``None``: the encoder's own pooling) and plan their forward pass."""
+        if poolings is None:
+            parsed = [self.pooling]
+        else:
+            if isinstance(poolings, (str, Pooling)):
+                raise InputError("poolings must be a list of poolings, e.g. ['mean', 'cls']")
+            parsed = [p if isinstance(p, Pooling) else Pooling.parse(p, self.num_layers) for p in poolings]
+            parsed = list({p.key: p for p in parsed}.values())  # each pooling once, first-seen order
+            if not parsed:
+                raise InputError("give at least one pooling")
+        for p in parsed:
+            if p.name == "pooler" and getattr(self.model, "pooler", None) is None:
+                raise InputError(f"pooling 'pooler' needs a pooler head, and {self.model_id} has none")
+        # Every pooling but a layer list reads the last layer's output (cls, pooler: the full forward).
+        layers = {i for p in parsed for i in p.layers} | {self.num_layers for p in parsed if not p.layers}
+        hidden = any(p.needs_hidden_states for p in parsed)
+        return _PoolingPlan(tuple(parsed), tuple(sorted(layers)), hidden and self._layer_list is None)
+
     @torch.inference_mode()
-    def _forward(self, batch: _HostBatch) -> torch.Tensor:
-        """Pooled float32 vectors [rows, D] of one batch, left on the device."""
+    def _forward(self, batch: _HostBatch, plan: _PoolingPlan) -> torch.Tensor:
+        """Pooled float32 vectors [rows, P x D] of one batch (the plan's poolings side by side), on the device."""
         rows, width = batch.rows, batch.width
         buf = batch.buffer.to(self.device, non_blocking=True)
         # int32 travels (half the bytes); embedding lookups and position-id arithmetic get int64 as usual.
@@ -710,13 +735,13 @@ class SentenceEncoder:
             mask = torch.arange(width, device=self.device) < lengths[:, None]
             attention = mask[:, None, None, :] if self._mask_4d else mask.long()
         kwargs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention}
-        if self._hidden_states:
+        if plan.hidden_states:
             kwargs["output_hidden_states"] = True
         captured: dict[int, torch.Tensor] = {}
         try:
             with attention_backends(self.device, self._settings.cudnn_attention):
-                if self._layer_list is not None:
-                    with _capture_layer_inputs(self._layer_list, self.pooling.layers, self.num_layers, captured):
+                if self._layer_list is not None and not plan.hidden_states:
+                    with _capture_layer_inputs(self._layer_list, plan.layers, self.num_layers, captured):
                         outputs: Any = self.model(**kwargs)
                 else:
                     outputs = self.model(**kwargs)
@@ -728,30 +753,32 @@ class SentenceEncoder:
             # A model whose mask code does not take a prepared 4-D mask: use 2-D masks from now on.
             logger.info("%s: prepared 4-D attention masks refused; using 2-D masks", self.model_id)
             self._mask_4d = False
-            return self._forward(batch)
+            return self._forward(batch, plan)
         if mask is None:
             mask = torch.ones((rows, width), dtype=torch.bool, device=self.device)
-        return self._pool(outputs, captured, mask)
+        pooled = [self._pool(p, outputs, captured, mask) for p in plan.poolings]
+        return pooled[0] if len(pooled) == 1 else torch.cat(pooled, dim=1)
 
-    def _pool(self, outputs: Any, captured: dict[int, torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
-        """Apply the pooling in float32 (a bf16 sum over tokens would round every partial sum to 8 bits)."""
-        name = self.pooling.name
+    def _pool(self, pooling: Pooling, outputs: Any, captured: dict[int, torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
+        """Apply one pooling in float32 (a bf16 sum over tokens would round every partial sum to 8 bits)."""
+        name = pooling.name
         if name in ("cls", "pooler"):
-            return self.pooling(outputs, mask).float()
+            return pooling(outputs, mask).float()
         if name == "mean":
-            return self.pooling(SimpleNamespace(last_hidden_state=outputs.last_hidden_state.float()), mask)
-        if self._layer_list is None:
-            hidden = {i: outputs.hidden_states[i].float() for i in self.pooling.layers}
+            return pooling(SimpleNamespace(last_hidden_state=outputs.last_hidden_state.float()), mask)
+        if getattr(outputs, "hidden_states", None) is not None:
+            hidden = {i: outputs.hidden_states[i].float() for i in pooling.layers}
         else:
-            hidden = {i: captured[i].float() for i in self.pooling.layers if i < self.num_layers}
-            if self.num_layers in self.pooling.layers:
+            hidden = {i: captured[i].float() for i in pooling.layers if i < self.num_layers}
+            if self.num_layers in pooling.layers:
                 hidden[self.num_layers] = outputs.last_hidden_state.float()
-        return self.pooling(SimpleNamespace(hidden_states=hidden), mask)
+        return pooling(SimpleNamespace(hidden_states=hidden), mask)
 
     @torch.inference_mode()
     def _launch(
         self,
         chunk: _PreparedChunk,
+        plan: _PoolingPlan,
         transform: DeviceTransform | None = None,
         on_batch: Callable[[int], None] | None = None,
     ) -> _Pending:
@@ -760,9 +787,9 @@ class SentenceEncoder:
         ``on_batch(rows)`` is called after each batch is queued; pass it only where the forward runs on the
         calling thread (CPU), so that the call means "these rows are done" without a device sync.
         """
-        out = torch.empty((chunk.n, self.dim), dtype=torch.float32, device=self.device)
+        out = torch.empty((chunk.n, self.dim * len(plan.poolings)), dtype=torch.float32, device=self.device)
         for batch in chunk.batches:
-            out[batch.start : batch.start + batch.rows] = self._forward(batch)
+            out[batch.start : batch.start + batch.rows] = self._forward(batch, plan)
             if on_batch is not None:
                 on_batch(batch.rows)
         # Back to input order on the device, then one copy for the whole chunk.
@@ -839,6 +866,7 @@ class SentenceEncoder:
         batch_size: int | None,
         chunk_size: int | None,
         max_tokens: int | None,
+        plan: _PoolingPlan,
         transform: DeviceTransform | None = None,
         progress: Callable[[int], None] | None = None,
     ) -> Iterator[tuple[int, np.ndarray]]:
@@ -851,6 +879,8 @@ class SentenceEncoder:
         """
         if (batch_size is not None and batch_size < 1) or (chunk_size is not None and chunk_size < 1):
             raise InputError("batch_size and chunk_size must be positive")
+        if transform is not None and len(plan.poolings) > 1:
+            raise InputError("a transform (calibrator) applies to one pooling; ask for one pooling with it")
         budget = max_tokens or self.token_budget
         if budget < 1:
             raise InputError(f"max_tokens must be positive, got {budget}")
@@ -892,7 +922,7 @@ class SentenceEncoder:
                 except Exception as e:  # noqa: BLE001 - raised below, after the chunks before it
                     error = e
                     break
-                launched = self._launch(chunk, transform, on_batch)
+                launched = self._launch(chunk, plan, transform, on_batch)
                 stats.sentences += chunk.n
                 stats.real_tokens += chunk.real_tokens
                 stats.padded_tokens += chunk.padded_tokens
@@ -927,9 +957,13 @@ class SentenceEncoder:
         chunk_size: int | None = None,
         max_tokens: int | None = None,
         transform: DeviceTransform | None = None,
+        poolings: Sequence[str | Sequence[int] | Pooling] | None = None,
         progress: Callable[[int], None] | None = None,
-    ) -> Iterator[np.ndarray]:
+    ) -> Iterator[Any]:
         """Encode a stream of sentences, yielding float32 arrays [n, D] chunk by chunk, in input order.
+
+        This is the one forward-pass implementation: :meth:`encode`, the embedding cache of the evaluation, the
+        :class:`~bertflow.embedder.Embedder`, the CLI and the scale-out workers all go through it.
 
         Memory stays bounded by a few chunks whatever the length of the stream. Inside a chunk sentences are
         sorted by token count so batches carry little padding; the order is restored before yielding.
@@ -943,20 +977,36 @@ class SentenceEncoder:
             transform: applied on the device to each chunk of pooled vectors (float32 tensor [n, D], input
                 order) before it is copied to the host; what it returns ([n, D']) is yielded instead. A
                 calibrator written in torch runs here at almost no cost (see ``docs/performance.md``).
+            poolings: several poolings from the same forward pass (names or layer lists, see
+                :class:`~bertflow.encoding.pooling.Pooling`); each chunk is then a dict ``{pooling.key: float32
+                [n, D]}`` (each pooled in float32, exactly as an encoder built with that pooling does). ``None``:
+                the encoder's own pooling, yielded as an array. A ``transform`` needs a single pooling.
             progress: called with a number of sentences each time that many are encoded (e.g. a tqdm bar's
                 ``update``): after every forward batch on CPU, every chunk on CUDA, so a bar moves every few
                 seconds on any device. The counts add up to the number of sentences.
         """
+        plan = self._plan(poolings)
         for _, part in self._iter_chunks(
             sentences,
             batch_size=batch_size,
             chunk_size=chunk_size,
             max_tokens=max_tokens,
+            plan=plan,
             transform=transform,
             progress=progress,
         ):
-            # Copy out of pinned (page-locked) memory, which callers should not be left holding.
-            yield part.copy() if self.device.type == "cuda" else part
+            if poolings is not None:
+                yield self._split(part, plan)  # copies, also out of pinned memory
+            else:
+                # Copy out of pinned (page-locked) memory, which callers should not be left holding.
+                yield part.copy() if self.device.type == "cuda" else part
+
+    def _split(self, part: np.ndarray, plan: _PoolingPlan) -> dict[str, np.ndarray]:
+        """``{pooling key: [n, D]}`` from the poolings side by side ([n, P x D], in the plan's order)."""
+        if len(plan.poolings) == 1:  # possibly transformed, to another width
+            return {plan.poolings[0].key: np.array(part, dtype=np.float32)}
+        d = self.dim
+        return {p.key: np.ascontiguousarray(part[..., i * d : (i + 1) * d]) for i, p in enumerate(plan.poolings)}
 
     def encode(
         self,
@@ -966,8 +1016,9 @@ class SentenceEncoder:
         show_progress_bar: bool | None = None,
         max_tokens: int | None = None,
         transform: DeviceTransform | None = None,
+        poolings: Sequence[str | Sequence[int] | Pooling] | None = None,
         progress: Callable[[int], None] | None = None,
-    ) -> np.ndarray:
+    ) -> Any:
         """Embed sentences.
 
         Args:
@@ -978,10 +1029,13 @@ class SentenceEncoder:
             max_tokens: padded tokens per forward pass; ``None``: the encoder's ``max_tokens``.
             transform: a function of float32 tensors [n, D] -> [n, D'] applied on the device before the copy
                 to the host (see :meth:`iter_encode`).
+            poolings: several poolings from one forward pass (see :meth:`iter_encode`); the result is then
+                ``{pooling.key: float32 [N, D]}``.
             progress: also told of encoded sentences, as in :meth:`iter_encode` (for a bar spanning several calls).
 
         Returns:
-            float32 array [N, D] (or [N, D'] with ``transform``), or one row for a single string.
+            float32 array [N, D] (or [N, D'] with ``transform``), or one row for a single string; with
+            ``poolings``, a dict of those by pooling key.
 
         Raises:
             InputError: for ``None``, non-strings, empty or blank sentences (naming the index), or embeddings
@@ -990,8 +1044,11 @@ class SentenceEncoder:
         single = isinstance(sentences, str)
         # Items are checked chunk by chunk on the tokenisation thread (_cut), so the first chunk starts at once.
         items = [sentences] if single else sentence_list(sentences)
+        plan = self._plan(poolings)
         if not items:
             self.last_stats = EncodeStats()
+            if poolings is not None:
+                return self._split(np.empty((0, self.dim * len(plan.poolings)), dtype=np.float32), plan)
             # The width is the transform's (a calibrator may change it), as for any other input.
             empty = torch.zeros((0, self.dim), device=self.device)
             width = self.dim if transform is None else int(transform(empty).shape[1])
@@ -1012,6 +1069,7 @@ class SentenceEncoder:
                 batch_size=batch_size,
                 chunk_size=None,
                 max_tokens=max_tokens,
+                plan=plan,
                 transform=transform,
                 progress=advance,
             ):
@@ -1019,7 +1077,8 @@ class SentenceEncoder:
                     out = np.empty((len(items), *part.shape[1:]), dtype=np.float32)
                 out[row : row + len(part)] = part
         assert out is not None
-        return out[0] if single else out
+        out = out[0] if single else out
+        return out if poolings is None else self._split(out, plan)
 
     def __repr__(self) -> str:
         return (
