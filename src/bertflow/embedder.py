@@ -33,7 +33,7 @@ import platform
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -52,7 +52,7 @@ from .validation import is_blank, validate_sentences
 if TYPE_CHECKING:
     from .search import EmbeddingIndex, SearchHit
 
-__all__ = ["Embedder", "CONFIG_FILE", "corpus_digest", "calibrator_fingerprint"]
+__all__ = ["Embedder", "CONFIG_FILE", "calibrator_fingerprint", "corpus_digest", "device_transform", "iter_calibrated"]
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +115,45 @@ def calibrator_fingerprint(calibrator: Calibrator) -> str:
         h.update(f"{name}:{arr.dtype.str}:{arr.shape};".encode())
         h.update(arr.tobytes())
     return h.hexdigest()[:16]
+
+
+def device_transform(
+    encoder: SentenceEncoder, calibrator: Calibrator | None
+) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """``calibrator`` as a float32 function on ``encoder``'s device (:meth:`Calibrator.torch_transform`), for the
+    encoder to apply to pooled vectors before they leave the device; ``None`` for no calibrator."""
+    return None if calibrator is None else calibrator.torch_transform(encoder.device)
+
+
+def iter_calibrated(
+    encoder: SentenceEncoder,
+    calibrator: Calibrator | None,
+    sentences: Iterable[str],
+    *,
+    batch_size: int | None = None,
+    chunk_size: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> Iterator[np.ndarray]:
+    """The encode-then-calibrate loop: float32 [n, D'] chunks of calibrated embeddings, in input order.
+
+    Every calibrated stream in bertflow goes through here (:meth:`Embedder.iter_encode`, ``bertflow encode``, the
+    scale-out store writer): the encoder's one forward pass (:meth:`SentenceEncoder.iter_encode`), the calibrator
+    applied on the device in float32 before the copy to the host, and the NaN/Inf and overflow checks done once,
+    there (naming the stream row). :meth:`Embedder.encode` is the same path for a list held in memory.
+
+    Args:
+        encoder: the frozen encoder.
+        calibrator: a fitted calibrator, or ``None`` for the raw pooled vectors.
+        sentences: any iterable of non-blank strings (a list, a file reader).
+        batch_size, chunk_size, progress: as in :meth:`SentenceEncoder.iter_encode`.
+    """
+    yield from encoder.iter_encode(
+        sentences,
+        batch_size=batch_size,
+        chunk_size=chunk_size,
+        transform=device_transform(encoder, calibrator),
+        progress=progress,
+    )
 
 
 class Embedder:
@@ -216,8 +255,8 @@ class Embedder:
             sentences, batch_size=batch_size, show_progress_bar=show_progress_bar, transform=self._device_transform()
         )
 
-    def _device_transform(self) -> Callable[[torch.Tensor], torch.Tensor]:
-        return self.calibrator.torch_transform(self.encoder.device)
+    def _device_transform(self) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        return device_transform(self.encoder, self.calibrator)
 
     def similarity(self, a: str | Sequence[str], b: str | Sequence[str]) -> float | np.ndarray:
         """Cosine similarity in the calibrated space.
@@ -290,8 +329,8 @@ class Embedder:
         self._require_fitted()
         show = len(sentences) >= 4096 if show_progress_bar is None else show_progress_bar
         with tqdm(total=len(sentences), desc="encode", unit="sent", disable=not show) as bar:
-            yield from self.encoder.iter_encode(
-                sentences, batch_size=batch_size, transform=self._device_transform(), progress=bar.update
+            yield from iter_calibrated(
+                self.encoder, self.calibrator, sentences, batch_size=batch_size, progress=bar.update
             )
 
     def build_index(

@@ -59,7 +59,9 @@ def test_settings_change_batches_but_not_vectors(tiny_model_dir):
     enc = SentenceEncoder(str(tiny_model_dir), device="cpu", tokenize_workers=0)
     ref = enc.encode(SENTENCES)
     batches = enc.last_stats.batches
-    enc.settings = dataclasses.replace(enc.settings, max_tokens=16, uniform_fill=0.0, min_length_ratio=1.0, chunk_size=3)
+    enc.settings = dataclasses.replace(
+        enc.settings, max_tokens=16, uniform_fill=0.0, min_length_ratio=1.0, chunk_size=3
+    )
     out = enc.encode(SENTENCES)
     assert enc.last_stats.batches > batches and enc.last_stats.chunk_sizes[0] == 3  # the settings were used
     np.testing.assert_allclose(out, ref, atol=1e-5)

@@ -759,7 +759,9 @@ class SentenceEncoder:
         pooled = [self._pool(p, outputs, captured, mask) for p in plan.poolings]
         return pooled[0] if len(pooled) == 1 else torch.cat(pooled, dim=1)
 
-    def _pool(self, pooling: Pooling, outputs: Any, captured: dict[int, torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
+    def _pool(
+        self, pooling: Pooling, outputs: Any, captured: dict[int, torch.Tensor], mask: torch.Tensor
+    ) -> torch.Tensor:
         """Apply one pooling in float32 (a bf16 sum over tokens would round every partial sum to 8 bits)."""
         name = pooling.name
         if name in ("cls", "pooler"):
