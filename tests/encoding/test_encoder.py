@@ -398,7 +398,7 @@ def test_progress_moves_per_batch_within_a_chunk(tiny_model_dir, monkeypatch):
     enc = SentenceEncoder(str(tiny_model_dir), pooling="mean", device="cpu", max_tokens=64, tokenize_workers=0)
     forwards = []
     forward = enc._runner.forward
-    monkeypatch.setattr(enc._runner, "forward", lambda batch, plan: forwards.append(batch.rows) or forward(batch, plan))
+    monkeypatch.setattr(enc._runner, "forward", lambda batch, *a: forwards.append(batch.rows) or forward(batch, *a))
     sentences = SENTENCES * 2
     updates: list[int] = []
     parts = enc.iter_encode(sentences, progress=updates.append)

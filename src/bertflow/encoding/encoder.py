@@ -226,7 +226,7 @@ class SentenceEncoder:
         self.model.to(device=self.device, dtype=self.dtype).eval()
         self.model.requires_grad_(False)
         self.num_layers = int(self.model.config.num_hidden_layers)
-        self._runner = ModelRunner(self.model, self.device, self.model_id, lambda: self._settings.cudnn_attention)
+        self._runner = ModelRunner(self.model, self.device, self.model_id)
         (self.pooling,) = self._runner.plan([pooling]).poolings
         self._rust_tokenizer = self._make_rust_tokenizer()
         # What ``tokenize_processes=None`` means here (the CPU count and the tokenizer decide), worked out once.
@@ -505,7 +505,7 @@ class SentenceEncoder:
                 except Exception as e:  # noqa: BLE001 - raised below, after the chunks before it
                     error = e
                     break
-                launched = self._runner.launch(chunk, plan, transform, on_batch)
+                launched = self._runner.launch(chunk, plan, transform, on_batch, self._settings.cudnn_attention)
                 stats.sentences += chunk.n
                 stats.real_tokens += chunk.real_tokens
                 stats.padded_tokens += chunk.padded_tokens

@@ -110,16 +110,12 @@ class ModelRunner:
         model: the model, already on ``device`` in its compute dtype, in eval mode.
         device: where it runs.
         model_id: its name, for messages.
-        cudnn_attention: a function telling whether cuDNN attention is allowed now (the encoder's settings).
     """
 
-    def __init__(
-        self, model: torch.nn.Module, device: torch.device, model_id: str, cudnn_attention: Callable[[], bool]
-    ) -> None:
+    def __init__(self, model: torch.nn.Module, device: torch.device, model_id: str) -> None:
         self.model, self.device, self.model_id = model, device, model_id
         self.num_layers = int(model.config.num_hidden_layers)
         self.dim = int(model.config.hidden_size)
-        self.cudnn_attention = cudnn_attention
         # Layer-list poolings read the inputs of the layers they need through hooks (and stop the forward
         # after the highest one); every layer is requested from the model only if its layer list is not found.
         self.layer_list = find_layer_list(model, self.num_layers)
@@ -144,7 +140,7 @@ class ModelRunner:
         return PoolingPlan(tuple(parsed), tuple(sorted(layers)), hidden and self.layer_list is None)
 
     @torch.inference_mode()
-    def forward(self, batch: HostBatch, plan: PoolingPlan) -> torch.Tensor:
+    def forward(self, batch: HostBatch, plan: PoolingPlan, cudnn_attention: bool = False) -> torch.Tensor:
         """Pooled float32 vectors [rows, P x D] of one batch (the plan's poolings side by side), on the device."""
         rows, width = batch.rows, batch.width
         buf = batch.buffer.to(self.device, non_blocking=True)
@@ -161,7 +157,7 @@ class ModelRunner:
             kwargs["output_hidden_states"] = True
         captured: dict[int, torch.Tensor] = {}
         try:
-            with attention_backends(self.device, self.cudnn_attention()):
+            with attention_backends(self.device, cudnn_attention):
                 if self.layer_list is not None and not plan.hidden_states:
                     with capture_layer_inputs(self.layer_list, plan.layers, self.num_layers, captured):
                         outputs: Any = self.model(**kwargs)
@@ -175,7 +171,7 @@ class ModelRunner:
             # A model whose mask code does not take a prepared 4-D mask: use 2-D masks from now on.
             logger.info("%s: prepared 4-D attention masks refused; using 2-D masks", self.model_id)
             self.mask_4d = False
-            return self.forward(batch, plan)
+            return self.forward(batch, plan, cudnn_attention)
         if mask is None:
             mask = torch.ones((rows, width), dtype=torch.bool, device=self.device)
         pooled = [self.pool(p, outputs, captured, mask) for p in plan.poolings]
@@ -205,15 +201,17 @@ class ModelRunner:
         plan: PoolingPlan,
         transform: DeviceTransform | None = None,
         on_batch: Callable[[int], None] | None = None,
+        cudnn_attention: bool = False,
     ) -> Pending:
         """Queue every batch of a chunk and the copy of its result to the host; waits for nothing on CUDA.
 
         ``on_batch(rows)`` is called after each batch is queued; pass it only where the forward runs on the
         calling thread (CPU), so that the call means "these rows are done" without a device sync.
+        ``cudnn_attention`` lets torch pick cuDNN attention (see :func:`~bertflow.encoding.device.attention_backends`).
         """
         out = torch.empty((chunk.n, self.dim * len(plan.poolings)), dtype=torch.float32, device=self.device)
         for batch in chunk.batches:
-            out[batch.start : batch.start + batch.rows] = self.forward(batch, plan)
+            out[batch.start : batch.start + batch.rows] = self.forward(batch, plan, cudnn_attention)
             if on_batch is not None:
                 on_batch(batch.rows)
         # Back to input order on the device, then one copy for the whole chunk.
