@@ -16,7 +16,7 @@ from typing import Any
 
 #: old module -> the modules its public names now live in (searched in order).
 MOVED: dict[str, tuple[str, ...]] = {
-    "bertflow.encoder": ("bertflow.encoding.encoder", "bertflow.encoding.device", "bertflow.encoding.settings"),
+    "bertflow.encoder": ("bertflow.encoding.encoder",),
     "bertflow.pooling": ("bertflow.encoding.pooling",),
     "bertflow.tokenization": ("bertflow.encoding.tokenization",),
     "bertflow.pipeline": ("bertflow.embedder",),

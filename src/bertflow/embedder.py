@@ -30,7 +30,7 @@ import logging
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -58,7 +58,7 @@ from .validation import is_blank, validate_sentences
 if TYPE_CHECKING:
     from .search import EmbeddingIndex, SearchHit
 
-__all__ = ["Embedder", "CONFIG_FILE", "corpus_digest", "calibrator_fingerprint"]
+__all__ = ["Embedder", "CONFIG_FILE", "calibrator_fingerprint", "corpus_digest", "device_transform", "iter_calibrated"]
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +88,49 @@ _TORCH_BIN_PATTERNS = ("pytorch_model.bin", "pytorch_model-*.bin", "pytorch_mode
 
 #: ``Embedder.encode(precision=...)`` values: sentence-transformers' (``quantize_embeddings``).
 _PRECISIONS = ("float32", "int8", "uint8", "binary", "ubinary")
+
+
+def device_transform(
+    encoder: SentenceEncoder, calibrator: Calibrator | None
+) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """``calibrator`` as a float32 function on ``encoder``'s device (:meth:`Calibrator.torch_transform`), for the
+    encoder to apply to pooled vectors before they leave the device; ``None`` for no calibrator. On CUDA it is
+    replayed from CUDA graphs (:func:`~bertflow.calibrators.device.fast_torch_transform`, bit-identical): one
+    launch per chunk instead of hundreds of small ones for a flow."""
+    from .calibrators.device import fast_torch_transform
+
+    return None if calibrator is None else fast_torch_transform(calibrator, encoder.device)
+
+
+def iter_calibrated(
+    encoder: SentenceEncoder,
+    calibrator: Calibrator | None,
+    sentences: Iterable[str],
+    *,
+    batch_size: int | None = None,
+    chunk_size: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> Iterator[np.ndarray]:
+    """The encode-then-calibrate loop: float32 [n, D'] chunks of calibrated embeddings, in input order.
+
+    Every calibrated stream in bertflow goes through here (:meth:`Embedder.iter_encode`, ``bertflow encode``, the
+    scale-out store writer): the encoder's one forward pass (:meth:`SentenceEncoder.iter_encode`), the calibrator
+    applied on the device in float32 before the copy to the host, and the NaN/Inf and overflow checks done once,
+    there (naming the stream row). :meth:`Embedder.encode` is the same path for a list held in memory.
+
+    Args:
+        encoder: the frozen encoder.
+        calibrator: a fitted calibrator, or ``None`` for the raw pooled vectors.
+        sentences: any iterable of non-blank strings (a list, a file reader).
+        batch_size, chunk_size, progress: as in :meth:`SentenceEncoder.iter_encode`.
+    """
+    yield from encoder.iter_encode(
+        sentences,
+        batch_size=batch_size,
+        chunk_size=chunk_size,
+        transform=device_transform(encoder, calibrator),
+        progress=progress,
+    )
 
 
 class Embedder:
@@ -286,8 +329,8 @@ class Embedder:
             raise InputError(f"{e} (MTEB needs a fitted Embedder)") from None
         return MTEBEncoder(self).mteb_model_meta
 
-    def _device_transform(self) -> Callable[[torch.Tensor], torch.Tensor]:
-        return self.calibrator.torch_transform(self.encoder.device)
+    def _device_transform(self) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        return device_transform(self.encoder, self.calibrator)
 
     def similarity(
         self, a: str | Sequence[str] | np.ndarray | torch.Tensor, b: str | Sequence[str] | np.ndarray | torch.Tensor
@@ -371,8 +414,8 @@ class Embedder:
         self._require_fitted()
         show = len(sentences) >= 4096 if show_progress_bar is None else show_progress_bar
         with tqdm(total=len(sentences), desc="encode", unit="sent", disable=not show) as bar:
-            yield from self.encoder.iter_encode(
-                sentences, batch_size=batch_size, transform=self._device_transform(), progress=bar.update
+            yield from iter_calibrated(
+                self.encoder, self.calibrator, sentences, batch_size=batch_size, progress=bar.update
             )
 
     def build_index(

