@@ -1,0 +1,240 @@
+"""GPU checks of issues 15 and 17 in one device call: throughput, one encoding path in bf16, scale-out on one GPU.
+
+Subcommands (each prints one JSON object and writes it to ``--json``):
+
+``throughput``
+    ``SentenceEncoder.encode`` sentences/s for random-weight BERT-base and MiniLM-L6 (bf16, mean pooling,
+    max_length 64) on STS sentences. Only names that every bertflow release exports are used
+    (``bertflow.SentenceEncoder``), so the same command times an older checkout beside this one
+    (``PYTHONPATH=old/src``) on the same card. After a warm-up on random-word text, the first pass over the STS
+    sentences is the "first-pass" number (the tokeniser has not met their words); the median of ``--rounds``
+    further passes over the same sentences is the "warm" number.
+``onepath``
+    ``bertflow evaluate --model-dir`` in bf16 against ``Embedder.encode``: a random-weight MiniLM-L6 with a
+    whitening calibrator fitted on STS sentences, saved; the Spearman/Pearson scores of the evaluation path vs
+    those computed from ``Embedder.load(folder).encode``, and the evaluation cache's vectors vs
+    ``SentenceEncoder.encode`` (max abs difference).
+``scaleout``
+    ``bertflow distributed-encode`` under ``torchrun --nproc_per_node=1`` vs ``Embedder.encode`` on the same lines,
+    same card, same calibrator (whitening): rows/s of each (the store job's own timed phase: barrier after the
+    model load to barrier after the last shard, reading, tokenising, encoding, calibrating and writing
+    included), and whether the store equals ``Embedder.encode``'s vectors.
+
+    PYTHONPATH=src:benchmarks python3 benchmarks/gpu_checks.py throughput --tokenizer-dir TOK --data-dir STS
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+ARCHS = {
+    "bert-base": {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072},
+    "minilm-l6": {"hidden_size": 384, "num_hidden_layers": 6, "num_attention_heads": 12, "intermediate_size": 1536},
+}
+
+
+def sts_pool(data_dir: Path) -> list[str]:
+    """Distinct sentences of every ``*.tsv`` under the STS folder (``score, sentence1, sentence2`` rows)."""
+    seen: dict[str, None] = {}
+    for path in sorted(data_dir.rglob("*.tsv")):
+        for line in path.read_text(encoding="utf-8").splitlines()[1:]:
+            fields = line.split("\t")
+            for s in fields[1:3] if len(fields) >= 3 else ():
+                if s.strip():
+                    seen.setdefault(s, None)
+    return list(seen)
+
+
+def random_model(arch: str, tokenizer_dir: Path, out: Path, seed: int = 0) -> Path:
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    torch.manual_seed(seed)
+    model = BertModel(BertConfig(vocab_size=len(tokenizer), max_position_embeddings=512, **ARCHS[arch]))
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def card() -> str:
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+
+
+def sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def synthetic(tokenizer_dir: Path, n: int, seed: int = 1) -> list[str]:
+    """Sentences of 6-24 random whole words from the vocabulary (warm-up text that shares no sentence with STS)."""
+    words = [w for w in (tokenizer_dir / "vocab.txt").read_text(encoding="utf-8").split() if w.isalpha()]
+    rng = np.random.default_rng(seed)
+    return [" ".join(rng.choice(words, size=rng.integers(6, 25))) for _ in range(n)]
+
+
+def throughput(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    import bertflow
+    from bertflow import SentenceEncoder
+
+    pool = sts_pool(args.data_dir)
+    rng = np.random.default_rng(0)
+    text = [pool[i] for i in rng.permutation(np.arange(args.sentences) % len(pool))]
+    warm = synthetic(args.tokenizer_dir, 20000)
+    out: dict[str, Any] = {"bertflow": bertflow.__version__, "file": bertflow.__file__, "card": card(), "runs": {}}
+    for arch in args.archs.split(","):
+        model = random_model(arch, args.tokenizer_dir, work / arch)
+        enc = SentenceEncoder(str(model), pooling="mean", device=args.device)
+        enc.encode(warm, show_progress_bar=False)  # CUDA and allocator warm-up on text unlike the timed text
+        rates = []
+        for _ in range(1 + args.rounds):
+            sync()
+            t = time.perf_counter()
+            enc.encode(text, show_progress_bar=False)
+            sync()
+            rates.append(len(text) / (time.perf_counter() - t))
+        out["runs"][arch] = {
+            # The process's first pass over the STS words (the tokeniser's word memo is cold for them).
+            "first_pass_sentences_per_s": round(rates[0]),
+            "warm_sentences_per_s": round(statistics.median(rates[1:])),
+            "rounds": [round(x) for x in rates],
+        }
+        del enc
+        torch.cuda.empty_cache()
+    return out
+
+
+def onepath(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    from bertflow import Embedder, SentenceEncoder, WhiteningCalibrator
+    from bertflow.evaluation.cache import EmbeddingCache, embed_cached
+    from bertflow.evaluation.datasets import load_sts_task
+    from bertflow.evaluation.grid import evaluate_embedder
+    from bertflow.evaluation.sts import evaluate_task
+
+    model = random_model("minilm-l6", args.tokenizer_dir, work / "minilm")
+    enc = SentenceEncoder(str(model), pooling="mean", device=args.device)  # dtype auto: bf16 on CUDA
+    task = load_sts_task("STS-B", args.data_dir)
+    emb = Embedder(enc, WhiteningCalibrator()).fit(task.fit_sentences("train"))
+    emb.save(work / "model")
+    loaded = Embedder.load(work / "model", device=args.device)
+    grid = evaluate_embedder(loaded, task_names=["STS-B"], data_dir=args.data_dir, cache=EmbeddingCache(work / "cache"))
+    cell = grid.to_dict()["cells"][-1]["tasks"]["STS-B"]
+    mine = evaluate_task(task, loaded.encode)
+    sentences = task.eval_sentences()
+    cached = embed_cached(loaded.encoder, sentences, ["mean"], cache=EmbeddingCache(work / "cache"))["mean"]
+    direct = loaded.encoder.encode(sentences, show_progress_bar=False)
+    return {
+        "card": card(),
+        "dtype": str(loaded.encoder.dtype),
+        "evaluate_all_spearman": cell["all"]["mean"],
+        "encode_all_spearman": mine.all_spearman,
+        "evaluate_pearson": cell["pearson"]["all"]["mean"],
+        "encode_pearson": mine.all_pearson,
+        "max_abs_score_diff_x100": max(
+            abs(cell["all"]["mean"] - mine.all_spearman), abs(cell["pearson"]["all"]["mean"] - mine.all_pearson)
+        ),
+        "cache_vs_encode_max_abs": float(np.abs(np.asarray(cached) - direct).max()),
+    }
+
+
+def scaleout(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    from bertflow import Embedder, SentenceEncoder, WhiteningCalibrator
+    from bertflow.scale.store import open_embeddings
+
+    model = random_model(args.scale_arch, args.tokenizer_dir, work / "model")
+    pool = sts_pool(args.data_dir)
+    lines = [pool[i % len(pool)] for i in range(args.rows)]
+    text = work / "input.txt"
+    text.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    enc = SentenceEncoder(str(model), pooling="mean", device=args.device)
+    emb = Embedder(enc, WhiteningCalibrator()).fit(pool[:20000])
+    emb.save(work / "fitted")
+    emb.encode(lines[:50000], show_progress_bar=False)  # warm-up
+    times = []
+    for _ in range(args.rounds):
+        sync()
+        t = time.perf_counter()
+        ref = emb.encode(lines, show_progress_bar=False)
+        sync()
+        times.append(time.perf_counter() - t)
+    embedder_rate = args.rows / statistics.median(times)
+    jobs = []
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    for r in range(args.rounds):
+        out = work / f"store{r}"
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=1",
+            "-m",
+            "bertflow",
+            "distributed-encode",
+            str(text),
+            "--model-dir",
+            str(work / "fitted"),
+            "-o",
+            str(out),
+            "--overwrite",
+            "-q",
+        ]
+        t = time.perf_counter()
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        wall = time.perf_counter() - t
+        if proc.returncode != 0:
+            return {"error": proc.stderr[-3000:], "cmd": " ".join(cmd)}
+        summary = json.loads([line for line in proc.stdout.splitlines() if line.startswith("{")][-1])
+        jobs.append({"wall_s": round(wall, 2), "summary": summary})
+    store = np.asarray(open_embeddings(work / "store0"))
+    rates = [j["summary"].get("rows_per_second") for j in jobs if j["summary"].get("rows_per_second")]
+    store_rate = statistics.median(rates) if rates else None
+    return {
+        "card": card(),
+        "arch": args.scale_arch,
+        "rows": args.rows,
+        "embedder_encode_rows_per_s": round(embedder_rate),
+        "embedder_encode_seconds": [round(t, 3) for t in times],
+        "distributed_encode_rows_per_s": round(store_rate) if store_rate else None,
+        "ratio_distributed_over_embedder": round(store_rate / embedder_rate, 4) if store_rate else None,
+        "jobs": jobs,
+        "store_equals_embedder_encode": bool(np.array_equal(store, ref)),
+        "store_max_abs_diff": float(np.abs(store - ref).max()),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("what", choices=["throughput", "onepath", "scaleout"])
+    parser.add_argument("--tokenizer-dir", type=Path, required=True)
+    parser.add_argument("--data-dir", type=Path, required=True)
+    parser.add_argument("--archs", default="bert-base,minilm-l6")
+    parser.add_argument("--sentences", type=int, default=40000, help="throughput: sentences per timed pass")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rows", type=int, default=200_000, help="scaleout: lines in the input file")
+    parser.add_argument("--scale-arch", default="bert-base")
+    parser.add_argument("--device", default="cuda", help="cuda; cpu only to smoke-test the script")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bertflow-gpu-") as tmp:
+        result = {"throughput": throughput, "onepath": onepath, "scaleout": scaleout}[args.what](args, Path(tmp))
+    result["command"] = " ".join(sys.argv)
+    text = json.dumps(result, indent=2, default=str)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
