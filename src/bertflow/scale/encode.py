@@ -16,7 +16,7 @@ import logging
 import shutil
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -287,14 +287,24 @@ def encode_file_to_store(
         with tqdm(
             total=total, desc=f"encode (rank 0 of {world})", unit="sent", disable=not (show_progress and rank == 0)
         ) as bar:
+            # One stream through the one encode-then-calibrate loop for all of this rank's shards, so the encoder's
+            # pipeline (tokenising ahead, the device busy) does not drain and refill at every shard boundary. Shards
+            # are whole chunks, so every forward pass still sees the sentences it would in one process.
+            def rank_lines() -> Iterator[str]:
+                for spec in mine:
+                    yield from source.read(spec.start, spec.stop, spec.offset)
+
+            stream = iter_calibrated(encoder, calibrator, rank_lines(), **encode_kwargs, progress=bar.update)
+            left = np.empty((0, dim), dtype=np.float32)  # rows of a part that belong to the next shard
             for spec in mine:
                 t_shard = time.perf_counter()
-                lines = source.read(spec.start, spec.stop, spec.offset)
                 ids = (id_column, source.read_ids(spec.start, spec.stop)) if id_column is not None else None
                 with open_shard_writer(folder, spec, dim, record=record, ids=ids) as writer:
-                    # The one encode-then-calibrate loop: calibrated on the device and checked there.
-                    for part in iter_calibrated(encoder, calibrator, lines, **encode_kwargs, progress=bar.update):
-                        writer.write(part)
+                    need = spec.rows
+                    while need:
+                        part = left if len(left) else next(stream)
+                        writer.write(part[:need])
+                        left, need = part[need:], need - min(need, len(part))
                     writer.commit()
                 rows_done += spec.rows
                 shard_times.append((spec.rows, time.perf_counter() - t_shard))
