@@ -5,9 +5,10 @@ coupling net per step, nine steps) and two for a whitening. On an H100 their ker
 time of encoding, but launching them one by one from Python made ``Embedder.encode`` 6.1% / 1.0% slower than
 ``SentenceEncoder.encode`` end to end (issue 17). :func:`fast_torch_transform` captures the transform as a CUDA
 graph per input shape and replays it: one launch per chunk instead of hundreds, the same kernels, the same bits.
-Measured on an H100 (``benchmarks/calibrator_overhead_gpu.py``, docs/results/issue17_gpu_1xH100.md): a flow's
-transform of 40,000 rows in the encoder's chunks took 5.7 ms graphed against 12-23 ms eager, and the flow's overhead
-on ``Embedder.encode`` fell from +8.5% to +1.1% (means of five runs whose rounds vary by several percent).
+Measured on an H100 (``benchmarks/calibrator_overhead_gpu.py``,
+``docs/results/issue17/gpu_calibration_and_routes_1xH100.md``): a flow's transform of 40,000 rows in the
+encoder's chunks took 5.7 ms graphed against 12-23 ms eager, and the flow's overhead on ``Embedder.encode`` fell
+from +8.5% to +1.1% (means of five runs whose rounds vary by several percent).
 
 Chunks of an encode come in a few sizes (the encoder's ramp 4,096, 8,192, ... 65,536 and a remainder), so a
 shape is captured the second time it is seen (a size seen once, like the last chunk of a one-off corpus, never
