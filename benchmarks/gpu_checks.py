@@ -177,6 +177,8 @@ def scaleout(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     same_chunks = emb.encode(lines, show_progress_bar=False)
     jobs = []
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if args.omp_threads:  # torchrun sets OMP_NUM_THREADS=1 in every rank unless it is set already
+        env["OMP_NUM_THREADS"] = str(args.omp_threads)
     for r in range(args.rounds):
         out = work / f"store{r}"
         cmd = [
@@ -221,14 +223,64 @@ def scaleout(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "ratio_distributed_over_embedder": round(store_rate / embedder_rate, 4) if store_rate else None,
         "jobs": jobs,
         "chunk_size": args.chunk_size,
+        "omp_threads": args.omp_threads or "unset (torchrun: 1)",
         "store_equals_embedder_encode_same_chunks": bool(np.array_equal(store, same_chunks)),
         "store_max_abs_diff_vs_default_embedder_encode": float(np.abs(store - ref).max()),
     }
 
 
+def streams(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """Where the scale-out path loses time, one process, no torchrun: Embedder.encode on a list vs the streaming
+    loop (iter_calibrated) on the same list, on a generator, and writing shards as distributed-encode does."""
+    from bertflow import Embedder, SentenceEncoder, WhiteningCalibrator
+    from bertflow.embedder import iter_calibrated
+    from bertflow.scale.store import ShardSpec, open_shard_writer
+
+    model = random_model(args.scale_arch, args.tokenizer_dir, work / "model")
+    pool = sts_pool(args.data_dir)
+    lines = [pool[i % len(pool)] for i in range(args.rows)]
+    enc = SentenceEncoder(str(model), pooling="mean", device=args.device)
+    emb = Embedder(enc, WhiteningCalibrator()).fit(pool[:20000])
+    dim = emb.encode(lines[:10]).shape[1]
+
+    def write_shards() -> None:
+        stream = iter_calibrated(enc, emb.calibrator, iter(lines), chunk_size=args.chunk_size)
+        for k, start in enumerate(range(0, len(lines), args.shard_size)):
+            rows = min(args.shard_size, len(lines) - start)
+            spec = ShardSpec(index=k, start=start, stop=start + rows, offset=0)
+            with open_shard_writer(work, spec, dim) as writer:
+                need = rows
+                while need:
+                    part = next(stream)
+                    writer.write(part)
+                    need -= len(part)
+                writer.commit()
+
+    runs = {
+        "embedder_encode_list": lambda: emb.encode(lines, show_progress_bar=False),
+        "iter_calibrated_list": lambda: list(iter_calibrated(enc, emb.calibrator, lines, chunk_size=args.chunk_size)),
+        "iter_calibrated_generator": lambda: list(
+            iter_calibrated(enc, emb.calibrator, iter(lines), chunk_size=args.chunk_size)
+        ),
+        "iter_calibrated_write_shards": write_shards,
+    }
+    runs["embedder_encode_list"]()  # warm-up
+    out: dict[str, Any] = {"card": card(), "rows": args.rows, "chunk_size": args.chunk_size, "rows_per_s": {}}
+    for name, fn in runs.items():
+        times = []
+        for _ in range(args.rounds):
+            sync()
+            t = time.perf_counter()
+            fn()
+            sync()
+            times.append(time.perf_counter() - t)
+        out["rows_per_s"][name] = round(args.rows / statistics.median(times))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("what", choices=["throughput", "onepath", "scaleout"])
+    parser.add_argument("what", choices=["throughput", "onepath", "scaleout", "streams"])
     parser.add_argument("--tokenizer-dir", type=Path, required=True)
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--archs", default="bert-base,minilm-l6")
@@ -237,12 +289,15 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=200_000, help="scaleout: lines in the input file")
     parser.add_argument("--scale-arch", default="bert-base")
     parser.add_argument("--chunk-size", type=int, default=16384, help="scaleout: distributed-encode --chunk-size")
+    parser.add_argument("--omp-threads", type=int, default=0, help="scaleout: OMP_NUM_THREADS for torchrun (0: unset)")
     parser.add_argument("--shard-size", type=int, default=131072, help="scaleout: distributed-encode --shard-size")
     parser.add_argument("--device", default="cuda", help="cuda; cpu only to smoke-test the script")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bertflow-gpu-") as tmp:
-        result = {"throughput": throughput, "onepath": onepath, "scaleout": scaleout}[args.what](args, Path(tmp))
+        result = {"throughput": throughput, "onepath": onepath, "scaleout": scaleout, "streams": streams}[args.what](
+            args, Path(tmp)
+        )
     result["command"] = " ".join(sys.argv)
     text = json.dumps(result, indent=2, default=str)
     print(text)

@@ -82,6 +82,30 @@ def anisotropic_data() -> np.ndarray:
     return base + 0.3 * base**2 / 10 + 5.0
 
 
+def shared_data_dir() -> Path | None:
+    """The STS data: $BERTFLOW_DATA_DIR if set, else ../shared/data/sts beside the checkout (never copied in)."""
+    env = os.environ.get("BERTFLOW_DATA_DIR")
+    for candidate in ([Path(env)] if env else []) + [DATA_DIR]:
+        if (candidate / "STS12").is_dir():
+            return candidate
+    return None
+
+
+@pytest.fixture(scope="module")
+def sts_dir() -> Path:
+    found = shared_data_dir()
+    if found is None:
+        pytest.skip(f"STS data not found at {DATA_DIR} (set BERTFLOW_DATA_DIR to a copy)")
+    return found
+
+
+def write_file(path: Path, content: str | bytes) -> Path:
+    """Write ``content`` (UTF-8 for a str) to ``path``, creating its folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
+    return path
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     if not DATA_DIR.is_dir():

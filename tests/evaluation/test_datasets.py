@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 import numpy as np
@@ -22,33 +21,7 @@ from bertflow.evaluation.datasets import (
 )
 from bertflow.io.text import SentencePairs
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def _shared_data_dir() -> Path | None:
-    # The data is never copied into the repository: it lives next to the checkout (../shared/data/sts).
-    env = os.environ.get(DATA_DIR_ENV)
-    candidates = [Path(env)] if env else []
-    candidates.append(REPO_ROOT.parent / "shared" / "data" / "sts")
-    for candidate in candidates:
-        if (candidate / "STS12").is_dir():
-            return candidate
-    return None
-
-
-@pytest.fixture(scope="module")
-def sts_dir() -> Path:
-    found = _shared_data_dir()
-    if found is None:
-        pytest.skip(f"STS data not found at {REPO_ROOT.parent / 'shared/data/sts'} (set {DATA_DIR_ENV} to a copy)")
-    return found
-
-
-def _write(path: Path, content: str | bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
-    return path
-
+from ..conftest import write_file
 
 # ------------------------------------------------------------------------------------------------------
 # Data folder resolution
@@ -108,17 +81,17 @@ def _pairs_tsv(rows: list[tuple[str, str, str]]) -> str:
 @pytest.fixture
 def tiny_layout(tmp_path: Path) -> Path:
     root = tmp_path / "sts"
-    _write(root / "STS12/MSRpar.tsv", _pairs_tsv([("1", "a", "b"), ("2", "c", "a")]))
-    _write(root / "STS12/surprise.OnWN.tsv", _pairs_tsv([("3", "d", "a")]))
-    _write(root / "STS12/headlines.tsv", _pairs_tsv([("4", "e", "f")]))
-    _write(root / "STSBenchmark/train.tsv", _pairs_tsv([("1", "tr1", "tr2"), ("2", "shared", "tr3")]))
-    _write(root / "STSBenchmark/dev.tsv", _pairs_tsv([("1", "dv1", "shared")]))
-    _write(root / "STSBenchmark/test.tsv", _pairs_tsv([("1", "te1", "te2"), ("5", "te1", "shared")]))
-    _write(root / "SICK/train.tsv", _pairs_tsv([("1", "k1", "k2")]))
-    _write(root / "SICK/trial.tsv", _pairs_tsv([("1", "k3", "k4")]))
-    _write(root / "SICK/test.tsv", _pairs_tsv([("1", "k5", "k6")]))
-    _write(root / "NLI/snli_dev.tsv", "label\tsentence1\tsentence2\nneutral\tp\th\nentailment\tp\th2\n")
-    _write(root / "NLI/snli_test.tsv", "label\tsentence1\tsentence2\ncontradiction\th\tq\n")
+    write_file(root / "STS12/MSRpar.tsv", _pairs_tsv([("1", "a", "b"), ("2", "c", "a")]))
+    write_file(root / "STS12/surprise.OnWN.tsv", _pairs_tsv([("3", "d", "a")]))
+    write_file(root / "STS12/headlines.tsv", _pairs_tsv([("4", "e", "f")]))
+    write_file(root / "STSBenchmark/train.tsv", _pairs_tsv([("1", "tr1", "tr2"), ("2", "shared", "tr3")]))
+    write_file(root / "STSBenchmark/dev.tsv", _pairs_tsv([("1", "dv1", "shared")]))
+    write_file(root / "STSBenchmark/test.tsv", _pairs_tsv([("1", "te1", "te2"), ("5", "te1", "shared")]))
+    write_file(root / "SICK/train.tsv", _pairs_tsv([("1", "k1", "k2")]))
+    write_file(root / "SICK/trial.tsv", _pairs_tsv([("1", "k3", "k4")]))
+    write_file(root / "SICK/test.tsv", _pairs_tsv([("1", "k5", "k6")]))
+    write_file(root / "NLI/snli_dev.tsv", "label\tsentence1\tsentence2\nneutral\tp\th\nentailment\tp\th2\n")
+    write_file(root / "NLI/snli_test.tsv", "label\tsentence1\tsentence2\ncontradiction\th\tq\n")
     return root
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import tarfile
 import time
@@ -22,33 +21,7 @@ from bertflow.evaluation.datasets import (
 from bertflow.evaluation.download import download_sts
 from bertflow.io.text import read_pairs
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def _shared_data_dir() -> Path | None:
-    # The data is never copied into the repository: it lives next to the checkout (../shared/data/sts).
-    env = os.environ.get(DATA_DIR_ENV)
-    candidates = [Path(env)] if env else []
-    candidates.append(REPO_ROOT.parent / "shared" / "data" / "sts")
-    for candidate in candidates:
-        if (candidate / "STS12").is_dir():
-            return candidate
-    return None
-
-
-@pytest.fixture(scope="module")
-def sts_dir() -> Path:
-    found = _shared_data_dir()
-    if found is None:
-        pytest.skip(f"STS data not found at {REPO_ROOT.parent / 'shared/data/sts'} (set {DATA_DIR_ENV} to a copy)")
-    return found
-
-
-def _write(path: Path, content: str | bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
-    return path
-
+from ..conftest import write_file
 
 # ------------------------------------------------------------------------------------------------------
 # Downloader (offline parts)
@@ -129,13 +102,13 @@ def test_download_skips_when_already_complete(tmp_path: Path, monkeypatch: pytes
 
 def _semeval_fixture(folder: Path, prefix: str = "STS") -> None:
     # Input: sentence1 TAB sentence2 [TAB source notes]; gold: one score per line, empty = unscored.
-    _write(
+    write_file(
         folder / f"{prefix}.input.news.txt",
         ' A "quoted" man. \tA man.\tsrc1\tsrc2\r\nUnscored one\tUnscored two\r\nCats purr.\tDogs bark. \r\n',
     )
-    _write(folder / f"{prefix}.gs.news.txt", "4.400\r\n\r\n0.2\r\n")
-    _write(folder / f"{prefix}.input.forum.txt", "x\ty\n")
-    _write(folder / f"{prefix}.gs.forum.txt", "3\n")
+    write_file(folder / f"{prefix}.gs.news.txt", "4.400\r\n\r\n0.2\r\n")
+    write_file(folder / f"{prefix}.input.forum.txt", "x\ty\n")
+    write_file(folder / f"{prefix}.gs.forum.txt", "3\n")
 
 
 def test_convert_semeval_year(tmp_path: Path) -> None:
@@ -153,14 +126,14 @@ def test_convert_semeval_year(tmp_path: Path) -> None:
 
 
 def test_convert_semeval_mismatched_lengths(tmp_path: Path) -> None:
-    _write(tmp_path / "STS.input.a.txt", "x\ty\nz\tw\n")
-    _write(tmp_path / "STS.gs.a.txt", "1\n")
+    write_file(tmp_path / "STS.input.a.txt", "x\ty\nz\tw\n")
+    write_file(tmp_path / "STS.gs.a.txt", "1\n")
     with pytest.raises(InputError, match="cannot align"):
         download._convert_semeval_year(tmp_path, tmp_path / "out", ["a"], "STS.input.{}.txt", "STS.gs.{}.txt")
 
 
 def test_convert_stsb_and_sick(tmp_path: Path) -> None:
-    csv = _write(
+    csv = write_file(
         tmp_path / "sts-test.csv",
         "main-captions\tMSRvid\t2012test\t0000\t2.500\t"
         "A girl is styling her hair.\tA girl is brushing her hair.\n"
@@ -171,7 +144,7 @@ def test_convert_stsb_and_sick(tmp_path: Path) -> None:
     assert pairs.sentences1 == ["A girl is styling her hair.", '"Quoted" a ']
     np.testing.assert_array_equal(pairs.scores, [2.5, 1.0])
 
-    sick = _write(
+    sick = write_file(
         tmp_path / "SICK_test_annotated.txt",
         "pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment\r\n"
         "6\tThere is no boy\tA group of kids\t3.3\tCONTRADICTION\r\n",
@@ -202,12 +175,12 @@ def test_download_pipeline_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPat
                 zf.write(f, f"sts-test-folder/{f.name}")
     stsb_dir = fixtures / "stsbenchmark"
     for split in ("train", "dev", "test"):
-        _write(stsb_dir / f"sts-{split}.csv", f"g\tf\t2012\t0\t1.5\t{split} a\t{split} b\n")
+        write_file(stsb_dir / f"sts-{split}.csv", f"g\tf\t2012\t0\t1.5\t{split} a\t{split} b\n")
     with tarfile.open(fixtures / "stsb.tar.gz", "w:gz") as tf:
         tf.add(stsb_dir, arcname="stsbenchmark")
     sick_header = "pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment\n"
     for name in ("SICK_train.txt", "SICK_trial.txt", "SICK_test_annotated.txt"):
-        _write(fixtures / name, sick_header + "1\tp\tq\t4\tE\n")
+        write_file(fixtures / name, sick_header + "1\tp\tq\t4\tE\n")
 
     url_to_file = {spec[0]: fixtures / f"{year}.zip" for year, spec in download._SEMEVAL_YEARS.items()}
     url_to_file[download._STSB_URL] = fixtures / "stsb.tar.gz"

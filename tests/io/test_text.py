@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 import numpy as np
@@ -12,40 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bertflow.errors import InputError
-from bertflow.evaluation.datasets import (
-    DATA_DIR_ENV,
-)
 from bertflow.io import text
 from bertflow.io.text import SentencePairs, iter_lines, read_pairs, read_sentences, read_tsv_column
 from bertflow.validation import is_blank, validate_sentences
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def _shared_data_dir() -> Path | None:
-    # The data is never copied into the repository: it lives next to the checkout (../shared/data/sts).
-    env = os.environ.get(DATA_DIR_ENV)
-    candidates = [Path(env)] if env else []
-    candidates.append(REPO_ROOT.parent / "shared" / "data" / "sts")
-    for candidate in candidates:
-        if (candidate / "STS12").is_dir():
-            return candidate
-    return None
-
-
-@pytest.fixture(scope="module")
-def sts_dir() -> Path:
-    found = _shared_data_dir()
-    if found is None:
-        pytest.skip(f"STS data not found at {REPO_ROOT.parent / 'shared/data/sts'} (set {DATA_DIR_ENV} to a copy)")
-    return found
-
-
-def _write(path: Path, content: str | bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
-    return path
-
+from ..conftest import write_file
 
 # ------------------------------------------------------------------------------------------------------
 # iter_lines / read_sentences
@@ -54,7 +24,7 @@ def _write(path: Path, content: str | bytes) -> Path:
 
 def test_iter_lines_strips_only_terminators(tmp_path: Path) -> None:
     raw = '\ufeff  lead\r\ntrail  \nmid\rcr\nsep\u2028arator\n"quoted" text\n\n'
-    f = _write(tmp_path / "a.txt", raw)
+    f = write_file(tmp_path / "a.txt", raw)
     assert list(iter_lines(f)) == [
         (1, "  lead"),
         (2, "trail  "),
@@ -66,12 +36,12 @@ def test_iter_lines_strips_only_terminators(tmp_path: Path) -> None:
 
 
 def test_iter_lines_last_line_without_newline(tmp_path: Path) -> None:
-    f = _write(tmp_path / "a.txt", "one\ntwo")
+    f = write_file(tmp_path / "a.txt", "one\ntwo")
     assert list(iter_lines(f)) == [(1, "one"), (2, "two")]
 
 
 def test_iter_lines_is_lazy(tmp_path: Path) -> None:
-    f = _write(tmp_path / "a.txt", "one\n\xff\n".encode("latin-1"))
+    f = write_file(tmp_path / "a.txt", "one\n\xff\n".encode("latin-1"))
     gen = iter_lines(f)
     assert next(gen) == (1, "one")  # the bad second line is only seen when reached
     with pytest.raises(InputError):
@@ -82,7 +52,7 @@ def test_gzip_file_reads_like_the_plain_file(tmp_path: Path) -> None:
     import gzip
 
     raw = "\ufeffone\r\ncaf\u00e9 two\n\nthree\u2028four\nlast"
-    plain = _write(tmp_path / "s.txt", raw)
+    plain = write_file(tmp_path / "s.txt", raw)
     packed = tmp_path / "s.txt.gz"
     packed.write_bytes(gzip.compress(raw.encode("utf-8")))
     renamed = tmp_path / "no-suffix"  # recognised by content, not by name
@@ -110,27 +80,27 @@ def test_gzip_truncated_or_corrupt_is_an_input_error(tmp_path: Path) -> None:
 
 
 def test_read_sentences_skips_blank_lines_and_logs(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    f = _write(tmp_path / "s.txt", "a b\n\n   \n\tc \n")
+    f = write_file(tmp_path / "s.txt", "a b\n\n   \n\tc \n")
     with caplog.at_level(logging.INFO, logger="bertflow.io.text"):
         assert read_sentences(f) == ["a b", "\tc "]
     assert any("skipped 2 blank line" in r.getMessage() for r in caplog.records)
 
 
 def test_read_sentences_blank_line_error_has_line_number(tmp_path: Path) -> None:
-    f = _write(tmp_path / "s.txt", "a\nb\n  \nc\n")
+    f = write_file(tmp_path / "s.txt", "a\nb\n  \nc\n")
     with pytest.raises(InputError, match=r"line 3 "):
         read_sentences(f, skip_blank=False)
 
 
 def test_read_sentences_unique_keeps_first_occurrence(tmp_path: Path) -> None:
-    f = _write(tmp_path / "s.txt", "b\na\nb\nc\na\nb \n")
+    f = write_file(tmp_path / "s.txt", "b\na\nb\nc\na\nb \n")
     assert read_sentences(f, unique=True) == ["b", "a", "c", "b "]
     assert read_sentences(f) == ["b", "a", "b", "c", "a", "b "]
 
 
 @pytest.mark.parametrize("content", ["", "\n\n \n", "\ufeff\n"])
 def test_read_sentences_empty_result(tmp_path: Path, content: str) -> None:
-    f = _write(tmp_path / "empty.txt", content)
+    f = write_file(tmp_path / "empty.txt", content)
     with pytest.raises(InputError, match="no sentences in"):
         read_sentences(f)
 
@@ -143,7 +113,7 @@ def test_read_sentences_missing_file_and_directory(tmp_path: Path) -> None:
 
 
 def test_bad_utf8_strict_names_line_and_byte(tmp_path: Path) -> None:
-    f = _write(tmp_path / "bad.txt", b"good\nalso good\ncaf\xe9 bad\nfine\n")
+    f = write_file(tmp_path / "bad.txt", b"good\nalso good\ncaf\xe9 bad\nfine\n")
     with pytest.raises(InputError) as info:
         read_sentences(f)
     message = str(info.value)
@@ -154,19 +124,19 @@ def test_bad_utf8_strict_names_line_and_byte(tmp_path: Path) -> None:
 
 
 def test_bad_utf8_replace_mode(tmp_path: Path) -> None:
-    f = _write(tmp_path / "bad.txt", b"good\ncaf\xe9 bad\n\xff\xfe\n")
+    f = write_file(tmp_path / "bad.txt", b"good\ncaf\xe9 bad\n\xff\xfe\n")
     assert read_sentences(f, errors="replace") == ["good", "caf\ufffd bad", "\ufffd\ufffd"]
 
 
 def test_invalid_errors_mode(tmp_path: Path) -> None:
-    f = _write(tmp_path / "s.txt", "a\n")
+    f = write_file(tmp_path / "s.txt", "a\n")
     with pytest.raises(InputError, match="errors must be"):
         read_sentences(f, errors="ignore")  # type: ignore[arg-type]
 
 
 def test_one_megabyte_single_line(tmp_path: Path) -> None:
     line = ("word é " * 150_000)[:1_000_000]
-    f = _write(tmp_path / "long.txt", line + "\r\n")
+    f = write_file(tmp_path / "long.txt", line + "\r\n")
     (sentence,) = read_sentences(f)
     assert sentence == line
 
@@ -218,7 +188,7 @@ def test_fuzz_round_trip_text_lines(tmp_path: Path, lines: list[str], crlf: bool
 
 
 def test_read_tsv_column_by_name_and_index(tmp_path: Path) -> None:
-    f = _write(tmp_path / "t.tsv", 'id\ttext\textra\n1\t"quoted, with comma\t x\n2\t trailing \t\n')
+    f = write_file(tmp_path / "t.tsv", 'id\ttext\textra\n1\t"quoted, with comma\t x\n2\t trailing \t\n')
     assert read_tsv_column(f, "text") == ['"quoted, with comma', " trailing "]
     assert read_tsv_column(f, 1) == ['"quoted, with comma', " trailing "]
     assert read_tsv_column(f, "extra") == [" x", ""]
@@ -226,7 +196,7 @@ def test_read_tsv_column_by_name_and_index(tmp_path: Path) -> None:
 
 
 def test_read_tsv_column_unknown_name_lists_header(tmp_path: Path) -> None:
-    f = _write(tmp_path / "t.tsv", "id\ttext\n1\ta\n")
+    f = write_file(tmp_path / "t.tsv", "id\ttext\n1\ta\n")
     with pytest.raises(InputError, match=r"no column named 'sentence'.*'id', 'text'"):
         read_tsv_column(f, "sentence")
     with pytest.raises(InputError, match="out of range"):
@@ -236,7 +206,7 @@ def test_read_tsv_column_unknown_name_lists_header(tmp_path: Path) -> None:
 
 
 def test_read_tsv_column_too_few_fields_names_line(tmp_path: Path) -> None:
-    f = _write(tmp_path / "t.tsv", "id\ttext\n1\ta\n2\tb\n3\n4\td\n")
+    f = write_file(tmp_path / "t.tsv", "id\ttext\n1\ta\n2\tb\n3\n4\td\n")
     with pytest.raises(InputError) as info:
         read_tsv_column(f, "text")
     assert "line 4" in str(info.value)
@@ -244,7 +214,7 @@ def test_read_tsv_column_too_few_fields_names_line(tmp_path: Path) -> None:
 
 
 def test_read_pairs_sts_format(tmp_path: Path) -> None:
-    f = _write(
+    f = write_file(
         tmp_path / "p.tsv",
         'score\tsentence1\tsentence2\n4.400\tA "man" plays. \t A man is playing.\n0\tx\ty\n',
     )
@@ -259,7 +229,7 @@ def test_read_pairs_sts_format(tmp_path: Path) -> None:
 
 
 def test_read_pairs_label_format(tmp_path: Path) -> None:
-    f = _write(tmp_path / "nli.tsv", "label\tsentence1\tsentence2\nentailment\ta\tb\n")
+    f = write_file(tmp_path / "nli.tsv", "label\tsentence1\tsentence2\nentailment\ta\tb\n")
     pairs = read_pairs(f)
     assert pairs.scores is None and pairs.labels == ["entailment"]
 
@@ -278,7 +248,7 @@ def test_read_pairs_label_format(tmp_path: Path) -> None:
     ],
 )
 def test_read_pairs_errors(tmp_path: Path, body: str, pattern: str) -> None:
-    f = _write(tmp_path / "p.tsv", body)
+    f = write_file(tmp_path / "p.tsv", body)
     with pytest.raises(InputError, match=pattern):
         read_pairs(f)
 
