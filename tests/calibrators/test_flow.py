@@ -128,10 +128,10 @@ def test_device_batches_are_the_shuffled_batches_of_the_training_rows(anisotropi
 
 
 def test_divergence_guard_restores_the_last_checked_parameters():
-    from bertflow.calibrators.flow import _DivergenceGuard
+    from bertflow.calibrators.flow_trainer import DivergenceGuard
 
     p = torch.nn.Parameter(torch.zeros(3))
-    guard = _DivergenceGuard([p], torch.device("cpu"))
+    guard = DivergenceGuard([p], torch.device("cpu"))
     finite = torch.tensor(1.0)
     for value in (1.0, 2.0):
         p.data.fill_(value)

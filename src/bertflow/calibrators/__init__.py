@@ -20,7 +20,7 @@ _EXPORTS = {
     "register": "base",
     "ChainCalibrator": "chain",
     "FlowCalibrator": "flow",
-    "FlowTrainer": "flow",
+    "FlowTrainer": "flow_trainer",
     "AllButTheTopCalibrator": "simple",
     "IdentityCalibrator": "simple",
     "StandardNormCalibrator": "simple",
@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from .auto import AutoCalibrator
     from .base import Calibrator, calibrator_names, get_calibrator_class, register
     from .chain import ChainCalibrator
-    from .flow import FlowCalibrator, FlowTrainer
+    from .flow import FlowCalibrator
+    from .flow_trainer import FlowTrainer
     from .simple import AllButTheTopCalibrator, IdentityCalibrator, StandardNormCalibrator
     from .whitening import WhiteningCalibrator
 
