@@ -75,7 +75,7 @@ def test_save_overwrites_atomically(fitted, tiny_encoder, tmp_path, monkeypatch)
     def crash(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr("bertflow.embedder.write_json", crash)
+    monkeypatch.setattr("bertflow.model_folder.write_json", crash)
     with pytest.raises(OSError, match="disk full"):
         other.save(path, overwrite=True)
     after = {p.relative_to(path): p.read_bytes() for p in path.rglob("*") if p.is_file()}
