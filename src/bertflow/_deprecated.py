@@ -19,7 +19,7 @@ MOVED: dict[str, tuple[str, ...]] = {
     "bertflow.encoder": ("bertflow.encoding.encoder",),
     "bertflow.pooling": ("bertflow.encoding.pooling",),
     "bertflow.tokenization": ("bertflow.encoding.tokenization",),
-    "bertflow.pipeline": ("bertflow.embedder", "bertflow.model_folder", "bertflow.outputs"),
+    "bertflow.pipeline": ("bertflow.embedder",),
     "bertflow.store": ("bertflow.scale.store",),
     "bertflow.serialization": ("bertflow.io.files", "bertflow.io.formats"),
     "bertflow.data": ("bertflow.io.text", "bertflow.evaluation.datasets", "bertflow.evaluation.download"),
