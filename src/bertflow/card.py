@@ -7,10 +7,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
-from .embedder import CALIBRATOR_DIR, CONFIG_FILE, ENCODER_DIR
 from .hub import is_hub_id
 from .identity import calibrator_fingerprint
 from .io.formats import FORMAT_VERSION
+from .model_folder import CALIBRATOR_DIR, CONFIG_FILE, ENCODER_DIR
 
 if TYPE_CHECKING:
     from .calibrators import Calibrator

@@ -1,22 +1,9 @@
 """Embedder: a frozen encoder joined with a fitted calibrator; fit, encode, compare, save and load.
 
-A saved folder::
-
-    my-model/
-      bertflow_config.json      encoder (id, revision pinned to a hub commit, pooling, max_length, fingerprint,
-                                provenance: commit or weight files' sha256), calibrator type,
-                                fitting record, library version, sha256 of every other file
-      calibrator/config.json    calibrator parameters and fitted scalars
-      calibrator/model.safetensors
-      README.md                 model card (YAML front matter for the Hugging Face Hub): how it was fitted
-      encoder/                  only with ``save(..., include_encoder=True)``: the encoder's own HF files
-                                (config, safetensors weights, tokenizer, its README/licence)
-
-By default the encoder's weights are referenced by id (or path) and revision, not copied; with
-``include_encoder=True`` the folder is self-contained and loading uses the copy. Either way the folder is a
-complete Hugging Face-style repository that ``huggingface_hub.upload_folder`` can publish as is, and
-:meth:`Embedder.load` takes the folder or its hub id. Loading re-checks everything: checksums, format version, the
-encoder's fingerprint and dimension against the calibrator's.
+:meth:`Embedder.save` writes, and :meth:`Embedder.load` reads back (from a folder or its hub id), the folder that
+:mod:`bertflow.model_folder` describes and verifies. :meth:`Embedder.encode` and :meth:`Embedder.similarity` take
+sentence-transformers' keywords and embedding inputs (:mod:`bertflow.outputs`), so code written for a
+``SentenceTransformer`` runs unchanged.
 
 The Embedder also searches: :meth:`Embedder.build_index` embeds a corpus into an
 :class:`~bertflow.search.EmbeddingIndex` and :meth:`Embedder.search` queries it; a saved index records this
@@ -25,10 +12,7 @@ model's :meth:`Embedder.identity` and is refused by any other model.
 
 from __future__ import annotations
 
-import json
 import logging
-import re
-import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -37,11 +21,10 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import torch
 
-from ._version import __version__
 from .calibrators import Calibrator, FlowCalibrator, IdentityCalibrator
-from .encoding.encoder import SentenceEncoder, resolve_model
-from .errors import InputError, ModelFileError
-from .hub import download_model, snapshot
+from .encoding.encoder import SentenceEncoder
+from .errors import InputError
+from .hub import check_repo_id, upload_folder
 from .identity import (
     calibrator_fingerprint,
     calibrator_identity,
@@ -50,44 +33,37 @@ from .identity import (
     fit_record,
     mark_fitted,
 )
-from .io.files import FOLDER_KINDS, OLD_MARK, atomic_directory, check_output_folder, read_consistent
-from .io.formats import FORMAT_VERSION, check_format, path_inside, read_json, sha256_file, verify_checksums, write_json
 from .linalg import unit_rows
+from .model_folder import (
+    CALIBRATOR_DIR,
+    CONFIG_FILE,
+    ENCODER_DIR,
+    ENCODER_FILE_PATTERNS,
+    encoder_license,
+    load_encoder,
+    load_model_folder,
+    pinned_encoder_config,
+    save_model_folder,
+)
+from .outputs import are_embeddings, check_encode_keywords, convert_embeddings, embedding_cosine
 from .validation import is_blank, validate_sentences
 
 if TYPE_CHECKING:
     from .search import EmbeddingIndex, SearchHit
 
-__all__ = ["Embedder", "CONFIG_FILE", "calibrator_fingerprint", "corpus_digest", "device_transform", "iter_calibrated"]
+__all__ = [
+    "Embedder",
+    "CALIBRATOR_DIR",
+    "CONFIG_FILE",
+    "ENCODER_DIR",
+    "ENCODER_FILE_PATTERNS",
+    "calibrator_fingerprint",
+    "corpus_digest",
+    "device_transform",
+    "iter_calibrated",
+]
 
 logger = logging.getLogger(__name__)
-
-CONFIG_FILE = FOLDER_KINDS["model"][0]  # "bertflow_config.json"
-CALIBRATOR_DIR = "calibrator"
-ENCODER_DIR = "encoder"
-
-#: Files of a Hugging Face checkpoint that ``save(include_encoder=True)`` copies: config, weights, tokenizer, and
-#: the model's own card and licence (its terms travel with its weights). Other formats (ONNX, OpenVINO, TF) are
-#: left out; ``pytorch_model.bin`` only when there is no safetensors file.
-ENCODER_FILE_PATTERNS = (
-    "config.json",
-    "*.safetensors",
-    "model.safetensors.index.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.txt",
-    "vocab.json",
-    "merges.txt",
-    "*.model",
-    "README.md",
-    "LICENSE*",
-)
-_TORCH_BIN_PATTERNS = ("pytorch_model.bin", "pytorch_model-*.bin", "pytorch_model.bin.index.json")
-
-#: ``Embedder.encode(precision=...)`` values: sentence-transformers' (``quantize_embeddings``).
-_PRECISIONS = ("float32", "int8", "uint8", "binary", "ubinary")
 
 
 def device_transform(
@@ -246,48 +222,27 @@ class Embedder:
         if isinstance(sentences, torch.utils.data.DataLoader):  # called by mteb.evaluate(embedder, ...)
             st_kwargs = {"batch_size": batch_size, "show_progress_bar": show_progress_bar, "precision": precision}
             return self.to_mteb().encode(sentences, **unknown, **{k: v for k, v in st_kwargs.items() if v is not None})
-        if unknown:
-            raise TypeError(
-                f"Embedder.encode() got unexpected keyword argument(s) {', '.join(map(repr, sorted(unknown)))}; it "
-                "takes batch_size, show_progress_bar, convert_to_numpy, convert_to_tensor, normalize_embeddings, "
-                "precision, device (and prompt=None, prompt_name=None)"
-            )
-        if prompt is not None or prompt_name is not None:
-            raise InputError(
-                "Embedder.encode() takes no prompt: the calibrator was fitted on sentences without one, so a prompt "
-                "would change what it is applied to; put the prompt in the sentences for both fit and encode instead"
-            )
-        if device is not None and torch.device(device) != self.encoder.device:
-            raise InputError(
-                f"this Embedder encodes on {self.encoder.device}, not {device}: the device is chosen when the "
-                f"encoder is built (SentenceEncoder(..., device={str(device)!r}), or Embedder.load(..., device=...))"
-            )
-        if precision not in _PRECISIONS:
-            raise InputError(f"precision must be one of {', '.join(_PRECISIONS)}, got {precision!r}")
+        check_encode_keywords(
+            unknown,
+            prompt=prompt,
+            prompt_name=prompt_name,
+            device=device,
+            encoder_device=self.encoder.device,
+            precision=precision,
+        )
         self._require_fitted()
         out = self.encoder.encode(
             sentences, batch_size=batch_size, show_progress_bar=show_progress_bar, transform=self._device_transform()
         )
-        if normalize_embeddings:
-            out = unit_rows(np.atleast_2d(out)).astype(np.float32).reshape(out.shape)
-        if precision != "float32":
-            try:  # sentence-transformers >= 6; 5 has it in .quantization (a deprecated alias in 6)
-                from sentence_transformers.util.quantization import quantize_embeddings
-            except ImportError:
-                try:
-                    from sentence_transformers.quantization import quantize_embeddings
-                except ImportError:
-                    raise InputError(
-                        f"precision={precision!r} needs sentence-transformers: pip install 'bertflow[st]'"
-                    ) from None
-            out = np.asarray(quantize_embeddings(np.atleast_2d(out), precision=precision))
-            out = out[0] if isinstance(sentences, str) else out
-        if convert_to_tensor:
-            return torch.from_numpy(out).to(self.encoder.device)
-        if not convert_to_numpy:
-            tensor = torch.from_numpy(out).to(self.encoder.device)
-            return tensor if isinstance(sentences, str) else list(tensor)
-        return out
+        return convert_embeddings(
+            out,
+            single=isinstance(sentences, str),
+            device=self.encoder.device,
+            normalize_embeddings=normalize_embeddings,
+            precision=precision,
+            convert_to_tensor=convert_to_tensor,
+            convert_to_numpy=convert_to_numpy,
+        )
 
     def to_sentence_transformer(self, *, normalize: bool = False, portable: bool = True) -> Any:
         """This model as a ``sentence_transformers.SentenceTransformer`` whose ``encode`` gives the same vectors.
@@ -344,8 +299,8 @@ class Embedder:
         Returns:
             a float for two strings, else a float32 matrix [len(a), len(b)] (a string counts as one row).
         """
-        if _are_embeddings(a, b):
-            return _embedding_cosine(a, b, pairwise=False)
+        if are_embeddings(a, b):
+            return embedding_cosine(a, b, pairwise=False)
         za = np.atleast_2d(self.encode(a)).astype(np.float64)
         zb = np.atleast_2d(self.encode(b)).astype(np.float64)
         sims = unit_rows(za) @ unit_rows(zb).T
@@ -365,8 +320,8 @@ class Embedder:
         For two embedding matrices (arrays or tensors [N, D']) the cosine of each pair of rows, as a float32
         ``torch.Tensor`` [N], as in sentence-transformers (which MTEB calls).
         """
-        if _are_embeddings(a, b):
-            return _embedding_cosine(a, b, pairwise=True)
+        if are_embeddings(a, b):
+            return embedding_cosine(a, b, pairwise=True)
         if len(a) != len(b):
             raise ValueError(f"need as many first as second sentences, got {len(a)} and {len(b)}")
         from tqdm.auto import tqdm
@@ -561,7 +516,7 @@ class Embedder:
     # -- persistence -------------------------------------------------------------------------------------
 
     def save(self, path: str | Path, *, include_encoder: bool = False, overwrite: bool = False) -> Path:
-        """Write the folder described in the module docstring, atomically. Returns its path.
+        """Write the folder described in :mod:`bertflow.model_folder`, atomically. Returns its path.
 
         Args:
             path: the folder: new, empty, or (with ``overwrite``) a bertflow model, replaced whole; a crash at
@@ -575,57 +530,19 @@ class Embedder:
             OutputError: ``path`` may not be written (see :func:`~bertflow.io.files.check_output_folder`).
         """
         self._require_fitted()
-        check_output_folder(path, "model", overwrite=overwrite)
-        with atomic_directory(path) as tmp:
-            self.calibrator.save(tmp / CALIBRATOR_DIR)
-            encoder_config = self._pinned_encoder_config()
-            if include_encoder:
-                copied = self._copy_encoder_files(tmp / ENCODER_DIR)
-                encoder_config["path"] = ENCODER_DIR
-                logger.info("copied %d encoder file(s) into %s", copied, Path(path) / ENCODER_DIR)
-            (tmp / "README.md").write_text(self.model_card(include_encoder=include_encoder), encoding="utf-8")
-            files = sorted(p for p in tmp.rglob("*") if p.is_file())
-            config = {
-                "library": "bertflow",
-                "bertflow_version": __version__,
-                "format_version": FORMAT_VERSION,
-                "encoder": encoder_config,
-                "calibrator": {"type": self.calibrator.name, "path": CALIBRATOR_DIR},
-                "fitting": self.fit_info,
-                "files": {
-                    p.relative_to(tmp).as_posix(): sha256_file(p)
-                    for p in files
-                    # The model card is for people and may be edited on the hub; it carries no numbers we use.
-                    if p.relative_to(tmp).as_posix() != "README.md"
-                },
-            }
-            write_json(tmp / CONFIG_FILE, config)
+        save_model_folder(
+            path,
+            self.encoder,
+            self.calibrator,
+            self.fit_info,
+            card=lambda: self.model_card(include_encoder=include_encoder),
+            include_encoder=include_encoder,
+            encoder_dir=self._encoder_dir,
+            overwrite=overwrite,
+        )
         self.source = str(Path(path).expanduser().resolve())
         logger.info("saved %r to %s", self, path)
         return Path(path)
-
-    def _copy_encoder_files(self, dest: Path) -> int:
-        """Copy the encoder's HF checkpoint files (see :data:`ENCODER_FILE_PATTERNS`) into ``dest``."""
-        source = self._encoder_dir
-        if source is None:
-            _, load_path = resolve_model(self.encoder.model_id)
-            source = Path(load_path)
-            if not source.is_dir():
-                # The commit the encoder was loaded from, not a branch that may have moved since.
-                revision = self.encoder.provenance().get("commit") or self.encoder.revision
-                source = snapshot(load_path, revision, allow_patterns=[*ENCODER_FILE_PATTERNS])
-        files = {p for pattern in ENCODER_FILE_PATTERNS for p in source.glob(pattern) if p.is_file()}
-        if not any(p.suffix == ".safetensors" for p in files):
-            files |= {p for pattern in _TORCH_BIN_PATTERNS for p in source.glob(pattern) if p.is_file()}
-        if not any(p.name == "config.json" for p in files):
-            raise ModelFileError(
-                f"cannot copy the encoder: {source} has no config.json, so it is not a Hugging Face checkpoint; "
-                "save without include_encoder"
-            )
-        dest.mkdir(parents=True)
-        for file in sorted(files):
-            shutil.copy2(file, dest / file.name)
-        return len(files)
 
     @classmethod
     def load(
@@ -643,118 +560,23 @@ class Embedder:
                 a path that is neither a local folder nor a hub repo that can be fetched (e.g. offline and not cached).
             CompatibilityError: a calibrator that does not match the encoder.
         """
-        folder = Path(path).expanduser()
-        if not (folder.is_dir() or _left_by_interrupted_save(folder)):
-            folder = download_model(str(path), revision)
-            config, calibrator = cls._read_folder(folder)
-            return cls._assemble(folder, config, calibrator, str(path), device=device, dtype=dtype)
 
-        def read(f: Path) -> Embedder | tuple[dict[str, Any], Calibrator]:
-            config, calibrator = cls._read_folder(f)
-            if _bundles_encoder(config):  # its weights are files of the folder too: read them in the same snapshot
-                return cls._assemble(f, config, calibrator, str(f.resolve()), device=device, dtype=dtype)
-            return config, calibrator
+        def assemble(folder: Path, config: dict[str, Any], calibrator: Calibrator, source: str) -> Embedder:
+            encoder, encoder_dir = load_encoder(folder, config, device=device, dtype=dtype)
+            # The constructor compares the encoder actually loaded with what the calibrator was fitted on
+            # (fingerprint, pooling, max_length, dimension), so an edited config or a swapped encoder is refused.
+            embedder = cls(encoder, calibrator)
+            embedder.fit_info = config.get("fitting", {})
+            embedder.source = source
+            embedder._encoder_dir = encoder_dir
+            return embedder
 
-        # Another process may save over the folder while it is read: the folder's files are read again until one
-        # read saw a single complete save (the encoder, loaded from elsewhere, is built once, afterwards).
-        result = read_consistent(folder, CONFIG_FILE, read)
-        if isinstance(result, Embedder):
-            return result
-        config, calibrator = result
-        return cls._assemble(folder, config, calibrator, str(folder.resolve()), device=device, dtype=dtype)
-
-    @classmethod
-    def _read_folder(cls, folder: Path) -> tuple[dict[str, Any], Calibrator]:
-        """The config (format and checksums verified) and the calibrator of the model folder ``folder``."""
-        config = read_json(folder / CONFIG_FILE)
-        if config.get("library") != "bertflow":
-            raise ModelFileError(f"{folder / CONFIG_FILE} is not a bertflow model config")
-        check_format(config, folder / CONFIG_FILE, kind="model")
-        encoder_dir: Path | None = None
-        try:
-            calibrator_dir = _inside(folder, config["calibrator"]["path"], "calibrator.path")
-            if config["encoder"].get("path"):
-                encoder_dir = _inside(folder, config["encoder"]["path"], "encoder.path")
-        except (KeyError, TypeError, AttributeError) as e:
-            raise ModelFileError(f"{folder / CONFIG_FILE} lacks or garbles {e}; was it edited?") from None
-        verify_checksums(
-            folder,
-            config.get("files"),
-            [calibrator_dir, *([encoder_dir] if encoder_dir else [])],
-            config=folder / CONFIG_FILE,
-        )
-        return config, Calibrator.load(calibrator_dir)
-
-    @classmethod
-    def _assemble(
-        cls,
-        folder: Path,
-        config: dict[str, Any],
-        calibrator: Calibrator,
-        source: str,
-        *,
-        device: str | None,
-        dtype: str,
-    ) -> Embedder:
-        """The embedder of a model folder read by :meth:`_read_folder`; ``source`` is recorded as its origin."""
-        encoder_dir: Path | None = None
-        try:
-            enc = config["encoder"]
-            if enc.get("path"):
-                encoder_dir = _inside(folder, enc["path"], "encoder.path")
-            if encoder_dir is not None:
-                # A self-contained folder: load the copy, but keep the original id and revision as provenance.
-                if not (encoder_dir / "config.json").is_file():
-                    raise ModelFileError(f"{encoder_dir} has no config.json: the bundled encoder is incomplete")
-                encoder = SentenceEncoder.from_config({**enc, "model": str(encoder_dir)}, device=device, dtype=dtype)
-                encoder.model_id, encoder.revision = enc["model"], enc.get("revision")
-                encoder._provenance = {k: enc[k] for k in _PROVENANCE_KEYS if k in enc}
-            else:
-                encoder = SentenceEncoder.from_config(enc, device=device, dtype=dtype)
-        except (KeyError, TypeError, AttributeError) as e:
-            raise ModelFileError(f"{folder / CONFIG_FILE} lacks or garbles {e}; was it edited?") from None
-        # The constructor compares the encoder actually loaded with what the calibrator was fitted on
-        # (fingerprint, pooling, max_length, dimension), so an edited config or a swapped encoder is refused.
-        embedder = cls(encoder, calibrator)
-        embedder.fit_info = config.get("fitting", {})
-        embedder.source = source
-        embedder._encoder_dir = encoder_dir
-        return embedder
-
-    def _pinned_encoder_config(self) -> dict[str, Any]:
-        """The encoder's config as saved: with its provenance (:meth:`SentenceEncoder.provenance`), and for a hub
-        checkpoint ``revision`` pinned to the commit it was loaded from (the revision asked for, a branch or tag
-        that may move, is kept as ``requested_revision``), so that loading the saved model gets the same files."""
-        config = self.encoder.get_config()
-        provenance = self.encoder.provenance()
-        commit = provenance.get("commit")
-        if commit and config.get("revision") != commit:
-            if config.get("revision"):
-                config["requested_revision"] = config["revision"]
-            config["revision"] = commit
-        return {**config, **provenance}
+        return load_model_folder(path, assemble, revision=revision)
 
     def encoder_license(self) -> str | None:
         """The encoder's licence identifier as its own files declare it (``license:`` in its README's front
         matter, else a ``license`` key in its config.json), or ``None`` where neither is at hand."""
-        folder = self._encoder_dir or self.encoder.source_dir
-        if folder is None:
-            return None
-        readme, config = folder / "README.md", folder / "config.json"
-        if readme.is_file():
-            text = readme.read_text(encoding="utf-8", errors="replace")
-            front = re.match(r"---[ \t]*\r?\n(.*?)\r?\n---", text, re.S)
-            found = front and re.search(r"^license:[ \t]*['\"]?([\w.+-]+)['\"]?[ \t]*$", front.group(1), re.M)
-            if found:
-                return found.group(1)
-        if config.is_file():
-            try:
-                value = json.loads(config.read_text(encoding="utf-8")).get("license")
-            except (ValueError, AttributeError):
-                value = None
-            if isinstance(value, str) and value.strip():
-                return value.strip()
-        return None
+        return encoder_license(self._encoder_dir or self.encoder.source_dir)
 
     def push_to_hub(
         self,
@@ -788,35 +610,17 @@ class Embedder:
         """
         import tempfile
 
-        from huggingface_hub import HfApi
-
         self._require_fitted()
-        from huggingface_hub.utils import HFValidationError, validate_repo_id
-
-        try:
-            validate_repo_id(repo_id)
-            if "/" not in repo_id:
-                raise HFValidationError("it has no owner")
-        except HFValidationError as e:
-            raise InputError(f"repo_id must read 'user/name' or 'org/name', got {repo_id!r} ({e})") from None
+        check_repo_id(repo_id)
         source = self.source  # save() records where it wrote; a temporary folder is no origin worth keeping
         with tempfile.TemporaryDirectory(prefix="bertflow-push-") as tmp:
             folder = self.save(Path(tmp) / "model", include_encoder=include_encoder)
             self.source = source
-            api = HfApi(token=token)
-            api.create_repo(repo_id, token=token, private=private, repo_type="model", exist_ok=True)
-            if revision is not None:
-                api.create_branch(repo_id, branch=revision, token=token, repo_type="model", exist_ok=True)
-            info = api.upload_folder(
-                repo_id=repo_id,
-                folder_path=folder,
-                token=token,
-                repo_type="model",
-                revision=revision,
-                commit_message=commit_message,
+            url = upload_folder(
+                folder, repo_id, private=private, token=token, revision=revision, commit_message=commit_message
             )
         logger.info("pushed %r to %s", self, repo_id)
-        return str(getattr(info, "commit_url", info))
+        return url
 
     def model_card(self, *, include_encoder: bool = False) -> str:
         """A Markdown model card with YAML front matter (read by the Hugging Face Hub): what was fitted, on what,
@@ -824,7 +628,7 @@ class Embedder:
         from .card import model_card
 
         return model_card(
-            self._pinned_encoder_config(),
+            pinned_encoder_config(self.encoder),
             self.calibrator,
             self.fit_info,
             encoder_license=self.encoder_license(),
@@ -843,50 +647,3 @@ class Embedder:
 
     def __repr__(self) -> str:
         return f"Embedder({self.encoder!r}, {self.calibrator!r})"
-
-
-def _are_embeddings(a: object, b: object) -> bool:
-    """Whether ``a`` and ``b`` are both embedding arrays or tensors (sentence-transformers' ``similarity`` input)
-    rather than sentences."""
-    return all(isinstance(x, (np.ndarray, torch.Tensor)) for x in (a, b))
-
-
-def _embedding_cosine(a: np.ndarray | torch.Tensor, b: np.ndarray | torch.Tensor, *, pairwise: bool) -> torch.Tensor:
-    """Cosine of embeddings ([N, D] or [D]), computed in float64: the matrix [N1, N2], or with ``pairwise`` the
-    cosine of each pair of rows [N]; a float32 CPU tensor, as sentence-transformers' ``similarity`` returns."""
-    za, zb = (
-        unit_rows(np.atleast_2d(np.asarray(x.detach().cpu() if isinstance(x, torch.Tensor) else x, dtype=np.float64)))
-        for x in (a, b)
-    )
-    if pairwise:
-        if za.shape != zb.shape:
-            raise InputError(f"pairwise similarity needs embeddings of one shape, got {za.shape} and {zb.shape}")
-        sims = np.einsum("nd,nd->n", za, zb)
-    else:
-        sims = za @ zb.T
-    return torch.from_numpy(sims.astype(np.float32))
-
-
-#: Encoder provenance saved in bertflow_config.json (SentenceEncoder.provenance); carried over by a bundled load.
-_PROVENANCE_KEYS = ("commit", "weights_sha256")
-
-
-def _bundles_encoder(config: dict[str, Any]) -> bool:
-    """Whether a model config says its encoder's files are inside the folder (``save(include_encoder=True)``)."""
-    encoder = config.get("encoder")
-    return isinstance(encoder, dict) and bool(encoder.get("path"))
-
-
-def _left_by_interrupted_save(folder: Path) -> bool:
-    """Whether ``folder`` is missing but a save killed mid-swap left its previous version beside it (a local
-    model to restore, not a hub id)."""
-    prefix = f".{folder.name}{OLD_MARK}"
-    try:
-        return not folder.exists() and any(e.name.startswith(prefix) for e in folder.parent.iterdir())
-    except OSError:
-        return False
-
-
-def _inside(folder: Path, rel: object, what: str) -> Path:
-    """``folder / rel`` for a relative path from the model's config (see :func:`~bertflow.io.formats.path_inside`)."""
-    return path_inside(folder, rel, config=folder / CONFIG_FILE, what=what)

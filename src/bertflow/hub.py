@@ -1,7 +1,8 @@
-"""The Hugging Face Hub as a place models come from: telling a repo id from a local path, fetching a snapshot, and
-explaining a name that is neither (a typo of a local folder is answered as such, not with a network error).
+"""The Hugging Face Hub as a place models come from and go to: telling a repo id from a local path, fetching a
+snapshot, explaining a name that is neither (a typo of a local folder is answered as such, not with a network
+error), and publishing a saved model folder.
 
-huggingface_hub is imported only when something is fetched.
+huggingface_hub is imported only when something is fetched or published.
 """
 
 from __future__ import annotations
@@ -10,9 +11,17 @@ import os
 import re
 from pathlib import Path
 
-from .errors import ModelFileError
+from .errors import InputError, ModelFileError
 
-__all__ = ["is_hub_id", "snapshot", "download_model", "means_local", "did_you_mean"]
+__all__ = [
+    "is_hub_id",
+    "snapshot",
+    "download_model",
+    "means_local",
+    "did_you_mean",
+    "check_repo_id",
+    "upload_folder",
+]
 
 
 def is_hub_id(name: str) -> bool:
@@ -91,3 +100,48 @@ def did_you_mean(path: Path) -> str:
         return ""
     close = difflib.get_close_matches(path.name, siblings, n=1, cutoff=0.75)
     return f"; did you mean {parent / close[0]}?" if close else ""
+
+
+def check_repo_id(repo_id: str) -> None:
+    """Refuse a ``repo_id`` that cannot name a model repo to publish to (``user/name`` or ``org/name``).
+
+    Raises:
+        InputError: naming the id and what is wrong with it.
+    """
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+        if "/" not in repo_id:
+            raise HFValidationError("it has no owner")
+    except HFValidationError as e:
+        raise InputError(f"repo_id must read 'user/name' or 'org/name', got {repo_id!r} ({e})") from None
+
+
+def upload_folder(
+    folder: Path,
+    repo_id: str,
+    *,
+    private: bool | None = None,
+    token: str | None = None,
+    revision: str | None = None,
+    commit_message: str,
+) -> str:
+    """Upload ``folder`` to the model repo ``repo_id`` in one commit (``HfApi.create_repo`` with ``exist_ok``, a
+    ``revision`` branch created if missing, then ``HfApi.upload_folder``); returns the commit's URL.
+    ``private`` applies only to a repo created now."""
+    from huggingface_hub import HfApi
+
+    api = HfApi(token=token)
+    api.create_repo(repo_id, token=token, private=private, repo_type="model", exist_ok=True)
+    if revision is not None:
+        api.create_branch(repo_id, branch=revision, token=token, repo_type="model", exist_ok=True)
+    info = api.upload_folder(
+        repo_id=repo_id,
+        folder_path=folder,
+        token=token,
+        repo_type="model",
+        revision=revision,
+        commit_message=commit_message,
+    )
+    return str(getattr(info, "commit_url", info))

@@ -1,0 +1,313 @@
+"""The saved-model folder of an :class:`~bertflow.embedder.Embedder`: writing it, reading it back, verifying it.
+
+A saved folder::
+
+    my-model/
+      bertflow_config.json      encoder (id, revision pinned to a hub commit, pooling, max_length, fingerprint,
+                                provenance: commit or weight files' sha256), calibrator type,
+                                fitting record, library version, sha256 of every other file
+      calibrator/config.json    calibrator parameters and fitted scalars
+      calibrator/model.safetensors
+      README.md                 model card (YAML front matter for the Hugging Face Hub): how it was fitted
+      encoder/                  only with ``save(..., include_encoder=True)``: the encoder's own HF files
+                                (config, safetensors weights, tokenizer, its README/licence)
+
+By default the encoder's weights are referenced by id (or path) and revision, not copied; with
+``include_encoder=True`` the folder is self-contained and loading uses the copy. Either way the folder is a
+complete Hugging Face-style repository that ``huggingface_hub.upload_folder`` can publish as is, and
+:func:`load_model_folder` takes the folder or its hub id. Loading re-checks everything: checksums, format version,
+the encoder's fingerprint and dimension against the calibrator's (the last by the :class:`Embedder` constructor).
+
+:meth:`Embedder.save <bertflow.embedder.Embedder.save>` and :meth:`Embedder.load
+<bertflow.embedder.Embedder.load>` are thin calls into :func:`save_model_folder` and :func:`load_model_folder`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ._version import __version__
+from .calibrators import Calibrator
+from .encoding.encoder import SentenceEncoder, resolve_model
+from .errors import ModelFileError
+from .hub import download_model, snapshot
+from .io.files import FOLDER_KINDS, OLD_MARK, atomic_directory, check_output_folder, read_consistent
+from .io.formats import FORMAT_VERSION, check_format, path_inside, read_json, sha256_file, verify_checksums, write_json
+
+__all__ = [
+    "CALIBRATOR_DIR",
+    "CONFIG_FILE",
+    "ENCODER_DIR",
+    "ENCODER_FILE_PATTERNS",
+    "PROVENANCE_KEYS",
+    "TORCH_BIN_PATTERNS",
+    "bundles_encoder",
+    "copy_encoder_files",
+    "encoder_license",
+    "left_by_interrupted_save",
+    "load_encoder",
+    "load_model_folder",
+    "pinned_encoder_config",
+    "read_model_folder",
+    "save_model_folder",
+]
+
+T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
+
+CONFIG_FILE = FOLDER_KINDS["model"][0]  # "bertflow_config.json"
+CALIBRATOR_DIR = "calibrator"
+ENCODER_DIR = "encoder"
+
+#: Files of a Hugging Face checkpoint that ``save(include_encoder=True)`` copies: config, weights, tokenizer, and
+#: the model's own card and licence (its terms travel with its weights). Other formats (ONNX, OpenVINO, TF) are
+#: left out; ``pytorch_model.bin`` only when there is no safetensors file.
+ENCODER_FILE_PATTERNS = (
+    "config.json",
+    "*.safetensors",
+    "model.safetensors.index.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "*.model",
+    "README.md",
+    "LICENSE*",
+)
+#: The PyTorch-pickle weight files copied instead when a checkpoint has no safetensors file.
+TORCH_BIN_PATTERNS = ("pytorch_model.bin", "pytorch_model-*.bin", "pytorch_model.bin.index.json")
+
+#: Encoder provenance saved in bertflow_config.json (SentenceEncoder.provenance); carried over by a bundled load.
+PROVENANCE_KEYS = ("commit", "weights_sha256")
+
+
+# -- writing ---------------------------------------------------------------------------------------------------
+
+
+def save_model_folder(
+    path: str | Path,
+    encoder: SentenceEncoder,
+    calibrator: Calibrator,
+    fit_info: dict[str, Any],
+    *,
+    card: Callable[[], str],
+    include_encoder: bool = False,
+    encoder_dir: Path | None = None,
+    overwrite: bool = False,
+) -> None:
+    """Write the folder described in the module docstring at ``path``, atomically (a crash leaves an old one).
+
+    Args:
+        encoder, calibrator, fit_info: what is saved (the calibrator fitted).
+        card: makes the text of ``README.md`` (called once the output folder has been checked).
+        include_encoder: copy the encoder's HF files into ``encoder/`` (see :func:`copy_encoder_files`).
+        encoder_dir: where the encoder's HF files are when it was loaded from a self-contained folder.
+        overwrite: replace a bertflow model already at ``path``.
+
+    Raises:
+        OutputError: ``path`` may not be written (see :func:`~bertflow.io.files.check_output_folder`).
+    """
+    check_output_folder(path, "model", overwrite=overwrite)
+    with atomic_directory(path) as tmp:
+        calibrator.save(tmp / CALIBRATOR_DIR)
+        encoder_config = pinned_encoder_config(encoder)
+        if include_encoder:
+            copied = copy_encoder_files(encoder, tmp / ENCODER_DIR, source=encoder_dir)
+            encoder_config["path"] = ENCODER_DIR
+            logger.info("copied %d encoder file(s) into %s", copied, Path(path) / ENCODER_DIR)
+        (tmp / "README.md").write_text(card(), encoding="utf-8")
+        files = sorted(p for p in tmp.rglob("*") if p.is_file())
+        config = {
+            "library": "bertflow",
+            "bertflow_version": __version__,
+            "format_version": FORMAT_VERSION,
+            "encoder": encoder_config,
+            "calibrator": {"type": calibrator.name, "path": CALIBRATOR_DIR},
+            "fitting": fit_info,
+            "files": {
+                p.relative_to(tmp).as_posix(): sha256_file(p)
+                for p in files
+                # The model card is for people and may be edited on the hub; it carries no numbers we use.
+                if p.relative_to(tmp).as_posix() != "README.md"
+            },
+        }
+        write_json(tmp / CONFIG_FILE, config)
+
+
+def pinned_encoder_config(encoder: SentenceEncoder) -> dict[str, Any]:
+    """The encoder's config as saved: with its provenance (:meth:`SentenceEncoder.provenance`), and for a hub
+    checkpoint ``revision`` pinned to the commit it was loaded from (the revision asked for, a branch or tag
+    that may move, is kept as ``requested_revision``), so that loading the saved model gets the same files."""
+    config = encoder.get_config()
+    provenance = encoder.provenance()
+    commit = provenance.get("commit")
+    if commit and config.get("revision") != commit:
+        if config.get("revision"):
+            config["requested_revision"] = config["revision"]
+        config["revision"] = commit
+    return {**config, **provenance}
+
+
+def copy_encoder_files(encoder: SentenceEncoder, dest: Path, *, source: Path | None = None) -> int:
+    """Copy the encoder's HF checkpoint files (see :data:`ENCODER_FILE_PATTERNS`) into the new folder ``dest``;
+    returns how many. ``source``: the folder holding them (default: where the encoder was loaded from, or the
+    hub snapshot of the commit it was loaded from)."""
+    if source is None:
+        _, load_path = resolve_model(encoder.model_id)
+        source = Path(load_path)
+        if not source.is_dir():
+            # The commit the encoder was loaded from, not a branch that may have moved since.
+            revision = encoder.provenance().get("commit") or encoder.revision
+            source = snapshot(load_path, revision, allow_patterns=[*ENCODER_FILE_PATTERNS])
+    files = {p for pattern in ENCODER_FILE_PATTERNS for p in source.glob(pattern) if p.is_file()}
+    if not any(p.suffix == ".safetensors" for p in files):
+        files |= {p for pattern in TORCH_BIN_PATTERNS for p in source.glob(pattern) if p.is_file()}
+    if not any(p.name == "config.json" for p in files):
+        raise ModelFileError(
+            f"cannot copy the encoder: {source} has no config.json, so it is not a Hugging Face checkpoint; "
+            "save without include_encoder"
+        )
+    dest.mkdir(parents=True)
+    for file in sorted(files):
+        shutil.copy2(file, dest / file.name)
+    return len(files)
+
+
+def encoder_license(folder: Path | None) -> str | None:
+    """The licence identifier that the HF checkpoint in ``folder`` declares (``license:`` in its README's front
+    matter, else a ``license`` key in its config.json), or ``None`` where neither is at hand."""
+    if folder is None:
+        return None
+    readme, config = folder / "README.md", folder / "config.json"
+    if readme.is_file():
+        text = readme.read_text(encoding="utf-8", errors="replace")
+        front = re.match(r"---[ \t]*\r?\n(.*?)\r?\n---", text, re.S)
+        found = front and re.search(r"^license:[ \t]*['\"]?([\w.+-]+)['\"]?[ \t]*$", front.group(1), re.M)
+        if found:
+            return found.group(1)
+    if config.is_file():
+        try:
+            value = json.loads(config.read_text(encoding="utf-8")).get("license")
+        except (ValueError, AttributeError):
+            value = None
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return None
+
+
+# -- reading ---------------------------------------------------------------------------------------------------
+
+
+def load_model_folder(
+    path: str | Path,
+    assemble: Callable[[Path, dict[str, Any], Calibrator, str], T],
+    *,
+    revision: str | None = None,
+) -> T:
+    """Read the model folder at ``path`` (or the hub repo id ``path`` at ``revision``) and return what
+    ``assemble(folder, config, calibrator, source)`` makes of it (``source``: the folder, resolved, or the hub id).
+
+    A local folder is read so as to see exactly one complete save while another process may save over it
+    (:func:`~bertflow.io.files.read_consistent`); a bundled encoder's files are read in that same snapshot (so
+    ``assemble`` runs inside it), an encoder loaded from elsewhere is built once, afterwards.
+
+    Raises:
+        ModelFileError: missing, truncated, corrupted or edited files; a format newer than this bertflow reads;
+            a path that is neither a local folder nor a hub repo that can be fetched (e.g. offline and not cached).
+    """
+    folder = Path(path).expanduser()
+    if not (folder.is_dir() or left_by_interrupted_save(folder)):
+        folder = download_model(str(path), revision)
+        config, calibrator = read_model_folder(folder)
+        return assemble(folder, config, calibrator, str(path))
+
+    # read() returns (assembled,) for a bundled encoder, else (config, calibrator) to assemble after the read.
+    def read(f: Path) -> tuple[T] | tuple[dict[str, Any], Calibrator]:
+        config, calibrator = read_model_folder(f)
+        if bundles_encoder(config):  # its weights are files of the folder too: read them in the same snapshot
+            return (assemble(f, config, calibrator, str(f.resolve())),)
+        return config, calibrator
+
+    result = read_consistent(folder, CONFIG_FILE, read)
+    if len(result) == 1:
+        return result[0]
+    config, calibrator = result
+    return assemble(folder, config, calibrator, str(folder.resolve()))
+
+
+def read_model_folder(folder: Path) -> tuple[dict[str, Any], Calibrator]:
+    """The config (format and checksums verified) and the calibrator of the model folder ``folder``."""
+    config = read_json(folder / CONFIG_FILE)
+    if config.get("library") != "bertflow":
+        raise ModelFileError(f"{folder / CONFIG_FILE} is not a bertflow model config")
+    check_format(config, folder / CONFIG_FILE, kind="model")
+    encoder_dir: Path | None = None
+    try:
+        calibrator_dir = _inside(folder, config["calibrator"]["path"], "calibrator.path")
+        if config["encoder"].get("path"):
+            encoder_dir = _inside(folder, config["encoder"]["path"], "encoder.path")
+    except (KeyError, TypeError, AttributeError) as e:
+        raise ModelFileError(f"{folder / CONFIG_FILE} lacks or garbles {e}; was it edited?") from None
+    verify_checksums(
+        folder,
+        config.get("files"),
+        [calibrator_dir, *([encoder_dir] if encoder_dir else [])],
+        config=folder / CONFIG_FILE,
+    )
+    return config, Calibrator.load(calibrator_dir)
+
+
+def load_encoder(
+    folder: Path, config: dict[str, Any], *, device: str | None, dtype: str
+) -> tuple[SentenceEncoder, Path | None]:
+    """The encoder that the config of the model folder ``folder`` names, and the folder of its bundled copy
+    (``None`` when it is loaded by id or path). A bundled copy is loaded with the original id, revision and
+    provenance kept."""
+    encoder_dir: Path | None = None
+    try:
+        enc = config["encoder"]
+        if enc.get("path"):
+            encoder_dir = _inside(folder, enc["path"], "encoder.path")
+        if encoder_dir is not None:
+            # A self-contained folder: load the copy, but keep the original id and revision as provenance.
+            if not (encoder_dir / "config.json").is_file():
+                raise ModelFileError(f"{encoder_dir} has no config.json: the bundled encoder is incomplete")
+            encoder = SentenceEncoder.from_config({**enc, "model": str(encoder_dir)}, device=device, dtype=dtype)
+            encoder.model_id, encoder.revision = enc["model"], enc.get("revision")
+            encoder._provenance = {k: enc[k] for k in PROVENANCE_KEYS if k in enc}
+        else:
+            encoder = SentenceEncoder.from_config(enc, device=device, dtype=dtype)
+    except (KeyError, TypeError, AttributeError) as e:
+        raise ModelFileError(f"{folder / CONFIG_FILE} lacks or garbles {e}; was it edited?") from None
+    return encoder, encoder_dir
+
+
+def bundles_encoder(config: dict[str, Any]) -> bool:
+    """Whether a model config says its encoder's files are inside the folder (``save(include_encoder=True)``)."""
+    encoder = config.get("encoder")
+    return isinstance(encoder, dict) and bool(encoder.get("path"))
+
+
+def left_by_interrupted_save(folder: Path) -> bool:
+    """Whether ``folder`` is missing but a save killed mid-swap left its previous version beside it (a local
+    model to restore, not a hub id)."""
+    prefix = f".{folder.name}{OLD_MARK}"
+    try:
+        return not folder.exists() and any(e.name.startswith(prefix) for e in folder.parent.iterdir())
+    except OSError:
+        return False
+
+
+def _inside(folder: Path, rel: object, what: str) -> Path:
+    """``folder / rel`` for a relative path from the model's config (see :func:`~bertflow.io.formats.path_inside`)."""
+    return path_inside(folder, rel, config=folder / CONFIG_FILE, what=what)

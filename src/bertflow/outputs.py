@@ -1,0 +1,119 @@
+"""sentence-transformers' ``encode`` / ``similarity`` conventions for :class:`~bertflow.embedder.Embedder`.
+
+The keywords of ``SentenceTransformer.encode`` (``precision``, ``convert_to_tensor``, ``convert_to_numpy``,
+``normalize_embeddings``, ``device``, ``prompt``) checked and applied to calibrated embeddings, and the cosine of
+two embedding inputs that ``SentenceTransformer.similarity`` computes, so code (and MTEB) written for a
+``SentenceTransformer`` runs unchanged on an Embedder.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from .errors import InputError
+from .linalg import unit_rows
+
+__all__ = ["PRECISIONS", "are_embeddings", "check_encode_keywords", "convert_embeddings", "embedding_cosine"]
+
+#: ``Embedder.encode(precision=...)`` values: sentence-transformers' (``quantize_embeddings``).
+PRECISIONS = ("float32", "int8", "uint8", "binary", "ubinary")
+
+
+def check_encode_keywords(
+    unknown: dict[str, Any],
+    *,
+    prompt: str | None,
+    prompt_name: str | None,
+    device: str | torch.device | None,
+    encoder_device: torch.device,
+    precision: str,
+) -> None:
+    """Refuse, before any encoding, what ``Embedder.encode`` cannot honour.
+
+    Raises:
+        TypeError: ``unknown`` (keywords that neither bertflow nor sentence-transformers' ``encode`` knows) is not
+            empty; all are named.
+        InputError: a prompt, a ``device`` other than ``encoder_device``, a precision not in :data:`PRECISIONS`.
+    """
+    if unknown:
+        raise TypeError(
+            f"Embedder.encode() got unexpected keyword argument(s) {', '.join(map(repr, sorted(unknown)))}; it "
+            "takes batch_size, show_progress_bar, convert_to_numpy, convert_to_tensor, normalize_embeddings, "
+            "precision, device (and prompt=None, prompt_name=None)"
+        )
+    if prompt is not None or prompt_name is not None:
+        raise InputError(
+            "Embedder.encode() takes no prompt: the calibrator was fitted on sentences without one, so a prompt "
+            "would change what it is applied to; put the prompt in the sentences for both fit and encode instead"
+        )
+    if device is not None and torch.device(device) != encoder_device:
+        raise InputError(
+            f"this Embedder encodes on {encoder_device}, not {device}: the device is chosen when the "
+            f"encoder is built (SentenceEncoder(..., device={str(device)!r}), or Embedder.load(..., device=...))"
+        )
+    if precision not in PRECISIONS:
+        raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+
+
+def convert_embeddings(
+    out: np.ndarray,
+    *,
+    single: bool,
+    device: torch.device,
+    normalize_embeddings: bool = False,
+    precision: str = "float32",
+    convert_to_tensor: bool = False,
+    convert_to_numpy: bool = True,
+) -> Any:
+    """``out`` (float32 [N, D'], or [D'] for one sentence when ``single``) as sentence-transformers' ``encode``
+    returns it with these keywords: unit rows, quantised (``quantize_embeddings``, ranges from ``out`` itself),
+    and an array, one tensor on ``device``, or (``convert_to_numpy=False``) a list of N tensors [D'].
+
+    Raises:
+        InputError: a precision other than float32 without sentence-transformers installed.
+    """
+    if normalize_embeddings:
+        out = unit_rows(np.atleast_2d(out)).astype(np.float32).reshape(out.shape)
+    if precision != "float32":
+        try:  # sentence-transformers >= 6; 5 has it in .quantization (a deprecated alias in 6)
+            from sentence_transformers.util.quantization import quantize_embeddings
+        except ImportError:
+            try:
+                from sentence_transformers.quantization import quantize_embeddings
+            except ImportError:
+                raise InputError(
+                    f"precision={precision!r} needs sentence-transformers: pip install 'bertflow[st]'"
+                ) from None
+        out = np.asarray(quantize_embeddings(np.atleast_2d(out), precision=precision))
+        out = out[0] if single else out
+    if convert_to_tensor:
+        return torch.from_numpy(out).to(device)
+    if not convert_to_numpy:
+        tensor = torch.from_numpy(out).to(device)
+        return tensor if single else list(tensor)
+    return out
+
+
+def are_embeddings(a: object, b: object) -> bool:
+    """Whether ``a`` and ``b`` are both embedding arrays or tensors (sentence-transformers' ``similarity`` input)
+    rather than sentences."""
+    return all(isinstance(x, (np.ndarray, torch.Tensor)) for x in (a, b))
+
+
+def embedding_cosine(a: np.ndarray | torch.Tensor, b: np.ndarray | torch.Tensor, *, pairwise: bool) -> torch.Tensor:
+    """Cosine of embeddings ([N, D] or [D]), computed in float64: the matrix [N1, N2], or with ``pairwise`` the
+    cosine of each pair of rows [N]; a float32 CPU tensor, as sentence-transformers' ``similarity`` returns."""
+    za, zb = (
+        unit_rows(np.atleast_2d(np.asarray(x.detach().cpu() if isinstance(x, torch.Tensor) else x, dtype=np.float64)))
+        for x in (a, b)
+    )
+    if pairwise:
+        if za.shape != zb.shape:
+            raise InputError(f"pairwise similarity needs embeddings of one shape, got {za.shape} and {zb.shape}")
+        sims = np.einsum("nd,nd->n", za, zb)
+    else:
+        sims = za @ zb.T
+    return torch.from_numpy(sims.astype(np.float32))
