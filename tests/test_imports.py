@@ -99,3 +99,20 @@ def test_embedder_does_not_import_mteb_or_sentence_transformers():
     )
     env = {**os.environ, "PYTHONPATH": SRC}
     subprocess.run([sys.executable, "-c", code], env=env, check=True)
+
+
+def test_no_module_imports_another_modules_private_names():
+    """The layers talk through public names only (issue 15): no ``from .x import _name`` across modules."""
+    import ast
+
+    root = Path(SRC) / "bertflow"
+    offenders = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("bertflow")):
+                offenders += [
+                    f"{path.relative_to(root)}: {a.name} from {node.module}"
+                    for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")
+                ]
+    assert offenders == []
