@@ -45,11 +45,15 @@ def corpus_file(tmp_path: Path) -> tuple[Path, list[str]]:
     return path, lines
 
 
-@pytest.fixture()
-def anisotropic32() -> np.ndarray:
+def anisotropic32_rows() -> np.ndarray:
     """[600, 12] float32 correlated, shifted, non-Gaussian rows with one constant column (index 7)."""
     rng = np.random.default_rng(0)
     base = rng.normal(size=(600, 12)) @ rng.normal(size=(12, 12))
     x = (base + 0.3 * base**2 / 10 + 5.0).astype(np.float32)
     x[:, 7] = 0.25
     return x
+
+
+@pytest.fixture()
+def anisotropic32() -> np.ndarray:
+    return anisotropic32_rows()

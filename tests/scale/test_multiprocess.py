@@ -31,24 +31,16 @@ from bertflow.scale.launch import launch_local
 from bertflow.scale.store import open_embeddings, read_manifest, write_store
 
 from . import workers
-from .conftest import make_lines, one_thread, reference
+from .conftest import anisotropic32_rows, make_lines, one_thread, reference
 
 pytestmark = pytest.mark.distributed
-
-
-def _fit_data() -> np.ndarray:
-    rng = np.random.default_rng(0)
-    base = rng.normal(size=(600, 12)) @ rng.normal(size=(12, 12))
-    x = (base + 0.3 * base**2 / 10 + 5.0).astype(np.float32)
-    x[:, 7] = 0.25
-    return x
 
 
 @pytest.fixture(scope="module")
 def job(tiny_model_dir, tmp_path_factory):
     """Run launch 1 once for the module; the tests below read what it left."""
     root = tmp_path_factory.mktemp("two-ranks")
-    x = _fit_data()
+    x = anisotropic32_rows()
     write_store(x, root / "fit", shard_size=128)
     lines = make_lines(250, seed=1)
     (root / "input.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -148,21 +148,30 @@ def iter_lines(path: str | Path, errors: EncodingErrors = "strict") -> Iterator[
     p = Path(path)
     with _open_binary(p) as fh:
         for number, raw in enumerate(_raw_lines(fh, p), start=1):
-            if raw.endswith(b"\n"):
-                raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
-            check_not_utf16(raw, p, number)
-            try:
-                text = raw.decode("utf-8", errors=errors)
-            except UnicodeDecodeError as exc:
-                bad = raw[exc.start : exc.start + 1]
-                raise InputError(
-                    f"{p}: line {number} is not valid UTF-8 (byte 0x{bad.hex()} at byte column "
-                    f"{exc.start + 1}: {exc.reason}). Re-encode the file as UTF-8, or pass "
-                    f"errors='replace' (CLI: --encoding-errors replace) to read undecodable bytes as U+FFFD."
-                ) from None
-            if number == 1 and text.startswith(BOM):
-                text = text[1:]
-            yield number, text
+            yield number, decode_line(raw, p, number, errors, first=number == 1)
+
+
+def decode_line(raw: bytes, path: Path, number: int, errors: str, *, first: bool) -> str:
+    """One raw line of a file as text: terminator (``\\n`` or ``\\r\\n``) removed, UTF-16 refused, UTF-8 decoded
+    (``errors`` as in :func:`iter_lines`), a BOM dropped from the file's ``first`` line. The one decoding rule of
+    every reader here, whole-file and by offset.
+
+    Raises:
+        InputError: naming the file, the 1-based line ``number``, the byte column and the byte.
+    """
+    if raw.endswith(b"\n"):
+        raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
+    check_not_utf16(raw, path, number)
+    try:
+        text = raw.decode("utf-8", errors=errors)
+    except UnicodeDecodeError as exc:
+        bad = raw[exc.start : exc.start + 1]
+        raise InputError(
+            f"{path}: line {number} is not valid UTF-8 (byte 0x{bad.hex()} at byte column "
+            f"{exc.start + 1}: {exc.reason}). Re-encode the file as UTF-8, or pass "
+            f"errors='replace' (CLI: --encoding-errors replace) to read undecodable bytes as U+FFFD."
+        ) from None
+    return text[1:] if first and text.startswith(BOM) else text
 
 
 def read_sentences(
@@ -509,18 +518,7 @@ def read_lines(path: str | Path, offset: int, count: int, *, first_line: int = 1
         fh.seek(offset)
         for i, raw in enumerate(itertools.islice(fh, count)):
             number = first_line + i
-            if raw.endswith(b"\n"):
-                raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
-            check_not_utf16(raw, p, number)
-            try:
-                text = raw.decode("utf-8", errors=errors)
-            except UnicodeDecodeError as e:
-                raise InputError(
-                    f"{p}: line {number} is not valid UTF-8 (byte 0x{raw[e.start : e.start + 1].hex()} at byte "
-                    f"column {e.start + 1}); re-encode the file or pass --encoding-errors replace"
-                ) from None
-            if i == 0 and offset == 0 and text.startswith("\ufeff"):
-                text = text[1:]
+            text = decode_line(raw, p, number, errors, first=i == 0 and offset == 0)
             if is_blank(text):
                 raise InputError(
                     f"{p}: line {number} is empty or only whitespace or invisible characters; every line becomes one "
