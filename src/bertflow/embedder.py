@@ -341,12 +341,16 @@ class Embedder:
             )
         return (za * zb).sum(axis=1).astype(np.float32)
 
-    def _require_fitted(self) -> None:
+    def check_fitted(self) -> None:
+        """Raise :class:`~bertflow.errors.NotFittedError` unless the calibrator is fitted (an identity calibrator
+        needs no data and is fitted here on first use)."""
         if not self.calibrator.is_fitted:
             if isinstance(self.calibrator, IdentityCalibrator):
                 self.calibrator.fit(np.zeros((1, self.encoder.dim)))
                 return
-            self.calibrator._check_fitted()
+            self.calibrator.check_fitted()
+
+    _require_fitted = check_fitted  # the name the methods below use
 
     # -- identity and search -----------------------------------------------------------------------------
 

@@ -204,7 +204,7 @@ def calibrator_fingerprint(calibrator: Calibrator) -> str:
         return value
 
     config = calibrator.to_config()
-    _, arrays = calibrator._get_state()  # the fitted arrays, exactly as save() writes them
+    _, arrays = calibrator.fitted_state()  # the fitted arrays, exactly as save() writes them
     h = hashlib.sha256(json.dumps(canonical(config), sort_keys=True, default=str).encode("utf-8"))
     for name in sorted(arrays):
         arr = np.ascontiguousarray(arrays[name])

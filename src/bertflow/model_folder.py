@@ -284,7 +284,7 @@ def load_encoder(
                 raise ModelFileError(f"{encoder_dir} has no config.json: the bundled encoder is incomplete")
             encoder = SentenceEncoder.from_config({**enc, "model": str(encoder_dir)}, device=device, dtype=dtype)
             encoder.model_id, encoder.revision = enc["model"], enc.get("revision")
-            encoder._provenance = {k: enc[k] for k in PROVENANCE_KEYS if k in enc}
+            encoder.pin_provenance({k: enc[k] for k in PROVENANCE_KEYS if k in enc})
         else:
             encoder = SentenceEncoder.from_config(enc, device=device, dtype=dtype)
     except (KeyError, TypeError, AttributeError) as e:

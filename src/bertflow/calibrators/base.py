@@ -171,9 +171,17 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
         """True once ``fit`` (or loading) has set ``n_features_in_``."""
         return hasattr(self, "n_features_in_")
 
-    def _check_fitted(self) -> None:
+    def check_fitted(self) -> None:
+        """Raise :class:`~bertflow.errors.NotFittedError` (one line) unless ``fit`` or loading has run."""
         if not self.is_fitted:
             raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit(X) with embeddings first")
+
+    _check_fitted = check_fitted  # the name the subclasses use
+
+    def fitted_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """``(meta, arrays)``: the fitted state exactly as :meth:`save` writes it (JSON-able meta, named arrays)."""
+        self.check_fitted()
+        return self._get_state()
 
     def get_feature_names_out(self, input_features: Sequence[str] | None = None) -> np.ndarray:
         """Names of the output columns (object array [n_features_out_]), as scikit-learn's transformers give them.
@@ -222,6 +230,13 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
         check_calibrated(out, arr, what=f"this {type(self).__name__}")
         return out[0] if single else out
 
+    def transform64(self, X: np.ndarray) -> np.ndarray:
+        """The map in float64: [N, D] -> float64 [N, D_out], what :meth:`transform` computes before its float32
+        cast (e.g. to read an affine calibrator's matrix off exactly, probing it at 0 and the unit vectors)."""
+        self.check_fitted()
+        arr = check_array(np.atleast_2d(X), n_features=self.n_features_in_, what="X", owner=type(self).__name__)
+        return np.asarray(self._transform(arr), dtype=np.float64)
+
     def torch_transform(self, device: str | torch.device = "cpu") -> TorchTransform:
         """This calibrator's :meth:`transform` as a torch function on ``device``: float32 [n, D] -> [n, D_out].
 
@@ -250,10 +265,14 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
         self._check_fitted()
         return self.n_features_in_
 
+    def min_rows(self) -> int:
+        """Fewest rows ``fit`` accepts."""
+        return self._min_rows()
+
     def _min_rows(self) -> int:
         return 2
 
-    def _check_params(self, X: np.ndarray) -> None:
+    def check_params(self, X: np.ndarray) -> None:
         """Refuse NaN or infinite numeric hyperparameters, then run the subclass's :meth:`_validate_params`.
 
         Range checks written as ``x < 0`` are all false for NaN, which would then flow into the fit as if it were
@@ -263,6 +282,8 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
             if isinstance(value, (float, np.floating)) and not np.isfinite(value):
                 raise InputError(f"{type(self).__name__}: {name} must be a finite number, got {value!r}")
         self._validate_params(X)
+
+    _check_params = check_params  # the name fit uses
 
     def _validate_params(self, X: np.ndarray) -> None:  # noqa: B027 - optional hook
         """Check hyperparameters against the data at fit time (scikit-learn validates in fit, not init)."""

@@ -152,8 +152,20 @@ class FlowCalibrator(Calibrator):
         if not 0 <= self.validation_fraction < 0.5:
             raise InputError("validation_fraction must be in [0, 0.5)")
 
-    def _device(self) -> torch.device:
+    def resolve_device(self) -> torch.device:
+        """The device ``fit`` trains on: ``device``, else CUDA where there is one, else the CPU."""
         return torch.device(self.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+
+    _device = resolve_device
+
+    @property
+    def active_(self) -> np.ndarray:
+        """Indices of the input dimensions the flow models (the others are constant and set aside)."""
+        return self._active
+
+    @active_.setter
+    def active_(self, value: np.ndarray) -> None:
+        self._active = value
 
     # -- fitting -----------------------------------------------------------------------------------------
 

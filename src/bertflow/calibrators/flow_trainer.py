@@ -68,7 +68,7 @@ class FlowTrainer:
         verbose: bool | None = None,
     ) -> None:
         self.calibrator = calibrator
-        self.device = torch.device(device) if device is not None else calibrator._device()
+        self.device = torch.device(device) if device is not None else calibrator.resolve_device()
         self.reduce = reduce
         self.verbose = calibrator.verbose if verbose is None else bool(verbose)
         self.generator = torch.Generator().manual_seed(int(calibrator.seed))
@@ -93,9 +93,9 @@ class FlowTrainer:
             InputError: a hyperparameter out of range, fewer than 2 features, or fewer rows than ``min_samples``.
         """
         cal = self.calibrator
-        cal._check_params(np.empty((0, n_features)))
-        if n_rows < cal._min_rows():
-            raise InputError(f"the flow needs at least {cal._min_rows()} rows, got {n_rows}")
+        cal.check_params(np.empty((0, n_features)))
+        if n_rows < cal.min_rows():
+            raise InputError(f"the flow needs at least {cal.min_rows()} rows, got {n_rows}")
 
     def prepare(self, mean: np.ndarray, std: np.ndarray, abs_max: float, n_rows: int) -> np.ndarray:
         """Set the constant dimensions aside from per-dimension statistics of all fitting rows; returns the [D_a]
@@ -116,22 +116,22 @@ class FlowTrainer:
         cal.passthrough_ = np.flatnonzero(degenerate)
         cal.passthrough_mean_ = mean[degenerate]
         cal.passthrough_scale_ = floored_std(std)[degenerate]
-        cal._active = np.flatnonzero(~degenerate)
-        if len(cal._active) < 2:
+        cal.active_ = np.flatnonzero(~degenerate)
+        if len(cal.active_) < 2:
             raise InputError(
-                f"only {len(cal._active)} of {len(std)} embedding dimensions vary across the {n_rows} rows "
+                f"only {len(cal.active_)} of {len(std)} embedding dimensions vary across the {n_rows} rows "
                 "(are all rows duplicates of one another?); a flow needs varied embeddings"
             )
         if len(cal.passthrough_):
             logger.info("flow: %d constant dimension(s) set aside: %s", len(cal.passthrough_), cal.passthrough_)
-        return cal._active
+        return cal.active_
 
     def build(self) -> Glow:
         """The untrained, uninitialised Glow on the active dimensions (after :meth:`prepare`), seeded by ``seed``,
         on :attr:`device`; it is also the calibrator's ``flow_`` from now on."""
         cal = self.calibrator
         try:
-            config = cal.glow_config(len(cal._active))
+            config = cal.glow_config(len(cal.active_))
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(cal.seed)
                 glow = Glow(**config)

@@ -253,6 +253,11 @@ class SentenceEncoder:
             self._provenance = checkpoint_provenance(self._load_path, self.revision, self.model.config)
         return dict(self._provenance)
 
+    def pin_provenance(self, provenance: dict[str, Any]) -> None:
+        """Set what :meth:`provenance` returns: a saved model's record of its checkpoint, kept as it was saved
+        (a bundled encoder's files are not the original checkpoint's)."""
+        self._provenance = dict(provenance)
+
     @property
     def source_dir(self) -> Path | None:
         """The local folder the checkpoint was read from (a hub checkpoint's cached snapshot), or ``None``."""

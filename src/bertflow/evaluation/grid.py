@@ -449,7 +449,7 @@ def evaluate_embedder(
     """
     started = time.perf_counter()
     encoder: SentenceEncoder = embedder.encoder
-    embedder._require_fitted()
+    embedder.check_fitted()
     root: Path | None = None
     if tasks is None:
         root = resolve_data_dir(data_dir)

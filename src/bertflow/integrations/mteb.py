@@ -66,7 +66,7 @@ class MTEBEncoder:
     def __init__(self, embedder: Embedder, *, name: str | None = None) -> None:
         if not isinstance(embedder, Embedder):
             raise InputError(f"MTEBEncoder wraps a bertflow Embedder, got {type(embedder).__name__}")
-        embedder._require_fitted()
+        embedder.check_fitted()
         self.embedder = embedder
         identity = embedder.identity()
         encoder = identity["encoder"]

@@ -120,14 +120,14 @@ def affine_map(calibrator: Calibrator) -> tuple[np.ndarray, np.ndarray] | None:
     Returns:
         ``(W [D, D'], b [D'])`` with ``b = -mean @ W`` (the mean folded into the bias), or ``None``.
     """
-    calibrator._check_fitted()
+    calibrator.check_fitted()
     if not _is_affine(calibrator):
         return None
-    # Each step's _transform is affine and computes in float64, so probing it at 0 and at the unit vectors reads
+    # Each step's map is affine and computes in float64 (transform64), so probing it at 0 and at the unit vectors reads
     # off b and W exactly (to float64 rounding), the same way for every class and for the composition.
     d = calibrator.n_features_in_
     probes = np.vstack([np.zeros((1, d)), np.eye(d)])
-    out = calibrator._transform(probes)
+    out = calibrator.transform64(probes)
     return out[1:] - out[0], out[0]
 
 
@@ -258,7 +258,7 @@ class Calibration(Module):
         super().__init__()
         if not isinstance(calibrator, Calibrator):
             raise InputError(f"Calibration needs a bertflow Calibrator, got {type(calibrator).__name__}")
-        calibrator._check_fitted()
+        calibrator.check_fitted()
         self.calibrator = calibrator
         self.fitting = dict(fitting or {})
 
@@ -486,7 +486,7 @@ def from_embedder(embedder: Embedder, *, normalize: bool = False, portable: bool
     except ImportError:  # pragma: no cover - sentence-transformers 5
         from sentence_transformers.models import Pooling, Transformer
 
-    embedder._require_fitted()
+    embedder.check_fitted()
     encoder = embedder.encoder
     pooling = encoder.pooling.to_spec()
     if pooling not in _ST_POOLINGS:
