@@ -204,12 +204,9 @@ def encode_poolings(
     Returns:
         ``{pooling_key: float32 [N, D]}`` (keys from :func:`pooling_key`).
     """
-    items = validate_sentences(sentences)
-    specs = [_spec(p) for p in poolings]
-    if not specs:
-        raise InputError("give at least one pooling")
+    # The encoder checks the sentences and the poolings (one-line InputErrors) before any work.
     out: dict[str, np.ndarray] = encoder.encode(
-        items, poolings=specs, batch_size=batch_size, show_progress_bar=show_progress_bar
+        list(sentences), poolings=list(poolings), batch_size=batch_size, show_progress_bar=show_progress_bar
     )
     return out
 
@@ -276,23 +273,32 @@ def embed_cached(
     from tqdm.auto import tqdm
 
     show = len(todo) >= 4096 if show_progress_bar is None else show_progress_bar
-    with tqdm(total=len(todo), desc="encode", unit="sent", disable=not show) as bar:
-        for start in range(0, len(todo), chunk_size):
-            chunk = todo[start : start + chunk_size]
-            texts = [distinct[i] for i in chunk]
-            # Only the poolings that lack at least one sentence of this chunk are computed and stored.
-            need = [k for k in missing if missing[k][chunk].any()]
-            encoded = encode_poolings(
-                encoder, texts, [spec_of[k] for k in need], batch_size=batch_size, show_progress_bar=False
+    need = [k for k in missing if missing[k].any()]  # the poolings that lack at least one sentence
+    if len(todo):
+        with tqdm(total=len(todo), desc="encode", unit="sent", disable=not show) as bar:
+            # One stream through the encoder (its pipeline stays busy between chunks); each chunk of chunk_size
+            # sentences is stored as it arrives, so an interrupted run resumes where it stopped.
+            stream = encoder.iter_encode(
+                [distinct[i] for i in todo],
+                poolings=[spec_of[k] for k in need],
+                batch_size=batch_size,
+                chunk_size=chunk_size,
+                progress=bar.update,
             )
-            for key in need:
-                # Only rows that were missing are filled and stored: cached rows stay exactly as they were.
-                sel = missing[key][chunk]
-                result[key][chunk[sel]] = encoded[key][sel]
-                if cache is not None:
-                    cache.store(
-                        encoder, spec_of[key], [t for t, m in zip(texts, sel, strict=True) if m], encoded[key][sel]
-                    )
-            bar.update(len(chunk))
+            start = 0
+            for encoded in stream:
+                chunk = todo[start : start + len(encoded[need[0]])]
+                start += len(chunk)
+                texts = [distinct[i] for i in chunk]
+                for key in need:
+                    # Only rows that were missing are filled and stored: cached rows stay exactly as they were.
+                    sel = missing[key][chunk]
+                    if not sel.any():
+                        continue
+                    result[key][chunk[sel]] = encoded[key][sel]
+                    if cache is not None:
+                        cache.store(
+                            encoder, spec_of[key], [t for t, m in zip(texts, sel, strict=True) if m], encoded[key][sel]
+                        )
     rows = np.fromiter((position[s] for s in items), dtype=np.int64, count=len(items))
     return {key: result[key][rows] for key in dict.fromkeys(keys)}
