@@ -230,7 +230,7 @@ class Embedder:
             encoder_device=self.encoder.device,
             precision=precision,
         )
-        self._require_fitted()
+        self.check_fitted()
         out = self.encoder.encode(
             sentences, batch_size=batch_size, show_progress_bar=show_progress_bar, transform=self._device_transform()
         )
@@ -279,7 +279,7 @@ class Embedder:
         except ImportError as e:
             raise AttributeError(f"Embedder.mteb_model_meta needs mteb ({e})") from None
         try:
-            self._require_fitted()
+            self.check_fitted()
         except AttributeError as e:
             raise InputError(f"{e} (MTEB needs a fitted Embedder)") from None
         return MTEBEncoder(self).mteb_model_meta
@@ -326,7 +326,7 @@ class Embedder:
             raise ValueError(f"need as many first as second sentences, got {len(a)} and {len(b)}")
         from tqdm.auto import tqdm
 
-        self._require_fitted()
+        self.check_fitted()
         transform = self._device_transform()
         show = 2 * len(a) >= 4096 if show_progress_bar is None else show_progress_bar
         # One bar over both sides, moving per forward batch on CPU (SentenceEncoder.iter_encode's progress).
@@ -350,14 +350,12 @@ class Embedder:
                 return
             self.calibrator.check_fitted()
 
-    _require_fitted = check_fitted  # the name the methods below use
-
     # -- identity and search -----------------------------------------------------------------------------
 
     def identity(self) -> dict[str, Any]:
         """What makes this model's vectors what they are: the encoder config (with its weight fingerprint) and the
         calibrator's type, fingerprint and output dimension. Saved with an index and compared when it is used."""
-        self._require_fitted()
+        self.check_fitted()
         return {"encoder": self.encoder.get_config(), "calibrator": calibrator_identity(self.calibrator)}
 
     def iter_encode(
@@ -370,7 +368,7 @@ class Embedder:
         """
         from tqdm.auto import tqdm
 
-        self._require_fitted()
+        self.check_fitted()
         show = len(sentences) >= 4096 if show_progress_bar is None else show_progress_bar
         with tqdm(total=len(sentences), desc="encode", unit="sent", disable=not show) as bar:
             yield from iter_calibrated(
@@ -509,7 +507,7 @@ class Embedder:
 
     def calibrator_dim(self) -> int:
         """Dimension D' of the calibrated vectors."""
-        self._require_fitted()
+        self.check_fitted()
         return int(self.calibrator.n_features_out_)
 
     def _require_index(self) -> EmbeddingIndex:
@@ -533,7 +531,7 @@ class Embedder:
         Raises:
             OutputError: ``path`` may not be written (see :func:`~bertflow.io.files.check_output_folder`).
         """
-        self._require_fitted()
+        self.check_fitted()
         save_model_folder(
             path,
             self.encoder,
@@ -614,7 +612,7 @@ class Embedder:
         """
         import tempfile
 
-        self._require_fitted()
+        self.check_fitted()
         check_repo_id(repo_id)
         source = self.source  # save() records where it wrote; a temporary folder is no origin worth keeping
         with tempfile.TemporaryDirectory(prefix="bertflow-push-") as tmp:

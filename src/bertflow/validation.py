@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -88,8 +88,9 @@ def validate_sentences(sentences: Iterable[object], *, what: str = "sentence") -
     return items
 
 
-def check_finite(x: np.ndarray, *, what: str) -> None:
-    """Raise naming the first bad row and column if ``x`` holds NaN or Inf."""
+def check_finite(x: np.ndarray, *, what: str, first_row: int = 0) -> None:
+    """Raise naming the first bad row and column if ``x`` holds NaN or Inf (rows counted from ``first_row``: where
+    ``x`` starts in a stream)."""
     # In blocks of rows: a boolean mask of a million embeddings would cost as much memory as a float32 copy.
     step = max(1, (1 << 22) // max(1, x.shape[-1])) if x.ndim == 2 else max(1, len(x))
     for start in range(0, len(x), step):
@@ -97,7 +98,7 @@ def check_finite(x: np.ndarray, *, what: str) -> None:
         if finite.all():
             continue
         row, col = (int(v) for v in np.argwhere(~finite)[0]) if x.ndim == 2 else (int(np.argmin(finite)), 0)
-        row += start
+        row += first_row + start
         raise InputError(
             f"{what} contain NaN or Inf (first at row {row}, column {col}); the model or its input is broken"
         )
@@ -118,9 +119,15 @@ def check_calibrated(z: np.ndarray, x: np.ndarray, *, what: str = "the calibrato
     limit = output_limit(max(float(x.max()), -float(x.min()))) if x.size else OUTPUT_LIMIT
     if float(z.max()) <= limit and -float(z.min()) <= limit:  # NaN fails both; no temporary arrays
         return
+    raise_calibrated(z, limit, what=what)
+
+
+def raise_calibrated(z: np.ndarray, limit: float, *, what: str, first_row: int = 0, source: str = "") -> NoReturn:
+    """Raise the :func:`calibrated_error` of the worst value of ``z`` [N, D'] (NaN/Inf first, then the largest
+    magnitude), its row counted from ``first_row``."""
     magnitude = np.where(np.isfinite(z), np.abs(z), np.inf)
     row, col = (int(v) for v in np.unravel_index(int(np.argmax(magnitude)), z.shape))
-    raise InputError(calibrated_error(what, row, col, float(z[row, col]), limit))
+    raise InputError(calibrated_error(what, first_row + row, col, float(z[row, col]), limit, source))
 
 
 def calibrated_error(what: str, row: int, col: int, value: float, limit: float, source: str = "") -> str:

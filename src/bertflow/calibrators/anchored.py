@@ -138,7 +138,7 @@ class AnchoredWhiteningCalibrator(Calibrator):
 
     @property
     def n_features_out_(self) -> int:
-        self._check_fitted()
+        self.check_fitted()
         return self.n_features_in_ + self.components_.shape[1]
 
     def _get_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

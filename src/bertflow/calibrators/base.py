@@ -176,8 +176,6 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
         if not self.is_fitted:
             raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit(X) with embeddings first")
 
-    _check_fitted = check_fitted  # the name the subclasses use
-
     def fitted_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """``(meta, arrays)``: the fitted state exactly as :meth:`save` writes it (JSON-able meta, named arrays)."""
         self.check_fitted()
@@ -189,7 +187,7 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
         The input names (``input_features``, else ``feature_names_in_`` when fitted on a DataFrame, else ``x0``,
         ``x1`` ...) for calibrators that keep the input's coordinates; ``<classname><i>`` for the others.
         """
-        self._check_fitted()
+        self.check_fitted()
         if self._one_to_one:
             return OneToOneFeatureMixin.get_feature_names_out(self, input_features)
         return ClassNamePrefixFeaturesOutMixin.get_feature_names_out(self, input_features)
@@ -204,7 +202,7 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
     def fit(self, X: np.ndarray, y: object = None) -> Calibrator:
         """Fit on embeddings ``X`` [N, D] (``y`` is ignored; it exists for pipelines). Returns ``self``."""
         arr = check_array(X, what="X", min_rows=self._min_rows(), dtype=self._fit_dtype, owner=type(self).__name__)
-        self._check_params(arr)
+        self.check_params(arr)
         if self._needs_variance:
             check_spread(arr)
         for attr in ("n_features_in_", "feature_names_in_"):  # a refit that fails leaves no stale fitted marker
@@ -219,7 +217,7 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
 
         A 1-D vector [D] gives a 1-D result [D_out] (one sentence); scikit-learn's transformers refuse 1-D input.
         """
-        self._check_fitted()
+        self.check_fitted()
         single = np.asarray(X).ndim == 1  # np.asarray: np.ndim would go through __array_function__
         arr = check_array(
             np.atleast_2d(X) if single else X, n_features=self.n_features_in_, what="X", owner=type(self).__name__
@@ -246,7 +244,7 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
         rounding (about 1e-6 relative). It does not validate its input: check the output for NaN/Inf. The
         function holds its own copy of the fitted state, so refitting the calibrator later does not change it.
         """
-        self._check_fitted()
+        self.check_fitted()
         fn = self._torch_transform(torch.device(device))
         return lambda x: fn(x.to(torch.float32))  # no copy when x is float32 already
 
@@ -262,7 +260,7 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
     @property
     def n_features_out_(self) -> int:
         """Dimension of the calibrated vectors."""
-        self._check_fitted()
+        self.check_fitted()
         return self.n_features_in_
 
     def min_rows(self) -> int:
@@ -283,8 +281,6 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
                 raise InputError(f"{type(self).__name__}: {name} must be a finite number, got {value!r}")
         self._validate_params(X)
 
-    _check_params = check_params  # the name fit uses
-
     def _validate_params(self, X: np.ndarray) -> None:  # noqa: B027 - optional hook
         """Check hyperparameters against the data at fit time (scikit-learn validates in fit, not init)."""
 
@@ -304,7 +300,7 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
 
     def to_config(self) -> dict[str, Any]:
         """JSON describing the class, its parameters and fitted scalar state (no arrays)."""
-        self._check_fitted()
+        self.check_fitted()
         meta, _ = self._get_state()
         return {
             "type": self.name,
@@ -319,7 +315,7 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
 
     def save(self, path: str | Path) -> None:
         """Write ``config.json`` and ``model.safetensors`` into the folder ``path`` (created if needed)."""
-        self._check_fitted()
+        self.check_fitted()
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
         _, arrays = self._get_state()
@@ -372,7 +368,7 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
 def check_latents(calibrator: Calibrator, Z: object) -> np.ndarray:
     """Validate the input of an ``inverse_transform``: finite, ``n_features_out_`` columns, as float64 of the same
     shape ([N, D'], or [D'] for one vector). NaN or Inf would otherwise come back as plausible-looking embeddings."""
-    calibrator._check_fitted()
+    calibrator.check_fitted()
     single = np.ndim(Z) == 1
     arr = check_array(np.atleast_2d(Z) if single else Z, what="Z", min_rows=0)
     if arr.shape[1] != calibrator.n_features_out_:

@@ -75,12 +75,12 @@ class ChainCalibrator(Calibrator):
 
     @property
     def n_features_out_(self) -> int:
-        self._check_fitted()
+        self.check_fitted()
         return self.steps_[-1].n_features_out_
 
     def get_feature_names_out(self, input_features: Sequence[str] | None = None) -> np.ndarray:
         """Each step's output names fed to the next, as in ``sklearn.pipeline.Pipeline``."""
-        self._check_fitted()
+        self.check_fitted()
         names = OneToOneFeatureMixin.get_feature_names_out(self, input_features)
         for step in self.steps_:
             names = step.get_feature_names_out(names)

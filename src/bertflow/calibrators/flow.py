@@ -156,8 +156,6 @@ class FlowCalibrator(Calibrator):
         """The device ``fit`` trains on: ``device``, else CUDA where there is one, else the CPU."""
         return torch.device(self.device or ("cuda" if torch.cuda.is_available() else "cpu"))
 
-    _device = resolve_device
-
     @property
     def active_(self) -> np.ndarray:
         """Indices of the input dimensions the flow models (the others are constant and set aside)."""
@@ -264,7 +262,7 @@ class FlowCalibrator(Calibrator):
 
     def score_samples(self, X: np.ndarray) -> np.ndarray:
         """Log-density log p(x) in nats per sample [N] (constant dimensions scored by their floored Gaussian)."""
-        self._check_fitted()
+        self.check_fitted()
         from ..validation import check_array
 
         X = check_array(X, n_features=self.n_features_in_, owner=type(self).__name__)
@@ -313,7 +311,7 @@ class FlowCalibrator(Calibrator):
         if d != self.n_features_in_:
             raise ValueError(f"the flow covers {d} dimensions but the config declares {self.n_features_in_}")
         self._active = np.setdiff1d(np.arange(d), self.passthrough_)
-        self.flow_ = glow.to(self._device()).eval()
+        self.flow_ = glow.to(self.resolve_device()).eval()
         self.n_steps_ = int(meta["n_steps"])
         self.best_step_ = int(meta["best_step"])
         self.history_ = meta["history"]

@@ -199,7 +199,7 @@ class WhiteningCalibrator(Calibrator):
             raise InputError(f"whitening needs at least 2 rows to estimate a covariance, got {n}")
         if not (np.isfinite(sum_x).all() and np.isfinite(sum_outer).all() and np.isfinite(shift).all()):
             raise InputError("the moments contain NaN or Inf; the embeddings they were summed from are broken")
-        self._check_params(np.empty((0, d)))
+        self.check_params(np.empty((0, d)))
         n = int(n)
         delta = sum_x / n
         cov = (sum_outer - n * np.outer(delta, delta)) / (n - 1)
@@ -246,7 +246,7 @@ class WhiteningCalibrator(Calibrator):
 
     @property
     def n_features_out_(self) -> int:
-        self._check_fitted()
+        self.check_fitted()
         return self.n_components_
 
     def _get_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

@@ -19,7 +19,7 @@ import torch
 
 from ..errors import InputError
 from ..typing import DeviceTransform
-from ..validation import OUTPUT_LIMIT, calibrated_error
+from ..validation import OUTPUT_LIMIT, check_finite, raise_calibrated
 from .batching import HostBatch, PreparedChunk
 from .device import attention_backends, transformers_major
 from .pooling import Pooling
@@ -241,24 +241,13 @@ class ModelRunner:
             pending.event.synchronize()
         pooled_bad, out_bad, limit = (float(v) for v in pending.checks)
         if pooled_bad:
-            arr = pending.host.numpy()
-            row, col = (int(v) for v in np.argwhere(~np.isfinite(arr))[0])
-            raise InputError(
-                f"embeddings from {self.model_id} contain NaN or Inf (first at row {pending.offset + row}, column "
-                f"{col}); the model or its input is broken"
-            )
+            check_finite(pending.host.numpy(), what=f"embeddings from {self.model_id}", first_row=pending.offset)
         if out_bad:
-            arr = pending.host.numpy()
-            magnitude = np.where(np.isfinite(arr), np.abs(arr), np.inf)
-            row, col = (int(v) for v in np.unravel_index(int(np.argmax(magnitude)), arr.shape))
-            raise InputError(
-                calibrated_error(
-                    "the transform (calibrator)",
-                    pending.offset + row,
-                    col,
-                    float(arr[row, col]),
-                    limit,
-                    source=f"from {self.model_id} ",
-                )
+            raise_calibrated(
+                pending.host.numpy(),
+                limit,
+                what="the transform (calibrator)",
+                first_row=pending.offset,
+                source=f"from {self.model_id} ",
             )
         return pending.host.numpy()

@@ -88,7 +88,7 @@ from ..embedder import Embedder
 from ..errors import CompatibilityError, InputError, ModelFileError
 from ..identity import check_fitted_on, corpus_digest, fit_record, mark_fitted, weights_fingerprint
 from ..io.formats import read_json, write_json
-from ..validation import calibrated_error, output_limit, validate_sentences
+from ..validation import output_limit, raise_calibrated, validate_sentences
 
 __all__ = [
     "Calibration",
@@ -290,9 +290,7 @@ class Calibration(Module):
             limit = output_limit(float(x.detach().abs().amax())) if x.numel() else 0.0
             bad = ~(z.abs() <= limit)
             if z.numel() and bool(bad.any()):
-                row, col = (int(v) for v in bad.nonzero()[0])
-                what = "the Calibration module's calibrator"
-                raise InputError(calibrated_error(what, row, col, float(z[row, col]), limit))
+                raise_calibrated(z.cpu().numpy(), limit, what="the Calibration module's calibrator")
         features["sentence_embedding"] = z.to(dtype=x.dtype)
         return features
 

@@ -92,8 +92,7 @@ def all_reduce_moments(
     first = next(iterator, None)
     seed = torch.zeros(dim + 1, dtype=torch.float64, device=dev)
     if first is not None:
-        first = np.asarray(first)
-        _check_block(first, dim)
+        first = _checked_block(first, dim)
         seed[0] = len(first)
         seed[1:] = torch.from_numpy(first.astype(np.float64).sum(axis=0)).to(dev)
     _all_reduce(seed)
@@ -105,9 +104,8 @@ def all_reduce_moments(
     squares = torch.zeros(dim, dtype=torch.float64, device=dev)
     products = torch.zeros((dim, dim), dtype=torch.float64, device=dev) if outer else None
     abs_max = torch.zeros(1, dtype=torch.float64, device=dev)
-    for block in itertools.chain([first] if first is not None else [], iterator):
-        block = np.asarray(block)
-        _check_block(block, dim)
+    rest = (_checked_block(block, dim) for block in iterator)  # the first block was checked above, once
+    for block in itertools.chain([first] if first is not None else [], rest):
         if not len(block):
             continue
         c = torch.from_numpy(block.astype(np.float64, copy=False)).to(dev) - shift
@@ -134,11 +132,13 @@ def all_reduce_moments(
     )
 
 
-def _check_block(block: np.ndarray, dim: int) -> None:
+def _checked_block(block: Any, dim: int) -> np.ndarray:
+    block = np.asarray(block)
     if block.ndim != 2 or block.shape[1] != dim:
         raise InputError(f"expected rows of shape [n, {dim}], got {block.shape}")
     if not np.isfinite(block).all():
         raise InputError("the embeddings contain NaN or Inf; the model or its input is broken")
+    return block
 
 
 def _all_reduce(tensor: torch.Tensor, op: Any = None) -> None:
