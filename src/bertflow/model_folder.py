@@ -276,10 +276,9 @@ def load_encoder(
     encoder_dir: Path | None = None
     try:
         enc = config["encoder"]
-        if enc.get("path"):
-            encoder_dir = _inside(folder, enc["path"], "encoder.path")
-        if encoder_dir is not None:
+        if bundles_encoder(config):
             # A self-contained folder: load the copy, but keep the original id and revision as provenance.
+            encoder_dir = _inside(folder, enc["path"], "encoder.path")
             if not (encoder_dir / "config.json").is_file():
                 raise ModelFileError(f"{encoder_dir} has no config.json: the bundled encoder is incomplete")
             encoder = SentenceEncoder.from_config({**enc, "model": str(encoder_dir)}, device=device, dtype=dtype)

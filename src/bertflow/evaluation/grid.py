@@ -185,9 +185,10 @@ def _run_cell(
     started = time.perf_counter()
     cell = CellResult(pooling, spec, fits.regime, list(seeds), list(tasks))
     applicable = {t: task for t, task in tasks.items() if fits.per_task[t] is not None}
-    cell.test_seen = {t: seen_counts(fits.per_task[t], task.eval_sentences()) for t, task in tasks.items()}
     if fits.regime == "none":
         cell.test_seen = {t: None for t in tasks}
+    else:
+        cell.test_seen = {t: seen_counts(fits.per_task[t], task.eval_sentences()) for t, task in tasks.items()}
     try:
         for seed in seeds:
             kwargs = dict(flow_kwargs)
@@ -354,10 +355,11 @@ def run_grid(
 
     cells: list[CellResult] = []
     plan: list[tuple[str, str, FittingSets]] = []
+    no_fit = fitting_sets("none", tasks)
     for pooling in poolings:
         for spec in specs:
             if _is_identity(spec):
-                plan.append((pooling, spec, fitting_sets("none", tasks)))
+                plan.append((pooling, spec, no_fit))
                 continue
             for r in regimes:
                 plan.append((pooling, spec, fit_by_regime[r]))

@@ -19,6 +19,7 @@ from ..errors import ModelFileError
 __all__ = [
     "FORMAT_VERSION",
     "check_format",
+    "json_text",
     "write_json",
     "read_json",
     "save_arrays",
@@ -60,9 +61,14 @@ def check_format(config: dict[str, Any], path: str | Path, *, kind: str, current
     return version
 
 
+def json_text(data: dict[str, Any]) -> str:
+    """``data`` as the text of every JSON file bertflow writes: indented, key-sorted UTF-8 (diff-friendly)."""
+    return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write ``data`` as indented, key-sorted UTF-8 JSON (diff-friendly)."""
-    path.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    """Write ``data`` as :func:`json_text`."""
+    path.write_text(json_text(data), encoding="utf-8")
 
 
 def read_json(path: Path) -> dict[str, Any]:

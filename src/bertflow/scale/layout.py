@@ -19,7 +19,7 @@ import numpy as np
 from .._version import __version__
 from ..errors import InputError, ModelFileError
 from ..io.files import FOLDER_KINDS, TMP_MARK, atomic_write_text
-from ..io.formats import check_format
+from ..io.formats import check_format, json_text
 
 __all__ = [
     "MANIFEST_NAME",
@@ -36,7 +36,6 @@ __all__ = [
     "write_manifest",
     "new_manifest",
     "finalize_manifest",
-    "dump_record",
     "read_record",
     "short_list",
 ]
@@ -53,11 +52,6 @@ SHARD_SUFFIXES = {"npy": ".npy", "parquet": ".parquet", "arrow": ".arrow"}
 # -- small file helpers ---------------------------------------------------------------------------------------
 
 
-def dump_record(data: dict[str, Any]) -> str:
-    """``data`` as the text of a manifest or shard record: key-sorted, indented UTF-8 JSON."""
-    return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-
-
 def read_record(path: Path) -> dict[str, Any] | None:
     """The JSON object in ``path``, or ``None`` when it is missing or unreadable (an incomplete record)."""
     try:
@@ -71,7 +65,7 @@ def write_manifest(folder: str | Path, manifest: dict[str, Any]) -> None:
     """Write ``manifest.json`` into ``folder`` atomically (key-sorted, indented UTF-8 JSON)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(folder / MANIFEST_NAME, dump_record(manifest))
+    atomic_write_text(folder / MANIFEST_NAME, json_text(manifest))
 
 
 def read_manifest(folder: str | Path) -> dict[str, Any]:

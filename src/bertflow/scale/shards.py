@@ -20,7 +20,8 @@ import numpy as np
 
 from ..errors import InputError
 from ..io.files import atomic_file, atomic_write_text, fsync_dir, temporary_name
-from .layout import SHARD_DIR, ShardSpec, dump_record
+from ..io.formats import json_text
+from .layout import SHARD_DIR, ShardSpec
 
 __all__ = [
     "ShardWriter",
@@ -163,7 +164,7 @@ class ShardWriter:
             **self.extra,
         }
         # The record goes last: a crash before this line leaves a shard that the next run redoes.
-        atomic_write_text(self.shard_dir / self.spec.record_name, dump_record(record))
+        atomic_write_text(self.shard_dir / self.spec.record_name, json_text(record))
         self._done = True
         return record
 
