@@ -45,10 +45,13 @@ class Pooling(ABC):
     Class attributes:
         names: the spec names this class parses (the first is its canonical name).
         averages_tokens: whether it is an average over tokens, so that a token weighting applies to it.
+        portable: whether sentence-transformers' own modules compute it (the export,
+            :func:`bertflow.integrations.sentence_transformers.pooling_modules`, then needs no bertflow).
     """
 
     names: ClassVar[tuple[str, ...]] = ()
     averages_tokens: ClassVar[bool] = False
+    portable: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)

@@ -44,6 +44,7 @@ class LayerMeanPooling(Pooling):
     token_weighting: Weighting = NO_WEIGHTING
     names = ("mean", "first-last-avg", "last2avg")
     averages_tokens = True
+    portable = True  # WeightedLayerPooling + WordWeights + Pooling "mean"
 
     @property
     def layers(self) -> tuple[int, ...]:

@@ -22,6 +22,7 @@ class ClsPooling(Pooling):
 
     num_layers: int
     names = ("cls",)
+    portable = True  # sentence-transformers' Pooling "cls"
 
     @property
     def layers(self) -> tuple[int, ...]:
