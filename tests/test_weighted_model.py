@@ -98,3 +98,27 @@ def test_cli_fit_with_weighting_and_token_stats(tiny_model_dir, tmp_path):
     bad = runner.invoke(app, [*common, "-o", str(tmp_path / "x"), "--pooling", "sif:mean", "--weighting", "idf"])
     assert bad.exit_code == 2 and "give the weighting once" in bad.output
     assert not (tmp_path / "x").exists()
+
+
+def test_card_records_the_statistics_and_export(encoder, tmp_path):
+    model = Embedder(encoder, WhiteningCalibrator(n_components=4)).fit(SENTENCES * 3)
+    card = model.model_card()
+    assert f"| token statistics (digest) | `{encoder.token_statistics.digest()}` |" in card
+    assert "token_statistics/" in card and "| sentence-transformers export | the pooling with" in card
+    pooler = Embedder(SentenceEncoder(encoder.model_id, pooling="pooler", device="cpu"), WhiteningCalibrator())
+    assert "| sentence-transformers export | not possible" in pooler.fit(SENTENCES * 3).model_card()
+
+
+def test_distributed_encode_refuses_a_weighted_raw_encoder_before_any_rank(tiny_model_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from bertflow.cli import app
+
+    text = tmp_path / "in.txt"
+    text.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    result = CliRunner().invoke(
+        app, ["distributed-encode", str(text), "-o", str(tmp_path / "store"), "-m", str(tiny_model_dir),
+              "--pooling", "sif:mean"]
+    )
+    assert result.exit_code == 2 and "needs token statistics" in result.output
+    assert not (tmp_path / "store").exists()

@@ -20,11 +20,10 @@ __all__ = ["model_card"]
 
 def _export_note(enc: Mapping[str, Any]) -> str:
     """Whether ``Embedder.to_sentence_transformer()`` can express the pooling with sentence-transformers' modules."""
-    from .encoding.pooling import Pooling
+    from .encoding.pooling import parse_without_model
 
     try:
-        # Whether a pooling is portable depends on its class, not on the model's depth: any depth parses it.
-        pooling = Pooling.parse(enc["pooling"], num_layers=10**6)
+        pooling = parse_without_model(enc["pooling"])  # portability depends on the class, not the model's depth
     except ValueError:  # a pooling this bertflow does not know
         return "not possible: unknown pooling"
     if not pooling.portable:

@@ -39,8 +39,8 @@ def test_poolings_export_with_sentence_transformers_modules_and_reload_without_b
         model.save(str(folder))
         assert not list(folder.rglob("*.py"))
         np.save(tmp_path / f"expected{n}.npy", expected)
-        args += [f"from sentence_transformers import SentenceTransformer\nmodel = SentenceTransformer({str(folder)!r})",
-                 str(tmp_path / f"expected{n}.npy")]
+        load = f"from sentence_transformers import SentenceTransformer\nmodel = SentenceTransformer({str(folder)!r})"
+        args += [load, str(tmp_path / f"expected{n}.npy")]
     code = f"SENTENCES = {CORPUS[:10]!r}\n{_PLAIN_LOAD}"
     env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-I", "-c", code, *args], capture_output=True, text=True, timeout=300, env=env)

@@ -664,7 +664,9 @@ class SentenceEncoder:
         """
         single = isinstance(sentences, str)
         # Items are checked chunk by chunk on the tokenisation thread (cut_chunks), so the first chunk starts at once.
-        items: Any = sentences if isinstance(sentences, TokenArrays) else [sentences] if single else sentence_list(sentences)
+        items: Any = [sentences] if single else sentences
+        if not isinstance(items, TokenArrays):
+            items = sentence_list(items)
         plan = self._plan(poolings)
         if not items:
             self.last_stats = EncodeStats()

@@ -15,7 +15,8 @@ def test_cls_and_pooler_equal_the_old_formula_exactly(tiny_encoder: SentenceEnco
     with torch.no_grad():
         outputs = tiny_encoder.model(**batch)
     mask = batch["attention_mask"].bool()
-    states = {tiny_encoder.num_layers: outputs.last_hidden_state.float(), "pooler_output": outputs.pooler_output.float()}
+    last, pooler_output = outputs.last_hidden_state.float(), outputs.pooler_output.float()
+    states = {tiny_encoder.num_layers: last, "pooler_output": pooler_output}
     cls = Pooling.parse("cls", tiny_encoder.num_layers)
     pooler = Pooling.parse("pooler", tiny_encoder.num_layers)
     assert torch.equal(cls.pool(states, mask), outputs.last_hidden_state[:, 0].float())

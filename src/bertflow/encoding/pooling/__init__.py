@@ -12,10 +12,18 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from .base import Pooling, masked_mean, pooling_names, registered_poolings
+from .base import Pooling, masked_mean, parse_without_model, pooling_names, registered_poolings
 from .weighting import NO_WEIGHTING, Weighting
 
-__all__ = ["NO_WEIGHTING", "Pooling", "Weighting", "masked_mean", "pooling_names", "registered_poolings"]
+__all__ = [
+    "NO_WEIGHTING",
+    "Pooling",
+    "Weighting",
+    "masked_mean",
+    "parse_without_model",
+    "pooling_names",
+    "registered_poolings",
+]
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")

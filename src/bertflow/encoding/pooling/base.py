@@ -31,7 +31,7 @@ import torch
 from ...errors import InputError
 from .weighting import NO_WEIGHTING, Weighting
 
-__all__ = ["Pooling", "masked_mean", "pooling_names", "registered_poolings"]
+__all__ = ["Pooling", "masked_mean", "parse_without_model", "pooling_names", "registered_poolings"]
 
 #: Every pooling class, in definition order (filled by ``Pooling.__init_subclass__``).
 _REGISTRY: list[type[Pooling]] = []
@@ -174,6 +174,16 @@ class Pooling(ABC):
             f"unknown pooling {spec!r}: use one of {', '.join(pooling_names())}, a comma-separated list of "
             "hidden-state indices such as '1,-1', optionally with a weighting prefix such as 'sif:mean'"
         )
+
+
+def parse_without_model(spec: str | Sequence[int] | Pooling) -> Pooling:
+    """``spec`` parsed with no model at hand, for what does not depend on one (its class, its weighting): layer
+    indices are checked against a model only by :meth:`Pooling.parse` with its real depth.
+
+    Raises:
+        InputError: an unknown name or weighting, or a weighting on a pooling that does not average tokens.
+    """
+    return Pooling.parse(spec, num_layers=10**6)
 
 
 def registered_poolings() -> tuple[type[Pooling], ...]:
