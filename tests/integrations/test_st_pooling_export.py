@@ -43,7 +43,8 @@ def test_poolings_export_with_sentence_transformers_modules_and_reload_without_b
         args += [load, str(tmp_path / f"expected{n}.npy")]
     code = f"SENTENCES = {CORPUS[:10]!r}\n{_PLAIN_LOAD}"
     env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-I", "-c", code, *args], capture_output=True, text=True, timeout=300, env=env)
+    command = [sys.executable, "-I", "-c", code, *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     worst = float(done.stdout.split()[-1])
     print(f"max abs diff over {len(POOLINGS)} poolings, reloaded without bertflow: {worst:.2e}")
