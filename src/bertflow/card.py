@@ -18,6 +18,19 @@ if TYPE_CHECKING:
 __all__ = ["model_card"]
 
 
+def _export_note(enc: Mapping[str, Any]) -> str:
+    """Whether ``Embedder.to_sentence_transformer()`` can express the pooling with sentence-transformers' modules."""
+    from .encoding.pooling import parse_without_model
+
+    try:
+        pooling = parse_without_model(enc["pooling"])  # portability depends on the class, not the model's depth
+    except ValueError:  # a pooling this bertflow does not know
+        return "not possible: unknown pooling"
+    if not pooling.portable:
+        return f"not possible: sentence-transformers' modules have no `{pooling.base_name}` pooling"
+    return "the pooling with sentence-transformers' own modules (`Embedder.to_sentence_transformer()`)"
+
+
 def model_card(
     encoder: Mapping[str, Any],
     calibrator: Calibrator,
@@ -56,6 +69,8 @@ def model_card(
         ("encoder", f"`{enc['model']}`" + (f" @ `{enc['revision']}`" if enc.get("revision") else "")),
         ("encoder weights", "bundled in `encoder/`" if include_encoder else "referenced by id, not copied"),
         ("pooling", f"`{enc['pooling']}`"),
+        *([("token statistics (digest)", f"`{enc['token_statistics']}`")] if enc.get("token_statistics") else []),
+        ("sentence-transformers export", _export_note(enc)),
         ("max_length (tokens)", enc["max_length"]),
         ("embedding dimension in / out", f"{enc['dim']} / {cal.n_features_out_}"),
         ("encoder fingerprint", f"`{enc['fingerprint']}`"),
@@ -97,6 +112,11 @@ def model_card(
         f"- `{CONFIG_FILE}`: encoder reference, calibrator type, fitting record, sha256 of every other file",
         f"- `{CALIBRATOR_DIR}/config.json`, `{CALIBRATOR_DIR}/model.safetensors`: the calibrator (no pickles)",
     ]
+    if enc.get("token_statistics"):
+        lines.append(
+            "- `token_statistics/`: the token counts the pooling's weights come from (JSON + safetensors, counted "
+            "on unlabeled text)"
+        )
     if include_encoder:
         lines.append(f"- `{ENCODER_DIR}/`: the encoder's own Hugging Face files (its licence applies to them)")
     lines += [

@@ -16,13 +16,14 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 import torch
 
 from .calibrators import Calibrator, FlowCalibrator, IdentityCalibrator
 from .encoding.encoder import SentenceEncoder
+from .encoding.token_stats import TokenStatistics
 from .errors import InputError
 from .hub import check_repo_id, upload_folder
 from .identity import (
@@ -64,6 +65,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+#: Where :meth:`Embedder.fit` counts the tokens of a weighted pooling: the fitting sentences, a token corpus, or both.
+TokenSource = Literal["fit", "corpus", "both"]
 
 
 def device_transform(
@@ -109,6 +113,29 @@ def iter_calibrated(
     )
 
 
+def _token_source(
+    encoder: SentenceEncoder, token_corpus: Iterable[str] | None, token_source: TokenSource | None
+) -> TokenSource | None:
+    """Where ``Embedder.fit`` counts tokens (``None``: the pooling is not weighted), checked before any work."""
+    if token_source is not None and token_source not in get_args(TokenSource):
+        raise InputError(f"token_source must be one of {', '.join(get_args(TokenSource))}, got {token_source!r}")
+    if not encoder.pooling.weighting.weighted:
+        if token_corpus is not None or token_source is not None:
+            raise InputError(
+                f"token statistics weight a frequency-weighted pooling, and {encoder.pooling.name!r} is not one: "
+                f"use e.g. pooling 'sif:{encoder.pooling.to_spec()}' (--weighting sif)"
+            )
+        return None
+    source = token_source or ("corpus" if token_corpus is not None else "fit")
+    if source != "fit" and token_corpus is None:
+        raise InputError(f"token_source {source!r} needs a token corpus (--token-stats FILE)")
+    if source == "fit" and token_corpus is not None:
+        raise InputError("a token corpus was given but token_source is 'fit': use 'corpus' or 'both'")
+    if isinstance(token_corpus, str):
+        raise InputError("token_corpus must be a list of sentences, not one string")
+    return source
+
+
 class Embedder:
     """Sentence encoder + calibrator, with SimCSE's small surface: ``fit``, ``encode``, ``similarity``.
 
@@ -152,16 +179,39 @@ class Embedder:
         batch_size: int | None = None,
         show_progress_bar: bool | None = None,
         regime: str = "custom",
+        token_corpus: Iterable[str] | None = None,
+        token_source: TokenSource | None = None,
     ) -> Embedder:
         """Encode ``sentences`` (no labels) and fit the calibrator on them. Returns ``self``.
+
+        With a frequency-weighted pooling (``sif:first-last-avg`` ...) the encoder's token statistics are fitted
+        first (:meth:`SentenceEncoder.count_tokens`), from unlabeled text only; the fitting sentences are then
+        tokenised once, for counting and for encoding.
 
         Args:
             sentences: the unlabeled fitting corpus (duplicates are kept: they weight the density).
             regime: a free-form label saved in the model card (``"target"``, ``"nli"``, ``"corpus"``...).
+            token_corpus: other unlabeled sentences to count tokens in (a weighted pooling only).
+            token_source: ``"fit"`` (the fitting sentences), ``"corpus"`` (``token_corpus``) or ``"both"``;
+                ``None``: ``"corpus"`` when a ``token_corpus`` is given, else ``"fit"``.
+
+        Raises:
+            InputError: token options without a weighted pooling, or a source needing a ``token_corpus`` without one.
         """
         items = validate_sentences(sentences)
+        source = _token_source(self.encoder, token_corpus, token_source)
         started = time.perf_counter()
-        X = self.encoder.encode(items, batch_size=batch_size, show_progress_bar=show_progress_bar)
+        to_encode: Any = items
+        if source is not None:
+            parts = []
+            if source in ("fit", "both"):
+                to_encode = self.encoder.tokenize_arrays(items)  # tokenised once: counted here, encoded below
+                parts.append(self.encoder.count_tokens(to_encode))
+            if source in ("corpus", "both"):
+                assert token_corpus is not None
+                parts.append(self.encoder.count_tokens(token_corpus))
+            self.encoder.token_statistics = TokenStatistics.total(parts)
+        X = self.encoder.encode(to_encode, batch_size=batch_size, show_progress_bar=show_progress_bar)
         self.fit_embeddings(X)
         self.fit_info = fit_record(
             len(items),

@@ -113,7 +113,7 @@ def fingerprint_hint(saved: object) -> str:
 #: of that library).
 ENCODER_KEYS = ("model", "revision", "pooling", "max_length", "dim", "fingerprint")
 #: The fields compared with a calibrator's ``fitted_on`` before it is applied (the dimension is checked apart).
-_CHECKED_KEYS = ("fingerprint", "pooling", "max_length")
+_CHECKED_KEYS = ("fingerprint", "pooling", "max_length", "token_statistics")
 
 
 def encoder_record(encoder: Any, *, framework: str = "bertflow") -> dict[str, Any]:
@@ -135,7 +135,9 @@ def encoder_record(encoder: Any, *, framework: str = "bertflow") -> dict[str, An
     missing = [key for key in ENCODER_KEYS if key not in config]
     if missing:
         raise ValueError(f"an encoder record needs {', '.join(missing)}")
-    return {**{key: config[key] for key in ENCODER_KEYS}, "framework": framework}
+    # A weighted pooling's vectors also depend on the token statistics its weights come from (their digest).
+    extra = {"token_statistics": config["token_statistics"]} if config.get("token_statistics") else {}
+    return {**{key: config[key] for key in ENCODER_KEYS}, **extra, "framework": framework}
 
 
 def mark_fitted(calibrator: Calibrator, encoder: Any, *, framework: str = "bertflow") -> None:
@@ -228,7 +230,7 @@ def identity_differences(recorded: Mapping[str, Any], current: Mapping[str, Any]
     :func:`calibrator_identity`), e.g. ``["encoder fingerprint", "calibrator type"]``; empty for the same model."""
     differences = []
     for part, keys in (
-        ("encoder", ("fingerprint", "pooling", "max_length", "dim")),
+        ("encoder", ("fingerprint", "pooling", "max_length", "dim", "token_statistics")),
         ("calibrator", ("type", "fingerprint")),
     ):
         for key in keys:

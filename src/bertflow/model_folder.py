@@ -8,6 +8,8 @@ A saved folder::
                                 fitting record, library version, sha256 of every other file
       calibrator/config.json    calibrator parameters and fitted scalars
       calibrator/model.safetensors
+      token_statistics/         only with a frequency-weighted pooling (``sif:mean`` ...): the token counts its
+                                weights come from (token_statistics.json + token_statistics.safetensors)
       README.md                 model card (YAML front matter for the Hugging Face Hub): how it was fitted
       encoder/                  only with ``save(..., include_encoder=True)``: the encoder's own HF files
                                 (config, safetensors weights, tokenizer, its README/licence)
@@ -35,7 +37,8 @@ from typing import Any, TypeVar
 from ._version import __version__
 from .calibrators import Calibrator
 from .encoding.encoder import SentenceEncoder, resolve_model
-from .errors import ModelFileError
+from .encoding.token_stats import TokenStatistics
+from .errors import InputError, ModelFileError
 from .hub import download_model, snapshot
 from .io.files import FOLDER_KINDS, OLD_MARK, atomic_directory, check_output_folder, read_consistent
 from .io.formats import FORMAT_VERSION, check_format, path_inside, read_json, sha256_file, verify_checksums, write_json
@@ -64,6 +67,7 @@ logger = logging.getLogger(__name__)
 
 CONFIG_FILE = FOLDER_KINDS["model"][0]  # "bertflow_config.json"
 CALIBRATOR_DIR = "calibrator"
+TOKEN_STATS_DIR = "token_statistics"
 ENCODER_DIR = "encoder"
 
 #: Files of a Hugging Face checkpoint that ``save(include_encoder=True)`` copies: config, weights, tokenizer, and
@@ -117,9 +121,17 @@ def save_model_folder(
     Raises:
         OutputError: ``path`` may not be written (see :func:`~bertflow.io.files.check_output_folder`).
     """
+    weighted = encoder.pooling.weighting.weighted
+    if weighted and encoder.token_statistics is None:
+        raise InputError(
+            f"pooling {encoder.pooling.name!r} weights tokens, and the encoder has no token statistics to save "
+            "with it: fit the model (Embedder.fit) first"
+        )
     check_output_folder(path, "model", overwrite=overwrite)
     with atomic_directory(path) as tmp:
         calibrator.save(tmp / CALIBRATOR_DIR)
+        if weighted:
+            encoder.token_statistics.save(tmp / TOKEN_STATS_DIR)
         encoder_config = pinned_encoder_config(encoder)
         if include_encoder:
             copied = copy_encoder_files(encoder, tmp / ENCODER_DIR, source=encoder_dir)
@@ -133,6 +145,7 @@ def save_model_folder(
             "format_version": FORMAT_VERSION,
             "encoder": encoder_config,
             "calibrator": {"type": calibrator.name, "path": CALIBRATOR_DIR},
+            **({"token_statistics": {"path": TOKEN_STATS_DIR}} if weighted else {}),
             "fitting": fit_info,
             "files": {
                 p.relative_to(tmp).as_posix(): sha256_file(p)
@@ -256,12 +269,13 @@ def read_model_folder(folder: Path) -> tuple[dict[str, Any], Calibrator]:
         calibrator_dir = _inside(folder, config["calibrator"]["path"], "calibrator.path")
         if config["encoder"].get("path"):
             encoder_dir = _inside(folder, config["encoder"]["path"], "encoder.path")
+        stats_dir = _token_stats_dir(folder, config)
     except (KeyError, TypeError, AttributeError) as e:
         raise ModelFileError(f"{folder / CONFIG_FILE} lacks or garbles {e}; was it edited?") from None
     verify_checksums(
         folder,
         config.get("files"),
-        [calibrator_dir, *([encoder_dir] if encoder_dir else [])],
+        [calibrator_dir, *([encoder_dir] if encoder_dir else []), *([stats_dir] if stats_dir else [])],
         config=folder / CONFIG_FILE,
     )
     return config, Calibrator.load(calibrator_dir)
@@ -276,19 +290,34 @@ def load_encoder(
     encoder_dir: Path | None = None
     try:
         enc = config["encoder"]
+        stats_dir = _token_stats_dir(folder, config)
+        if stats_dir is not None:  # checksums verified with the rest of the folder (read_model_folder)
+            kwargs = {"token_statistics": TokenStatistics.load(stats_dir)}
+        elif enc.get("token_statistics"):
+            raise ModelFileError(f"{folder} lacks the token statistics its weighted pooling needs; was it edited?")
+        else:
+            kwargs = {}
         if bundles_encoder(config):
             # A self-contained folder: load the copy, but keep the original id and revision as provenance.
             encoder_dir = _inside(folder, enc["path"], "encoder.path")
             if not (encoder_dir / "config.json").is_file():
                 raise ModelFileError(f"{encoder_dir} has no config.json: the bundled encoder is incomplete")
-            encoder = SentenceEncoder.from_config({**enc, "model": str(encoder_dir)}, device=device, dtype=dtype)
+            encoder = SentenceEncoder.from_config(
+                {**enc, "model": str(encoder_dir)}, device=device, dtype=dtype, **kwargs
+            )
             encoder.model_id, encoder.revision = enc["model"], enc.get("revision")
             encoder.pin_provenance({k: enc[k] for k in PROVENANCE_KEYS if k in enc})
         else:
-            encoder = SentenceEncoder.from_config(enc, device=device, dtype=dtype)
+            encoder = SentenceEncoder.from_config(enc, device=device, dtype=dtype, **kwargs)
     except (KeyError, TypeError, AttributeError) as e:
         raise ModelFileError(f"{folder / CONFIG_FILE} lacks or garbles {e}; was it edited?") from None
     return encoder, encoder_dir
+
+
+def _token_stats_dir(folder: Path, config: dict[str, Any]) -> Path | None:
+    """The model folder's token statistics folder (a weighted pooling's), or ``None``."""
+    entry = config.get("token_statistics")
+    return None if entry is None else _inside(folder, entry["path"], "token_statistics.path")
 
 
 def bundles_encoder(config: dict[str, Any]) -> bool:

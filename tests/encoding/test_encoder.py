@@ -11,48 +11,10 @@ import torch
 
 from bertflow import InputError, SentenceEncoder
 from bertflow.encoding.encoder import FINGERPRINT_SCHEME
-from bertflow.encoding.pooling import Pooling, masked_mean
+from bertflow.encoding.pooling import masked_mean
 from bertflow.errors import CompatibilityError
 
 from ..conftest import SENTENCES
-
-
-@pytest.mark.parametrize(
-    ("spec", "name", "layers"),
-    [
-        ("mean", "mean", (6,)),
-        ("cls", "cls", ()),
-        ("pooler", "pooler", ()),
-        ("first-last-avg", "first-last-avg", (1, 6)),
-        ("first_last_avg", "first-last-avg", (1, 6)),
-        ("last2avg", "last2avg", (5, 6)),
-        ("1,-1", "layers", (1, 6)),
-        ([0, -1], "layers", (0, 6)),
-        ([-7], "layers", (0,)),
-    ],
-)
-def test_pooling_parse(spec, name, layers):
-    p = Pooling.parse(spec, num_layers=6)
-    assert (p.name, p.layers) == (name, layers)
-    assert Pooling.parse(p.to_spec(), 6) == p
-
-
-@pytest.mark.parametrize(
-    ("spec", "match"), [("max", "unknown pooling"), ([7], "out of range"), ([-8], "out of range"), ([], "empty")]
-)
-def test_pooling_parse_errors(spec, match):
-    with pytest.raises(InputError, match=match):
-        Pooling.parse(spec, num_layers=6)
-
-
-def test_masked_mean_ignores_padding():
-    states = torch.randn(2, 5, 4)
-    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
-    before = masked_mean(states, mask)
-    states[0, 3:] = 1e6  # garbage in padded positions must not leak
-    after = masked_mean(states, mask)
-    torch.testing.assert_close(before, after)
-    torch.testing.assert_close(after[0], states[0, :3].mean(0))
 
 
 def test_encode_shapes_and_dtype(tiny_encoder):

@@ -198,3 +198,18 @@ def test_a_model_retrained_into_the_same_folder_misses_the_cache(
     assert sum(sizes) == len(set(SENTENCES))  # nothing came from the cache
     np.testing.assert_allclose(new, retrained.encode(SENTENCES), atol=1e-5)
     assert np.abs(new - old).max() > 1e-3
+
+
+def test_weighted_poolings_are_cached_per_token_statistics(encoder: SentenceEncoder, tmp_path: Path) -> None:
+    """A weighted pooling's vectors depend on the token counts: other counts are a cache miss, never a stale hit."""
+    cache = EmbeddingCache(tmp_path / "cache")
+    encoder.token_statistics = encoder.count_tokens(SENTENCES)
+    first = embed_cached(encoder, SENTENCES, ["sif:mean", "mean"], cache=cache)
+    np.testing.assert_array_equal(first["sif-mean"], encoder.encode(SENTENCES, poolings=["sif:mean"])["sif-mean"])
+    encoder.token_statistics = encoder.count_tokens(SENTENCES[:2])
+    second = embed_cached(encoder, SENTENCES, ["sif:mean", "mean"], cache=cache)
+    expected = encoder.encode(SENTENCES, poolings=["sif:mean"])["sif-mean"]
+    np.testing.assert_array_equal(second["sif-mean"], expected)
+    assert not np.array_equal(second["sif-mean"], first["sif-mean"])
+    np.testing.assert_array_equal(second["mean"], first["mean"])
+    assert len({p.name for p in cache.root.rglob("*--len*") if p.is_dir() and p.name.startswith("sif-mean")}) == 2

@@ -325,10 +325,22 @@ def test_embedder_to_sentence_transformer_saves_as_plain_sentence_transformers(t
 
 
 def test_embedder_to_sentence_transformer_refusals(tiny_model_dir, tiny_encoder):
-    encoder = SentenceEncoder(str(tiny_model_dir), pooling="first-last-avg", device="cpu")
-    layers = Embedder(encoder, WhiteningCalibrator())
-    with pytest.raises(InputError, match="no 'first-last-avg' pooling"):
-        layers.fit(CORPUS).to_sentence_transformer()
+    encoder = SentenceEncoder(str(tiny_model_dir), pooling="pooler", device="cpu")
+    with pytest.raises(InputError, match="'pooler' has no sentence-transformers equivalent"):
+        Embedder(encoder, WhiteningCalibrator()).fit(CORPUS).to_sentence_transformer()
+    # WordWeights is keyed by token string: a tokenizer naming two counted ids alike cannot be expressed.
+    weighted = Embedder(SentenceEncoder(str(tiny_model_dir), pooling="sif:mean", device="cpu"), WhiteningCalibrator())
+    weighted.fit(CORPUS)
+    tokenizer = weighted.encoder.tokenizer
+    names = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    the, man = tokenizer.convert_tokens_to_ids(["the", "man"])
+    names[man] = "the"  # as if the vocabulary listed "the" twice
+    tokenizer.convert_ids_to_tokens = lambda ids: [names[i] for i in ids]
+    try:
+        with pytest.raises(InputError, match="repeats token strings"):
+            weighted.to_sentence_transformer()
+    finally:
+        del tokenizer.convert_ids_to_tokens
     built = SentenceEncoder(model=tiny_encoder.model, tokenizer=tiny_encoder.tokenizer, device="cpu")
     with pytest.raises(InputError, match="built from a model object"):
         Embedder(built, WhiteningCalibrator()).fit(CORPUS).to_sentence_transformer()

@@ -30,7 +30,10 @@ from .options import (
     QuietOpt,
     SeedOpt,
     ThreadsOpt,
+    TokenSourceOpt,
+    TokenStatsOpt,
     ValidationFractionOpt,
+    WeightingOpt,
     build_encoder,
     check_device,
     check_model_dir_options,
@@ -39,6 +42,7 @@ from .options import (
     load_embedder,
     quiet_libraries,
     read_corpus,
+    weighted_pooling,
 )
 
 logger = logging.getLogger(__name__)
@@ -62,6 +66,9 @@ def fit(
     output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write the fitted model to.")],
     model: ModelOpt = None,
     pooling: PoolingOpt = "mean",
+    weighting: WeightingOpt = None,
+    token_stats: TokenStatsOpt = None,
+    token_source: TokenSourceOpt = None,
     max_length: MaxLenOpt = 64,
     calibrator: CalibratorOpt = "flow",
     column: ColumnOpt = None,
@@ -84,7 +91,9 @@ def fit(
     from ..validation import check_epochs
 
     # Every option is checked before the corpus is read and the encoder loaded, so none fails after the fit.
-    check_output_folder(output, "model", overwrite=overwrite, inputs=[corpus, *([model] if model else [])])
+    inputs = [corpus, *([model] if model else []), *([token_stats] if token_stats else [])]
+    check_output_folder(output, "model", overwrite=overwrite, inputs=inputs)
+    pooling = weighted_pooling(pooling, weighting)
     check_device(device)
     check_epochs(epochs)
     limit_threads(threads)
@@ -93,9 +102,15 @@ def fit(
     )
     quiet_libraries()
     sentences = read_corpus(corpus, column, encoding_errors.value, unique)
+    token_corpus = read_corpus(token_stats, None, encoding_errors.value, False) if token_stats else None
     encoder = build_encoder(model, pooling, max_length, device, dtype)
     embedder = Embedder(encoder, cal).fit(
-        sentences, batch_size=batch_size, show_progress_bar=not quiet, regime=f"corpus {corpus.name}"
+        sentences,
+        batch_size=batch_size,
+        show_progress_bar=not quiet,
+        regime=f"corpus {corpus.name}",
+        token_corpus=token_corpus,
+        token_source=token_source,  # type: ignore[arg-type]  # checked by Embedder.fit
     )
     embedder.save(output, overwrite=overwrite)
     summary = {

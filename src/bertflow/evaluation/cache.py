@@ -101,14 +101,14 @@ class EmbeddingCache:
         """The folder holding ``encoder``'s embeddings under ``pooling`` (not created)."""
         dtype = str(encoder.dtype).removeprefix("torch.")
         model = f"{_slug(Path(encoder.model_id).name or encoder.model_id)}--{encoder.fingerprint()}"
-        return self.root / model / f"{pooling_key(pooling, encoder.num_layers)}--len{encoder.max_length}--{dtype}"
+        return self.root / model / f"{_stored_key(encoder, pooling)}--len{encoder.max_length}--{dtype}"
 
     def _meta(self, encoder: SentenceEncoder, pooling: str | Sequence[int] | Pooling) -> dict[str, Any]:
         return {
             "format": _FORMAT,
             "model": encoder.model_id,
             "fingerprint": encoder.fingerprint(),
-            "pooling": pooling_key(pooling, encoder.num_layers),
+            "pooling": _stored_key(encoder, pooling),
             "max_length": encoder.max_length,
             "dtype": str(encoder.dtype).removeprefix("torch."),
             "dim": encoder.dim,
@@ -176,6 +176,16 @@ class EmbeddingCache:
         # The keys file is written last: it marks the shard complete.
         atomic_write_text(folder / f"{name}.keys.json", json.dumps([sentence_key(s) for s in sentences]))
         return shard
+
+
+def _stored_key(encoder: SentenceEncoder, pooling: str | Sequence[int] | Pooling) -> str:
+    """:func:`pooling_key`, and for a frequency-weighted pooling the digest of the encoder's token statistics too:
+    the same pooling weighted by other counts gives other vectors, which must not be served from the cache."""
+    parsed = Pooling.parse(pooling, encoder.num_layers)
+    stats = encoder.token_statistics
+    if not parsed.weighting.weighted or stats is None:  # without statistics the encoder refuses before any write
+        return parsed.key
+    return f"{parsed.key}--tokens{stats.digest()}"
 
 
 def encode_poolings(

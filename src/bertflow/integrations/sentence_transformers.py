@@ -85,6 +85,9 @@ from ..calibrators import (
     parse_calibrator,
 )
 from ..embedder import Embedder
+from ..encoding.encoder import SentenceEncoder
+from ..encoding.pooling import Pooling as BertflowPooling
+from ..encoding.pooling.layers import LayerMeanPooling
 from ..errors import CompatibilityError, InputError, ModelFileError
 from ..identity import check_fitted_on, corpus_digest, fit_record, mark_fitted, weights_fingerprint
 from ..io.formats import read_json, write_json
@@ -98,6 +101,7 @@ __all__ = [
     "fit_calibrator",
     "from_embedder",
     "load_calibrated",
+    "pooling_modules",
 ]
 
 logger = logging.getLogger(__name__)
@@ -199,9 +203,7 @@ def encoder_config(model: SentenceTransformer) -> dict[str, Any]:
     if hf_model is not None and tokenizer is not None:
         # The same function as SentenceEncoder.fingerprint: a calibrator fitted by either library is checked by either.
         fingerprint = weights_fingerprint(hf_model, tokenizer)
-    pooling = next((m.pooling_mode for m in model if hasattr(m, "pooling_mode")), None)
-    if isinstance(pooling, (list, tuple)):
-        pooling = "+".join(pooling)
+    pooling = _bertflow_pooling(model)
     name = getattr(getattr(hf_model, "config", None), "_name_or_path", None) or type(first).__name__
     if Path(name).is_absolute():
         # A local folder: its absolute path would publish the user's file system in a shared model and name nothing
@@ -216,6 +218,28 @@ def encoder_config(model: SentenceTransformer) -> dict[str, Any]:
         "fingerprint": fingerprint,
         "framework": "sentence-transformers",
     }
+
+
+def _bertflow_pooling(model: SentenceTransformer) -> str | list[int] | None:
+    """The pooling of ``model``'s modules in bertflow's spec (what :func:`pooling_modules` exports back), or ``None``
+    where token weights are applied (``WordWeights``: their statistics cannot be named from the model)."""
+    names = [type(m).__name__ for m in model]
+    if "WordWeights" in names:
+        return None
+    pooling = next((m.pooling_mode for m in model if hasattr(m, "pooling_mode")), None)
+    if isinstance(pooling, (list, tuple)):
+        pooling = "+".join(pooling)
+    layered = next((m for m in model if type(m).__name__ == "WeightedLayerPooling"), None)
+    if layered is None or pooling != "mean":
+        return pooling
+    weights = [float(w) for w in layered.layer_weights.detach().tolist()]
+    if len({w for w in weights if w}) != 1:
+        return None  # unequal layer weights: no bertflow pooling
+    top = int(layered.num_hidden_layers)
+    layers = [int(layered.layer_start) + i for i, w in enumerate(weights) if w]
+    spec = BertflowPooling.parse(layers, top)
+    named = {(1, top): "first-last-avg", (top - 1, top): "last2avg", (top,): "mean"}
+    return named.get(spec.layers, spec.to_spec())
 
 
 def _pooled_dim(model: SentenceTransformer) -> int | None:
@@ -446,24 +470,19 @@ def fit_calibrator(
     return calibrated
 
 
-#: bertflow poolings that sentence-transformers' ``Pooling`` computes the same way (the others read hidden layers
-#: or the pooler head, which its ``Transformer`` module does not return).
-_ST_POOLINGS = ("mean", "cls")
-
-
 def from_embedder(embedder: Embedder, *, normalize: bool = False, portable: bool = True) -> SentenceTransformer:
     """A ``SentenceTransformer`` computing what ``embedder.encode`` computes (``Embedder.to_sentence_transformer``).
 
-    The pipeline is ``Transformer`` (the encoder's checkpoint, ``max_seq_length`` = its ``max_length``) ->
-    ``Pooling`` (its pooling) -> the calibrator (a ``Dense`` for an affine one when ``portable``, else a
-    :class:`Calibration` module) [-> ``Normalize``], on the encoder's device, with cosine similarity. The calibrator
-    is copied, so refitting the Embedder later leaves the model alone. The module's construction check
-    (:meth:`Calibration.on_model_ready`) compares the checkpoint's weight fingerprint, pooling and truncation with
-    what the calibrator was fitted on.
+    The pipeline is ``Transformer`` (the encoder's checkpoint, ``max_seq_length`` = its ``max_length``) -> the
+    pooling as sentence-transformers' own modules (:func:`pooling_modules`) -> the calibrator (a ``Dense`` for an
+    affine one when ``portable``, else a :class:`Calibration` module) [-> ``Normalize``], on the encoder's device,
+    with cosine similarity. The calibrator is copied, so refitting the Embedder later leaves the model alone. The
+    module's construction check (:meth:`Calibration.on_model_ready`) compares the checkpoint's weight fingerprint,
+    pooling and truncation with what the calibrator was fitted on.
 
     Args:
         embedder: a fitted :class:`~bertflow.Embedder` whose encoder was loaded from a checkpoint (a hub id or a
-            folder) with ``mean`` or ``cls`` pooling.
+            folder).
         normalize: end with ``Normalize`` (unit vectors; cosine unchanged). ``False`` returns exactly the
             Embedder's vectors.
         portable: export an affine calibrator as sentence-transformers' own ``Dense`` (see :func:`fit_calibrator`).
@@ -473,25 +492,19 @@ def from_embedder(embedder: Embedder, *, normalize: bool = False, portable: bool
         poolings (about 1e-5 in cosine).
 
     Raises:
-        InputError: another pooling (``first-last-avg``, ``last2avg``, ``pooler``, layer lists), or an encoder
-            built from a model object rather than a checkpoint.
+        InputError: a pooling sentence-transformers' modules cannot express (``pooler``, a pooling added to
+            bertflow), or an encoder built from a model object rather than a checkpoint.
     """
     import copy
 
     try:  # sentence-transformers >= 6
         from sentence_transformers.base.modules import Transformer
-        from sentence_transformers.sentence_transformer.modules import Pooling
     except ImportError:  # pragma: no cover - sentence-transformers 5
-        from sentence_transformers.models import Pooling, Transformer
+        from sentence_transformers.models import Transformer
 
     embedder.check_fitted()
     encoder = embedder.encoder
-    pooling = encoder.pooling.to_spec()
-    if pooling not in _ST_POOLINGS:
-        raise InputError(
-            f"sentence-transformers' Pooling has no {pooling!r} pooling (it has {' and '.join(_ST_POOLINGS)} of "
-            "bertflow's); fit the Embedder with one of those to convert it"
-        )
+    pooling = pooling_modules(encoder)  # refuses what cannot be expressed, before any model is built
     folder = encoder.source_dir
     if folder is None:
         raise InputError(
@@ -499,17 +512,80 @@ def from_embedder(embedder: Embedder, *, normalize: bool = False, portable: bool
             "sentence-transformers to load; save it with save_pretrained and build the encoder from that folder"
         )
     kwargs: dict[str, Any] = {"model_kwargs": {"dtype": encoder.dtype}}
+    if len(pooling) > 1:
+        # WeightedLayerPooling reads every layer (all_layer_embeddings) and WordWeights needs padded [B, T, D] token
+        # states: both saved in the folder (the HF config's output_hidden_states, the module's unpad_inputs).
+        kwargs.update(config_kwargs={"output_hidden_states": True}, unpad_inputs=False)
     transformer = Transformer(str(folder), max_seq_length=encoder.max_length, **kwargs)
     cal = copy.deepcopy(embedder.calibrator)
     fitting = {k: embedder.fit_info[k] for k in ("n_sentences", "corpus_sha256", "regime") if k in embedder.fit_info}
     module = as_dense(cal) if portable and _is_affine(cal) else Calibration(cal, fitting=fitting)
-    modules = [transformer, Pooling(encoder.dim, pooling), module, *([Normalize()] if normalize else [])]
+    modules = [transformer, *pooling, module, *([Normalize()] if normalize else [])]
     extra: dict[str, Any] = {"model_card_data": CalibratedModelCardData()} if isinstance(module, Calibration) else {}
     model = SentenceTransformer(modules=modules, device=str(encoder.device), similarity_fn_name="cosine", **extra)
     add_tags = getattr(model.model_card_data, "add_tags", None)
     if callable(add_tags):
         add_tags(["bertflow", f"calibrator-{cal.name}"])
     return model
+
+
+def pooling_modules(encoder: SentenceEncoder) -> list[Module]:
+    """``encoder``'s pooling as sentence-transformers' own modules, which compute the same vectors without bertflow.
+
+    * ``cls``, ``mean``: ``Pooling`` in that mode.
+    * ``first-last-avg``, ``last2avg``, index lists: ``WeightedLayerPooling`` (weight 1 on each averaged layer,
+      0 on the others from the lowest one up; the ``Transformer`` must return every layer) then ``Pooling`` mean.
+    * a weighted pooling (``sif:``, ``usif:``, ``idf:``): the above with ``WordWeights`` (one weight per token of
+      the vocabulary, this encoder's table) before the mean, which ``Pooling`` then divides by the summed weights,
+      as bertflow's weighted mean does.
+
+    Raises:
+        InputError: ``pooler`` (sentence-transformers' ``Pooling`` has no pooler head), a pooling added to bertflow
+            that none of these express, or a vocabulary whose duplicate token strings carry different weights
+            (``WordWeights`` is keyed by token string).
+    """
+    try:  # sentence-transformers >= 6
+        from sentence_transformers.sentence_transformer.modules import Pooling, WeightedLayerPooling, WordWeights
+    except ImportError:  # pragma: no cover - sentence-transformers 5
+        from sentence_transformers.models import Pooling, WeightedLayerPooling, WordWeights
+
+    pooling, dim, top = encoder.pooling, encoder.dim, encoder.num_layers
+    if pooling.base_name == "cls":
+        return [Pooling(dim, "cls")]
+    if not pooling.portable or not isinstance(pooling, LayerMeanPooling):
+        raise InputError(
+            f"pooling {pooling.name!r} has no sentence-transformers equivalent (its modules express cls, mean, "
+            "first-last-avg, last2avg, layer lists and their sif/usif/idf weightings); fit with one of those to export"
+        )
+    modules: list[Module] = []
+    if pooling.layers != (top,):
+        start = min(pooling.layers)
+        # A Parameter, as the module's own default: it is saved in (and loaded from) the module's safetensors.
+        layer_weights = torch.tensor([float(i in pooling.layers) for i in range(start, top + 1)])
+        weights = torch.nn.Parameter(layer_weights, requires_grad=False)
+        modules.append(WeightedLayerPooling(dim, num_hidden_layers=top, layer_start=start, layer_weights=weights))
+    if pooling.weighting.weighted:
+        modules.append(_word_weights(encoder, WordWeights))
+    return [*modules, Pooling(dim, "mean")]
+
+
+def _word_weights(encoder: SentenceEncoder, word_weights: type[Module]) -> Module:
+    """sentence-transformers' ``WordWeights`` holding ``encoder``'s per-token weights, checked id by id."""
+    stats = encoder.token_statistics
+    if stats is None:
+        raise InputError(f"pooling {encoder.pooling.name!r} has no token statistics yet: fit the Embedder first")
+    table = encoder.pooling.weighting.table(stats)
+    vocab = encoder.tokenizer.convert_ids_to_tokens(list(range(encoder.vocab_size)))
+    # An id the tokenizer cannot produce (its string listed twice in vocab.txt) maps to None, which the module's JSON
+    # config cannot key: a placeholder string of its own keeps its (never used) weight.
+    vocab = [f"[bertflow-unreachable-{i}]" if token is None else token for i, token in enumerate(vocab)]
+    module = word_weights(vocab=vocab, word_weights={t: float(w) for t, w in zip(vocab, table, strict=True)})
+    if not torch.equal(module.emb_layer.weight.detach()[:, 0], torch.from_numpy(table)):
+        raise InputError(
+            "the tokenizer's vocabulary repeats token strings with different weights, which sentence-transformers' "
+            "WordWeights (keyed by token string) cannot express; this weighted pooling cannot be exported"
+        )
+    return module
 
 
 CALIBRATION_TYPE = f"{__name__}.Calibration"

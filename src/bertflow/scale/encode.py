@@ -393,6 +393,9 @@ def encode_multi_device(
     config = encoder.get_config() if hasattr(encoder, "get_config") else dict(encoder)
     # A token budget set on the encoder object is not part of its config, but shapes the batches: carry it over.
     overrides = {"max_tokens": encoder.max_tokens} if getattr(encoder, "max_tokens", None) is not None else {}
+    # A weighted pooling's token statistics are not in the config either (only their digest): they travel too.
+    if getattr(encoder, "token_statistics", None) is not None:
+        overrides["token_statistics"] = encoder.token_statistics
     if not devices:
         raise InputError("encode_multi_device needs at least one device")
     if chunk_size < 1 or (batch_size is not None and batch_size < 1):

@@ -1,0 +1,218 @@
+"""The pooling contract and its registry: what a pooling needs from the forward pass, and how specs are parsed.
+
+A pooling is a small stage (sentence-transformers' habit): it declares the hidden-state indices it reads
+(:attr:`Pooling.layers`) and any other model output (:attr:`Pooling.inputs`, e.g. ``"pooler_output"``), and
+:meth:`Pooling.pool` turns ``{index: float32 [B, T, D]}`` (plus the named inputs), the attention mask [B, T] and,
+for a weighted pooling, per-token weights [B, T] into sentence vectors [B, D]. The forward pass
+(:class:`bertflow.encoding.forward.ModelRunner`) collects every needed layer once and hands them to each pooling.
+
+Layer indices follow Hugging Face's ``hidden_states`` tuple: index 0 is the *embedding layer* output and index
+``i`` (1..L) is the output of transformer layer ``i``.
+
+**Specs.** ``[weighting:]name``: a registered name (``cls``, ``pooler``, ``mean``, ``first-last-avg``,
+``last2avg``, or any pooling a module of this package adds) or hidden-state indices (``"1,-1"``, or a list of
+ints), optionally prefixed by a token weighting (``sif:first-last-avg``, ``idf:mean``; see
+:mod:`bertflow.encoding.pooling.weighting`), which applies to poolings that average tokens. A spec is parsed once,
+against the model's number of layers, by :meth:`Pooling.parse`.
+
+**Adding a pooling** is one class in one new module of this package: subclass :class:`Pooling`, set ``names``,
+implement :meth:`Pooling.build` (and :meth:`Pooling.pool`); defining the class registers it, and the package
+imports every module it holds, so the new name works everywhere a pooling is accepted.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import ClassVar
+
+import torch
+
+from ...errors import InputError
+from .weighting import NO_WEIGHTING, Weighting
+
+__all__ = ["Pooling", "masked_mean", "parse_without_model", "pooling_names", "registered_poolings"]
+
+#: Every pooling class, in definition order (filled by ``Pooling.__init_subclass__``).
+_REGISTRY: list[type[Pooling]] = []
+
+
+class Pooling(ABC):
+    """A validated way of reading sentence vectors out of a transformer's token states.
+
+    Subclasses are immutable values (frozen dataclasses): equal specs give equal poolings.
+
+    Class attributes:
+        names: the spec names this class parses (the first is its canonical name).
+        averages_tokens: whether it is an average over tokens, so that a token weighting applies to it.
+        portable: whether sentence-transformers' own modules compute it (the export,
+            :func:`bertflow.integrations.sentence_transformers.pooling_modules`, then needs no bertflow).
+    """
+
+    names: ClassVar[tuple[str, ...]] = ()
+    averages_tokens: ClassVar[bool] = False
+    portable: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.names:
+            _REGISTRY.append(cls)
+
+    # -- what a pooling is ------------------------------------------------------------------------------------
+
+    @property
+    @abstractmethod
+    def layers(self) -> tuple[int, ...]:
+        """The ``hidden_states`` indices :meth:`pool` reads, non-negative and sorted."""
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """Other model outputs :meth:`pool` reads by name (``"pooler_output"``: [B, D]); none by default."""
+        return ()
+
+    @property
+    def weighting(self) -> Weighting:
+        """The token weighting (``none`` unless the subclass takes one)."""
+        return NO_WEIGHTING
+
+    @property
+    @abstractmethod
+    def base_name(self) -> str:
+        """The unweighted pooling's name (``"mean"``, ``"first-last-avg"``, ``"layers"`` ...)."""
+
+    @abstractmethod
+    def base_spec(self) -> str | list[int]:
+        """The unweighted pooling's JSON spec (a name, or for an index list the list)."""
+
+    @abstractmethod
+    def pool(
+        self, states: Mapping[int | str, torch.Tensor], mask: torch.Tensor, weights: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Sentence vectors [B, D] in the dtype of ``states``.
+
+        Args:
+            states: ``{index: [B, T, D]}`` for every index of :attr:`layers`, and ``{name: tensor}`` for every
+                name of :attr:`inputs` (other entries may be present and are ignored).
+            mask: [B, T], true (or 1) at real tokens, false at padding.
+            weights: [B, T] per-token weights for a weighted pooling (``weighting.weighted``), else ``None``.
+        """
+
+    @classmethod
+    @abstractmethod
+    def build(cls, name: str, num_layers: int, weighting: Weighting) -> Pooling | None:
+        """This class's pooling for the (normalised) spec ``name`` on a model with ``num_layers`` layers, or ``None``
+        when ``name`` is not one of this class's specs.
+
+        Raises:
+            InputError: ``name`` is this class's but invalid for the model (an index out of range).
+        """
+
+    # -- derived ----------------------------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """Readable spec: ``"mean"``, ``"layers"``, ``"sif:first-last-avg"`` ..."""
+        w = self.weighting
+        return self.base_name if not w.weighted else f"{w.spec}:{self.base_name}"
+
+    @property
+    def key(self) -> str:
+        """Canonical text for file names and dictionary keys: ``"mean"``, ``"layers-1-6"``, ``"sif-mean"`` ..."""
+        spec = self.base_spec()
+        base = spec if isinstance(spec, str) else "layers-" + "-".join(str(i) for i in spec)
+        w = self.weighting
+        return base if not w.weighted else f"{w.spec}-{base}"
+
+    def to_spec(self) -> str | list[int]:
+        """The JSON form that :meth:`parse` turns back into this pooling."""
+        spec = self.base_spec()
+        if not self.weighting.weighted:
+            return spec
+        text = spec if isinstance(spec, str) else ",".join(str(i) for i in spec)
+        return f"{self.weighting.spec}:{text}"
+
+    def __str__(self) -> str:
+        return self.name
+
+    # -- parsing ----------------------------------------------------------------------------------------------
+
+    @classmethod
+    def parse(cls, spec: str | Sequence[int] | Pooling, num_layers: int) -> Pooling:
+        """Build a pooling from a spec (see the module docstring), checked against ``num_layers`` layers.
+
+        Args:
+            spec: ``"mean"``, ``"sif:first-last-avg"``, ``"1,-1"``, ``[0, -1]`` ... or a :class:`Pooling` (returned).
+            num_layers: the model's number of transformer layers L (``hidden_states`` has L+1 entries).
+
+        Raises:
+            InputError: an unknown name or weighting, an empty or out-of-range index list, or a weighting on a
+                pooling that does not average tokens.
+        """
+        if isinstance(spec, Pooling):
+            return spec
+        if isinstance(spec, str):
+            text = spec.strip().lower().replace("_", "-")
+        else:
+            text = ",".join(str(int(i)) for i in spec)
+            if not text:
+                raise InputError("pooling layer list is empty: give at least one hidden-state index")
+        weighting = NO_WEIGHTING
+        if ":" in text:
+            prefix, _, text = text.partition(":")
+            weighting = Weighting.parse(prefix)
+        for kind in _REGISTRY:
+            pooling = kind.build(text.strip(), num_layers, weighting)
+            if pooling is None:
+                continue
+            if weighting.weighted and not kind.averages_tokens:
+                raise InputError(
+                    f"weighting {weighting.spec!r} applies to poolings that average tokens "
+                    f"({', '.join(pooling_names(averaging=True))} or layer lists), not {pooling.base_name!r}"
+                )
+            return pooling
+        raise InputError(
+            f"unknown pooling {spec!r}: use one of {', '.join(pooling_names())}, a comma-separated list of "
+            "hidden-state indices such as '1,-1', optionally with a weighting prefix such as 'sif:mean'"
+        )
+
+
+def parse_without_model(spec: str | Sequence[int] | Pooling) -> Pooling:
+    """``spec`` parsed with no model at hand, for what does not depend on one (its class, its weighting): layer
+    indices are checked against a model only by :meth:`Pooling.parse` with its real depth.
+
+    Raises:
+        InputError: an unknown name or weighting, or a weighting on a pooling that does not average tokens.
+    """
+    return Pooling.parse(spec, num_layers=10**6)
+
+
+def registered_poolings() -> tuple[type[Pooling], ...]:
+    """Every pooling class, in registration order."""
+    return tuple(_REGISTRY)
+
+
+def pooling_names(*, averaging: bool = False) -> list[str]:
+    """The canonical name of every registered pooling (only those that average tokens with ``averaging``)."""
+    return [kind.names[0] for kind in _REGISTRY if kind.averages_tokens or not averaging]
+
+
+def masked_mean(states: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean over real tokens only, optionally weighted per token.
+
+    Args:
+        states: [B, T, D] token states.
+        mask: [B, T], 1 (true) for real tokens and 0 for padding.
+        weights: optional [B, T] positive per-token weights: the result is then
+            ``sum_t w_t m_t h_t / sum_t w_t m_t``.
+
+    Returns:
+        [B, D]; padding positions contribute nothing, whatever their values (or weights).
+    """
+    m = mask.unsqueeze(-1).to(states.dtype)
+    if weights is None:
+        summed = (states * m).sum(dim=1)
+        return summed / m.sum(dim=1).clamp(min=1)
+    m = m * weights.unsqueeze(-1).to(states.dtype)
+    # Every sentence has a real token and weights are positive, so the sum is positive; the floor only keeps an
+    # all-padding row (which never reaches here from the encoder) finite.
+    return (states * m).sum(dim=1) / m.sum(dim=1).clamp(min=torch.finfo(states.dtype).tiny)
