@@ -2,7 +2,7 @@
 
 ``forward``
     For each architecture, the real forward batches of one 65,536-sentence STS chunk (built by the encoder's own
-    batching), run through ``ModelRunner.forward`` padded and unpadded: host time to queue the chunk, time to
+    batching), run through ``ModelRunner.forward`` padded and unpadded with each attention of ``ATTENTIONS``: host time to queue the chunk, time to
     finish it (device events), host synchronisations caught by ``torch.cuda.set_sync_debug_mode``, and the top
     CUDA kernels of each path (torch.profiler). Medians of ``--rounds``.
 ``host``
@@ -40,8 +40,14 @@ def sts_text(data_dir: Path, n: int, seed: int = 0) -> list[str]:
     return [pool[i] for i in rng.permutation(np.arange(n) % len(pool))]
 
 
-def timed_chunk(runner: Any, chunk: Any, plan: Any, unpadded: bool) -> tuple[float, float]:
-    """(host seconds to queue every batch, seconds until the device finished them)."""
+def timed_chunk(runner: Any, chunk: Any, plan: Any, variant: str) -> tuple[float, float]:
+    """(host seconds to queue every batch, seconds until the device finished them); ``variant``: ``padded`` or
+    an unpadded attention's name."""
+    from bertflow.encoding.packed import ATTENTIONS
+
+    unpadded = variant != "padded"
+    if unpadded:
+        runner.cuda_attention = ATTENTIONS[variant]
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     t = time.perf_counter()
@@ -56,6 +62,7 @@ def timed_chunk(runner: Any, chunk: Any, plan: Any, unpadded: bool) -> tuple[flo
 
 def forward(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from bertflow import SentenceEncoder
+    from bertflow.encoding.packed import ATTENTIONS
     from bertflow.encoding.settings import EncodeSettings
 
     text = sts_text(args.data_dir, 65536)
@@ -67,10 +74,12 @@ def forward(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         plan, runner = enc._plan(None), enc._runner
         real = chunk.real_tokens
         res: dict[str, Any] = {"batches": len(chunk.batches), "real_tokens": real, "padded_tokens": chunk.padded_tokens}
+        variants = ["padded", *ATTENTIONS]
         for _ in range(2):  # warm-up
-            timed_chunk(runner, chunk, plan, False)
-            timed_chunk(runner, chunk, plan, True)
-        for name, flag in (("padded", False), ("unpadded", True)):
+            for name in variants:
+                timed_chunk(runner, chunk, plan, name)
+        for name in variants:
+            flag = name
             runs = [timed_chunk(runner, chunk, plan, flag) for _ in range(args.rounds)]
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
@@ -88,13 +97,16 @@ def forward(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 "syncs": sorted({str(w.message)[:160] for w in caught}),
                 "sync_count": len(caught),
             }
+            if name not in ("padded", "grouped"):
+                continue
             from torch.profiler import ProfilerActivity, profile
 
             with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
                 timed_chunk(runner, chunk, plan, flag)
             table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=14, max_name_column_width=60)
             (args.out_dir / f"profile_{arch}_{name}.txt").write_text(table)
-        res["device_ratio_padded_over_unpadded"] = round(res["padded"]["device_s"] / res["unpadded"]["device_s"], 3)
+        for name in ATTENTIONS:
+            res[name]["speedup_vs_padded"] = round(res["padded"]["device_s"] / res[name]["device_s"], 3)
         out["runs"][arch] = res
         print(json.dumps({arch: res}, indent=1), flush=True)
         enc.close()

@@ -20,10 +20,11 @@ Subcommands (each prints one JSON object and writes it to ``--json``):
     model load to barrier after the last shard, reading, tokenising, encoding, calibrating and writing
     included), and whether the store equals ``Embedder.encode``'s vectors.
 ``unpadded``
-    The unpadded forward (``EncodeSettings(unpadded=None)``, the CUDA default: encoding/packed.py) against the
-    padded one (``unpadded=False``) in one process, per architecture: first pass of each (its own encoder, so its
-    own tokeniser workers and word memo: the STS words are new to both), then ``--rounds`` warm passes each,
-    interleaved; the largest 1 - cos between the two paths' vectors, and each one's against float32 padded.
+    The unpadded forward (``EncodeSettings(unpadded=True)``: encoding/packed.py) with each of ``--attentions``
+    against the padded one (``unpadded=False``) in one process, per architecture: first pass of each (its own
+    encoder, so its own tokeniser workers and word memo: the STS words are new to every one), then ``--rounds``
+    warm passes each, interleaved; the largest 1 - cos of each one's vectors against the padded bf16 ones and
+    against float32 padded.
 ``tests``
     The CUDA-only tests (and the rest of their files) under pytest on this machine: a dated record of the card,
     the commit (``--commit``) and every test's outcome.
@@ -298,6 +299,7 @@ def unpadded(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
     import bertflow
     from bertflow import SentenceEncoder
+    from bertflow.encoding.packed import ATTENTIONS
     from bertflow.encoding.settings import EncodeSettings
 
     pool = sts_pool(args.data_dir)
@@ -305,44 +307,40 @@ def unpadded(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     text = [pool[i] for i in rng.permutation(np.arange(args.sentences) % len(pool))]
     warm = synthetic(args.tokenizer_dir, 20000)
     out: dict[str, Any] = {"bertflow": bertflow.__version__, "card": card(), "torch": torch.__version__, "runs": {}}
+    variants = ["padded", *(f"unpadded-{a}" for a in args.attentions.split(","))]
     for arch in args.archs.split(","):
         model = random_model(arch, args.tokenizer_dir, work / arch)
-        encs = {
-            name: SentenceEncoder(str(model), pooling="mean", device=args.device, settings=EncodeSettings(unpadded=flag))
-            for name, flag in (("padded", False), ("unpadded", None))
-        }
-        for enc in encs.values():
+        encs = {}
+        for name in variants:
+            flag = name != "padded"
+            enc = SentenceEncoder(str(model), pooling="mean", device=args.device, settings=EncodeSettings(unpadded=flag))
+            if flag:
+                enc._runner.cuda_attention = ATTENTIONS[name.split("-", 1)[1]]
             enc.encode(warm, show_progress_bar=False)
+            encs[name] = enc
         rates: dict[str, list[float]] = {name: [] for name in encs}
         vectors: dict[str, np.ndarray] = {}
-        order = list(encs)
-        for r in range(1 + args.rounds):
-            for name in order if r % 2 == 0 else order[::-1]:
+        for r in range(1 + args.rounds):  # every variant's first pass, then warm rounds in alternating order
+            for name in variants if r % 2 == 0 else variants[::-1]:
                 sync()
                 t = time.perf_counter()
                 vectors[name] = encs[name].encode(text, show_progress_bar=False)
                 sync()
                 rates[name].append(len(text) / (time.perf_counter() - t))
-        runner = encs["unpadded"]._runner
         ref32 = SentenceEncoder(str(model), pooling="mean", device=args.device, dtype="float32")
         ref32.settings = dataclasses.replace(ref32.settings, unpadded=False)
-        sub = text[:4096]
-        v32 = ref32.encode(sub, show_progress_bar=False)
-        run = {
-            "unpadded_path_taken": bool(runner.packed_verified and runner.unpadded_refused is None),
-            "refused": runner.unpadded_refused,
-            "max_1_minus_cos_unpadded_vs_padded_bf16": cosine_gap(vectors["unpadded"], vectors["padded"]),
-            "max_1_minus_cos_vs_fp32_padded": {name: cosine_gap(vectors[name][:4096], v32) for name in encs},
-            "padding_efficiency": encs["padded"].last_stats.padding_efficiency,
-        }
-        for name in encs:
+        v32 = ref32.encode(text[:4096], show_progress_bar=False)
+        run: dict[str, Any] = {"padding_efficiency": encs["padded"].last_stats.padding_efficiency}
+        for name in variants:
             run[name] = {
                 "first_pass_sentences_per_s": round(rates[name][0]),
                 "warm_sentences_per_s": round(statistics.median(rates[name][1:])),
                 "rounds": [round(x) for x in rates[name]],
+                "max_1_minus_cos_vs_padded_bf16": cosine_gap(vectors[name], vectors["padded"]),
+                "max_1_minus_cos_vs_fp32_padded": cosine_gap(vectors[name][:4096], v32),
             }
-        for key in ("first_pass_sentences_per_s", "warm_sentences_per_s"):
-            run[f"ratio_{key}"] = round(run["unpadded"][key] / run["padded"][key], 3)
+            for key in ("first_pass_sentences_per_s", "warm_sentences_per_s"):
+                run[name][f"ratio_{key}"] = round(run[name][key] / run["padded"][key], 3)
         out["runs"][arch] = run
         print(json.dumps({arch: run}), flush=True)
         for enc in (*encs.values(), ref32):
@@ -395,6 +393,7 @@ def main() -> None:
     parser.add_argument("what", choices=["throughput", "onepath", "scaleout", "streams", "unpadded", "tests"])
     parser.add_argument("--tokenizer-dir", type=Path, default=None, help="required except for tests")
     parser.add_argument("--data-dir", type=Path, default=None, help="required except for tests")
+    parser.add_argument("--attentions", default="grouped,varlen", help="unpadded: attentions to compare")
     parser.add_argument("--commit", default="unknown", help="tests: the commit under test, for the record")
     parser.add_argument("--test-files", default="", help="tests: comma-separated files (default: CUDA_TEST_FILES)")
     parser.add_argument("--archs", default="bert-base,minilm-l6")

@@ -11,12 +11,13 @@ import torch
 from bertflow import InputError, SentenceEncoder
 from bertflow.encoding import forward as forward_module
 from bertflow.encoding.packed import (
+    ATTENTIONS,
     Packing,
     PackedBert,
+    grouped_attention,
     max_cosine_deviation,
     padded_attention,
     unsupported_reason,
-    varlen_attention,
     varlen_available,
 )
 from bertflow.encoding.settings import EncodeSettings
@@ -54,6 +55,20 @@ def test_padded_attention_is_per_sentence():
     k2 = k.clone()
     k2[:8] += 5.0  # other sentences' keys
     torch.testing.assert_close(padded_attention(q, k2, v, p)[8:13], out[8:13], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("width", [7, 40, 64, 129])
+def test_grouped_attention_equals_padded_attention(width):
+    """Sentences side by side under a block-diagonal mask attend exactly as alone (any width, filler rows too)."""
+    torch.manual_seed(width)
+    lengths = torch.randint(1, width + 1, (37,))
+    lengths[0] = width
+    p = Packing.from_lengths(lengths, width, int(lengths.sum()))
+    q, k, v = (torch.randn(p.total, 3, 8) for _ in range(3))
+    assert p.per_group == max(1, 128 // width)
+    got = grouped_attention(q, k, v, p)
+    assert got.isfinite().all()
+    torch.testing.assert_close(got, padded_attention(q, k, v, p), rtol=1e-5, atol=1e-5)
 
 
 @pytest.fixture(scope="module")
@@ -130,8 +145,9 @@ def test_automatic_path_checks_its_first_batch(tiny_model_dir, monkeypatch):
     ref = enc.encode(sentences)
     runner = enc._runner
     enc.settings = dataclasses.replace(enc.settings, unpadded=None)
-    runner.varlen = True  # pretend varlen attention runs here, with a stand-in for it
-    monkeypatch.setattr(forward_module, "varlen_attention", padded_attention)
+    runner.half_cuda = True  # pretend this is CUDA in half precision, with a stand-in attention
+    monkeypatch.setattr(forward_module, "UNPADDED_BY_DEFAULT", True)
+    runner.cuda_attention = padded_attention
     np.testing.assert_allclose(enc.encode(sentences), ref, rtol=1e-5, atol=1e-5)
     assert runner.packed_verified and runner.unpadded_refused is None
 
@@ -139,7 +155,7 @@ def test_automatic_path_checks_its_first_batch(tiny_model_dir, monkeypatch):
         return v.flip(0) * 100  # attention barely moves its output, so the error must be large to show)
 
     runner.packed_verified = False
-    monkeypatch.setattr(forward_module, "varlen_attention", wrong)
+    runner.cuda_attention = wrong
     np.testing.assert_allclose(enc.encode(sentences), ref, rtol=1e-5, atol=1e-5)  # padded results, not wrong ones
     assert "deviated from the padded forward" in runner.unpadded_refused
     assert runner.packed_attention(None) is None
@@ -157,19 +173,20 @@ cuda = pytest.mark.skipif(
 
 
 @cuda
-def test_varlen_attention_equals_padded_attention_cuda():
+@pytest.mark.parametrize("name", sorted(ATTENTIONS))
+def test_attentions_equal_padded_attention_cuda(name):
     torch.manual_seed(0)
-    lengths = torch.tensor([64, 1, 17, 33, 64, 5], device="cuda")
+    lengths = torch.tensor([64, 1, 17, 33, 64, 5, 60, 58], device="cuda")
     p = Packing.from_lengths(lengths, 64, int(lengths.sum()))
     q, k, v = (torch.randn(p.total, 12, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     ref = padded_attention(q.float(), k.float(), v.float(), p)
-    got = varlen_attention(q, k, v, p).float()
+    got = ATTENTIONS[name](q, k, v, p).float()
     assert torch.linalg.norm(got - ref) / torch.linalg.norm(ref) < 1e-2
 
 
 @cuda
 def test_encoder_unpadded_equals_padded_cuda(tmp_path):
-    """On CUDA in bf16 the automatic unpadded path is taken and matches the padded one (1 - cos <= 1e-3)."""
+    """On CUDA in bf16 the unpadded forward matches the padded one (1 - cos <= 1e-3), asked for or by default."""
     from transformers import BertConfig, BertModel, BertTokenizerFast
 
     folder = make_tiny_bert(tmp_path / "m", seed=5, hidden=128, layers=4)
@@ -183,9 +200,10 @@ def test_encoder_unpadded_equals_padded_cuda(tmp_path):
     assert enc.dtype == torch.bfloat16
     for pooling in POOLINGS:
         enc.settings = dataclasses.replace(settings, unpadded=False)
-        ref = enc.encode(sentences, poolings=[pooling])
-        enc.settings = dataclasses.replace(settings, unpadded=None)
-        got = enc.encode(sentences, poolings=[pooling])
+        (ref,) = enc.encode(sentences, poolings=[pooling]).values()
+        for flag in (True, None) if forward_module.UNPADDED_BY_DEFAULT else (True,):
+            enc.settings = dataclasses.replace(settings, unpadded=flag)
+            (got,) = enc.encode(sentences, poolings=[pooling]).values()
+            assert max_cosine_deviation(torch.from_numpy(got), torch.from_numpy(ref)) <= 1e-3, (pooling, flag)
+    if forward_module.UNPADDED_BY_DEFAULT:
         assert enc._runner.packed_verified and enc._runner.unpadded_refused is None
-        (key,) = ref
-        assert max_cosine_deviation(torch.from_numpy(got[key]), torch.from_numpy(ref[key])) <= 1e-3, pooling

@@ -22,8 +22,8 @@ from ..typing import DeviceTransform
 from ..validation import OUTPUT_LIMIT, check_finite, raise_calibrated
 from .batching import HostBatch, PreparedChunk
 from .device import attention_backends, transformers_major
-from .packed import Attention, Packing, PackedBert, max_cosine_deviation, padded_attention, unsupported_reason
-from .packed import varlen_attention, varlen_available
+from .packed import ATTENTIONS, CUDA_ATTENTION, UNPADDED_BY_DEFAULT, Attention, Packing, PackedBert
+from .packed import max_cosine_deviation, padded_attention, unsupported_reason, varlen_available
 from .pooling import Pooling
 
 __all__ = [
@@ -128,13 +128,14 @@ class ModelRunner:
         # A prepared 4-D boolean mask goes straight to SDPA in transformers >= 5; a 2-D mask would make the
         # mask builder check on the host whether the batch has padding at all (one device sync per batch).
         self.mask_4d = transformers_major() >= 5 and getattr(model.config, "_attn_implementation", "") == "sdpa"
-        # The unpadded forward (encoding/packed.py): automatic on CUDA for a supported model in half precision,
-        # once its first batch has matched the padded forward (_forward_packed); the padded path is the reference.
+        # The unpadded forward (encoding/packed.py): on CUDA in half precision, for a supported model, when asked
+        # (or by default if UNPADDED_BY_DEFAULT), and automatically only once its first batch has matched the padded
+        # forward (_forward_packed); the padded path is the reference.
         self.unpadded_refused = unsupported_reason(model)
         self.packed = PackedBert(model) if self.unpadded_refused is None else None
         self.packed_verified = False
-        dtype = next(model.parameters()).dtype
-        self.varlen = varlen_available(device, dtype)
+        self.half_cuda = varlen_available(device, next(model.parameters()).dtype)
+        self.cuda_attention: Attention = ATTENTIONS[CUDA_ATTENTION]  # benchmarks swap it to compare kernels
 
     def plan(self, poolings: Sequence[str | Sequence[int] | Pooling]) -> PoolingPlan:
         """Check ``poolings`` (names, layer lists or :class:`Pooling`) against this model and plan their pass."""
@@ -155,18 +156,19 @@ class ModelRunner:
     def packed_attention(self, unpadded: bool | None) -> Attention | None:
         """The attention of the unpadded forward for this ``unpadded`` setting, or None: use the padded forward.
 
-        ``None`` (auto): varlen attention where it runs (CUDA, half precision) for a supported model not refused
-        by its first-batch check; ``True``: always, with the padded-attention fallback elsewhere (an unsupported
-        model is an error); ``False``: never.
+        ``None`` (default): the unpadded forward on CUDA in half precision for a supported model, if
+        :data:`~bertflow.encoding.packed.UNPADDED_BY_DEFAULT` and its first batch was not refused; ``True``: always
+        (off CUDA with :func:`~bertflow.encoding.packed.padded_attention`; an unsupported model is an error);
+        ``False``: never.
         """
         if unpadded is None:
-            usable = self.varlen and self.packed is not None and self.unpadded_refused is None
-            return varlen_attention if usable else None
+            usable = UNPADDED_BY_DEFAULT and self.half_cuda and self.packed is not None
+            return self.cuda_attention if usable and self.unpadded_refused is None else None
         if not unpadded:
             return None
         if self.packed is None:
             raise InputError(f"{self.model_id}: unpadded encoding is not available: {self.unpadded_refused}")
-        return varlen_attention if self.varlen else padded_attention
+        return self.cuda_attention if self.half_cuda else padded_attention
 
     @torch.inference_mode()
     def forward(
@@ -228,7 +230,8 @@ class ModelRunner:
         else:
             lengths, total = buf[rows * width :], int(batch.buffer[rows * width :].sum())
         packing = Packing.from_lengths(lengths, width, total)
-        states = self.packed.states(input_ids, packing, plan.layers, attention)
+        with attention_backends(self.device, cudnn):  # SDPA inside the grouped and padded attentions
+            states = self.packed.states(input_ids, packing, plan.layers, attention)
         captured = {k: packing.unpack(v) for k, v in states.items()}
         last = captured.get(self.num_layers)
         pooler = last is not None and any(p.name == "pooler" for p in plan.poolings)

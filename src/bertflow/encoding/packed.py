@@ -14,16 +14,21 @@ Only the exact Hugging Face ``BertModel`` (BERT, MiniLM, the raw Gutenberg encod
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
 __all__ = [
+    "ATTENTIONS",
+    "CUDA_ATTENTION",
+    "UNPADDED_BY_DEFAULT",
     "Attention",
+    "GROUP_TOKENS",
     "Packing",
     "PackedBert",
     "max_cosine_deviation",
+    "grouped_attention",
     "padded_attention",
     "unsupported_reason",
     "varlen_attention",
@@ -56,6 +61,7 @@ class Packing:
     index: torch.Tensor
     positions: torch.Tensor
     mask: torch.Tensor
+    _bias: dict[torch.dtype, torch.Tensor] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_lengths(cls, lengths: torch.Tensor, width: int, total: int) -> Packing:
@@ -80,11 +86,38 @@ class Packing:
         """``[rows, width, ...]`` -> ``[total, ...]``: the real tokens, sentence after sentence."""
         return padded.reshape(self.rows * self.width, *padded.shape[2:]).index_select(0, self.index)
 
-    def unpack(self, packed: torch.Tensor) -> torch.Tensor:
-        """``[total, ...]`` -> ``[rows, width, ...]`` with zeros at padding (the inverse of :meth:`pack`)."""
-        out = packed.new_zeros((self.rows * self.width, *packed.shape[1:]))
+    def unpack(self, packed: torch.Tensor, rows: int | None = None) -> torch.Tensor:
+        """``[total, ...]`` -> ``[rows, width, ...]`` with zeros at padding (the inverse of :meth:`pack`);
+        ``rows`` (>= :attr:`rows`) adds rows of padding at the end."""
+        rows = self.rows if rows is None else rows
+        out = packed.new_zeros((rows * self.width, *packed.shape[1:]))
         out.index_copy_(0, self.index, packed)
-        return out.view(self.rows, self.width, *packed.shape[1:])
+        return out.view(rows, self.width, *packed.shape[1:])
+
+    @property
+    def per_group(self) -> int:
+        """Sentences side by side in one row of :func:`grouped_attention` (``GROUP_TOKENS // width``, >= 1)."""
+        return max(1, GROUP_TOKENS // self.width)
+
+    def group_bias(self, dtype: torch.dtype) -> torch.Tensor:
+        """Additive mask of :func:`grouped_attention` in ``dtype``, [groups, 1, L, L] with L = per_group x width: 0
+        where query and key are in the same sentence and the key is a real token, -inf elsewhere. Built once
+        per batch (every layer uses it); its rows are 16-aligned in memory, as the memory-efficient kernel
+        wants (a view of a wider buffer)."""
+        if dtype in self._bias:
+            return self._bias[dtype]
+        per, width = self.per_group, self.width
+        groups = -(-self.rows // per)
+        length = per * width
+        valid = torch.zeros(groups * length, dtype=torch.bool, device=self.index.device)
+        valid[self.index] = True
+        slot = torch.arange(length, device=self.index.device) // width
+        allowed = (slot[:, None] == slot[None, :])[None] & valid.view(groups, 1, length)
+        shape = (groups, 1, length, -(-length // 16) * 16)
+        bias = torch.full(shape, float("-inf"), dtype=dtype, device=self.index.device)[..., :length]
+        bias.masked_fill_(allowed[:, None], 0.0)
+        self._bias[dtype] = bias
+        return bias
 
 
 def padded_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing) -> torch.Tensor:
@@ -105,6 +138,31 @@ def padded_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing:
     return packing.pack(out.transpose(1, 2))
 
 
+#: Tokens per row of :func:`grouped_attention`: attention kernels work in tiles of 64-128 queries x keys, so a
+#: sentence of 15 tokens alone in a row leaves most of each tile, and of the kernel's time, to padding.
+GROUP_TOKENS = 128
+
+
+def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing) -> torch.Tensor:
+    """:func:`padded_attention`'s result with ``per_group`` sentences side by side in one attention row.
+
+    A block-diagonal mask (:meth:`Packing.group_bias`) keeps each sentence to itself, so a kernel launches one
+    program per group of ~128 tokens instead of one per short sentence (ten times fewer on STS text).
+    """
+    per = packing.per_group
+    if per == 1:
+        return padded_attention(q, k, v, packing)
+    bias = packing.group_bias(q.dtype)
+    groups, length = bias.shape[0], bias.shape[-1]
+
+    def rows(t: torch.Tensor) -> torch.Tensor:  # [groups, heads, length, head_dim]
+        return packing.unpack(t, groups * per).view(groups, length, *t.shape[1:]).transpose(1, 2)
+
+    out = F.scaled_dot_product_attention(rows(q), rows(k), rows(v), attn_mask=bias)
+    flat = out.transpose(1, 2).reshape(groups * length, *q.shape[1:])
+    return flat.index_select(0, packing.index)
+
+
 def varlen_available(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether :func:`varlen_attention` runs here: CUDA, half precision and a torch that has ``varlen_attn``."""
     if device.type != "cuda" or dtype not in (torch.bfloat16, torch.float16) or not torch.cuda.is_available():
@@ -122,6 +180,18 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing:
 
     # Default scale 1/sqrt(head_dim), BERT's; queries and keys share the boundaries (self-attention).
     return varlen_attn(q, k, v, packing.cu_seqlens, packing.cu_seqlens, packing.width, packing.width)
+
+
+#: The attentions of the unpadded forward by name (benchmarks compare them: docs/performance.md).
+ATTENTIONS: dict[str, Attention] = {
+    "varlen": varlen_attention,
+    "padded": padded_attention,
+    "grouped": grouped_attention,
+}
+#: The attention of the unpadded forward on CUDA, and whether that forward is the CUDA default
+#: (``EncodeSettings.unpadded=None``): chosen by measurement (docs/performance.md, issue 23).
+CUDA_ATTENTION = "grouped"
+UNPADDED_BY_DEFAULT = True
 
 
 def unsupported_reason(model: torch.nn.Module) -> str | None:
