@@ -40,6 +40,9 @@ def test_packing_round_trip():
     back = p.unpack(packed)
     torch.testing.assert_close(back, padded * p.mask[..., None], rtol=0, atol=0)  # zeros at padding
     torch.testing.assert_close(p.pack(back), packed, rtol=0, atol=0)
+    gathered = p.gather_padded(packed, rows=6)  # one more row, of padding; padding slots hold some real token
+    assert gathered.shape == (6, 7, 3)
+    torch.testing.assert_close(gathered[:5][p.mask], padded[p.mask], rtol=0, atol=0)
 
 
 def test_padded_attention_is_per_sentence():

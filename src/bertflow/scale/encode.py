@@ -88,6 +88,10 @@ def _encode_kwargs(batch_size: int | None, chunk_size: int) -> dict[str, int]:
     return {"chunk_size": int(chunk_size)} | ({"batch_size": int(batch_size)} if batch_size is not None else {})
 
 
+#: Chunks of its first shard that a CUDA rank encodes (and discards) before the timed phase.
+WARMUP_CHUNKS = 3
+
+
 def _commit(writer: ShardWriter) -> dict[str, Any]:
     """Commit a finished shard (on the committer thread); a failed commit removes its temporary file."""
     try:
@@ -104,7 +108,7 @@ def _warm_up(
     mine: Sequence[ShardSpec],
     encode_kwargs: dict[str, int],
 ) -> float:
-    """On CUDA, run one chunk of the rank's first shard through the encode loop before the timed phase.
+    """On CUDA, run the first chunks of the rank's first shard through the encode loop before the timed phase.
 
     A cold rank starts its tokenisation workers, CUDA kernels and the calibrator's CUDA graph for the chunk shape
     during its first shard (which ran at under half the later shards' speed); that start-up belongs to loading, as
@@ -116,7 +120,10 @@ def _warm_up(
 
     t = time.perf_counter()
     first = mine[0]
-    lines = source.read(first.start, min(first.stop, first.start + encode_kwargs["chunk_size"]), first.offset)
+    # A few chunks, so that as many are in flight as in the timed loop (their pinned host buffers are allocated
+    # here, and cached for it).
+    stop = min(first.stop, first.start + WARMUP_CHUNKS * encode_kwargs["chunk_size"])
+    lines = source.read(first.start, stop, first.offset)
     for _ in iter_calibrated(encoder, calibrator, iter(lines), **encode_kwargs):  # iter: a stream starts the workers
         pass
     return time.perf_counter() - t
