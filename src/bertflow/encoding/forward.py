@@ -23,7 +23,7 @@ from ..validation import OUTPUT_LIMIT, check_finite, raise_calibrated
 from .batching import HostBatch, PreparedChunk
 from .device import attention_backends, transformers_major
 from .packed import ATTENTIONS, CUDA_ATTENTION, UNPADDED_BY_DEFAULT, Attention, Packing, PackedBert
-from .packed import max_cosine_deviation, padded_attention, unsupported_reason, varlen_available
+from .packed import max_cosine_deviation, padded_attention, unsupported_reason
 from .pooling import Pooling
 
 __all__ = [
@@ -134,7 +134,7 @@ class ModelRunner:
         self.unpadded_refused = unsupported_reason(model)
         self.packed = PackedBert(model) if self.unpadded_refused is None else None
         self.packed_verified = False
-        self.half_cuda = varlen_available(device, next(model.parameters()).dtype)
+        self.half_cuda = device.type == "cuda" and next(model.parameters()).dtype in (torch.float16, torch.bfloat16)
         self.cuda_attention: Attention = ATTENTIONS[CUDA_ATTENTION]  # benchmarks swap it to compare kernels
 
     def plan(self, poolings: Sequence[str | Sequence[int] | Pooling]) -> PoolingPlan:

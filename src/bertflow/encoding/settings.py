@@ -66,10 +66,10 @@ class EncodeSettings:
         min_tokens: padded tokens below which a batch is filled up anyway; ``None``: 32,768 on CUDA, 0 on CPU.
         first_chunk: size of the first chunk on CUDA (the ramp's start) when ``chunk_size`` is ``None``.
         cudnn_attention: let torch pick cuDNN attention on CUDA (off by default: it plans every new shape).
-        unpadded: run the model on real tokens only (:mod:`bertflow.encoding.packed`: no padding, varlen
-            attention); ``None``: on CUDA in half precision for a BERT model whose first batch matches the
-            padded forward; ``True``: wherever the model is a BERT model (elsewhere than CUDA with a slower
-            attention that pads; others are an error); ``False``: never.
+        unpadded: run the model on real tokens only (:mod:`bertflow.encoding.packed`: no padding in any layer,
+            short sentences side by side in attention); ``None``: on CUDA in half precision for a BERT model whose
+            first batch matches the padded forward; ``True``: wherever the model is a BERT model (off CUDA with a
+            slower attention that pads; other models are an error); ``False``: never.
 
     Example:
         >>> import dataclasses
