@@ -2,7 +2,8 @@
 
 ``forward``
     For each architecture, the real forward batches of one 65,536-sentence STS chunk (built by the encoder's own
-    batching), run through ``ModelRunner.forward`` padded and unpadded with each attention of ``ATTENTIONS``: host time to queue the chunk, time to
+    batching), run through ``ModelRunner.forward`` padded and unpadded with each attention of ``ATTENTIONS``:
+    host time to queue the chunk, time to
     finish it (device events), host synchronisations caught by ``torch.cuda.set_sync_debug_mode``, and the top
     CUDA kernels of each path (torch.profiler). Medians of ``--rounds``.
 ``host``
@@ -166,7 +167,8 @@ def host(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         if phase == "start":
             gc_start["t"] = time.perf_counter()
         elif "t" in gc_start:
-            clock.add(f"gc gen{info['generation']} ({threading.current_thread().name})", time.perf_counter() - gc_start["t"])
+            label = f"gc gen{info['generation']} ({threading.current_thread().name})"
+            clock.add(label, time.perf_counter() - gc_start["t"])
 
     gc.callbacks.append(on_gc)
     passes = []
@@ -179,9 +181,15 @@ def host(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         enc.encode(text, show_progress_bar=False)
         torch.cuda.synchronize()
         wall = time.perf_counter() - t
-        passes.append({"pass": "first" if r == 0 else f"warm {r}", "wall_s": round(wall, 4),
-                       "sentences_per_s": round(len(text) / wall), "chunks": enc.last_stats.chunk_sizes,
-                       "parts": clock.report()})
+        passes.append(
+            {
+                "pass": "first" if r == 0 else f"warm {r}",
+                "wall_s": round(wall, 4),
+                "sentences_per_s": round(len(text) / wall),
+                "chunks": enc.last_stats.chunk_sizes,
+                "parts": clock.report(),
+            }
+        )
         print(json.dumps(passes[-1]), flush=True)
     gc.callbacks.remove(on_gc)
     rates = [p["sentences_per_s"] for p in passes[1:]]

@@ -313,7 +313,8 @@ def unpadded(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         encs = {}
         for name in variants:
             flag = name != "padded"
-            enc = SentenceEncoder(str(model), pooling="mean", device=args.device, settings=EncodeSettings(unpadded=flag))
+            settings = EncodeSettings(unpadded=flag)
+            enc = SentenceEncoder(str(model), pooling="mean", device=args.device, settings=settings)
             if flag:
                 enc._runner.cuda_attention = ATTENTIONS[name.split("-", 1)[1]]
             enc.encode(warm, show_progress_bar=False)
