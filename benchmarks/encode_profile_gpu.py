@@ -3,9 +3,9 @@
 ``forward``
     For each architecture, the real forward batches of one 65,536-sentence STS chunk (built by the encoder's own
     batching), run through ``ModelRunner.forward`` padded and unpadded with each attention of ``ATTENTIONS``:
-    host time to queue the chunk, time to
-    finish it (device events), host synchronisations caught by ``torch.cuda.set_sync_debug_mode``, and the top
-    CUDA kernels of each path (torch.profiler). Medians of ``--rounds``.
+    host time to queue the chunk, time to finish it (device events), host synchronisations caught by
+    ``torch.cuda.set_sync_debug_mode``, and the top CUDA kernels of the padded and grouped paths (torch.profiler).
+    Medians of ``--rounds``.
 ``host``
     MiniLM-L6 ``SentenceEncoder.encode`` on STS text, first pass then ``--rounds`` warm passes, each split into:
     chunk preparation on the tokenisation threads (worker round trip vs sorting and packing), queueing on the
