@@ -19,6 +19,15 @@ Subcommands (each prints one JSON object and writes it to ``--json``):
     same card, same calibrator (whitening): rows/s of each (the store job's own timed phase: barrier after the
     model load to barrier after the last shard, reading, tokenising, encoding, calibrating and writing
     included), and whether the store equals ``Embedder.encode``'s vectors.
+``unpadded``
+    The unpadded forward (``EncodeSettings(unpadded=True)``: encoding/packed.py) with each of ``--attentions``
+    against the padded one (``unpadded=False``) in one process, per architecture: first pass of each (its own
+    encoder, so its own tokeniser workers and word memo: the STS words are new to every one), then ``--rounds``
+    warm passes each, interleaved; the largest 1 - cos of each one's vectors against the padded bf16 ones and
+    against float32 padded.
+``tests``
+    The CUDA-only tests (and the rest of their files) under pytest on this machine: a dated record of the card,
+    the commit (``--commit``) and every test's outcome.
 
     PYTHONPATH=src:benchmarks python3 benchmarks/gpu_checks.py throughput --tokenizer-dir TOK --data-dir STS
 """
@@ -278,11 +287,116 @@ def streams(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return out
 
 
+def cosine_gap(a: np.ndarray, b: np.ndarray) -> float:
+    """Largest 1 - cos(a_i, b_i) over rows (float64)."""
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    return float((1 - cos).max())
+
+
+def unpadded(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    import dataclasses
+
+    import bertflow
+    from bertflow import SentenceEncoder
+    from bertflow.encoding.packed import ATTENTIONS
+    from bertflow.encoding.settings import EncodeSettings
+
+    pool = sts_pool(args.data_dir)
+    rng = np.random.default_rng(0)
+    text = [pool[i] for i in rng.permutation(np.arange(args.sentences) % len(pool))]
+    warm = synthetic(args.tokenizer_dir, 20000)
+    out: dict[str, Any] = {"bertflow": bertflow.__version__, "card": card(), "torch": torch.__version__, "runs": {}}
+    variants = ["padded", *(f"unpadded-{a}" for a in args.attentions.split(","))]
+    for arch in args.archs.split(","):
+        model = random_model(arch, args.tokenizer_dir, work / arch)
+        encs = {}
+        for name in variants:
+            flag = name != "padded"
+            settings = EncodeSettings(unpadded=flag)
+            enc = SentenceEncoder(str(model), pooling="mean", device=args.device, settings=settings)
+            if flag:
+                enc._runner.cuda_attention = ATTENTIONS[name.split("-", 1)[1]]
+            enc.encode(warm, show_progress_bar=False)
+            encs[name] = enc
+        rates: dict[str, list[float]] = {name: [] for name in encs}
+        vectors: dict[str, np.ndarray] = {}
+        for r in range(1 + args.rounds):  # every variant's first pass, then warm rounds in alternating order
+            for name in variants if r % 2 == 0 else variants[::-1]:
+                sync()
+                t = time.perf_counter()
+                vectors[name] = encs[name].encode(text, show_progress_bar=False)
+                sync()
+                rates[name].append(len(text) / (time.perf_counter() - t))
+        ref32 = SentenceEncoder(str(model), pooling="mean", device=args.device, dtype="float32")
+        ref32.settings = dataclasses.replace(ref32.settings, unpadded=False)
+        v32 = ref32.encode(text[:4096], show_progress_bar=False)
+        run: dict[str, Any] = {"padding_efficiency": encs["padded"].last_stats.padding_efficiency}
+        for name in variants:
+            run[name] = {
+                "first_pass_sentences_per_s": round(rates[name][0]),
+                "warm_sentences_per_s": round(statistics.median(rates[name][1:])),
+                "rounds": [round(x) for x in rates[name]],
+                "max_1_minus_cos_vs_padded_bf16": cosine_gap(vectors[name], vectors["padded"]),
+                "max_1_minus_cos_vs_fp32_padded": cosine_gap(vectors[name][:4096], v32),
+            }
+            for key in ("first_pass_sentences_per_s", "warm_sentences_per_s"):
+                run[name][f"ratio_{key}"] = round(run[name][key] / run["padded"][key], 3)
+        out["runs"][arch] = run
+        print(json.dumps({arch: run}), flush=True)
+        for enc in (*encs.values(), ref32):
+            enc.close()
+        del encs, ref32
+        torch.cuda.empty_cache()
+    return out
+
+
+CUDA_TEST_FILES = (
+    "tests/encoding/test_packed.py",
+    "tests/encoding/test_tokenization.py",
+    "tests/calibrators/test_device_transform.py",
+    "tests/calibrators/test_flow.py",
+    "tests/benchmarks/test_harness.py",
+)
+
+
+def cuda_tests(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """Run the files holding CUDA-only tests (``-m "not slow"``) and record every test's outcome."""
+    import datetime
+    import xml.etree.ElementTree as ET
+
+    report = work / "junit.xml"
+    files = args.test_files.split(",") if args.test_files else list(CUDA_TEST_FILES)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow", f"--junitxml={report}"]
+    proc = subprocess.run([*cmd, *files], capture_output=True, text=True)
+    outcomes: dict[str, str] = {}
+    for case in ET.parse(report).getroot().iter("testcase"):
+        name = f"{case.get('classname')}::{case.get('name')}"
+        tags = {child.tag for child in case}
+        outcomes[name] = next((t for t in ("failure", "error", "skipped") if t in tags), "passed")
+    counts = {k: sum(v == k for v in outcomes.values()) for k in ("passed", "failure", "error", "skipped")}
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "card": card(),
+        "commit": args.commit,
+        "torch": torch.__version__,
+        "command": " ".join([*cmd, *files]),
+        "exit_status": proc.returncode,
+        "counts": counts,
+        "not_passed": {k: v for k, v in outcomes.items() if v != "passed"},
+        "tests": outcomes,
+        "tail": proc.stdout[-2000:],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("what", choices=["throughput", "onepath", "scaleout", "streams"])
-    parser.add_argument("--tokenizer-dir", type=Path, required=True)
-    parser.add_argument("--data-dir", type=Path, required=True)
+    parser.add_argument("what", choices=["throughput", "onepath", "scaleout", "streams", "unpadded", "tests"])
+    parser.add_argument("--tokenizer-dir", type=Path, default=None, help="required except for tests")
+    parser.add_argument("--data-dir", type=Path, default=None, help="required except for tests")
+    parser.add_argument("--attentions", default="grouped,varlen", help="unpadded: attentions to compare")
+    parser.add_argument("--commit", default="unknown", help="tests: the commit under test, for the record")
+    parser.add_argument("--test-files", default="", help="tests: comma-separated files (default: CUDA_TEST_FILES)")
     parser.add_argument("--archs", default="bert-base,minilm-l6")
     parser.add_argument("--sentences", type=int, default=40000, help="throughput: sentences per timed pass")
     parser.add_argument("--rounds", type=int, default=3)
@@ -294,10 +408,12 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", help="cuda; cpu only to smoke-test the script")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
+    if args.what != "tests" and (args.tokenizer_dir is None or args.data_dir is None):
+        parser.error(f"{args.what} needs --tokenizer-dir and --data-dir")
     with tempfile.TemporaryDirectory(prefix="bertflow-gpu-") as tmp:
-        result = {"throughput": throughput, "onepath": onepath, "scaleout": scaleout, "streams": streams}[args.what](
-            args, Path(tmp)
-        )
+        modes = {"throughput": throughput, "onepath": onepath, "scaleout": scaleout, "streams": streams}
+        modes.update(unpadded=unpadded, tests=cuda_tests)
+        result = modes[args.what](args, Path(tmp))
     result["command"] = " ".join(sys.argv)
     text = json.dumps(result, indent=2, default=str)
     print(text)

@@ -543,7 +543,9 @@ class SentenceEncoder:
                 except Exception as e:  # noqa: BLE001 - raised below, after the chunks before it
                     error = e
                     break
-                launched = self._runner.launch(chunk, plan, transform, on_batch, self._settings.cudnn_attention)
+                launched = self._runner.launch(
+                    chunk, plan, transform, on_batch, self._settings.cudnn_attention, self._settings.unpadded
+                )
                 stats.sentences += chunk.n
                 stats.real_tokens += chunk.real_tokens
                 stats.padded_tokens += chunk.padded_tokens

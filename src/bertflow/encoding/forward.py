@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,8 @@ from ..typing import DeviceTransform
 from ..validation import OUTPUT_LIMIT, check_finite, raise_calibrated
 from .batching import HostBatch, PreparedChunk
 from .device import attention_backends, transformers_major
+from .packed import ATTENTIONS, CUDA_ATTENTION, UNPADDED_BY_DEFAULT, Attention, Packing, PackedBert
+from .packed import max_cosine_deviation, padded_attention, unsupported_reason
 from .pooling import Pooling, Weighting
 from .token_stats import TokenStatistics
 
@@ -35,6 +38,10 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+#: Largest 1 - cos between the unpadded and the padded forward's pooled vectors that the automatic unpadded path
+#: accepts on its first batch (bf16 rounding moves them by ~1e-5; a wrong computation by far more).
+UNPADDED_TOLERANCE = 1e-3
 
 #: A function applied on the device to each chunk of pooled vectors: float32 [n, D] -> [n, D'].
 
@@ -124,6 +131,14 @@ class ModelRunner:
         # A prepared 4-D boolean mask goes straight to SDPA in transformers >= 5; a 2-D mask would make the
         # mask builder check on the host whether the batch has padding at all (one device sync per batch).
         self.mask_4d = transformers_major() >= 5 and getattr(model.config, "_attn_implementation", "") == "sdpa"
+        # The unpadded forward (encoding/packed.py): on CUDA in half precision, for a supported model, when asked
+        # (or by default if UNPADDED_BY_DEFAULT), and automatically only once its first batch has matched the padded
+        # forward (_forward_packed); the padded path is the reference.
+        self.unpadded_refused = unsupported_reason(model)
+        self.packed = PackedBert(model) if self.unpadded_refused is None else None
+        self.packed_verified = False
+        self.half_cuda = device.type == "cuda" and next(model.parameters()).dtype in (torch.float16, torch.bfloat16)
+        self.cuda_attention: Attention = ATTENTIONS[CUDA_ATTENTION]  # benchmarks swap it to compare kernels
 
     def plan(
         self,
@@ -175,9 +190,34 @@ class ModelRunner:
             )
         return torch.from_numpy(weighting.table(stats)).to(self.device)
 
+    def packed_attention(self, unpadded: bool | None) -> Attention | None:
+        """The attention of the unpadded forward for this ``unpadded`` setting, or None: use the padded forward.
+
+        ``None`` (default): the unpadded forward on CUDA in half precision for a supported model, if
+        :data:`~bertflow.encoding.packed.UNPADDED_BY_DEFAULT` and its first batch was not refused; ``True``: always
+        (off CUDA with :func:`~bertflow.encoding.packed.padded_attention`; an unsupported model is an error);
+        ``False``: never.
+        """
+        if unpadded is None:
+            usable = UNPADDED_BY_DEFAULT and self.half_cuda and self.packed is not None
+            return self.cuda_attention if usable and self.unpadded_refused is None else None
+        if not unpadded:
+            return None
+        if self.packed is None:
+            raise InputError(f"{self.model_id}: unpadded encoding is not available: {self.unpadded_refused}")
+        return self.cuda_attention if self.half_cuda else padded_attention
+
     @torch.inference_mode()
-    def forward(self, batch: HostBatch, plan: PoolingPlan, cudnn_attention: bool = False) -> torch.Tensor:
-        """Pooled float32 vectors [rows, P x D] of one batch (the plan's poolings side by side), on the device."""
+    def forward(
+        self, batch: HostBatch, plan: PoolingPlan, cudnn_attention: bool = False, unpadded: bool | None = False
+    ) -> torch.Tensor:
+        """Pooled float32 vectors [rows, P x D] of one batch (the plan's poolings side by side), on the device.
+
+        ``unpadded``: run the model on real tokens only (:meth:`packed_attention` says when).
+        """
+        attention = self.packed_attention(unpadded)
+        if attention is not None:
+            return self._forward_packed(batch, plan, attention, check=unpadded is None, cudnn=cudnn_attention)
         rows, width = batch.rows, batch.width
         buf = batch.buffer.to(self.device, non_blocking=True)
         # int32 travels (half the bytes); embedding lookups and position-id arithmetic get int64 as usual.
@@ -234,6 +274,43 @@ class ModelRunner:
             states["pooler_output"] = pooled.float()
         return states
 
+    def _forward_packed(
+        self, batch: HostBatch, plan: PoolingPlan, attention: Attention, check: bool, cudnn: bool
+    ) -> torch.Tensor:
+        """:meth:`forward` on real tokens only; the pooled layers are scattered back to [rows, width, D]."""
+        assert self.packed is not None
+        rows, width = batch.rows, batch.width
+        buf = batch.buffer.to(self.device, non_blocking=True)
+        input_ids = buf[: rows * width].view(rows, width).long()
+        # The lengths are read from the host copy of the buffer: the packed size is known without a device sync.
+        if batch.uniform:
+            lengths, total = buf.new_full((rows,), width), rows * width
+        else:
+            lengths, total = buf[rows * width :], int(batch.buffer[rows * width :].sum())
+        packing = Packing.from_lengths(lengths, width, total)
+        with attention_backends(self.device, cudnn):  # SDPA inside the grouped and padded attentions
+            states = self.packed.states(input_ids, packing, plan.layers, attention)
+        captured = {k: packing.unpack(v) for k, v in states.items()}
+        last = captured.get(self.num_layers)
+        pooler = last is not None and any("pooler_output" in p.inputs for p in plan.poolings)
+        outputs = SimpleNamespace(
+            last_hidden_state=last, pooler_output=self.model.pooler(last) if pooler else None, hidden_states=None
+        )
+        pooled_states = self.collect(plan, outputs, captured)
+        weights = {spec: table[input_ids] for spec, table in plan.tables.items()}  # [rows, width] each
+        pooled = [p.pool(pooled_states, packing.mask, weights.get(p.weighting.spec)) for p in plan.poolings]
+        result = pooled[0] if len(pooled) == 1 else torch.cat(pooled, dim=1)
+        if check and not self.packed_verified:
+            # Once per runner, the automatic path proves itself on real input against the padded forward (one sync).
+            reference = self.forward(batch, plan, cudnn, unpadded=False)
+            deviation = max_cosine_deviation(result, reference)
+            self.packed_verified = True
+            if not deviation <= UNPADDED_TOLERANCE:
+                self.unpadded_refused = f"its first batch deviated from the padded forward by {deviation:.2e}"
+                logger.warning("%s: unpadded forward off, %s", self.model_id, self.unpadded_refused)
+                return reference
+        return result
+
     @torch.inference_mode()
     def launch(
         self,
@@ -242,16 +319,18 @@ class ModelRunner:
         transform: DeviceTransform | None = None,
         on_batch: Callable[[int], None] | None = None,
         cudnn_attention: bool = False,
+        unpadded: bool | None = False,
     ) -> Pending:
         """Queue every batch of a chunk and the copy of its result to the host; waits for nothing on CUDA.
 
         ``on_batch(rows)`` is called after each batch is queued; pass it only where the forward runs on the
         calling thread (CPU), so that the call means "these rows are done" without a device sync.
-        ``cudnn_attention`` lets torch pick cuDNN attention (see :func:`~bertflow.encoding.device.attention_backends`).
+        ``cudnn_attention`` lets torch pick cuDNN attention (see :func:`~bertflow.encoding.device.attention_backends`);
+        ``unpadded``: see :meth:`packed_attention`.
         """
         out = torch.empty((chunk.n, self.dim * len(plan.poolings)), dtype=torch.float32, device=self.device)
         for batch in chunk.batches:
-            out[batch.start : batch.start + batch.rows] = self.forward(batch, plan, cudnn_attention)
+            out[batch.start : batch.start + batch.rows] = self.forward(batch, plan, cudnn_attention, unpadded)
             if on_batch is not None:
                 on_batch(batch.rows)
         # Back to input order on the device, then one copy for the whole chunk.

@@ -66,6 +66,10 @@ class EncodeSettings:
         min_tokens: padded tokens below which a batch is filled up anyway; ``None``: 32,768 on CUDA, 0 on CPU.
         first_chunk: size of the first chunk on CUDA (the ramp's start) when ``chunk_size`` is ``None``.
         cudnn_attention: let torch pick cuDNN attention on CUDA (off by default: it plans every new shape).
+        unpadded: run the model on real tokens only (:mod:`bertflow.encoding.packed`: no padding in any layer,
+            short sentences side by side in attention); ``None``: on CUDA in half precision for a BERT model whose
+            first batch matches the padded forward; ``True``: wherever the model is a BERT model (off CUDA with a
+            slower attention that pads; other models are an error); ``False``: never.
 
     Example:
         >>> import dataclasses
@@ -82,6 +86,7 @@ class EncodeSettings:
     min_tokens: int | None = None
     first_chunk: int = FIRST_CUDA_CHUNK
     cudnn_attention: bool = False
+    unpadded: bool | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_tokens", "chunk_size", "first_chunk"):
@@ -100,6 +105,8 @@ class EncodeSettings:
             raise InputError(f"min_length_ratio must be at most 1, got {self.min_length_ratio!r}")
         if not isinstance(self.cudnn_attention, bool):
             raise InputError(f"cudnn_attention must be True or False, got {self.cudnn_attention!r}")
+        if self.unpadded is not None and not isinstance(self.unpadded, bool):
+            raise InputError(f"unpadded must be None, True or False, got {self.unpadded!r}")
 
     def token_budget(self, device_type: str) -> int:
         """Padded tokens per forward pass on a device of this type (``max_tokens`` or the default)."""

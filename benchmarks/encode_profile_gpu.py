@@ -1,0 +1,223 @@
+"""Where encoding time goes on a GPU (issue 23): the unpadded forward's device time, and MiniLM's host time.
+
+``forward``
+    For each architecture, the real forward batches of one 65,536-sentence STS chunk (built by the encoder's own
+    batching), run through ``ModelRunner.forward`` padded and unpadded with each attention of ``ATTENTIONS``:
+    host time to queue the chunk, time to finish it (device events), host synchronisations caught by
+    ``torch.cuda.set_sync_debug_mode``, and the top CUDA kernels of the padded and grouped paths (torch.profiler).
+    Medians of ``--rounds``.
+``host``
+    MiniLM-L6 ``SentenceEncoder.encode`` on STS text, first pass then ``--rounds`` warm passes, each split into:
+    chunk preparation on the tokenisation threads (worker round trip vs sorting and packing), queueing on the
+    main thread, waiting for results, and Python's garbage collections in the main process.
+
+    PYTHONPATH=src python3 benchmarks/encode_profile_gpu.py forward --tokenizer-dir TOK --data-dir STS --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_checks import random_model, sts_pool, synthetic  # noqa: E402
+
+
+def sts_text(data_dir: Path, n: int, seed: int = 0) -> list[str]:
+    pool = sts_pool(data_dir)
+    rng = np.random.default_rng(seed)
+    return [pool[i] for i in rng.permutation(np.arange(n) % len(pool))]
+
+
+def timed_chunk(runner: Any, chunk: Any, plan: Any, variant: str) -> tuple[float, float]:
+    """(host seconds to queue every batch, seconds until the device finished them); ``variant``: ``padded`` or
+    an unpadded attention's name."""
+    from bertflow.encoding.packed import ATTENTIONS
+
+    unpadded = variant != "padded"
+    if unpadded:
+        runner.cuda_attention = ATTENTIONS[variant]
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    t = time.perf_counter()
+    start.record()
+    for batch in chunk.batches:
+        runner.forward(batch, plan, False, unpadded)
+    end.record()
+    host = time.perf_counter() - t
+    end.synchronize()
+    return host, start.elapsed_time(end) / 1000
+
+
+def forward(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    from bertflow import SentenceEncoder
+    from bertflow.encoding.packed import ATTENTIONS
+    from bertflow.encoding.settings import EncodeSettings
+
+    text = sts_text(args.data_dir, 65536)
+    out: dict[str, Any] = {"card": torch.cuda.get_device_name(0), "runs": {}}
+    for arch in args.archs.split(","):
+        model = random_model(arch, args.tokenizer_dir, work / arch)
+        enc = SentenceEncoder(str(model), pooling="mean", device="cuda", settings=EncodeSettings(tokenize_processes=0))
+        chunk = enc._prepare((0, text), enc.token_budget, None, pooled=False)
+        plan, runner = enc._plan(None), enc._runner
+        real = chunk.real_tokens
+        res: dict[str, Any] = {"batches": len(chunk.batches), "real_tokens": real, "padded_tokens": chunk.padded_tokens}
+        variants = ["padded", *ATTENTIONS]
+        for _ in range(2):  # warm-up
+            for name in variants:
+                timed_chunk(runner, chunk, plan, name)
+        for name in variants:
+            flag = name
+            runs = [timed_chunk(runner, chunk, plan, flag) for _ in range(args.rounds)]
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                torch.cuda.set_sync_debug_mode("warn")
+                try:
+                    timed_chunk(runner, chunk, plan, flag)
+                finally:
+                    torch.cuda.set_sync_debug_mode(0)
+            device = statistics.median(r[1] for r in runs)
+            res[name] = {
+                "host_queue_s": round(statistics.median(r[0] for r in runs), 5),
+                "device_s": round(device, 5),
+                "sentences_per_s": round(len(text) / device),
+                "real_tokens_per_s": round(real / device),
+                "syncs": sorted({str(w.message)[:160] for w in caught}),
+                "sync_count": len(caught),
+            }
+            if name not in ("padded", "grouped"):
+                continue
+            from torch.profiler import ProfilerActivity, profile
+
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                timed_chunk(runner, chunk, plan, flag)
+            table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=14, max_name_column_width=60)
+            (args.out_dir / f"profile_{arch}_{name}.txt").write_text(table)
+        for name in ATTENTIONS:
+            res[name]["speedup_vs_padded"] = round(res["padded"]["device_s"] / res[name]["device_s"], 3)
+        out["runs"][arch] = res
+        print(json.dumps({arch: res}, indent=1), flush=True)
+        enc.close()
+        del enc
+        torch.cuda.empty_cache()
+    return out
+
+
+class Clock:
+    """Adds up seconds per label, from any thread."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.total: dict[str, float] = {}
+        self.count: dict[str, int] = {}
+        self.most: dict[str, float] = {}
+
+    def add(self, label: str, seconds: float) -> None:
+        with self.lock:
+            self.total[label] = self.total.get(label, 0.0) + seconds
+            self.count[label] = self.count.get(label, 0) + 1
+            self.most[label] = max(self.most.get(label, 0.0), seconds)
+
+    def wrap(self, obj: Any, name: str, label: str) -> None:
+        fn = getattr(obj, name)
+
+        def timed(*a: Any, **k: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                self.add(label, time.perf_counter() - t)
+
+        setattr(obj, name, timed)
+
+    def report(self) -> dict[str, Any]:
+        return {
+            k: {"s": round(v, 4), "n": self.count[k], "max_s": round(self.most[k], 4)} for k, v in self.total.items()
+        }
+
+
+def host(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    from bertflow import SentenceEncoder
+
+    model = random_model("minilm-l6", args.tokenizer_dir, work / "minilm")
+    text = sts_text(args.data_dir, args.sentences)
+    enc = SentenceEncoder(str(model), pooling="mean", device="cuda")
+    enc.encode(synthetic(args.tokenizer_dir, 20000), show_progress_bar=False)
+    clock = Clock()
+    clock.wrap(enc, "_tokenize_arrays", "tokenize (worker round trip)")
+    clock.wrap(enc, "_prepare", "prepare chunk (tokenize + sort + pack)")
+    clock.wrap(enc._runner, "launch", "main: queue chunk")
+    clock.wrap(enc._runner, "finish", "main: wait for chunk")
+    gc_start: dict[str, float] = {}
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            gc_start["t"] = time.perf_counter()
+        elif "t" in gc_start:
+            label = f"gc gen{info['generation']} ({threading.current_thread().name})"
+            clock.add(label, time.perf_counter() - gc_start["t"])
+
+    gc.callbacks.append(on_gc)
+    passes = []
+    for r in range(1 + args.rounds):
+        clock.total.clear()
+        clock.count.clear()
+        clock.most.clear()
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        enc.encode(text, show_progress_bar=False)
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - t
+        passes.append(
+            {
+                "pass": "first" if r == 0 else f"warm {r}",
+                "wall_s": round(wall, 4),
+                "sentences_per_s": round(len(text) / wall),
+                "chunks": enc.last_stats.chunk_sizes,
+                "parts": clock.report(),
+            }
+        )
+        print(json.dumps(passes[-1]), flush=True)
+    gc.callbacks.remove(on_gc)
+    rates = [p["sentences_per_s"] for p in passes[1:]]
+    enc.close()
+    return {
+        "card": torch.cuda.get_device_name(0),
+        "passes": passes,
+        "warm_min_median_max": [min(rates), statistics.median(rates), max(rates)],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("what", choices=["forward", "host"])
+    parser.add_argument("--tokenizer-dir", type=Path, required=True)
+    parser.add_argument("--data-dir", type=Path, required=True)
+    parser.add_argument("--archs", default="bert-base,minilm-l6")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--sentences", type=int, default=40000)
+    parser.add_argument("--out-dir", type=Path, default=Path("."))
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bertflow-prof-") as tmp:
+        result = {"forward": forward, "host": host}[args.what](args, Path(tmp))
+    result["command"] = " ".join(sys.argv)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2, default=str) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,298 @@
+"""Unpadded ("packed") forward pass of a BERT encoder: every layer runs on the real tokens of a batch only.
+
+A padded batch ``[rows, width]`` spends compute on padding in every Linear, LayerNorm and GELU, and attention
+kernels for short rows are dominated by their fixed cost. Here the real tokens of a batch are laid end to end in
+one ``[total_tokens, hidden]`` tensor (:class:`Packing`), the model's own modules run on it (no weight is copied),
+and attention keeps each sentence to itself, by one of :data:`ATTENTIONS`:
+
+- :func:`grouped_attention` (the CUDA choice): sentences side by side in rows of ~128 tokens under a
+  block-diagonal mask, so an attention kernel's tiles are full instead of holding one 15-token sentence each;
+- :func:`varlen_attention`: torch's variable-length flash kernel on the sentences' boundaries (``cu_seqlens``),
+  which on short sentences runs one mostly empty tile per sentence (slower than padded attention, measured);
+- :func:`padded_attention`: pads for attention only; the reference the tests compare with, and the CPU path.
+
+Only the exact Hugging Face ``BertModel`` (BERT, MiniLM, the raw Gutenberg encoder) is supported:
+:func:`unsupported_reason` says why any other model is refused, and the padded forward is used for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+__all__ = [
+    "ATTENTIONS",
+    "CUDA_ATTENTION",
+    "UNPADDED_BY_DEFAULT",
+    "Attention",
+    "GROUP_TOKENS",
+    "Packing",
+    "PackedBert",
+    "max_cosine_deviation",
+    "grouped_attention",
+    "padded_attention",
+    "unsupported_reason",
+    "varlen_attention",
+    "varlen_available",
+]
+
+#: Attention over packed tokens: ``(q, k, v [total, heads, head_dim], packing) -> [total, heads, head_dim]``.
+Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "Packing"], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Packing:
+    """Where the real tokens of a padded ``[rows, width]`` batch go in the packed ``[total]`` order.
+
+    Attributes:
+        rows, width: the padded batch's shape.
+        total: real tokens (the sum of the lengths).
+        lengths: int32 [rows], tokens per sentence (each >= 1).
+        cu_seqlens: int32 [rows + 1], where each sentence starts in the packed order (the last entry: ``total``).
+        index: int64 [total], the flat padded position (``row * width + position``) of each packed token.
+        positions: int64 [total], each token's position inside its sentence (0 for [CLS]).
+        mask: bool [rows, width], True at real tokens.
+    """
+
+    rows: int
+    width: int
+    total: int
+    lengths: torch.Tensor
+    cu_seqlens: torch.Tensor
+    index: torch.Tensor
+    positions: torch.Tensor
+    mask: torch.Tensor
+    _cache: dict[object, torch.Tensor] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_lengths(cls, lengths: torch.Tensor, width: int, total: int) -> Packing:
+        """Build the packing of sentences of ``lengths`` tokens (int [rows], on the compute device).
+
+        ``total`` must equal ``lengths.sum()``; it is passed in (the caller has it on the host) so that nothing
+        here waits for the device: every tensor is computed there, without a host synchronisation.
+        """
+        rows = int(lengths.shape[0])
+        device = lengths.device
+        lengths = lengths.to(torch.int32)
+        cu = torch.zeros(rows + 1, dtype=torch.int32, device=device)
+        torch.cumsum(lengths, 0, out=cu[1:])
+        # output_size: the result's length is known, so the device is not asked for it (no sync).
+        row = torch.repeat_interleave(torch.arange(rows, device=device), lengths.long(), output_size=total)
+        positions = torch.arange(total, device=device) - cu[:-1].long()[row]
+        index = row * width + positions
+        mask = torch.arange(width, device=device) < lengths[:, None]
+        return cls(rows, width, total, lengths, cu, index, positions, mask)
+
+    def pack(self, padded: torch.Tensor) -> torch.Tensor:
+        """``[rows, width, ...]`` -> ``[total, ...]``: the real tokens, sentence after sentence."""
+        return padded.reshape(self.rows * self.width, *padded.shape[2:]).index_select(0, self.index)
+
+    def unpack(self, packed: torch.Tensor, rows: int | None = None) -> torch.Tensor:
+        """``[total, ...]`` -> ``[rows, width, ...]`` with zeros at padding (the inverse of :meth:`pack`);
+        ``rows`` (>= :attr:`rows`) adds rows of padding at the end."""
+        rows = self.rows if rows is None else rows
+        out = packed.new_zeros((rows * self.width, *packed.shape[1:]))
+        out.index_copy_(0, self.index, packed)
+        return out.view(rows, self.width, *packed.shape[1:])
+
+    def gather_padded(self, packed: torch.Tensor, rows: int) -> torch.Tensor:
+        """``[total, ...]`` -> ``[rows, width, ...]`` by one gather: like :meth:`unpack`, but padding slots hold
+        some real token's values instead of zeros (for attention, whose mask ignores them). A gather of whole rows
+        is several times cheaper on a GPU than :meth:`unpack`'s scatter into zeros."""
+        key = ("source", rows)
+        if key not in self._cache:
+            source = torch.zeros(rows * self.width, dtype=torch.long, device=self.index.device)
+            source.index_copy_(0, self.index, torch.arange(self.total, device=self.index.device))
+            self._cache[key] = source
+        return packed.index_select(0, self._cache[key]).view(rows, self.width, *packed.shape[1:])
+
+    @property
+    def per_group(self) -> int:
+        """Sentences side by side in one row of :func:`grouped_attention` (``GROUP_TOKENS // width``, >= 1)."""
+        return max(1, GROUP_TOKENS // self.width)
+
+    def group_bias(self, dtype: torch.dtype) -> torch.Tensor:
+        """Additive mask of :func:`grouped_attention` in ``dtype``, [groups, 1, L, L] with L = per_group x width: 0
+        where query and key are in the same sentence and the key is a real token, -inf elsewhere. Built once
+        per batch (every layer uses it); its rows are 16-aligned in memory, as the memory-efficient kernel
+        wants (a view of a wider buffer)."""
+        if dtype in self._cache:
+            return self._cache[dtype]
+        per, width = self.per_group, self.width
+        groups = -(-self.rows // per)
+        length = per * width
+        valid = torch.zeros(groups * length, dtype=torch.bool, device=self.index.device)
+        valid.index_fill_(0, self.index, True)  # (index assignment of a Python value would copy it: a sync)
+        slot = torch.arange(length, device=self.index.device) // width
+        allowed = (slot[:, None] == slot[None, :])[None] & valid.view(groups, 1, length)
+        shape = (groups, 1, length, -(-length // 16) * 16)
+        bias = torch.full(shape, float("-inf"), dtype=dtype, device=self.index.device)[..., :length]
+        bias.masked_fill_(allowed[:, None], 0.0)
+        self._cache[dtype] = bias
+        return bias
+
+
+def padded_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing) -> torch.Tensor:
+    """Attention of each sentence's tokens over that sentence only, by padding for SDPA (any device and dtype).
+
+    Args:
+        q, k, v: [total, heads, head_dim] packed queries, keys and values.
+        packing: the batch's :class:`Packing`.
+
+    Returns:
+        [total, heads, head_dim], softmax(q k^T / sqrt(head_dim)) v within each sentence.
+    """
+
+    def pad(t: torch.Tensor) -> torch.Tensor:  # [rows, heads, width, head_dim]
+        return packing.unpack(t).transpose(1, 2)
+
+    out = F.scaled_dot_product_attention(pad(q), pad(k), pad(v), attn_mask=packing.mask[:, None, None, :])
+    return packing.pack(out.transpose(1, 2))
+
+
+#: Tokens per row of :func:`grouped_attention`: attention kernels work in tiles of 64-128 queries x keys, so a
+#: sentence of 15 tokens alone in a row leaves most of each tile, and of the kernel's time, to padding.
+GROUP_TOKENS = 128
+
+
+def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing) -> torch.Tensor:
+    """:func:`padded_attention`'s result with ``per_group`` sentences side by side in one attention row.
+
+    A block-diagonal mask (:meth:`Packing.group_bias`) keeps each sentence to itself, so a kernel launches one
+    program per group of ~128 tokens instead of one per short sentence (ten times fewer on STS text).
+    """
+    per = packing.per_group
+    if per == 1:
+        return padded_attention(q, k, v, packing)
+    bias = packing.group_bias(q.dtype)
+    groups, length = bias.shape[0], bias.shape[-1]
+
+    def rows(t: torch.Tensor) -> torch.Tensor:  # [groups, heads, length, head_dim]
+        return packing.gather_padded(t, groups * per).view(groups, length, *t.shape[1:]).transpose(1, 2)
+
+    out = F.scaled_dot_product_attention(rows(q), rows(k), rows(v), attn_mask=bias)
+    flat = out.transpose(1, 2).reshape(groups * length, *q.shape[1:])
+    return flat.index_select(0, packing.index)
+
+
+def varlen_available(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether :func:`varlen_attention` runs here: CUDA, half precision and a torch that has ``varlen_attn``."""
+    if device.type != "cuda" or dtype not in (torch.bfloat16, torch.float16) or not torch.cuda.is_available():
+        return False
+    try:
+        from torch.nn.attention.varlen import varlen_attn  # noqa: F401 - torch >= 2.10
+    except ImportError:
+        return False
+    return True
+
+
+def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing) -> torch.Tensor:
+    """:func:`padded_attention`'s result from torch's variable-length flash kernel (CUDA, fp16/bf16 only)."""
+    from torch.nn.attention.varlen import varlen_attn
+
+    # Default scale 1/sqrt(head_dim), BERT's; queries and keys share the boundaries (self-attention).
+    return varlen_attn(q, k, v, packing.cu_seqlens, packing.cu_seqlens, packing.width, packing.width)
+
+
+#: The attentions of the unpadded forward by name (benchmarks compare them: docs/performance.md).
+ATTENTIONS: dict[str, Attention] = {
+    "varlen": varlen_attention,
+    "padded": padded_attention,
+    "grouped": grouped_attention,
+}
+#: The attention of the unpadded forward on CUDA, and whether that forward is the CUDA default
+#: (``EncodeSettings.unpadded=None``): chosen by measurement (docs/performance.md, issue 23: on an H200 the
+#: grouped attention made BERT-base's forward 1.10x faster than the padded one, varlen 0.94x).
+CUDA_ATTENTION = "grouped"
+UNPADDED_BY_DEFAULT = True
+
+
+def unsupported_reason(model: torch.nn.Module) -> str | None:
+    """Why :class:`PackedBert` cannot run ``model`` (``None``: it can).
+
+    Only an exact ``transformers`` ``BertModel`` encoder with absolute positions is taken: a subclass or
+    another architecture may compute something this module does not reproduce, and must take the padded path.
+    """
+    try:
+        from transformers.models.bert import modeling_bert as mb
+    except ImportError:  # pragma: no cover - transformers is a dependency
+        return "transformers has no BERT module"
+    if type(model) is not mb.BertModel:
+        return f"{type(model).__name__} is not a BertModel"
+    config = model.config
+    if config.is_decoder or getattr(config, "add_cross_attention", False):
+        return "a decoder (causal or cross attention)"
+    if getattr(config, "position_embedding_type", "absolute") != "absolute":
+        return f"position embeddings {config.position_embedding_type!r} (only 'absolute')"
+    if type(model.embeddings) is not mb.BertEmbeddings:
+        return "custom embeddings"
+    for layer in model.encoder.layer:
+        parts = (layer, layer.attention, layer.attention.self, layer.attention.output)
+        expected = (mb.BertLayer, mb.BertAttention, mb.BertSelfAttention, mb.BertSelfOutput)
+        if any(type(p) is not t for p, t in zip(parts, expected)):
+            return "custom transformer layers"
+        if type(layer.intermediate) is not mb.BertIntermediate or type(layer.output) is not mb.BertOutput:
+            return "custom feed-forward blocks"
+        sa = layer.attention.self
+        if abs(sa.scaling - sa.attention_head_size**-0.5) > 1e-12:
+            return "a non-standard attention scale"
+    return None
+
+
+class PackedBert:
+    """Runs a ``BertModel``'s own modules on packed tokens (no padding anywhere but, optionally, attention).
+
+    Args:
+        model: a model :func:`unsupported_reason` accepts (in eval mode: dropout is the identity).
+
+    Raises:
+        ValueError: the model is not supported (the message says why).
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        reason = unsupported_reason(model)
+        if reason is not None:
+            raise ValueError(f"unpadded forward not supported: {reason}")
+        self.model = model
+        self.num_layers = int(model.config.num_hidden_layers)
+        self.heads = int(model.config.num_attention_heads)
+
+    def states(
+        self, input_ids: torch.Tensor, packing: Packing, layers: Sequence[int], attention: Attention
+    ) -> dict[int, torch.Tensor]:
+        """Packed hidden states ``{k: [total, hidden]}`` for each requested ``hidden_states`` index ``k``.
+
+        Args:
+            input_ids: [rows, width] padded token ids (int64), on the model's device.
+            packing: the batch's :class:`Packing`.
+            layers: ``hidden_states`` indices wanted (0: embeddings, L: last layer); layers above the highest
+                one are not run.
+            attention: :func:`varlen_attention` or :func:`padded_attention`.
+        """
+        wanted = set(layers)
+        ids = packing.pack(input_ids)
+        # The model's own embedding module on one "row" of all packed tokens, with each token's own position
+        # (token types default to 0, as in the padded forward).
+        x = self.model.embeddings(input_ids=ids[None], position_ids=packing.positions[None])[0]
+        out = {0: x} if 0 in wanted else {}
+        for k, layer in enumerate(self.model.encoder.layer[: max(wanted)], start=1):
+            x = self._layer(layer, x, packing, attention)
+            if k in wanted:
+                out[k] = x
+        return out
+
+    def _layer(self, layer: torch.nn.Module, x: torch.Tensor, packing: Packing, attention: Attention) -> torch.Tensor:
+        sa = layer.attention.self
+        shape = (packing.total, self.heads, sa.attention_head_size)
+        a = attention(sa.query(x).view(shape), sa.key(x).view(shape), sa.value(x).view(shape), packing)
+        x = layer.attention.output(a.reshape(packing.total, -1), x)  # dense, then LayerNorm(. + x)
+        return layer.output(layer.intermediate(x), x)  # dense + GELU, dense, then LayerNorm(. + x)
+
+
+def max_cosine_deviation(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The largest ``1 - cos(a_i, b_i)`` over rows of two [n, D] tensors (computed in float32; syncs)."""
+    cos = F.cosine_similarity(a.float(), b.float(), dim=1, eps=1e-12)
+    return float((1 - cos).max()) if len(cos) else 0.0

@@ -1,0 +1,212 @@
+"""The unpadded (packed) forward: packing round trips, per-layer equality with the padded HF forward, the gate."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from bertflow import InputError, SentenceEncoder
+from bertflow.encoding import forward as forward_module
+from bertflow.encoding.packed import (
+    ATTENTIONS,
+    Packing,
+    PackedBert,
+    grouped_attention,
+    max_cosine_deviation,
+    padded_attention,
+    unsupported_reason,
+    varlen_available,
+)
+from bertflow.encoding.settings import EncodeSettings
+
+from ..conftest import SENTENCES, make_tiny_bert
+
+LENGTHS = [7, 1, 5, 7, 3]
+
+
+def test_packing_round_trip():
+    lengths = torch.tensor(LENGTHS)
+    p = Packing.from_lengths(lengths, width=7, total=sum(LENGTHS))
+    assert p.cu_seqlens.tolist() == [0, 7, 8, 13, 20, 23] and p.cu_seqlens.dtype == torch.int32
+    assert p.positions.tolist() == [*range(7), 0, *range(5), *range(7), *range(3)]
+    assert p.mask.sum(1).tolist() == LENGTHS
+    padded = torch.randn(5, 7, 3)
+    packed = p.pack(padded)
+    assert packed.shape == (23, 3)
+    torch.testing.assert_close(packed[8:13], padded[2, :5], rtol=0, atol=0)
+    back = p.unpack(packed)
+    torch.testing.assert_close(back, padded * p.mask[..., None], rtol=0, atol=0)  # zeros at padding
+    torch.testing.assert_close(p.pack(back), packed, rtol=0, atol=0)
+    gathered = p.gather_padded(packed, rows=6)  # one more row, of padding; padding slots hold some real token
+    assert gathered.shape == (6, 7, 3)
+    torch.testing.assert_close(gathered[:5][p.mask], padded[p.mask], rtol=0, atol=0)
+
+
+def test_padded_attention_is_per_sentence():
+    """Each sentence attends to itself only: its output does not change when another sentence does."""
+    torch.manual_seed(0)
+    p = Packing.from_lengths(torch.tensor(LENGTHS), width=7, total=sum(LENGTHS))
+    q, k, v = (torch.randn(23, 2, 4) for _ in range(3))
+    out = padded_attention(q, k, v, p)
+    # Sentence 2 (packed rows 8:13) alone, by plain softmax attention.
+    scores = torch.einsum("qhd,khd->hqk", q[8:13], k[8:13]) / 2.0
+    alone = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v[8:13])
+    torch.testing.assert_close(out[8:13], alone, rtol=1e-5, atol=1e-5)
+    k2 = k.clone()
+    k2[:8] += 5.0  # other sentences' keys
+    torch.testing.assert_close(padded_attention(q, k2, v, p)[8:13], out[8:13], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("width", [7, 40, 64, 129])
+def test_grouped_attention_equals_padded_attention(width):
+    """Sentences side by side under a block-diagonal mask attend exactly as alone (any width, filler rows too)."""
+    torch.manual_seed(width)
+    lengths = torch.randint(1, width + 1, (37,))
+    lengths[0] = width
+    p = Packing.from_lengths(lengths, width, int(lengths.sum()))
+    q, k, v = (torch.randn(p.total, 3, 8) for _ in range(3))
+    assert p.per_group == max(1, 128 // width)
+    got = grouped_attention(q, k, v, p)
+    assert got.isfinite().all()
+    torch.testing.assert_close(got, padded_attention(q, k, v, p), rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory):
+    from transformers import BertModel
+
+    folder = make_tiny_bert(tmp_path_factory.mktemp("packed-bert"), seed=3, layers=3)
+    return BertModel.from_pretrained(folder, attn_implementation="sdpa").eval()
+
+
+def test_packed_layers_equal_padded_hf_forward(tiny_bert):
+    """Every hidden state of the packed forward equals the padded HF forward's at real tokens (fp32, CPU)."""
+    torch.manual_seed(1)
+    lengths = torch.tensor(LENGTHS)
+    width = int(lengths.max())
+    ids = torch.randint(5, tiny_bert.config.vocab_size, (len(LENGTHS), width))
+    p = Packing.from_lengths(lengths, width, int(lengths.sum()))
+    ids[~p.mask] = 0
+    with torch.inference_mode():
+        ref = tiny_bert(input_ids=ids, attention_mask=p.mask.long(), output_hidden_states=True).hidden_states
+        states = PackedBert(tiny_bert).states(ids, p, [0, 1, 2, 3], padded_attention)
+    assert sorted(states) == [0, 1, 2, 3]
+    for k, packed in states.items():
+        torch.testing.assert_close(packed, p.pack(ref[k]), rtol=1e-5, atol=1e-5)
+    with torch.inference_mode():  # layers above the highest one asked for are not run
+        assert sorted(PackedBert(tiny_bert).states(ids, p, [2], padded_attention)) == [2]
+
+
+def test_unsupported_models_are_named(tiny_bert):
+    from transformers import BertConfig, BertForMaskedLM, BertModel
+
+    assert unsupported_reason(tiny_bert) is None
+    small = {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 32}
+    assert "not a BertModel" in unsupported_reason(BertForMaskedLM(BertConfig(**small)))
+    assert "decoder" in unsupported_reason(BertModel(BertConfig(is_decoder=True, **small)))
+    with pytest.raises(ValueError, match="not supported"):
+        PackedBert(torch.nn.Linear(2, 2))
+
+
+POOLINGS = ["mean", "cls", "pooler", "first-last-avg", [0, 2]]
+
+
+def test_encoder_unpadded_equals_padded(tiny_model_dir):
+    """unpadded=True (CPU: padded attention only) gives the padded path's vectors for every pooling."""
+    sentences = SENTENCES * 3 + ["x", "a man"]
+    enc = SentenceEncoder(str(tiny_model_dir), device="cpu", settings=EncodeSettings(unpadded=False))
+    ref = enc.encode(sentences, poolings=POOLINGS)
+    enc.settings = dataclasses.replace(enc.settings, unpadded=True, max_tokens=64)  # several batches, some uniform
+    got = enc.encode(sentences, poolings=POOLINGS)
+    assert enc.last_stats.batches > 1 and enc.last_stats.uniform_batches >= 1
+    assert ref.keys() == got.keys()
+    for key in ref:
+        np.testing.assert_allclose(got[key], ref[key], rtol=1e-5, atol=1e-5, err_msg=key)
+
+
+def test_encoder_unpadded_off_cpu_by_default_and_refused_for_other_models(tiny_model_dir):
+    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+
+    enc = SentenceEncoder(str(tiny_model_dir), device="cpu")
+    assert enc.settings.unpadded is None and enc._runner.packed_attention(None) is None  # no varlen on CPU
+    other = BertForMaskedLM(BertConfig(**{**enc.model.config.to_dict(), "is_decoder": False}))
+    tok = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    odd = SentenceEncoder("odd", model=other, tokenizer=tok, device="cpu", settings=EncodeSettings(unpadded=True))
+    with pytest.raises(InputError, match="unpadded encoding is not available: BertForMaskedLM"):
+        odd.encode(SENTENCES)
+    with pytest.raises(InputError, match="unpadded must be None, True or False"):
+        EncodeSettings(unpadded="yes")
+
+
+def test_automatic_path_checks_its_first_batch(tiny_model_dir, monkeypatch):
+    """The automatic (CUDA) path is taken only after its first batch matched the padded forward."""
+    sentences = SENTENCES * 2
+    enc = SentenceEncoder(str(tiny_model_dir), device="cpu", settings=EncodeSettings(unpadded=False))
+    ref = enc.encode(sentences)
+    runner = enc._runner
+    enc.settings = dataclasses.replace(enc.settings, unpadded=None)
+    runner.half_cuda = True  # pretend this is CUDA in half precision, with a stand-in attention
+    monkeypatch.setattr(forward_module, "UNPADDED_BY_DEFAULT", True)
+    runner.cuda_attention = padded_attention
+    np.testing.assert_allclose(enc.encode(sentences), ref, rtol=1e-5, atol=1e-5)
+    assert runner.packed_verified and runner.unpadded_refused is None
+
+    def wrong(q, k, v, packing):  # a broken kernel: other tokens' values, scaled (a tiny random BERT's
+        return v.flip(0) * 100  # attention barely moves its output, so the error must be large to show)
+
+    runner.packed_verified = False
+    runner.cuda_attention = wrong
+    np.testing.assert_allclose(enc.encode(sentences), ref, rtol=1e-5, atol=1e-5)  # padded results, not wrong ones
+    assert "deviated from the padded forward" in runner.unpadded_refused
+    assert runner.packed_attention(None) is None
+
+
+def test_max_cosine_deviation():
+    a = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    assert max_cosine_deviation(a, a * 3) == pytest.approx(0.0, abs=1e-7)
+    assert max_cosine_deviation(a, torch.tensor([[1.0, 0.0], [2.0, 0.0]])) == pytest.approx(1.0)
+
+
+cuda = pytest.mark.skipif(
+    not varlen_available(torch.device("cuda"), torch.bfloat16), reason="needs CUDA and torch's varlen_attn"
+)
+
+
+@cuda
+@pytest.mark.parametrize("name", sorted(ATTENTIONS))
+def test_attentions_equal_padded_attention_cuda(name):
+    torch.manual_seed(0)
+    lengths = torch.tensor([64, 1, 17, 33, 64, 5, 60, 58], device="cuda")
+    p = Packing.from_lengths(lengths, 64, int(lengths.sum()))
+    q, k, v = (torch.randn(p.total, 12, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    ref = padded_attention(q.float(), k.float(), v.float(), p)
+    got = ATTENTIONS[name](q, k, v, p).float()
+    assert torch.linalg.norm(got - ref) / torch.linalg.norm(ref) < 1e-2
+
+
+@cuda
+def test_encoder_unpadded_equals_padded_cuda(tmp_path):
+    """On CUDA in bf16 the unpadded forward matches the padded one (1 - cos <= 1e-3), asked for or by default."""
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    folder = make_tiny_bert(tmp_path / "m", seed=5, hidden=128, layers=4)
+    tok = BertTokenizerFast.from_pretrained(folder)
+    config = BertConfig.from_pretrained(folder)
+    torch.manual_seed(5)
+    model = BertModel(config)
+    sentences = [f"{s} {i}" for i in range(300) for s in SENTENCES]
+    settings = EncodeSettings(unpadded=False, max_tokens=4096, min_tokens=0, tokenize_processes=0)
+    enc = SentenceEncoder("m", model=model, tokenizer=tok, device="cuda", settings=settings)
+    assert enc.dtype == torch.bfloat16
+    for pooling in POOLINGS:
+        enc.settings = dataclasses.replace(settings, unpadded=False)
+        (ref,) = enc.encode(sentences, poolings=[pooling]).values()
+        for flag in (True, None) if forward_module.UNPADDED_BY_DEFAULT else (True,):
+            enc.settings = dataclasses.replace(settings, unpadded=flag)
+            (got,) = enc.encode(sentences, poolings=[pooling]).values()
+            assert max_cosine_deviation(torch.from_numpy(got), torch.from_numpy(ref)) <= 1e-3, (pooling, flag)
+    if forward_module.UNPADDED_BY_DEFAULT:
+        assert enc._runner.packed_verified and enc._runner.unpadded_refused is None
