@@ -34,6 +34,7 @@ __all__ = [
     "exchange_paths",
     "folder_kind",
     "folder_lock",
+    "foreign_entries",
     "read_consistent",
     "recover_directory",
     "remove_stale_temporaries",
@@ -110,6 +111,9 @@ FOLDER_KINDS: dict[str, tuple[str, str, str]] = {
     "index": ("index.json", "format", "bertflow-index"),
     "store": ("manifest.json", "format", "bertflow-embeddings"),
 }
+
+#: Files a save writes besides its marker and the files the marker's ``files`` checksums list (the model card).
+_UNLISTED_OWN_FILES: dict[str, tuple[str, ...]] = {"model": ("README.md",), "index": ()}
 
 _KIND_NAMES = {"model": "a bertflow model", "index": "a bertflow search index", "store": "a bertflow embedding store"}
 
@@ -336,6 +340,39 @@ def folder_kind(folder: Path) -> str | None:
     return None
 
 
+def foreign_entries(folder: Path, kind: str) -> list[str]:
+    """What inside the bertflow folder ``folder`` of ``kind`` (``"model"`` or ``"index"``) its save did not write:
+    paths relative to ``folder``, a foreign sub-folder named once (``notes/``), sorted. A save replaces the whole
+    folder, so these are what ``--overwrite`` would delete.
+
+    Owned: the marker file, every file its ``files`` checksums list, and the model card (see
+    :data:`_UNLISTED_OWN_FILES`); the lock file is ignored.
+    """
+    marker = FOLDER_KINDS[kind][0]
+    owned = {marker, *_UNLISTED_OWN_FILES[kind]}
+    try:
+        files = json.loads((folder / marker).read_text(encoding="utf-8")).get("files")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        files = None
+    if isinstance(files, dict):
+        owned |= {str(name) for name in files}
+    # Every folder on the way to an owned file is owned too; anything else is reported at its top-most foreign part.
+    owned_dirs = {"/".join(name.split("/")[:i]) for name in owned for i in range(1, name.count("/") + 1)}
+    found: set[str] = set()
+    for root, dirs, names in os.walk(folder):
+        rel_root = Path(root).relative_to(folder).as_posix()
+        prefix = "" if rel_root == "." else rel_root + "/"
+        for d in list(dirs):
+            if prefix + d not in owned_dirs:
+                found.add(prefix + d + "/")
+                dirs.remove(d)  # named once, not file by file
+        for name in names:
+            rel = prefix + name
+            if rel not in owned and rel != LOCK_NAME:
+                found.add(rel)
+    return sorted(found)
+
+
 def _probe_writable(folder: Path, what: str) -> None:
     """Create and delete a file in ``folder``: the one test that also holds for root and read-only mounts."""
     probe = temporary_name(folder / ".bertflow-probe")
@@ -366,7 +403,8 @@ def check_output_folder(
     Refused (:class:`OutputError`, naming the problem): the working directory or a folder above it; a folder that
     holds one of ``inputs`` (or is one); a file; a non-empty folder that is not a bertflow folder of this
     ``kind``; a bertflow folder of this kind unless ``overwrite`` (or ``resume``, for a store that is continued);
-    a place that cannot be written (read-only, or a parent that is a file). Missing parents are created at save.
+    a model or index that also holds files its save did not write (:func:`foreign_entries`), even with
+    ``overwrite``, since the save replaces the whole folder and would delete them; a place that cannot be written (read-only, or a parent that is a file). Missing parents are created at save.
 
     Args:
         kind: ``"model"``, ``"index"`` or ``"store"`` (see :data:`FOLDER_KINDS`).
@@ -415,6 +453,16 @@ def check_output_folder(
                 )
             if not (overwrite or resume):
                 raise OutputError(f"{path} already holds {name}; pass --overwrite (overwrite=True) to replace it")
+            foreign = foreign_entries(target, kind) if kind in _UNLISTED_OWN_FILES else []
+            if foreign:
+                # A save replaces the whole folder: what bertflow did not write would go with it. Refused, not carried
+                # over, so that a model folder holds exactly what its checksums cover.
+                listed = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+                raise OutputError(
+                    f"refusing to replace {name} in {path}: it also holds {len(foreign)} entr"
+                    f"{'y' if len(foreign) == 1 else 'ies'} bertflow did not write ({listed}), which the save would "
+                    "delete; move them out of the folder or write to a new one"
+                )
     existing = _nearest_existing(target.parent)
     if not existing.is_dir():
         raise OutputError(f"cannot write {name} to {path}: {existing} is not a folder")

@@ -1,0 +1,92 @@
+"""Issue 24 (reliability, third round): the last data-loss paths, silent results, tracebacks and the first run.
+
+Each test here is a row of docs/robustness.md ("Third round").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from bertflow import Embedder
+from bertflow.calibrators import StandardNormCalibrator
+from bertflow.cli import app
+from bertflow.errors import BertflowError, OutputError
+
+from .conftest import SENTENCES
+
+runner = CliRunner()
+CORPUS = [f"{a} {b}" for a in SENTENCES for b in SENTENCES]
+
+
+def invoke(*args: object):
+    result = runner.invoke(app, [str(a) for a in args])
+    if result.exception and not isinstance(result.exception, (SystemExit, BertflowError)):
+        raise result.exception
+    return result
+
+
+def one_line_error(result, *needles: str) -> str:
+    """Exit 2, one ``bertflow: error:`` line naming the problem, no traceback; returns the line."""
+    assert result.exit_code == 2, result.output
+    lines = [x for x in result.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("bertflow: error: "), result.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.fixture()
+def corpus(tmp_path) -> Path:
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n".join(CORPUS) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture()
+def model(tiny_encoder, tmp_path) -> Path:
+    return Embedder(tiny_encoder, StandardNormCalibrator()).fit(CORPUS).save(tmp_path / "model")
+
+
+# -- 1. --overwrite never deletes what bertflow did not write ----------------------------------------------------
+
+
+def test_overwrite_refuses_a_model_folder_holding_foreign_files(tiny_model_dir, corpus, model):
+    loaded = Embedder.load(model)
+    (model / "scores.tsv").write_text("cosine\tscore\n0.5\t3\n", encoding="utf-8")
+    (model / "notes").mkdir()
+    (model / "notes" / "todo.txt").write_text("mine", encoding="utf-8")
+    (model / "calibrator" / "extra.txt").write_text("mine too", encoding="utf-8")
+    before = snapshot(model)
+    args = ["fit", corpus, "-o", model, "--model", tiny_model_dir, "--calibrator", "standard-norm", "-q", "--overwrite"]
+    line = one_line_error(invoke(*args), "did not write", "calibrator/extra.txt", "notes/", "scores.tsv")
+    assert "todo.txt" not in line  # a foreign sub-folder is named once
+    assert snapshot(model) == before
+    with pytest.raises(OutputError, match="scores.tsv"):
+        loaded.save(model, overwrite=True)
+    assert snapshot(model) == before
+    # Once they are moved out, --overwrite replaces the model (its README, bundled encoder and lock are its own).
+    for name in ("scores.tsv", "notes/todo.txt", "calibrator/extra.txt"):
+        (model / name).unlink()
+    (model / "notes").rmdir()
+    assert invoke(*args).exit_code == 0
+    Embedder.load(model).save(model, overwrite=True, include_encoder=True)
+    Embedder.load(model).save(model, overwrite=True)
+
+
+def test_overwrite_refuses_an_index_folder_holding_foreign_files(tiny_encoder, model, tmp_path):
+    index = Embedder.load(model).build_index(CORPUS[:6])
+    path = index.save(tmp_path / "idx")
+    (path / "README.txt").write_text("what this index is for", encoding="utf-8")
+    with pytest.raises(OutputError, match="README.txt"):
+        index.save(path, overwrite=True)
+    assert (path / "README.txt").read_text(encoding="utf-8") == "what this index is for"
+    (path / "README.txt").unlink()
+    index.save(path, overwrite=True)
