@@ -32,6 +32,7 @@ __all__ = [
     "EpochsOpt",
     "ValidationFractionOpt",
     "OverwriteOpt",
+    "OverwriteFileOpt",
     "QuietOpt",
     "limit_threads",
     "progress_log",
@@ -231,5 +232,11 @@ EpochsOpt = Annotated[float, typer.Option(help="Flow training epochs (fractions 
 ValidationFractionOpt = Annotated[float, typer.Option(help="Hold out this share; its NLL picks the flow's best step.")]
 OverwriteOpt = Annotated[
     bool, typer.Option(help="Replace a bertflow folder of the same kind already at --output (refused otherwise).")
+]
+OverwriteFileOpt = Annotated[
+    bool,
+    typer.Option(
+        help="Replace an existing --output file that bertflow did not write (one it wrote is replaced anyway)."
+    ),
 ]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or lines on stderr.")]

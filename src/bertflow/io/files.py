@@ -10,6 +10,7 @@ import contextlib
 import ctypes
 import errno
 import functools
+import io
 import json
 import logging
 import os
@@ -22,6 +23,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+import numpy as np
+
 from ..errors import BertflowError, ModelFileError, OutputError
 
 __all__ = [
@@ -31,6 +34,8 @@ __all__ = [
     "atomic_write_text",
     "check_output_file",
     "check_output_folder",
+    "embeddings_npy_header",
+    "written_by_bertflow",
     "exchange_paths",
     "folder_kind",
     "folder_lock",
@@ -470,10 +475,63 @@ def check_output_folder(
     return target
 
 
-def check_output_file(path: str | Path, *, inputs: Sequence[str | Path] = (), create_parents: bool = False) -> Path:
+#: Bytes of the header of the embedding ``.npy`` files bertflow writes (``encode -o``). Fixed, so the row count can
+#: be filled in after one pass, and 192 rather than the 128 that ``numpy.save`` gives any float32 matrix (its header
+#: text fits in 128), so that a file of this layout is recognisably bertflow's (:func:`written_by_bertflow`).
+NPY_HEADER_BYTES = 192
+
+#: The first column of the TSV that ``similarity --pairs -o`` writes: how bertflow recognises it.
+PAIRS_TSV_FIRST_COLUMN = "cosine"
+
+
+def embeddings_npy_header(rows: int, dim: int) -> bytes:
+    """A version 1.0 ``.npy`` header for float32 ``[rows, dim]`` (C order), padded to :data:`NPY_HEADER_BYTES`."""
+    import struct
+
+    descr = np.lib.format.dtype_to_descr(np.dtype(np.float32))
+    text = f"{{'descr': {descr!r}, 'fortran_order': False, 'shape': ({rows}, {dim}), }}"
+    body = text.ljust(NPY_HEADER_BYTES - 10 - 1) + "\n"
+    return np.lib.format.MAGIC_PREFIX + bytes([1, 0]) + struct.pack("<H", len(body)) + body.encode("latin1")
+
+
+def written_by_bertflow(path: str | Path) -> bool:
+    """Whether the file ``path`` is one bertflow writes and may replace: an embedding ``.npy`` with bertflow's
+    header (:func:`embeddings_npy_header`; float32 ``[N, D]``, size matching) or a ``similarity --pairs`` TSV (UTF-8,
+    first column ``cosine``). Anything else, or a file that cannot be read, is not."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(NPY_HEADER_BYTES)
+            size = os.fstat(fh.fileno()).st_size
+    except OSError:
+        return False
+    if head.startswith(np.lib.format.MAGIC_PREFIX):
+        if len(head) < NPY_HEADER_BYTES or head[6:8] != b"\x01\x00":
+            return False
+        try:
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(io.BytesIO(head[8:]))
+        except (ValueError, SyntaxError):
+            return False
+        if fortran or dtype != np.dtype("<f4") or len(shape) != 2:
+            return False
+        return head.endswith(b"\n") and size == NPY_HEADER_BYTES + 4 * shape[0] * shape[1]
+    first = head.split(b"\n", 1)[0].rstrip(b"\r")
+    return first.split(b"\t", 1)[0] == PAIRS_TSV_FIRST_COLUMN.encode()
+
+
+def check_output_file(
+    path: str | Path,
+    *,
+    inputs: Sequence[str | Path] = (),
+    create_parents: bool = False,
+    overwrite: bool = True,
+) -> Path:
     """Check that a file may be written at ``path`` before any work: not one of ``inputs`` (same path or same
     file through links), not a folder, in an existing writable folder (or, with ``create_parents``, under a
     writable folder where the missing ones can be made). Returns the path.
+
+    Args:
+        overwrite: False: an existing file is replaced only when bertflow wrote it (:func:`written_by_bertflow`);
+            anything else is refused (``--overwrite`` on the command line sets it True).
 
     Raises:
         OutputError: naming the problem.
@@ -489,6 +547,11 @@ def check_output_file(path: str | Path, *, inputs: Sequence[str | Path] = (), cr
             raise OutputError(f"refusing to write {path}: it is the input {item}, which it would replace")
     if target.is_dir():
         raise OutputError(f"cannot write {path}: it is a folder; give a file name")
+    if not overwrite and target.exists() and not written_by_bertflow(target):
+        raise OutputError(
+            f"refusing to replace {path}: it exists and is not an output bertflow wrote; pass --overwrite to replace "
+            "it, or give a new file name"
+        )
     parent = _nearest_existing(target.parent) if create_parents else target.parent
     if not parent.exists():
         raise OutputError(f"cannot write {path}: the folder {parent} does not exist")
