@@ -127,3 +127,28 @@ def test_encode_and_similarity_refuse_to_replace_a_file_bertflow_did_not_write(t
     assert invoke(*args, scores).exit_code == 0  # its own output: replaced
     assert invoke(*args, diary, "--overwrite").exit_code == 0
     assert diary.read_text(encoding="utf-8") == scores.read_text(encoding="utf-8")
+
+
+# -- 5. CR-only line ends ------------------------------------------------------------------------------------------
+
+
+def test_cr_only_line_ends_are_refused_not_read_as_one_sentence(tiny_model_dir, tmp_path):
+    from bertflow.errors import InputError
+    from bertflow.io.text import read_pairs, read_sentences, read_tsv_column
+
+    mac = tmp_path / "mac.txt"
+    mac.write_bytes("\r".join(CORPUS[:60]).encode() + b"\r")
+    out = tmp_path / "v.npy"
+    one_line_error(invoke("encode", mac, "-o", out, "--model", tiny_model_dir, "-q"), "line 1", "carriage return")
+    assert not out.exists()
+    with pytest.raises(InputError, match="CR-only"):
+        read_sentences(mac)
+    tsv = tmp_path / "mac.tsv"
+    tsv.write_bytes(b"sentence1\tsentence2\tscore\ra\tb\t1\r")
+    for read in (lambda: read_tsv_column(tsv, "sentence1"), lambda: read_pairs(tsv)):
+        with pytest.raises(InputError, match="carriage return"):
+            read()
+    # CRLF, and a lone CR that only ends the file, are line ends.
+    ok = tmp_path / "ok.txt"
+    ok.write_bytes(b"one\r\ntwo\r")
+    assert read_sentences(ok) == ["one", "two"]

@@ -1,9 +1,9 @@
 """Reading user text files: sentences, TSV columns and sentence pairs, streamed line by line, and reads by byte
 offset for sharded work.
 
-They decode UTF-8 line by line, strip only the line terminator (``"\\n"`` or ``"\\r\\n"``) and never touch the rest of a
-line: leading and trailing spaces and ``"`` are part of a sentence. Every problem with a file's content is an
-:class:`~bertflow.errors.InputError` naming the file and the 1-based line number.
+They decode UTF-8 line by line, strip only the line terminator (``"\\n"`` or ``"\\r\\n"``; a lone ``"\\r"`` is
+refused) and never touch the rest of a line: leading and trailing spaces and ``"`` are part of a sentence. Every
+problem with a file's content is an :class:`~bertflow.errors.InputError` naming the file and the 1-based line number.
 """
 
 from __future__ import annotations
@@ -127,9 +127,9 @@ def check_not_utf16(raw: bytes, path: Path, number: int) -> None:
 def iter_lines(path: str | Path, errors: EncodingErrors = "strict") -> Iterator[tuple[int, str]]:
     """Stream the lines of a UTF-8 text file, plain or gzip-compressed.
 
-    The file is read in binary and split on ``b"\\n"`` only (so U+2028, form feeds or a lone ``"\\r"``
-    inside a line never split it; UTF-8 never uses byte 0x0A inside a multi-byte character, so splitting
-    before decoding is safe). Only the terminator ``"\\n"`` or ``"\\r\\n"`` is removed; a UTF-8 BOM at the
+    The file is read in binary and split on ``b"\\n"`` only (so U+2028 or form feeds inside a line never split it;
+    a lone ``"\\r"`` is refused, see :func:`decode_line`; UTF-8 never uses byte 0x0A inside a multi-byte character,
+    so splitting before decoding is safe). Only the terminator ``"\\n"`` or ``"\\r\\n"`` is removed; a UTF-8 BOM at the
     very start of the file is dropped. Nothing else is stripped. A line with a NUL byte every other byte is UTF-16
     without a byte-order mark (valid UTF-8 byte by byte, so it would otherwise be read as garbage): refused.
 
@@ -152,16 +152,29 @@ def iter_lines(path: str | Path, errors: EncodingErrors = "strict") -> Iterator[
 
 
 def decode_line(raw: bytes, path: Path, number: int, errors: str, *, first: bool) -> str:
-    """One raw line of a file as text: terminator (``\\n`` or ``\\r\\n``) removed, UTF-16 refused, UTF-8 decoded
-    (``errors`` as in :func:`iter_lines`), a BOM dropped from the file's ``first`` line. The one decoding rule of
-    every reader here, whole-file and by offset.
+    """One raw line of a file as text: terminator (``\\n`` or ``\\r\\n``, or a lone ``\\r`` ending the file)
+    removed, UTF-16 refused, a carriage return inside the line refused, UTF-8 decoded (``errors`` as in
+    :func:`iter_lines`), a BOM dropped from the file's ``first`` line. The one decoding rule of every reader here,
+    whole-file and by offset.
+
+    A lone ``\\r`` is refused rather than split on: a file with old Mac (CR-only) line ends would otherwise be read
+    as one sentence, and splitting on it here would disagree with the line counts of :func:`index_lines`.
 
     Raises:
         InputError: naming the file, the 1-based line ``number``, the byte column and the byte.
     """
     if raw.endswith(b"\n"):
         raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
+    elif raw.endswith(b"\r"):
+        raw = raw[:-1]  # the last line of a file that ends in a lone CR
     check_not_utf16(raw, path, number)
+    if b"\r" in raw:
+        column = raw.index(b"\r") + 1
+        raise InputError(
+            f"{path}: line {number} holds a carriage return (\\r, byte column {column}) that ends no line: the file "
+            "has CR-only (old Mac) line ends or a stray CR, and bertflow splits lines on \\n and \\r\\n only; "
+            "convert it first (e.g. tr '\\r' '\\n' < IN > OUT, or remove stray CRs)"
+        )
     try:
         text = raw.decode("utf-8", errors=errors)
     except UnicodeDecodeError as exc:
