@@ -152,3 +152,31 @@ def test_cr_only_line_ends_are_refused_not_read_as_one_sentence(tiny_model_dir, 
     ok = tmp_path / "ok.txt"
     ok.write_bytes(b"one\r\ntwo\r")
     assert read_sentences(ok) == ["one", "two"]
+
+
+# -- 4. a calibrator fitted with plain .fit(X) ---------------------------------------------------------------------
+
+
+def test_a_plain_fitted_calibrator_warns_and_a_width_mismatch_is_refused(tiny_encoder):
+    import warnings
+
+    from bertflow.calibrators import IdentityCalibrator, WhiteningCalibrator
+    from bertflow.errors import CompatibilityError
+
+    X = np.random.default_rng(0).normal(size=(200, tiny_encoder.dim)).astype(np.float32)
+    with pytest.warns(UserWarning, match="records no encoder"):
+        Embedder(tiny_encoder, WhiteningCalibrator().fit(X))
+    with pytest.raises(CompatibilityError, match="16-dimensional"):
+        Embedder(tiny_encoder, WhiteningCalibrator().fit(X[:, :16]))
+    # Fitted after the Embedder was made: the width is checked before encoding, not a shape error inside torch.
+    late = WhiteningCalibrator()
+    model = Embedder(tiny_encoder, late)
+    late.fit(X[:, :16])
+    with pytest.raises(CompatibilityError, match="16-dimensional"):
+        model.encode(["A man is playing a guitar."])
+    # Fitted through the Embedder, the encoder is recorded: no warning; nor for the identity (nothing fitted).
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fitted = Embedder(tiny_encoder, WhiteningCalibrator()).fit(CORPUS)
+        Embedder(tiny_encoder, fitted.calibrator)
+        Embedder(tiny_encoder, IdentityCalibrator().fit(X))

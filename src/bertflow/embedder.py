@@ -28,6 +28,7 @@ from .hub import check_repo_id, upload_folder
 from .identity import (
     calibrator_fingerprint,
     calibrator_identity,
+    check_dimension,
     check_fitted_on,
     corpus_digest,
     fit_record,
@@ -343,12 +344,14 @@ class Embedder:
 
     def check_fitted(self) -> None:
         """Raise :class:`~bertflow.errors.NotFittedError` unless the calibrator is fitted (an identity calibrator
-        needs no data and is fitted here on first use)."""
+        needs no data and is fitted here on first use), and :class:`~bertflow.errors.CompatibilityError` when it
+        was fitted, after this Embedder was made, on embeddings of another width than the encoder's."""
         if not self.calibrator.is_fitted:
             if isinstance(self.calibrator, IdentityCalibrator):
                 self.calibrator.fit(np.zeros((1, self.encoder.dim)))
                 return
             self.calibrator.check_fitted()
+        check_dimension(self.calibrator, self.encoder.dim, self.encoder.model_id)
 
     # -- identity and search -----------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ import hashlib
 import json
 import platform
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,7 @@ __all__ = [
     "FIT_RECORD_KEYS",
     "calibrator_fingerprint",
     "calibrator_identity",
+    "check_dimension",
     "check_fitted_on",
     "corpus_digest",
     "describe_model",
@@ -162,14 +164,18 @@ def check_fitted_on(
     Raises:
         CompatibilityError: another dimension, weight fingerprint, pooling or truncation length.
     """
-    dim = ours.get("dim")
-    if dim is not None and int(calibrator.n_features_in_) != int(dim):
-        raise CompatibilityError(
-            f"the calibrator was fitted on {calibrator.n_features_in_}-dimensional embeddings, but "
-            f"{ours.get('model')} gives {dim}; refit it for this encoder"
-        )
+    check_dimension(calibrator, ours.get("dim"), ours.get("model"))
     fitted_on = getattr(calibrator, "fitted_on", None)
     if not fitted_on:
+        if calibrator.name != "identity":  # nothing fitted that another encoder could make wrong
+            # Fitted with plain .fit(X): only the dimension can be checked. Python shows this once per place.
+            warnings.warn(
+                f"the {calibrator.name} calibrator records no encoder (fitted with plain .fit(X)), so only its "
+                f"dimension can be checked against {subject}; make sure X came from this encoder, pooling and "
+                "max_length, or fit through Embedder.fit / fit_embeddings, which record it",
+                UserWarning,
+                stacklevel=3,
+            )
         return
     for key in _CHECKED_KEYS:
         if key in fitted_on and ours.get(key) is not None and fitted_on[key] != ours[key]:
@@ -179,6 +185,20 @@ def check_fitted_on(
                 f"{subject} has {key}={ours[key]!r}; {todo}"
                 + (fingerprint_hint(fitted_on[key]) if key == "fingerprint" else "")
             )
+
+
+def check_dimension(calibrator: Calibrator, dim: int | None, model: object = None) -> None:
+    """Refuse a fitted ``calibrator`` whose input width is not ``dim``, the width of the encoder ``model``'s
+    embeddings (``None``: not known, not checked).
+
+    Raises:
+        CompatibilityError: naming both widths.
+    """
+    if dim is not None and int(calibrator.n_features_in_) != int(dim):
+        raise CompatibilityError(
+            f"the calibrator was fitted on {calibrator.n_features_in_}-dimensional embeddings, but "
+            f"{model} gives {dim}; refit it for this encoder"
+        )
 
 
 # -- the calibrator ---------------------------------------------------------------------------------------------
