@@ -180,3 +180,49 @@ def test_a_plain_fitted_calibrator_warns_and_a_width_mismatch_is_refused(tiny_en
         fitted = Embedder(tiny_encoder, WhiteningCalibrator()).fit(CORPUS)
         Embedder(tiny_encoder, fitted.calibrator)
         Embedder(tiny_encoder, IdentityCalibrator().fit(X))
+
+
+# -- 3. the tokenizer is part of the encoder's identity -------------------------------------------------------------
+
+
+def test_an_edited_tokenizer_is_refused_like_changed_weights(tmp_path):
+    import json
+    import shutil
+
+    from bertflow import SentenceEncoder
+    from bertflow.errors import CompatibilityError
+
+    from .conftest import make_tiny_bert
+
+    enc_dir = make_tiny_bert(tmp_path / "enc")
+    encoder = SentenceEncoder(str(enc_dir), pooling="mean")
+    saved = Embedder(encoder, StandardNormCalibrator()).fit(CORPUS).save(tmp_path / "model")
+    before = encoder.tokenizer_fingerprint()
+    assert before.startswith("t1-") and SentenceEncoder(str(enc_dir)).tokenizer_fingerprint() == before
+    # Lowercasing off: the same weights and vocabulary, other token ids for "Hello WORLD".
+    config_file = enc_dir / "tokenizer_config.json"
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    config["do_lower_case"] = False
+    config_file.write_text(json.dumps(config), encoding="utf-8")
+    tok_file = enc_dir / "tokenizer.json"
+    tok = json.loads(tok_file.read_text(encoding="utf-8"))
+    tok["normalizer"]["lowercase"] = False
+    tok_file.write_text(json.dumps(tok), encoding="utf-8")
+    edited = SentenceEncoder(str(enc_dir), pooling="mean")
+    assert edited.fingerprint() == encoder.fingerprint()  # the weights did not change ...
+    assert edited.tokenizer_fingerprint() != before  # ... the pipeline did
+    with pytest.raises(CompatibilityError, match="tokenizer_fingerprint"):
+        Embedder.load(saved)
+    # A folder saved before the tokenizer was recorded (no tokenizer_fingerprint) still loads: nothing to compare.
+    old = tmp_path / "old"
+    shutil.copytree(saved, old)
+    from bertflow.io.formats import sha256_file
+
+    cal_config = old / "calibrator" / "config.json"
+    data = json.loads(cal_config.read_text(encoding="utf-8"))
+    assert data["fitted_on"].pop("tokenizer_fingerprint")
+    cal_config.write_text(json.dumps(data), encoding="utf-8")
+    top = json.loads((old / "bertflow_config.json").read_text(encoding="utf-8"))
+    top["files"]["calibrator/config.json"] = sha256_file(cal_config)
+    (old / "bertflow_config.json").write_text(json.dumps(top), encoding="utf-8")
+    assert Embedder.load(old).encoder.tokenizer_fingerprint() == edited.tokenizer_fingerprint()

@@ -113,9 +113,13 @@ def fingerprint_hint(saved: object) -> str:
 #: What a calibrator's ``fitted_on`` records of the encoder whose embeddings it was fitted on (plus ``framework``:
 #: ``"bertflow"`` for a :class:`~bertflow.encoding.encoder.SentenceEncoder`, ``"sentence-transformers"`` for a model
 #: of that library).
-ENCODER_KEYS = ("model", "revision", "pooling", "max_length", "dim", "fingerprint")
-#: The fields compared with a calibrator's ``fitted_on`` before it is applied (the dimension is checked apart).
-_CHECKED_KEYS = ("fingerprint", "pooling", "max_length")
+ENCODER_KEYS = ("model", "revision", "pooling", "max_length", "dim", "fingerprint", "tokenizer_fingerprint")
+#: Keys that records written by an earlier bertflow lack: such a record is not compared on them (a folder saved
+#: before the tokenizer was fingerprinted still loads; its tokenizer cannot be checked).
+_LATER_KEYS = ("tokenizer_fingerprint",)
+#: The fields compared with a calibrator's ``fitted_on`` before it is applied (the dimension is checked apart);
+#: each only where both sides record it.
+_CHECKED_KEYS = ("fingerprint", "pooling", "max_length", "tokenizer_fingerprint")
 
 
 def encoder_record(encoder: Any, *, framework: str = "bertflow") -> dict[str, Any]:
@@ -184,6 +188,12 @@ def check_fitted_on(
                 f"the calibrator was fitted with {key}={fitted_on[key]!r} (encoder {fitted_on.get('model')}), but "
                 f"{subject} has {key}={ours[key]!r}; {todo}"
                 + (fingerprint_hint(fitted_on[key]) if key == "fingerprint" else "")
+                + (
+                    " (the tokenizer gives other token ids than at the fit: its tokenizer.json or "
+                    "tokenizer_config.json changed, e.g. lowercasing, special tokens or truncation side)"
+                    if key == "tokenizer_fingerprint"
+                    else ""
+                )
             )
 
 
@@ -248,11 +258,14 @@ def identity_differences(recorded: Mapping[str, Any], current: Mapping[str, Any]
     :func:`calibrator_identity`), e.g. ``["encoder fingerprint", "calibrator type"]``; empty for the same model."""
     differences = []
     for part, keys in (
-        ("encoder", ("fingerprint", "pooling", "max_length", "dim")),
+        ("encoder", ("fingerprint", "pooling", "max_length", "dim", *_LATER_KEYS)),
         ("calibrator", ("type", "fingerprint")),
     ):
         for key in keys:
-            if (recorded.get(part) or {}).get(key) != (current.get(part) or {}).get(key):
+            old, new = (recorded.get(part) or {}).get(key), (current.get(part) or {}).get(key)
+            if key in _LATER_KEYS and (old is None or new is None):
+                continue  # recorded before bertflow kept it: nothing to compare
+            if old != new:
                 differences.append(f"{part} {key}")
     return differences
 

@@ -52,6 +52,7 @@ from .loading import (
     checkpoint_provenance,
     load_pretrained,
     resolve_model,
+    tokenizer_fingerprint,
 )
 from .pooling import Pooling
 from .settings import DEFAULT_CHUNK, EncodeSettings, device_kind
@@ -176,6 +177,7 @@ class SentenceEncoder:
         self._auto_processes = auto_processes(device_kind(self.device.type), self._rust_tokenizer)
         self._pad_id = int(self.tokenizer.pad_token_id or 0)
         self._fingerprint: str | None = None
+        self._tokenizer_fingerprint: str | None = None
         self.last_stats = EncodeStats()
 
     # -- throughput settings -----------------------------------------------------------------------------
@@ -238,6 +240,13 @@ class SentenceEncoder:
             self._fingerprint = weights_fingerprint(self.model, self.tokenizer)
         return self._fingerprint
 
+    def tokenizer_fingerprint(self) -> str:
+        """A short hash of what the tokenizer pipeline does (:func:`.loading.tokenizer_fingerprint`), recorded next
+        to :meth:`fingerprint`: a calibrator fitted before the tokenizer was edited is refused. Computed once."""
+        if self._tokenizer_fingerprint is None:
+            self._tokenizer_fingerprint = tokenizer_fingerprint(self.tokenizer)
+        return self._tokenizer_fingerprint
+
     def provenance(self) -> dict[str, Any]:
         """Which checkpoint files exactly, for a saved model to pin (computed once).
 
@@ -277,6 +286,7 @@ class SentenceEncoder:
             "max_length": self.max_length,
             "dim": self.dim,
             "fingerprint": self.fingerprint(),
+            "tokenizer_fingerprint": self.tokenizer_fingerprint(),
         }
 
     @classmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Sequence
@@ -21,6 +22,7 @@ __all__ = [
     "checkpoint_provenance",
     "load_pretrained",
     "resolve_model",
+    "tokenizer_fingerprint",
 ]
 
 logger = logging.getLogger(__name__)
@@ -146,3 +148,37 @@ def checkpoint_provenance(load_path: str | None, revision: str | None, config: A
         cached = cached_hub_file(load_path, "config.json", revision)
         commit = cached.parent.name if cached is not None and cached.parent.parent.name == "snapshots" else None
     return {"commit": commit} if commit else {}
+
+
+#: Prefix of :func:`tokenizer_fingerprint` values (the scheme: the probe texts and what is hashed of them).
+TOKENIZER_FINGERPRINT_SCHEME = "t1-"
+
+#: Texts whose token ids show what a tokenizer pipeline does: case, accents, punctuation and contractions, CJK,
+#: emoji, control whitespace, and (with the truncation below) the side it truncates.
+_PROBE_TEXTS = (
+    "Hello WORLD, this Is A Test.",
+    "naïve café résumé Ångström — don't stop!",
+    "東京 and 北京 🙂 tab\there  two  spaces",
+    "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen LAST",
+)
+_PROBE_MAX_TOKENS = 12
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> str:
+    """:data:`TOKENIZER_FINGERPRINT_SCHEME` + 16 hex digits of a sha256 over the token ids a Hugging Face fast
+    tokenizer gives a fixed set of probe texts, special tokens included, truncated on its ``truncation_side``.
+
+    The weights' fingerprint covers the vocabulary but not the pipeline around it; this one changes with
+    whatever changes the ids the encoder sees: normaliser (lowercasing, accent stripping), pre-tokeniser, special
+    tokens and post-processor, truncation side. It hashes behaviour, not the files, so it is the same for the
+    same pipeline whatever the tokenizers release writes into ``tokenizer.json``. Cost: a few milliseconds.
+    """
+    from tokenizers import Tokenizer
+
+    rust = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())  # a copy: truncation is state on the object
+    rust.no_padding()
+    rust.enable_truncation(_PROBE_MAX_TOKENS, direction=getattr(tokenizer, "truncation_side", "right"))
+    h = hashlib.sha256()
+    for text, full in zip(_PROBE_TEXTS, rust.encode_batch(list(_PROBE_TEXTS)), strict=True):
+        h.update(f"{text}\0{full.ids}\0{full.type_ids}\n".encode())
+    return TOKENIZER_FINGERPRINT_SCHEME + h.hexdigest()[:16]

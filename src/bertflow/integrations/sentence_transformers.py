@@ -85,6 +85,7 @@ from ..calibrators import (
     parse_calibrator,
 )
 from ..embedder import Embedder
+from ..encoding.loading import tokenizer_fingerprint
 from ..errors import CompatibilityError, InputError, ModelFileError
 from ..identity import check_fitted_on, corpus_digest, fit_record, mark_fitted, weights_fingerprint
 from ..io.formats import read_json, write_json
@@ -187,18 +188,20 @@ def encoder_config(model: SentenceTransformer) -> dict[str, Any]:
     """What a calibrator fitted on ``model``'s pooled embeddings depends on, in bertflow's encoder-config form.
 
     Returns:
-        ``{"model", "revision", "pooling", "max_length", "dim", "fingerprint", "framework"}``; ``fingerprint`` is
-        ``None`` when the first module is not a Hugging Face transformer with a tokenizer. ``model`` is the Hub id,
+        ``{"model", "revision", "pooling", "max_length", "dim", "fingerprint", "tokenizer_fingerprint",
+        "framework"}``; the fingerprints are ``None`` when the first module is not a Hugging Face transformer with a
+        (fast) tokenizer. ``model`` is the Hub id,
         or for a local checkpoint the Hub id sentence-transformers recognised or else the folder's name: never an
         absolute local path.
     """
     first = model[0]
     hf_model = getattr(first, "auto_model", None)
     tokenizer = getattr(first, "tokenizer", None)
-    fingerprint = None
+    fingerprint = tokenizer_fp = None
     if hf_model is not None and tokenizer is not None:
         # The same function as SentenceEncoder.fingerprint: a calibrator fitted by either library is checked by either.
         fingerprint = weights_fingerprint(hf_model, tokenizer)
+        tokenizer_fp = tokenizer_fingerprint(tokenizer) if getattr(tokenizer, "is_fast", False) else None
     pooling = next((m.pooling_mode for m in model if hasattr(m, "pooling_mode")), None)
     if isinstance(pooling, (list, tuple)):
         pooling = "+".join(pooling)
@@ -214,6 +217,7 @@ def encoder_config(model: SentenceTransformer) -> dict[str, Any]:
         "max_length": model.max_seq_length,
         "dim": _pooled_dim(model),
         "fingerprint": fingerprint,
+        "tokenizer_fingerprint": tokenizer_fp,
         "framework": "sentence-transformers",
     }
 
