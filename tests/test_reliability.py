@@ -226,3 +226,27 @@ def test_an_edited_tokenizer_is_refused_like_changed_weights(tmp_path):
     top["files"]["calibrator/config.json"] = sha256_file(cal_config)
     (old / "bertflow_config.json").write_text(json.dumps(top), encoding="utf-8")
     assert Embedder.load(old).encoder.tokenizer_fingerprint() == edited.tokenizer_fingerprint()
+
+
+# -- 11. a mistyped -m path, a hub id offline ----------------------------------------------------------------------
+
+
+def test_a_mistyped_model_path_or_an_offline_hub_id_is_one_line_at_once(corpus, tmp_path, monkeypatch):
+    from bertflow import SentenceEncoder
+    from bertflow.errors import InputError
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    out = tmp_path / "v.npy"
+    cases = {
+        "../no/such/bert-folder": "no such folder",
+        str(tmp_path / "bert-typo"): "no such folder",
+        str(corpus): "it is a file",
+        "bert-gutenbrg": "HF_HUB_OFFLINE",
+        "someone/no-such-model": "HF_HUB_OFFLINE",
+    }
+    for name, needle in cases.items():
+        one_line_error(invoke("encode", corpus, "-o", out, "-m", name, "-q"), repr(name), needle)
+        with pytest.raises(InputError, match=needle):
+            SentenceEncoder(name)
+    assert not out.exists()

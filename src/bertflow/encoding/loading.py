@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import socket
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ __all__ = [
     "WEIGHT_PATTERNS",
     "cached_hub_file",
     "check_max_length",
+    "check_model_source",
     "checkpoint_provenance",
     "load_pretrained",
     "resolve_model",
@@ -62,6 +65,63 @@ def resolve_model(name_or_path: str | None) -> tuple[str, str]:
     return name_or_path, name_or_path
 
 
+def _looks_like_path(name: str) -> bool:
+    """Whether ``name`` can only mean a local folder: it starts with ``.``, ``/`` or ``~``, has more than two parts
+    (a hub id is ``name`` or ``org/name``), or its first folder exists here (``models/bert-typo``)."""
+    parts = name.replace("\\", "/").split("/")
+    if len(parts) > 2 or name.startswith((".", "/", "~")) or (os.sep == "\\" and ":" in name):
+        return True
+    return len(parts) == 2 and Path(parts[0]).expanduser().is_dir()
+
+
+def _hub_offline() -> bool:
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
+
+
+def check_model_source(name: str, revision: str | None = None) -> None:
+    """Fail at once, in one line, where ``from_pretrained`` would fail late or at length: ``name`` is a file, a
+    path that does not exist (a typo), or a hub id that is not in the local cache while downloads are off
+    (``HF_HUB_OFFLINE``) or the Hub cannot be reached (a 3-second connection test instead of minutes of retries;
+    skipped behind a proxy, which the test cannot see through).
+
+    Raises:
+        InputError: naming ``name`` and what to do.
+    """
+    path = Path(name).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise InputError(f"cannot load the encoder {name!r}: it is a file; give a model folder or a hub id")
+        return
+    if _looks_like_path(name):
+        raise InputError(f"cannot load the encoder {name!r}: no such folder (looked in {Path.cwd()})")
+    if cached_hub_file(name, "config.json", revision) is not None:
+        return
+    if _hub_offline():
+        raise InputError(
+            f"cannot load the encoder {name!r}: it is not a local folder nor in the Hugging Face cache, and "
+            "HF_HUB_OFFLINE is set, so it cannot be downloaded; give a local model folder, or unset HF_HUB_OFFLINE "
+            "where there is network"
+        )
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    endpoint = urlparse(constants.ENDPOINT)
+    host, port = endpoint.hostname or "huggingface.co", endpoint.port or (80 if endpoint.scheme == "http" else 443)
+    try:
+        socket.create_connection((host, port), timeout=3).close()
+    except OSError as e:
+        raise InputError(
+            f"cannot load the encoder {name!r}: it is not a local folder nor in the Hugging Face cache, and the Hub "
+            f"({host}) cannot be reached ({e.strerror or e}); give a local model folder, or set HF_HUB_OFFLINE=1 "
+            "to fail at once without network"
+        ) from None
+
+
 def check_max_length(max_length: int, config: Any, tokenizer: Any, model_id: str) -> None:
     """Refuse a ``max_length`` longer than the encoder's position table (it would fail inside the forward pass)."""
     limits = [int(getattr(config, "max_position_embeddings", 0) or 0)]
@@ -95,6 +155,7 @@ def load_pretrained(
     """
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
+    check_model_source(load_path, revision)
     kwargs: dict[str, Any] = {"revision": revision} if revision else {}
     try:
         tokenizer = AutoTokenizer.from_pretrained(load_path, **kwargs)
@@ -111,8 +172,9 @@ def load_pretrained(
             logger.info("%s has no SDPA attention here; using its default attention", model_id)
             model = AutoModel.from_pretrained(load_path, dtype=dtype, **kwargs)
     except OSError as e:
+        detail = " ".join(str(e).split()).rstrip(".")  # transformers' messages span lines; the CLI's errors take one
         raise InputError(
-            f"cannot load the encoder {model_id!r}: {e}. Give a local model folder or a hub id "
+            f"cannot load the encoder {model_id!r}: {detail}. Give a local model folder or a hub id "
             "(hub ids need network access on first use)."
         ) from None
     return tokenizer, model
