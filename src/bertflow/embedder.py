@@ -79,6 +79,11 @@ def device_transform(
     return None if calibrator is None else fast_torch_transform(calibrator, encoder.device)
 
 
+def _pair_cosines(za: np.ndarray, zb: np.ndarray) -> np.ndarray:
+    """Cosine of each pair of rows of two [N, D] matrices, computed in float64: float32 [N]."""
+    return (unit_rows(za.astype(np.float64)) * unit_rows(zb.astype(np.float64))).sum(axis=1).astype(np.float32)
+
+
 def iter_calibrated(
     encoder: SentenceEncoder,
     calibrator: Calibrator | None,
@@ -323,24 +328,41 @@ class Embedder:
         """
         if are_embeddings(a, b):
             return embedding_cosine(a, b, pairwise=True)
+        self.check_fitted()
+        za, zb = self._encode_pair_sides(a, b, self._device_transform(), show_progress_bar)
+        return _pair_cosines(za, zb)
+
+    def similarity_pairwise_and_raw(
+        self, a: Sequence[str], b: Sequence[str], *, show_progress_bar: bool | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Cosines of each pair ``(a[i], b[i])`` in the calibrated space and in the raw encoder's, float32 [N] each,
+        from one encoder pass: the raw embeddings are calibrated on the CPU (:meth:`Calibrator.transform`), so
+        what the calibrator adds is measured without encoding twice. ``show_progress_bar`` as in :meth:`encode`."""
+        self.check_fitted()
+        ra, rb = self._encode_pair_sides(a, b, None, show_progress_bar)
+        calibrated = _pair_cosines(self.calibrator.transform(ra), self.calibrator.transform(rb))
+        return calibrated, _pair_cosines(ra, rb)
+
+    def _encode_pair_sides(
+        self,
+        a: Sequence[str],
+        b: Sequence[str],
+        transform: Callable[[torch.Tensor], torch.Tensor] | None,
+        show_progress_bar: bool | None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Both sides of sentence pairs encoded (through ``transform`` where given): float32 [N, D'] each."""
         if len(a) != len(b):
             raise ValueError(f"need as many first as second sentences, got {len(a)} and {len(b)}")
         from tqdm.auto import tqdm
 
-        self.check_fitted()
-        transform = self._device_transform()
         show = 2 * len(a) >= 4096 if show_progress_bar is None else show_progress_bar
         # One bar over both sides, moving per forward batch on CPU (SentenceEncoder.iter_encode's progress).
         with tqdm(total=2 * len(a), desc="similarity", unit="sent", disable=not show) as bar:
             za, zb = (
-                unit_rows(
-                    self.encoder.encode(
-                        list(side), show_progress_bar=False, transform=transform, progress=bar.update
-                    ).astype(np.float64)
-                )
+                self.encoder.encode(list(side), show_progress_bar=False, transform=transform, progress=bar.update)
                 for side in (a, b)
             )
-        return (za * zb).sum(axis=1).astype(np.float32)
+        return za, zb
 
     def check_fitted(self) -> None:
         """Raise :class:`~bertflow.errors.NotFittedError` unless the calibrator is fitted (an identity calibrator

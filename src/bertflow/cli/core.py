@@ -315,8 +315,16 @@ def similarity(
         typer.echo(f"{embedder.similarity(sentences[0], sentences[1]):.6f}")
         return
     data = read_pairs(pairs, errors=encoding_errors.value, require_target=False, keep_columns=True)
-    # A bar on stderr for any file (a few hundred pairs take seconds on CPU), none with -q.
-    scores = embedder.similarity_pairwise(data.sentences1, data.sentences2, show_progress_bar=not quiet)
+    # A bar on stderr for any file (a few hundred pairs take seconds on CPU), none with -q. With a score column and
+    # a calibrator, the raw encoder's cosines come from the same pass (no second, silent encoding).
+    compare_raw = data.scores is not None and model_dir and not isinstance(embedder.calibrator, IdentityCalibrator)
+    raw: np.ndarray | None = None
+    if compare_raw:
+        scores, raw = embedder.similarity_pairwise_and_raw(
+            data.sentences1, data.sentences2, show_progress_bar=not quiet
+        )
+    else:
+        scores = embedder.similarity_pairwise(data.sentences1, data.sentences2, show_progress_bar=not quiet)
     # The input's columns, every one and in its order, after the cosine: ids and scores travel with their pair.
     columns = data.columns or {}
     lines = ["\t".join([PAIRS_TSV_FIRST_COLUMN, *columns])]
@@ -331,9 +339,8 @@ def similarity(
 
         rho = spearmanr(scores, data.scores).statistic * 100
         line = f"spearman x100 against the score column: {rho:.2f}"
-        if model_dir and not isinstance(embedder.calibrator, IdentityCalibrator):
-            # What the calibrator adds: the same encoder and pooling without it, side by side (one more pass).
-            raw = Embedder(embedder.encoder, IdentityCalibrator()).similarity_pairwise(data.sentences1, data.sentences2)
+        if raw is not None:
+            # What the calibrator adds: the same encoder and pooling without it, side by side.
             raw_rho = spearmanr(raw, data.scores).statistic * 100
             line = (
                 f"spearman x100 against the score column: {rho:.2f} calibrated ({embedder.calibrator.name}), "
