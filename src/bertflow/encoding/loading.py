@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -158,19 +159,23 @@ def load_pretrained(
     check_model_source(load_path, revision)
     kwargs: dict[str, Any] = {"revision": revision} if revision else {}
     try:
-        tokenizer = AutoTokenizer.from_pretrained(load_path, **kwargs)
-        config = AutoConfig.from_pretrained(load_path, **kwargs)
-        check_max_length(max_length, config, tokenizer, model_id)
-        if getattr(config, "num_hidden_layers", None) is not None:
-            Pooling.parse(pooling, int(config.num_hidden_layers))
-        try:
-            model = AutoModel.from_pretrained(load_path, dtype=dtype, attn_implementation="sdpa", **kwargs)
-        except ValueError as e:
-            # Some architectures (MPNet under transformers 5) have no SDPA kernel: use their default.
-            if "sdpa" not in str(e).lower() and "scaled_dot_product" not in str(e):
-                raise
-            logger.info("%s has no SDPA attention here; using its default attention", model_id)
-            model = AutoModel.from_pretrained(load_path, dtype=dtype, **kwargs)
+        with _quiet_transformers():
+            tokenizer = AutoTokenizer.from_pretrained(load_path, **kwargs)
+            config = AutoConfig.from_pretrained(load_path, **kwargs)
+            check_max_length(max_length, config, tokenizer, model_id)
+            if getattr(config, "num_hidden_layers", None) is not None:
+                Pooling.parse(pooling, int(config.num_hidden_layers))
+            try:
+                model, info = AutoModel.from_pretrained(
+                    load_path, dtype=dtype, attn_implementation="sdpa", output_loading_info=True, **kwargs
+                )
+            except ValueError as e:
+                # Some architectures (MPNet under transformers 5) have no SDPA kernel: use their default.
+                if "sdpa" not in str(e).lower() and "scaled_dot_product" not in str(e):
+                    raise
+                logger.info("%s has no SDPA attention here; using its default attention", model_id)
+                model, info = AutoModel.from_pretrained(load_path, dtype=dtype, output_loading_info=True, **kwargs)
+        _log_loading_info(model_id, info)
     except OSError as e:
         detail = " ".join(str(e).split()).rstrip(".")  # transformers' messages span lines; the CLI's errors take one
         raise InputError(
@@ -178,6 +183,55 @@ def load_pretrained(
             "(hub ids need network access on first use)."
         ) from None
     return tokenizer, model
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """transformers' per-load progress bars and its LOAD REPORT table off while a checkpoint loads (bertflow says
+    in one line what matters: :func:`_log_loading_info`), its settings restored after."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def _key_groups(keys: Iterable[str]) -> str:
+    """``"cls.predictions.* (5)"``: parameter names grouped by their first two parts, for one log line."""
+    groups: dict[str, int] = {}
+    for key in keys:
+        prefix = ".".join(key.split(".")[:2])
+        groups[prefix] = groups.get(prefix, 0) + 1
+    return ", ".join(f"{prefix}.* ({n})" for prefix, n in sorted(groups.items()))
+
+
+def _log_loading_info(model_id: str, info: dict[str, Any]) -> None:
+    """One line for what transformers' LOAD REPORT lists: checkpoint weights the encoder does not use (a
+    pre-training head, e.g. the MLM head of a raw BERT: expected, INFO) and encoder weights missing from the
+    checkpoint (randomly initialised: a WARNING, since vectors that use them are noise)."""
+    unexpected, missing = info.get("unexpected_keys") or [], info.get("missing_keys") or []
+    if unexpected:
+        logger.info(
+            "%s: left out %d checkpoint weight(s) the encoder does not use, %s (a pre-training head; sentence "
+            "embeddings are read from the hidden states, so this is expected)",
+            model_id,
+            len(unexpected),
+            _key_groups(unexpected),
+        )
+    if missing:
+        logger.warning(
+            "%s: %d encoder weight(s) are not in the checkpoint and were randomly initialised, %s; a pooling that "
+            "uses them gives noise",
+            model_id,
+            len(missing),
+            _key_groups(missing),
+        )
 
 
 #: Weight files hashed as a local checkpoint's provenance (SentenceEncoder.provenance).
