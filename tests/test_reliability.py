@@ -324,3 +324,43 @@ def test_a_raw_mlm_checkpoint_loads_quietly_with_one_line_about_its_head(tmp_pat
     assert len(lines) == 1 and "cls.predictions.*" in lines[0] and "pre-training head" in lines[0], lines
     assert hf_logging.get_verbosity() == verbosity  # transformers' own settings are given back
     assert encoder.encode(["A man is playing a guitar."]).shape == (1, 32)
+
+
+# -- 13. optional dependencies before work; what auto chose ------------------------------------------------------
+
+
+def test_analyze_without_matplotlib_fails_before_any_work(tmp_path, monkeypatch):
+    import importlib.util
+
+    import bertflow.evaluation.grid as grid
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the encoder was loaded before the missing dependency was reported")
+
+    monkeypatch.setattr(grid, "load_encoder", no_loading)
+    out = tmp_path / "analysis"
+    one_line_error(invoke("analyze", "-o", out, "-q"), "matplotlib", "--no-plots")
+    assert not out.exists()
+
+
+def test_auto_logs_what_it_chose_and_why(anisotropic_data, caplog):
+    import logging
+
+    from bertflow.calibrators import AutoCalibrator
+
+    with caplog.at_level(logging.INFO, logger="bertflow.calibrators.auto"):
+        cal = AutoCalibrator().fit(anisotropic_data)
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "bertflow.calibrators.auto"]
+    assert line.startswith("auto: chose ") and "concentration" in line
+    word = {1.0: "chose whitening", 0.0: "chose anchored whitening"}.get(cal.rawness_, "of the way")
+    assert word in line, line
+
+
+def test_help_shows_no_bool_metavar_after_flags():
+    for command in (["encode", "--help"], ["fit", "--help"], ["--help"]):
+        text = runner.invoke(app, command).stdout
+        flagged = [line for line in text.splitlines() if "<bool>" in line and "--help" not in line]
+        assert not flagged, flagged

@@ -66,7 +66,7 @@ def fit(
     max_length: MaxLenOpt = 64,
     calibrator: CalibratorOpt = "flow",
     column: ColumnOpt = None,
-    unique: Annotated[bool, typer.Option(help="Drop duplicate sentences before fitting.")] = False,
+    unique: Annotated[bool, typer.Option(metavar="", help="Drop duplicate sentences before fitting.")] = False,
     seed: SeedOpt = 0,
     epochs: EpochsOpt = 1.0,
     validation_fraction: ValidationFractionOpt = 0.0,

@@ -231,12 +231,16 @@ SeedOpt = Annotated[int, typer.Option(help="Seed of the flow's initialisation an
 EpochsOpt = Annotated[float, typer.Option(help="Flow training epochs (fractions allowed).")]
 ValidationFractionOpt = Annotated[float, typer.Option(help="Hold out this share; its NLL picks the flow's best step.")]
 OverwriteOpt = Annotated[
-    bool, typer.Option(help="Replace a bertflow folder of the same kind already at --output (refused otherwise).")
+    bool,
+    typer.Option(
+        metavar="", help="Replace a bertflow folder of the same kind already at --output (refused otherwise)."
+    ),
 ]
 OverwriteFileOpt = Annotated[
     bool,
     typer.Option(
-        help="Replace an existing --output file that bertflow did not write (one it wrote is replaced anyway)."
+        metavar="",
+        help="Replace an existing --output file that bertflow did not write (one it wrote is replaced anyway).",
     ),
 ]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or lines on stderr.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", metavar="", help="No progress bars or lines on stderr.")]

@@ -63,7 +63,9 @@ def build(
     column: Annotated[
         str | None, typer.Option("--column", "-c", help="For a TSV corpus: the column (name or 0-based index).")
     ] = None,
-    unique: Annotated[bool, typer.Option(help="Index each distinct sentence once (its first occurrence).")] = False,
+    unique: Annotated[
+        bool, typer.Option(metavar="", help="Index each distinct sentence once (its first occurrence).")
+    ] = False,
     backend: BackendOpt = "torch",
     approximate: Annotated[
         str,
@@ -143,7 +145,7 @@ def query(
         str | None,
         typer.Option(help="The model to embed queries with; default: the one the index was built with (recorded)."),
     ] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="One JSON object per query.")] = False,
+    json_output: Annotated[bool, typer.Option("--json", metavar="", help="One JSON object per query.")] = False,
     backend: Annotated[str | None, typer.Option(help="Override the index's backend: torch or faiss.")] = None,
     encoding_errors: ErrorsOpt = EncodingErrors.strict,
     device: DeviceOpt = None,
