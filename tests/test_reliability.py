@@ -364,3 +364,56 @@ def test_help_shows_no_bool_metavar_after_flags():
         text = runner.invoke(app, command).stdout
         flagged = [line for line in text.splitlines() if "<bool>" in line and "--help" not in line]
         assert not flagged, flagged
+
+
+# -- 7. tracebacks become one-line errors ------------------------------------------------------------------------
+
+
+def test_a_full_disk_inside_the_safetensors_write_is_one_line(tiny_model_dir, corpus, tmp_path, monkeypatch):
+    import builtins
+    import errno
+
+    import bertflow.io.formats as formats
+
+    class FullDisk:
+        def __init__(self, fh):
+            self.fh = fh
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.fh.close()
+
+        def write(self, data):
+            self.fh.write(data[: len(data) // 2])  # part of it fits, then the disk is full
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    def open_on_a_full_disk(path, mode="r", *args, **kwargs):
+        fh = builtins.open(path, mode, *args, **kwargs)
+        return FullDisk(fh) if str(path).endswith(".safetensors") and "w" in mode else fh
+
+    monkeypatch.setattr(formats, "open", open_on_a_full_disk, raising=False)
+    out = tmp_path / "m"
+    args = ["fit", corpus, "-o", out, "--model", tiny_model_dir, "--calibrator", "standard-norm", "-q"]
+    one_line_error(invoke(*args), "disk full")
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".m.")]
+
+
+def test_bad_inputs_that_were_tracebacks_are_input_errors(tiny_encoder):
+    from bertflow import SentenceEncoder
+    from bertflow.calibrators import WhiteningCalibrator
+    from bertflow.errors import InputError
+
+    model = Embedder(tiny_encoder, StandardNormCalibrator()).fit(CORPUS)
+    with pytest.raises(InputError, match="lone surrogate"):
+        model.encode(["fine", "broken \ud800 text"])
+    with pytest.raises(InputError, match="unknown device"):
+        SentenceEncoder("unused", device="bogus")
+    with pytest.raises(InputError, match="overflow"):
+        WhiteningCalibrator().fit(np.random.default_rng(0).normal(size=(50, 8)) * 1e200)
+    with pytest.raises(InputError, match="one width"):
+        model.similarity(np.ones((2, tiny_encoder.dim), np.float32), np.ones((3, 16), np.float32))
+    with pytest.raises(InputError, match="at least 2 sentences"):
+        model.encode("one sentence", precision="int8")
+    assert model.encode(CORPUS[:3], precision="int8").dtype == np.int8
