@@ -417,3 +417,42 @@ def test_bad_inputs_that_were_tracebacks_are_input_errors(tiny_encoder):
     with pytest.raises(InputError, match="at least 2 sentences"):
         model.encode("one sentence", precision="int8")
     assert model.encode(CORPUS[:3], precision="int8").dtype == np.int8
+
+
+# -- 6. load_calibrated checks the module list --------------------------------------------------------------------
+
+
+def test_load_calibrated_refuses_an_edited_module_list(tiny_model_dir, tmp_path, monkeypatch):
+    import json
+    import shutil
+
+    pytest.importorskip("sentence_transformers")
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+
+    from bertflow.errors import ModelFileError
+    from bertflow.integrations.sentence_transformers import fit_calibrator, load_calibrated
+
+    base = SentenceTransformer(modules=[Transformer(str(tiny_model_dir)), Pooling(32, "mean")], device="cpu")
+    saved = tmp_path / "st"
+    fit_calibrator(base, CORPUS, "whitening-8", portable=False).save(str(saved))
+    expected = load_calibrated(str(saved), device="cpu").encode(CORPUS[:3])
+    # The Calibration entry deleted from modules.json: the uncalibrated model would load without a word.
+    dropped = tmp_path / "dropped"
+    shutil.copytree(saved, dropped)
+    modules = json.loads((dropped / "modules.json").read_text())
+    (dropped / "modules.json").write_text(json.dumps([m for m in modules if "Calibration" not in m["type"]]))
+    with pytest.raises(ModelFileError, match="does not list"):
+        load_calibrated(str(dropped), device="cpu")
+    # The Calibration folder deleted: a one-line error, not sentence-transformers' traceback.
+    missing = tmp_path / "missing"
+    shutil.copytree(saved, missing)
+    shutil.rmtree(missing / "2_Calibration")
+    with pytest.raises(ModelFileError, match="missing"):
+        load_calibrated(str(missing), device="cpu")
+    # A hub id offline and not cached: one line naming HF_HUB_OFFLINE.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelFileError, match="HF_HUB_OFFLINE"):
+        load_calibrated("someone/no-such-calibrated-model")
+    np.testing.assert_array_equal(load_calibrated(str(saved), device="cpu").encode(CORPUS[:3]), expected)

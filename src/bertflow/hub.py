@@ -29,7 +29,13 @@ def is_hub_id(name: str) -> bool:
     return bool(re.fullmatch(r"[\w.-]+(/[\w.-]+)?", name)) and not Path(name).expanduser().exists()
 
 
-def snapshot(repo_id: str, revision: str | None, allow_patterns: list[str] | None = None) -> Path:
+def snapshot(
+    repo_id: str,
+    revision: str | None,
+    allow_patterns: list[str] | None = None,
+    *,
+    token: bool | str | None = None,
+) -> Path:
     """A hub repo's files via huggingface_hub (its cache first; the network only where allowed and needed).
 
     Raises:
@@ -38,7 +44,7 @@ def snapshot(repo_id: str, revision: str | None, allow_patterns: list[str] | Non
     from huggingface_hub import snapshot_download
 
     try:
-        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=allow_patterns))
+        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=allow_patterns, token=token))
     except Exception as e:  # huggingface_hub raises many types: offline, not found, gated, invalid id, HTTP
         offline = os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on")
         hint = (
@@ -47,8 +53,9 @@ def snapshot(repo_id: str, revision: str | None, allow_patterns: list[str] | Non
             if offline
             else "check the repo id and revision, your network, and (for a private or gated repo) `hf auth login`"
         )
+        detail = " ".join(str(e).split())  # huggingface_hub's messages span lines; the CLI's errors take one
         raise ModelFileError(
-            f"{repo_id!r} could not be fetched from the Hugging Face Hub ({type(e).__name__}: {e}); {hint}"
+            f"{repo_id!r} could not be fetched from the Hugging Face Hub ({type(e).__name__}: {detail}); {hint}"
         ) from None
 
 
