@@ -456,3 +456,36 @@ def test_load_calibrated_refuses_an_edited_module_list(tiny_model_dir, tmp_path,
     with pytest.raises(ModelFileError, match="HF_HUB_OFFLINE"):
         load_calibrated("someone/no-such-calibrated-model")
     np.testing.assert_array_equal(load_calibrated(str(saved), device="cpu").encode(CORPUS[:3]), expected)
+
+
+# -- 8. messages that named the wrong thing ------------------------------------------------------------------------
+
+
+def test_an_empty_tsv_cell_is_named_by_file_line_and_column(tiny_model_dir, tmp_path):
+    tsv = tmp_path / "train.tsv"
+    rows = [f"{a}\t{b}" for a, b in zip(CORPUS[:10], CORPUS[10:20], strict=True)]
+    rows[6] = f"{CORPUS[6]}\t   "
+    tsv.write_text("sentence1\tsentence2\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    out = tmp_path / "m"
+    args = ["fit", tsv, "-c", "sentence1", "-c", "sentence2", "-o", out, "--model", tiny_model_dir, "-q"]
+    one_line_error(invoke(*args), "train.tsv: line 8, column 'sentence2' is empty")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("encoding", "bom", "expected"),
+    [
+        ("utf-16-le", b"", "UTF-16LE without a byte-order mark"),
+        ("utf-16-be", b"", "UTF-16BE without a byte-order mark"),
+        ("utf-16-le", b"\xff\xfe", "UTF-16LE with a byte-order mark"),
+        ("utf-16-be", b"\xfe\xff", "UTF-16BE with a byte-order mark"),
+    ],
+)
+def test_utf16_advice_names_the_byte_order_and_the_mark(tmp_path, encoding, bom, expected):
+    from bertflow.errors import InputError
+    from bertflow.io.text import read_sentences
+
+    path = tmp_path / "u16.txt"
+    path.write_bytes(bom + "A man plays a guitar.\nA dog runs.\n".encode(encoding))
+    with pytest.raises(InputError, match=expected):
+        read_sentences(path)

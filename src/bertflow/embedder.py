@@ -460,7 +460,7 @@ class Embedder:
         if column is None:
             rows = [(number, text) for number, text in iter_lines(path, errors=errors) if not is_blank(text)]
         else:
-            rows = list(enumerate(read_tsv_column(path, column, errors=errors), start=1))
+            rows = list(enumerate(read_tsv_column(path, column, errors=errors, refuse_blank=True), start=1))
         if unique:
             first: dict[str, int] = {}
             for number, text in rows:

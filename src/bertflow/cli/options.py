@@ -132,7 +132,7 @@ def read_corpus(path: Path, columns: Sequence[str] | None, errors: str, unique: 
         return read_sentences(path, errors=errors, unique=unique)
     sentences: list[str] = []
     for col in columns:
-        sentences.extend(read_tsv_column(path, column_key(col), errors=errors))
+        sentences.extend(read_tsv_column(path, column_key(col), errors=errors, refuse_blank=True))
     if unique:
         sentences = list(dict.fromkeys(sentences))
     return sentences

@@ -118,9 +118,18 @@ def check_not_utf16(raw: bytes, path: Path, number: int) -> None:
     """Raise :class:`InputError` naming ``path`` and line ``number`` if the line's bytes (terminator removed) look
     like UTF-16 (:func:`_looks_utf16`); a fast byte search when the line has no NUL, the usual case."""
     if b"\x00" in raw and _looks_utf16(raw):
+        # The byte order: a byte-order mark at the start of the file says it; else ASCII text has its NUL after
+        # each character (little-endian, NULs at odd offsets) or before it (big-endian). Only line 1 starts where
+        # the file starts: later lines begin mid-character, after the split on the 0x0A byte.
+        bom = {b"\xff\xfe": "UTF-16LE", b"\xfe\xff": "UTF-16BE"}.get(raw[:2]) if number == 1 else None
+        order = bom or ("UTF-16LE" if raw[1::2].count(0) >= raw[0::2].count(0) else "UTF-16BE")
+        if number != 1:
+            order = "UTF-16"
+        mark = " with a byte-order mark" if bom else " without a byte-order mark" if number == 1 else ""
+        source = "UTF-16" if bom or number != 1 else order
         raise InputError(
-            f"{path}: line {number} has a NUL byte every other byte: the file is UTF-16 (without a byte-order "
-            "mark), not UTF-8; re-encode it as UTF-8 (e.g. iconv -f UTF-16LE -t UTF-8)"
+            f"{path}: line {number} has a NUL byte every other byte: the file is {order}{mark}, not UTF-8; "
+            f"re-encode it as UTF-8 (e.g. iconv -f {source} -t UTF-8)"
         )
 
 
@@ -262,6 +271,7 @@ def read_tsv_column(
     *,
     header: bool = True,
     errors: EncodingErrors = "strict",
+    refuse_blank: bool = False,
 ) -> list[str]:
     """Read one column of a TAB-separated file.
 
@@ -273,6 +283,8 @@ def read_tsv_column(
         column: Header name (needs ``header=True``) or 0-based column index.
         header: Whether the first line is a header (it is then not returned).
         errors: How to treat invalid UTF-8, see :func:`iter_lines`.
+        refuse_blank: raise naming the file, line and column at a blank cell (:func:`is_blank`), as sentence
+            readers want, instead of returning it.
 
     Returns:
         The column's values, one per data row, in file order.
@@ -314,6 +326,11 @@ def read_tsv_column(
             raise InputError(
                 f"{p}: line {number} has {len(fields)} TAB-separated field(s), so column {label} "
                 f"(needs at least {index + 1}) is missing"
+            )
+        if refuse_blank and is_blank(fields[index]):
+            raise InputError(
+                f"{p}: line {number}, column {label} is empty (or only whitespace or invisible characters); "
+                "fill it in or remove the row"
             )
         values.append(fields[index])
     if not values:
