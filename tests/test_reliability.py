@@ -489,3 +489,12 @@ def test_utf16_advice_names_the_byte_order_and_the_mark(tmp_path, encoding, bom,
     path.write_bytes(bom + "A man plays a guitar.\nA dog runs.\n".encode(encoding))
     with pytest.raises(InputError, match=expected):
         read_sentences(path)
+
+
+def test_search_query_does_not_blame_the_index_for_a_bad_backend_or_a_model_folder(model, tmp_path):
+    index = Embedder.load(model).build_index(CORPUS[:6]).save(tmp_path / "idx")
+    one_line_error(invoke("search", "query", index, "a man", "--backend", "bogus", "-q"), "--backend", "'bogus'")
+    line = one_line_error(invoke("search", "query", model, "a man", "-q"), "model folder, not a search index")
+    assert "damaged" not in line and "missing" not in line
+    r = invoke("search", "query", index, "a man", "-q", "--top-k", "2")
+    assert r.exit_code == 0, r.output

@@ -158,7 +158,18 @@ def query(
     from ..io.text import read_sentences
     from ..search import EmbeddingIndex
 
+    from ..io.files import folder_kind
+
     check_text_arguments(texts or [], what="query")
+    # Options and the kind of folder first: neither is the index's fault, and neither needs it loaded.
+    if backend is not None and backend not in ("torch", "faiss"):
+        raise InputError(f"--backend must be torch or faiss, got {backend!r}")
+    kind = folder_kind(Path(index))
+    if kind is not None and kind != "index":
+        raise InputError(
+            f"{index} is a bertflow {kind} folder, not a search index; build an index from it first "
+            f"(bertflow search build CORPUS --model-dir MODEL -o INDEX)"
+        )
     check_device(device)
     limit_threads(threads)
     quiet_libraries()
