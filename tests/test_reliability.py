@@ -498,3 +498,12 @@ def test_search_query_does_not_blame_the_index_for_a_bad_backend_or_a_model_fold
     assert "damaged" not in line and "missing" not in line
     r = invoke("search", "query", index, "a man", "-q", "--top-k", "2")
     assert r.exit_code == 0, r.output
+
+
+def test_push_to_hub_offline_is_one_error_naming_hf_hub_offline(tiny_encoder, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    model = Embedder(tiny_encoder, StandardNormCalibrator()).fit(CORPUS)
+    with pytest.raises(OutputError, match="HF_HUB_OFFLINE") as caught:
+        model.push_to_hub("someone/my-flow")
+    assert "\n" not in str(caught.value)

@@ -634,6 +634,7 @@ class Embedder:
         Raises:
             NotFittedError: the calibrator is not fitted (checked before anything is created on the Hub).
             InputError: ``repo_id`` is not a hub repo id.
+            OutputError: the Hub could not be reached (``HF_HUB_OFFLINE``, no network) or refused the upload.
         """
         import tempfile
 
