@@ -29,6 +29,7 @@ from .hub import check_repo_id, upload_folder
 from .identity import (
     calibrator_fingerprint,
     calibrator_identity,
+    check_dimension,
     check_fitted_on,
     corpus_digest,
     fit_record,
@@ -80,6 +81,11 @@ def device_transform(
     from .calibrators.device import fast_torch_transform
 
     return None if calibrator is None else fast_torch_transform(calibrator, encoder.device)
+
+
+def _pair_cosines(za: np.ndarray, zb: np.ndarray) -> np.ndarray:
+    """Cosine of each pair of rows of two [N, D] matrices, computed in float64: float32 [N]."""
+    return (unit_rows(za.astype(np.float64)) * unit_rows(zb.astype(np.float64))).sum(axis=1).astype(np.float32)
 
 
 def iter_calibrated(
@@ -372,33 +378,52 @@ class Embedder:
         """
         if are_embeddings(a, b):
             return embedding_cosine(a, b, pairwise=True)
+        self.check_fitted()
+        za, zb = self._encode_pair_sides(a, b, self._device_transform(), show_progress_bar)
+        return _pair_cosines(za, zb)
+
+    def similarity_pairwise_and_raw(
+        self, a: Sequence[str], b: Sequence[str], *, show_progress_bar: bool | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Cosines of each pair ``(a[i], b[i])`` in the calibrated space and in the raw encoder's, float32 [N] each,
+        from one encoder pass: the raw embeddings are calibrated on the CPU (:meth:`Calibrator.transform`), so
+        what the calibrator adds is measured without encoding twice. ``show_progress_bar`` as in :meth:`encode`."""
+        self.check_fitted()
+        ra, rb = self._encode_pair_sides(a, b, None, show_progress_bar)
+        calibrated = _pair_cosines(self.calibrator.transform(ra), self.calibrator.transform(rb))
+        return calibrated, _pair_cosines(ra, rb)
+
+    def _encode_pair_sides(
+        self,
+        a: Sequence[str],
+        b: Sequence[str],
+        transform: Callable[[torch.Tensor], torch.Tensor] | None,
+        show_progress_bar: bool | None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Both sides of sentence pairs encoded (through ``transform`` where given): float32 [N, D'] each."""
         if len(a) != len(b):
             raise ValueError(f"need as many first as second sentences, got {len(a)} and {len(b)}")
         from tqdm.auto import tqdm
 
-        self.check_fitted()
-        transform = self._device_transform()
         show = 2 * len(a) >= 4096 if show_progress_bar is None else show_progress_bar
         # One bar over both sides, moving per forward batch on CPU (SentenceEncoder.iter_encode's progress).
         with tqdm(total=2 * len(a), desc="similarity", unit="sent", disable=not show) as bar:
             za, zb = (
-                unit_rows(
-                    self.encoder.encode(
-                        list(side), show_progress_bar=False, transform=transform, progress=bar.update
-                    ).astype(np.float64)
-                )
+                self.encoder.encode(list(side), show_progress_bar=False, transform=transform, progress=bar.update)
                 for side in (a, b)
             )
-        return (za * zb).sum(axis=1).astype(np.float32)
+        return za, zb
 
     def check_fitted(self) -> None:
         """Raise :class:`~bertflow.errors.NotFittedError` unless the calibrator is fitted (an identity calibrator
-        needs no data and is fitted here on first use)."""
+        needs no data and is fitted here on first use), and :class:`~bertflow.errors.CompatibilityError` when it
+        was fitted, after this Embedder was made, on embeddings of another width than the encoder's."""
         if not self.calibrator.is_fitted:
             if isinstance(self.calibrator, IdentityCalibrator):
                 self.calibrator.fit(np.zeros((1, self.encoder.dim)))
                 return
             self.calibrator.check_fitted()
+        check_dimension(self.calibrator, self.encoder.dim, self.encoder.model_id)
 
     # -- identity and search -----------------------------------------------------------------------------
 
@@ -485,7 +510,7 @@ class Embedder:
         if column is None:
             rows = [(number, text) for number, text in iter_lines(path, errors=errors) if not is_blank(text)]
         else:
-            rows = list(enumerate(read_tsv_column(path, column, errors=errors), start=1))
+            rows = list(enumerate(read_tsv_column(path, column, errors=errors, refuse_blank=True), start=1))
         if unique:
             first: dict[str, int] = {}
             for number, text in rows:
@@ -659,6 +684,7 @@ class Embedder:
         Raises:
             NotFittedError: the calibrator is not fitted (checked before anything is created on the Hub).
             InputError: ``repo_id`` is not a hub repo id.
+            OutputError: the Hub could not be reached (``HF_HUB_OFFLINE``, no network) or refused the upload.
         """
         import tempfile
 

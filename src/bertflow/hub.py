@@ -11,7 +11,7 @@ import os
 import re
 from pathlib import Path
 
-from .errors import InputError, ModelFileError
+from .errors import InputError, ModelFileError, OutputError
 
 __all__ = [
     "is_hub_id",
@@ -29,7 +29,13 @@ def is_hub_id(name: str) -> bool:
     return bool(re.fullmatch(r"[\w.-]+(/[\w.-]+)?", name)) and not Path(name).expanduser().exists()
 
 
-def snapshot(repo_id: str, revision: str | None, allow_patterns: list[str] | None = None) -> Path:
+def snapshot(
+    repo_id: str,
+    revision: str | None,
+    allow_patterns: list[str] | None = None,
+    *,
+    token: bool | str | None = None,
+) -> Path:
     """A hub repo's files via huggingface_hub (its cache first; the network only where allowed and needed).
 
     Raises:
@@ -38,17 +44,17 @@ def snapshot(repo_id: str, revision: str | None, allow_patterns: list[str] | Non
     from huggingface_hub import snapshot_download
 
     try:
-        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=allow_patterns))
+        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=allow_patterns, token=token))
     except Exception as e:  # huggingface_hub raises many types: offline, not found, gated, invalid id, HTTP
-        offline = os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on")
         hint = (
             "HF_HUB_OFFLINE is set and it is not in the local cache: unset HF_HUB_OFFLINE where there is network, "
             f"or download it first (hf download {repo_id})"
-            if offline
+            if _offline()
             else "check the repo id and revision, your network, and (for a private or gated repo) `hf auth login`"
         )
+        detail = " ".join(str(e).split())  # huggingface_hub's messages span lines; the CLI's errors take one
         raise ModelFileError(
-            f"{repo_id!r} could not be fetched from the Hugging Face Hub ({type(e).__name__}: {e}); {hint}"
+            f"{repo_id!r} could not be fetched from the Hugging Face Hub ({type(e).__name__}: {detail}); {hint}"
         ) from None
 
 
@@ -133,15 +139,31 @@ def upload_folder(
     from huggingface_hub import HfApi
 
     api = HfApi(token=token)
-    api.create_repo(repo_id, token=token, private=private, repo_type="model", exist_ok=True)
-    if revision is not None:
-        api.create_branch(repo_id, branch=revision, token=token, repo_type="model", exist_ok=True)
-    info = api.upload_folder(
-        repo_id=repo_id,
-        folder_path=folder,
-        token=token,
-        repo_type="model",
-        revision=revision,
-        commit_message=commit_message,
-    )
+    try:
+        api.create_repo(repo_id, token=token, private=private, repo_type="model", exist_ok=True)
+        if revision is not None:
+            api.create_branch(repo_id, branch=revision, token=token, repo_type="model", exist_ok=True)
+        info = api.upload_folder(
+            repo_id=repo_id,
+            folder_path=folder,
+            token=token,
+            repo_type="model",
+            revision=revision,
+            commit_message=commit_message,
+        )
+    except Exception as e:  # huggingface_hub raises many types: offline, no token, forbidden, HTTP
+        detail = " ".join(str(e).split())  # its messages span lines; the CLI's errors take one
+        hint = (
+            "HF_HUB_OFFLINE is set: unset it where there is network"
+            if _offline()
+            else "check your network, the repo id, and that `hf auth login` (or token=) gives write access"
+        )
+        raise OutputError(
+            f"cannot push to {repo_id!r} on the Hugging Face Hub ({type(e).__name__}: {detail}); {hint}"
+        ) from None
     return str(getattr(info, "commit_url", info))
+
+
+def _offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` forbids network access to the Hub."""
+    return os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on")

@@ -18,6 +18,7 @@ import hashlib
 import json
 import platform
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,7 @@ __all__ = [
     "FIT_RECORD_KEYS",
     "calibrator_fingerprint",
     "calibrator_identity",
+    "check_dimension",
     "check_fitted_on",
     "corpus_digest",
     "describe_model",
@@ -111,9 +113,13 @@ def fingerprint_hint(saved: object) -> str:
 #: What a calibrator's ``fitted_on`` records of the encoder whose embeddings it was fitted on (plus ``framework``:
 #: ``"bertflow"`` for a :class:`~bertflow.encoding.encoder.SentenceEncoder`, ``"sentence-transformers"`` for a model
 #: of that library).
-ENCODER_KEYS = ("model", "revision", "pooling", "max_length", "dim", "fingerprint")
-#: The fields compared with a calibrator's ``fitted_on`` before it is applied (the dimension is checked apart).
-_CHECKED_KEYS = ("fingerprint", "pooling", "max_length", "token_statistics")
+ENCODER_KEYS = ("model", "revision", "pooling", "max_length", "dim", "fingerprint", "tokenizer_fingerprint")
+#: Keys that records written by an earlier bertflow lack: such a record is not compared on them (a folder saved
+#: before the tokenizer was fingerprinted still loads; its tokenizer cannot be checked).
+_LATER_KEYS = ("tokenizer_fingerprint",)
+#: The fields compared with a calibrator's ``fitted_on`` before it is applied (the dimension is checked apart);
+#: each only where both sides record it.
+_CHECKED_KEYS = ("fingerprint", "pooling", "max_length", "token_statistics", "tokenizer_fingerprint")
 
 
 def encoder_record(encoder: Any, *, framework: str = "bertflow") -> dict[str, Any]:
@@ -164,14 +170,18 @@ def check_fitted_on(
     Raises:
         CompatibilityError: another dimension, weight fingerprint, pooling or truncation length.
     """
-    dim = ours.get("dim")
-    if dim is not None and int(calibrator.n_features_in_) != int(dim):
-        raise CompatibilityError(
-            f"the calibrator was fitted on {calibrator.n_features_in_}-dimensional embeddings, but "
-            f"{ours.get('model')} gives {dim}; refit it for this encoder"
-        )
+    check_dimension(calibrator, ours.get("dim"), ours.get("model"))
     fitted_on = getattr(calibrator, "fitted_on", None)
     if not fitted_on:
+        if calibrator.name != "identity":  # nothing fitted that another encoder could make wrong
+            # Fitted with plain .fit(X): only the dimension can be checked. Python shows this once per place.
+            warnings.warn(
+                f"the {calibrator.name} calibrator records no encoder (fitted with plain .fit(X)), so only its "
+                f"dimension can be checked against {subject}; make sure X came from this encoder, pooling and "
+                "max_length, or fit through Embedder.fit / fit_embeddings, which record it",
+                UserWarning,
+                stacklevel=3,
+            )
         return
     for key in _CHECKED_KEYS:
         if key in fitted_on and ours.get(key) is not None and fitted_on[key] != ours[key]:
@@ -180,7 +190,27 @@ def check_fitted_on(
                 f"the calibrator was fitted with {key}={fitted_on[key]!r} (encoder {fitted_on.get('model')}), but "
                 f"{subject} has {key}={ours[key]!r}; {todo}"
                 + (fingerprint_hint(fitted_on[key]) if key == "fingerprint" else "")
+                + (
+                    " (the tokenizer gives other token ids than at the fit: its tokenizer.json or "
+                    "tokenizer_config.json changed, e.g. lowercasing, special tokens or truncation side)"
+                    if key == "tokenizer_fingerprint"
+                    else ""
+                )
             )
+
+
+def check_dimension(calibrator: Calibrator, dim: int | None, model: object = None) -> None:
+    """Refuse a fitted ``calibrator`` whose input width is not ``dim``, the width of the encoder ``model``'s
+    embeddings (``None``: not known, not checked).
+
+    Raises:
+        CompatibilityError: naming both widths.
+    """
+    if dim is not None and int(calibrator.n_features_in_) != int(dim):
+        raise CompatibilityError(
+            f"the calibrator was fitted on {calibrator.n_features_in_}-dimensional embeddings, but "
+            f"{model} gives {dim}; refit it for this encoder"
+        )
 
 
 # -- the calibrator ---------------------------------------------------------------------------------------------
@@ -230,11 +260,14 @@ def identity_differences(recorded: Mapping[str, Any], current: Mapping[str, Any]
     :func:`calibrator_identity`), e.g. ``["encoder fingerprint", "calibrator type"]``; empty for the same model."""
     differences = []
     for part, keys in (
-        ("encoder", ("fingerprint", "pooling", "max_length", "dim", "token_statistics")),
+        ("encoder", ("fingerprint", "pooling", "max_length", "dim", "token_statistics", *_LATER_KEYS)),
         ("calibrator", ("type", "fingerprint")),
     ):
         for key in keys:
-            if (recorded.get(part) or {}).get(key) != (current.get(part) or {}).get(key):
+            old, new = (recorded.get(part) or {}).get(key), (current.get(part) or {}).get(key)
+            if key in _LATER_KEYS and (old is None or new is None):
+                continue  # recorded before bertflow kept it: nothing to compare
+            if old != new:
                 differences.append(f"{part} {key}")
     return differences
 

@@ -87,6 +87,11 @@ def convert_embeddings(
                 raise InputError(
                     f"precision={precision!r} needs sentence-transformers: pip install 'bertflow[st]'"
                 ) from None
+        if precision in ("int8", "uint8") and np.atleast_2d(out).shape[0] < 2:
+            raise InputError(
+                f"precision={precision!r} takes its value ranges from the embeddings encoded together, so it needs "
+                "at least 2 sentences in one call; encode them together, or use 'binary' / 'ubinary'"
+            )
         out = np.asarray(quantize_embeddings(np.atleast_2d(out), precision=precision))
         out = out[0] if single else out
     if convert_to_tensor:
@@ -110,6 +115,8 @@ def embedding_cosine(a: np.ndarray | torch.Tensor, b: np.ndarray | torch.Tensor,
         unit_rows(np.atleast_2d(np.asarray(x.detach().cpu() if isinstance(x, torch.Tensor) else x, dtype=np.float64)))
         for x in (a, b)
     )
+    if za.shape[1] != zb.shape[1]:
+        raise InputError(f"similarity needs embeddings of one width, got {za.shape[1]} and {zb.shape[1]} columns")
     if pairwise:
         if za.shape != zb.shape:
             raise InputError(f"pairwise similarity needs embeddings of one shape, got {za.shape} and {zb.shape}")

@@ -46,6 +46,10 @@ OUTPUT_LIMIT = 1e6
 #: one (the special tokens only).
 INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff\u180e\x00"
 _BLANK = re.compile(f"[\\s{INVISIBLE}]*")
+#: A lone surrogate (U+D800-U+DFFF) is no text: it cannot be encoded as UTF-8, so the tokenizer would fail on it.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+#: Largest magnitude a calibrator takes: the squares of larger values (covariances, norms) overflow float64.
+MAX_INPUT_MAGNITUDE = 1e100
 
 
 def is_blank(text: str) -> bool:
@@ -63,6 +67,13 @@ def check_sentence(index: int, item: object, *, what: str = "sentence") -> str:
             f"{what} {index} is empty or only whitespace or invisible characters (zero-width, U+FEFF, NUL); "
             "remove blank sentences first"
         )
+    surrogate = _SURROGATE.search(item)
+    if surrogate is not None:
+        raise InputError(
+            f"{what} {index} holds a lone surrogate (U+{ord(surrogate.group()):04X} at character {surrogate.start()}), "
+            "which is not text and cannot be encoded as UTF-8; fix where the string came from (e.g. decode its bytes "
+            "with errors='replace')"
+        )
     return item
 
 
@@ -77,7 +88,7 @@ def check_sentences(items: list[Any], *, offset: int = 0, what: str = "sentence"
     """Raise (via :func:`check_sentence`, naming ``offset + index``) at the first item that is not a non-blank
     string. About 0.2 us per sentence: the common case is tested inline and only a suspect goes to the full check."""
     for i, s in enumerate(items):
-        if type(s) is not str or _BLANK.fullmatch(s) is not None:  # same verdict as check_sentence
+        if type(s) is not str or _BLANK.fullmatch(s) is not None or _SURROGATE.search(s):  # as check_sentence
             check_sentence(offset + i, s, what=what)
 
 
@@ -148,8 +159,10 @@ def check_array(
     min_rows: int = 1,
     dtype: type = np.float64,
     owner: str = "this calibrator",
+    max_magnitude: float | None = MAX_INPUT_MAGNITUDE,
 ) -> np.ndarray:
-    """Validate an embedding matrix: dense, 2-D, numeric, finite, with ``n_features`` columns if given.
+    """Validate an embedding matrix: dense, 2-D, numeric, finite, with ``n_features`` columns if given, and no value
+    beyond ``max_magnitude`` in size (default :data:`MAX_INPUT_MAGNITUDE`, which calibrators need; ``None``: any).
 
     The messages use scikit-learn's wording for the same faults (``"0 sample(s) (shape=(0, 3)) while a minimum of
     2 is required"``, ``"X has 3 features, but WhiteningCalibrator is expecting 4 features as input"``), so code
@@ -189,6 +202,13 @@ def check_array(
     if n_features is not None and arr.shape[1] != n_features:
         raise InputError(f"{what} has {arr.shape[1]} features, but {owner} is expecting {n_features} features as input")
     check_finite(arr, what=what)
+    largest = float(np.abs(arr).max()) if arr.size and max_magnitude is not None else 0.0
+    if max_magnitude is not None and largest > max_magnitude:
+        raise InputError(
+            f"{what} holds values of magnitude up to {largest:.3g}; above {max_magnitude:.0e} their squares "
+            "overflow float64, so they cannot be calibrated (embeddings are usually below 1e3: check how they were "
+            "made)"
+        )
     return arr
 
 

@@ -128,7 +128,8 @@ def test_cache_layout_and_keys(encoder: SentenceEncoder, tmp_path: Path) -> None
     cache = EmbeddingCache(tmp_path)
     embed_cached(encoder, SENTENCES[:3], ["mean"], cache=cache)
     folder = cache.folder(encoder, "mean")
-    assert folder.parent.name.endswith(encoder.fingerprint()) and folder.name == "mean--len64--float32"
+    assert folder.parent.name.endswith(f"{encoder.fingerprint()}--{encoder.tokenizer_fingerprint()}")
+    assert folder.name == "mean--len64--float32"
     meta = json.loads((folder / "meta.json").read_text())
     assert meta["dim"] == encoder.dim and meta["pooling"] == "mean" and meta["max_length"] == 64
     (keys_file,) = folder.glob("*.keys.json")

@@ -108,12 +108,22 @@ class AutoCalibrator(AnchoredWhiteningCalibrator):
         self.rawness_ = float(np.clip((c - low) / (high - low), 0.0, 1.0))
         self.alpha_ = 0.5 + 0.5 * self.rawness_
         self._fit_mix(X, self.alpha_, a + (1.0 - a) * self.rawness_)
+        chose = (
+            "whitening (a raw-encoder-like space)"
+            if self.rawness_ == 1.0
+            else "anchored whitening (a sentence-encoder-like space)"
+            if self.rawness_ == 0.0
+            else f"{100 * self.rawness_:.0f}% of the way from anchored whitening to whitening"
+        )
         logger.info(
-            "auto: anisotropy %.3f, spread %.3f, concentration %.2f -> %.0f%% whitening (alpha %.2f, weight %.3f)",
+            "auto: chose %s, since the concentration (anisotropy %.3f / spread %.3f) is %.2f: whitening at >= %s, "
+            "anchored whitening at <= %s (alpha %.2f, weight %.3f)",
+            chose,
             a,
             self.spread_,
             self.concentration_,
-            100 * self.rawness_,
+            self.high,
+            self.low,
             self.alpha_,
             self.weight_,
         )

@@ -56,7 +56,9 @@ def _print_version(value: bool) -> None:
 def _root(
     version: Annotated[
         bool,
-        typer.Option("--version", callback=_print_version, is_eager=True, help="Print bertflow's version and exit."),
+        typer.Option(
+            "--version", metavar="", callback=_print_version, is_eager=True, help="Print bertflow's version and exit."
+        ),
     ] = False,
 ) -> None:
     pass

@@ -25,6 +25,7 @@ from .options import (
     MaxLenOpt,
     ModelDirOpt,
     ModelOpt,
+    OverwriteFileOpt,
     OverwriteOpt,
     PoolingOpt,
     QuietOpt,
@@ -72,7 +73,7 @@ def fit(
     max_length: MaxLenOpt = 64,
     calibrator: CalibratorOpt = "flow",
     column: ColumnOpt = None,
-    unique: Annotated[bool, typer.Option(help="Drop duplicate sentences before fitting.")] = False,
+    unique: Annotated[bool, typer.Option(metavar="", help="Drop duplicate sentences before fitting.")] = False,
     seed: SeedOpt = 0,
     epochs: EpochsOpt = 1.0,
     validation_fraction: ValidationFractionOpt = 0.0,
@@ -150,6 +151,7 @@ def encode(
     batch_size: BatchOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = "auto",
+    overwrite: OverwriteFileOpt = False,
     threads: ThreadsOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -158,12 +160,12 @@ def encode(
 
     from ..embedder import iter_calibrated
     from ..errors import InputError
-    from ..io.files import check_output_file
+    from ..io.files import check_output_file, embeddings_npy_header
 
     to_stdout = str(output) == STDIO
     check_input_file(input)
     if not to_stdout:
-        check_output_file(output, inputs=[input, *([model_dir] if model_dir else [])])
+        check_output_file(output, inputs=[input, *([model_dir] if model_dir else [])], overwrite=overwrite)
     check_device(device)
     check_model_dir_options(ctx, model_dir)
     limit_threads(threads)
@@ -189,7 +191,7 @@ def encode(
     # leaves a half-filled .npy behind. Plain appends after the header, not a memory map: the written rows leave
     # memory as they go, so peak RSS stays that of one chunk whatever the file size.
     with _npy_destination(output) as out:
-        out.write(_npy_header(n or 0, dim))
+        out.write(embeddings_npy_header(n or 0, dim))
         row = 0
         with tqdm(total=n, desc="encode", unit="sent", disable=quiet) as bar:
             # Calibrated on the device, checked once there (NaN, Inf, overflow), as Embedder.encode does.
@@ -199,7 +201,7 @@ def encode(
         if n is not None and row != n:
             raise InputError(f"{input} changed while it was being encoded ({n} lines counted, {row} encoded)")
         out.seek(0)
-        out.write(_npy_header(row, dim))
+        out.write(embeddings_npy_header(row, dim))
     typer.echo(json.dumps({"output": str(output), "rows": row, "dim": dim}), err=to_stdout)
 
 
@@ -225,20 +227,6 @@ def _is_regular_file(path: Path) -> bool:
         return stat.S_ISREG(path.stat().st_mode)
     except OSError:
         return False
-
-
-#: Bytes of the .npy header written by ``encode``: fixed, so the row count can be filled in after a single pass.
-_NPY_HEADER_BYTES = 128
-
-
-def _npy_header(rows: int, dim: int) -> bytes:
-    """A version 1.0 ``.npy`` header for float32 ``[rows, dim]``, padded to :data:`_NPY_HEADER_BYTES`."""
-    import struct
-
-    descr = np.lib.format.dtype_to_descr(np.dtype(np.float32))
-    text = f"{{'descr': {descr!r}, 'fortran_order': False, 'shape': ({rows}, {dim}), }}"
-    body = text.ljust(_NPY_HEADER_BYTES - 10 - 1) + "\n"
-    return np.lib.format.MAGIC_PREFIX + bytes([1, 0]) + struct.pack("<H", len(body)) + body.encode("latin1")
 
 
 @contextlib.contextmanager
@@ -307,6 +295,7 @@ def similarity(
     encoding_errors: ErrorsOpt = EncodingErrors.strict,
     device: DeviceOpt = None,
     dtype: DtypeOpt = "auto",
+    overwrite: OverwriteFileOpt = False,
     threads: ThreadsOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -314,7 +303,7 @@ def similarity(
     from ..calibrators import IdentityCalibrator
     from ..embedder import Embedder
     from ..errors import InputError
-    from ..io.files import atomic_write_text, check_output_file
+    from ..io.files import PAIRS_TSV_FIRST_COLUMN, atomic_write_text, check_output_file
     from ..io.text import read_pairs
 
     if (pairs is None) == (not sentences):
@@ -328,7 +317,7 @@ def similarity(
     if output is not None and str(output) == STDIO:
         output = None
     if output is not None:
-        check_output_file(output, inputs=[pairs] if pairs is not None else [])
+        check_output_file(output, inputs=[pairs] if pairs is not None else [], overwrite=overwrite)
     check_device(device)
     check_model_dir_options(ctx, model_dir)
     limit_threads(threads)
@@ -341,11 +330,19 @@ def similarity(
         typer.echo(f"{embedder.similarity(sentences[0], sentences[1]):.6f}")
         return
     data = read_pairs(pairs, errors=encoding_errors.value, require_target=False, keep_columns=True)
-    # A bar on stderr for any file (a few hundred pairs take seconds on CPU), none with -q.
-    scores = embedder.similarity_pairwise(data.sentences1, data.sentences2, show_progress_bar=not quiet)
+    # A bar on stderr for any file (a few hundred pairs take seconds on CPU), none with -q. With a score column and
+    # a calibrator, the raw encoder's cosines come from the same pass (no second, silent encoding).
+    compare_raw = data.scores is not None and model_dir and not isinstance(embedder.calibrator, IdentityCalibrator)
+    raw: np.ndarray | None = None
+    if compare_raw:
+        scores, raw = embedder.similarity_pairwise_and_raw(
+            data.sentences1, data.sentences2, show_progress_bar=not quiet
+        )
+    else:
+        scores = embedder.similarity_pairwise(data.sentences1, data.sentences2, show_progress_bar=not quiet)
     # The input's columns, every one and in its order, after the cosine: ids and scores travel with their pair.
     columns = data.columns or {}
-    lines = ["\t".join(["cosine", *columns])]
+    lines = ["\t".join([PAIRS_TSV_FIRST_COLUMN, *columns])]
     lines += ["\t".join([f"{cos:.6f}", *fields]) for cos, *fields in zip(scores, *columns.values(), strict=True)]
     text = "\n".join(lines) + "\n"
     if output:
@@ -357,9 +354,8 @@ def similarity(
 
         rho = spearmanr(scores, data.scores).statistic * 100
         line = f"spearman x100 against the score column: {rho:.2f}"
-        if model_dir and not isinstance(embedder.calibrator, IdentityCalibrator):
-            # What the calibrator adds: the same encoder and pooling without it, side by side (one more pass).
-            raw = Embedder(embedder.encoder, IdentityCalibrator()).similarity_pairwise(data.sentences1, data.sentences2)
+        if raw is not None:
+            # What the calibrator adds: the same encoder and pooling without it, side by side.
             raw_rho = spearmanr(raw, data.scores).statistic * 100
             line = (
                 f"spearman x100 against the score column: {rho:.2f} calibrated ({embedder.calibrator.name}), "

@@ -229,8 +229,12 @@ def distributed_encode(
     device: RankDeviceOpt = None,
     devices: DevicesOpt = None,
     encoding_errors: ErrorsOpt = EncodingErrors.strict,
-    merge: Annotated[bool, typer.Option(help="Also write OUTPUT/embeddings.npy, all rows in one array.")] = False,
-    overwrite: Annotated[bool, typer.Option(help="Delete a store already in OUTPUT instead of resuming it.")] = False,
+    merge: Annotated[
+        bool, typer.Option(metavar="", help="Also write OUTPUT/embeddings.npy, all rows in one array.")
+    ] = False,
+    overwrite: Annotated[
+        bool, typer.Option(metavar="", help="Delete a store already in OUTPUT instead of resuming it.")
+    ] = False,
     text_column: Annotated[
         str | None, typer.Option(help="The text column of a Parquet/Arrow input (default: text).")
     ] = None,

@@ -61,7 +61,7 @@ CacheDirOpt = Annotated[
     Path | None,
     typer.Option(help="Embedding cache folder (default: $BERTFLOW_CACHE_DIR or ~/.cache/bertflow/embeddings)."),
 ]
-NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Do not read or write the embedding cache.")]
+NoCacheOpt = Annotated[bool, typer.Option("--no-cache", metavar="", help="Do not read or write the embedding cache.")]
 SeedsOpt = Annotated[int, typer.Option(help="Flow rows: fit with seeds 0..N-1 and report mean ± std.")]
 
 
@@ -372,7 +372,7 @@ def analyze(
     output: Annotated[
         Path, typer.Option("--output", "-o", help="Folder for analyze.md, analyze.json and the PNG plots.")
     ] = Path("bertflow-analyze"),
-    plots: Annotated[bool, typer.Option(help="Draw the PNG plots (needs matplotlib).")] = True,
+    plots: Annotated[bool, typer.Option(metavar="", help="Draw the PNG plots (needs matplotlib).")] = True,
     compare: Annotated[
         str | None,
         typer.Option(help="Comma-separated calibrator specs fitted the same way and shown beside --calibrator."),
@@ -393,6 +393,10 @@ def analyze(
 ) -> None:
     """The paper's analyses on STS-B: similarity vs edit distance (Table 6), anisotropy before/after, PNG plots."""
     _check_report(output, "analyze")
+    if plots:  # an optional dependency missing is said before the encoding and fitting, not after
+        from ..evaluation.plots import require_matplotlib
+
+        require_matplotlib()
     check_device(device)
     check_model_dir_options(ctx, model_dir)
     from ..evaluation.analyze import analyze_stsb
@@ -459,8 +463,10 @@ def download_sts_command(
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Target folder (default ~/.cache/bertflow/sts).")
     ] = None,
-    include_nli: Annotated[bool, typer.Option(help="Also build NLI/snli_{dev,test}.tsv (about 90 MB).")] = False,
-    force: Annotated[bool, typer.Option(help="Rebuild even if a previous download completed.")] = False,
+    include_nli: Annotated[
+        bool, typer.Option(metavar="", help="Also build NLI/snli_{dev,test}.tsv (about 90 MB).")
+    ] = False,
+    force: Annotated[bool, typer.Option(metavar="", help="Rebuild even if a previous download completed.")] = False,
     quiet: QuietOpt = False,
 ) -> None:
     """Download STS12-16, STS-B and SICK from the original releases into the TSV layout bertflow reads."""

@@ -35,6 +35,7 @@ __all__ = [
     "EpochsOpt",
     "ValidationFractionOpt",
     "OverwriteOpt",
+    "OverwriteFileOpt",
     "QuietOpt",
     "limit_threads",
     "progress_log",
@@ -152,7 +153,7 @@ def read_corpus(path: Path, columns: Sequence[str] | None, errors: str, unique: 
         return read_sentences(path, errors=errors, unique=unique)
     sentences: list[str] = []
     for col in columns:
-        sentences.extend(read_tsv_column(path, column_key(col), errors=errors))
+        sentences.extend(read_tsv_column(path, column_key(col), errors=errors, refuse_blank=True))
     if unique:
         sentences = list(dict.fromkeys(sentences))
     return sentences
@@ -276,6 +277,16 @@ SeedOpt = Annotated[int, typer.Option(help="Seed of the flow's initialisation an
 EpochsOpt = Annotated[float, typer.Option(help="Flow training epochs (fractions allowed).")]
 ValidationFractionOpt = Annotated[float, typer.Option(help="Hold out this share; its NLL picks the flow's best step.")]
 OverwriteOpt = Annotated[
-    bool, typer.Option(help="Replace a bertflow folder of the same kind already at --output (refused otherwise).")
+    bool,
+    typer.Option(
+        metavar="", help="Replace a bertflow folder of the same kind already at --output (refused otherwise)."
+    ),
 ]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or lines on stderr.")]
+OverwriteFileOpt = Annotated[
+    bool,
+    typer.Option(
+        metavar="",
+        help="Replace an existing --output file that bertflow did not write (one it wrote is replaced anyway).",
+    ),
+]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", metavar="", help="No progress bars or lines on stderr.")]

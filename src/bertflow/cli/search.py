@@ -63,7 +63,9 @@ def build(
     column: Annotated[
         str | None, typer.Option("--column", "-c", help="For a TSV corpus: the column (name or 0-based index).")
     ] = None,
-    unique: Annotated[bool, typer.Option(help="Index each distinct sentence once (its first occurrence).")] = False,
+    unique: Annotated[
+        bool, typer.Option(metavar="", help="Index each distinct sentence once (its first occurrence).")
+    ] = False,
     backend: BackendOpt = "torch",
     approximate: Annotated[
         str,
@@ -143,7 +145,7 @@ def query(
         str | None,
         typer.Option(help="The model to embed queries with; default: the one the index was built with (recorded)."),
     ] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="One JSON object per query.")] = False,
+    json_output: Annotated[bool, typer.Option("--json", metavar="", help="One JSON object per query.")] = False,
     backend: Annotated[str | None, typer.Option(help="Override the index's backend: torch or faiss.")] = None,
     encoding_errors: ErrorsOpt = EncodingErrors.strict,
     device: DeviceOpt = None,
@@ -156,7 +158,18 @@ def query(
     from ..io.text import read_sentences
     from ..search import EmbeddingIndex
 
+    from ..io.files import folder_kind
+
     check_text_arguments(texts or [], what="query")
+    # Options and the kind of folder first: neither is the index's fault, and neither needs it loaded.
+    if backend is not None and backend not in ("torch", "faiss"):
+        raise InputError(f"--backend must be torch or faiss, got {backend!r}")
+    kind = folder_kind(Path(index))
+    if kind is not None and kind != "index":
+        raise InputError(
+            f"{index} is a bertflow {kind} folder, not a search index; build an index from it first "
+            f"(bertflow search build CORPUS --model-dir MODEL -o INDEX)"
+        )
     check_device(device)
     limit_threads(threads)
     quiet_libraries()

@@ -52,6 +52,7 @@ from .loading import (
     checkpoint_provenance,
     load_pretrained,
     resolve_model,
+    tokenizer_fingerprint,
 )
 from .pooling import Pooling
 from .settings import DEFAULT_CHUNK, EncodeSettings, device_kind
@@ -184,6 +185,7 @@ class SentenceEncoder:
         self._fingerprint: str | None = None
         self._token_statistics: TokenStatistics | None = None
         self.token_statistics = token_statistics
+        self._tokenizer_fingerprint: str | None = None
         self.last_stats = EncodeStats()
 
     # -- throughput settings -----------------------------------------------------------------------------
@@ -300,6 +302,13 @@ class SentenceEncoder:
             self._fingerprint = weights_fingerprint(self.model, self.tokenizer)
         return self._fingerprint
 
+    def tokenizer_fingerprint(self) -> str:
+        """A short hash of what the tokenizer pipeline does (:func:`.loading.tokenizer_fingerprint`), recorded next
+        to :meth:`fingerprint`: a calibrator fitted before the tokenizer was edited is refused. Computed once."""
+        if self._tokenizer_fingerprint is None:
+            self._tokenizer_fingerprint = tokenizer_fingerprint(self.tokenizer)
+        return self._tokenizer_fingerprint
+
     def provenance(self) -> dict[str, Any]:
         """Which checkpoint files exactly, for a saved model to pin (computed once).
 
@@ -343,6 +352,7 @@ class SentenceEncoder:
             "max_length": self.max_length,
             "dim": self.dim,
             "fingerprint": self.fingerprint(),
+            "tokenizer_fingerprint": self.tokenizer_fingerprint(),
         }
         if self.pooling.weighting.weighted:
             stats = self._token_statistics

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import logging
-from collections.abc import Sequence
+import os
+import socket
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +22,11 @@ __all__ = [
     "WEIGHT_PATTERNS",
     "cached_hub_file",
     "check_max_length",
+    "check_model_source",
     "checkpoint_provenance",
     "load_pretrained",
     "resolve_model",
+    "tokenizer_fingerprint",
 ]
 
 logger = logging.getLogger(__name__)
@@ -60,6 +66,63 @@ def resolve_model(name_or_path: str | None) -> tuple[str, str]:
     return name_or_path, name_or_path
 
 
+def _looks_like_path(name: str) -> bool:
+    """Whether ``name`` can only mean a local folder: it starts with ``.``, ``/`` or ``~``, has more than two parts
+    (a hub id is ``name`` or ``org/name``), or its first folder exists here (``models/bert-typo``)."""
+    parts = name.replace("\\", "/").split("/")
+    if len(parts) > 2 or name.startswith((".", "/", "~")) or (os.sep == "\\" and ":" in name):
+        return True
+    return len(parts) == 2 and Path(parts[0]).expanduser().is_dir()
+
+
+def _hub_offline() -> bool:
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
+
+
+def check_model_source(name: str, revision: str | None = None) -> None:
+    """Fail at once, in one line, where ``from_pretrained`` would fail late or at length: ``name`` is a file, a
+    path that does not exist (a typo), or a hub id that is not in the local cache while downloads are off
+    (``HF_HUB_OFFLINE``) or the Hub cannot be reached (a 3-second connection test instead of minutes of retries;
+    skipped behind a proxy, which the test cannot see through).
+
+    Raises:
+        InputError: naming ``name`` and what to do.
+    """
+    path = Path(name).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise InputError(f"cannot load the encoder {name!r}: it is a file; give a model folder or a hub id")
+        return
+    if _looks_like_path(name):
+        raise InputError(f"cannot load the encoder {name!r}: no such folder (looked in {Path.cwd()})")
+    if cached_hub_file(name, "config.json", revision) is not None:
+        return
+    if _hub_offline():
+        raise InputError(
+            f"cannot load the encoder {name!r}: it is not a local folder nor in the Hugging Face cache, and "
+            "HF_HUB_OFFLINE is set, so it cannot be downloaded; give a local model folder, or unset HF_HUB_OFFLINE "
+            "where there is network"
+        )
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    endpoint = urlparse(constants.ENDPOINT)
+    host, port = endpoint.hostname or "huggingface.co", endpoint.port or (80 if endpoint.scheme == "http" else 443)
+    try:
+        socket.create_connection((host, port), timeout=3).close()
+    except OSError as e:
+        raise InputError(
+            f"cannot load the encoder {name!r}: it is not a local folder nor in the Hugging Face cache, and the Hub "
+            f"({host}) cannot be reached ({e.strerror or e}); give a local model folder, or set HF_HUB_OFFLINE=1 "
+            "to fail at once without network"
+        ) from None
+
+
 def check_max_length(max_length: int, config: Any, tokenizer: Any, model_id: str) -> None:
     """Refuse a ``max_length`` longer than the encoder's position table (it would fail inside the forward pass)."""
     limits = [int(getattr(config, "max_position_embeddings", 0) or 0)]
@@ -93,27 +156,82 @@ def load_pretrained(
     """
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
+    check_model_source(load_path, revision)
     kwargs: dict[str, Any] = {"revision": revision} if revision else {}
     try:
-        tokenizer = AutoTokenizer.from_pretrained(load_path, **kwargs)
-        config = AutoConfig.from_pretrained(load_path, **kwargs)
-        check_max_length(max_length, config, tokenizer, model_id)
-        if getattr(config, "num_hidden_layers", None) is not None:
-            Pooling.parse(pooling, int(config.num_hidden_layers))
-        try:
-            model = AutoModel.from_pretrained(load_path, dtype=dtype, attn_implementation="sdpa", **kwargs)
-        except ValueError as e:
-            # Some architectures (MPNet under transformers 5) have no SDPA kernel: use their default.
-            if "sdpa" not in str(e).lower() and "scaled_dot_product" not in str(e):
-                raise
-            logger.info("%s has no SDPA attention here; using its default attention", model_id)
-            model = AutoModel.from_pretrained(load_path, dtype=dtype, **kwargs)
+        with _quiet_transformers():
+            tokenizer = AutoTokenizer.from_pretrained(load_path, **kwargs)
+            config = AutoConfig.from_pretrained(load_path, **kwargs)
+            check_max_length(max_length, config, tokenizer, model_id)
+            if getattr(config, "num_hidden_layers", None) is not None:
+                Pooling.parse(pooling, int(config.num_hidden_layers))
+            try:
+                model, info = AutoModel.from_pretrained(
+                    load_path, dtype=dtype, attn_implementation="sdpa", output_loading_info=True, **kwargs
+                )
+            except ValueError as e:
+                # Some architectures (MPNet under transformers 5) have no SDPA kernel: use their default.
+                if "sdpa" not in str(e).lower() and "scaled_dot_product" not in str(e):
+                    raise
+                logger.info("%s has no SDPA attention here; using its default attention", model_id)
+                model, info = AutoModel.from_pretrained(load_path, dtype=dtype, output_loading_info=True, **kwargs)
+        _log_loading_info(model_id, info)
     except OSError as e:
+        detail = " ".join(str(e).split()).rstrip(".")  # transformers' messages span lines; the CLI's errors take one
         raise InputError(
-            f"cannot load the encoder {model_id!r}: {e}. Give a local model folder or a hub id "
+            f"cannot load the encoder {model_id!r}: {detail}. Give a local model folder or a hub id "
             "(hub ids need network access on first use)."
         ) from None
     return tokenizer, model
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """transformers' per-load progress bars and its LOAD REPORT table off while a checkpoint loads (bertflow says
+    in one line what matters: :func:`_log_loading_info`), its settings restored after."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def _key_groups(keys: Iterable[str]) -> str:
+    """``"cls.predictions.* (5)"``: parameter names grouped by their first two parts, for one log line."""
+    groups: dict[str, int] = {}
+    for key in keys:
+        prefix = ".".join(key.split(".")[:2])
+        groups[prefix] = groups.get(prefix, 0) + 1
+    return ", ".join(f"{prefix}.* ({n})" for prefix, n in sorted(groups.items()))
+
+
+def _log_loading_info(model_id: str, info: dict[str, Any]) -> None:
+    """One line for what transformers' LOAD REPORT lists: checkpoint weights the encoder does not use (a
+    pre-training head, e.g. the MLM head of a raw BERT: expected, INFO) and encoder weights missing from the
+    checkpoint (randomly initialised: a WARNING, since vectors that use them are noise)."""
+    unexpected, missing = info.get("unexpected_keys") or [], info.get("missing_keys") or []
+    if unexpected:
+        logger.info(
+            "%s: left out %d checkpoint weight(s) the encoder does not use, %s (a pre-training head; sentence "
+            "embeddings are read from the hidden states, so this is expected)",
+            model_id,
+            len(unexpected),
+            _key_groups(unexpected),
+        )
+    if missing:
+        logger.warning(
+            "%s: %d encoder weight(s) are not in the checkpoint and were randomly initialised, %s; a pooling that "
+            "uses them gives noise",
+            model_id,
+            len(missing),
+            _key_groups(missing),
+        )
 
 
 #: Weight files hashed as a local checkpoint's provenance (SentenceEncoder.provenance).
@@ -146,3 +264,37 @@ def checkpoint_provenance(load_path: str | None, revision: str | None, config: A
         cached = cached_hub_file(load_path, "config.json", revision)
         commit = cached.parent.name if cached is not None and cached.parent.parent.name == "snapshots" else None
     return {"commit": commit} if commit else {}
+
+
+#: Prefix of :func:`tokenizer_fingerprint` values (the scheme: the probe texts and what is hashed of them).
+TOKENIZER_FINGERPRINT_SCHEME = "t1-"
+
+#: Texts whose token ids show what a tokenizer pipeline does: case, accents, punctuation and contractions, CJK,
+#: emoji, control whitespace, and (with the truncation below) the side it truncates.
+_PROBE_TEXTS = (
+    "Hello WORLD, this Is A Test.",
+    "naïve café résumé Ångström — don't stop!",
+    "東京 and 北京 🙂 tab\there  two  spaces",
+    "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen LAST",
+)
+_PROBE_MAX_TOKENS = 12
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> str:
+    """:data:`TOKENIZER_FINGERPRINT_SCHEME` + 16 hex digits of a sha256 over the token ids a Hugging Face fast
+    tokenizer gives a fixed set of probe texts, special tokens included, truncated on its ``truncation_side``.
+
+    The weights' fingerprint covers the vocabulary but not the pipeline around it; this one changes with
+    whatever changes the ids the encoder sees: normaliser (lowercasing, accent stripping), pre-tokeniser, special
+    tokens and post-processor, truncation side. It hashes behaviour, not the files, so it is the same for the
+    same pipeline whatever the tokenizers release writes into ``tokenizer.json``. Cost: a few milliseconds.
+    """
+    from tokenizers import Tokenizer
+
+    rust = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())  # a copy: truncation is state on the object
+    rust.no_padding()
+    rust.enable_truncation(_PROBE_MAX_TOKENS, direction=getattr(tokenizer, "truncation_side", "right"))
+    h = hashlib.sha256()
+    for text, full in zip(_PROBE_TEXTS, rust.encode_batch(list(_PROBE_TEXTS)), strict=True):
+        h.update(f"{text}\0{full.ids}\0{full.type_ids}\n".encode())
+    return TOKENIZER_FINGERPRINT_SCHEME + h.hexdigest()[:16]

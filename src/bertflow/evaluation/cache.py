@@ -9,7 +9,7 @@ the encoder returns: it has no model loop of its own.
 Layout of the cache (one folder per encoder x pooling x max_length x compute dtype)::
 
     ROOT/                                    ~/.cache/bertflow/embeddings, $BERTFLOW_CACHE_DIR or --cache-dir
-      <model-slug>--<fingerprint>/
+      <model-slug>--<fingerprint>--<tokenizer fingerprint>/
         <pooling>--len<max_length>--<dtype>/
           meta.json                          what the folder holds (model id, fingerprint, pooling, dim ...)
           <shard>.npy                        float32 [n, D] embeddings
@@ -100,7 +100,9 @@ class EmbeddingCache:
     def folder(self, encoder: SentenceEncoder, pooling: str | Sequence[int] | Pooling) -> Path:
         """The folder holding ``encoder``'s embeddings under ``pooling`` (not created)."""
         dtype = str(encoder.dtype).removeprefix("torch.")
-        model = f"{_slug(Path(encoder.model_id).name or encoder.model_id)}--{encoder.fingerprint()}"
+        # Both fingerprints: new weights or an edited tokenizer pipeline change the vectors, so either misses.
+        slug = _slug(Path(encoder.model_id).name or encoder.model_id)
+        model = f"{slug}--{encoder.fingerprint()}--{encoder.tokenizer_fingerprint()}"
         return self.root / model / f"{_stored_key(encoder, pooling)}--len{encoder.max_length}--{dtype}"
 
     def _meta(self, encoder: SentenceEncoder, pooling: str | Sequence[int] | Pooling) -> dict[str, Any]:
@@ -108,6 +110,7 @@ class EmbeddingCache:
             "format": _FORMAT,
             "model": encoder.model_id,
             "fingerprint": encoder.fingerprint(),
+            "tokenizer_fingerprint": encoder.tokenizer_fingerprint(),
             "pooling": _stored_key(encoder, pooling),
             "max_length": encoder.max_length,
             "dtype": str(encoder.dtype).removeprefix("torch."),

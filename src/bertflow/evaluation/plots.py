@@ -23,10 +23,20 @@ from .analyze import SMALL_EDIT_DISTANCE, isotropy_score, spearman_x100, spectru
 __all__ = [
     "MAX_DISTANCE_BIN",
     "plot_analysis",
+    "require_matplotlib",
 ]
 
 #: Edit distances above this are pooled into one bin in the edit-distance plot (few pairs lie beyond it).
 MAX_DISTANCE_BIN = 20
+
+
+def require_matplotlib() -> None:
+    """Raise :class:`InputError` (what to install, or ``--no-plots``) unless matplotlib can be imported: checked
+    by ``bertflow analyze`` before any encoding or fitting, and again before drawing."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise InputError("plots need matplotlib: pip install 'bertflow[plots]' (or pass --no-plots)")
 
 
 def plot_analysis(
@@ -47,10 +57,9 @@ def plot_analysis(
         gold: gold score of each pair [P] (0-5).
         distance: word-level edit distance of each pair [P].
     """
-    try:
-        import matplotlib
-    except ImportError:
-        raise InputError("plots need matplotlib: pip install 'bertflow[plots]' (or pass --no-plots)") from None
+    require_matplotlib()
+    import matplotlib
+
     matplotlib.use("Agg")  # files only, never a window
     import matplotlib.pyplot as plt
 

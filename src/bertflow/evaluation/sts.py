@@ -58,7 +58,7 @@ def _as_2d_float(x: Any, name: str) -> np.ndarray:
     if hasattr(x, "detach") and hasattr(x, "cpu"):
         # torch tensors: avoid importing torch here; detach so tensors that require grad convert too.
         x = x.detach().cpu().numpy()
-    return check_array(x, what=name, min_rows=0)
+    return check_array(x, what=name, min_rows=0, max_magnitude=None)  # cosine is scale-invariant: any size
 
 
 def cosine_scores(emb1: np.ndarray, emb2: np.ndarray) -> np.ndarray:

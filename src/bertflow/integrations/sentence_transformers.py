@@ -88,6 +88,7 @@ from ..embedder import Embedder
 from ..encoding.encoder import SentenceEncoder
 from ..encoding.pooling import Pooling as BertflowPooling
 from ..encoding.pooling.layers import LayerMeanPooling
+from ..encoding.loading import tokenizer_fingerprint
 from ..errors import CompatibilityError, InputError, ModelFileError
 from ..identity import check_fitted_on, corpus_digest, fit_record, mark_fitted, weights_fingerprint
 from ..io.formats import read_json, write_json
@@ -97,6 +98,7 @@ __all__ = [
     "Calibration",
     "affine_map",
     "as_dense",
+    "check_module_list",
     "encoder_config",
     "fit_calibrator",
     "from_embedder",
@@ -191,18 +193,20 @@ def encoder_config(model: SentenceTransformer) -> dict[str, Any]:
     """What a calibrator fitted on ``model``'s pooled embeddings depends on, in bertflow's encoder-config form.
 
     Returns:
-        ``{"model", "revision", "pooling", "max_length", "dim", "fingerprint", "framework"}``; ``fingerprint`` is
-        ``None`` when the first module is not a Hugging Face transformer with a tokenizer. ``model`` is the Hub id,
+        ``{"model", "revision", "pooling", "max_length", "dim", "fingerprint", "tokenizer_fingerprint",
+        "framework"}``; the fingerprints are ``None`` when the first module is not a Hugging Face transformer with a
+        (fast) tokenizer. ``model`` is the Hub id,
         or for a local checkpoint the Hub id sentence-transformers recognised or else the folder's name: never an
         absolute local path.
     """
     first = model[0]
     hf_model = getattr(first, "auto_model", None)
     tokenizer = getattr(first, "tokenizer", None)
-    fingerprint = None
+    fingerprint = tokenizer_fp = None
     if hf_model is not None and tokenizer is not None:
         # The same function as SentenceEncoder.fingerprint: a calibrator fitted by either library is checked by either.
         fingerprint = weights_fingerprint(hf_model, tokenizer)
+        tokenizer_fp = tokenizer_fingerprint(tokenizer) if getattr(tokenizer, "is_fast", False) else None
     pooling = _bertflow_pooling(model)
     name = getattr(getattr(hf_model, "config", None), "_name_or_path", None) or type(first).__name__
     if Path(name).is_absolute():
@@ -216,6 +220,7 @@ def encoder_config(model: SentenceTransformer) -> dict[str, Any]:
         "max_length": model.max_seq_length,
         "dim": _pooled_dim(model),
         "fingerprint": fingerprint,
+        "tokenizer_fingerprint": tokenizer_fp,
         "framework": "sentence-transformers",
     }
 
@@ -591,6 +596,39 @@ def _word_weights(encoder: SentenceEncoder, word_weights: type[Module]) -> Modul
 CALIBRATION_TYPE = f"{__name__}.Calibration"
 
 
+def check_module_list(folder: str | Path) -> None:
+    """Refuse a saved sentence-transformers folder whose ``modules.json`` does not match its module folders: a
+    listed module whose folder is missing (sentence-transformers would fail with a traceback), or a calibration
+    module folder (with bertflow's ``fitting.json``) that ``modules.json`` no longer lists, which would load an
+    uncalibrated model without a word.
+
+    Raises:
+        ModelFileError: naming the module and the folder.
+    """
+    root = Path(folder)
+    try:
+        entries = json.loads((root / "modules.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return  # a bare transformer folder: sentence-transformers adds mean pooling itself
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ModelFileError(f"{root / 'modules.json'} is not valid JSON ({e})") from None
+    listed = set()
+    for entry in entries if isinstance(entries, list) else []:
+        path = str(entry.get("path", "")) if isinstance(entry, dict) else ""
+        listed.add(path)
+        if path and not (root / path).is_dir():
+            raise ModelFileError(
+                f"modules.json in {root} lists the module {entry.get('type')!r} in {path}/, which is missing: the "
+                "saved model is incomplete; export it again"
+            )
+    for sub in sorted(p for p in root.iterdir() if p.is_dir() and (p / FITTING_FILE).is_file()):
+        if sub.name not in listed:
+            raise ModelFileError(
+                f"{sub} holds a bertflow calibration module that modules.json in {root} does not list: loading would "
+                "give the uncalibrated model; restore its entry or export the model again"
+            )
+
+
 def check_no_code(folder: str | Path) -> None:
     """Refuse a saved sentence-transformers folder that could run code under ``trust_remote_code=True``.
 
@@ -643,13 +681,16 @@ def load_calibrated(
     only then loads with the flag. Keyword arguments go to ``SentenceTransformer`` (``device=...``).
 
     Raises:
-        ModelFileError: the folder holds code, an ``auto_map`` or a foreign module class.
+        ModelFileError: the folder holds code, an ``auto_map`` or a foreign module class; a module it lists is
+            missing, or a calibration module is there but not listed (see :func:`check_module_list`); the Hub
+            repo cannot be fetched.
     """
     folder = Path(model_name_or_path).expanduser()
     if not folder.is_dir():
-        from huggingface_hub import snapshot_download
+        from ..hub import snapshot
 
-        folder = Path(snapshot_download(model_name_or_path, revision=revision, token=token))
+        folder = snapshot(model_name_or_path, revision, token=token)  # one-line errors: offline, not found ...
     check_no_code(folder)
+    check_module_list(folder)
     kwargs.pop("trust_remote_code", None)
     return SentenceTransformer(str(folder), trust_remote_code=True, token=token, **kwargs)

@@ -10,6 +10,7 @@ import contextlib
 import ctypes
 import errno
 import functools
+import io
 import json
 import logging
 import os
@@ -22,6 +23,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+import numpy as np
+
 from ..errors import BertflowError, ModelFileError, OutputError
 
 __all__ = [
@@ -31,9 +34,12 @@ __all__ = [
     "atomic_write_text",
     "check_output_file",
     "check_output_folder",
+    "embeddings_npy_header",
+    "written_by_bertflow",
     "exchange_paths",
     "folder_kind",
     "folder_lock",
+    "foreign_entries",
     "read_consistent",
     "recover_directory",
     "remove_stale_temporaries",
@@ -110,6 +116,9 @@ FOLDER_KINDS: dict[str, tuple[str, str, str]] = {
     "index": ("index.json", "format", "bertflow-index"),
     "store": ("manifest.json", "format", "bertflow-embeddings"),
 }
+
+#: Files a save writes besides its marker and the files the marker's ``files`` checksums list (the model card).
+_UNLISTED_OWN_FILES: dict[str, tuple[str, ...]] = {"model": ("README.md",), "index": ()}
 
 _KIND_NAMES = {"model": "a bertflow model", "index": "a bertflow search index", "store": "a bertflow embedding store"}
 
@@ -336,6 +345,39 @@ def folder_kind(folder: Path) -> str | None:
     return None
 
 
+def foreign_entries(folder: Path, kind: str) -> list[str]:
+    """What inside the bertflow folder ``folder`` of ``kind`` (``"model"`` or ``"index"``) its save did not write:
+    paths relative to ``folder``, a foreign sub-folder named once (``notes/``), sorted. A save replaces the whole
+    folder, so these are what ``--overwrite`` would delete.
+
+    Owned: the marker file, every file its ``files`` checksums list, and the model card (see
+    :data:`_UNLISTED_OWN_FILES`); the lock file is ignored.
+    """
+    marker = FOLDER_KINDS[kind][0]
+    owned = {marker, *_UNLISTED_OWN_FILES[kind]}
+    try:
+        files = json.loads((folder / marker).read_text(encoding="utf-8")).get("files")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        files = None
+    if isinstance(files, dict):
+        owned |= {str(name) for name in files}
+    # Every folder on the way to an owned file is owned too; anything else is reported at its top-most foreign part.
+    owned_dirs = {"/".join(name.split("/")[:i]) for name in owned for i in range(1, name.count("/") + 1)}
+    found: set[str] = set()
+    for root, dirs, names in os.walk(folder):
+        rel_root = Path(root).relative_to(folder).as_posix()
+        prefix = "" if rel_root == "." else rel_root + "/"
+        for d in list(dirs):
+            if prefix + d not in owned_dirs:
+                found.add(prefix + d + "/")
+                dirs.remove(d)  # named once, not file by file
+        for name in names:
+            rel = prefix + name
+            if rel not in owned and rel != LOCK_NAME:
+                found.add(rel)
+    return sorted(found)
+
+
 def _probe_writable(folder: Path, what: str) -> None:
     """Create and delete a file in ``folder``: the one test that also holds for root and read-only mounts."""
     probe = temporary_name(folder / ".bertflow-probe")
@@ -366,7 +408,8 @@ def check_output_folder(
     Refused (:class:`OutputError`, naming the problem): the working directory or a folder above it; a folder that
     holds one of ``inputs`` (or is one); a file; a non-empty folder that is not a bertflow folder of this
     ``kind``; a bertflow folder of this kind unless ``overwrite`` (or ``resume``, for a store that is continued);
-    a place that cannot be written (read-only, or a parent that is a file). Missing parents are created at save.
+    a model or index that also holds files its save did not write (:func:`foreign_entries`), even with
+    ``overwrite``, since the save replaces the whole folder and would delete them; a place that cannot be written (read-only, or a parent that is a file). Missing parents are created at save.
 
     Args:
         kind: ``"model"``, ``"index"`` or ``"store"`` (see :data:`FOLDER_KINDS`).
@@ -415,6 +458,16 @@ def check_output_folder(
                 )
             if not (overwrite or resume):
                 raise OutputError(f"{path} already holds {name}; pass --overwrite (overwrite=True) to replace it")
+            foreign = foreign_entries(target, kind) if kind in _UNLISTED_OWN_FILES else []
+            if foreign:
+                # A save replaces the whole folder: what bertflow did not write would go with it. Refused, not carried
+                # over, so that a model folder holds exactly what its checksums cover.
+                listed = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+                raise OutputError(
+                    f"refusing to replace {name} in {path}: it also holds {len(foreign)} entr"
+                    f"{'y' if len(foreign) == 1 else 'ies'} bertflow did not write ({listed}), which the save would "
+                    "delete; move them out of the folder or write to a new one"
+                )
     existing = _nearest_existing(target.parent)
     if not existing.is_dir():
         raise OutputError(f"cannot write {name} to {path}: {existing} is not a folder")
@@ -422,10 +475,63 @@ def check_output_folder(
     return target
 
 
-def check_output_file(path: str | Path, *, inputs: Sequence[str | Path] = (), create_parents: bool = False) -> Path:
+#: Bytes of the header of the embedding ``.npy`` files bertflow writes (``encode -o``). Fixed, so the row count can
+#: be filled in after one pass, and 192 rather than the 128 that ``numpy.save`` gives any float32 matrix (its header
+#: text fits in 128), so that a file of this layout is recognisably bertflow's (:func:`written_by_bertflow`).
+NPY_HEADER_BYTES = 192
+
+#: The first column of the TSV that ``similarity --pairs -o`` writes: how bertflow recognises it.
+PAIRS_TSV_FIRST_COLUMN = "cosine"
+
+
+def embeddings_npy_header(rows: int, dim: int) -> bytes:
+    """A version 1.0 ``.npy`` header for float32 ``[rows, dim]`` (C order), padded to :data:`NPY_HEADER_BYTES`."""
+    import struct
+
+    descr = np.lib.format.dtype_to_descr(np.dtype(np.float32))
+    text = f"{{'descr': {descr!r}, 'fortran_order': False, 'shape': ({rows}, {dim}), }}"
+    body = text.ljust(NPY_HEADER_BYTES - 10 - 1) + "\n"
+    return np.lib.format.MAGIC_PREFIX + bytes([1, 0]) + struct.pack("<H", len(body)) + body.encode("latin1")
+
+
+def written_by_bertflow(path: str | Path) -> bool:
+    """Whether the file ``path`` is one bertflow writes and may replace: an embedding ``.npy`` with bertflow's
+    header (:func:`embeddings_npy_header`; float32 ``[N, D]``, size matching) or a ``similarity --pairs`` TSV (UTF-8,
+    first column ``cosine``). Anything else, or a file that cannot be read, is not."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(NPY_HEADER_BYTES)
+            size = os.fstat(fh.fileno()).st_size
+    except OSError:
+        return False
+    if head.startswith(np.lib.format.MAGIC_PREFIX):
+        if len(head) < NPY_HEADER_BYTES or head[6:8] != b"\x01\x00":
+            return False
+        try:
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(io.BytesIO(head[8:]))
+        except (ValueError, SyntaxError):
+            return False
+        if fortran or dtype != np.dtype("<f4") or len(shape) != 2:
+            return False
+        return head.endswith(b"\n") and size == NPY_HEADER_BYTES + 4 * shape[0] * shape[1]
+    first = head.split(b"\n", 1)[0].rstrip(b"\r")
+    return first.split(b"\t", 1)[0] == PAIRS_TSV_FIRST_COLUMN.encode()
+
+
+def check_output_file(
+    path: str | Path,
+    *,
+    inputs: Sequence[str | Path] = (),
+    create_parents: bool = False,
+    overwrite: bool = True,
+) -> Path:
     """Check that a file may be written at ``path`` before any work: not one of ``inputs`` (same path or same
     file through links), not a folder, in an existing writable folder (or, with ``create_parents``, under a
     writable folder where the missing ones can be made). Returns the path.
+
+    Args:
+        overwrite: False: an existing file is replaced only when bertflow wrote it (:func:`written_by_bertflow`);
+            anything else is refused (``--overwrite`` on the command line sets it True).
 
     Raises:
         OutputError: naming the problem.
@@ -441,6 +547,11 @@ def check_output_file(path: str | Path, *, inputs: Sequence[str | Path] = (), cr
             raise OutputError(f"refusing to write {path}: it is the input {item}, which it would replace")
     if target.is_dir():
         raise OutputError(f"cannot write {path}: it is a folder; give a file name")
+    if not overwrite and target.exists() and not written_by_bertflow(target):
+        raise OutputError(
+            f"refusing to replace {path}: it exists and is not an output bertflow wrote; pass --overwrite to replace "
+            "it, or give a new file name"
+        )
     parent = _nearest_existing(target.parent) if create_parents else target.parent
     if not parent.exists():
         raise OutputError(f"cannot write {path}: the folder {parent} does not exist")

@@ -85,10 +85,17 @@ def read_json(path: Path) -> dict[str, Any]:
 
 
 def save_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """Save named numpy arrays as safetensors (contiguous copies; safetensors refuses views)."""
-    from safetensors.numpy import save_file
+    """Save named numpy arrays as safetensors (contiguous copies; safetensors refuses views).
 
-    save_file({k: np.ascontiguousarray(v) for k, v in arrays.items()}, str(path))
+    The bytes are made by safetensors and written here, so a failing write (disk full, quota) is the ``OSError``
+    that every writer reports in one line, not safetensors' own error type (or, on some devices, no error at all).
+    Costs one in-memory copy of the arrays while writing.
+    """
+    from safetensors.numpy import save
+
+    data = save({k: np.ascontiguousarray(v) for k, v in arrays.items()})
+    with open(path, "wb") as fh:
+        fh.write(data)
 
 
 def load_arrays(path: Path) -> dict[str, np.ndarray]:

@@ -1,9 +1,9 @@
 """Reading user text files: sentences, TSV columns and sentence pairs, streamed line by line, and reads by byte
 offset for sharded work.
 
-They decode UTF-8 line by line, strip only the line terminator (``"\\n"`` or ``"\\r\\n"``) and never touch the rest of a
-line: leading and trailing spaces and ``"`` are part of a sentence. Every problem with a file's content is an
-:class:`~bertflow.errors.InputError` naming the file and the 1-based line number.
+They decode UTF-8 line by line, strip only the line terminator (``"\\n"`` or ``"\\r\\n"``; a lone ``"\\r"`` is
+refused) and never touch the rest of a line: leading and trailing spaces and ``"`` are part of a sentence. Every
+problem with a file's content is an :class:`~bertflow.errors.InputError` naming the file and the 1-based line number.
 """
 
 from __future__ import annotations
@@ -118,18 +118,27 @@ def check_not_utf16(raw: bytes, path: Path, number: int) -> None:
     """Raise :class:`InputError` naming ``path`` and line ``number`` if the line's bytes (terminator removed) look
     like UTF-16 (:func:`_looks_utf16`); a fast byte search when the line has no NUL, the usual case."""
     if b"\x00" in raw and _looks_utf16(raw):
+        # The byte order: a byte-order mark at the start of the file says it; else ASCII text has its NUL after
+        # each character (little-endian, NULs at odd offsets) or before it (big-endian). Only line 1 starts where
+        # the file starts: later lines begin mid-character, after the split on the 0x0A byte.
+        bom = {b"\xff\xfe": "UTF-16LE", b"\xfe\xff": "UTF-16BE"}.get(raw[:2]) if number == 1 else None
+        order = bom or ("UTF-16LE" if raw[1::2].count(0) >= raw[0::2].count(0) else "UTF-16BE")
+        if number != 1:
+            order = "UTF-16"
+        mark = " with a byte-order mark" if bom else " without a byte-order mark" if number == 1 else ""
+        source = "UTF-16" if bom or number != 1 else order
         raise InputError(
-            f"{path}: line {number} has a NUL byte every other byte: the file is UTF-16 (without a byte-order "
-            "mark), not UTF-8; re-encode it as UTF-8 (e.g. iconv -f UTF-16LE -t UTF-8)"
+            f"{path}: line {number} has a NUL byte every other byte: the file is {order}{mark}, not UTF-8; "
+            f"re-encode it as UTF-8 (e.g. iconv -f {source} -t UTF-8)"
         )
 
 
 def iter_lines(path: str | Path, errors: EncodingErrors = "strict") -> Iterator[tuple[int, str]]:
     """Stream the lines of a UTF-8 text file, plain or gzip-compressed.
 
-    The file is read in binary and split on ``b"\\n"`` only (so U+2028, form feeds or a lone ``"\\r"``
-    inside a line never split it; UTF-8 never uses byte 0x0A inside a multi-byte character, so splitting
-    before decoding is safe). Only the terminator ``"\\n"`` or ``"\\r\\n"`` is removed; a UTF-8 BOM at the
+    The file is read in binary and split on ``b"\\n"`` only (so U+2028 or form feeds inside a line never split it;
+    a lone ``"\\r"`` is refused, see :func:`decode_line`; UTF-8 never uses byte 0x0A inside a multi-byte character,
+    so splitting before decoding is safe). Only the terminator ``"\\n"`` or ``"\\r\\n"`` is removed; a UTF-8 BOM at the
     very start of the file is dropped. Nothing else is stripped. A line with a NUL byte every other byte is UTF-16
     without a byte-order mark (valid UTF-8 byte by byte, so it would otherwise be read as garbage): refused.
 
@@ -152,16 +161,29 @@ def iter_lines(path: str | Path, errors: EncodingErrors = "strict") -> Iterator[
 
 
 def decode_line(raw: bytes, path: Path, number: int, errors: str, *, first: bool) -> str:
-    """One raw line of a file as text: terminator (``\\n`` or ``\\r\\n``) removed, UTF-16 refused, UTF-8 decoded
-    (``errors`` as in :func:`iter_lines`), a BOM dropped from the file's ``first`` line. The one decoding rule of
-    every reader here, whole-file and by offset.
+    """One raw line of a file as text: terminator (``\\n`` or ``\\r\\n``, or a lone ``\\r`` ending the file)
+    removed, UTF-16 refused, a carriage return inside the line refused, UTF-8 decoded (``errors`` as in
+    :func:`iter_lines`), a BOM dropped from the file's ``first`` line. The one decoding rule of every reader here,
+    whole-file and by offset.
+
+    A lone ``\\r`` is refused rather than split on: a file with old Mac (CR-only) line ends would otherwise be read
+    as one sentence, and splitting on it here would disagree with the line counts of :func:`index_lines`.
 
     Raises:
         InputError: naming the file, the 1-based line ``number``, the byte column and the byte.
     """
     if raw.endswith(b"\n"):
         raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
+    elif raw.endswith(b"\r"):
+        raw = raw[:-1]  # the last line of a file that ends in a lone CR
     check_not_utf16(raw, path, number)
+    if b"\r" in raw:
+        column = raw.index(b"\r") + 1
+        raise InputError(
+            f"{path}: line {number} holds a carriage return (\\r, byte column {column}) that ends no line: the file "
+            "has CR-only (old Mac) line ends or a stray CR, and bertflow splits lines on \\n and \\r\\n only; "
+            "convert it first (e.g. tr '\\r' '\\n' < IN > OUT, or remove stray CRs)"
+        )
     try:
         text = raw.decode("utf-8", errors=errors)
     except UnicodeDecodeError as exc:
@@ -249,6 +271,7 @@ def read_tsv_column(
     *,
     header: bool = True,
     errors: EncodingErrors = "strict",
+    refuse_blank: bool = False,
 ) -> list[str]:
     """Read one column of a TAB-separated file.
 
@@ -260,6 +283,8 @@ def read_tsv_column(
         column: Header name (needs ``header=True``) or 0-based column index.
         header: Whether the first line is a header (it is then not returned).
         errors: How to treat invalid UTF-8, see :func:`iter_lines`.
+        refuse_blank: raise naming the file, line and column at a blank cell (:func:`is_blank`), as sentence
+            readers want, instead of returning it.
 
     Returns:
         The column's values, one per data row, in file order.
@@ -301,6 +326,11 @@ def read_tsv_column(
             raise InputError(
                 f"{p}: line {number} has {len(fields)} TAB-separated field(s), so column {label} "
                 f"(needs at least {index + 1}) is missing"
+            )
+        if refuse_blank and is_blank(fields[index]):
+            raise InputError(
+                f"{p}: line {number}, column {label} is empty (or only whitespace or invisible characters); "
+                "fill it in or remove the row"
             )
         values.append(fields[index])
     if not values:
