@@ -68,8 +68,9 @@ def build(
     approximate: Annotated[
         str,
         typer.Option(
-            help="auto (exact below 100,000 rows, else HNSW when faiss is installed), exact, hnsw or ivf "
-            "(approximate: faster on large corpora, recall below 1; need faiss-cpu). Recorded in the index."
+            help="auto (exact below 100,000 rows; from there HNSW only if its recall@10, measured on held-out "
+            "rows of the index, is at least 0.95, else exact), exact, hnsw or ivf (approximate: faster on large "
+            "corpora, recall below 1; need faiss-cpu). Recorded in the index with the recall measured."
         ),
     ] = "auto",
     encoding_errors: ErrorsOpt = EncodingErrors.strict,
@@ -110,6 +111,8 @@ def build(
         "rows": len(index),
         "dim": index.dim,
         "search": index.search_kind(),
+        # recall@10 of the approximate search on held-out rows of this index (None: exact search)
+        "recall": index.recall,
         "model": embedder.source,
         "seconds": round(time.perf_counter() - started, 2),
     }
