@@ -52,12 +52,14 @@ logger = logging.getLogger(__name__)
   bertflow fit ../shared/data/sts/STSBenchmark/train.tsv -c sentence1 -c sentence2 -o stsb-flow
 
   bertflow fit corpus.txt -o white --calibrator whitening-256 --pooling first-last-avg
+
+  zcat corpus.txt.gz | bertflow fit - -o my-flow      (- reads standard input)
 """
 )
 def fit(
     corpus: Annotated[
         Path,
-        typer.Argument(help="Text file, one sentence per line, or a TSV with --column.", exists=True, dir_okay=False),
+        typer.Argument(help="Text file, one sentence per line, or a TSV with --column; - reads standard input."),
     ],
     output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write the fitted model to.")],
     model: ModelOpt = None,
@@ -84,6 +86,7 @@ def fit(
     from ..validation import check_epochs
 
     # Every option is checked before the corpus is read and the encoder loaded, so none fails after the fit.
+    check_input_file(corpus)
     check_output_folder(output, "model", overwrite=overwrite, inputs=[corpus, *([model] if model else [])])
     check_device(device)
     check_epochs(epochs)
@@ -95,7 +98,10 @@ def fit(
     sentences = read_corpus(corpus, column, encoding_errors.value, unique)
     encoder = build_encoder(model, pooling, max_length, device, dtype)
     embedder = Embedder(encoder, cal).fit(
-        sentences, batch_size=batch_size, show_progress_bar=not quiet, regime=f"corpus {corpus.name}"
+        sentences,
+        batch_size=batch_size,
+        show_progress_bar=not quiet,
+        regime="corpus <stdin>" if str(corpus) == STDIO else f"corpus {corpus.name}",
     )
     embedder.save(output, overwrite=overwrite)
     summary = {
