@@ -495,7 +495,8 @@ class Embedder:
             backend: ``"torch"`` (exact, blockwise) or ``"faiss"`` (exact ``IndexFlatIP``; needs ``faiss-cpu``).
             device: where the index keeps its vectors and computes scores.
             approximate: ``"auto"`` (exact below ``search.AUTO_APPROXIMATE_MIN_ROWS`` rows, else HNSW when faiss is
-                installed), ``"exact"``, ``"hnsw"`` or ``"ivf"``; see :class:`~bertflow.search.EmbeddingIndex`.
+                installed and its recall@10 measured on held-out rows reaches ``search.AUTO_MIN_RECALL``),
+                ``"exact"``, ``"hnsw"`` or ``"ivf"``; see :class:`~bertflow.search.EmbeddingIndex`.
             show_progress_bar: ``None`` shows one for 4,096 sentences or more.
 
         Returns:

@@ -90,8 +90,8 @@ Backend = Literal["torch", "faiss"]
 Approximate = Literal["auto", "exact", "hnsw", "ivf"]
 APPROXIMATE_KINDS = ("auto", "exact", "hnsw", "ivf")
 
-#: ``approximate="auto"`` searches exactly below this many rows and with HNSW from it on (when faiss is installed):
-#: below it an exact search of one query takes a few milliseconds on a CPU, and recall below 1 buys little.
+#: ``approximate="auto"`` searches exactly below this many rows, and from it on considers HNSW (when faiss is
+#: installed and its recall reaches :data:`AUTO_MIN_RECALL`): below it an exact search of one query takes a few milliseconds on a CPU, and recall below 1 buys little.
 AUTO_APPROXIMATE_MIN_ROWS = 100_000
 #: ``approximate="auto"`` chooses HNSW only when its measured recall@10 reaches this (else it searches exactly).
 AUTO_MIN_RECALL = 0.95
@@ -187,7 +187,8 @@ class EmbeddingIndex:
             ``None`` for bare vectors. Saved with the index and checked by :meth:`check_model`.
         query_chunk_size, corpus_chunk_size: block sizes of the torch backend (results do not depend on them).
         approximate: ``"auto"`` (exact below :data:`AUTO_APPROXIMATE_MIN_ROWS` rows, else HNSW if faiss is
-            installed), ``"exact"``, ``"hnsw"`` or ``"ivf"`` (both need faiss); see the module docstring.
+            installed and its measured recall reaches :data:`AUTO_MIN_RECALL`), ``"exact"``, ``"hnsw"`` or
+            ``"ivf"`` (both need faiss); see the module docstring.
         hnsw_m: HNSW links per node (faiss ``M``).
         ef_search: HNSW candidate list size per query (faiss ``efSearch``); at least ``k`` is used.
         ef_construction: HNSW candidate list size while inserting (faiss ``efConstruction``).
