@@ -91,7 +91,8 @@ Approximate = Literal["auto", "exact", "hnsw", "ivf"]
 APPROXIMATE_KINDS = ("auto", "exact", "hnsw", "ivf")
 
 #: ``approximate="auto"`` searches exactly below this many rows, and from it on considers HNSW (when faiss is
-#: installed and its recall reaches :data:`AUTO_MIN_RECALL`): below it an exact search of one query takes a few milliseconds on a CPU, and recall below 1 buys little.
+#: installed and its recall reaches :data:`AUTO_MIN_RECALL`): below it an exact search of one query takes a few
+#: milliseconds on a CPU, and recall below 1 buys little.
 AUTO_APPROXIMATE_MIN_ROWS = 100_000
 #: ``approximate="auto"`` chooses HNSW only when its measured recall@10 reaches this (else it searches exactly).
 AUTO_MIN_RECALL = 0.95

@@ -224,7 +224,9 @@ def test_download_pipeline_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert sorted(built) == sorted(download._built_files())
     pins = {name: hashlib.sha256(content).hexdigest() for name, content in built.items()}
     monkeypatch.setattr(download, "_EXPECTED_SHA256", {**pins, "SICK/test.tsv": "0" * 64})
-    with pytest.raises(InputError, match=r"checksums: SICK/test.tsv \(sha256 \w{12}\.\.\., expected 000000000000\.\.\.\);"):
+    with pytest.raises(
+        InputError, match=r"checksums: SICK/test.tsv \(sha256 \w{12}\.\.\., expected 000000000000\.\.\.\);"
+    ):
         download_sts(tmp_path / "tampered")
     monkeypatch.setattr(download, "_EXPECTED_SHA256", pins)
     out = download_sts(tmp_path / "cache")

@@ -50,7 +50,7 @@ def test_paraphrase_mining_finds_the_most_similar_pairs(fitted):
     best_score, i, j = pairs[0]
     np.fill_diagonal(sims, -np.inf)
     assert best_score == pytest.approx(sims.max(), abs=1e-5) and sims[i, j] == pytest.approx(best_score, abs=1e-5)
-    assert all(a[0] >= b[0] for a, b in zip(pairs, pairs[1:]))
+    assert all(a[0] >= b[0] for a, b in zip(pairs, pairs[1:], strict=False))
 
 
 def test_query_document_truncate_dim_and_dimensions(fitted):

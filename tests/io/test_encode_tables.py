@@ -66,13 +66,14 @@ def test_tables_in_and_out_give_the_text_paths_vectors_with_ids(model_dir, input
 
 def test_table_options_that_do_not_fit_are_usage_errors(model_dir, inputs, tmp_path):
     base = ["--model-dir", model_dir, "-q"]
+    parquet, text = inputs["parquet"], inputs["text"]
     cases = [
-        ([inputs["parquet"], "-o", tmp_path / "x.npy", "--text-column", "body", "--id-column", "doc_id"], "--id-column needs a table output"),
-        ([inputs["text"], "-o", tmp_path / "x.parquet", "--text-column", "body"], "apply to a .parquet / .arrow input"),
-        ([inputs["parquet"], "-o", tmp_path / "x.parquet", "-c", "body"], "--column is for a TSV input"),
-        ([inputs["parquet"], "-o", tmp_path / "x.parquet"], "has no column 'text'; its columns: doc_id, body"),
-        ([inputs["parquet"], "-o", tmp_path / "x.parquet", "--text-column", "doc_id", "--id-column", "nope"], "no column 'nope'"),
-    ]  # fmt: skip
+        ([parquet, "-o", tmp_path / "x.npy", "--text-column", "body", "--id-column", "doc_id"], "needs a table output"),
+        ([text, "-o", tmp_path / "x.parquet", "--text-column", "body"], "apply to a .parquet / .arrow input"),
+        ([parquet, "-o", tmp_path / "x.parquet", "-c", "body"], "--column is for a TSV input"),
+        ([parquet, "-o", tmp_path / "x.parquet"], "has no column 'text'; its columns: doc_id, body"),
+        ([parquet, "-o", tmp_path / "x.parquet", "--text-column", "doc_id", "--id-column", "nope"], "no column 'nope'"),
+    ]
     for args, message in cases:
         r = invoke("encode", *args, *base)
         assert r.exit_code == EXIT_USAGE and message in r.stderr and r.stderr.count("\n") == 1, (args, r.stderr)
