@@ -99,8 +99,8 @@ def test_precision_quantises_like_sentence_transformers(fitted):
 
 
 def test_unknown_keywords_are_named(fitted):
-    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) 'colour', 'output_value'; it takes") as e:
-        fitted.encode(SENTENCES, output_value="token_embeddings", colour="red")
+    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) 'colour', 'shape'; it takes") as e:
+        fitted.encode(SENTENCES, shape="wide", colour="red")
     assert "\n" not in str(e.value)
 
 

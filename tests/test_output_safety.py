@@ -64,9 +64,10 @@ def encode_store_args(corpus: Path, store: Path, model: Path) -> list[object]:
     ]
 
 
-def one_line_error(result, *needles: str) -> None:
-    """Exit 2, one ``bertflow: error:`` line naming the problem, no traceback."""
-    assert result.exit_code == 2, result.output
+def one_line_error(result, *needles: str, status: int = 2) -> None:
+    """Exit ``status`` (2: a usage error; 1: a runtime error such as a full disk), one ``bertflow: error:`` line
+    naming the problem, no traceback."""
+    assert result.exit_code == status, result.output
     lines = [x for x in result.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and lines[0].startswith("bertflow: error: "), result.stderr
     assert "Traceback" not in result.output
@@ -482,9 +483,9 @@ def test_disk_full_is_one_line_and_leaves_nothing(tiny_model_dir, corpus, tmp_pa
 
     monkeypatch.setattr(os, "fsync", full)
     out = tmp_path / "x.npy"
-    one_line_error(invoke("encode", corpus, "-o", out, "--model", tiny_model_dir, "-q"), "disk full")
+    one_line_error(invoke("encode", corpus, "-o", out, "--model", tiny_model_dir, "-q"), "disk full", status=1)
     assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".x.npy")]
-    one_line_error(invoke(*fit_args(corpus, tmp_path / "m", tiny_model_dir)), "disk full")
+    one_line_error(invoke(*fit_args(corpus, tmp_path / "m", tiny_model_dir)), "disk full", status=1)
     assert not (tmp_path / "m").exists()
 
 

@@ -403,9 +403,39 @@ def test_auto_is_exact_below_the_threshold(unit_cloud, monkeypatch):
     np.testing.assert_array_equal(rows, brute_force(corpus, queries, 10, "cosine")[1])
     assert index._ann is None  # no approximate structure was built
     monkeypatch.setattr(search, "AUTO_APPROXIMATE_MIN_ROWS", len(corpus))
-    assert index.search_kind() == ("hnsw" if faiss_available() else "exact")
     monkeypatch.setattr(search, "faiss_available", lambda: False)
-    assert index.search_kind() == "exact"  # no faiss: exact, with a logged note
+    assert index.search_kind() == "exact" and index.recall is None  # no faiss: exact, with a logged note
+
+
+@needs_faiss
+def test_auto_chooses_hnsw_only_with_a_measured_recall(monkeypatch):
+    """Above the row threshold, auto measures HNSW's recall@10 on held-out rows of the index: isotropic 64-d data
+    with a sparse graph misses most neighbours and stays exact; clustered 3-d data is easy and goes approximate."""
+    from bertflow import search
+
+    monkeypatch.setattr(search, "AUTO_APPROXIMATE_MIN_ROWS", 3000)
+    rng = np.random.default_rng(11)
+    hard = EmbeddingIndex.build(rng.normal(size=(3000, 64)).astype(np.float32), hnsw_m=4, ef_search=10)
+    assert hard.search_kind() == "exact"
+    assert hard.recall["kind"] == "hnsw" and hard.recall["recall_at_k"] < 0.8 and hard.recall["sample"] == 500
+    assert hard._ann is None  # the graph built for the measurement is freed
+    centres = rng.normal(size=(20, 3)) * 10
+    easy_rows = (centres[rng.integers(0, 20, 3000)] + rng.normal(size=(3000, 3))).astype(np.float32)
+    easy = EmbeddingIndex.build(easy_rows)
+    assert easy.search_kind() == "hnsw" and easy.recall["recall_at_k"] >= search.AUTO_MIN_RECALL
+    exact = EmbeddingIndex.build(easy_rows, approximate="exact")
+    measured = easy.measure_recall("hnsw", sample=3000)  # every row held out in turn: check by hand
+    _, truth = exact.topk(easy_rows, 11)
+    _, found = easy.topk(easy_rows, 11)
+    by_hand = np.mean(
+        [
+            len({r for r in f if r != i} & set([r for r in t if r != i][:10])) / 10
+            for i, (f, t) in enumerate(zip(found, truth, strict=True))
+        ]
+    )
+    assert measured["recall_at_k"] == pytest.approx(by_hand, abs=1e-4)
+    easy.add(easy_rows[:1] + 0.5)
+    assert easy.recall is None  # new rows: measured again at the next query
 
 
 @needs_faiss
@@ -418,14 +448,24 @@ def test_approximate_kind_survives_save_and_load(unit_cloud, kind, tmp_path, mon
     path = index.save(tmp_path / "idx")
     config = json.loads((path / INDEX_CONFIG).read_text())
     assert config["approximate"] == kind and config["ann_params"]["nprobe"] == 3
-    assert {p.name for p in path.iterdir()} == {INDEX_CONFIG, INDEX_EMBEDDINGS}  # no faiss binary: rebuilt on load
-    loaded = EmbeddingIndex.load(path)
-    assert loaded.approximate == kind and loaded.ann_params == index.ann_params
+    assert config["recall"]["kind"] == kind and 0 < config["recall"]["recall_at_k"] <= 1  # measured and reported
+    assert {p.name for p in path.iterdir()} == {INDEX_CONFIG, INDEX_EMBEDDINGS, search.INDEX_ANN}
+    loaded = EmbeddingIndex.load(path)  # the saved faiss index is read, not rebuilt
+    assert loaded.approximate == kind and loaded.ann_params == index.ann_params and loaded._ann[0] == kind
+    assert loaded.recall == index.recall
+    read = loaded._ann[1]
     np.testing.assert_array_equal(loaded.topk(queries, 10)[1], index.topk(queries, 10)[1])
+    assert loaded._ann[1] is read  # the query used the file's index
+    monkeypatch.undo()
     assert EmbeddingIndex.load(path, approximate="exact").search_kind() == "exact"
     monkeypatch.setattr(search, "faiss_available", lambda: False)  # saved approximate, no faiss here: exact
     assert EmbeddingIndex.load(path).search_kind() == "exact"
     monkeypatch.undo()
+    ann = (path / search.INDEX_ANN).read_bytes()
+    (path / search.INDEX_ANN).write_bytes(ann[:-10])  # a truncated faiss file is refused, not half-read
+    with pytest.raises(ModelFileError, match="ann.faiss is missing or does not match its checksum"):
+        EmbeddingIndex.load(path)
+    (path / search.INDEX_ANN).write_bytes(ann)
     config["approximate"] = "exact"  # an edited kind is caught by the content checksum
     (path / INDEX_CONFIG).write_text(json.dumps(config))
     with pytest.raises(ModelFileError, match="checksum"):
@@ -454,7 +494,9 @@ def test_cli_build_records_approximate(model, tmp_path):
         "search", "build", corpus, "--model-dir", model_dir, "-o", tmp_path / "idx", "--approximate", "hnsw", "-q"
     )
     assert r.exit_code == 0, r.stderr
-    assert json.loads(r.stdout)["search"] == "hnsw"
+    summary = json.loads(r.stdout)
+    assert summary["search"] == "hnsw" and summary["recall"]["kind"] == "hnsw"  # the recall is reported
+    assert 0 <= summary["recall"]["recall_at_k"] <= 1 and summary["recall"]["sample"] == len(CORPUS)
     assert EmbeddingIndex.load(tmp_path / "idx").approximate == "hnsw"
     r = invoke("search", "query", tmp_path / "idx", CORPUS[5], "--json", "-k", "1")
     assert r.exit_code == 0 and json.loads(r.stdout)["hits"][0]["text"] == CORPUS[5]

@@ -47,7 +47,14 @@ from .model_folder import (
     pinned_encoder_config,
     save_model_folder,
 )
-from .outputs import are_embeddings, check_encode_keywords, convert_embeddings, embedding_cosine
+from .outputs import (
+    EvaluationRecord,
+    are_embeddings,
+    check_encode_keywords,
+    check_truncate_dim,
+    convert_embeddings,
+    embedding_cosine,
+)
 from .validation import is_blank, validate_sentences
 
 if TYPE_CHECKING:
@@ -146,13 +153,19 @@ class Embedder:
     """Sentence encoder + calibrator, with SimCSE's small surface: ``fit``, ``encode``, ``similarity``.
 
     Args:
-        encoder: the frozen encoder; ``None`` builds the embedded default (all-MiniLM-L6-v2, mean pooling).
+        encoder: the frozen encoder; ``None`` builds the embedded default (all-MiniLM-L6-v2, mean pooling). A path
+            or hub id (``Embedder("my-flow")``, as ``SentenceTransformer("name")``) loads that saved model with
+            :meth:`load`, or raises its error at once.
         calibrator: an unfitted or fitted calibrator; ``None`` uses BERT-flow (:class:`FlowCalibrator`).
+        truncate_dim: keep the first ``truncate_dim`` calibrated dimensions in :meth:`encode` (sentence-transformers'
+            ``truncate_dim``); ``None`` keeps all.
 
     Attributes:
         index: the :class:`~bertflow.search.EmbeddingIndex` that :meth:`search` uses, set by :meth:`build_index`
             or :meth:`load_index` (``None`` before).
         source: the folder or hub id this model was loaded from or last saved to (``None`` otherwise).
+        truncate_dim: as the argument; may be changed.
+        model_card_data: where sentence-transformers' evaluators record their metrics (:class:`EvaluationRecord`).
 
     Example:
         >>> emb = Embedder().fit(open("corpus.txt").read().splitlines())
@@ -165,7 +178,31 @@ class Embedder:
         [SearchHit(id=0, score=0.62, text='A man plays guitar.', row=0)]
     """
 
-    def __init__(self, encoder: SentenceEncoder | None = None, calibrator: Calibrator | None = None) -> None:
+    def __init__(
+        self,
+        encoder: SentenceEncoder | str | Path | None = None,
+        calibrator: Calibrator | None = None,
+        *,
+        truncate_dim: int | None = None,
+    ) -> None:
+        self.truncate_dim = truncate_dim
+        self.model_card_data = EvaluationRecord()
+        if isinstance(encoder, (str, Path)):
+            # sentence-transformers' SentenceTransformer("name") idiom: a saved model, loaded now (or refused now),
+            # never an object that fails at its first encode.
+            if calibrator is not None:
+                raise InputError(
+                    f"Embedder({str(encoder)!r}, calibrator) is ambiguous: a path loads a saved model with its own "
+                    "calibrator; for a new model pass SentenceEncoder(path) and the calibrator"
+                )
+            loaded = type(self).load(encoder)
+            self.encoder, self.calibrator, self.fit_info = loaded.encoder, loaded.calibrator, loaded.fit_info
+            self.index, self.source, self._encoder_dir = None, loaded.source, loaded._encoder_dir
+            return
+        if encoder is not None and not isinstance(encoder, SentenceEncoder):
+            raise InputError(
+                f"Embedder(encoder) takes a SentenceEncoder, a saved model's path or None, not {type(encoder).__name__}"
+            )
         self.encoder = encoder if encoder is not None else SentenceEncoder()
         self.calibrator = calibrator if calibrator is not None else FlowCalibrator()
         self.fit_info: dict[str, Any] = {}
@@ -243,10 +280,12 @@ class Embedder:
         convert_to_numpy: bool = True,
         convert_to_tensor: bool = False,
         normalize_embeddings: bool = False,
-        precision: str = "float32",
-        device: str | torch.device | None = None,
+        precision: str | None = "float32",
+        device: str | torch.device | list[str | torch.device] | None = None,
+        truncate_dim: int | None = None,
         prompt: str | None = None,
         prompt_name: str | None = None,
+        output_value: str | None = "sentence_embedding",
         **unknown: Any,
     ) -> Any:
         """Calibrated embeddings: float32 [N, D'] (or [D'] for one string).
@@ -261,23 +300,31 @@ class Embedder:
             convert_to_tensor: one ``torch.Tensor`` [N, D'] on the encoder's device instead of an array.
             convert_to_numpy: ``False`` (and no tensor) gives a list of N tensors [D'], as sentence-transformers.
             normalize_embeddings: scale each vector to unit length (cosine is unchanged; dot product becomes it).
-            precision: ``"float32"``, or ``"int8"``, ``"uint8"``, ``"binary"``, ``"ubinary"``, quantised with
-                sentence-transformers' ``quantize_embeddings`` (needs it installed; ranges from these embeddings).
-            device: accepted only as ``None`` or the encoder's own device: the encoder is placed once, when built
-                (``SentenceEncoder(..., device=...)``), not per call.
+            precision: ``"float32"`` (or ``None``), or ``"int8"``, ``"uint8"``, ``"binary"``, ``"ubinary"``,
+                quantised with sentence-transformers' ``quantize_embeddings`` (needs it installed; ranges from these
+                embeddings).
+            device: ``None`` or the encoder's own device (the encoder is placed once, when built:
+                ``SentenceEncoder(..., device=...)``), or a list of devices (``["cuda:0", "cuda:1"]``, ``"cpu"`` may
+                repeat): one spawned process per entry encodes a contiguous part
+                (:func:`~bertflow.scale.encode.encode_multi_device`), and the calibrator maps the result here.
+            truncate_dim: keep the first ``truncate_dim`` dimensions (before ``normalize_embeddings``); ``None``: the
+                Embedder's :attr:`truncate_dim`.
             prompt, prompt_name: refused unless ``None``: the calibrator was fitted on embeddings of sentences
                 without a prompt, and a prompt would change what it is applied to.
+            output_value: only ``"sentence_embedding"`` (token embeddings are not calibrated).
 
         ``sentences`` may also be the ``DataLoader`` that ``mteb.evaluate(embedder, ...)`` passes, with MTEB's
         keywords: see :class:`bertflow.integrations.mteb.MTEBEncoder`.
 
         Raises:
             TypeError: a keyword that neither bertflow nor sentence-transformers' ``encode`` knows (all named).
-            InputError: a prompt, another device, an unknown precision.
+            InputError: a prompt, another device, an unknown precision, a ``truncate_dim`` outside [1, D'], an
+                ``output_value`` other than ``"sentence_embedding"``.
         """
         if isinstance(sentences, torch.utils.data.DataLoader):  # called by mteb.evaluate(embedder, ...)
             st_kwargs = {"batch_size": batch_size, "show_progress_bar": show_progress_bar, "precision": precision}
             return self.to_mteb().encode(sentences, **unknown, **{k: v for k, v in st_kwargs.items() if v is not None})
+        precision = "float32" if precision is None else precision  # sentence-transformers' evaluators pass None
         check_encode_keywords(
             unknown,
             prompt=prompt,
@@ -285,20 +332,74 @@ class Embedder:
             device=device,
             encoder_device=self.encoder.device,
             precision=precision,
+            output_value=output_value,
         )
         self.check_fitted()
-        out = self.encoder.encode(
-            sentences, batch_size=batch_size, show_progress_bar=show_progress_bar, transform=self._device_transform()
-        )
+        truncate_dim = self.truncate_dim if truncate_dim is None else truncate_dim
+        check_truncate_dim(truncate_dim, self.calibrator_dim())
+        if isinstance(device, (list, tuple)):
+            out = self._encode_on_devices(sentences, [str(d) for d in device], batch_size=batch_size)
+        else:
+            transform = self._device_transform()
+            out = self.encoder.encode(
+                sentences, batch_size=batch_size, show_progress_bar=show_progress_bar, transform=transform
+            )
         return convert_embeddings(
             out,
             single=isinstance(sentences, str),
             device=self.encoder.device,
+            truncate_dim=truncate_dim,
             normalize_embeddings=normalize_embeddings,
             precision=precision,
             convert_to_tensor=convert_to_tensor,
             convert_to_numpy=convert_to_numpy,
         )
+
+    def _encode_on_devices(
+        self, sentences: str | Sequence[str], devices: list[str], *, batch_size: int | None
+    ) -> np.ndarray:
+        """``encode`` with one spawned process per device: raw vectors from
+        :func:`~bertflow.scale.encode.encode_multi_device`, calibrated in this process (float32 [N, D'] or [D'])."""
+        from .scale.encode import encode_multi_device
+
+        single = isinstance(sentences, str)
+        items = [sentences] if single else list(sentences)
+        raw = encode_multi_device(items, self.encoder, devices, dtype=self.encoder.dtype, batch_size=batch_size)
+        out = np.asarray(self.calibrator.transform(raw), dtype=np.float32)
+        return out[0] if single else out
+
+    def encode_query(self, sentences: str | Sequence[str], **kwargs: Any) -> Any:
+        """sentence-transformers' ``encode_query``: :meth:`encode` (same keywords). The calibrated space is
+        symmetric (one encoder, no prompts), so queries and documents are encoded alike."""
+        return self.encode(sentences, **kwargs)
+
+    def encode_document(self, sentences: str | Sequence[str], **kwargs: Any) -> Any:
+        """sentence-transformers' ``encode_document``: :meth:`encode` (same keywords), as :meth:`encode_query`."""
+        return self.encode(sentences, **kwargs)
+
+    @property
+    def similarity_fn_name(self) -> str:
+        """``"cosine"``: what :meth:`similarity` computes (sentence-transformers' attribute, read by its
+        evaluators). Setting it to anything else is an InputError: the calibrated space is built for cosine."""
+        return "cosine"
+
+    @similarity_fn_name.setter
+    def similarity_fn_name(self, value: str) -> None:
+        if str(getattr(value, "value", value)) != "cosine":
+            raise InputError(f"an Embedder compares by cosine only, not {value!r}")
+
+    @property
+    def device(self) -> torch.device:
+        """The encoder's device (sentence-transformers' ``model.device``)."""
+        return self.encoder.device
+
+    def get_embedding_dimension(self) -> int:
+        """Dimension of :meth:`encode`'s vectors: :attr:`truncate_dim` if set, else the calibrated dimension D'."""
+        return self.calibrator_dim() if self.truncate_dim is None else int(self.truncate_dim)
+
+    def get_sentence_embedding_dimension(self) -> int:
+        """As :meth:`get_embedding_dimension` (sentence-transformers' older name)."""
+        return self.get_embedding_dimension()
 
     def to_sentence_transformer(self, *, normalize: bool = False, portable: bool = True) -> Any:
         """This model as a ``sentence_transformers.SentenceTransformer`` whose ``encode`` gives the same vectors.
@@ -469,7 +570,8 @@ class Embedder:
             backend: ``"torch"`` (exact, blockwise) or ``"faiss"`` (exact ``IndexFlatIP``; needs ``faiss-cpu``).
             device: where the index keeps its vectors and computes scores.
             approximate: ``"auto"`` (exact below ``search.AUTO_APPROXIMATE_MIN_ROWS`` rows, else HNSW when faiss is
-                installed), ``"exact"``, ``"hnsw"`` or ``"ivf"``; see :class:`~bertflow.search.EmbeddingIndex`.
+                installed and its recall@10 measured on held-out rows reaches ``search.AUTO_MIN_RECALL``),
+                ``"exact"``, ``"hnsw"`` or ``"ivf"``; see :class:`~bertflow.search.EmbeddingIndex`.
             show_progress_bar: ``None`` shows one for 4,096 sentences or more.
 
         Returns:

@@ -16,7 +16,15 @@ import torch
 from .errors import InputError
 from .linalg import unit_rows
 
-__all__ = ["PRECISIONS", "are_embeddings", "check_encode_keywords", "convert_embeddings", "embedding_cosine"]
+__all__ = [
+    "PRECISIONS",
+    "EvaluationRecord",
+    "are_embeddings",
+    "check_encode_keywords",
+    "check_truncate_dim",
+    "convert_embeddings",
+    "embedding_cosine",
+]
 
 #: ``Embedder.encode(precision=...)`` values: sentence-transformers' (``quantize_embeddings``).
 PRECISIONS = ("float32", "int8", "uint8", "binary", "ubinary")
@@ -27,23 +35,39 @@ def check_encode_keywords(
     *,
     prompt: str | None,
     prompt_name: str | None,
-    device: str | torch.device | None,
+    device: str | torch.device | list[str | torch.device] | None,
     encoder_device: torch.device,
     precision: str,
+    output_value: str | None = "sentence_embedding",
 ) -> None:
     """Refuse, before any encoding, what ``Embedder.encode`` cannot honour.
 
     Raises:
         TypeError: ``unknown`` (keywords that neither bertflow nor sentence-transformers' ``encode`` knows) is not
             empty; all are named.
-        InputError: a prompt, a ``device`` other than ``encoder_device``, a precision not in :data:`PRECISIONS`.
+        InputError: a prompt, a single ``device`` other than ``encoder_device``, an empty or unparsable device list,
+            a precision not in :data:`PRECISIONS`, an ``output_value`` other than ``"sentence_embedding"``.
     """
     if unknown:
         raise TypeError(
             f"Embedder.encode() got unexpected keyword argument(s) {', '.join(map(repr, sorted(unknown)))}; it "
             "takes batch_size, show_progress_bar, convert_to_numpy, convert_to_tensor, normalize_embeddings, "
-            "precision, device (and prompt=None, prompt_name=None)"
+            "precision, device, truncate_dim (and prompt=None, prompt_name=None, output_value='sentence_embedding')"
         )
+    if output_value != "sentence_embedding":
+        raise InputError(
+            f"Embedder.encode() gives calibrated sentence embeddings only (output_value='sentence_embedding'), not "
+            f"{output_value!r}: the calibrator maps pooled sentence vectors, not token embeddings"
+        )
+    if isinstance(device, (list, tuple)):
+        if not device:
+            raise InputError("device=[] names no device: give one device, or a list of them (one process each)")
+        for d in device:
+            try:
+                torch.device(d)
+            except (RuntimeError, TypeError):
+                raise InputError(f"device list entry {d!r} is not a torch device ('cpu', 'cuda:0'...)") from None
+        device = None  # a list starts one process per entry: any device is fine
     if prompt is not None or prompt_name is not None:
         raise InputError(
             "Embedder.encode() takes no prompt: the calibrator was fitted on sentences without one, so a prompt "
@@ -58,23 +82,42 @@ def check_encode_keywords(
         raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
 
 
+def check_truncate_dim(truncate_dim: int | None, dim: int) -> None:
+    """Refuse a ``truncate_dim`` that is not ``None`` or an int in [1, ``dim``] (the calibrated dimension).
+
+    Raises:
+        InputError: naming the value and ``dim``.
+    """
+    if truncate_dim is None:
+        return
+    is_int = isinstance(truncate_dim, (int, np.integer)) and not isinstance(truncate_dim, bool)
+    if not is_int or not 1 <= truncate_dim <= dim:
+        raise InputError(
+            f"truncate_dim must be None or an integer in [1, {dim}] (the output dimension), got {truncate_dim!r}"
+        )
+
+
 def convert_embeddings(
     out: np.ndarray,
     *,
     single: bool,
     device: torch.device,
+    truncate_dim: int | None = None,
     normalize_embeddings: bool = False,
     precision: str = "float32",
     convert_to_tensor: bool = False,
     convert_to_numpy: bool = True,
 ) -> Any:
     """``out`` (float32 [N, D'], or [D'] for one sentence when ``single``) as sentence-transformers' ``encode``
-    returns it with these keywords: unit rows, quantised (``quantize_embeddings``, ranges from ``out`` itself),
-    and an array, one tensor on ``device``, or (``convert_to_numpy=False``) a list of N tensors [D'].
+    returns it with these keywords: the first ``truncate_dim`` columns, unit rows (after truncation, as
+    sentence-transformers), quantised (``quantize_embeddings``, ranges from ``out`` itself), and an array, one
+    tensor on ``device``, or (``convert_to_numpy=False``) a list of N tensors [D'].
 
     Raises:
         InputError: a precision other than float32 without sentence-transformers installed.
     """
+    if truncate_dim is not None:
+        out = np.ascontiguousarray(out[..., :truncate_dim])
     if normalize_embeddings:
         out = unit_rows(np.atleast_2d(out)).astype(np.float32).reshape(out.shape)
     if precision != "float32":
@@ -124,3 +167,21 @@ def embedding_cosine(a: np.ndarray | torch.Tensor, b: np.ndarray | torch.Tensor,
     else:
         sims = za @ zb.T
     return torch.from_numpy(sims.astype(np.float32))
+
+
+class EvaluationRecord:
+    """The ``model_card_data`` that sentence-transformers' evaluators write their metrics to
+    (``evaluator(model)`` calls ``model.model_card_data.set_evaluation_metrics``).
+
+    Attributes:
+        evaluations: one dict per evaluator call, ``{"evaluator", "metrics", "epoch", "step"}``, oldest first.
+    """
+
+    def __init__(self) -> None:
+        self.evaluations: list[dict[str, Any]] = []
+
+    def set_evaluation_metrics(self, evaluator: Any, metrics: dict[str, Any], epoch: int = 0, step: int = 0) -> None:
+        """Record ``metrics`` (metric name -> value) of ``evaluator`` (its class name is kept)."""
+        self.evaluations.append(
+            {"evaluator": type(evaluator).__name__, "metrics": dict(metrics), "epoch": epoch, "step": step}
+        )

@@ -17,14 +17,18 @@ Approximate search (``approximate=``, needs faiss) trades a little recall for sp
   per node, ``ef_search`` candidates per query (higher: better recall, slower).
 - ``"ivf"``: a ``faiss.IndexIVFFlat`` with ``nlist = round(sqrt(N))`` lists (k-means trained on the rows) and
   ``nprobe`` lists visited per query; ``nprobe >= nlist`` visits every list and is exact.
-- ``"auto"`` (default): exact below :data:`AUTO_APPROXIMATE_MIN_ROWS` rows, HNSW from there on when faiss is
-  installed (exact otherwise, with a logged note).
+- ``"auto"`` (default): exact below :data:`AUTO_APPROXIMATE_MIN_ROWS` rows. From there on, with faiss installed, HNSW
+  only if its recall@10, measured on a held-out sample of the index's own rows (:meth:`EmbeddingIndex.measure_recall`),
+  reaches :data:`AUTO_MIN_RECALL`; exact otherwise. Calibrated (whitened, flow) embeddings are close to isotropic, the
+  hard case for HNSW, so a fixed switch could silently lose most true neighbours. The measurement is kept in
+  :attr:`EmbeddingIndex.recall` (and ``index.json``) and reported by ``bertflow search build``.
 
 The approximate structure is built from the stored vectors at the first query after rows were added (IVF needs all
-rows to train), and rebuilt after a load: only the vectors are saved, never a faiss binary, so a saved index does not
-depend on the faiss version (the price: each process pays the build once, e.g. ~40 s for HNSW over 100k x 384 rows on
-2 CPU cores). ``index.json`` records the requested kind and its parameters; where faiss is missing a saved approximate
-index loads as exact (with a warning), and ``load(approximate="exact")`` asks for that. An approximate search may
+rows to train). :meth:`EmbeddingIndex.save` writes it too (``ann.faiss``, with its sha256 in ``index.json``), so a
+CLI query loads it instead of rebuilding it (HNSW over 100k x 384 rows takes ~40 s to build on 2 CPU cores); a
+faiss that cannot read the file (another version) rebuilds it from the vectors, with a warning. ``index.json`` records
+the requested kind and its parameters; where faiss is missing a saved approximate index loads as exact (with a
+warning), and ``load(approximate="exact")`` asks for that. An approximate search may
 find fewer than ``k`` rows (IVF with small ``nprobe``); :meth:`EmbeddingIndex.topk` marks the missing places with
 row ``-1`` and score ``-inf``, and :meth:`EmbeddingIndex.search` leaves them out.
 
@@ -37,6 +41,7 @@ A saved index is a folder::
                                  index.json (``content_sha256``), so an edited id or text is refused on load;
                                  the kind of search (``approximate``) and its ``ann_params``
       embeddings.safetensors     float32 [N, D] (unit rows for cosine)
+      ann.faiss                  only for an approximate search: the faiss HNSW / IVF index (faiss.write_index)
 
 Searching a saved index with a different model is refused (:meth:`EmbeddingIndex.check_model`): scores between
 vectors of two different embedding spaces are meaningless, and nothing else would reveal the mistake.
@@ -69,6 +74,7 @@ __all__ = [
     "INDEX_CONFIG",
     "INDEX_EMBEDDINGS",
     "AUTO_APPROXIMATE_MIN_ROWS",
+    "AUTO_MIN_RECALL",
     "faiss_available",
 ]
 
@@ -76,6 +82,7 @@ logger = logging.getLogger(__name__)
 
 INDEX_CONFIG = FOLDER_KINDS["index"][0]  # "index.json"
 INDEX_EMBEDDINGS = "embeddings.safetensors"
+INDEX_ANN = "ann.faiss"
 _FORMAT_NAME = FOLDER_KINDS["index"][2]  # "bertflow-index"
 
 Metric = Literal["cosine", "dot"]
@@ -83,9 +90,14 @@ Backend = Literal["torch", "faiss"]
 Approximate = Literal["auto", "exact", "hnsw", "ivf"]
 APPROXIMATE_KINDS = ("auto", "exact", "hnsw", "ivf")
 
-#: ``approximate="auto"`` searches exactly below this many rows and with HNSW from it on (when faiss is installed):
-#: below it an exact search of one query takes a few milliseconds on a CPU, and recall below 1 buys little.
+#: ``approximate="auto"`` searches exactly below this many rows, and from it on considers HNSW (when faiss is
+#: installed and its recall reaches :data:`AUTO_MIN_RECALL`): below it an exact search of one query takes a few
+#: milliseconds on a CPU, and recall below 1 buys little.
 AUTO_APPROXIMATE_MIN_ROWS = 100_000
+#: ``approximate="auto"`` chooses HNSW only when its measured recall@10 reaches this (else it searches exactly).
+AUTO_MIN_RECALL = 0.95
+#: Rows drawn (seeded) as held-out queries by :meth:`EmbeddingIndex.measure_recall`.
+RECALL_SAMPLE = 500
 ItemId = str | int
 
 
@@ -140,6 +152,12 @@ def _content_digest(config: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def _by_score_then_row(scores: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Deterministic order among equal scores (block merging and faiss do not guarantee one): by row."""
+    order = np.lexsort((rows, -scores), axis=-1)
+    return np.take_along_axis(scores, order, -1), np.take_along_axis(rows, order, -1).astype(np.int64)
+
+
 def _check_ids(ids: Sequence[Any], n: int, taken: set[ItemId]) -> list[ItemId]:
     """Validate ids: one per row, str or int (they go to JSON), unique within themselves and the index."""
     if isinstance(ids, (str, bytes)):
@@ -170,7 +188,8 @@ class EmbeddingIndex:
             ``None`` for bare vectors. Saved with the index and checked by :meth:`check_model`.
         query_chunk_size, corpus_chunk_size: block sizes of the torch backend (results do not depend on them).
         approximate: ``"auto"`` (exact below :data:`AUTO_APPROXIMATE_MIN_ROWS` rows, else HNSW if faiss is
-            installed), ``"exact"``, ``"hnsw"`` or ``"ivf"`` (both need faiss); see the module docstring.
+            installed and its measured recall reaches :data:`AUTO_MIN_RECALL`), ``"exact"``, ``"hnsw"`` or
+            ``"ivf"`` (both need faiss); see the module docstring.
         hnsw_m: HNSW links per node (faiss ``M``).
         ef_search: HNSW candidate list size per query (faiss ``efSearch``); at least ``k`` is used.
         ef_construction: HNSW candidate list size while inserting (faiss ``efConstruction``).
@@ -246,6 +265,8 @@ class EmbeddingIndex:
         }
         # The approximate faiss index over all rows, built at the first query after an add (None: not built).
         self._ann: Any = None
+        #: The last recall measurement (:meth:`measure_recall`) for the current rows, or ``None``.
+        self.recall: dict[str, Any] | None = None
         self._auto_noted = False
         self._faiss: Any = None
         if backend == "faiss":
@@ -337,6 +358,7 @@ class EmbeddingIndex:
         if self._faiss is not None:
             self._faiss.add(block.numpy())
         self._ann = None  # rebuilt with the new rows at the next query
+        self.recall = None  # measured again for the new rows
         self.ids.extend(new_ids)
         self._id_set.update(new_ids)
         if texts is not None:
@@ -381,7 +403,57 @@ class EmbeddingIndex:
                 )
                 self._auto_noted = True
             return "exact"
-        return "hnsw"
+        if self.recall is None or self.recall["kind"] != "hnsw":
+            self.measure_recall("hnsw")
+        assert self.recall is not None
+        if self.recall["recall_at_k"] >= AUTO_MIN_RECALL:
+            return "hnsw"
+        if self._ann is not None:
+            self._ann = None  # the graph built to measure recall is not used: free it
+            logger.info(
+                "HNSW recall@10 %.3f < %.2f on this index: searching exactly (approximate='hnsw' with a larger "
+                "ef_search to force it)",
+                self.recall["recall_at_k"],
+                AUTO_MIN_RECALL,
+            )
+        return "exact"
+
+    def measure_recall(
+        self, kind: Literal["hnsw", "ivf"], *, k: int = 10, sample: int = RECALL_SAMPLE, seed: int = 0
+    ) -> dict[str, Any]:
+        """Recall@k of the approximate search ``kind`` against the exact one, on a held-out sample of the index:
+        ``sample`` rows drawn with ``seed`` are the queries, and each query's own row is left out of both answers
+        (it would be a free hit). Builds the faiss index if needed; sets and returns :attr:`recall`:
+        ``{"kind", "k", "recall_at_k", "sample", "rows", "min_recall"}`` (recall in [0, 1]).
+
+        Raises:
+            InputError: faiss missing, or an index of fewer than 2 rows.
+        """
+        n = len(self)
+        if n < 2:
+            raise InputError("measuring recall needs an index of at least 2 rows")
+        picked = np.sort(np.random.default_rng(seed).choice(n, size=min(int(sample), n), replace=False))
+        queries = np.ascontiguousarray(self._corpus()[torch.from_numpy(picked).to(self.device)].cpu().numpy())
+        depth = min(int(k) + 1, n)
+        _, exact = self._exact_topk(queries, depth)
+        _, approx = self._ann_topk(kind, queries, depth)
+        hits = []
+        for own, e, a in zip(picked, exact, approx, strict=True):
+            truth = [r for r in e if r != own][:k]
+            found = {r for r in a if r != own and r >= 0}
+            hits.append(len(found.intersection(truth)) / max(1, len(truth)))
+        self.recall = {
+            "kind": kind,
+            "k": int(k),
+            "recall_at_k": round(float(np.mean(hits)), 4),
+            "sample": len(picked),
+            "rows": n,
+            "min_recall": AUTO_MIN_RECALL,
+        }
+        logger.info(
+            "%s search: recall@%d %.3f on %d held-out rows of %d", kind, k, self.recall["recall_at_k"], len(picked), n
+        )
+        return self.recall
 
     def _ann_index(self, kind: str) -> Any:
         """The faiss HNSW or IVF index over the current rows (inner product), built once per set of rows."""
@@ -432,21 +504,25 @@ class EmbeddingIndex:
             return np.empty((len(q), k), np.float32), np.empty((len(q), k), np.int64)
         q = self._prepare(q)
         kind = self.search_kind()
-        if kind != "exact":
-            ann = self._ann_index(kind)
-            if kind == "hnsw":
-                ann.hnsw.efSearch = max(int(self.ann_params["ef_search"]), k)
-            else:
-                ann.nprobe = min(int(self.ann_params["nprobe"]), ann.nlist)
-            scores, rows = ann.search(q, k)
-            scores = np.where(rows < 0, -np.inf, scores).astype(np.float32)
-        elif self._faiss is not None:
+        return self._exact_topk(q, k) if kind == "exact" else self._ann_topk(kind, q, k)
+
+    def _ann_topk(self, kind: str, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Approximate top-k of prepared queries ``q`` (see :meth:`topk`)."""
+        ann = self._ann_index(kind)
+        if kind == "hnsw":
+            ann.hnsw.efSearch = max(int(self.ann_params["ef_search"]), k)
+        else:
+            ann.nprobe = min(int(self.ann_params["nprobe"]), ann.nlist)
+        scores, rows = ann.search(q, k)
+        return _by_score_then_row(np.where(rows < 0, -np.inf, scores).astype(np.float32), rows)
+
+    def _exact_topk(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Exact top-k of prepared queries ``q`` (see :meth:`topk`)."""
+        if self._faiss is not None:
             scores, rows = self._faiss.search(q, k)
         else:
             scores, rows = self._torch_topk(torch.from_numpy(q), k)
-        # Deterministic order among equal scores (block merging and faiss do not guarantee one): by row.
-        order = np.lexsort((rows, -scores), axis=-1)
-        return np.take_along_axis(scores, order, -1), np.take_along_axis(rows, order, -1).astype(np.int64)
+        return _by_score_then_row(scores, rows)
 
     @torch.inference_mode()
     def _torch_topk(self, q: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -536,8 +612,18 @@ class EmbeddingIndex:
             OutputError: ``path`` may not be written (see :func:`~bertflow.io.files.check_output_folder`).
         """
         check_output_folder(path, "index", overwrite=overwrite)
+        kind = self.search_kind() if len(self) else "exact"
+        if kind != "exact" and (self.recall is None or self.recall["kind"] != kind):
+            self.measure_recall(kind)  # reported with the index, whether auto chose the kind or the caller did
         with atomic_directory(path) as tmp:
             save_arrays(tmp / INDEX_EMBEDDINGS, {"embeddings": self._corpus().cpu().numpy()})
+            files = {INDEX_EMBEDDINGS: sha256_file(tmp / INDEX_EMBEDDINGS)}
+            ann_file = None
+            if kind != "exact":
+                faiss = _import_faiss(f"approximate={kind!r}", "approximate='exact'")
+                faiss.write_index(self._ann_index(kind), str(tmp / INDEX_ANN))
+                files[INDEX_ANN] = sha256_file(tmp / INDEX_ANN)
+                ann_file = {"kind": kind, "faiss_version": getattr(faiss, "__version__", None)}
             config = {
                 "format": _FORMAT_NAME,
                 "format_version": FORMAT_VERSION,
@@ -552,7 +638,9 @@ class EmbeddingIndex:
                 "model_source": self.model_source,
                 "ids": self.ids,
                 "texts": self.texts,
-                "files": {INDEX_EMBEDDINGS: sha256_file(tmp / INDEX_EMBEDDINGS)},
+                "recall": self.recall,
+                "ann_file": ann_file,
+                "files": files,
             }
             config[_CONTENT_KEY] = _content_digest(config)
             write_json(tmp / INDEX_CONFIG, config)
@@ -640,7 +728,32 @@ class EmbeddingIndex:
         index.model_source = config.get("model_source")
         # The stored rows are already prepared (normalised for cosine); add them as they are.
         index._add_prepared(matrix.astype(np.float32), _check_ids(ids, len(ids), set()), texts)
+        index.recall = config.get("recall")
+        index._load_ann(folder, config)
         return index
+
+    def _load_ann(self, folder: Path, config: dict[str, Any]) -> None:
+        """Reuse the saved faiss index (checked against its sha256) when this index searches with the same kind."""
+        saved = config.get("ann_file")
+        if not saved:
+            return
+        file = folder / INDEX_ANN
+        if not file.is_file() or sha256_file(file) != config.get("files", {}).get(INDEX_ANN):
+            raise ModelFileError(
+                f"{file} is missing or does not match its checksum: it is truncated, corrupted or edited"
+            )
+        if not faiss_available() or self.search_kind() != saved["kind"]:
+            return
+        import faiss
+
+        try:
+            ann = faiss.read_index(str(file))
+        except RuntimeError as e:  # written by a faiss this one cannot read: the vectors are enough to rebuild it
+            logger.warning("%s cannot be read by this faiss (%s); it is rebuilt from the vectors", file, e)
+            return
+        if ann.ntotal != len(self) or ann.d != self.dim:
+            raise ModelFileError(f"{file} holds {ann.ntotal} x {ann.d} vectors, not {len(self)} x {self.dim}")
+        self._ann = (saved["kind"], ann)
 
     def _add_prepared(self, matrix: np.ndarray, ids: list[ItemId], texts: list[str] | None) -> None:
         block = torch.from_numpy(np.ascontiguousarray(matrix))

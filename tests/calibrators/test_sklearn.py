@@ -37,6 +37,7 @@ ESTIMATORS = [
     AllButTheTopCalibrator(1),
     ChainCalibrator([StandardNormCalibrator(), AllButTheTopCalibrator(1)]),
     FlowCalibrator(**FAST_FLOW),
+    FlowCalibrator(),  # the defaults, with each check they cannot pass and why (DEFAULT_FLOW_LIMITS)
     AnchoredWhiteningCalibrator(),
     AutoCalibrator(),
 ]
@@ -50,7 +51,55 @@ SKIPPED = {
 }
 
 
+_TOO_FEW_ROWS = (
+    "FlowCalibrator() refuses fewer than min_samples=32 rows (a density fitted on fewer is noise; that check comes "
+    "first), and this check fits on 10 to 30 rows; FAST_FLOW (min_samples=2) passes it"
+)
+_TOO_FEW_FEATURES = (
+    "FlowCalibrator() is the paper's 3-level Glow: each level halves the channels, so it needs at least 8 features "
+    "and refuses the 2 to 4 this check fits on (a one-line InputError); FAST_FLOW (n_levels=1) passes it"
+)
+#: The checks that FlowCalibrator() with its defaults fails, and why (issue 25: 24 of 47 failed unexplained).
+DEFAULT_FLOW_LIMITS = {
+    **{
+        name: _TOO_FEW_ROWS
+        for name in (
+            "check_fit_score_takes_y",
+            "check_estimators_overwrite_params",
+            "check_dont_overwrite_parameters",
+            "check_estimators_fit_returns_self",
+            "check_readonly_memmap_input",
+            "check_n_features_in_after_fitting",
+            "check_estimators_dtypes",
+            "check_estimators_empty_data_messages",
+            "check_pipeline_consistency",
+            "check_estimators_nan_inf",
+            "check_estimators_pickle",
+            "check_f_contiguous_array_estimator",
+            "check_transformer_data_not_an_array",
+            "check_transformer_general",
+            "check_transformer_preserve_dtypes",
+            "check_methods_sample_order_invariance",
+            "check_methods_subset_invariance",
+            "check_fit2d_1feature",
+            "check_dict_unchanged",
+        )
+    },
+    **{
+        name: _TOO_FEW_FEATURES
+        for name in (
+            "check_fit_idempotent",
+            "check_fit_check_is_fitted",
+            "check_n_features_in",
+            "check_positive_only_tag_during_fit",
+        )
+    },
+}
+
+
 def expected_failed_checks(estimator) -> dict[str, str]:
+    if isinstance(estimator, FlowCalibrator) and estimator.get_params() == FlowCalibrator().get_params():
+        return {**DEFAULT_FLOW_LIMITS, **SKIPPED}
     return dict(SKIPPED)  # the same for every calibrator
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import socket
 import tarfile
 import time
@@ -209,6 +210,25 @@ def test_download_pipeline_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert not (tmp_path / "bad" / download._COMPLETE_MARKER).exists()
 
     monkeypatch.setitem(datasets.OFFICIAL_EVAL_PAIRS, "STS-B", 1)
+    # Each built file is checked against its pinned sha256: these fixtures are not the real data.
+    with pytest.raises(InputError, match=r"does not match the pinned checksums: STS12/news.tsv \(sha256 \w{12}\.\.\., "
+                       r"expected none pinned\)"):  # fmt: skip
+        download_sts(tmp_path / "unpinned")
+    assert not (tmp_path / "unpinned" / download._COMPLETE_MARKER).exists()
+    header = b"score\tsentence1\tsentence2\n"
+    news = header + b'4.400\t A "quoted" man. \tA man.\n0.2\tCats purr.\tDogs bark. \n'
+    built = {f"{year}/news.tsv": news for year in download._SEMEVAL_YEARS}
+    built |= {f"{year}/forum.tsv": header + b"3\tx\ty\n" for year in download._SEMEVAL_YEARS}
+    built |= {f"STSBenchmark/{s}.tsv": header + f"1.5\t{s} a\t{s} b\n".encode() for s in ("train", "dev", "test")}
+    built |= {f"SICK/{name}": header + b"4\tp\tq\n" for name in download._SICK_URLS}
+    assert sorted(built) == sorted(download._built_files())
+    pins = {name: hashlib.sha256(content).hexdigest() for name, content in built.items()}
+    monkeypatch.setattr(download, "_EXPECTED_SHA256", {**pins, "SICK/test.tsv": "0" * 64})
+    with pytest.raises(
+        InputError, match=r"checksums: SICK/test.tsv \(sha256 \w{12}\.\.\., expected 000000000000\.\.\.\);"
+    ):
+        download_sts(tmp_path / "tampered")
+    monkeypatch.setattr(download, "_EXPECTED_SHA256", pins)
     out = download_sts(tmp_path / "cache")
     assert (out / download._COMPLETE_MARKER).is_file()
     tasks = load_sts_tasks(data_dir=out)
@@ -217,3 +237,13 @@ def test_download_pipeline_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert tasks["STS12"].eval_subsets["news"].sentences1 == [' A "quoted" man. ', "Cats purr."]
     assert tasks["STS-B"].splits["dev"].sentences1 == ["dev a"]
     assert tasks["SICK-R"].splits["dev"].sentences2 == ["q"]
+
+
+def test_pinned_checksums_cover_every_built_file_and_match_the_reference_copy(sts_dir: Path) -> None:
+    """Every file the downloader builds (NLI aside) has a pinned sha256, and the reference copy of the data (built
+    from the same official packages) has exactly those checksums."""
+    from bertflow.io.formats import sha256_file
+
+    assert sorted(download._built_files()) == sorted(download._EXPECTED_SHA256)
+    for name, digest in download._EXPECTED_SHA256.items():
+        assert sha256_file(sts_dir / name) == digest, name

@@ -4,34 +4,60 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from typing import Annotated
 
 import click
 import typer
 from typer.core import TyperGroup
 
-__all__ = ["app", "main"]
+__all__ = ["EXIT_BROKEN_PIPE", "EXIT_RUNTIME", "EXIT_USAGE", "app", "main"]
+
+#: Exit statuses (README, "Command line"). 0: done.
+#: A usage error: the command asked for something wrong (an unknown option or value, a missing or malformed input
+#: file, a model folder that does not load, an output path that may not be written); fix the command and rerun.
+EXIT_USAGE = 2
+#: A runtime error: the command was fine but the run failed (disk full, an I/O or permission error from the
+#: system, a flow that diverged); the same command may succeed on another machine or another try.
+EXIT_RUNTIME = 1
+#: The reader of standard output went away (``bertflow ... | head``): the command ends quietly, with 128 + SIGPIPE
+#: as a Unix tool killed by that signal.
+EXIT_BROKEN_PIPE = 141
+
+
+def _end_on_broken_pipe() -> None:
+    """Point standard output at /dev/null, so the interpreter's last flush cannot fail again with a traceback."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 class _Group(TyperGroup):
-    """Turns bertflow's own errors into one clear line on stderr and exit status 2, never a traceback."""
+    """Turns bertflow's own errors into one clear line on stderr and exit status :data:`EXIT_USAGE` or
+    :data:`EXIT_RUNTIME`, never a traceback; a closed standard output ends quietly (:data:`EXIT_BROKEN_PIPE`)."""
 
     def invoke(self, ctx: click.Context):  # noqa: ANN201
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:
+            _end_on_broken_pipe()
+            ctx.exit(EXIT_BROKEN_PIPE)
         except Exception as e:  # OSError included
             # Imported here, on the error path only: bertflow.errors loads scikit-learn (NotFittedError's base),
             # which `bertflow --help` should not pay for.
-            from ..errors import BertflowError, describe_os_error
+            from ..errors import BertflowError, DivergenceError, describe_os_error
 
-            if isinstance(e, BertflowError):
+            if isinstance(e, DivergenceError):
+                click.echo(f"bertflow: error: {e}", err=True)
+                ctx.exit(EXIT_RUNTIME)
+            elif isinstance(e, BertflowError):
                 click.echo(f"bertflow: error: {e}", err=True)
             elif isinstance(e, OSError):
                 # Disk full, a folder turned read-only mid-run...: what the system said, about which file, one line.
                 click.echo(f"bertflow: error: {describe_os_error(e)}", err=True)
+                ctx.exit(EXIT_RUNTIME)
             else:
                 raise
-            ctx.exit(2)
+            ctx.exit(EXIT_USAGE)
 
 
 app = typer.Typer(
@@ -73,4 +99,12 @@ def main() -> None:
     logging.basicConfig(
         level=os.environ.get("BERTFLOW_LOG", "WARNING").upper(), format="%(levelname)s %(name)s: %(message)s"
     )
-    app()
+    try:
+        app()
+    finally:
+        # Output still buffered when the command returned meets a closed pipe here, not at interpreter exit.
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _end_on_broken_pipe()
+            sys.exit(EXIT_BROKEN_PIPE)

@@ -6,7 +6,7 @@ import contextlib
 import json
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import numpy as np
 import typer
@@ -57,12 +57,14 @@ logger = logging.getLogger(__name__)
   bertflow fit ../shared/data/sts/STSBenchmark/train.tsv -c sentence1 -c sentence2 -o stsb-flow
 
   bertflow fit corpus.txt -o white --calibrator whitening-256 --pooling first-last-avg
+
+  zcat corpus.txt.gz | bertflow fit - -o my-flow      (- reads standard input)
 """
 )
 def fit(
     corpus: Annotated[
         Path,
-        typer.Argument(help="Text file, one sentence per line, or a TSV with --column.", exists=True, dir_okay=False),
+        typer.Argument(help="Text file, one sentence per line, or a TSV with --column; - reads standard input."),
     ],
     output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write the fitted model to.")],
     model: ModelOpt = None,
@@ -92,6 +94,7 @@ def fit(
     from ..validation import check_epochs
 
     # Every option is checked before the corpus is read and the encoder loaded, so none fails after the fit.
+    check_input_file(corpus)
     inputs = [corpus, *([model] if model else []), *([token_stats] if token_stats else [])]
     check_output_folder(output, "model", overwrite=overwrite, inputs=inputs)
     pooling = weighted_pooling(pooling, weighting)
@@ -109,7 +112,7 @@ def fit(
         sentences,
         batch_size=batch_size,
         show_progress_bar=not quiet,
-        regime=f"corpus {corpus.name}",
+        regime="corpus <stdin>" if str(corpus) == STDIO else f"corpus {corpus.name}",
         token_corpus=token_corpus,
         token_source=token_source,  # type: ignore[arg-type]  # checked by Embedder.fit
     )
@@ -131,22 +134,42 @@ def fit(
   bertflow encode sentences.txt -o vectors.npy --model-dir my-flow
 
   bertflow encode sentences.txt -o raw.npy --pooling cls      (raw encoder, no calibrator)
+
+  bertflow encode data.parquet --text-column text --id-column doc_id -o vectors.parquet --model-dir my-flow
+
+Input: a text file, a TSV with --column, or a Parquet / Arrow (.parquet, .arrow, .feather) table with
+--text-column. Output by suffix: .npy, or a .parquet / .arrow table (row, the --id-column if any, embedding).
 """
 )
 def encode(
     ctx: typer.Context,
     input: Annotated[
         Path,
-        typer.Argument(help="Text file, one sentence per line, or a TSV with --column; - reads standard input."),
+        typer.Argument(
+            help="Text file, one sentence per line, a TSV with --column, or a .parquet / .arrow table; - reads "
+            "standard input (text)."
+        ),
     ],
     output: Annotated[
-        Path, typer.Option("--output", "-o", help="Where to write the float32 [N, D] .npy; - writes standard output.")
+        Path,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Where to write the float32 [N, D] vectors: .npy, .parquet or .arrow (a table with a row column, "
+            "the --id-column and an embedding column); - writes a .npy to standard output.",
+        ),
     ],
     model_dir: ModelDirOpt = None,
     model: ModelOpt = None,
     pooling: PoolingOpt = "mean",
     max_length: MaxLenOpt = 64,
     column: ColumnOpt = None,
+    text_column: Annotated[
+        str | None, typer.Option(help="The text column of a Parquet / Arrow input (default: text).")
+    ] = None,
+    id_column: Annotated[
+        str | None, typer.Option(help="A Parquet / Arrow input column copied beside each embedding (table output).")
+    ] = None,
     encoding_errors: ErrorsOpt = EncodingErrors.strict,
     batch_size: BatchOpt = None,
     device: DeviceOpt = None,
@@ -155,7 +178,8 @@ def encode(
     threads: ThreadsOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Embed every line of a file into a .npy (streamed: memory stays bounded for any file size)."""
+    """Embed every line (or table row) of a file into a .npy, .parquet or .arrow (streamed: memory stays bounded
+    for any file size)."""
     from tqdm.auto import tqdm
 
     from ..embedder import iter_calibrated
@@ -166,6 +190,7 @@ def encode(
     check_input_file(input)
     if not to_stdout:
         check_output_file(output, inputs=[input, *([model_dir] if model_dir else [])], overwrite=overwrite)
+    table, out_kind = _table_options(input, output, column, text_column, id_column)
     check_device(device)
     check_model_dir_options(ctx, model_dir)
     limit_threads(threads)
@@ -176,7 +201,11 @@ def encode(
     else:
         encoder, calibrator = build_encoder(model, pooling, max_length, device, dtype), None
     n: int | None
-    if column:
+    if table is not None:
+        from ..io.arrow import iter_table_sentences
+
+        n, stream = table.check(), iter_table_sentences(table)
+    elif column:
         sentences = read_corpus(input, column, encoding_errors.value, False)
         n, stream = len(sentences), iter(sentences)
     elif _is_regular_file(input):
@@ -187,6 +216,16 @@ def encode(
         # A pipe, FIFO or terminal can be read only once: stream it, and write the row count into the header last.
         n, stream = None, _nonblank_lines(input, encoding_errors.value)
     dim = calibrator.n_features_out_ if calibrator is not None else encoder.dim
+    if out_kind != "npy":
+        from ..io.arrow import write_embedding_file
+
+        with tqdm(total=n, desc="encode", unit="sent", disable=quiet) as bar:
+            parts = iter_calibrated(encoder, calibrator, stream, batch_size=batch_size, progress=bar.update)
+            ids = table.read_ids if id_column else None
+            id_field = table.id_field() if id_column else None
+            row = write_embedding_file(output, out_kind, dim, parts, ids=ids, id_field=id_field)
+        typer.echo(json.dumps({"output": str(output), "rows": row, "dim": dim}))
+        return
     # Written under a temporary name (or spooled, for standard output) and published at the end: a failure never
     # leaves a half-filled .npy behind. Plain appends after the header, not a memory map: the written rows leave
     # memory as they go, so peak RSS stays that of one chunk whatever the file size.
@@ -203,6 +242,30 @@ def encode(
         out.seek(0)
         out.write(embeddings_npy_header(row, dim))
     typer.echo(json.dumps({"output": str(output), "rows": row, "dim": dim}), err=to_stdout)
+
+
+def _table_options(
+    input: Path,  # noqa: A002 - the command's own argument name
+    output: Path,
+    column: list[str] | None,
+    text_column: str | None,
+    id_column: str | None,
+) -> tuple[Any, str]:
+    """``encode``'s table input (a :class:`~bertflow.io.arrow.TableColumn`, or None for text) and output kind
+    (``"npy"``, ``"parquet"`` or ``"arrow"``, from the suffix), refusing options that do not fit them."""
+    from ..errors import InputError
+    from ..io.arrow import TABLE_SUFFIXES, TableColumn
+
+    in_kind = "text" if str(input) == STDIO else TABLE_SUFFIXES.get(input.suffix.lower(), "text")
+    out_kind = "npy" if str(output) == STDIO else TABLE_SUFFIXES.get(output.suffix.lower(), "npy")
+    if in_kind == "text" and (text_column or id_column):
+        raise InputError(f"--text-column and --id-column apply to a .parquet / .arrow input; {input} is read as text")
+    if in_kind != "text" and column:
+        raise InputError(f"--column is for a TSV input; name the text column of {input} with --text-column")
+    if id_column and out_kind == "npy":
+        raise InputError("--id-column needs a table output (-o x.parquet or x.arrow): a .npy holds only vectors")
+    table = TableColumn(input, text_column or "text", in_kind, id_column) if in_kind != "text" else None
+    return table, out_kind
 
 
 def check_input_file(path: Path) -> None:

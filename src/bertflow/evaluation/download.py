@@ -19,6 +19,7 @@ from pathlib import Path
 
 from bertflow.errors import DataNotFoundError, InputError
 from bertflow.io.files import atomic_file
+from bertflow.io.formats import sha256_file
 
 from ..io.text import BOM
 from .datasets import DEFAULT_CACHE_DIR, OFFICIAL_EVAL_PAIRS, USE_LOCAL_COPY
@@ -77,6 +78,44 @@ _SICK_URLS: dict[str, str] = {
 }
 _SNLI_URL = "https://nlp.stanford.edu/projects/snli/snli_1.0.zip"
 _COMPLETE_MARKER = ".bertflow-download-complete"
+
+# sha256 of every file the downloader builds from the official releases (NLI aside: raw SNLI is not what the
+# shipped SentEval-processed copy holds). They are the checksums of the files in bertflow's reference copy of the
+# data (../shared/data/sts/MANIFEST), which its README documents as built by the same rules (score, sentence1,
+# sentence2; unscored pairs dropped; CR removed) from the same official packages. A download that converts to
+# anything else (a changed, truncated or tampered source) is refused, and no completion marker is written.
+_EXPECTED_SHA256: dict[str, str] = {
+    "SICK/test.tsv": "978ef6b6956e3b7af701d349ca05d43b851d7e92b3790df22b41c785990b550e",
+    "SICK/train.tsv": "0faf8457e52c3da2591c349a6554f0fe2e88367b54a76cdd7bc372b054f4405b",
+    "SICK/trial.tsv": "8ece185afd97709376f8233e1ee7d3cb2fe933dd955e5ba6ebf68883cbf8fb57",
+    "STS12/MSRpar.tsv": "aeb678fd809e6451b534e3ead0da427a87134484a57e3bf47a2ffdfd219f9e84",
+    "STS12/MSRvid.tsv": "6ca5e7ad06c0ddf88b13f3789c2d82d4adc7e36bed979bbcfa28767e6821475a",
+    "STS12/SMTeuroparl.tsv": "a66ca4fb880dab10be3cda6dc1d20f1f5eea3ef37f481ff8b91ca9dd228a401e",
+    "STS12/surprise.OnWN.tsv": "2377ce2fc656aaf9dfc746b60febbdc6eb1de079975cf0a9e54ab30d0c7c0f7d",
+    "STS12/surprise.SMTnews.tsv": "92d6307eea9006f2ed529bdddcf6ceec82a188fd9db56f9d852ed5894f509e99",
+    "STS13/FNWN.tsv": "7113127cda71e956853916cc15eb57ce345163cc1930ef55ce5834104eb56ce6",
+    "STS13/OnWN.tsv": "4a502e080328de453e1175c8eec0acc9ba2fc85ee78ebc9799dd6f148171ffe6",
+    "STS13/headlines.tsv": "30652621bc6562fb6e40f4bf2100b6966da7231145a023fe16d4ba5a32edb5e2",
+    "STS14/OnWN.tsv": "99bff95d192576171169e2d205a4a32aa91ab7da3a352f3c1ff6076944a3051e",
+    "STS14/deft-forum.tsv": "4bb19ae87f7e81eb37e2f4499ed82acb7b1d4fb46bfa3806722f6ee987dfbe3a",
+    "STS14/deft-news.tsv": "a2c945a760b23095f7da79ab51048daa7a8f94df2f0e9b9d842bb9b7fe1b5ccd",
+    "STS14/headlines.tsv": "d3dfb8e133a10fb538805b4e226df2fa2a169b5464a4670d5fc4e0baa91797b2",
+    "STS14/images.tsv": "6fb4f9d1bc630f7fd47b2dc18bdce980995628cbcfd3ea15c793da78d3ebd842",
+    "STS14/tweet-news.tsv": "4a39cc18dbaba73ac06ddd159f5dcaa4a773ec06d140903b8b657e2174daa98f",
+    "STS15/answers-forums.tsv": "2db9a430d268a3ece75348273c483ed6e43a51a444ac27a1b8d3db0a83fb62e0",
+    "STS15/answers-students.tsv": "732cd8d0009d9acf9e28cf751c0eec724e41e44b61cffdbf6be3a86435725739",
+    "STS15/belief.tsv": "1c482e99c092c5d56b216e857702fde8eaec36a6e60320af3db8f6f0473beedc",
+    "STS15/headlines.tsv": "f0049a6fc3c875c785b3463be4109a77a593f75d4fb22ce509c2306772287493",
+    "STS15/images.tsv": "f0c8f6dd3d86ae98e857a35a4056843915ef23a965f5a31db2c8e1ba24675945",
+    "STS16/answer-answer.tsv": "de11aaf7429a02672713f3abb07eab94e9dead59db4ede3d0db72145c1bbdd42",
+    "STS16/headlines.tsv": "d3164e96f77e722b13252dde46e8db1224ab02f1178cbe1b89bd2aeb39f5ade6",
+    "STS16/plagiarism.tsv": "8cf3f81570b266a4f18744aadb853b12864dd1f0d720607a53015c859c78635e",
+    "STS16/postediting.tsv": "f4e9d5132e1786bdb3faa89f1a18a0e30ba42e105cd4afcce8d0d0739926bb3d",
+    "STS16/question-question.tsv": "aaf4f53d1047eb944dac8b4b67ddae80055032f81873ad357f8dbf619def476e",
+    "STSBenchmark/dev.tsv": "9847c811e123501874b7296eb2780c2e6864f19c51342590cc9db7abefe9840e",
+    "STSBenchmark/test.tsv": "9d449376d11bd3e1d319c0327dc0c42c1fc0c7491f3f84d4c591765c122233cf",
+    "STSBenchmark/train.tsv": "d46b45477888dd90b914ef6cf502bd8f4b27d52c792b6e54baec729705a14441",
+}
 
 
 def _clean_field(text: str) -> str:
@@ -304,6 +343,33 @@ def _download(url: str, dest: Path, timeout: float) -> Path:
     return dest
 
 
+def _built_files() -> list[str]:
+    """The files (relative to the data folder) that :func:`download_sts` builds, NLI aside."""
+    files = [f"{year}/{subset}.tsv" for year, spec in _SEMEVAL_YEARS.items() for subset in spec[3]]
+    files += [f"STSBenchmark/{split}.tsv" for split in ("train", "dev", "test")]
+    return files + [f"SICK/{name}" for name in _SICK_URLS]
+
+
+def _check_checksums(target: Path, files: Sequence[str]) -> None:
+    """Refuse built files whose sha256 is not the pinned one (:data:`_EXPECTED_SHA256`), all named at once.
+
+    Raises:
+        InputError: a file without a pinned checksum, or with another one.
+    """
+    bad = []
+    for name in files:
+        expected = _EXPECTED_SHA256.get(name)
+        got = sha256_file(target / name)
+        if expected != got:
+            pinned = f"{expected[:12]}..." if expected else "none pinned"
+            bad.append(f"{name} (sha256 {got[:12]}..., expected {pinned})")
+    if bad:
+        raise InputError(
+            f"downloaded data in {target} does not match the pinned checksums: {', '.join(bad)}; the source "
+            f"changed or the download was altered. {USE_LOCAL_COPY}"
+        )
+
+
 def download_sts(
     cache_dir: str | Path | None = None,
     *,
@@ -338,7 +404,8 @@ def download_sts(
     Raises:
         DataNotFoundError: A host is unreachable or a download fails; the message says how to use a local
             copy instead.
-        InputError: A downloaded file does not have the expected content.
+        InputError: A downloaded file does not have the expected content: pair counts, or the sha256 of a built
+            file (each is pinned; NLI aside).
     """
     target = Path(cache_dir).expanduser() if cache_dir is not None else DEFAULT_CACHE_DIR.expanduser()
     marker = target / _COMPLETE_MARKER
@@ -389,6 +456,7 @@ def download_sts(
     if wrong:
         detail = ", ".join(f"{t}: {n} (official {OFFICIAL_EVAL_PAIRS[t]})" for t, n in wrong.items())
         raise InputError(f"downloaded data in {target} has unexpected pair counts: {detail}")
+    _check_checksums(target, _built_files())
     marker.write_text("complete\n", encoding="utf-8")
     logger.info("STS data ready in %s", target)
     return target

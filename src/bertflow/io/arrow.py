@@ -10,7 +10,8 @@ when their shard is read, as blank lines of a text file are.
 Output. :class:`EmbeddingTableWriter` writes an embedding table (``row`` int64, an optional id column copied from
 the input, ``embedding`` fixed_size_list<float32>[D]) to an open binary file, one record batch or row group per
 block, hashing the bytes as they go; :func:`read_embedding_table` and :func:`embedding_table_rows` read one back.
-``bertflow.scale.store`` uses them for ``--format parquet|arrow`` stores.
+``bertflow.scale.store`` uses them for ``--format parquet|arrow`` stores, and ``bertflow encode`` for a ``.parquet`` /
+``.arrow`` output (:func:`write_embedding_file`, fed by :func:`iter_table_sentences`: both streamed).
 
 pyarrow is imported when first needed (``pip install 'bertflow[arrow]'``).
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -38,8 +39,10 @@ __all__ = [
     "EmbeddingTableWriter",
     "input_format",
     "open_input",
+    "iter_table_sentences",
     "read_embedding_table",
     "embedding_table_rows",
+    "write_embedding_file",
 ]
 
 #: File name suffixes read as tables, and their format.
@@ -165,6 +168,24 @@ class TableColumn:
         self._open()
         return self._starts[-1]
 
+    def check(self) -> int:
+        """Open the table and check its columns and that the text column has no nulls (metadata where it holds
+        null counts); return its row count. Unlike :meth:`index`, the file is not hashed.
+
+        Raises:
+            InputError: as :meth:`index`.
+        """
+        self._open()
+        self._check_no_nulls()
+        return self.rows
+
+    def id_field(self) -> Any:
+        """The ``pyarrow.Field`` of the id column (its name and type, copied into an output table)."""
+        if self.id_column is None:
+            raise ValueError("no id column was given")
+        file = self._open()
+        return (file.schema_arrow if self.kind == "parquet" else file.schema).field(self.id_column)
+
     def index(self, every: int) -> InputIndex:
         """Check the columns and that the text column has no nulls; hash the file (one streamed pass).
 
@@ -288,6 +309,17 @@ def open_input(
                 )
         return TextLines(Path(path), encoding_errors)
     return TableColumn(Path(path), text_column or "text", kind, id_column)
+
+
+def iter_table_sentences(source: TableColumn, block_rows: int = 65536) -> Iterator[str]:
+    """The sentences of every row of ``source`` in order, read ``block_rows`` at a time (memory: one block).
+
+    Raises:
+        InputError: a null or blank row, named (:meth:`TableColumn.read`).
+    """
+    n = source.rows
+    for start in range(0, n, block_rows):
+        yield from source.read(start, min(n, start + block_rows))
 
 
 # -- embedding tables (the shards of --format parquet|arrow stores) ----------------------------------------------
@@ -415,3 +447,32 @@ def read_embedding_table(path: str | Path, kind: str, dim: int, first_row: int) 
     parts = [c.flatten().to_numpy(zero_copy_only=False) for c in table.column(EMBEDDING_COLUMN).chunks]
     flat = np.concatenate(parts) if len(parts) != 1 else parts[0]
     return np.asarray(flat, dtype=np.float32).reshape(len(rows), int(dim))
+
+
+def write_embedding_file(
+    path: str | Path,
+    kind: str,
+    dim: int,
+    blocks: Iterable[np.ndarray],
+    *,
+    ids: Callable[[int, int], Any] | None = None,
+    id_field: Any = None,
+) -> int:
+    """Write float32 ``blocks`` ([n, D] each, in row order) as one embedding table at ``path``, streamed and atomic
+    (a failure leaves ``path`` as it was). Returns the number of rows.
+
+    Args:
+        kind: ``"parquet"`` or ``"arrow"`` (:class:`EmbeddingTableWriter`).
+        ids: ``ids(start, stop)`` gives the id column's values of rows ``[start, stop)`` (a pyarrow array), e.g.
+            :meth:`TableColumn.read_ids`; with ``id_field``, its field.
+    """
+    from .files import atomic_file
+
+    rows = 0
+    with atomic_file(path, "wb") as fh:
+        writer = EmbeddingTableWriter(fh, kind, dim, id_field)
+        for block in blocks:
+            writer.write(rows, block, None if ids is None else ids(rows, rows + len(block)))
+            rows += len(block)
+        writer.close()
+    return rows

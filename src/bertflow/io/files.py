@@ -567,39 +567,36 @@ LOCK_NAME = ".lock"
 
 @contextlib.contextmanager
 def folder_lock(folder: str | Path, what: str) -> Iterator[None]:
-    """Hold ``FOLDER/.lock`` (host and pid inside) while ``what`` runs, so that two runs never write one folder.
+    """Hold ``FOLDER/.lock`` while ``what`` runs, so that two runs never write one folder.
 
-    A lock left by a dead process of this host is taken over; a live one is an :class:`OutputError`.
+    The lock is the ``filelock`` package's (an OS lock on the file: ``flock`` where the file system has it, a
+    marker file otherwise), so the lock of a killed process is free again at once, on every host that sees the
+    folder. The holder writes its host and pid into the file, for the message another run gets: an
+    :class:`OutputError`, at once (no waiting). The file is removed when the lock is let go.
     """
-    lock = Path(folder) / LOCK_NAME
-    me = f"{socket.gethostname()}-{os.getpid()}"
-    for _ in range(2):
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            try:
-                owner = lock.read_text(encoding="utf-8").strip()
-            except OSError:
-                owner = ""
-            writer = _writer_of(owner, "")
-            if writer is not None and not writer_is_alive(*writer):
-                lock.unlink(missing_ok=True)
-                continue
-            raise OutputError(
-                f"{folder} is in use by another {what} (process {owner or 'unknown'}, lock file {lock}); wait for "
-                f"it to finish, or delete {lock} if that process no longer runs"
-            ) from None
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(me + "\n")
-        break
-    else:  # pragma: no cover - another process took the stale lock at the same moment
-        raise OutputError(f"{folder} is in use by another {what} (lock file {lock})")
+    from filelock import FileLock, Timeout
+
+    path = Path(folder) / LOCK_NAME
+    lock = FileLock(path, timeout=0)
     try:
+        lock.acquire()
+    except Timeout:
+        try:
+            owner = path.read_text(encoding="utf-8").strip()
+        except OSError:
+            owner = ""
+        raise OutputError(
+            f"{folder} is in use by another {what} (process {owner or 'unknown'}, lock file {path}); wait for it "
+            "to finish"
+        ) from None
+    try:
+        path.write_text(f"{socket.gethostname()}-{os.getpid()}\n", encoding="utf-8")
         yield
     finally:
+        # Removed while still held: a run that opened the old file before finds it unlinked and takes a new one.
         with contextlib.suppress(OSError):
-            if lock.read_text(encoding="utf-8").strip() == me:
-                lock.unlink()
+            path.unlink()
+        lock.release()
 
 
 def current_umask() -> int:

@@ -1,0 +1,85 @@
+"""``bertflow encode`` reads Parquet / Arrow tables and writes .parquet / .arrow / .npy (issue 25 item 1): streamed,
+ids carried over, the same vectors as the text path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+import pyarrow.feather as feather  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+from bertflow import Embedder, WhiteningCalibrator  # noqa: E402
+from bertflow.cli import EXIT_USAGE, app  # noqa: E402
+
+from ..conftest import SENTENCES  # noqa: E402
+
+LINES = [f"{a} {b}" for a in SENTENCES for b in SENTENCES][:50]
+runner = CliRunner()
+
+
+def invoke(*args: object):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_encoder, tmp_path_factory) -> Path:
+    return Embedder(tiny_encoder, WhiteningCalibrator(8)).fit(LINES).save(tmp_path_factory.mktemp("m") / "model")
+
+
+@pytest.fixture()
+def inputs(tmp_path: Path) -> dict[str, Path]:
+    table = pa.table({"doc_id": pa.array([f"d{i:03d}" for i in range(len(LINES))]), "body": LINES})
+    (tmp_path / "lines.txt").write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    pq.write_table(table, tmp_path / "data.parquet", row_group_size=16)  # several row groups, streamed
+    feather.write_feather(table, tmp_path / "data.arrow", chunksize=16)
+    return {"text": tmp_path / "lines.txt", "parquet": tmp_path / "data.parquet", "arrow": tmp_path / "data.arrow"}
+
+
+def test_tables_in_and_out_give_the_text_paths_vectors_with_ids(model_dir, inputs, tmp_path):
+    r = invoke("encode", inputs["text"], "-o", tmp_path / "want.npy", "--model-dir", model_dir, "-q")
+    assert r.exit_code == 0, r.output
+    want = np.load(tmp_path / "want.npy")
+    for kind in ("parquet", "arrow"):
+        table_args = ["--text-column", "body", "--model-dir", model_dir, "-q"]
+        out = tmp_path / f"vectors-{kind}.{kind}"
+        r = invoke("encode", inputs[kind], "-o", out, *table_args, "--id-column", "doc_id")
+        assert r.exit_code == 0, r.output
+        got = pq.read_table(out) if kind == "parquet" else feather.read_table(out)
+        assert got.column_names == ["row", "doc_id", "embedding"]
+        assert got.column("doc_id").to_pylist() == [f"d{i:03d}" for i in range(len(LINES))]
+        assert got.column("row").to_pylist() == list(range(len(LINES)))
+        np.testing.assert_array_equal(np.stack(got.column("embedding").to_numpy(zero_copy_only=False)), want)
+        r = invoke("encode", inputs[kind], "-o", tmp_path / f"{kind}.npy", *table_args)  # table in, .npy out
+        assert r.exit_code == 0, r.output
+        np.testing.assert_array_equal(np.load(tmp_path / f"{kind}.npy"), want)
+    r = invoke("encode", inputs["text"], "-o", tmp_path / "from-text.arrow", "--model-dir", model_dir, "-q")
+    assert r.exit_code == 0, r.output  # text in, table out: the row column numbers the lines
+    got = feather.read_table(tmp_path / "from-text.arrow")
+    assert got.column_names == ["row", "embedding"] and got.num_rows == len(LINES)
+    np.testing.assert_array_equal(np.stack(got.column("embedding").to_numpy(zero_copy_only=False)), want)
+
+
+def test_table_options_that_do_not_fit_are_usage_errors(model_dir, inputs, tmp_path):
+    base = ["--model-dir", model_dir, "-q"]
+    parquet, text = inputs["parquet"], inputs["text"]
+    cases = [
+        ([parquet, "-o", tmp_path / "x.npy", "--text-column", "body", "--id-column", "doc_id"], "needs a table output"),
+        ([text, "-o", tmp_path / "x.parquet", "--text-column", "body"], "apply to a .parquet / .arrow input"),
+        ([parquet, "-o", tmp_path / "x.parquet", "-c", "body"], "--column is for a TSV input"),
+        ([parquet, "-o", tmp_path / "x.parquet"], "has no column 'text'; its columns: doc_id, body"),
+        ([parquet, "-o", tmp_path / "x.parquet", "--text-column", "doc_id", "--id-column", "nope"], "no column 'nope'"),
+    ]
+    for args, message in cases:
+        r = invoke("encode", *args, *base)
+        assert r.exit_code == EXIT_USAGE and message in r.stderr and r.stderr.count("\n") == 1, (args, r.stderr)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("x.")]  # nothing written
+    nulls = tmp_path / "nulls.parquet"
+    pq.write_table(pa.table({"text": ["fine", None, "also fine"]}), nulls)
+    r = invoke("encode", nulls, "-o", tmp_path / "y.parquet", *base)
+    assert r.exit_code == EXIT_USAGE and "1 null value(s), the first at row 1" in r.stderr
+    assert not (tmp_path / "y.parquet").exists()
