@@ -229,7 +229,8 @@ class GridConfig:
         poolings: pooling names (or comma-separated layer indices).
         calibrators: calibrator specs (:func:`bertflow.calibrators.parse_calibrator`); ``None`` uses
             :func:`default_calibrators` for the model's dimension.
-        regimes: subset of :data:`REGIMES`.
+        regimes: subset of :data:`REGIMES`, or ``["per-set"]`` alone for
+            :func:`bertflow.evaluation.perset.run_per_set`.
         tasks: STS task names.
         seeds: flow rows are fitted with seeds ``0 .. seeds-1`` and reported as mean +- std.
         corpus: sentences of the ``corpus`` regime; ``corpus_name`` names them in reports.
@@ -245,6 +246,9 @@ class GridConfig:
         fit_threads: BLAS threads while fitting and scoring calibrators (through ``threadpoolctl``; ``None`` keeps the
             library default). 1 by default: the matrices are small, and when other processes hold the cores a
             multi-threaded SVD waits on thread barriers (measured 11x slower on a busy 2-core machine).
+        fit_sizes: per-set regime only: sample sizes fitted besides all of each set's sentences
+            (:mod:`bertflow.evaluation.perset`).
+        sample_seed: per-set regime only: the seed of those samples.
         command: the command line that produced the run, for the report.
     """
 
@@ -267,7 +271,24 @@ class GridConfig:
     flow_options: Mapping[str, Any] = field(default_factory=dict)
     fit_threads: int | None = 1
     paper_rows: str | None = None
+    fit_sizes: Sequence[int] = ()
+    sample_seed: int = 0
     command: str | None = None
+
+
+def _checked_specs(config: GridConfig, dim: int) -> tuple[list[str], dict[str, Any]]:
+    """The calibrator specs of ``config`` (default: :func:`default_calibrators` for ``dim``) and the keyword arguments
+    of every flow, each spec parsed once so that an unknown spec or flow option fails before any encoding."""
+    specs = list(dict.fromkeys(config.calibrators or default_calibrators(dim)))
+    if "seed" in config.flow_options:
+        raise InputError("flow_options must not set the seed: the grid's seeds are 0 .. seeds-1")
+    flow_kwargs: dict[str, Any] = {**config.flow_options, "epochs": config.flow_epochs, "device": config.device}
+    for spec in specs:
+        try:
+            parse_calibrator(spec, **(flow_kwargs if _is_seeded(spec) else {}))
+        except TypeError as e:
+            raise InputError(f"bad flow option for {spec!r}: {e}") from None
+    return specs, flow_kwargs
 
 
 def run_grid(
@@ -299,6 +320,12 @@ def run_grid(
     if config.seeds < 1:
         raise InputError(f"seeds must be at least 1, got {config.seeds}")
     regimes = list(dict.fromkeys(r.strip().lower() for r in config.regimes))
+    if "per-set" in regimes:
+        raise InputError(
+            "the per-set regime has a report of its own: run it with bertflow.evaluation.perset.run_per_set"
+        )
+    if config.fit_sizes:
+        raise InputError("fit sizes belong to the per-set regime (regimes=['per-set'])")
     for r in regimes:
         if r not in REGIMES:
             raise InputError(f"unknown regime {r!r}; use one of {', '.join(REGIMES)}")
@@ -311,16 +338,7 @@ def run_grid(
     poolings = list(dict.fromkeys(pooling_key(p, encoder.num_layers) for p in config.poolings))
     if not poolings:
         raise InputError("give at least one pooling")
-    specs = list(dict.fromkeys(config.calibrators or default_calibrators(encoder.dim)))
-    if "seed" in config.flow_options:
-        raise InputError("flow_options must not set the seed: the grid's seeds are 0 .. seeds-1")
-    flow_kwargs: dict[str, Any] = {**config.flow_options, "epochs": config.flow_epochs, "device": config.device}
-    for spec in specs:
-        # Unknown specs and flow options fail now, not after encoding.
-        try:
-            parse_calibrator(spec, **(flow_kwargs if _is_seeded(spec) else {}))
-        except TypeError as e:
-            raise InputError(f"bad flow option for {spec!r}: {e}") from None
+    specs, flow_kwargs = _checked_specs(config, encoder.dim)
     if all(_is_identity(s) for s in specs):
         regimes = []  # nothing is fitted, so no fitting sentences need encoding
     data_dir: Path | None = None
