@@ -101,12 +101,13 @@ def load_encoder(
     return SentenceEncoder(model, pooling=pooling, max_length=max_length, device=device, dtype=dtype)
 
 
-def _is_seeded(spec: str) -> bool:
+def is_seeded(spec: str) -> bool:
     """Whether a calibrator spec contains a flow (whose fit depends on a seed)."""
     return any(p.strip().lower().startswith("flow") for p in spec.split("+"))
 
 
-def _is_identity(spec: str) -> bool:
+def is_identity(spec: str) -> bool:
+    """Whether a calibrator spec is the raw encoder (``none``, ``raw``, ``identity``)."""
     return spec.strip().lower() in ("none", "raw", "identity")
 
 
@@ -276,7 +277,7 @@ class GridConfig:
     command: str | None = None
 
 
-def _checked_specs(config: GridConfig, dim: int) -> tuple[list[str], dict[str, Any]]:
+def checked_specs(config: GridConfig, dim: int) -> tuple[list[str], dict[str, Any]]:
     """The calibrator specs of ``config`` (default: :func:`default_calibrators` for ``dim``) and the keyword arguments
     of every flow, each spec parsed once so that an unknown spec or flow option fails before any encoding."""
     specs = list(dict.fromkeys(config.calibrators or default_calibrators(dim)))
@@ -285,7 +286,7 @@ def _checked_specs(config: GridConfig, dim: int) -> tuple[list[str], dict[str, A
     flow_kwargs: dict[str, Any] = {**config.flow_options, "epochs": config.flow_epochs, "device": config.device}
     for spec in specs:
         try:
-            parse_calibrator(spec, **(flow_kwargs if _is_seeded(spec) else {}))
+            parse_calibrator(spec, **(flow_kwargs if is_seeded(spec) else {}))
         except TypeError as e:
             raise InputError(f"bad flow option for {spec!r}: {e}") from None
     return specs, flow_kwargs
@@ -338,8 +339,8 @@ def run_grid(
     poolings = list(dict.fromkeys(pooling_key(p, encoder.num_layers) for p in config.poolings))
     if not poolings:
         raise InputError("give at least one pooling")
-    specs, flow_kwargs = _checked_specs(config, encoder.dim)
-    if all(_is_identity(s) for s in specs):
+    specs, flow_kwargs = checked_specs(config, encoder.dim)
+    if all(is_identity(s) for s in specs):
         regimes = []  # nothing is fitted, so no fitting sentences need encoding
     data_dir: Path | None = None
     if tasks is None:
@@ -376,13 +377,13 @@ def run_grid(
     no_fit = fitting_sets("none", tasks)
     for pooling in poolings:
         for spec in specs:
-            if _is_identity(spec):
+            if is_identity(spec):
                 plan.append((pooling, spec, no_fit))
                 continue
             for r in regimes:
                 plan.append((pooling, spec, fit_by_regime[r]))
     for i, (pooling, spec, fits) in enumerate(plan, start=1):
-        seeds: list[int | None] = list(range(config.seeds)) if _is_seeded(spec) else [None]
+        seeds: list[int | None] = list(range(config.seeds)) if is_seeded(spec) else [None]
         with limited_threads(blas_threads=config.fit_threads):
             cell = _run_cell(table, pooling, spec, fits, tasks, seeds, flow_kwargs)
         cells.append(cell)
@@ -392,22 +393,22 @@ def run_grid(
 
     meta = {
         "command": config.command,
-        "model": _model_meta(encoder),
+        "model": model_meta(encoder),
         "tasks": {t: {"n_pairs": task.n_eval_pairs, "subsets": list(task.eval_subsets)} for t, task in tasks.items()},
         "data_dir": str(data_dir) if data_dir else None,
         "poolings": poolings,
         "calibrators": specs,
         "regimes": {
-            **({"none": REGIME_TEXT["none"]} if any(_is_identity(s) for s in specs) else {}),
+            **({"none": REGIME_TEXT["none"]} if any(is_identity(s) for s in specs) else {}),
             **{r: fit_by_regime[r].description for r in regimes},
         },
         "seeds": config.seeds,
-        "flow": {"epochs": config.flow_epochs, **config.flow_options} if any(_is_seeded(s) for s in specs) else {},
+        "flow": {"epochs": config.flow_epochs, **config.flow_options} if any(is_seeded(s) for s in specs) else {},
         "fit_threads": config.fit_threads,
         "published": _published_meta(encoder, config.paper_rows),
         "protocol": _PROTOCOL,
         "machine": machine_info(config.device),
-        **_run_record(started, encode_seconds, cells, len(sentences), cache),
+        **run_record(started, encode_seconds, cells, len(sentences), cache),
     }
     return GridResult(meta, cells, published_for(meta["published"]["model"] or ""))
 
@@ -424,7 +425,7 @@ def _published_meta(encoder: SentenceEncoder, paper_rows: str | None) -> dict[st
     }
 
 
-def _run_record(
+def run_record(
     started: float, encode_seconds: float, cells: Sequence[Any], n_sentences: int, cache: EmbeddingCache | None
 ) -> dict[str, Any]:
     """The part of a run's metadata that says how long it took, on how many sentences, from which cache."""
@@ -495,7 +496,7 @@ def evaluate_embedder(
         cells.append(cell)
     meta = {
         "command": command,
-        "model": _model_meta(encoder),
+        "model": model_meta(encoder),
         "tasks": {t: {"n_pairs": task.n_eval_pairs, "subsets": list(task.eval_subsets)} for t, task in tasks.items()},
         "data_dir": str(root) if root else None,
         "poolings": [pool],
@@ -505,12 +506,12 @@ def evaluate_embedder(
         "flow": {"epochs": getattr(embedder.calibrator, "epochs", None)},
         "protocol": _PROTOCOL,
         "machine": machine_info(str(encoder.device)),
-        **_run_record(started, encode_seconds, cells, len(sentences), cache),
+        **run_record(started, encode_seconds, cells, len(sentences), cache),
     }
     return GridResult(meta, cells, published_for(encoder.model_id))
 
 
-def _model_meta(encoder: SentenceEncoder) -> dict[str, Any]:
+def model_meta(encoder: SentenceEncoder) -> dict[str, Any]:
     """What a report records about the encoder: id, weight fingerprint, shape, truncation and precision."""
     return {
         "id": encoder.model_id,

@@ -33,12 +33,16 @@ from ..io.text import SentencePairs, distinct
 from ..resources import limited_threads, machine_info
 from .cache import EmbeddingCache, embed_cached
 from .datasets import STS_TASKS, StsTask, load_sts_tasks, resolve_data_dir
-from .grid import EmbeddingTable, GridConfig, load_encoder
-from .grid import _checked_specs as checked_specs
-from .grid import _is_identity as is_identity
-from .grid import _is_seeded as is_seeded
-from .grid import _model_meta as model_meta
-from .grid import _run_record as run_record
+from .grid import (
+    EmbeddingTable,
+    GridConfig,
+    checked_specs,
+    is_identity,
+    is_seeded,
+    load_encoder,
+    model_meta,
+    run_record,
+)
 from .regimes import seen_counts
 from .results import HARM_MARGIN, PerSetCell, PerSetResult, fit_size_label
 from .sts import evaluate_pairs
