@@ -290,6 +290,9 @@ def test_lodo_penalty_and_errors() -> None:
     assert {f.held_out: f.picked for f in sel.folds}["STS13"] == "spiky"
     with pytest.raises(InputError, match="no score or baseline"):
         leave_one_dataset_out({"x": {"A/1": 1.0}}, {"x": {"A/1": 1.0}}, DATASET_OF)
+    scores["raw"]["B"] = math.nan  # an undefined correlation is never picked as a maximum
+    with pytest.raises(InputError, match="'raw' has no score or baseline on B"):
+        leave_one_dataset_out(scores, raw, DATASET_OF)
     with pytest.raises(InputError, match="two datasets"):
         leave_one_dataset_out(scores, raw, {"A/1": "STS12", "A/2": "STS12"})
 

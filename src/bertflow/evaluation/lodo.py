@@ -17,6 +17,7 @@ gain over raw minus the penalty. Ties go to the candidate listed first (the raw 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -119,6 +120,11 @@ class LodoSelection:
         }
 
 
+def _defined(values: Mapping[str, float], name: str) -> bool:
+    """Whether ``values`` has a finite score for set ``name`` (an undefined correlation is NaN)."""
+    return name in values and math.isfinite(values[name])
+
+
 def leave_one_dataset_out(
     scores: Mapping[str, Mapping[str, float]],
     raw: Mapping[str, Mapping[str, float]],
@@ -130,8 +136,8 @@ def leave_one_dataset_out(
     """Pick a candidate per held-out dataset on the other datasets' sets and score it on the held-out ones.
 
     Args:
-        scores: per candidate label (in tie-break order), Spearman x 100 per set; every candidate must cover
-            every set of ``dataset_of``.
+        scores: per candidate label (in tie-break order), Spearman x 100 per set; every candidate must have a
+            finite score on every set of ``dataset_of``.
         raw: per candidate label, its raw baseline per set (the raw encoder under its pooling).
         dataset_of: the dataset of each set (``"STS12/MSRpar" -> "STS12"``); its sets are the ones used.
         objective: the selection objective (default :class:`Objective`).
@@ -146,7 +152,7 @@ def leave_one_dataset_out(
     if not labels:
         raise InputError("leave-one-dataset-out needs at least one candidate")
     for label in labels:
-        missing = [s for s in sets if s not in scores[label] or s not in raw.get(label, {})]
+        missing = [s for s in sets if not _defined(scores[label], s) or not _defined(raw.get(label, {}), s)]
         if missing:
             raise InputError(f"candidate {label!r} has no score or baseline on {', '.join(missing[:3])}")
     order = {d: i for i, d in enumerate(STS_TASKS)}
@@ -182,7 +188,8 @@ def select_lodo(
     """:func:`leave_one_dataset_out` over the cells of a per-set run, once per fitting-set size.
 
     The candidates at a size are its cells plus the raw unweighted cells (the raw encoder does not depend on the
-    size), restricted to the sets scored at that size; a cell that failed on a set is left out and listed.
+    size), restricted to the sets scored at that size; a cell that failed, or whose correlation is undefined (NaN) on
+    a set, is left out and listed.
 
     Args:
         result: the per-set run.
@@ -204,7 +211,7 @@ def select_lodo(
         for c in cells:
             base = result.raw_cell(c)
             got, base_scores = c.scores(), base.scores() if base else {}
-            lacking = [s for s in sets if s not in got or s not in base_scores]
+            lacking = [s for s in sets if not _defined(got, s) or not _defined(base_scores, s)]
             label = f"{c.pooling} / {c.calibrator}"
             if c.error or lacking:
                 excluded[label] = c.error or f"no score on {', '.join(lacking[:3])}"
