@@ -185,6 +185,48 @@ def _fit_and_score(
     cell.seconds += time.perf_counter() - started
 
 
+@dataclass
+class _Plan:
+    """What a run scores: the poolings (unweighted ones read from ``table``), the calibrators and their cells."""
+
+    encoder: SentenceEncoder
+    config: GridConfig
+    table: EmbeddingTable
+    plain: list[Pooling]
+    weighted: list[Pooling]
+    base_of: dict[str, Pooling]
+    specs: list[str]
+    flow_kwargs: dict[str, Any]
+    cache: EmbeddingCache | None
+    cells: _Cells
+
+    def score_set(self, es: EvalSet, sample: list[str], size: int | None) -> float:
+        """Fit every cell of ``size`` on ``sample`` and score ``es``; returns the seconds spent encoding."""
+        tables = {p.key: self.table for p in self.plain}
+        seconds = 0.0
+        if self.weighted:
+            # The token statistics of a weighted pooling come from this fitting sample, as Embedder.fit does.
+            t0 = time.perf_counter()
+            self.encoder.token_statistics = self.encoder.count_tokens(sample)
+            local = distinct([*es.eval_sentences(), *sample])
+            own = embed_cached(self.encoder, local, self.weighted, cache=self.cache, batch_size=self.config.batch_size)
+            tables.update(dict.fromkeys(own, EmbeddingTable(local, own)))
+            seconds = time.perf_counter() - t0
+        with limited_threads(blas_threads=self.config.fit_threads):
+            for p in [*self.plain, *self.weighted]:
+                base = self.base_of.get(p.key, p).key
+
+                def rows(items: list[str], key: str = p.key) -> np.ndarray:
+                    return tables[key].get(key, items)
+
+                if size is None or p.weighting.weighted:  # an unweighted raw row does not depend on the size
+                    _fit_and_score(self.cells.get(p, base, "none", size), es, sample, rows, self.flow_kwargs)
+                if p.key in self.base_of:  # a pooling that was asked for (not only a weighted one's base)
+                    for spec in self.specs:
+                        _fit_and_score(self.cells.get(p, base, spec, size), es, sample, rows, self.flow_kwargs)
+        return seconds
+
+
 def run_per_set(
     config: GridConfig,
     *,
@@ -242,39 +284,20 @@ def run_per_set(
     table = EmbeddingTable(everything, embedded)
     encode_seconds = time.perf_counter() - t0
     cells = _Cells(config.seeds)
+    plan = _Plan(encoder, config, table, plain, weighted, base_of, specs, flow_kwargs, cache, cells)
     fits: dict[str, dict[str, dict[str, Any] | None]] = {es.name: {} for es in sets}
     own_stats = encoder.token_statistics
     try:
         for size in sizes:
             for es in sets:
                 sample = fitting_sample(es, size, config.sample_seed)
-                fits[es.name][fit_size_label(size)] = None if sample is None else {
+                label = fit_size_label(size)
+                fits[es.name][label] = None if sample is None else {
                     "n_fit": len(sample), "seen": seen_counts(sample, es.eval_sentences())
                 }  # fmt: skip
-                if sample is None:
-                    continue
-                tables = {p.key: table for p in plain}
-                if weighted:
-                    # The token statistics of a weighted pooling come from this fitting sample, as Embedder.fit does.
-                    t1 = time.perf_counter()
-                    encoder.token_statistics = encoder.count_tokens(sample)
-                    local = distinct([*es.eval_sentences(), *sample])
-                    own = embed_cached(encoder, local, weighted, cache=cache, batch_size=config.batch_size)
-                    encode_seconds += time.perf_counter() - t1
-                    tables.update(dict.fromkeys(own, EmbeddingTable(local, own)))
-                with limited_threads(blas_threads=config.fit_threads):
-                    for p in [*plain, *weighted]:
-                        key, base = p.key, base_of.get(p.key, p).key
-
-                        def rows(items: list[str], key: str = key) -> np.ndarray:
-                            return tables[key].get(key, items)
-
-                        if size is None or p.weighting.weighted:  # an unweighted raw row does not depend on the size
-                            _fit_and_score(cells.get(p, base, "none", size), es, sample, rows, flow_kwargs)
-                        if p.key in base_of:  # a pooling that was asked for (not only a weighted one's base)
-                            for spec in specs:
-                                _fit_and_score(cells.get(p, base, spec, size), es, sample, rows, flow_kwargs)
-                say(f"fit {fit_size_label(size)}: {es.name} ({len(sample)} sentences) done")
+                if sample is not None:
+                    encode_seconds += plan.score_set(es, sample, size)
+                    say(f"fit {label}: {es.name} ({len(sample)} sentences) done")
     finally:
         encoder.token_statistics = own_stats
     result_cells = list(cells.by_key.values())
