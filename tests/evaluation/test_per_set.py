@@ -347,7 +347,9 @@ def test_cli_reproduce_per_set_with_lodo(working_tiny_bert: Path, layout: Path, 
         "--tasks", "STS-B,STS12", "--data-dir", layout, "--no-cache", "-o", tmp_path / "ev", "-q",
     )  # fmt: skip
     assert ev.exit_code == 0, ev.output
-    cells = json.loads((tmp_path / "ev" / "evaluate.json").read_text())["cells"]
+    data = json.loads((tmp_path / "ev" / "evaluate.json").read_text())
+    assert "--regime per-set" in data["meta"]["command"]  # the report's command re-runs the same protocol
+    cells = data["cells"]
     assert [(c["calibrator"], sorted(c["sets"])) for c in cells] == [
         ("none", ["STS-B", "STS12/MSRpar", "STS12/OnWN"]),
         ("standard-norm", ["STS-B", "STS12/MSRpar", "STS12/OnWN"]),

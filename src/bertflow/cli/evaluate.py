@@ -204,8 +204,9 @@ def evaluate(
     check_model_dir_options(ctx, model_dir)
     from ..evaluation.grid import GridConfig, evaluate_embedder, run_grid
 
-    sizes = _fit_sizes(fit_sizes, regime.strip().lower() == "per-set" and not model_dir)
-    if regime.strip().lower() == "per-set" and corpus is not None:
+    regime = regime.strip().lower()
+    sizes = _fit_sizes(fit_sizes, regime == "per-set" and not model_dir)
+    if regime == "per-set" and corpus is not None:
         _raise_input("--corpus has no role in the per-set regime: each set is fitted on its own sentences")
     quiet_libraries()
     limit_threads(threads)
@@ -232,7 +233,7 @@ def evaluate(
                 ("--model", model),
                 ("--pooling", pooling),
                 ("--calibrator", calibrator),
-                ("--regime", None if calibrator == "none" else regime),
+                ("--regime", None if calibrator == "none" and regime != "per-set" else regime),
                 ("--corpus", corpus),
                 ("--column", column),
                 ("--tasks", tasks if tasks != _ALL_TASKS else None),
@@ -266,7 +267,7 @@ def evaluate(
             sample_seed=sample_seed,
             command=command,
         )
-        if regime.strip().lower() == "per-set":
+        if regime == "per-set":
             from ..evaluation.perset import run_per_set
 
             per_set = run_per_set(config, progress=_progress(quiet))
