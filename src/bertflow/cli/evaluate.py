@@ -40,7 +40,8 @@ RegimeOpt = Annotated[
     str,
     typer.Option(
         help="What the calibrator is fitted on: target (each task's own sentences, transductive) | train "
-        "(STS-B/SICK-R train split) | nli (SNLI dev+test sentences) | corpus (--corpus FILE)."
+        "(STS-B/SICK-R train split) | nli (SNLI dev+test sentences) | corpus (--corpus FILE) | per-set (every "
+        "STS12-16 subset, STS-B, SICK-R scored alone, each fitted on its own sentences; with --fit-sizes)."
     ),
 ]
 CorpusOpt = Annotated[
@@ -63,6 +64,14 @@ CacheDirOpt = Annotated[
 ]
 NoCacheOpt = Annotated[bool, typer.Option("--no-cache", metavar="", help="Do not read or write the embedding cache.")]
 SeedsOpt = Annotated[int, typer.Option(help="Flow rows: fit with seeds 0..N-1 and report mean ± std.")]
+FitSizesOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Regime per-set: also fit each set on seeded random samples of these many of its sentences "
+        "(comma-separated, e.g. 100,300,1000; only sets with more sentences), besides all of them."
+    ),
+]
+SampleSeedOpt = Annotated[int, typer.Option(help="Regime per-set: the seed of the --fit-sizes samples.")]
 
 
 def _split(text: str) -> list[str]:
@@ -83,6 +92,23 @@ def _command(name: str, options: Sequence[tuple[str, Any]]) -> str:
         else:
             parts += [flag, str(value)]
     return shlex.join(parts)
+
+
+def _fit_sizes(text: str | None, per_set: bool) -> list[int]:
+    """``--fit-sizes 100,300,1000`` as integers, checked before any work (only with the per-set regime)."""
+    from ..errors import InputError
+
+    if text is None:
+        return []
+    if not per_set:
+        raise InputError("--fit-sizes belongs to the per-set regime: --regimes per-set (evaluate: --regime per-set)")
+    try:
+        sizes = [int(part) for part in _split(text)]
+    except ValueError:
+        raise InputError(f"--fit-sizes takes comma-separated whole numbers (100,300,1000), got {text!r}") from None
+    if not sizes or min(sizes) < 2:
+        raise InputError(f"--fit-sizes must be whole numbers of at least 2, got {text!r}")
+    return sizes
 
 
 def _progress(quiet: bool):  # noqa: ANN202 - a callable or None
@@ -108,6 +134,12 @@ def _check_report(output: Path | None, stem: str) -> None:
             _raise_output(f"cannot write the report to {output}: it exists and is not a folder")
         for suffix in (".md", ".json"):
             check_output_file(output / f"{stem}{suffix}", create_parents=True)
+
+
+def _raise_input(message: str) -> None:
+    from ..errors import InputError
+
+    raise InputError(message)
 
 
 def _raise_output(message: str) -> None:
@@ -150,6 +182,8 @@ def evaluate(
     tasks: TasksOpt = _ALL_TASKS,
     seeds: SeedsOpt = 1,
     epochs: EpochsOpt = 1.0,
+    fit_sizes: FitSizesOpt = None,
+    sample_seed: SampleSeedOpt = 0,
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Folder for evaluate.md and evaluate.json.")
     ] = None,
@@ -170,6 +204,10 @@ def evaluate(
     check_model_dir_options(ctx, model_dir)
     from ..evaluation.grid import GridConfig, evaluate_embedder, run_grid
 
+    regime = regime.strip().lower()
+    sizes = _fit_sizes(fit_sizes, regime == "per-set" and not model_dir)
+    if regime == "per-set" and corpus is not None:
+        _raise_input("--corpus has no role in the per-set regime: each set is fitted on its own sentences")
     quiet_libraries()
     limit_threads(threads)
     task_names = _split(tasks)
@@ -195,12 +233,14 @@ def evaluate(
                 ("--model", model),
                 ("--pooling", pooling),
                 ("--calibrator", calibrator),
-                ("--regime", None if calibrator == "none" else regime),
+                ("--regime", None if calibrator == "none" and regime != "per-set" else regime),
                 ("--corpus", corpus),
                 ("--column", column),
                 ("--tasks", tasks if tasks != _ALL_TASKS else None),
                 ("--seeds", seeds if seeds != 1 else None),
                 ("--epochs", epochs if epochs != 1.0 else None),
+                ("--fit-sizes", fit_sizes),
+                ("--sample-seed", sample_seed if sample_seed else None),
                 ("--max-length", max_length if max_length != 64 else None),
                 ("--data-dir", data_dir),
                 ("--threads", threads),
@@ -223,8 +263,18 @@ def evaluate(
             cache_dir=cache_dir,
             use_cache=not no_cache,
             flow_epochs=epochs,
+            fit_sizes=sizes,
+            sample_seed=sample_seed,
             command=command,
         )
+        if regime == "per-set":
+            from ..evaluation.perset import run_per_set
+
+            per_set = run_per_set(config, progress=_progress(quiet))
+            markdown = per_set.to_markdown(title="bertflow evaluate")
+            _write(output, "evaluate", markdown, per_set.to_dict())
+            typer.echo(markdown, nl=False)
+            return
         result = run_grid(config, progress=_progress(quiet))
     markdown = result.to_markdown(title="bertflow evaluate", subsets=True)
     _write(output, "evaluate", markdown, result.to_dict())
@@ -243,6 +293,8 @@ def evaluate(
   bertflow reproduce --model ../shared/models/bert-gutenberg-L6-H384 --paper-rows bert-base-uncased -o gutenberg
 
   bertflow reproduce --calibrators none,whitening,flow --regimes corpus --corpus wiki.txt -o wiki
+
+  bertflow reproduce --regimes per-set --fit-sizes 100,300,1000 --calibrators none,whitening,flow --select lodo
 """
 )
 def reproduce(
@@ -260,7 +312,22 @@ def reproduce(
             "whitening, whitening-K (K = 256 for 768 dims, 384 for 1024, else D/3), flow, flow-paper."
         ),
     ] = None,
-    regimes: Annotated[str, typer.Option(help="Comma-separated: target, train, nli, corpus.")] = "target,nli",
+    regimes: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated: target, train, nli, corpus; or per-set alone (every STS12-16 subset, STS-B, "
+            "SICK-R scored on its own, each fitted on its own sentences: mean, worst set and count below raw)."
+        ),
+    ] = "target,nli",
+    fit_sizes: FitSizesOpt = None,
+    sample_seed: SampleSeedOpt = 0,
+    select: Annotated[
+        str | None,
+        typer.Option(
+            help="Regime per-set: 'lodo' adds the leave-one-dataset-out choice among the grid's configurations "
+            "(picked on the other datasets, scored on the held-out one)."
+        ),
+    ] = None,
     corpus: CorpusOpt = None,
     column: ColumnOpt = None,
     tasks: TasksOpt = _ALL_TASKS,
@@ -298,6 +365,10 @@ def reproduce(
     regime_list = _split(regimes)
     if corpus is not None and "corpus" not in regime_list:
         regime_list.append("corpus")
+    per_set = "per-set" in regime_list
+    sizes = _fit_sizes(fit_sizes, per_set)
+    if select is not None and (select != "lodo" or not per_set):
+        _raise_input(f"--select takes 'lodo', with --regimes per-set (got --select {select!r}, --regimes {regimes})")
     command = _command(
         "reproduce",
         [
@@ -308,6 +379,9 @@ def reproduce(
             ("--corpus", corpus),
             ("--column", column),
             ("--tasks", tasks if tasks != _ALL_TASKS else None),
+            ("--fit-sizes", fit_sizes),
+            ("--sample-seed", sample_seed if sample_seed else None),
+            ("--select", select),
             ("--seeds", seeds),
             ("--epochs", epochs if epochs != 1.0 else None),
             ("--max-length", max_length if max_length != 64 else None),
@@ -336,11 +410,22 @@ def reproduce(
         use_cache=not no_cache,
         flow_epochs=epochs,
         paper_rows=paper_rows,
+        fit_sizes=sizes,
+        sample_seed=sample_seed,
         command=command,
     )
-    result = run_grid(config, progress=_progress(quiet))
-    markdown = result.to_markdown()
-    _write(output, "reproduce", markdown, result.to_dict())
+    if per_set:
+        from ..evaluation.lodo import select_lodo
+        from ..evaluation.perset import run_per_set
+
+        per_set_result = run_per_set(config, progress=_progress(quiet))
+        if select == "lodo":
+            per_set_result.lodo = select_lodo(per_set_result)
+        markdown, data = per_set_result.to_markdown(), per_set_result.to_dict()
+    else:
+        result = run_grid(config, progress=_progress(quiet))
+        markdown, data = result.to_markdown(), result.to_dict()
+    _write(output, "reproduce", markdown, data)
     typer.echo(markdown, nl=False)
     if not quiet:
         typer.echo(f"wrote {output / 'reproduce.md'} and {output / 'reproduce.json'}", err=True)

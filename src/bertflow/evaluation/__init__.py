@@ -3,9 +3,11 @@
 Submodules: :mod:`~bertflow.evaluation.sts` (metrics, imported here), :mod:`~bertflow.evaluation.cache` (embedding
 cache, one-pass multi-pooling encoding), :mod:`~bertflow.evaluation.grid` (``bertflow evaluate`` and
 ``bertflow reproduce``; fitting :mod:`~bertflow.evaluation.regimes`, :mod:`~bertflow.evaluation.results` and their
-Markdown :mod:`~bertflow.evaluation.render`), :mod:`~bertflow.evaluation.analyze` (``bertflow analyze``) and
-:mod:`~bertflow.evaluation.paper` (published numbers). Their main names are importable from here too; they load
-on first use, so ``import bertflow.evaluation`` stays light.
+Markdown :mod:`~bertflow.evaluation.render`), :mod:`~bertflow.evaluation.perset` (every set scored alone, fitted on
+its own sentences) with :mod:`~bertflow.evaluation.lodo` (leave-one-dataset-out selection),
+:mod:`~bertflow.evaluation.analyze` (``bertflow analyze``) and :mod:`~bertflow.evaluation.paper` (published numbers).
+Their main names are importable from here too; they load on first use, so ``import bertflow.evaluation`` stays
+light.
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ __all__ = [
     "GridResult",
     "run_grid",
     "evaluate_embedder",
+    "run_per_set",
+    "PerSetResult",
+    "select_lodo",
     "analyze_stsb",
 ]
 
@@ -57,6 +62,9 @@ _LAZY = {
     "GridResult": "results",
     "run_grid": "grid",
     "evaluate_embedder": "grid",
+    "run_per_set": "perset",
+    "PerSetResult": "results",
+    "select_lodo": "lodo",
     "analyze_stsb": "analyze",
 }
 

@@ -101,12 +101,13 @@ def load_encoder(
     return SentenceEncoder(model, pooling=pooling, max_length=max_length, device=device, dtype=dtype)
 
 
-def _is_seeded(spec: str) -> bool:
+def is_seeded(spec: str) -> bool:
     """Whether a calibrator spec contains a flow (whose fit depends on a seed)."""
     return any(p.strip().lower().startswith("flow") for p in spec.split("+"))
 
 
-def _is_identity(spec: str) -> bool:
+def is_identity(spec: str) -> bool:
+    """Whether a calibrator spec is the raw encoder (``none``, ``raw``, ``identity``)."""
     return spec.strip().lower() in ("none", "raw", "identity")
 
 
@@ -229,7 +230,8 @@ class GridConfig:
         poolings: pooling names (or comma-separated layer indices).
         calibrators: calibrator specs (:func:`bertflow.calibrators.parse_calibrator`); ``None`` uses
             :func:`default_calibrators` for the model's dimension.
-        regimes: subset of :data:`REGIMES`.
+        regimes: subset of :data:`REGIMES`, or ``["per-set"]`` alone for
+            :func:`bertflow.evaluation.perset.run_per_set`.
         tasks: STS task names.
         seeds: flow rows are fitted with seeds ``0 .. seeds-1`` and reported as mean +- std.
         corpus: sentences of the ``corpus`` regime; ``corpus_name`` names them in reports.
@@ -245,6 +247,9 @@ class GridConfig:
         fit_threads: BLAS threads while fitting and scoring calibrators (through ``threadpoolctl``; ``None`` keeps the
             library default). 1 by default: the matrices are small, and when other processes hold the cores a
             multi-threaded SVD waits on thread barriers (measured 11x slower on a busy 2-core machine).
+        fit_sizes: per-set regime only: sample sizes fitted besides all of each set's sentences
+            (:mod:`bertflow.evaluation.perset`).
+        sample_seed: per-set regime only: the seed of those samples.
         command: the command line that produced the run, for the report.
     """
 
@@ -267,7 +272,24 @@ class GridConfig:
     flow_options: Mapping[str, Any] = field(default_factory=dict)
     fit_threads: int | None = 1
     paper_rows: str | None = None
+    fit_sizes: Sequence[int] = ()
+    sample_seed: int = 0
     command: str | None = None
+
+
+def checked_specs(config: GridConfig, dim: int) -> tuple[list[str], dict[str, Any]]:
+    """The calibrator specs of ``config`` (default: :func:`default_calibrators` for ``dim``) and the keyword arguments
+    of every flow, each spec parsed once so that an unknown spec or flow option fails before any encoding."""
+    specs = list(dict.fromkeys(config.calibrators or default_calibrators(dim)))
+    if "seed" in config.flow_options:
+        raise InputError("flow_options must not set the seed: the grid's seeds are 0 .. seeds-1")
+    flow_kwargs: dict[str, Any] = {**config.flow_options, "epochs": config.flow_epochs, "device": config.device}
+    for spec in specs:
+        try:
+            parse_calibrator(spec, **(flow_kwargs if is_seeded(spec) else {}))
+        except TypeError as e:
+            raise InputError(f"bad flow option for {spec!r}: {e}") from None
+    return specs, flow_kwargs
 
 
 def run_grid(
@@ -299,6 +321,12 @@ def run_grid(
     if config.seeds < 1:
         raise InputError(f"seeds must be at least 1, got {config.seeds}")
     regimes = list(dict.fromkeys(r.strip().lower() for r in config.regimes))
+    if "per-set" in regimes:
+        raise InputError(
+            "the per-set regime has a report of its own: run it with bertflow.evaluation.perset.run_per_set"
+        )
+    if config.fit_sizes:
+        raise InputError("fit sizes belong to the per-set regime (regimes=['per-set'])")
     for r in regimes:
         if r not in REGIMES:
             raise InputError(f"unknown regime {r!r}; use one of {', '.join(REGIMES)}")
@@ -311,17 +339,8 @@ def run_grid(
     poolings = list(dict.fromkeys(pooling_key(p, encoder.num_layers) for p in config.poolings))
     if not poolings:
         raise InputError("give at least one pooling")
-    specs = list(dict.fromkeys(config.calibrators or default_calibrators(encoder.dim)))
-    if "seed" in config.flow_options:
-        raise InputError("flow_options must not set the seed: the grid's seeds are 0 .. seeds-1")
-    flow_kwargs: dict[str, Any] = {**config.flow_options, "epochs": config.flow_epochs, "device": config.device}
-    for spec in specs:
-        # Unknown specs and flow options fail now, not after encoding.
-        try:
-            parse_calibrator(spec, **(flow_kwargs if _is_seeded(spec) else {}))
-        except TypeError as e:
-            raise InputError(f"bad flow option for {spec!r}: {e}") from None
-    if all(_is_identity(s) for s in specs):
+    specs, flow_kwargs = checked_specs(config, encoder.dim)
+    if all(is_identity(s) for s in specs):
         regimes = []  # nothing is fitted, so no fitting sentences need encoding
     data_dir: Path | None = None
     if tasks is None:
@@ -358,13 +377,13 @@ def run_grid(
     no_fit = fitting_sets("none", tasks)
     for pooling in poolings:
         for spec in specs:
-            if _is_identity(spec):
+            if is_identity(spec):
                 plan.append((pooling, spec, no_fit))
                 continue
             for r in regimes:
                 plan.append((pooling, spec, fit_by_regime[r]))
     for i, (pooling, spec, fits) in enumerate(plan, start=1):
-        seeds: list[int | None] = list(range(config.seeds)) if _is_seeded(spec) else [None]
+        seeds: list[int | None] = list(range(config.seeds)) if is_seeded(spec) else [None]
         with limited_threads(blas_threads=config.fit_threads):
             cell = _run_cell(table, pooling, spec, fits, tasks, seeds, flow_kwargs)
         cells.append(cell)
@@ -374,22 +393,22 @@ def run_grid(
 
     meta = {
         "command": config.command,
-        "model": _model_meta(encoder),
+        "model": model_meta(encoder),
         "tasks": {t: {"n_pairs": task.n_eval_pairs, "subsets": list(task.eval_subsets)} for t, task in tasks.items()},
         "data_dir": str(data_dir) if data_dir else None,
         "poolings": poolings,
         "calibrators": specs,
         "regimes": {
-            **({"none": REGIME_TEXT["none"]} if any(_is_identity(s) for s in specs) else {}),
+            **({"none": REGIME_TEXT["none"]} if any(is_identity(s) for s in specs) else {}),
             **{r: fit_by_regime[r].description for r in regimes},
         },
         "seeds": config.seeds,
-        "flow": {"epochs": config.flow_epochs, **config.flow_options} if any(_is_seeded(s) for s in specs) else {},
+        "flow": {"epochs": config.flow_epochs, **config.flow_options} if any(is_seeded(s) for s in specs) else {},
         "fit_threads": config.fit_threads,
         "published": _published_meta(encoder, config.paper_rows),
         "protocol": _PROTOCOL,
         "machine": machine_info(config.device),
-        **_run_record(started, encode_seconds, cells, len(sentences), cache),
+        **run_record(started, encode_seconds, cells, len(sentences), cache),
     }
     return GridResult(meta, cells, published_for(meta["published"]["model"] or ""))
 
@@ -406,7 +425,7 @@ def _published_meta(encoder: SentenceEncoder, paper_rows: str | None) -> dict[st
     }
 
 
-def _run_record(
+def run_record(
     started: float, encode_seconds: float, cells: Sequence[Any], n_sentences: int, cache: EmbeddingCache | None
 ) -> dict[str, Any]:
     """The part of a run's metadata that says how long it took, on how many sentences, from which cache."""
@@ -477,7 +496,7 @@ def evaluate_embedder(
         cells.append(cell)
     meta = {
         "command": command,
-        "model": _model_meta(encoder),
+        "model": model_meta(encoder),
         "tasks": {t: {"n_pairs": task.n_eval_pairs, "subsets": list(task.eval_subsets)} for t, task in tasks.items()},
         "data_dir": str(root) if root else None,
         "poolings": [pool],
@@ -487,12 +506,12 @@ def evaluate_embedder(
         "flow": {"epochs": getattr(embedder.calibrator, "epochs", None)},
         "protocol": _PROTOCOL,
         "machine": machine_info(str(encoder.device)),
-        **_run_record(started, encode_seconds, cells, len(sentences), cache),
+        **run_record(started, encode_seconds, cells, len(sentences), cache),
     }
     return GridResult(meta, cells, published_for(encoder.model_id))
 
 
-def _model_meta(encoder: SentenceEncoder) -> dict[str, Any]:
+def model_meta(encoder: SentenceEncoder) -> dict[str, Any]:
     """What a report records about the encoder: id, weight fingerprint, shape, truncation and precision."""
     return {
         "id": encoder.model_id,

@@ -1,16 +1,24 @@
-"""The Markdown report of a grid run (``bertflow reproduce`` / ``bertflow evaluate``): settings, a summary table,
-per-task tables under both conventions, optional per-subset tables and the published rows beside ours."""
+"""The Markdown reports of ``bertflow reproduce`` / ``bertflow evaluate``. A grid run: settings, a summary table,
+per-task tables under both conventions, optional per-subset tables and the published rows beside ours. A per-set
+run: settings, a summary per configuration against the raw encoder (mean, worst set, sets below raw), per-set tables
+and the leave-one-dataset-out selection."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from .datasets import STS_TASKS
 from .paper import PublishedResult, matching
-from .results import GridResult, mean_std
+from .results import GridResult, PerSetResult, SetSummary, fit_size_label, mean_std
 
-__all__ = ["format_stat", "render_markdown"]
+if TYPE_CHECKING:
+    from .lodo import LodoSelection
+
+__all__ = ["format_stat", "render_markdown", "render_per_set"]
 
 
 def format_stat(stat: Mapping[str, Any] | None, digits: int = 2) -> str:
@@ -54,6 +62,30 @@ def _flow_options_text(flow: Mapping[str, Any]) -> str:
     return "changed from the preset: " + ", ".join(f"{k}={v}" for k, v in changed.items())
 
 
+def _model_rows(meta: Mapping[str, Any]) -> list[str]:
+    """The head of a report's settings table: the model and its truncation."""
+    model = meta["model"]
+    return [
+        "| setting | value |",
+        "|---|---|",
+        f"| model | `{model['id']}` (fingerprint {model['fingerprint']}, {model['dim']} dims, "
+        f"{model['layers']} layers, {model['dtype']}) |",
+        f"| max_length | {model['max_length']} tokens |",
+    ]
+
+
+def _run_rows(meta: Mapping[str, Any]) -> list[str]:
+    """The tail of a report's settings table: machine, wall time, start."""
+    secs = meta["seconds"]
+    return [
+        f"| machine | {_machine_line(meta['machine'])} |",
+        f"| wall time | {secs['total']:.0f} s in all: encoding {secs['encode']:.0f} s "
+        f"({meta['sentences']['distinct']} distinct sentences, cache `{meta['cache']}`), "
+        f"fitting and scoring {secs['cells']:.0f} s |",
+        f"| started | {meta['started_at']} |",
+    ]
+
+
 def render_markdown(result: GridResult, *, title: str, subsets: bool) -> str:
     """The report of ``result`` under the heading ``title`` (``subsets``: also per-subset Spearman per cell)."""
     meta = result.meta
@@ -64,13 +96,8 @@ def render_markdown(result: GridResult, *, title: str, subsets: bool) -> str:
     lines = [f"# {title}: `{model['id']}`", ""]
     if meta.get("command"):
         lines += ["Command:", "", "```bash", meta["command"], "```", ""]
-    secs = meta["seconds"]
     lines += [
-        "| setting | value |",
-        "|---|---|",
-        f"| model | `{model['id']}` (fingerprint {model['fingerprint']}, {model['dim']} dims, "
-        f"{model['layers']} layers, {model['dtype']}) |",
-        f"| max_length | {model['max_length']} tokens |",
+        *_model_rows(meta),
         "| tasks | " + ", ".join(f"{t} ({v['n_pairs']} pairs)" for t, v in meta["tasks"].items()) + " |",
         f"| metric | {meta['protocol']['metric']} |",
         f'| "all" | {meta["protocol"]["all"]} |',
@@ -90,11 +117,7 @@ def render_markdown(result: GridResult, *, title: str, subsets: bool) -> str:
             if meta["flow"].get("epochs") is not None
             else []
         ),
-        f"| machine | {_machine_line(meta['machine'])} |",
-        f"| wall time | {secs['total']:.0f} s in all: encoding {secs['encode']:.0f} s "
-        f"({meta['sentences']['distinct']} distinct sentences, cache `{meta['cache']}`), "
-        f"fitting and scoring {secs['cells']:.0f} s |",
-        f"| started | {meta['started_at']} |",
+        *_run_rows(meta),
         "",
     ]
     beside = bool(result.published)
@@ -193,3 +216,115 @@ def render_markdown(result: GridResult, *, title: str, subsets: bool) -> str:
                 f"| {r.label} | {r.protocol} | " + " | ".join(vals) + f" | {avg} | {ours} | {r.source}{note} |"
             )
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _summary_cells(summary: SetSummary | None) -> list[str]:
+    """Δ mean, worst set (Δ) and count below, or blanks."""
+    if summary is None:
+        return ["", "", ""]
+    return [
+        f"{summary.mean_delta:+.2f}",
+        f"{summary.worst_set} ({summary.worst_delta:+.2f})",
+        str(summary.n_below),
+    ]
+
+
+def render_per_set(result: PerSetResult, *, title: str) -> str:
+    """The report of a per-set run (:mod:`bertflow.evaluation.perset`) under the heading ``title``."""
+    meta = result.meta
+    protocol = meta["protocol"]
+    margin = f"{result.margin:g}"
+    lines = [f"# {title}: `{meta['model']['id']}`, per set", ""]
+    if meta.get("command"):
+        lines += ["Command:", "", "```bash", meta["command"], "```", ""]
+    n_sets = len(result.sets)
+    cells = sorted(result.cells, key=lambda c: (c.fit_size or 0, result.cells.index(c)))
+    lines += [
+        *_model_rows(meta),
+        f"| sets | {n_sets}: " + ", ".join(f"{s} ({v['n_pairs']} pairs)" for s, v in result.sets.items()) + " |",
+        f"| regime `per-set` | {meta['regimes']['per-set']} |",
+        f"| fit sizes | {', '.join(meta['fit_sizes'])} (sample seed {meta['sample_seed']}); {protocol['samples']} |",
+        f"| metric | {protocol['metric']} |",
+        f"| raw | {protocol['raw']} |",
+        f"| weighted raw | {protocol['weighted raw']} |",
+        f"| mean | {protocol['mean']} |",
+        f"| worst | {protocol['worst']} |",
+        f"| count | {protocol['count']} |",
+        *([f"| seeds | {meta['seeds']} ({protocol['seeds']}) |"] if any(c.seeds != [None] for c in cells) else []),
+        *(
+            [f"| flow training | {meta['flow']['epochs']:g} epoch(s), {_flow_options_text(meta['flow'])} |"]
+            if meta["flow"].get("epochs") is not None
+            else []
+        ),
+        *_run_rows(meta),
+        "",
+        "## Summary",
+        "",
+        f"Spearman × 100. Δ against **raw** (the same encoder and pooling without weighting or calibrator); for a "
+        f"weighted pooling also against the same weighted pooling uncalibrated (w-raw). worst: the set furthest "
+        f"below raw, with its Δ; < −{margin}: sets more than {margin} points below raw.",
+        "",
+        f"| pooling | calibrator | fit | sets | mean | Δ raw | worst (Δ raw) | < −{margin} raw | Δ w-raw | "
+        f"worst (Δ w-raw) | < −{margin} w-raw | seconds |",
+        "|---|---|---|---:|---:|---:|---|---:|---:|---|---:|---:|",
+    ]
+    for c in cells:
+        scores = c.scores()
+        mean = f"{np.mean([v for v in scores.values() if math.isfinite(v)]):.2f}" if scores else ""
+        row = [c.pooling, c.calibrator, fit_size_label(c.fit_size), str(len(scores)), "error" if c.error else mean]
+        row += _summary_cells(result.summary(c)) + _summary_cells(result.summary(c, against="weighted-raw"))
+        lines.append("| " + " | ".join([*row, f"{c.seconds:.1f}"]) + " |")
+    errors = [c for c in result.cells if c.error]
+    if errors:
+        lines += ["", "Failed cells:", ""] + [f"- {c.label}: {c.error}" for c in errors]
+    for size in result.fit_sizes:
+        label = fit_size_label(size)
+        names = [s for s, by in result.fits.items() if by.get(label) is not None]
+        shown = [c for c in cells if not c.error and (c.fit_size == size or (size is None and c.fit_size is None))]
+        if not shown:
+            continue
+        lines += ["", f"## Per set, fit {label}", "", "| pooling | calibrator | " + " | ".join(names) + " |"]
+        lines.append("|---|---|" + "---:|" * len(names))
+        for c in shown:
+            scores = c.scores()
+            lines.append(
+                f"| {c.pooling} | {c.calibrator} | "
+                + " | ".join(f"{scores[s]:.2f}" if s in scores else "n/a" for s in names)
+                + " |"
+            )
+    for sel in result.lodo:
+        lines += _lodo_lines(sel)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _lodo_lines(sel: LodoSelection) -> list[str]:
+    """The leave-one-dataset-out section of one fitting-set size."""
+    label = fit_size_label(sel.fit_size)
+    lines = [
+        "",
+        f"## Leave-one-dataset-out selection, fit {label}",
+        "",
+        f"For each dataset, the candidate maximising the objective on the **other** datasets' sets is picked and "
+        f"scored on the held-out sets only. Objective: {sel.objective.describe()}. {len(sel.candidates)} "
+        "candidates (every pooling / calibrator of this size and the raw encoders).",
+        "",
+        "| held out | picked on the others | objective on the others | held-out sets | mean | Δ raw | "
+        f"worst (Δ raw) | < −{sel.objective.margin:g} raw |",
+        "|---|---|---:|---:|---:|---:|---|---:|",
+    ]
+    for f in sel.folds:
+        s = f.summary
+        lines.append(
+            f"| {f.held_out} | {f.picked} | {f.objective:.2f} | {s.n_sets} | {s.mean:.2f} | "
+            + " | ".join(_summary_cells(s))
+            + " |"
+        )
+    p = sel.pooled
+    lines += [
+        f"| **all held out** | (per fold) | | {p.n_sets} | {p.mean:.2f} | " + " | ".join(_summary_cells(p)) + " |",
+        "",
+        f"Chosen on all sets at once (in-sample, for contrast): {sel.in_sample}.",
+    ]
+    if sel.excluded:
+        lines += ["", "Left out: " + "; ".join(f"{k} ({v})" for k, v in sel.excluded.items()) + "."]
+    return lines

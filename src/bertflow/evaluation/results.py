@@ -1,10 +1,12 @@
 """Results of the evaluation grid: the scores of each (pooling, calibrator, regime) cell over its seeds, and the
-grid's cells with the run's metadata, as JSON-ready dictionaries (Markdown: :mod:`bertflow.evaluation.render`)."""
+grid's cells with the run's metadata, and the per-set protocol's cells with their summaries against the raw encoder
+(mean, worst set, sets more than 2 points below raw), as JSON-ready dictionaries (Markdown:
+:mod:`bertflow.evaluation.render`)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,7 +15,17 @@ import numpy as np
 from .paper import PublishedResult
 from .sts import StsReport
 
-__all__ = ["CellResult", "GridResult", "mean_std"]
+__all__ = [
+    "HARM_MARGIN",
+    "CellResult",
+    "GridResult",
+    "PerSetCell",
+    "PerSetResult",
+    "SetSummary",
+    "fit_size_label",
+    "mean_std",
+    "summarize_sets",
+]
 
 
 def mean_std(values: Sequence[float]) -> dict[str, Any]:
@@ -173,3 +185,230 @@ class GridResult:
         from .render import render_markdown
 
         return render_markdown(self, title=title, subsets=subsets)
+
+
+# -------------------------------------------------------------------------------------------------------
+# The per-set protocol (bertflow.evaluation.perset)
+# -------------------------------------------------------------------------------------------------------
+
+#: A set counts as harmed when its score falls more than this many Spearman x 100 points below its baseline.
+HARM_MARGIN = 2.0
+
+
+def fit_size_label(fit_size: int | None) -> str:
+    """How reports name a fitting-set size: ``"all"`` (every sentence of the set) or the sample size."""
+    return "all" if fit_size is None else str(fit_size)
+
+
+@dataclass(frozen=True)
+class SetSummary:
+    """Per-set scores of one configuration summarised against a baseline over the same sets (Spearman x 100).
+
+    Attributes:
+        n_sets: sets compared (those with a finite score and baseline).
+        mean: plain mean of the scores over the sets.
+        baseline_mean: plain mean of the baseline over the same sets.
+        worst_set: the set with the lowest ``score - baseline``.
+        worst_delta: that difference (negative: below the baseline).
+        n_below: number of sets with ``score - baseline < -margin``.
+        margin: the margin of ``n_below`` (points).
+    """
+
+    n_sets: int
+    mean: float
+    baseline_mean: float
+    worst_set: str
+    worst_delta: float
+    n_below: int
+    margin: float
+
+    @property
+    def mean_delta(self) -> float:
+        """``mean - baseline_mean``: the mean gain over the baseline."""
+        return self.mean - self.baseline_mean
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {
+            "n_sets": self.n_sets,
+            "mean": self.mean,
+            "baseline_mean": self.baseline_mean,
+            "mean_delta": self.mean_delta,
+            "worst_set": self.worst_set,
+            "worst_delta": self.worst_delta,
+            "n_below": self.n_below,
+            "margin": self.margin,
+        }
+
+
+def summarize_sets(
+    scores: Mapping[str, float], baseline: Mapping[str, float], *, margin: float = HARM_MARGIN
+) -> SetSummary | None:
+    """Mean, worst set relative to ``baseline`` and the count of sets more than ``margin`` below it.
+
+    Args:
+        scores: Spearman x 100 per set name.
+        baseline: the baseline's Spearman x 100 per set name (e.g. the raw encoder); sets missing here, or with a
+            non-finite value on either side, are left out.
+        margin: points below the baseline from which a set counts in ``n_below``.
+
+    Returns:
+        The summary, or ``None`` when no set can be compared. Ties for the worst set go to the first in order.
+    """
+    names = [s for s in scores if s in baseline and math.isfinite(scores[s]) and math.isfinite(baseline[s])]
+    if not names:
+        return None
+    deltas = {s: scores[s] - baseline[s] for s in names}
+    worst = min(names, key=lambda s: deltas[s])
+    return SetSummary(
+        n_sets=len(names),
+        mean=float(np.mean([scores[s] for s in names])),
+        baseline_mean=float(np.mean([baseline[s] for s in names])),
+        worst_set=worst,
+        worst_delta=float(deltas[worst]),
+        n_below=sum(1 for s in names if deltas[s] < -margin),
+        margin=margin,
+    )
+
+
+@dataclass
+class PerSetCell:
+    """One (pooling, calibrator, fitting-set size) of the per-set protocol: a Spearman x 100 per evaluation set.
+
+    Attributes:
+        pooling: the pooling key (``"first-last-avg"``, ``"sif-first-last-avg"`` ...).
+        base_pooling: the same pooling without weighting (equal to ``pooling`` when it is not weighted).
+        calibrator: the calibrator spec (``"none"`` for the raw encoder).
+        fit_size: sentences each set's calibrator (and token statistics) were fitted on: ``None`` for all of the
+            set's sentences, else a seeded sample of that many (sets with no more sentences are not scored).
+        seeds: the flow seeds (``[None]`` for deterministic calibrators).
+        runs: per set name, one Spearman x 100 per seed (NaN where undefined).
+        seconds: wall time of fitting and scoring, all sets and seeds.
+        error: the message of a failed fit (the cell then has no scores).
+    """
+
+    pooling: str
+    base_pooling: str
+    calibrator: str
+    fit_size: int | None
+    seeds: list[int | None]
+    runs: dict[str, list[float]] = field(default_factory=dict)
+    seconds: float = 0.0
+    error: str | None = None
+
+    @property
+    def weighted(self) -> bool:
+        """Whether the pooling is frequency-weighted (its token statistics come from the fitting sample)."""
+        return self.pooling != self.base_pooling
+
+    @property
+    def label(self) -> str:
+        """``"pooling / calibrator / fit size"``, how reports and the selection name the configuration."""
+        return f"{self.pooling} / {self.calibrator} / {fit_size_label(self.fit_size)}"
+
+    def scores(self) -> dict[str, float]:
+        """Spearman x 100 per set, the mean over seeds (empty for a failed cell)."""
+        if self.error:
+            return {}
+        return {s: float(np.mean(v)) for s, v in self.runs.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready; per set the mean, std and n over seeds (``None`` where undefined) and every run."""
+        return {
+            "pooling": self.pooling,
+            "base_pooling": self.base_pooling,
+            "calibrator": self.calibrator,
+            "fit_size": self.fit_size,
+            "seeds": self.seeds,
+            "sets": {
+                s: {**mean_std(v), "runs": [None if math.isnan(x) else x for x in v]} for s, v in self.runs.items()
+            },
+            "seconds": round(self.seconds, 2),
+            "error": self.error,
+        }
+
+
+@dataclass
+class PerSetResult:
+    """The cells of a per-set run with what is needed to read them.
+
+    Attributes:
+        meta: JSON-ready description of the run (model, protocol, fitting sizes, machine, timings, command).
+        sets: per set name: ``dataset``, ``n_pairs`` and ``n_sentences`` (the set's own distinct sentences).
+        fits: per set name and fit-size label: ``n_fit`` sentences fitted on and ``seen``, how many of the set's
+            evaluation sentences were among them (``None`` where the set has too few sentences for the size).
+        cells: raw cells (calibrator ``none``) and calibrated cells, in run order.
+        margin: the harm margin of every summary (points).
+        lodo: leave-one-dataset-out selections attached by :func:`bertflow.evaluation.lodo.select_lodo`.
+    """
+
+    meta: dict[str, Any]
+    sets: dict[str, dict[str, Any]]
+    fits: dict[str, dict[str, dict[str, Any] | None]]
+    cells: list[PerSetCell]
+    margin: float = HARM_MARGIN
+    lodo: list[Any] = field(default_factory=list)
+
+    @property
+    def fit_sizes(self) -> list[int | None]:
+        """The fitting-set sizes of the run, ``None`` (all) first."""
+        return list(dict.fromkeys(c.fit_size for c in sorted(self.cells, key=lambda c: c.fit_size or 0)))
+
+    def raw_cell(self, cell: PerSetCell) -> PerSetCell | None:
+        """The raw encoder under ``cell``'s pooling without weighting or calibrator (the protocol's baseline)."""
+        return next(
+            (
+                c
+                for c in self.cells
+                if c.pooling == cell.base_pooling and c.calibrator == "none" and c.fit_size is None and not c.weighted
+            ),
+            None,
+        )
+
+    def weighted_raw_cell(self, cell: PerSetCell) -> PerSetCell | None:
+        """For a weighted pooling: the same weighted pooling without calibrator, weighted by the same fitting
+        samples (``None`` for an unweighted pooling)."""
+        if not cell.weighted:
+            return None
+        return next(
+            (
+                c
+                for c in self.cells
+                if c.pooling == cell.pooling and c.calibrator == "none" and c.fit_size == cell.fit_size
+            ),
+            None,
+        )
+
+    def summary(self, cell: PerSetCell, *, against: str = "raw") -> SetSummary | None:
+        """``cell`` against the raw encoder (``against="raw"``) or, for a weighted pooling, against the same weighted
+        pooling uncalibrated (``"weighted-raw"``); ``None`` when there is no such baseline or no score."""
+        base = self.raw_cell(cell) if against == "raw" else self.weighted_raw_cell(cell)
+        if base is None or base is cell or cell.error:  # a baseline is not summarised against itself
+            return None
+        return summarize_sets(cell.scores(), base.scores(), margin=self.margin)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: ``meta``, ``sets``, ``fits``, ``cells`` (each with its summaries) and ``lodo``."""
+        cells = []
+        for c in self.cells:
+            raw, wraw = self.summary(c), self.summary(c, against="weighted-raw")
+            cells.append(
+                {
+                    **c.to_dict(),
+                    "summary_vs_raw": raw.to_dict() if raw else None,
+                    "summary_vs_weighted_raw": wraw.to_dict() if wraw else None,
+                }
+            )
+        return {
+            "meta": self.meta,
+            "sets": self.sets,
+            "fits": self.fits,
+            "cells": cells,
+            "lodo": [s.to_dict() for s in self.lodo],
+        }
+
+    def to_markdown(self, *, title: str = "bertflow reproduce") -> str:
+        """The report: settings, a summary per cell (mean, worst set, sets below raw), per-set tables, selection."""
+        from .render import render_per_set
+
+        return render_per_set(self, title=title)

@@ -1,0 +1,226 @@
+"""Leave-one-dataset-out selection: choose among candidate configurations without looking at the scored dataset.
+
+A *dataset* is one of the seven STS tasks with all its evaluation sets (STS12 = its five subsets; STS-B; SICK-R).
+For each dataset D, every candidate configuration (pooling / calibrator, at one fitting-set size) is scored by the
+:class:`Objective` on the per-set results of the *other* datasets only, the best one is picked, and its scores on
+D's sets are reported. Putting the held-out scores of all folds together gives an estimate of how the selection
+rule does on data it was not tuned on, which the in-sample winner's own numbers overstate.
+
+The objective rewards robustness rather than one average (issue 21):
+
+    J(c; S) = mean_{s in S} score_s(c) - penalty x #{s in S : score_s(c) < raw_s(c) - margin}
+
+with ``margin = 2`` points and ``penalty = 1`` point of mean score per harmed set, where raw_s(c) is the raw
+encoder under c's pooling without weighting or calibrator. Among candidates that share a pooling this is the mean
+gain over raw minus the penalty. Ties go to the candidate listed first (the raw encoder before calibrators).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError
+from .datasets import STS_TASKS
+from .results import HARM_MARGIN, PerSetResult, SetSummary, fit_size_label, summarize_sets
+
+__all__ = ["Objective", "LodoFold", "LodoSelection", "leave_one_dataset_out", "select_lodo"]
+
+
+@dataclass(frozen=True)
+class Objective:
+    """The selection objective: mean score minus ``penalty`` points per set more than ``margin`` points below raw."""
+
+    margin: float = HARM_MARGIN
+    penalty: float = 1.0
+
+    def __call__(self, scores: Mapping[str, float], raw: Mapping[str, float], sets: Sequence[str]) -> float:
+        """J over ``sets`` (each must be in ``scores`` and ``raw``), Spearman x 100 points."""
+        if not sets:
+            raise InputError("the objective needs at least one set")
+        harmed = sum(1 for s in sets if scores[s] - raw[s] < -self.margin)
+        return float(np.mean([scores[s] for s in sets])) - self.penalty * harmed
+
+    def describe(self) -> str:
+        """One line for reports."""
+        return (
+            f"mean Spearman over the other datasets' sets minus {self.penalty:g} point(s) per set more than "
+            f"{self.margin:g} points below raw (same pooling, no weighting, no calibrator)"
+        )
+
+
+@dataclass(frozen=True)
+class LodoFold:
+    """One held-out dataset: what was picked on the others and how it does on the held-out sets.
+
+    Attributes:
+        held_out: the dataset left out (``"STS12"`` ...).
+        picked: the label of the candidate that maximised the objective on the other datasets' sets.
+        objective: that maximum.
+        held_out_sets: the held-out dataset's sets.
+        summary: the picked candidate on the held-out sets against its raw baseline.
+    """
+
+    held_out: str
+    picked: str
+    objective: float
+    held_out_sets: tuple[str, ...]
+    summary: SetSummary
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {
+            "held_out": self.held_out,
+            "picked": self.picked,
+            "objective_on_others": self.objective,
+            "held_out_sets": list(self.held_out_sets),
+            "held_out_summary": self.summary.to_dict(),
+        }
+
+
+@dataclass
+class LodoSelection:
+    """The result of :func:`leave_one_dataset_out`.
+
+    Attributes:
+        fit_size: the fitting-set size the candidates share (``None``: all of each set's sentences).
+        candidates: the candidate labels, in tie-break order.
+        folds: one per dataset with at least one set.
+        pooled: every set's score from the pick of its own dataset's fold, against that pick's raw baseline (the
+            out-of-sample estimate of the rule).
+        in_sample: the candidate maximising the objective on all sets (what choosing on everything would give).
+        objective: the objective used.
+        excluded: candidates left out for missing a set (failed fits), with the reason.
+    """
+
+    fit_size: int | None
+    candidates: list[str]
+    folds: list[LodoFold]
+    pooled: SetSummary
+    in_sample: str
+    objective: Objective
+    excluded: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {
+            "fit_size": self.fit_size,
+            "objective": self.objective.describe(),
+            "margin": self.objective.margin,
+            "penalty": self.objective.penalty,
+            "candidates": self.candidates,
+            "excluded": self.excluded,
+            "folds": [f.to_dict() for f in self.folds],
+            "pooled_held_out": self.pooled.to_dict(),
+            "in_sample_pick": self.in_sample,
+        }
+
+
+def _defined(values: Mapping[str, float], name: str) -> bool:
+    """Whether ``values`` has a finite score for set ``name`` (an undefined correlation is NaN)."""
+    return name in values and math.isfinite(values[name])
+
+
+def leave_one_dataset_out(
+    scores: Mapping[str, Mapping[str, float]],
+    raw: Mapping[str, Mapping[str, float]],
+    dataset_of: Mapping[str, str],
+    *,
+    objective: Objective | None = None,
+    fit_size: int | None = None,
+) -> LodoSelection:
+    """Pick a candidate per held-out dataset on the other datasets' sets and score it on the held-out ones.
+
+    Args:
+        scores: per candidate label (in tie-break order), Spearman x 100 per set; every candidate must have a
+            finite score on every set of ``dataset_of``.
+        raw: per candidate label, its raw baseline per set (the raw encoder under its pooling).
+        dataset_of: the dataset of each set (``"STS12/MSRpar" -> "STS12"``); its sets are the ones used.
+        objective: the selection objective (default :class:`Objective`).
+        fit_size: recorded in the result.
+
+    Raises:
+        InputError: no candidate, fewer than two datasets, or a candidate or baseline missing a set.
+    """
+    objective = objective or Objective()
+    labels = list(scores)
+    sets = list(dataset_of)
+    if not labels:
+        raise InputError("leave-one-dataset-out needs at least one candidate")
+    for label in labels:
+        missing = [s for s in sets if not _defined(scores[label], s) or not _defined(raw.get(label, {}), s)]
+        if missing:
+            raise InputError(f"candidate {label!r} has no score or baseline on {', '.join(missing[:3])}")
+    order = {d: i for i, d in enumerate(STS_TASKS)}
+    datasets = sorted(dict.fromkeys(dataset_of.values()), key=lambda d: order.get(d, len(order)))
+    if len(datasets) < 2:
+        raise InputError("leave-one-dataset-out needs sets from at least two datasets")
+
+    def best(on: list[str]) -> tuple[str, float]:
+        values = [objective(scores[c], raw[c], on) for c in labels]
+        i = int(np.argmax(values))  # first maximum: the tie-break order
+        return labels[i], values[i]
+
+    folds = []
+    pooled_scores: dict[str, float] = {}
+    pooled_raw: dict[str, float] = {}
+    for d in datasets:
+        held = [s for s in sets if dataset_of[s] == d]
+        picked, value = best([s for s in sets if dataset_of[s] != d])
+        summary = summarize_sets({s: scores[picked][s] for s in held}, raw[picked], margin=objective.margin)
+        if summary is None:
+            raise InputError(f"candidate {picked!r} has no finite score on {d}")
+        folds.append(LodoFold(d, picked, value, tuple(held), summary))
+        pooled_scores.update({s: scores[picked][s] for s in held})
+        pooled_raw.update({s: raw[picked][s] for s in held})
+    pooled = summarize_sets(pooled_scores, pooled_raw, margin=objective.margin)
+    assert pooled is not None  # every fold has a summary
+    return LodoSelection(fit_size, labels, folds, pooled, best(sets)[0], objective)
+
+
+def select_lodo(
+    result: PerSetResult, *, objective: Objective | None = None, candidates: Sequence[str] | None = None
+) -> list[LodoSelection]:
+    """:func:`leave_one_dataset_out` over the cells of a per-set run, once per fitting-set size.
+
+    The candidates at a size are its cells plus the raw unweighted cells (the raw encoder does not depend on the
+    size), restricted to the sets scored at that size; a cell that failed, or whose correlation is undefined (NaN) on
+    a set, is left out and listed.
+
+    Args:
+        result: the per-set run.
+        objective: the selection objective (default :class:`Objective`, margin = ``result.margin``).
+        candidates: only these ``"pooling / calibrator"`` configurations (default: every cell).
+
+    Returns:
+        One selection per size with at least two datasets scored.
+    """
+    objective = objective or Objective(margin=result.margin)
+    out = []
+    for size in result.fit_sizes:
+        cells = [c for c in result.cells if c.fit_size == size or (c.calibrator == "none" and not c.weighted)]
+        if candidates is not None:
+            cells = [c for c in cells if f"{c.pooling} / {c.calibrator}" in candidates]
+        # The sets scored at this size: those with a fitting sample of it.
+        sets = [s for s, by_size in result.fits.items() if by_size.get(fit_size_label(size)) is not None]
+        scores, raw, excluded = {}, {}, {}
+        for c in cells:
+            base = result.raw_cell(c)
+            got, base_scores = c.scores(), base.scores() if base else {}
+            lacking = [s for s in sets if not _defined(got, s) or not _defined(base_scores, s)]
+            label = f"{c.pooling} / {c.calibrator}"
+            if c.error or lacking:
+                excluded[label] = c.error or f"no score on {', '.join(lacking[:3])}"
+                continue
+            scores[label], raw[label] = got, base_scores
+        dataset_of = {s: result.sets[s]["dataset"] for s in sets}
+        if not scores or len(set(dataset_of.values())) < 2:
+            continue
+        selection = leave_one_dataset_out(scores, raw, dataset_of, objective=objective, fit_size=size)
+        selection.excluded = excluded
+        out.append(selection)
+    return out

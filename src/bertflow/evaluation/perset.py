@@ -1,0 +1,322 @@
+"""The per-set protocol: every evaluation set scored on its own, its calibrator fitted on that set's own sentences.
+
+``bertflow reproduce --regimes per-set`` (and ``bertflow evaluate --regime per-set``) split the seven STS tasks
+into their evaluation sets: every STS12-16 subset (``STS12/MSRpar``, ``STS16/headlines`` ...), STS-B test and
+SICK-R test. Each set's calibrator is fitted, without labels, on that set's own distinct sentences (STS-B and
+SICK-R: all their splits' sentences, as the ``target`` regime does; a STS12-16 subset: that subset's sentences),
+which is how ``bertflow fit`` is used on a user's own data. With ``fit_sizes`` it is also fitted on seeded random
+samples of that many of the set's sentences (only for sets with more sentences than that) and scores the same
+pairs: small fitting sets. A frequency-weighted pooling (``sif:first-last-avg``) takes its token statistics from
+the same fitting sample.
+
+Each configuration is summarised against the **raw encoder** (the same encoder and pooling, without weighting or
+calibrator): the mean over sets, the worst set relative to raw and the number of sets more than 2 points below raw
+(:func:`bertflow.evaluation.results.summarize_sets`). Choosing among configurations without tuning on the set
+that is scored: :mod:`bertflow.evaluation.lodo`.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..calibrators import parse_calibrator
+from ..encoding.encoder import SentenceEncoder
+from ..encoding.pooling import Pooling
+from ..errors import BertflowError, InputError
+from ..io.text import SentencePairs, distinct
+from ..resources import limited_threads, machine_info
+from .cache import EmbeddingCache, embed_cached
+from .datasets import STS_TASKS, StsTask, load_sts_tasks, resolve_data_dir
+from .grid import (
+    EmbeddingTable,
+    GridConfig,
+    checked_specs,
+    is_identity,
+    is_seeded,
+    load_encoder,
+    model_meta,
+    run_record,
+)
+from .regimes import seen_counts
+from .results import HARM_MARGIN, PerSetCell, PerSetResult, fit_size_label
+from .sts import evaluate_pairs
+
+__all__ = ["PER_SET", "PER_SET_TEXT", "EvalSet", "evaluation_sets", "fitting_sample", "run_per_set"]
+
+#: The regime name of the per-set protocol (``--regimes per-set``).
+PER_SET = "per-set"
+
+PER_SET_TEXT = (
+    "each evaluation set (every STS12-16 subset, STS-B test, SICK-R test) scored on its own, its calibrator fitted "
+    "on that set's own distinct sentences (STS-B/SICK-R: all their splits; a STS12-16 subset: that subset), or on a "
+    "seeded random sample of them (fit size n); transductive, as `bertflow fit` on one's own data"
+)
+
+_PROTOCOL = {
+    "metric": "Spearman × 100 of cosine similarity against the gold score, per evaluation set",
+    "raw": "the same encoder and pooling without weighting or calibrator (base pooling, no token statistics)",
+    "weighted raw": "for a weighted pooling: the same weighted pooling without calibrator, its token statistics "
+    "from the same fitting sample",
+    "mean": "plain mean over the sets scored at that fit size",
+    "worst": "the set with the lowest score minus raw, and that difference",
+    "count": f"number of sets whose score is more than {HARM_MARGIN:g} points below raw",
+    "seeds": "flow rows: per set the mean over seeds 0..N-1",
+    "samples": "fit size n: a seeded sample of n of the set's distinct sentences (nested: the first n of one "
+    "random permutation per set); sets with n sentences or fewer are not scored at that size",
+}
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class EvalSet:
+    """One evaluation set of the per-set protocol.
+
+    Attributes:
+        name: ``"STS12/MSRpar"`` for a STS12-16 subset, ``"STS-B"`` / ``"SICK-R"`` for their test split.
+        dataset: the task it belongs to (``"STS12"`` ... ``"SICK-R"``): the unit left out by
+            :mod:`bertflow.evaluation.lodo`.
+        pairs: the scored pairs.
+        sentences: the set's own distinct sentences, the fitting pool (for STS-B and SICK-R all splits).
+    """
+
+    name: str
+    dataset: str
+    pairs: SentencePairs
+    sentences: tuple[str, ...]
+
+    def eval_sentences(self) -> list[str]:
+        """Distinct sentences of the scored pairs."""
+        return distinct(self.pairs.sentences())
+
+
+def evaluation_sets(tasks: Mapping[str, StsTask]) -> list[EvalSet]:
+    """The evaluation sets of ``tasks``, in task order and each task's subset order."""
+    out = []
+    for name, task in tasks.items():
+        if task.has_train_split:
+            out.append(EvalSet(name, name, task.eval_subsets["test"], tuple(task.fit_sentences("target"))))
+            continue
+        for subset, pairs in task.eval_subsets.items():
+            out.append(EvalSet(f"{name}/{subset}", name, pairs, tuple(distinct(pairs.sentences()))))
+    return out
+
+
+def fitting_sample(eval_set: EvalSet, fit_size: int | None, seed: int = 0) -> list[str] | None:
+    """The sentences ``eval_set``'s calibrator is fitted on at ``fit_size``.
+
+    Args:
+        eval_set: the set.
+        fit_size: ``None`` for all of its sentences, else the sample size.
+        seed: the sampling seed; with the set's name it fixes one random permutation per set, and a sample of n is
+            its first n entries (so samples are nested across sizes), returned in the set's sentence order.
+
+    Returns:
+        The sample, or ``None`` when the set has ``fit_size`` sentences or fewer (it is not scored at that size).
+    """
+    pool = eval_set.sentences
+    if fit_size is None:
+        return list(pool)
+    if len(pool) <= fit_size:
+        return None
+    rng = np.random.default_rng([seed, zlib.crc32(eval_set.name.encode("utf-8"))])
+    chosen = np.sort(rng.permutation(len(pool))[:fit_size])
+    return [pool[i] for i in chosen]
+
+
+def _check_fit_sizes(sizes: Sequence[int]) -> list[int]:
+    out = []
+    for n in sizes:
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 2:
+            raise InputError(f"fit sizes must be whole numbers of at least 2 sentences, got {n!r}")
+        out.append(int(n))
+    return sorted(set(out))
+
+
+def _spearman(eval_set: EvalSet, embed: Callable[[list[str]], np.ndarray]) -> float:
+    return evaluate_pairs(eval_set.name, {eval_set.name: eval_set.pairs}, embed).subsets[0].spearman
+
+
+class _Cells:
+    """The cells of a run keyed by (pooling, calibrator, fit size), created on first use."""
+
+    def __init__(self, seeds: int) -> None:
+        self.n_seeds = seeds
+        self.by_key: dict[tuple[str, str, int | None], PerSetCell] = {}
+
+    def get(self, pooling: Pooling, base: str, spec: str, fit_size: int | None) -> PerSetCell:
+        key = (pooling.key, spec, fit_size)
+        if key not in self.by_key:
+            seeds: list[int | None] = list(range(self.n_seeds)) if is_seeded(spec) else [None]
+            self.by_key[key] = PerSetCell(pooling.key, base, spec, fit_size, seeds)
+        return self.by_key[key]
+
+
+def _fit_and_score(
+    cell: PerSetCell,
+    eval_set: EvalSet,
+    sample: list[str],
+    rows: Callable[[list[str]], np.ndarray],
+    flow_kwargs: Mapping[str, Any],
+) -> None:
+    """Fit ``cell``'s calibrator on ``sample`` (every seed) and record the set's Spearman; a failure fails the cell."""
+    if cell.error:
+        return
+    started = time.perf_counter()
+    try:
+        values = []
+        for seed in cell.seeds:
+            if cell.calibrator == "none":
+                values.append(_spearman(eval_set, rows))
+                continue
+            kwargs = dict(flow_kwargs) if seed is None else {**flow_kwargs, "seed": seed}
+            cal = parse_calibrator(cell.calibrator, **kwargs).fit(rows(sample))
+            values.append(_spearman(eval_set, lambda s, cal=cal: cal.transform(rows(s))))
+        cell.runs[eval_set.name] = values
+    except BertflowError as e:
+        cell.error = f"{eval_set.name}: {type(e).__name__}: {e}"
+        cell.runs = {}
+    cell.seconds += time.perf_counter() - started
+
+
+@dataclass
+class _Plan:
+    """What a run scores: the poolings (unweighted ones read from ``table``), the calibrators and their cells."""
+
+    encoder: SentenceEncoder
+    config: GridConfig
+    table: EmbeddingTable
+    plain: list[Pooling]
+    weighted: list[Pooling]
+    base_of: dict[str, Pooling]
+    specs: list[str]
+    flow_kwargs: dict[str, Any]
+    cache: EmbeddingCache | None
+    cells: _Cells
+
+    def score_set(self, es: EvalSet, sample: list[str], size: int | None) -> float:
+        """Fit every cell of ``size`` on ``sample`` and score ``es``; returns the seconds spent encoding."""
+        tables = {p.key: self.table for p in self.plain}
+        seconds = 0.0
+        if self.weighted:
+            # The token statistics of a weighted pooling come from this fitting sample, as Embedder.fit does.
+            t0 = time.perf_counter()
+            self.encoder.token_statistics = self.encoder.count_tokens(sample)
+            local = distinct([*es.eval_sentences(), *sample])
+            own = embed_cached(self.encoder, local, self.weighted, cache=self.cache, batch_size=self.config.batch_size)
+            tables.update(dict.fromkeys(own, EmbeddingTable(local, own)))
+            seconds = time.perf_counter() - t0
+        with limited_threads(blas_threads=self.config.fit_threads):
+            for p in [*self.plain, *self.weighted]:
+                base = self.base_of.get(p.key, p).key
+
+                def rows(items: list[str], key: str = p.key) -> np.ndarray:
+                    return tables[key].get(key, items)
+
+                if size is None or p.weighting.weighted:  # an unweighted raw row does not depend on the size
+                    _fit_and_score(self.cells.get(p, base, "none", size), es, sample, rows, self.flow_kwargs)
+                if p.key in self.base_of:  # a pooling that was asked for (not only a weighted one's base)
+                    for spec in self.specs:
+                        _fit_and_score(self.cells.get(p, base, spec, size), es, sample, rows, self.flow_kwargs)
+        return seconds
+
+
+def run_per_set(
+    config: GridConfig,
+    *,
+    encoder: SentenceEncoder | None = None,
+    tasks: Mapping[str, StsTask] | None = None,
+    progress: Progress | None = None,
+) -> PerSetResult:
+    """Run the per-set protocol for every pooling x calibrator x fitting-set size of ``config``.
+
+    ``config.regimes`` must be ``["per-set"]``; ``config.fit_sizes`` adds sample sizes to "all" and
+    ``config.sample_seed`` seeds the samples. The raw encoder of every pooling's unweighted base is always scored
+    (it is the baseline), and every weighted pooling's uncalibrated row at every size.
+
+    Args:
+        config: the run (see :class:`~bertflow.evaluation.grid.GridConfig`).
+        encoder: an already-built encoder instead of ``config.model``. Its own pooling is ignored, and its token
+            statistics are set per fitting sample while a weighted pooling is encoded, then restored.
+        tasks: already-loaded tasks instead of reading ``config.tasks`` from ``config.data_dir``.
+        progress: called with one line per finished step.
+
+    Raises:
+        InputError: another regime, a bad fit size, unknown pooling or calibrator, ``seeds < 1``.
+        DataNotFoundError: the STS data is missing.
+    """
+    say = progress or (lambda _msg: None)
+    started = time.perf_counter()
+    regimes = [r.strip().lower() for r in config.regimes]
+    if regimes != [PER_SET]:
+        raise InputError(f"the per-set protocol runs alone: give regimes [{PER_SET!r}], got {list(config.regimes)}")
+    if config.seeds < 1:
+        raise InputError(f"seeds must be at least 1, got {config.seeds}")
+    sizes: list[int | None] = [None, *_check_fit_sizes(config.fit_sizes)]
+    if encoder is None:
+        encoder = load_encoder(config.model, max_length=config.max_length, device=config.device, dtype=config.dtype)
+    poolings = list({p.key: p for p in (Pooling.parse(s, encoder.num_layers) for s in config.poolings)}.values())
+    if not poolings:
+        raise InputError("give at least one pooling")
+    base_of = {p.key: Pooling.parse(p.base_spec(), encoder.num_layers) for p in poolings}
+    plain = list({b.key: b for b in base_of.values()}.values())  # every unweighted pooling: one encoder pass
+    weighted = [p for p in poolings if p.weighting.weighted]
+    specs, flow_kwargs = checked_specs(config, encoder.dim)
+    specs = [s for s in specs if not is_identity(s)]
+    data_dir = None
+    if tasks is None:
+        data_dir = resolve_data_dir(config.data_dir)
+        tasks = load_sts_tasks(config.tasks, data_dir)
+    tasks = dict(sorted(tasks.items(), key=lambda kv: STS_TASKS.index(kv[0]) if kv[0] in STS_TASKS else len(STS_TASKS)))
+    sets = evaluation_sets(tasks)
+    cache = EmbeddingCache(config.cache_dir) if config.use_cache else None
+
+    everything = distinct(s for es in sets for s in es.sentences)
+    say(f"encoding {len(everything)} distinct sentences with {encoder.model_id} ({', '.join(p.key for p in plain)})")
+    t0 = time.perf_counter()
+    embedded = embed_cached(encoder, everything, plain, cache=cache, batch_size=config.batch_size)
+    table = EmbeddingTable(everything, embedded)
+    encode_seconds = time.perf_counter() - t0
+    cells = _Cells(config.seeds)
+    plan = _Plan(encoder, config, table, plain, weighted, base_of, specs, flow_kwargs, cache, cells)
+    fits: dict[str, dict[str, dict[str, Any] | None]] = {es.name: {} for es in sets}
+    own_stats = encoder.token_statistics
+    try:
+        for size in sizes:
+            for es in sets:
+                sample = fitting_sample(es, size, config.sample_seed)
+                label = fit_size_label(size)
+                fits[es.name][label] = None if sample is None else {
+                    "n_fit": len(sample), "seen": seen_counts(sample, es.eval_sentences())
+                }  # fmt: skip
+                if sample is not None:
+                    encode_seconds += plan.score_set(es, sample, size)
+                    say(f"fit {label}: {es.name} ({len(sample)} sentences) done")
+    finally:
+        encoder.token_statistics = own_stats
+    result_cells = list(cells.by_key.values())
+    meta = {
+        "command": config.command,
+        "model": model_meta(encoder),
+        "tasks": {t: {"n_pairs": task.n_eval_pairs, "subsets": list(task.eval_subsets)} for t, task in tasks.items()},
+        "data_dir": str(data_dir) if data_dir else None,
+        "poolings": [p.key for p in poolings],
+        "calibrators": ["none", *specs],
+        "regimes": {PER_SET: PER_SET_TEXT},
+        "fit_sizes": [fit_size_label(s) for s in sizes],
+        "sample_seed": config.sample_seed,
+        "seeds": config.seeds,
+        "flow": {"epochs": config.flow_epochs, **config.flow_options} if any(is_seeded(s) for s in specs) else {},
+        "fit_threads": config.fit_threads,
+        "protocol": _PROTOCOL,
+        "machine": machine_info(config.device),
+        **run_record(started, encode_seconds, result_cells, len(everything), cache),
+    }
+    info = {es.name: {"dataset": es.dataset, "n_pairs": len(es.pairs), "n_sentences": len(es.sentences)} for es in sets}
+    return PerSetResult(meta, info, fits, result_cells)
