@@ -65,7 +65,8 @@ def test_overwrite_refuses_a_model_folder_holding_foreign_files(tiny_model_dir, 
     (model / "notes" / "todo.txt").write_text("mine", encoding="utf-8")
     (model / "calibrator" / "extra.txt").write_text("mine too", encoding="utf-8")
     before = snapshot(model)
-    args = ["fit", corpus, "-o", model, "--model", tiny_model_dir, "--calibrator", "standard-norm", "-q", "--overwrite"]
+    args = ["fit", corpus, "-o", model, "--model", tiny_model_dir, "--calibrator", "standard-norm", "-q"]
+    args.append("--overwrite")
     line = one_line_error(invoke(*args), "did not write", "calibrator/extra.txt", "notes/", "scores.tsv")
     assert "todo.txt" not in line  # a foreign sub-folder is named once
     assert snapshot(model) == before
