@@ -65,7 +65,8 @@ def test_overwrite_refuses_a_model_folder_holding_foreign_files(tiny_model_dir, 
     (model / "notes" / "todo.txt").write_text("mine", encoding="utf-8")
     (model / "calibrator" / "extra.txt").write_text("mine too", encoding="utf-8")
     before = snapshot(model)
-    args = ["fit", corpus, "-o", model, "--model", tiny_model_dir, "--calibrator", "standard-norm", "-q", "--overwrite"]
+    args = ["fit", corpus, "-o", model, "--model", tiny_model_dir, "--calibrator", "standard-norm", "-q"]
+    args.append("--overwrite")
     line = one_line_error(invoke(*args), "did not write", "calibrator/extra.txt", "notes/", "scores.tsv")
     assert "todo.txt" not in line  # a foreign sub-folder is named once
     assert snapshot(model) == before
@@ -507,3 +508,22 @@ def test_push_to_hub_offline_is_one_error_naming_hf_hub_offline(tiny_encoder, mo
     with pytest.raises(OutputError, match="HF_HUB_OFFLINE") as caught:
         model.push_to_hub("someone/my-flow")
     assert "\n" not in str(caught.value)
+
+
+def test_a_store_encoded_before_the_tokenizer_fingerprint_still_resumes(tiny_model_dir, corpus, tmp_path):
+    import json
+
+    from bertflow.scale.layout import MANIFEST_NAME
+
+    store = tmp_path / "emb"
+    args = ["distributed-encode", corpus, "-o", store, "--model", tiny_model_dir, "-q", "--chunk-size", "16"]
+    args += ["--shard-size", "32"]
+    assert invoke(*args).exit_code == 0
+    manifest = json.loads((store / MANIFEST_NAME).read_text(encoding="utf-8"))
+    assert manifest["encoder"].pop("tokenizer_fingerprint").startswith("t1-")
+    (store / MANIFEST_NAME).write_text(json.dumps(manifest), encoding="utf-8")
+    r = invoke(*args)  # the earlier record lacks the key: resumed, not "encoder differs"
+    assert r.exit_code == 0, r.stderr
+    manifest["encoder"]["tokenizer_fingerprint"] = "t1-0000000000000000"
+    (store / MANIFEST_NAME).write_text(json.dumps(manifest), encoding="utf-8")
+    one_line_error(invoke(*args), "encoder")  # a recorded, different tokenizer is another encoder

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENCODER_KEYS",
+    "LATER_ENCODER_KEYS",
     "FINGERPRINT_SCHEME",
     "FIT_RECORD_KEYS",
     "calibrator_fingerprint",
@@ -116,7 +117,7 @@ def fingerprint_hint(saved: object) -> str:
 ENCODER_KEYS = ("model", "revision", "pooling", "max_length", "dim", "fingerprint", "tokenizer_fingerprint")
 #: Keys that records written by an earlier bertflow lack: such a record is not compared on them (a folder saved
 #: before the tokenizer was fingerprinted still loads; its tokenizer cannot be checked).
-_LATER_KEYS = ("tokenizer_fingerprint",)
+LATER_ENCODER_KEYS = ("tokenizer_fingerprint",)
 #: The fields compared with a calibrator's ``fitted_on`` before it is applied (the dimension is checked apart);
 #: each only where both sides record it.
 _CHECKED_KEYS = ("fingerprint", "pooling", "max_length", "token_statistics", "tokenizer_fingerprint")
@@ -260,12 +261,12 @@ def identity_differences(recorded: Mapping[str, Any], current: Mapping[str, Any]
     :func:`calibrator_identity`), e.g. ``["encoder fingerprint", "calibrator type"]``; empty for the same model."""
     differences = []
     for part, keys in (
-        ("encoder", ("fingerprint", "pooling", "max_length", "dim", "token_statistics", *_LATER_KEYS)),
+        ("encoder", ("fingerprint", "pooling", "max_length", "dim", "token_statistics", *LATER_ENCODER_KEYS)),
         ("calibrator", ("type", "fingerprint")),
     ):
         for key in keys:
             old, new = (recorded.get(part) or {}).get(key), (current.get(part) or {}).get(key)
-            if key in _LATER_KEYS and (old is None or new is None):
+            if key in LATER_ENCODER_KEYS and (old is None or new is None):
                 continue  # recorded before bertflow kept it: nothing to compare
             if old != new:
                 differences.append(f"{part} {key}")

@@ -70,7 +70,8 @@ def check_sentence(index: int, item: object, *, what: str = "sentence") -> str:
     surrogate = _SURROGATE.search(item)
     if surrogate is not None:
         raise InputError(
-            f"{what} {index} holds a lone surrogate (U+{ord(surrogate.group()):04X} at character {surrogate.start()}), "
+            f"{what} {index} holds a lone surrogate (U+{ord(surrogate.group()):04X} at character "
+            f"{surrogate.start()}), "
             "which is not text and cannot be encoded as UTF-8; fix where the string came from (e.g. decode its bytes "
             "with errors='replace')"
         )

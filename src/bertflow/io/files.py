@@ -409,7 +409,8 @@ def check_output_folder(
     holds one of ``inputs`` (or is one); a file; a non-empty folder that is not a bertflow folder of this
     ``kind``; a bertflow folder of this kind unless ``overwrite`` (or ``resume``, for a store that is continued);
     a model or index that also holds files its save did not write (:func:`foreign_entries`), even with
-    ``overwrite``, since the save replaces the whole folder and would delete them; a place that cannot be written (read-only, or a parent that is a file). Missing parents are created at save.
+    ``overwrite``, since the save replaces the whole folder and would delete them; a place that cannot be written
+    (read-only, or a parent that is a file). Missing parents are created at save.
 
     Args:
         kind: ``"model"``, ``"index"`` or ``"store"`` (see :data:`FOLDER_KINDS`).

@@ -26,7 +26,7 @@ import torch
 
 from .._version import __version__
 from ..errors import CompatibilityError, InputError
-from ..identity import calibrator_identity
+from ..identity import LATER_ENCODER_KEYS, calibrator_identity
 from ..io.arrow import InputSource, open_input
 from ..io.files import LOCK_NAME, folder_lock
 from .launch import all_gather_object, barrier, rank_and_world, run_on_main, share, share_cpu_threads
@@ -134,6 +134,15 @@ def _normalised(data: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(data, sort_keys=True, default=str))
 
 
+def _same_setting(key: str, recorded: Any, current: Any) -> bool:
+    """Whether a store's recorded setting ``key`` matches the current run's. An encoder record written before a
+    key of :data:`~bertflow.identity.LATER_ENCODER_KEYS` existed is compared without it, so a store half-encoded by
+    an earlier bertflow still resumes."""
+    if key == "encoder" and isinstance(recorded, dict) and isinstance(current, dict):
+        current = {k: v for k, v in current.items() if k in recorded or k not in LATER_ENCODER_KEYS}
+    return recorded == current
+
+
 def _prepare_store(
     source: InputSource, folder: Path, identity: dict[str, Any], shard_size: int, overwrite: bool
 ) -> tuple[dict[str, Any], list[int]]:
@@ -170,7 +179,7 @@ def _prepare_store(
     fresh = _normalised(fresh)
     if has_manifest:
         manifest = read_manifest(folder)
-        differ = [k for k in IDENTITY_KEYS if manifest.get(k) != fresh.get(k)]
+        differ = [k for k in IDENTITY_KEYS if not _same_setting(k, manifest.get(k), fresh.get(k))]
         if manifest.get("shards") and [ShardSpec.from_json(e) for e in manifest["shards"]] != specs:
             differ.append("shards")
         if differ:
@@ -311,7 +320,7 @@ def encode_file_to_store(
     with lock:
         manifest, done = run_on_main(prepare)
         ours = _normalised(identity)
-        if any(ours[k] != manifest.get(k) for k in ours if k != "dim") or manifest["dim"] != dim:
+        if any(not _same_setting(k, manifest.get(k), ours[k]) for k in ours if k != "dim") or manifest["dim"] != dim:
             # Every rank must encode with what rank 0 recorded: same weights, pooling, precision, calibrator.
             raise CompatibilityError(
                 f"rank {rank}: this rank's encoder or calibrator differs from rank 0's (model files differ between "
