@@ -149,15 +149,21 @@ def test_missing_folder_or_file(fitted, tmp_path):
         Embedder.load(path)
 
 
-def test_calibrator_from_another_encoder_refused(fitted, other_tiny_model_dir, tmp_path):
-    other = SentenceEncoder(str(other_tiny_model_dir), device="cpu")  # same dimension, other weights
-    with pytest.raises(CompatibilityError, match="fingerprint"):
-        Embedder(other, fitted.calibrator)
-    fitted.calibrator.save(tmp_path / "cal")  # also when the calibrator travels on its own
+def test_a_calibrator_handed_in_alone_carries_no_encoder_record(fitted, other_tiny_model_dir, tmp_path):
+    """The record of the encoder a calibrator was fitted on is the Embedder's (and its folder's), not the
+    calibrator's: handed to an Embedder on its own, a fitted calibrator is checked by dimension only, and that
+    Embedder saves no record it does not have (a folder whose encoder was swapped is refused on load:
+    tests/calibrators/test_fitted_state.py)."""
     from bertflow.calibrators import Calibrator
 
-    with pytest.raises(CompatibilityError, match="fingerprint"):
-        Embedder(other, Calibrator.load(tmp_path / "cal"))
+    assert fitted.fitted_on["fingerprint"] == fitted.encoder.fingerprint()
+    fitted.calibrator.save(tmp_path / "cal")
+    assert "fitted_on" not in (tmp_path / "cal" / "config.json").read_text()
+    other = SentenceEncoder(str(other_tiny_model_dir), device="cpu")  # same dimension, other weights
+    handed = Embedder(other, Calibrator.load(tmp_path / "cal"))
+    assert handed.fitted_on is None and handed.fit_info == {}
+    folder = handed.save(tmp_path / "m")
+    assert json.loads((folder / "bertflow_config.json").read_text())["calibrator"]["fitted_on"] is None
 
 
 def test_calibrator_of_another_dimension_refused(tiny_encoder, tmp_path):

@@ -1,7 +1,8 @@
 """Identity and compatibility: what makes a model's vectors what they are, recorded in one way and checked in one way.
 
 * the encoder's weight fingerprint (:func:`weights_fingerprint`), part of the encoder's record (:func:`encoder_record`)
-  that a calibrator keeps as ``fitted_on`` once fitted (:func:`mark_fitted`);
+  that an :class:`~bertflow.embedder.Embedder` (and its saved folder) keeps as ``fitted_on`` once it has fitted its
+  calibrator, and a sentence-transformers ``Calibration`` module keeps for its own; the calibrator holds none;
 * a fitted calibrator's fingerprint (:func:`calibrator_fingerprint`) and identity (:func:`calibrator_identity`),
   recorded by search indexes and embedding stores; none of them contains the library version, so a model, an index
   or a half-encoded store made with one bertflow release is still recognised by the next;
@@ -43,7 +44,6 @@ __all__ = [
     "fingerprint_hint",
     "fit_record",
     "identity_differences",
-    "mark_fitted",
     "weights_fingerprint",
 ]
 
@@ -108,16 +108,16 @@ def fingerprint_hint(saved: object) -> str:
     return ""
 
 
-#: What a calibrator's ``fitted_on`` records of the encoder whose embeddings it was fitted on (plus ``framework``:
+#: What a ``fitted_on`` record keeps of the encoder whose embeddings a calibrator was fitted on (plus ``framework``:
 #: ``"bertflow"`` for a :class:`~bertflow.encoding.encoder.SentenceEncoder`, ``"sentence-transformers"`` for a model
 #: of that library).
 ENCODER_KEYS = ("model", "revision", "pooling", "max_length", "dim", "fingerprint")
-#: The fields compared with a calibrator's ``fitted_on`` before it is applied (the dimension is checked apart).
+#: The fields compared with a ``fitted_on`` record before a calibrator is applied (the dimension is checked apart).
 _CHECKED_KEYS = ("fingerprint", "pooling", "max_length")
 
 
 def encoder_record(encoder: Any, *, framework: str = "bertflow") -> dict[str, Any]:
-    """The record of an encoder that a calibrator fitted on its embeddings keeps as ``fitted_on``.
+    """The record of an encoder (``fitted_on``) kept by whatever holds a calibrator fitted on its embeddings.
 
     Args:
         encoder: a :class:`~bertflow.encoding.encoder.SentenceEncoder` (its ``get_config()`` is read), or a mapping
@@ -138,14 +138,10 @@ def encoder_record(encoder: Any, *, framework: str = "bertflow") -> dict[str, An
     return {**{key: config[key] for key in ENCODER_KEYS}, "framework": framework}
 
 
-def mark_fitted(calibrator: Calibrator, encoder: Any, *, framework: str = "bertflow") -> None:
-    """Record on a freshly fitted ``calibrator`` (as ``fitted_on``) the encoder whose embeddings it was fitted on."""
-    calibrator.fitted_on = encoder_record(encoder, framework=framework)
-
-
 def check_fitted_on(
     calibrator: Calibrator,
     ours: Mapping[str, Any],
+    fitted_on: Mapping[str, Any] | None = None,
     *,
     subject: str = "this encoder",
     advice: Callable[[str, Any], str] | None = None,
@@ -153,9 +149,11 @@ def check_fitted_on(
     """Refuse to apply ``calibrator`` to embeddings of an encoder other than the one it was fitted on.
 
     Args:
-        calibrator: a fitted calibrator; its ``fitted_on`` (:func:`encoder_record`), where it has one, is compared.
+        calibrator: a fitted calibrator; its input dimension is compared.
         ours: the record of the encoder at hand (its ``get_config()``, or the integration's equivalent); a value it
             gives as ``None`` (not computable there) is not compared.
+        fitted_on: the :func:`encoder_record` of the encoder it was fitted on, where its holder kept one; ``None``
+            (unknown) compares the dimension only.
         subject: how the messages name the encoder at hand.
         advice: ``(key, recorded value) -> what to do``; default: refit, or load the matching encoder.
 
@@ -168,7 +166,6 @@ def check_fitted_on(
             f"the calibrator was fitted on {calibrator.n_features_in_}-dimensional embeddings, but "
             f"{ours.get('model')} gives {dim}; refit it for this encoder"
         )
-    fitted_on = getattr(calibrator, "fitted_on", None)
     if not fitted_on:
         return
     for key in _CHECKED_KEYS:
@@ -185,7 +182,7 @@ def check_fitted_on(
 
 # Settings that change how a calibrator runs or where it came from, not what it computes: left out of its
 # fingerprint (at any depth of its config), so that it survives saving, loading, another device and an upgrade.
-_RUNTIME_KEYS = frozenset({"bertflow_version", "format_version", "fitted_on", "verbose", "device"})
+_RUNTIME_KEYS = frozenset({"bertflow_version", "format_version", "verbose", "device"})
 
 
 def calibrator_fingerprint(calibrator: Calibrator) -> str:
@@ -193,7 +190,7 @@ def calibrator_fingerprint(calibrator: Calibrator) -> str:
 
     Identical for the same calibrator before saving and after loading, on CPU or GPU, in any bertflow version;
     different as soon as one fitted number differs. Runtime settings (``device``, ``verbose``), the library and
-    format versions and the encoder record (``fitted_on``, checked apart) are left out.
+    format versions are left out.
     """
 
     def canonical(value: Any) -> Any:

@@ -4,8 +4,9 @@ A saved folder::
 
     my-model/
       bertflow_config.json      encoder (id, revision pinned to a hub commit, pooling, max_length, fingerprint,
-                                provenance: commit or weight files' sha256), calibrator type,
-                                fitting record, library version, sha256 of every other file
+                                provenance: commit or weight files' sha256), calibrator type and the record of
+                                the encoder it was fitted on (``fitted_on``), fitting record, library version,
+                                sha256 of every other file
       calibrator/config.json    calibrator parameters and fitted scalars
       calibrator/model.safetensors
       README.md                 model card (YAML front matter for the Hugging Face Hub): how it was fitted
@@ -100,6 +101,7 @@ def save_model_folder(
     calibrator: Calibrator,
     fit_info: dict[str, Any],
     *,
+    fitted_on: dict[str, Any] | None,
     card: Callable[[], str],
     include_encoder: bool = False,
     encoder_dir: Path | None = None,
@@ -109,6 +111,7 @@ def save_model_folder(
 
     Args:
         encoder, calibrator, fit_info: what is saved (the calibrator fitted).
+        fitted_on: the record of the encoder the calibrator was fitted on (checked on load), or ``None``.
         card: makes the text of ``README.md`` (called once the output folder has been checked).
         include_encoder: copy the encoder's HF files into ``encoder/`` (see :func:`copy_encoder_files`).
         encoder_dir: where the encoder's HF files are when it was loaded from a self-contained folder.
@@ -132,7 +135,7 @@ def save_model_folder(
             "bertflow_version": __version__,
             "format_version": FORMAT_VERSION,
             "encoder": encoder_config,
-            "calibrator": {"type": calibrator.name, "path": CALIBRATOR_DIR},
+            "calibrator": {"type": calibrator.name, "path": CALIBRATOR_DIR, "fitted_on": fitted_on},
             "fitting": fit_info,
             "files": {
                 p.relative_to(tmp).as_posix(): sha256_file(p)

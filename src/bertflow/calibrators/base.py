@@ -205,12 +205,20 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
         self.check_params(arr)
         if self._needs_variance:
             check_spread(arr)
-        for attr in ("n_features_in_", "feature_names_in_"):  # a refit that fails leaves no stale fitted marker
-            self.__dict__.pop(attr, None)
+        self._reset_fitted()
         self._fit(arr)
         # Sets n_features_in_, and feature_names_in_ when X is a DataFrame with string column names.
         validate_data(self, X, reset=True, skip_check_array=True)
         return self
+
+    def _reset_fitted(self) -> None:
+        """Forget every fitted attribute (scikit-learn's rule: the instance attributes whose names end in ``_``).
+
+        Every route that fits (:meth:`fit`, and a subclass's fit from statistics or from a trainer's result) calls
+        this first, so nothing of an earlier fit survives a refit, and a refit that fails leaves no fitted marker.
+        """
+        for attr in [a for a in vars(self) if a.endswith("_") and not a.startswith("__")]:
+            delattr(self, attr)
 
     def transform(self, X: np.ndarray) -> np.ndarray:
         """Calibrate embeddings [N, D] -> **float32** [N, D_out], whatever the input dtype.
@@ -307,8 +315,6 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
             "params": self.get_params(),
             "n_features_in": int(self.n_features_in_),
             "state": meta,
-            # What produced the embeddings it was fitted on (encoder config), when known; checked on use.
-            "fitted_on": getattr(self, "fitted_on", None),
             "format_version": FORMAT_VERSION,
             "bertflow_version": __version__,
         }
@@ -354,7 +360,6 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
                 f"saved {klass.__name__} state is inconsistent ({type(e).__name__}: {e}); "
                 "the files were edited or come from different saves"
             ) from None
-        obj.fitted_on = config.get("fitted_on")
         return obj
 
     @classmethod

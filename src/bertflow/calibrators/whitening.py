@@ -200,6 +200,7 @@ class WhiteningCalibrator(Calibrator):
         if not (np.isfinite(sum_x).all() and np.isfinite(sum_outer).all() and np.isfinite(shift).all()):
             raise InputError("the moments contain NaN or Inf; the embeddings they were summed from are broken")
         self.check_params(np.empty((0, d)))
+        self._reset_fitted()
         n = int(n)
         delta = sum_x / n
         cov = (sum_outer - n * np.outer(delta, delta)) / (n - 1)
