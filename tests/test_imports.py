@@ -51,11 +51,14 @@ def test_names_load_on_first_use():
 
 
 def test_the_registry_finds_every_builtin_calibrator_in_a_fresh_process():
-    code = (
-        "from bertflow.calibrators.base import get_calibrator_class, calibrator_names\n"
-        "assert get_calibrator_class('flow').__name__ == 'FlowCalibrator'\n"
+    listing = (
+        "from bertflow.calibrators import calibrator_names, calibrator_specs\n"
         "assert {'auto', 'anchored', 'chain', 'whitening'} <= set(calibrator_names())\n"
+        "assert 'whitening-K' in calibrator_specs()\n"
     )
+    assert loaded_after(listing) == dict.fromkeys(HEAVY, False)  # read from the sources: no calibrator imported
+    code = listing + "from bertflow.calibrators import get_calibrator_class\n"
+    code += "assert get_calibrator_class('flow').__name__ == 'FlowCalibrator'\n"
     assert loaded_after(code)["torch"]  # ran, and loading the flow did need torch
 
 

@@ -7,7 +7,6 @@ in ``_``; using an unfitted calibrator raises :class:`~bertflow.errors.NotFitted
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -25,13 +24,11 @@ from ..errors import CompatibilityError, InputError, ModelFileError, NotFittedEr
 from ..io.formats import FORMAT_VERSION, check_format, load_arrays, read_json, save_arrays, write_json
 from ..typing import TorchTransform
 from ..validation import check_array, check_calibrated
+from .registry import get_calibrator_class
 
 __all__ = [
     "Calibrator",
     "TorchTransform",
-    "register",
-    "get_calibrator_class",
-    "calibrator_names",
     "CONFIG_NAME",
     "WEIGHTS_NAME",
     "check_latents",
@@ -41,8 +38,6 @@ __all__ = [
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
-
-_REGISTRY: dict[str, type[Calibrator]] = {}
 
 #: Fitting rows that differ by less than this fraction of their largest coordinate are taken as equal. Embeddings
 #: are float32 (24 significant bits, 6e-8 relative), so rows closer than 1e-5 differ by rounding noise (batch
@@ -72,45 +67,6 @@ def check_spread(X: np.ndarray) -> None:
         raise InputError(no_variance_message(len(X)))
 
 
-def register(name: str):  # noqa: ANN201 - decorator
-    """Class decorator: make a calibrator loadable by ``name`` (the ``type`` field of its saved config).
-
-    Loading goes through this registry, never through importing a dotted path named in a file, so a saved
-    folder cannot make bertflow import arbitrary code.
-    """
-
-    def wrap(cls: type[Calibrator]) -> type[Calibrator]:
-        cls.name = name
-        _REGISTRY[name] = cls
-        return cls
-
-    return wrap
-
-
-#: The modules of the calibrators that ship with bertflow; imported (and so registered) when the registry is read.
-BUILTIN_MODULES = ("anchored", "auto", "chain", "flow", "simple", "whitening")
-
-
-def _load_builtins() -> None:
-    for module in BUILTIN_MODULES:
-        importlib.import_module(f"{__package__}.{module}")
-
-
-def get_calibrator_class(name: str) -> type[Calibrator]:
-    """The calibrator class registered as ``name``."""
-    if name not in _REGISTRY:
-        _load_builtins()
-    if name not in _REGISTRY:
-        raise CompatibilityError(f"unknown calibrator type {name!r}; known: {', '.join(sorted(_REGISTRY))}")
-    return _REGISTRY[name]
-
-
-def calibrator_names() -> list[str]:
-    """Names of every registered calibrator."""
-    _load_builtins()
-    return sorted(_REGISTRY)
-
-
 class Calibrator(TransformerMixin, BaseEstimator, ABC):
     """Base class of every calibrator: a scikit-learn transformer (``BaseEstimator`` + ``TransformerMixin``).
 
@@ -133,7 +89,17 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
     names.
     """
 
+    #: The registry name (the ``type`` of a saved config), set by :func:`~bertflow.calibrators.registry.register`.
     name: ClassVar[str] = "calibrator"
+    #: The short specs this class is built from (spec -> one line of help; ``-K`` / ``-P`` mark a number), read by
+    #: :func:`~bertflow.calibrators.registry.parse_calibrator` and the CLI help. A literal dict, declared on the class
+    #: itself (never inherited: the registry reads each class's own).
+    specs: ClassVar[dict[str, str]] = {}
+    #: Other spellings of a spec (alias -> spec), e.g. ``{"sn": "standard-norm"}``. A literal dict.
+    aliases: ClassVar[dict[str, str]] = {}
+    #: Whether ``transform`` is exactly ``x -> (x - mean) @ W`` (exported as sentence-transformers' ``Dense``). Read
+    #: from the class itself, never inherited: a subclass may add a non-linear step.
+    affine: ClassVar[bool] = False
     #: dtype of the array ``_fit`` receives. float64 for the closed-form calibrators; the flow trains in float32
     #: and takes float32 so that fitting a million embeddings does not start with a 6 GB float64 copy.
     _fit_dtype: ClassVar[type] = np.float64
@@ -143,6 +109,18 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
     _one_to_one: ClassVar[bool] = False
     #: Parameters that are ``None`` when unset are written as JSON null; everything in ``__init__`` must be
     #: JSON-serialisable (numbers, strings, lists, nested calibrators for :class:`Chain`).
+
+    @classmethod
+    def from_spec(cls, spec: str, number: int | None, **options: Any) -> Calibrator:
+        """An unfitted instance for one of :attr:`specs` (``number``: the ``K`` of a numbered spec, else ``None``).
+
+        The default passes ``number`` as the first argument and ignores ``options`` (the flow takes them).
+        """
+        return cls() if number is None else cls(number)
+
+    def is_affine(self) -> bool:
+        """Whether this calibrator's map is affine (see :attr:`affine`; a chain is when all its steps are)."""
+        return bool(vars(type(self)).get("affine", False))
 
     # -- scikit-learn plumbing ---------------------------------------------------------------------------
 

@@ -16,7 +16,8 @@ import torch
 from ..errors import DivergenceError, InputError
 from ..flows import GLOW_PRESETS, Glow
 from ..validation import check_epochs
-from .base import Calibrator, TorchTransform, as_tensor, check_latents, expect_shape, register
+from .base import Calibrator, TorchTransform, as_tensor, check_latents, expect_shape
+from .registry import register
 from .flow_trainer import FlowFit, FlowTrainer, column_moments, shuffled_batches
 
 __all__ = ["FlowCalibrator"]
@@ -76,6 +77,11 @@ class FlowCalibrator(Calibrator):
         Li et al., "On the Sentence Embeddings from Pre-trained Language Models", EMNLP 2020, arXiv:2011.05864.
     """
 
+    specs = {
+        "flow": "BERT-flow, the official code's Glow (3 levels x 3 steps, additive, reverse)",
+        "flow-paper": "BERT-flow, the paper's Glow (2 levels x 3 steps, additive, random permutation)",
+    }
+
     _fit_dtype = np.float32  # the flow trains in float32; a float64 copy of a large corpus would only cost memory
 
     def __init__(
@@ -122,6 +128,11 @@ class FlowCalibrator(Calibrator):
         self.device = device
         self.cuda_graph = cuda_graph
         self.verbose = verbose
+
+    @classmethod
+    def from_spec(cls, spec: str, number: int | None, **options: Any) -> FlowCalibrator:
+        """``flow`` (the code preset) or ``flow-paper``; ``options`` are constructor arguments (``seed`` ...)."""
+        return cls("paper" if spec == "flow-paper" else "code", **options)
 
     # -- configuration -----------------------------------------------------------------------------------
 

@@ -17,8 +17,8 @@ from .base import (
     check_latents,
     expect_shape,
     no_variance_message,
-    register,
 )
+from .registry import register
 
 __all__ = ["WhiteningCalibrator", "oas_shrinkage", "singular_shrinkage"]
 
@@ -143,6 +143,12 @@ class WhiteningCalibrator(Calibrator):
         Su et al., "Whitening Sentence Representations for Better Semantics and Faster Retrieval", 2021,
         arXiv:2103.15316.
     """
+
+    specs = {
+        "whitening": "BERT-whitening keeping every direction",
+        "whitening-K": "BERT-whitening keeping the top K directions (e.g. whitening-256)",
+    }
+    affine = True
 
     def __init__(self, n_components: int | None = None, *, shrinkage: float | None = None, rcond: float = 1e-6) -> None:
         self.n_components = n_components

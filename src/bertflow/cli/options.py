@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from ..calibrators import CALIBRATOR_SPECS
+from ..calibrators import calibrator_specs
 
 __all__ = [
     "STDIO",
@@ -50,7 +50,7 @@ __all__ = [
 STDIO = "-"
 
 #: ``--calibrator`` help: every spec :func:`~bertflow.calibrators.parse_calibrator` knows, so none goes unlisted.
-CALIBRATOR_HELP = f"{' | '.join(CALIBRATOR_SPECS)}, joined with '+' (e.g. standard-norm+natsv-6)."
+CALIBRATOR_HELP = f"{' | '.join(calibrator_specs())}, joined with '+' (e.g. standard-norm+natsv-6)."
 
 ThreadsOpt = Annotated[
     int | None,

@@ -75,15 +75,7 @@ try:
 except ImportError:  # pragma: no cover - sentence-transformers 5
     from sentence_transformers.model_card import SentenceTransformerModelCardData
 
-from ..calibrators import (
-    AllButTheTopCalibrator,
-    Calibrator,
-    ChainCalibrator,
-    IdentityCalibrator,
-    StandardNormCalibrator,
-    WhiteningCalibrator,
-    parse_calibrator,
-)
+from ..calibrators import Calibrator, parse_calibrator
 from ..embedder import Embedder
 from ..errors import CompatibilityError, InputError, ModelFileError
 from ..identity import check_fitted_on, corpus_digest, encoder_record, fit_record, weights_fingerprint
@@ -107,11 +99,6 @@ FITTING_FILE = "fitting.json"
 FITTED_ON_FILE = "fitted_on.json"
 
 
-# Calibrators whose transform is exactly x -> (x - mean) @ W: they export as sentence-transformers' own Dense. Exact
-# types, not isinstance: a subclass may add a non-linear step (AutoCalibrator extends the anchored mix, for one).
-_AFFINE = (IdentityCalibrator, StandardNormCalibrator, AllButTheTopCalibrator, WhiteningCalibrator)
-
-
 def affine_map(calibrator: Calibrator) -> tuple[np.ndarray, np.ndarray] | None:
     """The fitted ``calibrator`` as one affine map ``x -> x @ W + b`` (float64), or ``None`` if it is not affine.
 
@@ -123,7 +110,7 @@ def affine_map(calibrator: Calibrator) -> tuple[np.ndarray, np.ndarray] | None:
         ``(W [D, D'], b [D'])`` with ``b = -mean @ W`` (the mean folded into the bias), or ``None``.
     """
     calibrator.check_fitted()
-    if not _is_affine(calibrator):
+    if not calibrator.is_affine():
         return None
     # Each step's map is affine and computes in float64 (transform64), so probing it at 0 and at the unit vectors reads
     # off b and W exactly (to float64 rounding), the same way for every class and for the composition.
@@ -131,12 +118,6 @@ def affine_map(calibrator: Calibrator) -> tuple[np.ndarray, np.ndarray] | None:
     probes = np.vstack([np.zeros((1, d)), np.eye(d)])
     out = calibrator.transform64(probes)
     return out[1:] - out[0], out[0]
-
-
-def _is_affine(calibrator: Calibrator) -> bool:
-    if type(calibrator) is ChainCalibrator:
-        return all(_is_affine(step) for step in calibrator.steps_)
-    return type(calibrator) in _AFFINE
 
 
 def as_dense(calibrator: Calibrator) -> Dense:
@@ -444,7 +425,7 @@ def fit_calibrator(
         device=model.device,
     )
     keep_normalize = had_normalize if normalize is None else normalize
-    module = as_dense(cal) if portable and _is_affine(cal) else Calibration(cal, fitting=fitting, fitted_on=fitted_on)
+    module = as_dense(cal) if portable and cal.is_affine() else Calibration(cal, fitting=fitting, fitted_on=fitted_on)
     new_modules = [*base_modules, module]
     if keep_normalize:
         new_modules.append(Normalize())
@@ -516,7 +497,7 @@ def from_embedder(embedder: Embedder, *, normalize: bool = False, portable: bool
     fit_info, fitted_on = embedder.fit_records()
     fitting = {k: fit_info[k] for k in ("n_sentences", "corpus_sha256", "regime") if k in fit_info}
     module = (
-        as_dense(cal) if portable and _is_affine(cal) else Calibration(cal, fitting=fitting, fitted_on=fitted_on)
+        as_dense(cal) if portable and cal.is_affine() else Calibration(cal, fitting=fitting, fitted_on=fitted_on)
     )
     modules = [transformer, Pooling(encoder.dim, pooling), module, *([Normalize()] if normalize else [])]
     extra: dict[str, Any] = {"model_card_data": CalibratedModelCardData()} if isinstance(module, Calibration) else {}
