@@ -241,8 +241,6 @@ def test_every_command_has_quiet_and_the_encoding_ones_threads():
             yield " ".join(path), {opt for p in command.params for opt in getattr(p, "opts", [])}
 
     commands = dict(walk(typer.main.get_command(app), []))
-    # `bench` is a deprecated pass-through to benchmarks/bench.py, whose own -q is tested in tests/benchmarks.
-    assert commands.pop("bench") == set()
     assert len(commands) >= 11
     assert [name for name, opts in commands.items() if "-q" not in opts or "--quiet" not in opts] == []
     for name in ("fit", "encode", "similarity", "search build", "search query", "evaluate", "reproduce", "analyze"):

@@ -362,19 +362,3 @@ def test_push_to_hub_uploads_the_saved_folder(tiny_encoder, tmp_path, monkeypatc
     pushed = Embedder.load(upload["folder_path"], device="cpu")
     np.testing.assert_array_equal(pushed.encode(SENTENCES), model.encode(SENTENCES))
     assert model.source is None
-
-
-def test_folder_names_stay_importable_from_embedder():
-    """The saved-folder format lives in bertflow.model_folder; code that imported its names from
-    bertflow.embedder (or the old bertflow.pipeline) gets the very same objects."""
-    import warnings
-
-    from bertflow import embedder, model_folder
-
-    names = ("CONFIG_FILE", "CALIBRATOR_DIR", "ENCODER_DIR", "ENCODER_FILE_PATTERNS")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        import bertflow.pipeline as old
-    for name in names:
-        assert getattr(embedder, name) is getattr(model_folder, name) is getattr(old, name)
-        assert name in embedder.__all__

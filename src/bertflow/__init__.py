@@ -15,11 +15,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._deprecated import install as _install_old_paths
 from ._version import __version__
 from .calibrators.registry import catalogue as _catalogue  # light: it reads sources, imports no calibrator
-
-_install_old_paths()  # bertflow.encoder, bertflow.pipeline, ... keep importing for one release (warned)
 
 # Names are imported on first use (PEP 562), so `import bertflow` and `bertflow --help` do not load torch,
 # transformers or scikit-learn until something needs them. Every registered calibrator class is exported too, by
