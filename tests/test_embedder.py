@@ -20,7 +20,7 @@ from bertflow import (
     SentenceEncoder,
     WhiteningCalibrator,
 )
-from bertflow.embedder import CONFIG_FILE
+from bertflow.model_folder import CONFIG_FILE
 
 from .conftest import SENTENCES
 
@@ -203,7 +203,7 @@ def front_matter(card: str) -> dict:
 
 def test_model_card_is_hub_ready(fitted, tmp_path, monkeypatch):
     from bertflow import __version__
-    from bertflow.embedder import calibrator_fingerprint
+    from bertflow.identity import calibrator_fingerprint
 
     path = fitted.save(tmp_path / "model")
     card = (path / "README.md").read_text()
@@ -273,7 +273,7 @@ def test_card_licence_and_local_encoder_provenance(tiny_model_dir, tmp_path):
     import hashlib
     import shutil
 
-    from bertflow.embedder import CONFIG_FILE
+    from bertflow.model_folder import CONFIG_FILE
 
     source = shutil.copytree(tiny_model_dir, tmp_path / "encoder-src")
     (source / "README.md").write_text("---\nlanguage: en\nlicense: mit\n---\n# tiny\n", encoding="utf-8")

@@ -22,7 +22,7 @@ from .calibrators.registry import catalogue as _catalogue  # light: it reads sou
 # transformers or scikit-learn until something needs them. Every registered calibrator class is exported too, by
 # its class name: the calibrator registry lists them (bertflow.calibrators.__all__), not this module.
 _EXPORTS = {
-    "DEFAULT_MODEL": "encoding.encoder",
+    "DEFAULT_MODEL": "encoding.loading",
     "SentenceEncoder": "encoding.encoder",
     "Embedder": "embedder",
     "EmbeddingIndex": "search",
@@ -43,7 +43,8 @@ __all__ = ["__version__", *_EXPORTS]
 if TYPE_CHECKING:  # what static tools and IDEs see
     from .calibrators import parse_calibrator
     from .embedder import Embedder
-    from .encoding.encoder import DEFAULT_MODEL, SentenceEncoder
+    from .encoding.encoder import SentenceEncoder
+    from .encoding.loading import DEFAULT_MODEL
     from .errors import (
         BertflowError,
         CompatibilityError,

@@ -35,10 +35,6 @@ from .identity import (
 )
 from .linalg import unit_rows
 from .model_folder import (
-    CALIBRATOR_DIR,
-    CONFIG_FILE,
-    ENCODER_DIR,
-    ENCODER_FILE_PATTERNS,
     encoder_license,
     load_encoder,
     load_model_folder,
@@ -53,12 +49,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Embedder",
-    "CALIBRATOR_DIR",
-    "CONFIG_FILE",
-    "ENCODER_DIR",
-    "ENCODER_FILE_PATTERNS",
-    "calibrator_fingerprint",
-    "corpus_digest",
     "device_transform",
     "iter_calibrated",
 ]

@@ -35,7 +35,8 @@ from typing import Any, TypeVar
 
 from ._version import __version__
 from .calibrators import Calibrator
-from .encoding.encoder import SentenceEncoder, resolve_model
+from .encoding.encoder import SentenceEncoder
+from .encoding.loading import resolve_model
 from .errors import ModelFileError
 from .hub import download_model, snapshot
 from .io.files import FOLDER_KINDS, OLD_MARK, atomic_directory, check_output_folder, read_consistent

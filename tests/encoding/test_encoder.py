@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from bertflow import InputError, SentenceEncoder
-from bertflow.encoding.encoder import FINGERPRINT_SCHEME
+from bertflow.identity import FINGERPRINT_SCHEME
 from bertflow.encoding.pooling import Pooling, masked_mean
 from bertflow.errors import CompatibilityError
 

@@ -20,7 +20,8 @@ import torch
 
 from ..errors import InputError
 from ..linalg import unit_rows
-from .base import Calibrator, TorchTransform, as_tensor
+from ..typing import TorchTransform
+from .base import Calibrator, as_tensor
 from .registry import register
 from .whitening import check_variance, descending_eigh, mean_and_covariance, read_projection, singular_shrinkage
 

@@ -28,7 +28,6 @@ from .registry import get_calibrator_class
 
 __all__ = [
     "Calibrator",
-    "TorchTransform",
     "CONFIG_NAME",
     "WEIGHTS_NAME",
     "check_latents",

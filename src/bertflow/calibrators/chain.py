@@ -10,7 +10,8 @@ import torch
 from sklearn.base import OneToOneFeatureMixin, clone
 
 from ..errors import InputError
-from .base import Calibrator, TorchTransform, check_latents
+from ..typing import TorchTransform
+from .base import Calibrator, check_latents
 from .registry import register
 
 __all__ = ["ChainCalibrator"]

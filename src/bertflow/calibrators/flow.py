@@ -15,8 +15,9 @@ import torch
 
 from ..errors import DivergenceError, InputError
 from ..flows import GLOW_PRESETS, Glow
+from ..typing import TorchTransform
 from ..validation import check_epochs
-from .base import Calibrator, TorchTransform, as_tensor, check_latents, expect_shape
+from .base import Calibrator, as_tensor, check_latents, expect_shape
 from .registry import register
 from .flow_trainer import FlowFit, FlowTrainer, column_moments, shuffled_batches
 

@@ -8,7 +8,8 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from .base import Calibrator, TorchTransform, as_tensor, check_latents, expect_shape
+from ..typing import TorchTransform
+from .base import Calibrator, as_tensor, check_latents, expect_shape
 from .registry import register
 
 __all__ = ["IdentityCalibrator", "StandardNormCalibrator", "AllButTheTopCalibrator", "floored_std"]

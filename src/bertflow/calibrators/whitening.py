@@ -9,10 +9,10 @@ import numpy as np
 import torch
 
 from ..errors import InputError
+from ..typing import TorchTransform
 from .base import (
     SPREAD_RTOL,
     Calibrator,
-    TorchTransform,
     as_tensor,
     check_latents,
     expect_shape,

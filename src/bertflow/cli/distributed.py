@@ -45,7 +45,7 @@ _EPILOG_ENCODE = """Examples:
   bertflow distributed-encode docs.parquet --text-column body --id-column doc_id --format parquet -o emb
 
 Re-running the same command resumes: finished shards are kept. Read the result with
-bertflow.scale.store.open_embeddings("emb"), or pass --merge for one emb/embeddings.npy. See docs/distributed.md.
+bertflow.scale.reader.open_embeddings("emb"), or pass --merge for one emb/embeddings.npy. See docs/distributed.md.
 """
 
 _EPILOG_FIT = """Examples:
@@ -314,7 +314,7 @@ def _fit_worker_body(device: str | None, args: dict[str, Any]) -> None:
     from ..identity import FINGERPRINT_SCHEME, fit_record
     from ..scale.fit import fit_flow_distributed, fit_whitening_distributed
     from ..scale.launch import current_topology
-    from ..scale.store import open_embeddings
+    from ..scale.reader import open_embeddings
 
     quiet_libraries()
     topology = current_topology()

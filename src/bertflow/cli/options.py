@@ -171,7 +171,7 @@ def check_model_dir_options(ctx: typer.Context, model_dir: str | None) -> None:
 def check_device(device: str | None) -> None:
     """Refuse an unknown device, or a CUDA one on a machine without CUDA, before any model is loaded."""
     if device is not None:
-        from ..encoding.encoder import resolve_device
+        from ..encoding.device import resolve_device
 
         resolve_device(device)
 

@@ -183,7 +183,7 @@ def fit_whitening_distributed(
     ``WhiteningCalibrator().fit(np.asarray(X))`` up to rounding (about 1e-13 relative on real embeddings).
 
     Args:
-        X: [N, D] rows readable by every rank, e.g. ``bertflow.scale.store.open_embeddings(folder)`` on shared storage
+        X: [N, D] rows readable by every rank, e.g. ``bertflow.scale.reader.open_embeddings(folder)`` on shared storage
             or a memory-mapped ``.npy``. For rows that only this rank holds, use :func:`all_reduce_moments` and
             ``fit_from_moments`` directly.
         calibrator: an unfitted :class:`WhiteningCalibrator` carrying the hyperparameters (default: keep all).
@@ -304,7 +304,7 @@ def fit_flow_distributed(
     of rows, not the corpus.
 
     Args:
-        X: [N, D] rows readable by every rank (``bertflow.scale.store.open_embeddings(folder)``, a memory-mapped
+        X: [N, D] rows readable by every rank (``bertflow.scale.reader.open_embeddings(folder)``, a memory-mapped
             ``.npy``, or an array).
         calibrator: an unfitted :class:`FlowCalibrator` carrying the hyperparameters (default: the code preset).
         device: this rank's device; default ``calibrator.device`` or ``cuda:{local_rank}`` / ``cpu``.
