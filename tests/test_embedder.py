@@ -203,7 +203,7 @@ def front_matter(card: str) -> dict:
 
 def test_model_card_is_hub_ready(fitted, tmp_path, monkeypatch):
     from bertflow import __version__
-    from bertflow.identity import calibrator_fingerprint
+    from bertflow.calibrators.base import calibrator_fingerprint
 
     path = fitted.save(tmp_path / "model")
     card = (path / "README.md").read_text()

@@ -10,16 +10,12 @@ from typer.testing import CliRunner
 
 from bertflow import Embedder, SentenceEncoder, WhiteningCalibrator
 from bertflow.calibrators import Calibrator
+from bertflow.calibrators.base import calibrator_fingerprint
 from bertflow.cli import app
 from bertflow.errors import CompatibilityError, ModelFileError
-from bertflow.identity import (
-    ENCODER_KEYS,
-    FIT_RECORD_KEYS,
-    calibrator_fingerprint,
-    check_fitted_on,
-    corpus_digest,
-)
+from bertflow.identity import ENCODER_KEYS, check_fitted_on
 from bertflow.io.formats import check_format
+from bertflow.model_folder import FIT_RECORD_KEYS, corpus_digest
 
 from .conftest import SENTENCES
 from .test_imports import HEAVY, loaded_after

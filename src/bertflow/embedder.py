@@ -22,20 +22,16 @@ import numpy as np
 import torch
 
 from .calibrators import Calibrator, FlowCalibrator, IdentityCalibrator
+from .calibrators.base import calibrator_fingerprint, calibrator_identity
 from .encoding.encoder import SentenceEncoder
 from .errors import InputError
 from .hub import check_repo_id, upload_folder
-from .identity import (
-    calibrator_fingerprint,
-    calibrator_identity,
-    check_fitted_on,
-    corpus_digest,
-    encoder_record,
-    fit_record,
-)
+from .identity import check_fitted_on, encoder_record
 from .linalg import unit_rows
 from .model_folder import (
+    corpus_digest,
     encoder_license,
+    fit_record,
     load_encoder,
     load_model_folder,
     pinned_encoder_config,
@@ -107,7 +103,7 @@ class Embedder:
         calibrator: an unfitted or fitted calibrator; ``None`` uses BERT-flow (:class:`FlowCalibrator`).
 
     Attributes:
-        fit_info: how the calibrator was fitted (:func:`~bertflow.identity.fit_record`), saved with the model;
+        fit_info: how the calibrator was fitted (:func:`~bertflow.model_folder.fit_record`), saved with the model;
             empty when unknown.
         fitted_on: the record of the encoder whose embeddings the calibrator was fitted on
             (:func:`~bertflow.identity.encoder_record`), saved with the model and checked when it is loaded;
@@ -178,7 +174,7 @@ class Embedder:
 
     def record_fit(self, fit_info: dict[str, Any]) -> Embedder:
         """Declare that the calibrator has just been fitted on this encoder's embeddings, as ``fit_info`` says
-        (:func:`~bertflow.identity.fit_record`): sets :attr:`fit_info` and :attr:`fitted_on`. :meth:`fit` calls it;
+        (:func:`~bertflow.model_folder.fit_record`): sets :attr:`fit_info` and :attr:`fitted_on`. :meth:`fit` calls it;
         so does a fit made elsewhere on this encoder's embeddings (``bertflow distributed-fit``). Returns ``self``.
         """
         self.check_fitted()

@@ -7,7 +7,9 @@ in ``_``; using an unfitted calibrator raises :class:`~bertflow.errors.NotFitted
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,6 +30,8 @@ from .registry import get_calibrator_class
 
 __all__ = [
     "Calibrator",
+    "calibrator_fingerprint",
+    "calibrator_identity",
     "CONFIG_NAME",
     "WEIGHTS_NAME",
     "check_latents",
@@ -373,3 +377,45 @@ def expect_shape(arrays: dict[str, np.ndarray], key: str, shape: tuple[int, ...]
 def as_tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
     """A fitted float64 array as the float32 tensor a torch transform computes with."""
     return torch.as_tensor(np.asarray(array, dtype=np.float32), device=device)
+
+
+# -- identity ---------------------------------------------------------------------------------------------------
+
+# Settings that change how a calibrator runs or where it came from, not what it computes: left out of its
+# fingerprint (at any depth of its config), so that it survives saving, loading, another device and an upgrade.
+_RUNTIME_KEYS = frozenset({"bertflow_version", "format_version", "verbose", "device"})
+
+
+def calibrator_fingerprint(calibrator: Calibrator) -> str:
+    """A short hash (16 hex digits) of a fitted calibrator's type, parameters and fitted state (arrays included).
+
+    Identical for the same calibrator before saving and after loading, on CPU or GPU, in any bertflow version;
+    different as soon as one fitted number differs. Runtime settings (``device``, ``verbose``), the library and
+    format versions are left out.
+    """
+
+    def canonical(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: canonical(v) for k, v in value.items() if k not in _RUNTIME_KEYS}
+        if isinstance(value, (list, tuple)):
+            return [canonical(v) for v in value]
+        return value
+
+    config = calibrator.to_config()
+    _, arrays = calibrator.fitted_state()  # the fitted arrays, exactly as save() writes them
+    h = hashlib.sha256(json.dumps(canonical(config), sort_keys=True, default=str).encode("utf-8"))
+    for name in sorted(arrays):
+        arr = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}:{arr.dtype.str}:{arr.shape};".encode())
+        h.update(arr.tobytes())
+    return h.hexdigest()[:16]
+
+
+def calibrator_identity(calibrator: Calibrator) -> dict[str, Any]:
+    """``{"type", "fingerprint", "dim"}`` of a fitted calibrator: what a search index (in ``Embedder.identity()``)
+    and a calibrated embedding store record of it, and compare on use."""
+    return {
+        "type": calibrator.name,
+        "fingerprint": calibrator_fingerprint(calibrator),
+        "dim": int(calibrator.n_features_out_),
+    }

@@ -311,7 +311,8 @@ def _fit_worker_body(device: str | None, args: dict[str, Any]) -> None:
     from ..embedder import Embedder
     from ..encoding.encoder import SentenceEncoder
     from ..errors import CompatibilityError, InputError
-    from ..identity import FINGERPRINT_SCHEME, fit_record
+    from ..identity import FINGERPRINT_SCHEME
+    from ..model_folder import fit_record
     from ..scale.fit import fit_flow_distributed, fit_whitening_distributed
     from ..scale.launch import current_topology
     from ..scale.reader import open_embeddings

@@ -78,8 +78,9 @@ except ImportError:  # pragma: no cover - sentence-transformers 5
 from ..calibrators import Calibrator, parse_calibrator
 from ..embedder import Embedder
 from ..errors import CompatibilityError, InputError, ModelFileError
-from ..identity import check_fitted_on, corpus_digest, encoder_record, fit_record, weights_fingerprint
+from ..identity import check_fitted_on, encoder_record, weights_fingerprint
 from ..io.formats import read_json, write_json
+from ..model_folder import corpus_digest, fit_record
 from ..validation import output_limit, raise_calibrated, validate_sentences
 
 __all__ = [

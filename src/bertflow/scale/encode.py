@@ -24,8 +24,8 @@ import numpy as np
 import torch
 
 from .._version import __version__
+from ..calibrators.base import calibrator_identity
 from ..errors import CompatibilityError, InputError
-from ..identity import calibrator_identity
 from ..io.arrow import InputSource, open_input
 from ..io.files import LOCK_NAME, folder_lock
 from .launch import all_gather_object, barrier, rank_and_world, run_on_main, share, share_cpu_threads
