@@ -7,8 +7,7 @@
     python benchmarks/bench.py suite --tokenizer-dir TOK --data-dir STS --json results.json      (on a GPU)
     python benchmarks/bench.py suite --tokenizer-dir TOK --device cpu --scale tiny              (check the code)
 
-Numbers and how they were taken: docs/performance.md. Until the next release ``bertflow bench ...`` runs this script
-from a source checkout (deprecated).
+Numbers and how they were taken: docs/performance.md.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import NoReturn
 
 HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:  # loaded by `bertflow bench` rather than run: the harness sits beside this file
+if str(HERE) not in sys.path:  # loaded by path (the tests) rather than run: the harness sits beside this file
     sys.path.insert(0, str(HERE))
 try:  # run from a checkout without installing: the device machines have torch and transformers, not bertflow
     import bertflow  # noqa: F401

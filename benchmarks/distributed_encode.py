@@ -51,8 +51,8 @@ except ImportError:
 import torch  # noqa: E402
 
 from bertflow import __version__  # noqa: E402
-from bertflow.scale.launch import usable_cpus  # noqa: E402
-from bertflow.scale.store import open_embeddings  # noqa: E402
+from bertflow.resources import usable_cpus  # noqa: E402
+from bertflow.scale.reader import open_embeddings  # noqa: E402
 
 BERT_BASE = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072}
 TINY = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128}

@@ -159,7 +159,7 @@ def onepath(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 def scaleout(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from bertflow import Embedder, SentenceEncoder, WhiteningCalibrator
-    from bertflow.scale.store import open_embeddings
+    from bertflow.scale.reader import open_embeddings
 
     model = random_model(args.scale_arch, args.tokenizer_dir, work / "model")
     pool = sts_pool(args.data_dir)
@@ -243,7 +243,8 @@ def streams(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     loop (iter_calibrated) on the same list, on a generator, and writing shards as distributed-encode does."""
     from bertflow import Embedder, SentenceEncoder, WhiteningCalibrator
     from bertflow.embedder import iter_calibrated
-    from bertflow.scale.store import ShardSpec, open_shard_writer
+    from bertflow.scale.layout import ShardSpec
+    from bertflow.scale.shards import open_shard_writer
 
     model = random_model(args.scale_arch, args.tokenizer_dir, work / "model")
     pool = sts_pool(args.data_dir)

@@ -38,7 +38,7 @@ from scipy.stats import spearmanr
 
 from bertflow import __version__
 from bertflow.calibrators import Calibrator, FlowCalibrator, parse_calibrator
-from bertflow.embedder import corpus_digest
+from bertflow.model_folder import corpus_digest
 from bertflow.encoding.encoder import SentenceEncoder
 from bertflow.evaluation.datasets import load_sts_task
 from bertflow.io.text import SentencePairs

@@ -20,7 +20,7 @@ from bertflow import (
     SentenceEncoder,
     WhiteningCalibrator,
 )
-from bertflow.embedder import CONFIG_FILE
+from bertflow.model_folder import CONFIG_FILE
 
 from .conftest import SENTENCES
 
@@ -149,15 +149,21 @@ def test_missing_folder_or_file(fitted, tmp_path):
         Embedder.load(path)
 
 
-def test_calibrator_from_another_encoder_refused(fitted, other_tiny_model_dir, tmp_path):
-    other = SentenceEncoder(str(other_tiny_model_dir), device="cpu")  # same dimension, other weights
-    with pytest.raises(CompatibilityError, match="fingerprint"):
-        Embedder(other, fitted.calibrator)
-    fitted.calibrator.save(tmp_path / "cal")  # also when the calibrator travels on its own
+def test_a_calibrator_handed_in_alone_carries_no_encoder_record(fitted, other_tiny_model_dir, tmp_path):
+    """The record of the encoder a calibrator was fitted on is the Embedder's (and its folder's), not the
+    calibrator's: handed to an Embedder on its own, a fitted calibrator is checked by dimension only, and that
+    Embedder saves no record it does not have (a folder whose encoder was swapped is refused on load:
+    tests/calibrators/test_fitted_state.py)."""
     from bertflow.calibrators import Calibrator
 
-    with pytest.raises(CompatibilityError, match="fingerprint"):
-        Embedder(other, Calibrator.load(tmp_path / "cal"))
+    assert fitted.fitted_on["fingerprint"] == fitted.encoder.fingerprint()
+    fitted.calibrator.save(tmp_path / "cal")
+    assert "fitted_on" not in (tmp_path / "cal" / "config.json").read_text()
+    other = SentenceEncoder(str(other_tiny_model_dir), device="cpu")  # same dimension, other weights
+    handed = Embedder(other, Calibrator.load(tmp_path / "cal"))
+    assert handed.fitted_on is None and handed.fit_info == {}
+    folder = handed.save(tmp_path / "m")
+    assert json.loads((folder / "bertflow_config.json").read_text())["calibrator"]["fitted_on"] is None
 
 
 def test_calibrator_of_another_dimension_refused(tiny_encoder, tmp_path):
@@ -197,7 +203,7 @@ def front_matter(card: str) -> dict:
 
 def test_model_card_is_hub_ready(fitted, tmp_path, monkeypatch):
     from bertflow import __version__
-    from bertflow.embedder import calibrator_fingerprint
+    from bertflow.calibrators.base import calibrator_fingerprint
 
     path = fitted.save(tmp_path / "model")
     card = (path / "README.md").read_text()
@@ -267,7 +273,7 @@ def test_card_licence_and_local_encoder_provenance(tiny_model_dir, tmp_path):
     import hashlib
     import shutil
 
-    from bertflow.embedder import CONFIG_FILE
+    from bertflow.model_folder import CONFIG_FILE
 
     source = shutil.copytree(tiny_model_dir, tmp_path / "encoder-src")
     (source / "README.md").write_text("---\nlanguage: en\nlicense: mit\n---\n# tiny\n", encoding="utf-8")
@@ -356,19 +362,3 @@ def test_push_to_hub_uploads_the_saved_folder(tiny_encoder, tmp_path, monkeypatc
     pushed = Embedder.load(upload["folder_path"], device="cpu")
     np.testing.assert_array_equal(pushed.encode(SENTENCES), model.encode(SENTENCES))
     assert model.source is None
-
-
-def test_folder_names_stay_importable_from_embedder():
-    """The saved-folder format lives in bertflow.model_folder; code that imported its names from
-    bertflow.embedder (or the old bertflow.pipeline) gets the very same objects."""
-    import warnings
-
-    from bertflow import embedder, model_folder
-
-    names = ("CONFIG_FILE", "CALIBRATOR_DIR", "ENCODER_DIR", "ENCODER_FILE_PATTERNS")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        import bertflow.pipeline as old
-    for name in names:
-        assert getattr(embedder, name) is getattr(model_folder, name) is getattr(old, name)
-        assert name in embedder.__all__

@@ -10,16 +10,12 @@ from typer.testing import CliRunner
 
 from bertflow import Embedder, SentenceEncoder, WhiteningCalibrator
 from bertflow.calibrators import Calibrator
+from bertflow.calibrators.base import calibrator_fingerprint
 from bertflow.cli import app
 from bertflow.errors import CompatibilityError, ModelFileError
-from bertflow.identity import (
-    ENCODER_KEYS,
-    FIT_RECORD_KEYS,
-    calibrator_fingerprint,
-    check_fitted_on,
-    corpus_digest,
-)
+from bertflow.identity import ENCODER_KEYS, check_fitted_on
 from bertflow.io.formats import check_format
+from bertflow.model_folder import FIT_RECORD_KEYS, corpus_digest
 
 from .conftest import SENTENCES
 from .test_imports import HEAVY, loaded_after
@@ -66,9 +62,9 @@ def test_the_three_fitting_routes_record_the_same_keys(tiny_model_dir, tmp_path)
     assert distributed.fit_info["corpus_sha256"] is None and distributed.fit_info["corpus_file_sha256"]
 
     fitted_on = {
-        "Embedder.fit": local.calibrator.fitted_on,
-        "distributed-fit": distributed.calibrator.fitted_on,
-        "fit_calibrator": module.calibrator.fitted_on,
+        "Embedder.fit": local.fitted_on,
+        "distributed-fit": distributed.fitted_on,
+        "fit_calibrator": module.fitted_on,
     }
     for route, record in fitted_on.items():
         assert sorted(record) == sorted((*ENCODER_KEYS, "framework")), route
@@ -88,7 +84,6 @@ def test_calibrator_fingerprint_ignores_runtime_and_versions_not_fitted_numbers(
     cal.save(tmp_path / "cal")
     assert calibrator_fingerprint(Calibrator.load(tmp_path / "cal")) == before
     monkeypatch.setattr(bertflow.calibrators.base, "__version__", "99.0.0")  # to_config records the version
-    cal.fitted_on = {"model": "somewhere-else"}
     assert calibrator_fingerprint(cal) == before
     cal.mean_ = cal.mean_ + 1e-9  # one fitted number
     assert calibrator_fingerprint(cal) != before
@@ -101,14 +96,14 @@ def test_check_fitted_on_refuses_another_encoder_but_not_an_unknown_value(anisot
     check_fitted_on(cal, ours)  # nothing recorded: only the dimension is checked
     with pytest.raises(CompatibilityError, match=f"{dim}-dimensional embeddings, but m gives {dim + 1}"):
         check_fitted_on(cal, {**ours, "dim": dim + 1})
-    cal.fitted_on = dict(ours)
-    check_fitted_on(cal, ours)
-    check_fitted_on(cal, {**ours, "fingerprint": None})  # not computable at hand: not compared
+    recorded = dict(ours)
+    check_fitted_on(cal, ours, recorded)
+    check_fitted_on(cal, {**ours, "fingerprint": None}, recorded)  # not computable at hand: not compared
     with pytest.raises(CompatibilityError, match="pooling='mean' .* this encoder has pooling='cls'"):
-        check_fitted_on(cal, {**ours, "pooling": "cls"})
-    cal.fitted_on["fingerprint"] = "0123456789abcdef"  # an earlier scheme's fingerprint
+        check_fitted_on(cal, {**ours, "pooling": "cls"}, recorded)
+    recorded["fingerprint"] = "0123456789abcdef"  # an earlier scheme's fingerprint
     with pytest.raises(CompatibilityError, match="earlier scheme"):
-        check_fitted_on(cal, ours, advice=lambda key, recorded: f"refit ({key} was {recorded})")
+        check_fitted_on(cal, ours, recorded, advice=lambda key, recorded: f"refit ({key} was {recorded})")
 
 
 def test_check_format_names_the_file_and_the_way_out(tmp_path):

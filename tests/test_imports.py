@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
-
-from bertflow._deprecated import MOVED
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 HEAVY = ("torch", "transformers", "sklearn", "scipy")
@@ -51,41 +46,15 @@ def test_names_load_on_first_use():
 
 
 def test_the_registry_finds_every_builtin_calibrator_in_a_fresh_process():
-    code = (
-        "from bertflow.calibrators.base import get_calibrator_class, calibrator_names\n"
-        "assert get_calibrator_class('flow').__name__ == 'FlowCalibrator'\n"
+    listing = (
+        "from bertflow.calibrators import calibrator_names, calibrator_specs\n"
         "assert {'auto', 'anchored', 'chain', 'whitening'} <= set(calibrator_names())\n"
+        "assert 'whitening-K' in calibrator_specs()\n"
     )
+    assert loaded_after(listing) == dict.fromkeys(HEAVY, False)  # read from the sources: no calibrator imported
+    code = listing + "from bertflow.calibrators import get_calibrator_class\n"
+    code += "assert get_calibrator_class('flow').__name__ == 'FlowCalibrator'\n"
     assert loaded_after(code)["torch"]  # ran, and loading the flow did need torch
-
-
-@pytest.mark.parametrize("old", sorted(MOVED))
-def test_old_module_paths_still_import_with_a_deprecation_warning(old):
-    """Every module moved by the re-layout keeps its public names under the old path for one release."""
-    import importlib
-    import sys
-
-    sys.modules.pop(old, None)
-    with pytest.warns(DeprecationWarning, match=rf"{re.escape(old)} is deprecated.*import from"):
-        module = importlib.import_module(old)
-    names = [n for target in MOVED[old] for n in getattr(importlib.import_module(target), "__all__", ())]
-    assert names, old
-    for name in names:
-        new = next(getattr(m, name) for m in map(importlib.import_module, MOVED[old]) if hasattr(m, name))
-        assert getattr(module, name) is new, (old, name)
-    with pytest.raises(AttributeError, match="no attribute"):
-        module.no_such_name  # noqa: B018
-
-
-def test_a_renamed_module_is_the_new_module_so_patching_it_still_works():
-    import warnings
-
-    from bertflow import embedder
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        import bertflow.pipeline as old
-    assert old is embedder
 
 
 def test_embedder_does_not_import_mteb_or_sentence_transformers():

@@ -448,7 +448,6 @@ def test_unwritable_destinations_fail_before_any_work(tiny_model_dir, corpus, tm
     one_line_error(invoke("evaluate", "--model", tiny_model_dir, "-o", blocker), "not a folder")
     one_line_error(invoke("reproduce", "--model", tiny_model_dir, "-o", blocker / "r"), "is not a folder")
     one_line_error(invoke("analyze", "--model", tiny_model_dir, "-o", blocker / "r"), "is not a folder")
-    one_line_error(invoke("bench", "flow", "--json", tmp_path / "missing" / "x.json", "--device", "cpu"), "not exist")
 
 
 def test_a_read_only_destination_fails_before_the_fit(tiny_model_dir, corpus, tmp_path, monkeypatch, no_model_loading):

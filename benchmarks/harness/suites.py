@@ -225,7 +225,7 @@ def cpu_comparison(
     both, ``rounds`` times each, interleaved.
     """
     from bertflow import SentenceEncoder
-    from bertflow.encoding.encoder import resolve_model
+    from bertflow.encoding.loading import resolve_model
     from bertflow.evaluation.datasets import load_sts_task
 
     _, path = resolve_model(None)

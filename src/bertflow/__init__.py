@@ -15,28 +15,18 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._deprecated import install as _install_old_paths
 from ._version import __version__
-
-_install_old_paths()  # bertflow.encoder, bertflow.pipeline, ... keep importing for one release (warned)
+from .calibrators.registry import catalogue as _catalogue  # light: it reads sources, imports no calibrator
 
 # Names are imported on first use (PEP 562), so `import bertflow` and `bertflow --help` do not load torch,
-# transformers or scikit-learn until something needs them.
+# transformers or scikit-learn until something needs them. Every registered calibrator class is exported too, by
+# its class name: the calibrator registry lists them (bertflow.calibrators.__all__), not this module.
 _EXPORTS = {
-    "DEFAULT_MODEL": "encoding.encoder",
+    "DEFAULT_MODEL": "encoding.loading",
     "SentenceEncoder": "encoding.encoder",
     "Embedder": "embedder",
     "EmbeddingIndex": "search",
     "SearchHit": "search",
-    "Calibrator": "calibrators",
-    "FlowCalibrator": "calibrators",
-    "WhiteningCalibrator": "calibrators",
-    "StandardNormCalibrator": "calibrators",
-    "AllButTheTopCalibrator": "calibrators",
-    "ChainCalibrator": "calibrators",
-    "IdentityCalibrator": "calibrators",
-    "AnchoredWhiteningCalibrator": "calibrators",
-    "AutoCalibrator": "calibrators",
     "parse_calibrator": "calibrators",
     "BertflowError": "errors",
     "InputError": "errors",
@@ -46,46 +36,15 @@ _EXPORTS = {
     "DivergenceError": "errors",
 }
 
-__all__ = [
-    "__version__",
-    "DEFAULT_MODEL",
-    "SentenceEncoder",
-    "Embedder",
-    "EmbeddingIndex",
-    "SearchHit",
-    "Calibrator",
-    "FlowCalibrator",
-    "WhiteningCalibrator",
-    "StandardNormCalibrator",
-    "AllButTheTopCalibrator",
-    "ChainCalibrator",
-    "IdentityCalibrator",
-    "AnchoredWhiteningCalibrator",
-    "AutoCalibrator",
-    "parse_calibrator",
-    "BertflowError",
-    "InputError",
-    "NotFittedError",
-    "ModelFileError",
-    "CompatibilityError",
-    "DivergenceError",
-]
+_EXPORTS.update(dict.fromkeys(["Calibrator", *(entry.class_name for entry in _catalogue())], "calibrators"))
+
+__all__ = ["__version__", *_EXPORTS]
 
 if TYPE_CHECKING:  # what static tools and IDEs see
-    from .calibrators import (
-        AllButTheTopCalibrator,
-        AnchoredWhiteningCalibrator,
-        AutoCalibrator,
-        Calibrator,
-        ChainCalibrator,
-        FlowCalibrator,
-        IdentityCalibrator,
-        StandardNormCalibrator,
-        WhiteningCalibrator,
-        parse_calibrator,
-    )
+    from .calibrators import parse_calibrator
     from .embedder import Embedder
-    from .encoding.encoder import DEFAULT_MODEL, SentenceEncoder
+    from .encoding.encoder import SentenceEncoder
+    from .encoding.loading import DEFAULT_MODEL
     from .errors import (
         BertflowError,
         CompatibilityError,

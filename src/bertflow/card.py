@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
+from .calibrators.base import calibrator_fingerprint
 from .hub import is_hub_id
-from .identity import calibrator_fingerprint
 from .io.formats import FORMAT_VERSION
 from .model_folder import CALIBRATOR_DIR, CONFIG_FILE, ENCODER_DIR
 
@@ -45,7 +45,7 @@ def model_card(
     Args:
         encoder: the encoder's config as saved (``bertflow_config.json`` ``encoder``: pinned revision, provenance).
         calibrator: the fitted calibrator.
-        fitting: the fitting record (:func:`bertflow.identity.fit_record`; older records may lack keys).
+        fitting: the fitting record (:func:`bertflow.model_folder.fit_record`; older records may lack keys).
         encoder_license: the licence the encoder's own files declare, or ``None``.
         include_encoder: whether the folder bundles the encoder's files (changes the licence statement).
     """

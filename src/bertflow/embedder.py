@@ -22,26 +22,17 @@ import numpy as np
 import torch
 
 from .calibrators import Calibrator, FlowCalibrator, IdentityCalibrator
+from .calibrators.base import calibrator_fingerprint, calibrator_identity
 from .encoding.encoder import SentenceEncoder
 from .encoding.token_stats import TokenStatistics
 from .errors import InputError
 from .hub import check_repo_id, upload_folder
-from .identity import (
-    calibrator_fingerprint,
-    calibrator_identity,
-    check_dimension,
-    check_fitted_on,
-    corpus_digest,
-    fit_record,
-    mark_fitted,
-)
+from .identity import check_dimension, check_fitted_on, encoder_record
 from .linalg import unit_rows
 from .model_folder import (
-    CALIBRATOR_DIR,
-    CONFIG_FILE,
-    ENCODER_DIR,
-    ENCODER_FILE_PATTERNS,
+    corpus_digest,
     encoder_license,
+    fit_record,
     load_encoder,
     load_model_folder,
     pinned_encoder_config,
@@ -62,12 +53,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Embedder",
-    "CALIBRATOR_DIR",
-    "CONFIG_FILE",
-    "ENCODER_DIR",
-    "ENCODER_FILE_PATTERNS",
-    "calibrator_fingerprint",
-    "corpus_digest",
     "device_transform",
     "iter_calibrated",
 ]
@@ -161,6 +146,11 @@ class Embedder:
             ``truncate_dim``); ``None`` keeps all.
 
     Attributes:
+        fit_info: how the calibrator was fitted (:func:`~bertflow.model_folder.fit_record`), saved with the model;
+            empty when unknown.
+        fitted_on: the record of the encoder whose embeddings the calibrator was fitted on
+            (:func:`~bertflow.identity.encoder_record`), saved with the model and checked when it is loaded;
+            ``None`` when unknown (a calibrator fitted elsewhere and handed in: then only its dimension is checked).
         index: the :class:`~bertflow.search.EmbeddingIndex` that :meth:`search` uses, set by :meth:`build_index`
             or :meth:`load_index` (``None`` before).
         source: the folder or hub id this model was loaded from or last saved to (``None`` otherwise).
@@ -206,12 +196,16 @@ class Embedder:
         self.encoder = encoder if encoder is not None else SentenceEncoder()
         self.calibrator = calibrator if calibrator is not None else FlowCalibrator()
         self.fit_info: dict[str, Any] = {}
+        self.fitted_on: dict[str, Any] | None = None
+        # calibrator_fingerprint of the calibrator that fit_info and fitted_on describe: a calibrator refitted
+        # behind the Embedder's back (calibrator.fit(X) on other embeddings) no longer matches, and they are dropped.
+        self._recorded_for: str | None = None
         self.index: EmbeddingIndex | None = None
         self.source: str | None = None
         # Local folder holding the encoder's HF files when loaded from a self-contained save (copied on re-save).
         self._encoder_dir: Path | None = None
         if self.calibrator.is_fitted:
-            check_fitted_on(self.calibrator, self.encoder.get_config())
+            check_fitted_on(self.calibrator, self.encoder.get_config())  # the dimension: nothing else is known
 
     # -- fit / encode / similarity -----------------------------------------------------------------------
 
@@ -255,21 +249,42 @@ class Embedder:
                 parts.append(self.encoder.count_tokens(token_corpus))
             self.encoder.token_statistics = TokenStatistics.total(parts)
         X = self.encoder.encode(to_encode, batch_size=batch_size, show_progress_bar=show_progress_bar)
-        self.fit_embeddings(X)
-        self.fit_info = fit_record(
+        self.calibrator.fit(X)
+        record = fit_record(
             len(items),
             corpus_sha256=corpus_digest(items),
             regime=regime,
             seconds=time.perf_counter() - started,
             device=self.encoder.device,
         )
-        return self
+        return self.record_fit(record)
 
     def fit_embeddings(self, X: np.ndarray) -> Embedder:
-        """Fit the calibrator on embeddings already produced by this encoder (e.g. from a cache)."""
+        """Fit the calibrator on embeddings [N, D] already produced by this encoder (e.g. from a cache)."""
         self.calibrator.fit(X)
-        mark_fitted(self.calibrator, self.encoder)
+        return self.record_fit({})
+
+    def record_fit(self, fit_info: dict[str, Any]) -> Embedder:
+        """Declare that the calibrator has just been fitted on this encoder's embeddings, as ``fit_info`` says
+        (:func:`~bertflow.model_folder.fit_record`): sets :attr:`fit_info` and :attr:`fitted_on`. :meth:`fit` calls it;
+        so does a fit made elsewhere on this encoder's embeddings (``bertflow distributed-fit``). Returns ``self``.
+        """
+        self.check_fitted()
+        check_fitted_on(self.calibrator, self.encoder.get_config())
+        self.fit_info = dict(fit_info)
+        self.fitted_on = encoder_record(self.encoder)
+        self._recorded_for = calibrator_fingerprint(self.calibrator)
         return self
+
+    def fit_records(self) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """``(fit_info, fitted_on)`` if they still describe the calibrator held, else ``({}, None)``: what
+        :meth:`save` writes, so a calibrator refitted outside the Embedder is not saved with a record of this one's
+        fit."""
+        if self._recorded_for is not None and self._recorded_for == calibrator_fingerprint(self.calibrator):
+            return self.fit_info, self.fitted_on
+        if self.fitted_on is not None or self.fit_info:
+            logger.warning("the calibrator was refitted outside this Embedder: its fitting record is not saved")
+        return {}, None
 
     def encode(
         self,
@@ -709,11 +724,14 @@ class Embedder:
             OutputError: ``path`` may not be written (see :func:`~bertflow.io.files.check_output_folder`).
         """
         self.check_fitted()
+        check_fitted_on(self.calibrator, self.encoder.get_config())  # refitted elsewhere on another width?
+        fit_info, fitted_on = self.fit_records()
         save_model_folder(
             path,
             self.encoder,
             self.calibrator,
-            self.fit_info,
+            fit_info,
+            fitted_on=fitted_on,
             card=lambda: self.model_card(include_encoder=include_encoder),
             include_encoder=include_encoder,
             encoder_dir=self._encoder_dir,
@@ -742,10 +760,13 @@ class Embedder:
 
         def assemble(folder: Path, config: dict[str, Any], calibrator: Calibrator, source: str) -> Embedder:
             encoder, encoder_dir = load_encoder(folder, config, device=device, dtype=dtype)
-            # The constructor compares the encoder actually loaded with what the calibrator was fitted on
-            # (fingerprint, pooling, max_length, dimension), so an edited config or a swapped encoder is refused.
+            fitted_on = config["calibrator"].get("fitted_on")
+            # The encoder actually loaded must be the one the calibrator was fitted on (fingerprint, pooling,
+            # max_length, dimension), so an edited config or a swapped encoder is refused.
+            check_fitted_on(calibrator, encoder.get_config(), fitted_on)
             embedder = cls(encoder, calibrator)
-            embedder.fit_info = config.get("fitting", {})
+            embedder.fit_info, embedder.fitted_on = config.get("fitting", {}), fitted_on
+            embedder._recorded_for = calibrator_fingerprint(calibrator)
             embedder.source = source
             embedder._encoder_dir = encoder_dir
             return embedder
@@ -810,7 +831,7 @@ class Embedder:
         return model_card(
             pinned_encoder_config(self.encoder),
             self.calibrator,
-            self.fit_info,
+            self.fit_records()[0],
             encoder_license=self.encoder_license(),
             include_encoder=include_encoder,
         )

@@ -51,7 +51,14 @@ class CompatibilityError(BertflowError, ValueError):
 
 
 class DivergenceError(BertflowError, RuntimeError):
-    """Flow fitting produced a non-finite loss; the message names the step."""
+    """Flow fitting produced a non-finite loss; the message names the step.
+
+    Attributes:
+        result: what the trainer kept (a :class:`~bertflow.calibrators.flow_trainer.FlowFit`: the parameters of the
+            last clean check and the history), or ``None``.
+    """
+
+    result: Any = None
 
 
 class DataNotFoundError(BertflowError, FileNotFoundError):

@@ -1,11 +1,11 @@
 """Identity and compatibility: what makes a model's vectors what they are, recorded in one way and checked in one way.
 
 * the encoder's weight fingerprint (:func:`weights_fingerprint`), part of the encoder's record (:func:`encoder_record`)
-  that a calibrator keeps as ``fitted_on`` once fitted (:func:`mark_fitted`);
-* a fitted calibrator's fingerprint (:func:`calibrator_fingerprint`) and identity (:func:`calibrator_identity`),
-  recorded by search indexes and embedding stores; none of them contains the library version, so a model, an index
-  or a half-encoded store made with one bertflow release is still recognised by the next;
-* the fitting record saved with a model (:func:`fit_record`, :func:`corpus_digest`);
+  that an :class:`~bertflow.embedder.Embedder` (and its saved folder) keeps as ``fitted_on`` once it has fitted its
+  calibrator, and a sentence-transformers ``Calibration`` module keeps for its own; the calibrator holds none;
+* none of these records contains the library version (nor do a calibrator's fingerprint and identity, in
+  :mod:`bertflow.calibrators.base`), so a model, an index or a half-encoded store made with one bertflow release is
+  still recognised by the next;
 * the check that a calibrator meets the encoder it was fitted on (:func:`check_fitted_on`), and the comparison of
   two model identities that a search index makes before it is queried (:func:`identity_differences`).
 
@@ -15,14 +15,9 @@ Importing this module loads no torch (only :func:`weights_fingerprint` needs it,
 from __future__ import annotations
 
 import hashlib
-import json
-import platform
-import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
-
-import numpy as np
 
 from .errors import CompatibilityError
 
@@ -35,18 +30,12 @@ __all__ = [
     "ENCODER_KEYS",
     "LATER_ENCODER_KEYS",
     "FINGERPRINT_SCHEME",
-    "FIT_RECORD_KEYS",
-    "calibrator_fingerprint",
-    "calibrator_identity",
     "check_dimension",
     "check_fitted_on",
-    "corpus_digest",
     "describe_model",
     "encoder_record",
     "fingerprint_hint",
-    "fit_record",
     "identity_differences",
-    "mark_fitted",
     "weights_fingerprint",
 ]
 
@@ -111,7 +100,7 @@ def fingerprint_hint(saved: object) -> str:
     return ""
 
 
-#: What a calibrator's ``fitted_on`` records of the encoder whose embeddings it was fitted on (plus ``framework``:
+#: What a ``fitted_on`` record keeps of the encoder whose embeddings a calibrator was fitted on (plus ``framework``:
 #: ``"bertflow"`` for a :class:`~bertflow.encoding.encoder.SentenceEncoder`, ``"sentence-transformers"`` for a model
 #: of that library).
 ENCODER_KEYS = ("model", "revision", "pooling", "max_length", "dim", "fingerprint", "tokenizer_fingerprint")
@@ -124,7 +113,7 @@ _CHECKED_KEYS = ("fingerprint", "pooling", "max_length", "token_statistics", "to
 
 
 def encoder_record(encoder: Any, *, framework: str = "bertflow") -> dict[str, Any]:
-    """The record of an encoder that a calibrator fitted on its embeddings keeps as ``fitted_on``.
+    """The record of an encoder (``fitted_on``) kept by whatever holds a calibrator fitted on its embeddings.
 
     Args:
         encoder: a :class:`~bertflow.encoding.encoder.SentenceEncoder` (its ``get_config()`` is read), or a mapping
@@ -147,14 +136,10 @@ def encoder_record(encoder: Any, *, framework: str = "bertflow") -> dict[str, An
     return {**{key: config[key] for key in ENCODER_KEYS}, **extra, "framework": framework}
 
 
-def mark_fitted(calibrator: Calibrator, encoder: Any, *, framework: str = "bertflow") -> None:
-    """Record on a freshly fitted ``calibrator`` (as ``fitted_on``) the encoder whose embeddings it was fitted on."""
-    calibrator.fitted_on = encoder_record(encoder, framework=framework)
-
-
 def check_fitted_on(
     calibrator: Calibrator,
     ours: Mapping[str, Any],
+    fitted_on: Mapping[str, Any] | None = None,
     *,
     subject: str = "this encoder",
     advice: Callable[[str, Any], str] | None = None,
@@ -162,9 +147,11 @@ def check_fitted_on(
     """Refuse to apply ``calibrator`` to embeddings of an encoder other than the one it was fitted on.
 
     Args:
-        calibrator: a fitted calibrator; its ``fitted_on`` (:func:`encoder_record`), where it has one, is compared.
+        calibrator: a fitted calibrator; its input dimension is compared.
         ours: the record of the encoder at hand (its ``get_config()``, or the integration's equivalent); a value it
             gives as ``None`` (not computable there) is not compared.
+        fitted_on: the :func:`encoder_record` of the encoder it was fitted on, where its holder kept one; ``None``
+            (unknown) compares the dimension only.
         subject: how the messages name the encoder at hand.
         advice: ``(key, recorded value) -> what to do``; default: refit, or load the matching encoder.
 
@@ -172,7 +159,6 @@ def check_fitted_on(
         CompatibilityError: another dimension, weight fingerprint, pooling or truncation length.
     """
     check_dimension(calibrator, ours.get("dim"), ours.get("model"))
-    fitted_on = getattr(calibrator, "fitted_on", None)
     if not fitted_on:
         if calibrator.name != "identity":  # nothing fitted that another encoder could make wrong
             # Fitted with plain .fit(X): only the dimension can be checked. Python shows this once per place.
@@ -214,48 +200,6 @@ def check_dimension(calibrator: Calibrator, dim: int | None, model: object = Non
         )
 
 
-# -- the calibrator ---------------------------------------------------------------------------------------------
-
-# Settings that change how a calibrator runs or where it came from, not what it computes: left out of its
-# fingerprint (at any depth of its config), so that it survives saving, loading, another device and an upgrade.
-_RUNTIME_KEYS = frozenset({"bertflow_version", "format_version", "fitted_on", "verbose", "device"})
-
-
-def calibrator_fingerprint(calibrator: Calibrator) -> str:
-    """A short hash (16 hex digits) of a fitted calibrator's type, parameters and fitted state (arrays included).
-
-    Identical for the same calibrator before saving and after loading, on CPU or GPU, in any bertflow version;
-    different as soon as one fitted number differs. Runtime settings (``device``, ``verbose``), the library and
-    format versions and the encoder record (``fitted_on``, checked apart) are left out.
-    """
-
-    def canonical(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: canonical(v) for k, v in value.items() if k not in _RUNTIME_KEYS}
-        if isinstance(value, (list, tuple)):
-            return [canonical(v) for v in value]
-        return value
-
-    config = calibrator.to_config()
-    _, arrays = calibrator.fitted_state()  # the fitted arrays, exactly as save() writes them
-    h = hashlib.sha256(json.dumps(canonical(config), sort_keys=True, default=str).encode("utf-8"))
-    for name in sorted(arrays):
-        arr = np.ascontiguousarray(arrays[name])
-        h.update(f"{name}:{arr.dtype.str}:{arr.shape};".encode())
-        h.update(arr.tobytes())
-    return h.hexdigest()[:16]
-
-
-def calibrator_identity(calibrator: Calibrator) -> dict[str, Any]:
-    """``{"type", "fingerprint", "dim"}`` of a fitted calibrator: what a search index (in ``Embedder.identity()``)
-    and a calibrated embedding store record of it, and compare on use."""
-    return {
-        "type": calibrator.name,
-        "fingerprint": calibrator_fingerprint(calibrator),
-        "dim": int(calibrator.n_features_out_),
-    }
-
-
 def identity_differences(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
     """What differs between two model identities (``Embedder.identity()``: an encoder config and a
     :func:`calibrator_identity`), e.g. ``["encoder fingerprint", "calibrator type"]``; empty for the same model."""
@@ -282,55 +226,3 @@ def describe_model(identity: Mapping[str, Any] | None) -> str:
         f"encoder {enc.get('model')} (pooling {enc.get('pooling')}, max_length {enc.get('max_length')}, "
         f"fingerprint {enc.get('fingerprint')}) + {cal.get('type')} calibrator (fingerprint {cal.get('fingerprint')})"
     )
-
-
-# -- the fitting record -----------------------------------------------------------------------------------------
-
-#: Keys of every fitting record (:func:`fit_record`), whichever route fitted the model.
-FIT_RECORD_KEYS = ("n_sentences", "corpus_sha256", "corpus_file_sha256", "regime", "seconds", "fitted_at", "machine")
-
-
-def corpus_digest(sentences: Sequence[str]) -> str:
-    """sha256 of the sentences joined by newlines: identifies a fitting corpus without storing it."""
-    h = hashlib.sha256()
-    for s in sentences:
-        h.update(s.encode("utf-8"))
-        h.update(b"\n")
-    return h.hexdigest()
-
-
-def fit_record(
-    n_sentences: int,
-    *,
-    regime: str,
-    seconds: float,
-    device: object,
-    corpus_sha256: str | None = None,
-    corpus_file_sha256: str | None = None,
-    ranks: int | None = None,
-) -> dict[str, Any]:
-    """How a model was fitted, as saved with it (``bertflow_config.json`` ``fitting``, the card, ``fitting.json``).
-
-    Args:
-        n_sentences: sentences (rows) fitted on.
-        regime: a free-form label of the fitting corpus.
-        seconds: wall time of encoding and fitting.
-        device: where it ran (the encoder's device, or the ranks' device).
-        corpus_sha256: :func:`corpus_digest` of the sentences, where they were at hand.
-        corpus_file_sha256: sha256 of the file the sentences were read from (a distributed fit, which never holds
-            them all), where known.
-        ranks: processes of a distributed fit; ``None`` for one process.
-
-    Returns:
-        A dict with exactly the keys :data:`FIT_RECORD_KEYS` (``None`` for what is not known).
-    """
-    machine = f"{platform.machine()} {platform.system()}, device {device}"
-    return {
-        "n_sentences": int(n_sentences),
-        "corpus_sha256": corpus_sha256,
-        "corpus_file_sha256": corpus_file_sha256,
-        "regime": regime,
-        "seconds": round(float(seconds), 2),
-        "fitted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": machine if ranks is None else f"{ranks} rank(s), {machine}",
-    }

@@ -4,8 +4,9 @@ A saved folder::
 
     my-model/
       bertflow_config.json      encoder (id, revision pinned to a hub commit, pooling, max_length, fingerprint,
-                                provenance: commit or weight files' sha256), calibrator type,
-                                fitting record, library version, sha256 of every other file
+                                provenance: commit or weight files' sha256), calibrator type and the record of
+                                the encoder it was fitted on (``fitted_on``), fitting record, library version,
+                                sha256 of every other file
       calibrator/config.json    calibrator parameters and fitted scalars
       calibrator/model.safetensors
       token_statistics/         only with a frequency-weighted pooling (``sif:mean`` ...): the token counts its
@@ -26,17 +27,21 @@ the encoder's fingerprint and dimension against the calibrator's (the last by th
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import platform
 import re
 import shutil
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 from ._version import __version__
 from .calibrators import Calibrator
-from .encoding.encoder import SentenceEncoder, resolve_model
+from .encoding.encoder import SentenceEncoder
+from .encoding.loading import resolve_model
 from .encoding.token_stats import TokenStatistics
 from .errors import InputError, ModelFileError
 from .hub import download_model, snapshot
@@ -48,11 +53,14 @@ __all__ = [
     "CONFIG_FILE",
     "ENCODER_DIR",
     "ENCODER_FILE_PATTERNS",
+    "FIT_RECORD_KEYS",
     "PROVENANCE_KEYS",
     "TORCH_BIN_PATTERNS",
     "bundles_encoder",
     "copy_encoder_files",
+    "corpus_digest",
     "encoder_license",
+    "fit_record",
     "left_by_interrupted_save",
     "load_encoder",
     "load_model_folder",
@@ -95,6 +103,58 @@ TORCH_BIN_PATTERNS = ("pytorch_model.bin", "pytorch_model-*.bin", "pytorch_model
 PROVENANCE_KEYS = ("commit", "weights_sha256")
 
 
+# -- the fitting record -------------------------------------------------------------------------------------
+
+#: Keys of every fitting record (:func:`fit_record`), whichever route fitted the model.
+FIT_RECORD_KEYS = ("n_sentences", "corpus_sha256", "corpus_file_sha256", "regime", "seconds", "fitted_at", "machine")
+
+
+def corpus_digest(sentences: Sequence[str]) -> str:
+    """sha256 of the sentences joined by newlines: identifies a fitting corpus without storing it."""
+    h = hashlib.sha256()
+    for s in sentences:
+        h.update(s.encode("utf-8"))
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def fit_record(
+    n_sentences: int,
+    *,
+    regime: str,
+    seconds: float,
+    device: object,
+    corpus_sha256: str | None = None,
+    corpus_file_sha256: str | None = None,
+    ranks: int | None = None,
+) -> dict[str, Any]:
+    """How a model was fitted, as saved with it (``bertflow_config.json`` ``fitting``, the card, ``fitting.json``).
+
+    Args:
+        n_sentences: sentences (rows) fitted on.
+        regime: a free-form label of the fitting corpus.
+        seconds: wall time of encoding and fitting.
+        device: where it ran (the encoder's device, or the ranks' device).
+        corpus_sha256: :func:`corpus_digest` of the sentences, where they were at hand.
+        corpus_file_sha256: sha256 of the file the sentences were read from (a distributed fit, which never holds
+            them all), where known.
+        ranks: processes of a distributed fit; ``None`` for one process.
+
+    Returns:
+        A dict with exactly the keys :data:`FIT_RECORD_KEYS` (``None`` for what is not known).
+    """
+    machine = f"{platform.machine()} {platform.system()}, device {device}"
+    return {
+        "n_sentences": int(n_sentences),
+        "corpus_sha256": corpus_sha256,
+        "corpus_file_sha256": corpus_file_sha256,
+        "regime": regime,
+        "seconds": round(float(seconds), 2),
+        "fitted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine if ranks is None else f"{ranks} rank(s), {machine}",
+    }
+
+
 # -- writing ---------------------------------------------------------------------------------------------------
 
 
@@ -104,6 +164,7 @@ def save_model_folder(
     calibrator: Calibrator,
     fit_info: dict[str, Any],
     *,
+    fitted_on: dict[str, Any] | None,
     card: Callable[[], str],
     include_encoder: bool = False,
     encoder_dir: Path | None = None,
@@ -113,6 +174,7 @@ def save_model_folder(
 
     Args:
         encoder, calibrator, fit_info: what is saved (the calibrator fitted).
+        fitted_on: the record of the encoder the calibrator was fitted on (checked on load), or ``None``.
         card: makes the text of ``README.md`` (called once the output folder has been checked).
         include_encoder: copy the encoder's HF files into ``encoder/`` (see :func:`copy_encoder_files`).
         encoder_dir: where the encoder's HF files are when it was loaded from a self-contained folder.
@@ -144,7 +206,7 @@ def save_model_folder(
             "bertflow_version": __version__,
             "format_version": FORMAT_VERSION,
             "encoder": encoder_config,
-            "calibrator": {"type": calibrator.name, "path": CALIBRATOR_DIR},
+            "calibrator": {"type": calibrator.name, "path": CALIBRATOR_DIR, "fitted_on": fitted_on},
             **({"token_statistics": {"path": TOKEN_STATS_DIR}} if weighted else {}),
             "fitting": fit_info,
             "files": {

@@ -1,7 +1,8 @@
-"""benchmarks/bench.py (the benchmarks' command line) and the deprecated ``bertflow bench`` that runs it."""
+"""benchmarks/bench.py, the benchmarks' command line."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -9,10 +10,19 @@ import sys
 import harness
 import pytest
 
-from bertflow.cli import bench as cli_bench
-
-from ..test_cli import invoke
 from .conftest import BENCHMARKS
+
+
+def bench_main(*args: object, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """``benchmarks/bench.py ARGS`` in this process (so the harness can be patched): (status, stdout, stderr)."""
+    spec = importlib.util.spec_from_file_location("bertflow_benchmarks_bench", BENCHMARKS / "bench.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    capsys.readouterr()
+    status = script.main([str(a) for a in args])
+    out = capsys.readouterr()
+    return status, out.out, out.err
 
 
 @pytest.fixture
@@ -24,50 +34,16 @@ def fake_flow_fit(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(harness, "bench_flow_fit_gpu", fake)
 
 
-def test_bench_quiet(tmp_path, fake_flow_fit):
+def test_bench_quiet(tmp_path, fake_flow_fit, capsys):
     """-q silences the benchmarks' lines (the numbers still go to --json) and needs --json."""
-    args = ("bench", "flow", "--rows", "8", "--dim", "4", "--device", "cpu")
-    r = invoke(*args, "--json", tmp_path / "a.json")
-    assert r.exit_code == 0 and "a progress line" in r.stdout
-    r = invoke(*args, "--json", tmp_path / "b.json", "-q")
-    assert r.exit_code == 0 and r.stdout == ""
+    args = ("flow", "--rows", "8", "--dim", "4", "--device", "cpu")
+    status, out, _ = bench_main(*args, "--json", tmp_path / "a.json", capsys=capsys)
+    assert status == 0 and "a progress line" in out
+    status, out, _ = bench_main(*args, "--json", tmp_path / "b.json", "-q", capsys=capsys)
+    assert status == 0 and out == ""
     assert json.loads((tmp_path / "b.json").read_text())["flow_fit"] == {"rows": 8}
-    r = invoke(*args, "-q")
-    assert r.exit_code == 2 and "add --json" in r.stderr
-
-
-def test_bertflow_bench_says_it_is_deprecated_and_names_the_script(tmp_path, fake_flow_fit):
-    r = invoke("bench", "flow", "--rows", "8", "--dim", "4", "--device", "cpu", "--json", tmp_path / "a.json")
-    assert r.exit_code == 0
-    first = r.stderr.splitlines()[0]
-    assert first.startswith("bertflow bench is deprecated: run python benchmarks/bench.py flow --rows 8")
-    assert json.loads((tmp_path / "a.json").read_text())["flow_fit"] == {"rows": 8}
-
-
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["flow", "--nonsense"], "unrecognized arguments: --nonsense"),
-        ([], "required: {cpu,flow,suite}"),
-        (["suite", "--tokenizer-dir", "tok", "--device", "cpu", "--scale", "huge"], "unknown scale 'huge'"),
-    ],
-)
-def test_bertflow_bench_bad_options_are_one_error_line_before_the_notice(args, message):
-    r = invoke("bench", *args)
-    assert r.exit_code == 2 and r.stdout == ""
-    assert r.stderr.strip().splitlines() == [r.stderr.strip()] and r.stderr.startswith("bertflow: error: ")
-    assert message in r.stderr
-
-
-def test_bertflow_bench_without_the_checkout_is_one_line(monkeypatch, tmp_path):
-    """An installed wheel has no benchmarks/ folder: one line naming the script to run, exit status 2."""
-    monkeypatch.setattr(cli_bench, "SCRIPT", tmp_path / "benchmarks" / "bench.py")
-    r = invoke("bench", "cpu", "--rounds", "3")
-    assert r.exit_code == 2
-    assert r.stderr.strip().splitlines() == [
-        "bertflow: error: bertflow bench moved out of the package: run python benchmarks/bench.py cpu --rounds 3 "
-        "from a source checkout of bertflow"
-    ]
+    status, _, err = bench_main(*args, "-q", capsys=capsys)
+    assert status == 2 and "add --json" in err
 
 
 def test_bench_script_refuses_bad_options_in_one_line(tmp_path):

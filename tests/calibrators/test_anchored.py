@@ -7,10 +7,10 @@ import pytest
 
 from bertflow import InputError, NotFittedError, WhiteningCalibrator
 from bertflow.calibrators import (
-    CALIBRATOR_SPECS,
     AnchoredWhiteningCalibrator,
     Calibrator,
     calibrator_names,
+    calibrator_specs,
     parse_calibrator,
 )
 from bertflow.calibrators.anchored import anisotropy
@@ -85,7 +85,7 @@ def test_save_load_round_trip(tmp_path, data):
 
 
 def test_spec_and_registry():
-    assert "anchored" in calibrator_names() and "anchored" in CALIBRATOR_SPECS
+    assert "anchored" in calibrator_names() and "anchored" in calibrator_specs()
     assert parse_calibrator("anchored").get_params() == {"alpha": 0.5, "weight": None, "rcond": 1e-6}
     assert parse_calibrator("anchored-25").alpha == 0.25
     assert parse_calibrator("anchored-100").alpha == 1.0

@@ -17,23 +17,27 @@ from bertflow import (
     WhiteningCalibrator,
     parse_calibrator,
 )
-from bertflow.calibrators import AnchoredWhiteningCalibrator, AutoCalibrator, Calibrator
+from bertflow.calibrators import Calibrator
+
+from .examples import registry_instances
 
 
 def make_all():
+    """Every registered calibrator (one per declared spec: tests/calibrators/examples.py), then a few settings of
+    interest beyond the specs."""
     return [
-        IdentityCalibrator(),
-        StandardNormCalibrator(),
-        WhiteningCalibrator(),
+        *registry_instances({"flow": {"max_steps": 30}}),
         WhiteningCalibrator(6),
         WhiteningCalibrator(shrinkage=0.5),
         AllButTheTopCalibrator(2),
-        ChainCalibrator([StandardNormCalibrator(), AllButTheTopCalibrator(1)]),
-        FlowCalibrator(max_steps=30),
         FlowCalibrator("paper", coupling="affine", permutation="lu", max_steps=30),
-        AnchoredWhiteningCalibrator(),
-        AutoCalibrator(),
     ]
+
+
+def test_every_registered_calibrator_is_under_contract():
+    from bertflow.calibrators import calibrator_names
+
+    assert {c.name for c in make_all()} == set(calibrator_names())
 
 
 IDS = [repr(c) for c in make_all()]
@@ -59,7 +63,8 @@ def test_fit_returns_self_and_sets_underscore_attributes(calibrator, anisotropic
     added = set(vars(calibrator)) - before
     public = {a for a in added if not a.startswith("_")}
     assert "n_features_in_" in public
-    assert all(a.endswith("_") for a in public if a != "fitted_on"), public
+    assert all(a.endswith("_") for a in public), public
+    assert added == public, added - public  # every fitted attribute is one fit() resets (scikit-learn's rule)
     assert calibrator.n_features_in_ == anisotropic_data.shape[1]
 
 

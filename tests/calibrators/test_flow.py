@@ -36,7 +36,7 @@ def test_fitting_raises_likelihood_and_isotropises(anisotropic_data):
 def test_score_samples_is_a_density_that_matches_the_flow(anisotropic_data):
     cal = FlowCalibrator(max_steps=50).fit(anisotropic_data)
     device = next(cal.flow_.parameters()).device  # the fit's device: CUDA where there is one
-    x = torch.from_numpy(anisotropic_data[:, cal._active].astype(np.float32)).to(device)
+    x = torch.from_numpy(anisotropic_data[:, cal.active_].astype(np.float32)).to(device)
     with torch.no_grad():
         expected = cal.flow_.log_prob(x).double().cpu().numpy()
     np.testing.assert_allclose(cal.score_samples(anisotropic_data), expected, rtol=1e-5, atol=1e-4)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from bertflow import FlowCalibrator, InputError
-from bertflow.calibrators.flow import FlowTrainer
+from bertflow.calibrators.flow_trainer import FlowFit, FlowTrainer
 
 CONFIG = {"max_steps": 40, "validation_fraction": 0.2, "eval_every": 10, "batch_size": 48, "device": "cpu"}
 
@@ -45,8 +45,9 @@ def test_steps_driven_one_by_one_reproduce_fit(anisotropic_data):
                 trainer.observe(k, FlowTrainer.mean_bits_per_dim(trainer.glow, x[val_rows]))
     finally:
         torch.set_num_threads(threads)
-    trainer.finalise()
-    cal.n_features_in_ = anisotropic_data.shape[1]
+    result = trainer.finalise()
+    assert isinstance(result, FlowFit) and not cal.is_fitted  # the trainer never writes onto the calibrator
+    cal.fit_from_result(result, anisotropic_data.shape[1])
 
     assert cal.history_["val_step"] == ref.history_["val_step"] == [10, 20, 30, 40]
     np.testing.assert_allclose(cal.history_["val_bpd"], ref.history_["val_bpd"], rtol=1e-5)
@@ -71,8 +72,10 @@ def test_reduce_hook_sees_the_global_batch_loss_term(anisotropic_data):
     val_rows, train_rows = trainer.split(len(x))
     trainer.initialize(x[train_rows[: cal.init_samples]])
     batches = (x[train_rows[idx]] for idx in trainer.index_batches(len(train_rows)))
-    trainer.run(batches, len(train_rows), evaluate=lambda glow: FlowTrainer.mean_bits_per_dim(glow, x[val_rows]))
-    cal.n_features_in_ = anisotropic_data.shape[1]
+    result = trainer.run(
+        batches, len(train_rows), evaluate=lambda glow: FlowTrainer.mean_bits_per_dim(glow, x[val_rows])
+    )
+    cal.fit_from_result(result, anisotropic_data.shape[1])
 
     assert len(seen) == 40
     assert cal.best_step_ == ref.best_step_
@@ -96,3 +99,16 @@ def test_all_constant_dimensions_are_refused_by_prepare():
     std[3] = 1.0
     with pytest.raises(InputError, match="only 1 of 8 embedding dimensions vary across the 50 rows"):
         trainer.prepare(np.zeros(8), std, 1.0, 50)
+
+
+def test_fit_from_result_refuses_another_width(anisotropic_data):
+    """A result covers the dimensions the trainer prepared; assigning it to another width is refused, and the
+    calibrator stays unfitted."""
+    cal = FlowCalibrator(**CONFIG)
+    trainer, x = _prepared(cal, anisotropic_data)
+    val_rows, train_rows = trainer.split(len(x))
+    trainer.initialize(x[train_rows[: cal.init_samples]])
+    result = trainer.run((x[train_rows[idx]] for idx in trainer.index_batches(len(train_rows))), len(train_rows))
+    with pytest.raises(InputError, match="covers 12 dimensions, not the 13"):
+        cal.fit_from_result(result, 13)
+    assert not cal.is_fitted

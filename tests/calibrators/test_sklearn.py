@@ -16,31 +16,32 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from bertflow.calibrators import (
     AllButTheTopCalibrator,
     AnchoredWhiteningCalibrator,
-    AutoCalibrator,
     Calibrator,
     ChainCalibrator,
     FlowCalibrator,
-    IdentityCalibrator,
     StandardNormCalibrator,
     WhiteningCalibrator,
 )
+
+from .examples import registry_instances
 
 #: The flow's checks fit it dozens of times; a handful of steps keeps them fast and exercises the same code.
 #: The checks fit on 10 to 30 rows of 2 to 10 features: one level (two would need 4 features), min_samples lowered.
 FAST_FLOW = {"n_levels": 1, "depth": 2, "max_steps": 3, "init_samples": 64, "min_samples": 2, "device": "cpu"}
 
+#: Every registered calibrator, one per declared spec (tests/calibrators/examples.py), and a few more settings.
 ESTIMATORS = [
-    IdentityCalibrator(),
-    StandardNormCalibrator(),
-    WhiteningCalibrator(),
+    *registry_instances({"flow": FAST_FLOW}),
     WhiteningCalibrator(2, shrinkage=0.1),
-    AllButTheTopCalibrator(1),
-    ChainCalibrator([StandardNormCalibrator(), AllButTheTopCalibrator(1)]),
-    FlowCalibrator(**FAST_FLOW),
     FlowCalibrator(),  # the defaults, with each check they cannot pass and why (DEFAULT_FLOW_LIMITS)
-    AnchoredWhiteningCalibrator(),
-    AutoCalibrator(),
 ]
+
+
+def test_every_registered_calibrator_is_checked():
+    from bertflow.calibrators import calibrator_names
+
+    assert {c.name for c in ESTIMATORS} == set(calibrator_names())
+
 
 #: Checks that do not hold for bertflow's calibrators by design; each reason is the design decision.
 SKIPPED = {

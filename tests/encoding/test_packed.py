@@ -12,8 +12,8 @@ from bertflow import InputError, SentenceEncoder
 from bertflow.encoding import forward as forward_module
 from bertflow.encoding.packed import (
     ATTENTIONS,
-    Packing,
     PackedBert,
+    Packing,
     grouped_attention,
     max_cosine_deviation,
     padded_attention,

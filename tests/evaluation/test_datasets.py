@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 
 from bertflow.errors import DataNotFoundError, InputError
+from bertflow.evaluation import datasets
 from bertflow.evaluation.datasets import (
     DATA_DIR_ENV,
     STS_TASKS,
     StsTask,
+    TaskSpec,
     canonical_task_name,
     load_nli_sentences,
     load_sts_task,
@@ -142,6 +144,20 @@ def test_task_name_aliases() -> None:
         "SICK-R",
         "SICK-R",
     ]
+
+
+def test_a_data_set_is_one_record(tiny_layout: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Adding a data set in the TSV layout is adding its TaskSpec: names, aliases, folder, splits and the official
+    count all come from the record."""
+    assert STS_TASKS == tuple(spec.name for spec in datasets.TASK_SPECS)
+    toy = TaskSpec("TOY-R", "Toy", 2, {"train": "a.tsv", "dev": "b.tsv", "test": "c.tsv"}, ("toy relatedness",))
+    monkeypatch.setattr(datasets, "TASK_SPECS", (*datasets.TASK_SPECS, toy))
+    for split, name in (("train", "a"), ("dev", "b"), ("test", "c")):
+        write_file(tiny_layout / "Toy" / f"{name}.tsv", _pairs_tsv([("1", f"{split} 1", f"{split} 2"), ("2", "x", "y")]))
+    task = load_sts_task("Toy Relatedness", tiny_layout)
+    assert task.name == "TOY-R" and task.has_train_split and task.n_eval_pairs == 2
+    assert task.fit_sentences("train") == ["train 1", "train 2", "x", "y"]
+    assert canonical_task_name("toy") == "TOY-R"
 
 
 def test_load_nli_sentences_distinct(tiny_layout: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import socket
 import tarfile
@@ -202,14 +203,18 @@ def test_download_pipeline_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         download, "_SEMEVAL_YEARS", {k: (*v[:3], ("news", "forum")) for k, v in download._SEMEVAL_YEARS.items()}
     )
     # Each fixture year has 3 scored pairs and each split 1; a wrong count must be refused.
-    for task in STS_TASKS:
-        monkeypatch.setitem(datasets.OFFICIAL_EVAL_PAIRS, task, 3 if task.startswith("STS1") else 1)
-    monkeypatch.setitem(datasets.OFFICIAL_EVAL_PAIRS, "STS-B", 2)
+    def official(counts: dict[str, int]) -> None:
+        specs = tuple(dataclasses.replace(s, official_pairs=counts.get(s.name, s.official_pairs)) for s in specs_before)
+        monkeypatch.setattr(datasets, "TASK_SPECS", specs)
+
+    specs_before = datasets.TASK_SPECS
+    fixture_counts = {task: 3 if task.startswith("STS1") else 1 for task in STS_TASKS}
+    official({**fixture_counts, "STS-B": 2})
     with pytest.raises(InputError, match=r"unexpected pair counts: STS-B: 1 \(official 2\)"):
         download_sts(tmp_path / "bad")
     assert not (tmp_path / "bad" / download._COMPLETE_MARKER).exists()
 
-    monkeypatch.setitem(datasets.OFFICIAL_EVAL_PAIRS, "STS-B", 1)
+    official(fixture_counts)
     # Each built file is checked against its pinned sha256: these fixtures are not the real data.
     with pytest.raises(InputError, match=r"does not match the pinned checksums: STS12/news.tsv \(sha256 \w{12}\.\.\., "
                        r"expected none pinned\)"):  # fmt: skip

@@ -18,12 +18,7 @@ from bertflow.cli import app
 from bertflow.errors import InputError
 from bertflow.evaluation import evaluate_sts
 from bertflow.evaluation.datasets import STS_TASKS, load_nli_sentences, load_sts_tasks
-from bertflow.evaluation.grid import (
-    GridConfig,
-    default_calibrators,
-    fitting_sets,
-    run_grid,
-)
+from bertflow.evaluation.grid import GridConfig, default_calibrators, run_grid
 from bertflow.evaluation.paper import (
     PUBLISHED,
     QUOTED_AVERAGES,
@@ -32,6 +27,7 @@ from bertflow.evaluation.paper import (
     published_for,
     stand_in_caption,
 )
+from bertflow.evaluation.regimes import fitting_sets
 
 runner = CliRunner()
 

@@ -94,7 +94,7 @@ def test_save_load_round_trip(base, tmp_path, tiny_model_dir):
     model = fit_calibrator(base, CORPUS, "whitening-8", portable=False)  # the flow's round trip: the slow test below
     model.save(str(tmp_path / "st"))
     folder = tmp_path / "st" / "2_Calibration"
-    assert {p.name for p in folder.iterdir()} == {"config.json", "model.safetensors", "fitting.json"}
+    assert {p.name for p in folder.iterdir()} == {"config.json", "model.safetensors", "fitting.json", "fitted_on.json"}
     assert not list((tmp_path / "st").rglob("*.bin")) and not list((tmp_path / "st").rglob("*.pt"))
     # sentence-transformers >= 6 imports classes outside its namespace only with trust_remote_code=True.
     with pytest.raises(ValueError, match="trust_remote_code"):

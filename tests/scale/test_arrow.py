@@ -25,7 +25,9 @@ from bertflow.errors import InputError, ModelFileError  # noqa: E402
 from bertflow.integrations.map_step import MapEncoder  # noqa: E402
 from bertflow.io.arrow import TableColumn, open_input  # noqa: E402
 from bertflow.scale.encode import encode_file_to_store  # noqa: E402
-from bertflow.scale.store import ShardSpec, TableShardWriter, open_embeddings, read_manifest  # noqa: E402
+from bertflow.scale.layout import ShardSpec, read_manifest  # noqa: E402
+from bertflow.scale.reader import open_embeddings  # noqa: E402
+from bertflow.scale.shards import TableShardWriter  # noqa: E402
 
 from .conftest import make_lines, one_thread, reference  # noqa: E402
 

@@ -28,7 +28,9 @@ from bertflow import FlowCalibrator, SentenceEncoder, WhiteningCalibrator
 from bertflow.errors import InputError
 from bertflow.scale.encode import encode_multi_device
 from bertflow.scale.launch import launch_local
-from bertflow.scale.store import open_embeddings, read_manifest, write_store
+from bertflow.scale.layout import read_manifest
+from bertflow.scale.reader import open_embeddings
+from bertflow.scale.store import write_store
 
 from . import workers
 from .conftest import anisotropic32_rows, make_lines, one_thread, reference

@@ -16,7 +16,9 @@ from bertflow.errors import InputError
 from bertflow.scale.encode import encode_file_to_store
 from bertflow.scale.fit import all_reduce_moments, fit_flow_distributed, fit_whitening_distributed
 from bertflow.scale.launch import Topology
-from bertflow.scale.store import open_embeddings, read_manifest, write_store
+from bertflow.scale.layout import read_manifest
+from bertflow.scale.reader import open_embeddings
+from bertflow.scale.store import write_store
 
 from .conftest import one_thread, reference
 

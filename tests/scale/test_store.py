@@ -10,16 +10,10 @@ import pytest
 
 from bertflow.errors import InputError, ModelFileError
 from bertflow.io.text import index_lines, iter_lines, read_lines
-from bertflow.scale.store import (
-    ShardSpec,
-    ShardWriter,
-    merge_shards,
-    open_embeddings,
-    plan_shards,
-    read_manifest,
-    shard_record,
-    write_store,
-)
+from bertflow.scale.layout import ShardSpec, plan_shards, read_manifest, shard_record
+from bertflow.scale.reader import open_embeddings
+from bertflow.scale.shards import ShardWriter
+from bertflow.scale.store import merge_shards, write_store
 
 
 @pytest.fixture()

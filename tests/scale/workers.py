@@ -34,7 +34,8 @@ def fit_then_encode_with_a_kill(device: str, args: dict[str, str]) -> None:
     from bertflow import FlowCalibrator, SentenceEncoder
     from bertflow.scale.encode import encode_file_to_store
     from bertflow.scale.fit import fit_flow_distributed, fit_whitening_distributed
-    from bertflow.scale.store import ShardWriter, open_embeddings
+    from bertflow.scale.reader import open_embeddings
+    from bertflow.scale.shards import ShardWriter
 
     torch.set_num_threads(1)
     rank = dist.get_rank()

@@ -20,7 +20,9 @@ import torch
 
 from ..errors import InputError
 from ..linalg import unit_rows
-from .base import Calibrator, TorchTransform, as_tensor, register
+from ..typing import TorchTransform
+from .base import Calibrator, as_tensor
+from .registry import register
 from .whitening import check_variance, descending_eigh, mean_and_covariance, read_projection, singular_shrinkage
 
 __all__ = ["AnchoredWhiteningCalibrator", "anisotropy"]
@@ -79,6 +81,20 @@ class AnchoredWhiteningCalibrator(Calibrator):
         weight_: :math:`\beta` actually used.
         n_features_in_: D. The output has ``n_features_out_ = D + k`` columns.
     """
+
+    specs = {
+        "anchored": "anchored whitening: raw cosine mixed with Sigma^-1/4-whitened cosine, weight = anisotropy",
+        "anchored-P": "anchored whitening with whitening strength alpha = P/100 (anchored-100: full whitening)",
+    }
+
+    @classmethod
+    def from_spec(cls, spec: str, number: int | None, **options: Any) -> AnchoredWhiteningCalibrator:
+        """``anchored`` or ``anchored-P``: whitening strength ``alpha = P / 100``."""
+        if number is None:
+            return cls()
+        if number > 100:
+            raise InputError(f"anchored-P takes a whitening strength P between 0 and 100 (percent), got {number}")
+        return cls(number / 100)
 
     def __init__(self, alpha: float = 0.5, *, weight: float | None = None, rcond: float = 1e-6) -> None:
         self.alpha = alpha

@@ -45,7 +45,7 @@ import numpy as np
 
 from ..errors import InputError
 from .anchored import AnchoredWhiteningCalibrator, anisotropy
-from .base import register
+from .registry import register
 from .whitening import mean_and_covariance
 
 __all__ = ["AutoCalibrator", "spread"]
@@ -86,6 +86,14 @@ class AutoCalibrator(AnchoredWhiteningCalibrator):
         rawness_: :math:`t` in [0, 1]: 0 = anchored whitening, 1 = full whitening.
         alpha_: the whitening strength the rule chose, ``0.5 + 0.5 * rawness_``.
     """
+
+    specs = {
+        "auto": "the recommendation: whitening on raw MLM encoders, anchored on sentence encoders, told apart by spread"
+    }
+
+    @classmethod
+    def from_spec(cls, spec: str, number: int | None, **options: Any) -> AutoCalibrator:
+        return cls()
 
     def __init__(self, *, low: float = 3.5, high: float = 4.0, rcond: float = 1e-6) -> None:
         self.low = low

@@ -7,8 +7,9 @@ in ``_``; using an unfitted calibrator raises :class:`~bertflow.errors.NotFitted
 
 from __future__ import annotations
 
-import importlib
+import hashlib
 import inspect
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,13 +26,12 @@ from ..errors import CompatibilityError, InputError, ModelFileError, NotFittedEr
 from ..io.formats import FORMAT_VERSION, check_format, load_arrays, read_json, save_arrays, write_json
 from ..typing import TorchTransform
 from ..validation import check_array, check_calibrated
+from .registry import get_calibrator_class
 
 __all__ = [
     "Calibrator",
-    "TorchTransform",
-    "register",
-    "get_calibrator_class",
-    "calibrator_names",
+    "calibrator_fingerprint",
+    "calibrator_identity",
     "CONFIG_NAME",
     "WEIGHTS_NAME",
     "check_latents",
@@ -41,8 +41,6 @@ __all__ = [
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
-
-_REGISTRY: dict[str, type[Calibrator]] = {}
 
 #: Fitting rows that differ by less than this fraction of their largest coordinate are taken as equal. Embeddings
 #: are float32 (24 significant bits, 6e-8 relative), so rows closer than 1e-5 differ by rounding noise (batch
@@ -72,45 +70,6 @@ def check_spread(X: np.ndarray) -> None:
         raise InputError(no_variance_message(len(X)))
 
 
-def register(name: str):  # noqa: ANN201 - decorator
-    """Class decorator: make a calibrator loadable by ``name`` (the ``type`` field of its saved config).
-
-    Loading goes through this registry, never through importing a dotted path named in a file, so a saved
-    folder cannot make bertflow import arbitrary code.
-    """
-
-    def wrap(cls: type[Calibrator]) -> type[Calibrator]:
-        cls.name = name
-        _REGISTRY[name] = cls
-        return cls
-
-    return wrap
-
-
-#: The modules of the calibrators that ship with bertflow; imported (and so registered) when the registry is read.
-BUILTIN_MODULES = ("anchored", "auto", "chain", "flow", "simple", "whitening")
-
-
-def _load_builtins() -> None:
-    for module in BUILTIN_MODULES:
-        importlib.import_module(f"{__package__}.{module}")
-
-
-def get_calibrator_class(name: str) -> type[Calibrator]:
-    """The calibrator class registered as ``name``."""
-    if name not in _REGISTRY:
-        _load_builtins()
-    if name not in _REGISTRY:
-        raise CompatibilityError(f"unknown calibrator type {name!r}; known: {', '.join(sorted(_REGISTRY))}")
-    return _REGISTRY[name]
-
-
-def calibrator_names() -> list[str]:
-    """Names of every registered calibrator."""
-    _load_builtins()
-    return sorted(_REGISTRY)
-
-
 class Calibrator(TransformerMixin, BaseEstimator, ABC):
     """Base class of every calibrator: a scikit-learn transformer (``BaseEstimator`` + ``TransformerMixin``).
 
@@ -133,7 +92,17 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
     names.
     """
 
+    #: The registry name (the ``type`` of a saved config), set by :func:`~bertflow.calibrators.registry.register`.
     name: ClassVar[str] = "calibrator"
+    #: The short specs this class is built from (spec -> one line of help; ``-K`` / ``-P`` mark a number), read by
+    #: :func:`~bertflow.calibrators.registry.parse_calibrator` and the CLI help. A literal dict, declared on the class
+    #: itself (never inherited: the registry reads each class's own).
+    specs: ClassVar[dict[str, str]] = {}
+    #: Other spellings of a spec (alias -> spec), e.g. ``{"sn": "standard-norm"}``. A literal dict.
+    aliases: ClassVar[dict[str, str]] = {}
+    #: Whether ``transform`` is exactly ``x -> (x - mean) @ W`` (exported as sentence-transformers' ``Dense``). Read
+    #: from the class itself, never inherited: a subclass may add a non-linear step.
+    affine: ClassVar[bool] = False
     #: dtype of the array ``_fit`` receives. float64 for the closed-form calibrators; the flow trains in float32
     #: and takes float32 so that fitting a million embeddings does not start with a 6 GB float64 copy.
     _fit_dtype: ClassVar[type] = np.float64
@@ -143,6 +112,18 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
     _one_to_one: ClassVar[bool] = False
     #: Parameters that are ``None`` when unset are written as JSON null; everything in ``__init__`` must be
     #: JSON-serialisable (numbers, strings, lists, nested calibrators for :class:`Chain`).
+
+    @classmethod
+    def from_spec(cls, spec: str, number: int | None, **options: Any) -> Calibrator:
+        """An unfitted instance for one of :attr:`specs` (``number``: the ``K`` of a numbered spec, else ``None``).
+
+        The default passes ``number`` as the first argument and ignores ``options`` (the flow takes them).
+        """
+        return cls() if number is None else cls(number)
+
+    def is_affine(self) -> bool:
+        """Whether this calibrator's map is affine (see :attr:`affine`; a chain is when all its steps are)."""
+        return bool(vars(type(self)).get("affine", False))
 
     # -- scikit-learn plumbing ---------------------------------------------------------------------------
 
@@ -205,12 +186,20 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
         self.check_params(arr)
         if self._needs_variance:
             check_spread(arr)
-        for attr in ("n_features_in_", "feature_names_in_"):  # a refit that fails leaves no stale fitted marker
-            self.__dict__.pop(attr, None)
+        self._reset_fitted()
         self._fit(arr)
         # Sets n_features_in_, and feature_names_in_ when X is a DataFrame with string column names.
         validate_data(self, X, reset=True, skip_check_array=True)
         return self
+
+    def _reset_fitted(self) -> None:
+        """Forget every fitted attribute (scikit-learn's rule: the instance attributes whose names end in ``_``).
+
+        Every route that fits (:meth:`fit`, and a subclass's fit from statistics or from a trainer's result) calls
+        this first, so nothing of an earlier fit survives a refit, and a refit that fails leaves no fitted marker.
+        """
+        for attr in [a for a in vars(self) if a.endswith("_") and not a.startswith("__")]:
+            delattr(self, attr)
 
     def transform(self, X: np.ndarray) -> np.ndarray:
         """Calibrate embeddings [N, D] -> **float32** [N, D_out], whatever the input dtype.
@@ -307,8 +296,6 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
             "params": self.get_params(),
             "n_features_in": int(self.n_features_in_),
             "state": meta,
-            # What produced the embeddings it was fitted on (encoder config), when known; checked on use.
-            "fitted_on": getattr(self, "fitted_on", None),
             "format_version": FORMAT_VERSION,
             "bertflow_version": __version__,
         }
@@ -354,7 +341,6 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
                 f"saved {klass.__name__} state is inconsistent ({type(e).__name__}: {e}); "
                 "the files were edited or come from different saves"
             ) from None
-        obj.fitted_on = config.get("fitted_on")
         return obj
 
     @classmethod
@@ -391,3 +377,45 @@ def expect_shape(arrays: dict[str, np.ndarray], key: str, shape: tuple[int, ...]
 def as_tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
     """A fitted float64 array as the float32 tensor a torch transform computes with."""
     return torch.as_tensor(np.asarray(array, dtype=np.float32), device=device)
+
+
+# -- identity ---------------------------------------------------------------------------------------------------
+
+# Settings that change how a calibrator runs or where it came from, not what it computes: left out of its
+# fingerprint (at any depth of its config), so that it survives saving, loading, another device and an upgrade.
+_RUNTIME_KEYS = frozenset({"bertflow_version", "format_version", "verbose", "device"})
+
+
+def calibrator_fingerprint(calibrator: Calibrator) -> str:
+    """A short hash (16 hex digits) of a fitted calibrator's type, parameters and fitted state (arrays included).
+
+    Identical for the same calibrator before saving and after loading, on CPU or GPU, in any bertflow version;
+    different as soon as one fitted number differs. Runtime settings (``device``, ``verbose``), the library and
+    format versions are left out.
+    """
+
+    def canonical(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: canonical(v) for k, v in value.items() if k not in _RUNTIME_KEYS}
+        if isinstance(value, (list, tuple)):
+            return [canonical(v) for v in value]
+        return value
+
+    config = calibrator.to_config()
+    _, arrays = calibrator.fitted_state()  # the fitted arrays, exactly as save() writes them
+    h = hashlib.sha256(json.dumps(canonical(config), sort_keys=True, default=str).encode("utf-8"))
+    for name in sorted(arrays):
+        arr = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}:{arr.dtype.str}:{arr.shape};".encode())
+        h.update(arr.tobytes())
+    return h.hexdigest()[:16]
+
+
+def calibrator_identity(calibrator: Calibrator) -> dict[str, Any]:
+    """``{"type", "fingerprint", "dim"}`` of a fitted calibrator: what a search index (in ``Embedder.identity()``)
+    and a calibrated embedding store record of it, and compare on use."""
+    return {
+        "type": calibrator.name,
+        "fingerprint": calibrator_fingerprint(calibrator),
+        "dim": int(calibrator.n_features_out_),
+    }

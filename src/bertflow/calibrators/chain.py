@@ -10,7 +10,9 @@ import torch
 from sklearn.base import OneToOneFeatureMixin, clone
 
 from ..errors import InputError
-from .base import Calibrator, TorchTransform, check_latents, register
+from ..typing import TorchTransform
+from .base import Calibrator, check_latents
+from .registry import register
 
 __all__ = ["ChainCalibrator"]
 
@@ -35,6 +37,11 @@ class ChainCalibrator(Calibrator):
 
     def __init__(self, steps: Sequence[Calibrator] = ()) -> None:
         self.steps = steps
+
+    def is_affine(self) -> bool:
+        """Affine when every fitted step is (their composition is then one affine map)."""
+        self.check_fitted()
+        return all(step.is_affine() for step in self.steps_)
 
     def _validate_params(self, X: np.ndarray) -> None:
         if not self.steps or not all(isinstance(s, Calibrator) for s in self.steps):

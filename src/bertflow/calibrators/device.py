@@ -25,7 +25,8 @@ from typing import Any
 
 import torch
 
-from .base import Calibrator, TorchTransform
+from ..typing import TorchTransform
+from .base import Calibrator
 
 __all__ = ["DEFAULT_MAX_GRAPHS", "GraphedTransform", "fast_torch_transform"]
 

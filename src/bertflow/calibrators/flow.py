@@ -1,8 +1,8 @@
 """FlowCalibrator: BERT-flow. A Glow fitted by maximum likelihood maps embeddings to an isotropic Gaussian.
 
-It is fitted by :class:`~bertflow.calibrators.flow_trainer.FlowTrainer` (re-exported here), step by step:
-``FlowCalibrator.fit`` and distributed fitting (:func:`bertflow.scale.fit.fit_flow_distributed`) both go through
-it."""
+It is fitted by :class:`~bertflow.calibrators.flow_trainer.FlowTrainer`, step by step: ``FlowCalibrator.fit`` and
+distributed fitting (:func:`bertflow.scale.fit.fit_flow_distributed`) both go through it, and the calibrator assigns
+its fitted state from the trainer's :class:`~bertflow.calibrators.flow_trainer.FlowFit`."""
 
 from __future__ import annotations
 
@@ -13,14 +13,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import InputError
+from ..errors import DivergenceError, InputError
 from ..flows import GLOW_PRESETS, Glow
+from ..typing import TorchTransform
 from ..validation import check_epochs
-from .base import Calibrator, TorchTransform, as_tensor, check_latents, expect_shape, register
-from .flow_trainer import DEGENERATE_RTOL as DEGENERATE_RTOL  # re-exported: it was defined here
-from .flow_trainer import FlowTrainer, column_moments, shuffled_batches
+from .base import Calibrator, as_tensor, check_latents, expect_shape
+from .flow_trainer import FlowFit, FlowTrainer, column_moments, shuffled_batches
+from .registry import register
 
-__all__ = ["FlowCalibrator", "FlowTrainer"]
+__all__ = ["FlowCalibrator"]
 
 
 @register("flow")
@@ -69,12 +70,18 @@ class FlowCalibrator(Calibrator):
         flow_: the fitted :class:`~bertflow.flows.Glow` on the non-constant dimensions.
         passthrough_: [P] indices of the dimensions set aside as constant.
         passthrough_mean_, passthrough_scale_: [P] their mean and (floored) std.
+        active_: [D_a] indices of the input dimensions the flow models (the others).
         history_: dict of lists: ``step``, ``train_bpd`` (logged steps), ``val_step``, ``val_bpd``.
         n_steps_: optimiser steps taken; best_step_: the step whose parameters were kept.
 
     References:
         Li et al., "On the Sentence Embeddings from Pre-trained Language Models", EMNLP 2020, arXiv:2011.05864.
     """
+
+    specs = {
+        "flow": "BERT-flow, the official code's Glow (3 levels x 3 steps, additive, reverse)",
+        "flow-paper": "BERT-flow, the paper's Glow (2 levels x 3 steps, additive, random permutation)",
+    }
 
     _fit_dtype = np.float32  # the flow trains in float32; a float64 copy of a large corpus would only cost memory
 
@@ -123,6 +130,11 @@ class FlowCalibrator(Calibrator):
         self.cuda_graph = cuda_graph
         self.verbose = verbose
 
+    @classmethod
+    def from_spec(cls, spec: str, number: int | None, **options: Any) -> FlowCalibrator:
+        """``flow`` (the code preset) or ``flow-paper``; ``options`` are constructor arguments (``seed`` ...)."""
+        return cls("paper" if spec == "flow-paper" else "code", **options)
+
     # -- configuration -----------------------------------------------------------------------------------
 
     def glow_config(self, n_features: int) -> dict[str, Any]:
@@ -156,15 +168,6 @@ class FlowCalibrator(Calibrator):
         """The device ``fit`` trains on: ``device``, else CUDA where there is one, else the CPU."""
         return torch.device(self.device or ("cuda" if torch.cuda.is_available() else "cpu"))
 
-    @property
-    def active_(self) -> np.ndarray:
-        """Indices of the input dimensions the flow models (the others are constant and set aside)."""
-        return self._active
-
-    @active_.setter
-    def active_(self, value: np.ndarray) -> None:
-        self._active = value
-
     # -- fitting -----------------------------------------------------------------------------------------
 
     def _fit(self, X: np.ndarray) -> None:
@@ -174,7 +177,7 @@ class FlowCalibrator(Calibrator):
         device = trainer.device
         data = torch.from_numpy(np.ascontiguousarray(X)).to(device)
         active = trainer.prepare(*column_moments(data), len(X))
-        if len(self.passthrough_):
+        if len(trainer.passthrough):
             data = data.index_select(1, torch.as_tensor(active, device=device))
         trainer.build()
         val_rows, train_rows = trainer.split(len(data))
@@ -182,11 +185,46 @@ class FlowCalibrator(Calibrator):
         val_rows, train_rows = val_rows.to(device), train_rows.to(device)
         trainer.initialize(data.index_select(0, train_rows[: self.init_samples]))
         val = data.index_select(0, val_rows)
-        trainer.run(
-            self._device_batches(data, train_rows, len(train_rows), trainer.generator),
-            len(train_rows),
-            evaluate=(lambda glow: FlowTrainer.mean_bits_per_dim(glow, val)) if len(val) else None,
-        )
+        try:
+            result = trainer.run(
+                self._device_batches(data, train_rows, len(train_rows), trainer.generator),
+                len(train_rows),
+                evaluate=(lambda glow: FlowTrainer.mean_bits_per_dim(glow, val)) if len(val) else None,
+            )
+        except DivergenceError as e:
+            # Keep what the trainer kept, for inspection; fit() then leaves no fitted marker (n_features_in_).
+            if e.result is not None:
+                self._assign(e.result)
+            raise
+        self._assign(result)
+
+    def fit_from_result(self, result: FlowFit, n_features: int) -> FlowCalibrator:
+        """Fit from a :class:`~bertflow.calibrators.flow_trainer.FlowFit` that a :class:`FlowTrainer` of this
+        calibrator produced (distributed fitting, whose rows are never in one array). Returns ``self``, fitted.
+
+        Args:
+            result: the trainer's result.
+            n_features: D, the width of the rows it was fitted on.
+
+        Raises:
+            InputError: the result does not cover ``n_features`` dimensions.
+        """
+        covered = len(result.active) + len(result.passthrough)
+        if covered != int(n_features):
+            raise InputError(f"the flow result covers {covered} dimensions, not the {n_features} given")
+        self._reset_fitted()
+        self._assign(result)
+        self.n_features_in_ = int(n_features)
+        return self
+
+    def _assign(self, result: FlowFit) -> None:
+        """Set the fitted attributes from the trainer's result (the only place they are set after a fit)."""
+        self.flow_ = result.flow
+        self.active_ = result.active
+        self.passthrough_ = result.passthrough
+        self.passthrough_mean_ = result.passthrough_mean
+        self.passthrough_scale_ = result.passthrough_scale
+        self.n_steps_, self.best_step_, self.history_ = result.n_steps, result.best_step, result.history
 
     def _batches(self, n: int, gen: torch.Generator) -> Iterator[torch.Tensor]:
         """Endless stream of index batches: shuffled epochs, every batch full (see :func:`shuffled_batches`)."""
@@ -216,7 +254,7 @@ class FlowCalibrator(Calibrator):
         """(z [N, D_active], log|det J| [N]) of the active dimensions, in float64."""
         device = next(self.flow_.parameters()).device
         zs, ladjs = [], []
-        for chunk in np.array_split(X[:, self._active], max(1, math.ceil(len(X) / 65536))):
+        for chunk in np.array_split(X[:, self.active_], max(1, math.ceil(len(X) / 65536))):
             z, ladj = self.flow_(torch.from_numpy(chunk.astype(np.float32)).to(device))
             zs.append(z.double().cpu().numpy())
             ladjs.append(ladj.double().cpu().numpy())
@@ -230,7 +268,7 @@ class FlowCalibrator(Calibrator):
         import copy
 
         glow = copy.deepcopy(self.flow_).to(device).eval()
-        active = torch.as_tensor(self._active, device=device)
+        active = torch.as_tensor(self.active_, device=device)
         constant = torch.as_tensor(self.passthrough_, device=device)
         constant_mean = as_tensor(self.passthrough_mean_, device)
         if not len(self.passthrough_):
@@ -251,12 +289,12 @@ class FlowCalibrator(Calibrator):
     def inverse_transform(self, Z: np.ndarray) -> np.ndarray:
         """Map latents [N, D] (as returned by :meth:`transform`) back to embeddings [N, D]."""
         Z = check_latents(self, Z)
-        n_active = len(self._active)
+        n_active = len(self.active_)
         device = next(self.flow_.parameters()).device
         with torch.no_grad():
             x_active, _ = self.flow_.inverse(torch.from_numpy(Z[:, :n_active].astype(np.float32)).to(device))
         out = np.empty((len(Z), self.n_features_in_), dtype=np.float64)
-        out[:, self._active] = x_active.double().cpu().numpy()
+        out[:, self.active_] = x_active.double().cpu().numpy()
         out[:, self.passthrough_] = Z[:, n_active:] + self.passthrough_mean_
         return out.astype(np.float32)
 
@@ -310,7 +348,7 @@ class FlowCalibrator(Calibrator):
         d = glow.get_config()["n_features"] + len(self.passthrough_)
         if d != self.n_features_in_:
             raise ValueError(f"the flow covers {d} dimensions but the config declares {self.n_features_in_}")
-        self._active = np.setdiff1d(np.arange(d), self.passthrough_)
+        self.active_ = np.setdiff1d(np.arange(d), self.passthrough_)
         self.flow_ = glow.to(self.resolve_device()).eval()
         self.n_steps_ = int(meta["n_steps"])
         self.best_step_ = int(meta["best_step"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -23,13 +24,37 @@ from .simple import floored_std
 if TYPE_CHECKING:
     from .flow import FlowCalibrator
 
-__all__ = ["DEGENERATE_RTOL", "DivergenceGuard", "FlowTrainer", "column_moments", "shuffled_batches"]
+__all__ = ["DEGENERATE_RTOL", "DivergenceGuard", "FlowFit", "FlowTrainer", "column_moments", "shuffled_batches"]
 
 # The trainer's messages are FlowCalibrator's: they keep the logger they had before the trainer got its own module.
 logger = logging.getLogger("bertflow.calibrators.flow")
 
 #: A dimension whose std is below this fraction of the median std is treated as constant (see FlowCalibrator).
 DEGENERATE_RTOL = 1e-4
+
+
+@dataclass(frozen=True)
+class FlowFit:
+    """What a :class:`FlowTrainer` run produces; :class:`~bertflow.calibrators.flow.FlowCalibrator` assigns its
+    fitted attributes (same names, with a trailing ``_``) from it and from nothing else.
+
+    Attributes:
+        flow: the trained :class:`~bertflow.flows.Glow` on the active dimensions (eval mode).
+        active: [D_a] indices of the modelled dimensions.
+        passthrough: [P] indices of the dimensions set aside as constant.
+        passthrough_mean, passthrough_scale: [P] float64 mean and floored std of those.
+        n_steps: optimiser steps taken; best_step: the step whose parameters ``flow`` holds.
+        history: ``step``, ``train_bpd``, ``val_step``, ``val_bpd`` lists (bits per dimension).
+    """
+
+    flow: Glow
+    active: np.ndarray
+    passthrough: np.ndarray
+    passthrough_mean: np.ndarray
+    passthrough_scale: np.ndarray
+    n_steps: int
+    best_step: int
+    history: dict[str, list[float]]
 
 
 class FlowTrainer:
@@ -46,11 +71,13 @@ class FlowTrainer:
     3. :meth:`initialize` runs ActNorm's data-dependent initialisation;
     4. :meth:`run` trains: :meth:`begin`, then :meth:`step` on every batch, :meth:`check` for divergence,
        :meth:`observe` for the held-out score (label-free early stopping), and :meth:`finalise`, which keeps the
-       best step's parameters and sets the calibrator's fitted attributes (``flow_``, ``n_steps_``,
-       ``best_step_``, ``history_``).
+       best step's parameters and returns the :class:`FlowFit` (what :meth:`run` returns).
+
+    The trainer never writes onto the calibrator: the calibrator assigns its fitted state from the result
+    (:meth:`FlowCalibrator.fit_from_result <bertflow.calibrators.flow.FlowCalibrator.fit_from_result>`).
 
     Args:
-        calibrator: the (unfitted) calibrator; its hyperparameters drive the fit and its fitted attributes are set.
+        calibrator: the calibrator whose hyperparameters drive the fit (read only).
         device: where the Glow trains; default ``calibrator.device`` (CUDA when available).
         reduce: called in every step after ``backward`` with this process's loss term (the sum of its rows' bits
             per dimension divided by the global batch size); it must sum the gradients over the processes in place
@@ -73,6 +100,11 @@ class FlowTrainer:
         self.verbose = calibrator.verbose if verbose is None else bool(verbose)
         self.generator = torch.Generator().manual_seed(int(calibrator.seed))
         self.glow: Glow | None = None
+        # Set by prepare(): the modelled dimensions and the constant ones set aside (index, mean, floored std).
+        self.active = np.empty(0, dtype=np.int64)
+        self.passthrough = np.empty(0, dtype=np.int64)
+        self.passthrough_mean = np.empty(0)
+        self.passthrough_scale = np.empty(0)
         # Set by begin(): steps in all, rows per global batch, the optimiser and the divergence guard.
         self.total = 0
         self.size = 0
@@ -110,34 +142,33 @@ class FlowTrainer:
         Raises:
             InputError: fewer than 2 dimensions vary.
         """
-        cal = self.calibrator
         # Relative to the typical spread, and never below float rounding of the values themselves.
         degenerate = std <= max(DEGENERATE_RTOL * np.median(std), 1e-12 * abs_max)
-        cal.passthrough_ = np.flatnonzero(degenerate)
-        cal.passthrough_mean_ = mean[degenerate]
-        cal.passthrough_scale_ = floored_std(std)[degenerate]
-        cal.active_ = np.flatnonzero(~degenerate)
-        if len(cal.active_) < 2:
+        self.passthrough = np.flatnonzero(degenerate)
+        self.passthrough_mean = np.asarray(mean, dtype=np.float64)[degenerate]
+        self.passthrough_scale = floored_std(std)[degenerate]
+        self.active = np.flatnonzero(~degenerate)
+        if len(self.active) < 2:
             raise InputError(
-                f"only {len(cal.active_)} of {len(std)} embedding dimensions vary across the {n_rows} rows "
+                f"only {len(self.active)} of {len(std)} embedding dimensions vary across the {n_rows} rows "
                 "(are all rows duplicates of one another?); a flow needs varied embeddings"
             )
-        if len(cal.passthrough_):
-            logger.info("flow: %d constant dimension(s) set aside: %s", len(cal.passthrough_), cal.passthrough_)
-        return cal.active_
+        if len(self.passthrough):
+            logger.info("flow: %d constant dimension(s) set aside: %s", len(self.passthrough), self.passthrough)
+        return self.active
 
     def build(self) -> Glow:
         """The untrained, uninitialised Glow on the active dimensions (after :meth:`prepare`), seeded by ``seed``,
-        on :attr:`device`; it is also the calibrator's ``flow_`` from now on."""
+        on :attr:`device`."""
         cal = self.calibrator
         try:
-            config = cal.glow_config(len(cal.active_))
+            config = cal.glow_config(len(self.active))
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(cal.seed)
                 glow = Glow(**config)
         except ValueError as e:
             raise InputError(f"cannot build the flow for these embeddings: {e}") from None
-        self.glow = cal.flow_ = glow.to(self.device)
+        self.glow = glow.to(self.device)
         return self.glow
 
     def split(self, n_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -166,8 +197,9 @@ class FlowTrainer:
         n_train: int,
         *,
         evaluate: Callable[[Glow], float] | None = None,
-    ) -> None:
-        """Train: :meth:`begin`, a :meth:`step` on each batch, divergence checks, held-out scores, :meth:`finalise`.
+    ) -> FlowFit:
+        """Train: :meth:`begin`, a :meth:`step` on each batch, divergence checks, held-out scores, :meth:`finalise`
+        (whose :class:`FlowFit` it returns).
 
         The loop never waits for the device between checks: divergence (a NaN/Inf loss or gradient norm) is
         recorded in a device flag and read every ``_CHECK_EVERY`` steps, when a snapshot of the parameters is also
@@ -181,8 +213,8 @@ class FlowTrainer:
                 with the lowest keeps its parameters. ``None``: no held-out rows, the last step is kept.
 
         Raises:
-            DivergenceError: the loss or a gradient became NaN or Inf (the parameters of the last clean check are
-                kept, and ``n_steps_`` / ``best_step_`` / ``history_`` say where).
+            DivergenceError: the loss or a gradient became NaN or Inf; its ``result`` is the :class:`FlowFit` of the
+                parameters of the last clean check (``n_steps`` / ``best_step`` / ``history`` say where).
         """
         from tqdm.auto import tqdm
 
@@ -206,7 +238,7 @@ class FlowTrainer:
                 if evaluate is not None and (k % cal.eval_every == 0 or k == total):
                     self.check(k)  # never keep the state of a diverged step as the best one
                     self.observe(k, evaluate(self._glow()))
-        self.finalise()
+        return self.finalise()
 
     def begin(self, n_train: int) -> int:
         """Start the optimiser (after :meth:`initialize`, and after any broadcast of the initialised parameters);
@@ -267,17 +299,17 @@ class FlowTrainer:
 
         Raises:
             DivergenceError: a step up to ``k`` had a NaN/Inf loss or gradient norm; the parameters of the last clean
-                check were restored and the calibrator's ``n_steps_``, ``best_step_`` and ``history_`` say so.
+                check were restored, and the error's ``result`` (a :class:`FlowFit`) holds them and the history.
         """
         bad = self.guard.check(k)
         if bad:
-            cal = self.calibrator
-            cal.n_steps_, cal.best_step_, cal.history_ = self.guard.kept, self.guard.kept, self.history
-            raise DivergenceError(
+            error = DivergenceError(
                 f"flow fitting diverged at step {bad} of {self.total}: the loss or its gradient became NaN or Inf; "
                 f"the parameters of step {self.guard.kept} were kept. "
                 "Try a smaller lr, affine -> additive coupling, or check the embeddings."
             )
+            error.result = self._result(self.guard.kept, self.guard.kept)
+            raise error
 
     def observe(self, k: int, val_bpd: float) -> None:
         """Record the held-out score of step ``k``; the parameters of the lowest so far are kept (early stopping)."""
@@ -291,15 +323,25 @@ class FlowTrainer:
         """The step whose parameters :meth:`finalise` keeps: the best held-out score's, else the last."""
         return self.best[1] if self.best[2] is not None else self.total
 
-    def finalise(self) -> None:
-        """Keep the best step's parameters, put the Glow in eval mode, and set the calibrator's ``flow_``,
-        ``n_steps_``, ``best_step_`` and ``history_``."""
-        cal, glow = self.calibrator, self._glow()
+    def finalise(self) -> FlowFit:
+        """Keep the best step's parameters, put the Glow in eval mode, and return the fit."""
+        glow = self._glow()
         if self.best[2] is not None:
             glow.load_state_dict(self.best[2])
             logger.info("flow: kept step %d of %d (held-out bpd %.4f)", self.best[1], self.total, self.best[0])
-        cal.flow_ = glow.eval()
-        cal.n_steps_, cal.best_step_, cal.history_ = self.total, self.best_step, self.history
+        return self._result(self.total, self.best_step)
+
+    def _result(self, n_steps: int, best_step: int) -> FlowFit:
+        return FlowFit(
+            flow=self._glow().eval(),
+            active=self.active,
+            passthrough=self.passthrough,
+            passthrough_mean=self.passthrough_mean,
+            passthrough_scale=self.passthrough_scale,
+            n_steps=int(n_steps),
+            best_step=int(best_step),
+            history=self.history,
+        )
 
     @staticmethod
     @torch.no_grad()

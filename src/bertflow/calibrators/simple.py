@@ -8,7 +8,9 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from .base import Calibrator, TorchTransform, as_tensor, check_latents, expect_shape, register
+from ..typing import TorchTransform
+from .base import Calibrator, as_tensor, check_latents, expect_shape
+from .registry import register
 
 __all__ = ["IdentityCalibrator", "StandardNormCalibrator", "AllButTheTopCalibrator", "floored_std"]
 
@@ -27,6 +29,9 @@ def floored_std(std: np.ndarray) -> np.ndarray:
 class IdentityCalibrator(Calibrator):
     """No calibration ("raw"): returns the embeddings unchanged. Useful as a baseline in the same pipeline."""
 
+    specs = {"none": "no calibration (raw embeddings)"}
+    aliases = {"raw": "none", "identity": "none"}
+    affine = True
     _needs_variance = False
     _one_to_one = True  # output column i is input column i transformed
 
@@ -71,6 +76,9 @@ class StandardNormCalibrator(Calibrator):
 
     _one_to_one = True  # output column i is input column i transformed
 
+    specs = {"standard-norm": "per-dimension z-score (SN)"}
+    aliases = {"sn": "standard-norm"}
+    affine = True
     def __init__(self) -> None:
         pass
 
@@ -110,6 +118,9 @@ class AllButTheTopCalibrator(Calibrator):
         components_: [k, D] orthonormal top principal directions that are projected out.
     """
 
+    specs = {"natsv-K": "all-but-the-top: null the top K principal directions (NATSV)"}
+    aliases = {"abtt": "natsv", "all-but-the-top": "natsv"}
+    affine = True
     _one_to_one = True  # output column i is input column i transformed
 
     def __init__(self, n_components: int = 1) -> None:

@@ -9,16 +9,16 @@ import numpy as np
 import torch
 
 from ..errors import InputError
+from ..typing import TorchTransform
 from .base import (
     SPREAD_RTOL,
     Calibrator,
-    TorchTransform,
     as_tensor,
     check_latents,
     expect_shape,
     no_variance_message,
-    register,
 )
+from .registry import register
 
 __all__ = ["WhiteningCalibrator", "oas_shrinkage", "singular_shrinkage"]
 
@@ -144,6 +144,12 @@ class WhiteningCalibrator(Calibrator):
         arXiv:2103.15316.
     """
 
+    specs = {
+        "whitening": "BERT-whitening keeping every direction",
+        "whitening-K": "BERT-whitening keeping the top K directions (e.g. whitening-256)",
+    }
+    affine = True
+
     def __init__(self, n_components: int | None = None, *, shrinkage: float | None = None, rcond: float = 1e-6) -> None:
         self.n_components = n_components
         self.shrinkage = shrinkage
@@ -200,6 +206,7 @@ class WhiteningCalibrator(Calibrator):
         if not (np.isfinite(sum_x).all() and np.isfinite(sum_outer).all() and np.isfinite(shift).all()):
             raise InputError("the moments contain NaN or Inf; the embeddings they were summed from are broken")
         self.check_params(np.empty((0, d)))
+        self._reset_fitted()
         n = int(n)
         delta = sum_x / n
         cov = (sum_outer - n * np.outer(delta, delta)) / (n - 1)

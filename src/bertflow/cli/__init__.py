@@ -91,7 +91,7 @@ def _root(
 
 
 # Importing the modules registers their commands on `app`.
-from . import bench, core, distributed, evaluate, search  # noqa: E402,F401
+from . import core, distributed, evaluate, search  # noqa: E402,F401
 
 
 def main() -> None:

@@ -45,7 +45,7 @@ _EPILOG_ENCODE = """Examples:
   bertflow distributed-encode docs.parquet --text-column body --id-column doc_id --format parquet -o emb
 
 Re-running the same command resumes: finished shards are kept. Read the result with
-bertflow.scale.store.open_embeddings("emb"), or pass --merge for one emb/embeddings.npy. See docs/distributed.md.
+bertflow.scale.reader.open_embeddings("emb"), or pass --merge for one emb/embeddings.npy. See docs/distributed.md.
 """
 
 _EPILOG_FIT = """Examples:
@@ -320,10 +320,11 @@ def _fit_worker_body(device: str | None, args: dict[str, Any]) -> None:
     from ..embedder import Embedder
     from ..encoding.encoder import SentenceEncoder
     from ..errors import CompatibilityError, InputError
-    from ..identity import FINGERPRINT_SCHEME, fit_record, mark_fitted
+    from ..identity import FINGERPRINT_SCHEME
+    from ..model_folder import fit_record
     from ..scale.fit import fit_flow_distributed, fit_whitening_distributed
     from ..scale.launch import current_topology
-    from ..scale.store import open_embeddings
+    from ..scale.reader import open_embeddings
 
     quiet_libraries()
     topology = current_topology()
@@ -369,10 +370,9 @@ def _fit_worker_body(device: str | None, args: dict[str, Any]) -> None:
             f"{manifest['encoder']['model']} now has other weights than when {args['store']} was encoded; the fitted "
             "calibrator would not match it"
         )
-    mark_fitted(cal, encoder)
     embedder = Embedder(encoder, cal)
     # The sentences were never all in one process, so the record names the input file's sha256 instead of theirs.
-    embedder.fit_info = fit_record(
+    fit_info = fit_record(
         int(store.shape[0]),
         corpus_file_sha256=(manifest.get("input") or {}).get("sha256"),
         regime=f"distributed corpus {Path(manifest.get('input_path', args['store'])).name}",
@@ -380,7 +380,7 @@ def _fit_worker_body(device: str | None, args: dict[str, Any]) -> None:
         device=device,
         ranks=topology.world_size,
     )
-    embedder.save(args["output"], overwrite=args.get("overwrite", False))
+    embedder.record_fit(fit_info).save(args["output"], overwrite=args.get("overwrite", False))
     summary = {
         "output": args["output"],
         "sentences": int(store.shape[0]),

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ..evaluation.datasets import STS_TASKS
 from . import app
 from .options import (
     BatchOpt,
@@ -52,8 +53,8 @@ CorpusOpt = Annotated[
         dir_okay=False,
     ),
 ]
-_ALL_TASKS = "STS12,STS13,STS14,STS15,STS16,STS-B,SICK-R"
-TasksOpt = Annotated[str, typer.Option(help="Comma-separated STS tasks: STS12,STS13,STS14,STS15,STS16,STS-B,SICK-R.")]
+_ALL_TASKS = ",".join(STS_TASKS)
+TasksOpt = Annotated[str, typer.Option(help=f"Comma-separated STS tasks: {_ALL_TASKS}.")]
 DataDirOpt = Annotated[
     Path | None,
     typer.Option(help="STS data folder (default: $BERTFLOW_DATA_DIR, ./shared/data/sts, ../shared/data/sts, ...)."),

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from ..calibrators import CALIBRATOR_SPECS
+from ..calibrators import calibrator_specs
 
 __all__ = [
     "STDIO",
@@ -55,7 +55,7 @@ __all__ = [
 STDIO = "-"
 
 #: ``--calibrator`` help: every spec :func:`~bertflow.calibrators.parse_calibrator` knows, so none goes unlisted.
-CALIBRATOR_HELP = f"{' | '.join(CALIBRATOR_SPECS)}, joined with '+' (e.g. standard-norm+natsv-6)."
+CALIBRATOR_HELP = f"{' | '.join(calibrator_specs())}, joined with '+' (e.g. standard-norm+natsv-6)."
 
 ThreadsOpt = Annotated[
     int | None,
@@ -193,7 +193,7 @@ def check_model_dir_options(ctx: typer.Context, model_dir: str | None) -> None:
 def check_device(device: str | None) -> None:
     """Refuse an unknown device, or a CUDA one on a machine without CUDA, before any model is loaded."""
     if device is not None:
-        from ..encoding.encoder import resolve_device
+        from ..encoding.device import resolve_device
 
         resolve_device(device)
 

@@ -166,10 +166,9 @@ def query(
 ) -> None:
     """Find the sentences of an index closest to each query (cosine in the calibrated space)."""
     from ..errors import InputError
+    from ..io.files import folder_kind
     from ..io.text import read_sentences
     from ..search import EmbeddingIndex
-
-    from ..io.files import folder_kind
 
     given = list(texts or [])
     if given.count("-") > 1:

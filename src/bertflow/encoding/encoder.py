@@ -40,13 +40,13 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..identity import FINGERPRINT_SCHEME, fingerprint_hint, weights_fingerprint  # noqa: F401 (re-exported)
+from ..identity import weights_fingerprint
+from ..typing import DeviceTransform
 from ..validation import sentence_list
-from .batching import EncodeStats, Prefetcher, PreparedChunk, cut_chunks, plan_batches, prepare_chunk
+from .batching import EncodeStats, Prefetcher, PreparedChunk, cut_chunks, prepare_chunk
 from .device import resolve_device, resolve_dtype
-from .forward import DeviceTransform, ModelRunner, Pending, PoolingPlan
+from .forward import ModelRunner, Pending, PoolingPlan
 from .loading import (
-    DEFAULT_MODEL,
     cached_hub_file,
     check_max_length,
     checkpoint_provenance,
@@ -59,19 +59,7 @@ from .settings import DEFAULT_CHUNK, EncodeSettings, device_kind
 from .token_stats import TokenStatistics
 from .tokenization import TokenArrays, TokenizerPool, auto_processes, tokenize_arrays
 
-__all__ = [
-    "DEFAULT_MODEL",
-    "EncodeStats",
-    "FINGERPRINT_SCHEME",
-    "SentenceEncoder",
-    "fingerprint_hint",
-    "EncodeSettings",
-    "plan_batches",
-    "resolve_device",
-    "resolve_dtype",
-    "resolve_model",
-    "weights_fingerprint",
-]
+__all__ = ["SentenceEncoder"]
 
 logger = logging.getLogger(__name__)
 

@@ -22,8 +22,17 @@ from ..typing import DeviceTransform
 from ..validation import OUTPUT_LIMIT, check_finite, raise_calibrated
 from .batching import HostBatch, PreparedChunk
 from .device import attention_backends, transformers_major
-from .packed import ATTENTIONS, CUDA_ATTENTION, UNPADDED_BY_DEFAULT, Attention, Packing, PackedBert
-from .packed import max_cosine_deviation, padded_attention, unsupported_reason
+from .packed import (
+    ATTENTIONS,
+    CUDA_ATTENTION,
+    UNPADDED_BY_DEFAULT,
+    Attention,
+    PackedBert,
+    Packing,
+    max_cosine_deviation,
+    padded_attention,
+    unsupported_reason,
+)
 from .pooling import Pooling, Weighting
 from .token_stats import TokenStatistics
 

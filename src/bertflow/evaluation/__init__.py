@@ -1,33 +1,34 @@
 """Evaluation of sentence embeddings: STS correlation metrics under the "all" and "wmean" protocols.
 
-Submodules: :mod:`~bertflow.evaluation.sts` (metrics, imported here), :mod:`~bertflow.evaluation.cache` (embedding
-cache, one-pass multi-pooling encoding), :mod:`~bertflow.evaluation.grid` (``bertflow evaluate`` and
+Submodules: :mod:`~bertflow.evaluation.sts` (metrics), :mod:`~bertflow.evaluation.datasets` (the task records),
+:mod:`~bertflow.evaluation.cache` (embedding cache, one-pass multi-pooling encoding), :mod:`~bertflow.evaluation.grid` (``bertflow evaluate`` and
 ``bertflow reproduce``; fitting :mod:`~bertflow.evaluation.regimes`, :mod:`~bertflow.evaluation.results` and their
 Markdown :mod:`~bertflow.evaluation.render`), :mod:`~bertflow.evaluation.perset` (every set scored alone, fitted on
 its own sentences) with :mod:`~bertflow.evaluation.lodo` (leave-one-dataset-out selection),
 :mod:`~bertflow.evaluation.analyze` (``bertflow analyze``) and :mod:`~bertflow.evaluation.paper` (published numbers).
-Their main names are importable from here too; they load on first use, so ``import bertflow.evaluation`` stays
-light.
+Their main names are importable from here too; they load on first use, so ``import bertflow.evaluation`` (and the
+CLI, which reads the task names) stays light: the metrics need scipy.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bertflow.evaluation.sts import (
-    EmbedFn,
-    Metric,
-    Protocol,
-    StsReport,
-    SubsetScore,
-    TaskScore,
-    correlations,
-    cosine_scores,
-    evaluate_pairs,
-    evaluate_sts,
-    evaluate_task,
-)
+if TYPE_CHECKING:
+    from bertflow.evaluation.sts import (
+        EmbedFn,
+        Metric,
+        Protocol,
+        StsReport,
+        SubsetScore,
+        TaskScore,
+        correlations,
+        cosine_scores,
+        evaluate_pairs,
+        evaluate_sts,
+        evaluate_task,
+    )
 
 __all__ = [
     "EmbedFn",
@@ -55,6 +56,22 @@ __all__ = [
 ]
 
 _LAZY = {
+    **dict.fromkeys(
+        (
+            "EmbedFn",
+            "Metric",
+            "Protocol",
+            "StsReport",
+            "SubsetScore",
+            "TaskScore",
+            "correlations",
+            "cosine_scores",
+            "evaluate_pairs",
+            "evaluate_sts",
+            "evaluate_task",
+        ),
+        "sts",
+    ),
     "EmbeddingCache": "cache",
     "embed_cached": "cache",
     "encode_poolings": "cache",
@@ -70,7 +87,7 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy: these pull in torch and transformers, which the metrics above do not need.
+    # Lazy: the metrics need scipy, the others torch and transformers.
     if name in _LAZY:
         return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

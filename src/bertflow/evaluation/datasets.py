@@ -1,10 +1,11 @@
-"""The STS benchmark catalog: task names, where the data lives, and loading tasks and the NLI fitting sentences."""
+"""The STS benchmark catalog: one :class:`TaskSpec` record per data set (:data:`TASK_SPECS`), where the data lives,
+and loading tasks and the NLI fitting sentences. Adding a data set in the same TSV layout is adding its record."""
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -14,9 +15,10 @@ from bertflow.errors import DataNotFoundError, InputError
 from ..io.text import EncodingErrors, SentencePairs, distinct, read_pairs
 
 __all__ = [
+    "TaskSpec",
+    "TASK_SPECS",
     "STS_TASKS",
-    "STS_TASK_FOLDERS",
-    "OFFICIAL_EVAL_PAIRS",
+    "task_spec",
     "DATA_DIR_ENV",
     "DEFAULT_CACHE_DIR",
     "StsTask",
@@ -34,48 +36,67 @@ logger = logging.getLogger(__name__)
 # STS benchmark data
 # ---------------------------------------------------------------------------------------------------------
 
-STS_TASKS: tuple[str, ...] = ("STS12", "STS13", "STS14", "STS15", "STS16", "STS-B", "SICK-R")
+@dataclass(frozen=True)
+class TaskSpec:
+    """Everything bertflow knows about one STS data set, in one record.
+
+    Attributes:
+        name: the task's name in reports and on the command line, e.g. ``"STS-B"``.
+        folder: its folder inside the data directory, e.g. ``"STSBenchmark"``.
+        official_pairs: scored evaluation pairs as SentEval evaluates it; another count is warned about (scores would
+            not be comparable with published ones) and refused by the download.
+        split_files: ``{"train": file, "dev": file, "test": file}`` for a data set with labelled splits (evaluated
+            on ``test``); ``None`` for a test-only one, whose subsets are every ``*.tsv`` of its folder.
+        aliases: other names accepted for it (compared without case, ``-``, ``_`` and spaces).
+    """
+
+    name: str
+    folder: str
+    official_pairs: int
+    split_files: Mapping[str, str] | None = None
+    aliases: tuple[str, ...] = ()
+
+
+TASK_SPECS: tuple[TaskSpec, ...] = (
+    TaskSpec("STS12", "STS12", 3108),
+    TaskSpec("STS13", "STS13", 1500),  # without the LDC-licensed SMT subset
+    TaskSpec("STS14", "STS14", 3750),
+    TaskSpec("STS15", "STS15", 3000),
+    TaskSpec("STS16", "STS16", 1186),
+    TaskSpec("STS-B", "STSBenchmark", 1379, {"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"}),
+    TaskSpec(
+        "SICK-R", "SICK", 4927, {"train": "train.tsv", "dev": "trial.tsv", "test": "test.tsv"}, ("SICK relatedness",)
+    ),
+)
 """The seven STS tasks of the BERT-flow / SimCSE evaluation, in the papers' column order."""
 
-STS_TASK_FOLDERS: dict[str, str] = {
-    "STS12": "STS12",
-    "STS13": "STS13",
-    "STS14": "STS14",
-    "STS15": "STS15",
-    "STS16": "STS16",
-    "STS-B": "STSBenchmark",
-    "SICK-R": "SICK",
-}
-"""Folder of each task inside the data directory."""
+STS_TASKS: tuple[str, ...] = tuple(spec.name for spec in TASK_SPECS)
+"""Their names, in that order."""
 
-OFFICIAL_EVAL_PAIRS: dict[str, int] = {
-    "STS12": 3108,
-    "STS13": 1500,
-    "STS14": 3750,
-    "STS15": 3000,
-    "STS16": 1186,
-    "STS-B": 1379,
-    "SICK-R": 4927,
-}
-"""Scored evaluation pairs per task as SentEval evaluates them (STS13 without SMT; STS-B/SICK-R: test)."""
+
+def _key(name: str) -> str:
+    return name.replace("-", "").replace("_", "").replace(" ", "").upper()
+
+
+def task_spec(name: str) -> TaskSpec:
+    """The :class:`TaskSpec` of a task name, its folder name or an alias (``"stsb"``, ``"STSBenchmark"``, ``"sick"``).
+
+    Raises:
+        InputError: Unknown name; the message lists the valid names.
+    """
+    if not isinstance(name, str):
+        raise InputError(f"task name must be a string, got {type(name).__name__}")
+    for spec in TASK_SPECS:
+        if _key(name) in {_key(n) for n in (spec.name, spec.folder, *spec.aliases)}:
+            return spec
+    raise InputError(f"unknown STS task {name!r}; expected one of {', '.join(STS_TASKS)}")
+
 
 DATA_DIR_ENV = "BERTFLOW_DATA_DIR"
 """Environment variable naming the STS data folder."""
 
 DEFAULT_CACHE_DIR = Path("~/.cache/bertflow/sts")
 """Where :func:`download_sts` builds the data by default (``~`` is expanded at call time)."""
-
-_SPLIT_FILES: dict[str, dict[str, str]] = {
-    "STS-B": {"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"},
-    "SICK-R": {"train": "train.tsv", "dev": "trial.tsv", "test": "test.tsv"},
-}
-
-_ALIASES: dict[str, str] = {
-    **{name.replace("-", "").upper(): name for name in STS_TASKS},
-    "STSBENCHMARK": "STS-B",
-    "SICK": "SICK-R",
-    "SICKRELATEDNESS": "SICK-R",
-}
 
 _HOW_TO_GET_DATA = (
     "Point bertflow at a local copy of the STS data with --data-dir PATH or the environment variable "
@@ -93,17 +114,8 @@ USE_LOCAL_COPY = (
 
 
 def canonical_task_name(name: str) -> str:
-    """Map a task name or common alias (``"stsb"``, ``"STSBenchmark"``, ``"sick"``) to its STS_TASKS name.
-
-    Raises:
-        InputError: Unknown name; the message lists the valid names.
-    """
-    if not isinstance(name, str):
-        raise InputError(f"task name must be a string, got {type(name).__name__}")
-    key = name.replace("-", "").replace("_", "").replace(" ", "").upper()
-    if key not in _ALIASES:
-        raise InputError(f"unknown STS task {name!r}; expected one of {', '.join(STS_TASKS)}")
-    return _ALIASES[key]
+    """Map a task name or alias (``"stsb"``, ``"STSBenchmark"``, ``"sick"``) to its name (see :func:`task_spec`)."""
+    return task_spec(name).name
 
 
 def resolve_data_dir(data_dir: str | Path | None = None) -> Path:
@@ -166,7 +178,7 @@ class StsTask:
     @property
     def has_train_split(self) -> bool:
         """Whether the task has a labelled train split (STS-B and SICK-R only)."""
-        return self.name in _SPLIT_FILES
+        return task_spec(self.name).split_files is not None
 
     def fit_sentences(self, regime: Literal["target", "train"] = "target") -> list[str]:
         """Distinct unlabelled sentences to fit a calibrator (flow, whitening) on.
@@ -226,13 +238,14 @@ def load_sts_task(name: str, data_dir: str | Path | None = None) -> StsTask:
         InputError: Unknown task name or malformed file.
         DataNotFoundError: The data folder, the task folder or a split file is missing.
     """
-    task = canonical_task_name(name)
+    spec = task_spec(name)
+    task = spec.name
     root = resolve_data_dir(data_dir)
-    folder = root / STS_TASK_FOLDERS[task]
+    folder = root / spec.folder
     if not folder.is_dir():
         raise DataNotFoundError(f"{task}: folder {folder} does not exist. {_HOW_TO_GET_DATA}")
-    if task in _SPLIT_FILES:
-        splits = {split: _read_data_file(folder / fname) for split, fname in _SPLIT_FILES[task].items()}
+    if spec.split_files is not None:
+        splits = {split: _read_data_file(folder / fname) for split, fname in spec.split_files.items()}
         subsets = {"test": splits["test"]}
     else:
         files = sorted(folder.glob("*.tsv"), key=lambda f: (f.name.lower(), f.name))
@@ -241,14 +254,14 @@ def load_sts_task(name: str, data_dir: str | Path | None = None) -> StsTask:
         subsets = {f.stem: _read_data_file(f) for f in files}
         splits = dict(subsets)
     result = StsTask(task, subsets, splits)
-    if result.n_eval_pairs != OFFICIAL_EVAL_PAIRS[task]:
+    if result.n_eval_pairs != spec.official_pairs:
         logger.warning(
             "%s has %d evaluation pairs in %s, the official count is %d: scores are not comparable with "
             "published results",
             task,
             result.n_eval_pairs,
             folder,
-            OFFICIAL_EVAL_PAIRS[task],
+            spec.official_pairs,
         )
     return result
 

@@ -22,7 +22,7 @@ from bertflow.io.files import atomic_file
 from bertflow.io.formats import sha256_file
 
 from ..io.text import BOM
-from .datasets import DEFAULT_CACHE_DIR, OFFICIAL_EVAL_PAIRS, USE_LOCAL_COPY
+from .datasets import DEFAULT_CACHE_DIR, USE_LOCAL_COPY, task_spec
 
 __all__ = [
     "download_sts",
@@ -452,9 +452,9 @@ def download_sts(
             for split in ("dev", "test"):
                 jsonl = _find_file(snli, f"snli_1.0_{split}.jsonl")
                 _convert_snli_jsonl(jsonl, target / "NLI" / f"snli_{split}.tsv")
-    wrong = {t: n for t, n in counts.items() if n != OFFICIAL_EVAL_PAIRS[t]}
+    wrong = {t: n for t, n in counts.items() if n != task_spec(t).official_pairs}
     if wrong:
-        detail = ", ".join(f"{t}: {n} (official {OFFICIAL_EVAL_PAIRS[t]})" for t, n in wrong.items())
+        detail = ", ".join(f"{t}: {n} (official {task_spec(t).official_pairs})" for t, n in wrong.items())
         raise InputError(f"downloaded data in {target} has unexpected pair counts: {detail}")
     _check_checksums(target, _built_files())
     marker.write_text("complete\n", encoding="utf-8")

@@ -43,13 +43,6 @@ __all__ = [
     "load_encoder",
     "evaluate_embedder",
     "score_fitted",
-    # also importable from here, where they were before the split
-    "REGIMES",
-    "DEFAULT_REGIMES",
-    "FittingSets",
-    "fitting_sets",
-    "CellResult",
-    "GridResult",
 ]
 
 logger = logging.getLogger(__name__)

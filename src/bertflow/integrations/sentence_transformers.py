@@ -75,23 +75,16 @@ try:
 except ImportError:  # pragma: no cover - sentence-transformers 5
     from sentence_transformers.model_card import SentenceTransformerModelCardData
 
-from ..calibrators import (
-    AllButTheTopCalibrator,
-    Calibrator,
-    ChainCalibrator,
-    IdentityCalibrator,
-    StandardNormCalibrator,
-    WhiteningCalibrator,
-    parse_calibrator,
-)
+from ..calibrators import Calibrator, parse_calibrator
 from ..embedder import Embedder
 from ..encoding.encoder import SentenceEncoder
+from ..encoding.loading import tokenizer_fingerprint
 from ..encoding.pooling import Pooling as BertflowPooling
 from ..encoding.pooling.layers import LayerMeanPooling
-from ..encoding.loading import tokenizer_fingerprint
 from ..errors import CompatibilityError, InputError, ModelFileError
-from ..identity import check_fitted_on, corpus_digest, fit_record, mark_fitted, weights_fingerprint
+from ..identity import check_fitted_on, encoder_record, weights_fingerprint
 from ..io.formats import read_json, write_json
+from ..model_folder import corpus_digest, fit_record
 from ..validation import output_limit, raise_calibrated, validate_sentences
 
 __all__ = [
@@ -109,11 +102,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 FITTING_FILE = "fitting.json"
-
-
-# Calibrators whose transform is exactly x -> (x - mean) @ W: they export as sentence-transformers' own Dense. Exact
-# types, not isinstance: a subclass may add a non-linear step (AutoCalibrator extends the anchored mix, for one).
-_AFFINE = (IdentityCalibrator, StandardNormCalibrator, AllButTheTopCalibrator, WhiteningCalibrator)
+#: The record of the encoder the module's calibrator was fitted on (identity.encoder_record), beside its config.
+FITTED_ON_FILE = "fitted_on.json"
 
 
 def affine_map(calibrator: Calibrator) -> tuple[np.ndarray, np.ndarray] | None:
@@ -127,7 +117,7 @@ def affine_map(calibrator: Calibrator) -> tuple[np.ndarray, np.ndarray] | None:
         ``(W [D, D'], b [D'])`` with ``b = -mean @ W`` (the mean folded into the bias), or ``None``.
     """
     calibrator.check_fitted()
-    if not _is_affine(calibrator):
+    if not calibrator.is_affine():
         return None
     # Each step's map is affine and computes in float64 (transform64), so probing it at 0 and at the unit vectors reads
     # off b and W exactly (to float64 rounding), the same way for every class and for the composition.
@@ -135,12 +125,6 @@ def affine_map(calibrator: Calibrator) -> tuple[np.ndarray, np.ndarray] | None:
     probes = np.vstack([np.zeros((1, d)), np.eye(d)])
     out = calibrator.transform64(probes)
     return out[1:] - out[0], out[0]
-
-
-def _is_affine(calibrator: Calibrator) -> bool:
-    if type(calibrator) is ChainCalibrator:
-        return all(_is_affine(step) for step in calibrator.steps_)
-    return type(calibrator) in _AFFINE
 
 
 def as_dense(calibrator: Calibrator) -> Dense:
@@ -269,6 +253,8 @@ class Calibration(Module):
         calibrator: a fitted bertflow calibrator (flow, whitening, ...), fitted on this model's pooled embeddings.
         fitting: optional record of how it was fitted (``n_sentences``, ``corpus_sha256``, ``regime``), saved in
             ``fitting.json``.
+        fitted_on: optional record of the encoder it was fitted on (:func:`~bertflow.identity.encoder_record`),
+            saved in ``fitted_on.json`` and compared with the model the module is loaded into.
 
     Example:
         >>> from sentence_transformers import SentenceTransformer
@@ -283,13 +269,16 @@ class Calibration(Module):
 
     config_keys: list[str] = []  # everything lives in the calibrator's own config.json
 
-    def __init__(self, calibrator: Calibrator, fitting: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, calibrator: Calibrator, fitting: dict[str, Any] | None = None, fitted_on: dict[str, Any] | None = None
+    ) -> None:
         super().__init__()
         if not isinstance(calibrator, Calibrator):
             raise InputError(f"Calibration needs a bertflow Calibrator, got {type(calibrator).__name__}")
         calibrator.check_fitted()
         self.calibrator = calibrator
         self.fitting = dict(fitting or {})
+        self.fitted_on = dict(fitted_on) if fitted_on else None
 
     def forward(self, features: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         """Replace ``features["sentence_embedding"]`` [B, D] by its calibration [B, D'] (same device and dtype).
@@ -337,12 +326,15 @@ class Calibration(Module):
 
     def on_model_ready(self, model: Any) -> None:
         """Refuse a model whose transformer, pooling or truncation differs from what the calibrator was fitted on."""
-        check_compatible(self.calibrator, model)
+        check_compatible(self.calibrator, model, self.fitted_on)
 
     def save(self, output_path: str, *args: Any, safe_serialization: bool = True, **kwargs: Any) -> None:
-        """Write ``config.json`` + ``model.safetensors`` (always safetensors) and ``fitting.json``."""
+        """Write ``config.json`` + ``model.safetensors`` (always safetensors), ``fitting.json`` and, when known,
+        ``fitted_on.json``."""
         self.calibrator.save(output_path)
         write_json(Path(output_path) / FITTING_FILE, self.fitting)
+        if self.fitted_on:
+            write_json(Path(output_path) / FITTED_ON_FILE, self.fitted_on)
 
     @classmethod
     def load(
@@ -370,22 +362,24 @@ class Calibration(Module):
         )
         folder_path = Path(folder)
         fitting = read_json(folder_path / FITTING_FILE) if (folder_path / FITTING_FILE).is_file() else {}
-        return cls(Calibrator.load(folder_path), fitting=fitting)
+        fitted_on = read_json(folder_path / FITTED_ON_FILE) if (folder_path / FITTED_ON_FILE).is_file() else None
+        return cls(Calibrator.load(folder_path), fitting=fitting, fitted_on=fitted_on)
 
     def __repr__(self) -> str:
         return f"Calibration({self.calibrator!r})"
 
 
-def check_compatible(calibrator: Calibrator, model: SentenceTransformer) -> None:
-    """Raise :class:`CompatibilityError` if ``calibrator`` was fitted on another encoder, pooling or truncation."""
-    if not getattr(calibrator, "fitted_on", None):
+def check_compatible(calibrator: Calibrator, model: SentenceTransformer, fitted_on: dict[str, Any] | None) -> None:
+    """Raise :class:`CompatibilityError` if ``calibrator`` was fitted (as ``fitted_on`` records) on another encoder,
+    pooling or truncation than ``model``'s."""
+    if not fitted_on:
         return  # nothing recorded to check (the dimension is checked by Calibration.forward)
 
     def advice(key: str, recorded: Any) -> str:
         fix = f"set model.max_seq_length = {recorded}" if key == "max_length" else "refit with fit_calibrator"
         return f"{fix}, or use the model it was fitted on"
 
-    check_fitted_on(calibrator, encoder_config(model), subject="this model", advice=advice)
+    check_fitted_on(calibrator, encoder_config(model), fitted_on, subject="this model", advice=advice)
 
 
 def fit_calibrator(
@@ -452,7 +446,7 @@ def fit_calibrator(
     X = pooled.encode(items, batch_size=batch_size, show_progress_bar=show_progress_bar, convert_to_numpy=True)
     logger.info("fitting %r on %d embeddings of dimension %d", cal, X.shape[0], X.shape[1])
     cal.fit(np.asarray(X, dtype=np.float32))
-    mark_fitted(cal, encoder_config(model), framework="sentence-transformers")
+    fitted_on = encoder_record(encoder_config(model), framework="sentence-transformers")
     fitting = fit_record(
         len(items),
         corpus_sha256=corpus_digest(items),
@@ -461,7 +455,7 @@ def fit_calibrator(
         device=model.device,
     )
     keep_normalize = had_normalize if normalize is None else normalize
-    module = as_dense(cal) if portable and _is_affine(cal) else Calibration(cal, fitting=fitting)
+    module = as_dense(cal) if portable and cal.is_affine() else Calibration(cal, fitting=fitting, fitted_on=fitted_on)
     new_modules = [*base_modules, module]
     if keep_normalize:
         new_modules.append(Normalize())
@@ -523,8 +517,11 @@ def from_embedder(embedder: Embedder, *, normalize: bool = False, portable: bool
         kwargs.update(config_kwargs={"output_hidden_states": True}, unpad_inputs=False)
     transformer = Transformer(str(folder), max_seq_length=encoder.max_length, **kwargs)
     cal = copy.deepcopy(embedder.calibrator)
-    fitting = {k: embedder.fit_info[k] for k in ("n_sentences", "corpus_sha256", "regime") if k in embedder.fit_info}
-    module = as_dense(cal) if portable and _is_affine(cal) else Calibration(cal, fitting=fitting)
+    fit_info, fitted_on = embedder.fit_records()
+    fitting = {k: fit_info[k] for k in ("n_sentences", "corpus_sha256", "regime") if k in fit_info}
+    module = (
+        as_dense(cal) if portable and cal.is_affine() else Calibration(cal, fitting=fitting, fitted_on=fitted_on)
+    )
     modules = [transformer, *pooling, module, *([Normalize()] if normalize else [])]
     extra: dict[str, Any] = {"model_card_data": CalibratedModelCardData()} if isinstance(module, Calibration) else {}
     model = SentenceTransformer(modules=modules, device=str(encoder.device), similarity_fn_name="cosine", **extra)

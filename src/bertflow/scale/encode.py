@@ -2,7 +2,7 @@
 
 Rank 0 indexes the input file once (line count, sha256, the byte offset of every shard's first line) and writes
 the manifest; each rank then encodes its contiguous block of the shards that are not finished yet, seeking straight
-to their byte offsets, and writes each shard atomically (:class:`bertflow.scale.store.ShardWriter`). Shard
+to their byte offsets, and writes each shard atomically (:class:`bertflow.scale.shards.ShardWriter`). Shard
 boundaries are multiples of the encoder's chunk size, so every forward pass sees exactly the sentences it would in
 one process: the store is bit for bit what ``SentenceEncoder.iter_encode`` (or ``bertflow encode``) gives on the
 same kind of device.
@@ -25,26 +25,27 @@ import numpy as np
 import torch
 
 from .._version import __version__
+from ..calibrators.base import calibrator_identity
 from ..errors import CompatibilityError, InputError
-from ..identity import LATER_ENCODER_KEYS, calibrator_identity
+from ..identity import LATER_ENCODER_KEYS
 from ..io.arrow import InputSource, open_input
 from ..io.files import LOCK_NAME, folder_lock
 from .launch import all_gather_object, barrier, rank_and_world, run_on_main, share, share_cpu_threads
-from .store import (
+from .layout import (
     MANIFEST_NAME,
     MERGED_NAME,
     SHARD_DIR,
     ShardSpec,
     finalize_manifest,
-    merge_shards,
     new_manifest,
-    open_shard_writer,
     plan_shards,
     read_manifest,
     remove_temporary_files,
     shard_record,
     write_manifest,
 )
+from .shards import open_shard_writer
+from .store import merge_shards
 
 if TYPE_CHECKING:
     from ..calibrators import Calibrator

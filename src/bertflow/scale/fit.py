@@ -183,7 +183,7 @@ def fit_whitening_distributed(
     ``WhiteningCalibrator().fit(np.asarray(X))`` up to rounding (about 1e-13 relative on real embeddings).
 
     Args:
-        X: [N, D] rows readable by every rank, e.g. ``bertflow.scale.store.open_embeddings(folder)`` on shared storage
+        X: [N, D] rows readable by every rank, e.g. ``bertflow.scale.reader.open_embeddings(folder)`` on shared storage
             or a memory-mapped ``.npy``. For rows that only this rank holds, use :func:`all_reduce_moments` and
             ``fit_from_moments`` directly.
         calibrator: an unfitted :class:`WhiteningCalibrator` carrying the hyperparameters (default: keep all).
@@ -201,7 +201,7 @@ def fit_whitening_distributed(
 
 
 class GradientAllReduce:
-    """The ``reduce`` hook of :class:`~bertflow.calibrators.flow.FlowTrainer`: sums every gradient and the loss
+    """The ``reduce`` hook of :class:`~bertflow.calibrators.flow_trainer.FlowTrainer`: sums every gradient and the loss
     term over the ranks.
 
     One all-reduce per step of a flat vector (all gradients, then the loss), so the Glow's ~150k gradients cost
@@ -288,7 +288,8 @@ def fit_flow_distributed(
 ) -> FlowCalibrator:
     """Fit BERT-flow on a corpus split over the ranks (data parallel); every rank returns the same flow.
 
-    Reproduces ``FlowCalibrator.fit`` step for step, through the same :class:`~bertflow.calibrators.FlowTrainer`:
+    Reproduces ``FlowCalibrator.fit`` step for step, through the same
+    :class:`~bertflow.calibrators.flow_trainer.FlowTrainer`:
     the constant dimensions come from all-reduced moments; the shuffle, held-out split and batch order are drawn
     from the trainer's seeded generator on every rank, exactly as in one process; ActNorm's data-dependent
     initialisation runs on rank 0 on the same rows one process would use, and its parameters are broadcast; at
@@ -303,7 +304,7 @@ def fit_flow_distributed(
     of rows, not the corpus.
 
     Args:
-        X: [N, D] rows readable by every rank (``bertflow.scale.store.open_embeddings(folder)``, a memory-mapped
+        X: [N, D] rows readable by every rank (``bertflow.scale.reader.open_embeddings(folder)``, a memory-mapped
             ``.npy``, or an array).
         calibrator: an unfitted :class:`FlowCalibrator` carrying the hyperparameters (default: the code preset).
         device: this rank's device; default ``calibrator.device`` or ``cuda:{local_rank}`` / ``cpu``.
@@ -311,9 +312,11 @@ def fit_flow_distributed(
         read_steps: steps of rows read from disk at a time (sorted, so a memory map is read front to back).
 
     Returns:
-        The fitted calibrator (``n_features_in_``, ``flow_``, ``history_``... set as by ``fit``).
+        The fitted calibrator (``n_features_in_``, ``flow_``, ``history_``... set as by ``fit``, by its own
+        :meth:`~bertflow.calibrators.flow.FlowCalibrator.fit_from_result`).
     """
-    from ..calibrators.flow import FlowCalibrator, FlowTrainer
+    from ..calibrators.flow import FlowCalibrator
+    from ..calibrators.flow_trainer import FlowTrainer
 
     cal = calibrator if calibrator is not None else FlowCalibrator()
     n, d = _check_matrix(X)
@@ -340,6 +343,4 @@ def fit_flow_distributed(
     if len(val_rows):
         vlo, vhi = share(len(val_rows), rank, world)
         evaluate = _HeldOutScore(X, np.sort(val_rows)[vlo:vhi], active, len(val_rows), dev)
-    trainer.run(batches, len(train_rows), evaluate=evaluate)
-    cal.n_features_in_ = d
-    return cal
+    return cal.fit_from_result(trainer.run(batches, len(train_rows), evaluate=evaluate), d)

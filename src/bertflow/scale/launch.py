@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from .. import errors
 from ..errors import BertflowError, InputError, describe_os_error
-from ..resources import set_torch_threads, usable_cpus  # usable_cpus: re-exported, benchmarks import it from here
+from ..resources import set_torch_threads, usable_cpus
 
 if TYPE_CHECKING:
     pass
@@ -29,7 +29,6 @@ __all__ = [
     "process_group",
     "default_device",
     "launch_local",
-    "usable_cpus",
 ]
 
 

@@ -26,9 +26,10 @@ way), so a killed writer leaves a temporary file that the next run deletes and r
 Reading: :func:`open_embeddings` returns a :class:`ShardedEmbeddings`, which indexes like a read-only ``[N, D]``
 array (memory-mapped, so only the rows asked for are read) without concatenating the shards.
 
-The code is in three modules, whose public names this module re-exports: :mod:`bertflow.scale.layout` (names,
-manifest, shard plan, completion), :mod:`bertflow.scale.shards` (the shard writers) and :mod:`bertflow.scale.reader`
-(:class:`ShardedEmbeddings`). This one holds the whole-store operations, :func:`write_store` and :func:`merge_shards`.
+The code is in four modules: :mod:`bertflow.scale.layout` (names, manifest, shard plan, completion),
+:mod:`bertflow.scale.shards` (the shard writers), :mod:`bertflow.scale.reader` (:func:`open_embeddings`,
+:class:`ShardedEmbeddings`) and this one, which holds the whole-store operations, :func:`write_store` and
+:func:`merge_shards`.
 """
 
 from __future__ import annotations
@@ -46,45 +47,16 @@ from ..io.files import atomic_file
 from .layout import (
     MANIFEST_NAME,
     MERGED_NAME,
-    SHARD_DIR,
-    SHARD_SUFFIXES,
-    STORE_FORMAT,
-    STORE_FORMAT_VERSION,
-    ShardSpec,
     finalize_manifest,
     new_manifest,
     plan_shards,
     read_manifest,
-    remove_temporary_files,
-    shard_record,
     write_manifest,
 )
 from .reader import ShardedEmbeddings, open_embeddings
-from .shards import ShardWriter, TableShardWriter, open_shard_writer
+from .shards import ShardWriter
 
-__all__ = [
-    "MANIFEST_NAME",
-    "SHARD_DIR",
-    "MERGED_NAME",
-    "STORE_FORMAT",
-    "STORE_FORMAT_VERSION",
-    "ShardSpec",
-    "ShardWriter",
-    "TableShardWriter",
-    "open_shard_writer",
-    "SHARD_SUFFIXES",
-    "ShardedEmbeddings",
-    "open_embeddings",
-    "merge_shards",
-    "write_store",
-    "read_manifest",
-    "write_manifest",
-    "shard_record",
-    "plan_shards",
-    "remove_temporary_files",
-    "new_manifest",
-    "finalize_manifest",
-]
+__all__ = ["merge_shards", "write_store"]
 
 
 def write_store(

@@ -50,8 +50,8 @@ def test_sif_and_idf_weights_equal_a_hand_computation(encoder):
 
 
 def test_idf_is_scikit_learns_smooth_idf(encoder):
-    from sklearn.feature_extraction.text import TfidfTransformer
     from scipy.sparse import csr_matrix
+    from sklearn.feature_extraction.text import TfidfTransformer
 
     stats = encoder.count_tokens(CORPUS)
     rows = [np.bincount(ids, minlength=encoder.vocab_size) for ids in encoder.tokenize(CORPUS)]
