@@ -31,6 +31,17 @@ def _export_note(enc: Mapping[str, Any]) -> str:
     return "the pooling with sentence-transformers' own modules (`Embedder.to_sentence_transformer()`)"
 
 
+def _auto_rows(auto: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """What ``--calibrator auto`` read and chose (the fit record's ``auto``), as card rows; none for others."""
+    if not auto:
+        return []
+    weighting = auto.get("weighting", "none")
+    why = (
+        f"SIF with {auto['token_statistics']}" if weighting != "none" else "none (a sentence encoder, or no prior)"
+    )
+    return [("auto: token weighting chosen", why), ("auto: rule", str(auto.get("calibrator", "")))]
+
+
 def model_card(
     encoder: Mapping[str, Any],
     calibrator: Calibrator,
@@ -78,6 +89,7 @@ def model_card(
         ("encoder licence", f"`{encoder_license}`" if encoder_license else "not declared in its files"),
         ("calibrator", f"`{cal!r}`"),
         ("calibrator fingerprint", f"`{calibrator_fingerprint(cal)}`"),
+        *_auto_rows(info.get("auto")),
         ("regime (fitting corpus)", info.get("regime", "unknown")),
         ("corpus size (sentences)", info.get("n_sentences", "unknown")),
         ("corpus_sha256", f"`{info['corpus_sha256']}`" if info.get("corpus_sha256") else "unknown"),

@@ -22,8 +22,12 @@ import numpy as np
 import torch
 
 from .calibrators import Calibrator, FlowCalibrator, IdentityCalibrator
+from .calibrators.anchored import anisotropy
+from .calibrators.auto import WEIGHTING as AUTO_WEIGHTING
+from .calibrators.auto import AutoCalibrator, no_harm_warning
 from .calibrators.base import calibrator_fingerprint, calibrator_identity
 from .encoding.encoder import SentenceEncoder
+from .encoding.token_prior import prior_for
 from .encoding.token_stats import TokenStatistics
 from .errors import InputError
 from .hub import check_repo_id, upload_folder
@@ -134,6 +138,14 @@ def _token_source(
     return source
 
 
+def warn_if_harmful(calibrator: Calibrator, shape: tuple[int, ...]) -> None:
+    """Log the label-free no-harm warning (:func:`~bertflow.calibrators.auto.no_harm_warning`) of a fit on
+    ``shape`` = (N sentences, D dimensions), if there is one."""
+    message = no_harm_warning(calibrator, int(shape[0]), int(shape[1]))
+    if message:
+        logger.warning("%s", message)
+
+
 class Embedder:
     """Sentence encoder + calibrator, with SimCSE's small surface: ``fit``, ``encode``, ``similarity``.
 
@@ -144,6 +156,8 @@ class Embedder:
         calibrator: an unfitted or fitted calibrator; ``None`` uses BERT-flow (:class:`FlowCalibrator`).
         truncate_dim: keep the first ``truncate_dim`` calibrated dimensions in :meth:`encode` (sentence-transformers'
             ``truncate_dim``); ``None`` keeps all.
+        fitted_on: for a calibrator fitted elsewhere, the :func:`~bertflow.identity.encoder_record` of the encoder
+            it was fitted on (as a saved folder keeps it): checked against ``encoder`` now.
 
     Attributes:
         fit_info: how the calibrator was fitted (:func:`~bertflow.model_folder.fit_record`), saved with the model;
@@ -174,6 +188,7 @@ class Embedder:
         calibrator: Calibrator | None = None,
         *,
         truncate_dim: int | None = None,
+        fitted_on: dict[str, Any] | None = None,
     ) -> None:
         self.truncate_dim = truncate_dim
         self.model_card_data = EvaluationRecord()
@@ -186,8 +201,8 @@ class Embedder:
                     "calibrator; for a new model pass SentenceEncoder(path) and the calibrator"
                 )
             loaded = type(self).load(encoder)
-            self.encoder, self.calibrator, self.fit_info = loaded.encoder, loaded.calibrator, loaded.fit_info
-            self.index, self.source, self._encoder_dir = None, loaded.source, loaded._encoder_dir
+            state = {**vars(loaded), "truncate_dim": truncate_dim, "model_card_data": self.model_card_data}
+            self.__dict__.update(state)
             return
         if encoder is not None and not isinstance(encoder, SentenceEncoder):
             raise InputError(
@@ -196,7 +211,7 @@ class Embedder:
         self.encoder = encoder if encoder is not None else SentenceEncoder()
         self.calibrator = calibrator if calibrator is not None else FlowCalibrator()
         self.fit_info: dict[str, Any] = {}
-        self.fitted_on: dict[str, Any] | None = None
+        self.fitted_on: dict[str, Any] | None = fitted_on
         # calibrator_fingerprint of the calibrator that fit_info and fitted_on describe: a calibrator refitted
         # behind the Embedder's back (calibrator.fit(X) on other embeddings) no longer matches, and they are dropped.
         self._recorded_for: str | None = None
@@ -205,7 +220,10 @@ class Embedder:
         # Local folder holding the encoder's HF files when loaded from a self-contained save (copied on re-save).
         self._encoder_dir: Path | None = None
         if self.calibrator.is_fitted:
-            check_fitted_on(self.calibrator, self.encoder.get_config())  # the dimension: nothing else is known
+            # Without a record (a calibrator fitted with plain .fit(X)) only the dimension can be checked: a warning.
+            check_fitted_on(self.calibrator, self.encoder.get_config(), fitted_on)
+            if fitted_on is not None:
+                self._recorded_for = calibrator_fingerprint(self.calibrator)
 
     # -- fit / encode / similarity -----------------------------------------------------------------------
 
@@ -248,8 +266,13 @@ class Embedder:
                 assert token_corpus is not None
                 parts.append(self.encoder.count_tokens(token_corpus))
             self.encoder.token_statistics = TokenStatistics.total(parts)
-        X = self.encoder.encode(to_encode, batch_size=batch_size, show_progress_bar=show_progress_bar)
-        self.calibrator.fit(X)
+        auto: dict[str, Any] | None = None
+        if isinstance(self.calibrator, AutoCalibrator):
+            X, auto = self._fit_auto(to_encode, weigh=source is None, batch_size=batch_size, show=show_progress_bar)
+        else:
+            X = self.encoder.encode(to_encode, batch_size=batch_size, show_progress_bar=show_progress_bar)
+            self.calibrator.fit(X)
+            warn_if_harmful(self.calibrator, X.shape)
         record = fit_record(
             len(items),
             corpus_sha256=corpus_digest(items),
@@ -257,7 +280,45 @@ class Embedder:
             seconds=time.perf_counter() - started,
             device=self.encoder.device,
         )
-        return self.record_fit(record)
+        return self.record_fit({**record, **({"auto": auto} if auto else {})})
+
+    def _fit_auto(
+        self, items: Any, *, weigh: bool, batch_size: int | None, show: bool | None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Fit the :class:`AutoCalibrator` as its rule says (calibrators/auto.py), in ONE forward pass over ``items``.
+
+        The pass computes the encoder's pooling, the last layer's token mean (whose anisotropy tells a raw MLM
+        encoder from a sentence encoder) and, where ``weigh`` and a generic token prior fits the tokenizer, the
+        SIF-weighted form of the pooling. On a raw encoder the encoder then keeps the weighted pooling and the
+        prior's statistics. Returns the embeddings fitted on and what was chosen (saved in the fit record).
+        """
+        enc, calibrator = self.encoder, self.calibrator
+        own = enc.pooling
+        prior = prior_for(enc.tokenizer) if weigh and own.averages_tokens and not own.weighting.weighted else None
+        poolings: list[Any] = [own, "mean"]
+        if prior is not None:
+            spec = own.base_spec()
+            weighted = f"{AUTO_WEIGHTING}:{spec if isinstance(spec, str) else ','.join(map(str, spec))}"
+            poolings.append(weighted)
+            enc.token_statistics = prior.statistics
+        out = enc.encode(items, batch_size=batch_size, show_progress_bar=show, poolings=poolings)
+        keys = list(out)  # one per distinct pooling, in order: own, mean (unless own is mean), weighted
+        token_anisotropy = anisotropy(out["mean"])
+        raw_encoder = calibrator.rawness(token_anisotropy) >= 0.5
+        choice: dict[str, Any] = {"token_anisotropy": round(token_anisotropy, 4), "weighting": "none"}
+        if prior is not None and raw_encoder:
+            enc.set_pooling(poolings[-1])
+            X = out[keys[-1]]
+            choice.update(weighting=AUTO_WEIGHTING, token_statistics=f"prior {prior.name}: {prior.source}")
+        else:
+            if prior is not None:
+                enc.token_statistics = None
+            X = out[keys[0]]
+        calibrator.fit(X, token_anisotropy=token_anisotropy)
+        choice["calibrator"] = calibrator.describe()
+        logger.info("auto: pooling %s; %s", enc.pooling.name, choice["calibrator"])
+        warn_if_harmful(calibrator, X.shape)
+        return X, choice
 
     def fit_embeddings(self, X: np.ndarray) -> Embedder:
         """Fit the calibrator on embeddings [N, D] already produced by this encoder (e.g. from a cache)."""
@@ -270,7 +331,7 @@ class Embedder:
         so does a fit made elsewhere on this encoder's embeddings (``bertflow distributed-fit``). Returns ``self``.
         """
         self.check_fitted()
-        check_fitted_on(self.calibrator, self.encoder.get_config())
+        check_dimension(self.calibrator, self.encoder.dim, self.encoder.model_id)
         self.fit_info = dict(fit_info)
         self.fitted_on = encoder_record(self.encoder)
         self._recorded_for = calibrator_fingerprint(self.calibrator)
@@ -724,7 +785,8 @@ class Embedder:
             OutputError: ``path`` may not be written (see :func:`~bertflow.io.files.check_output_folder`).
         """
         self.check_fitted()
-        check_fitted_on(self.calibrator, self.encoder.get_config())  # refitted elsewhere on another width?
+        # A calibrator refitted elsewhere on another width is refused.
+        check_dimension(self.calibrator, self.encoder.dim, self.encoder.model_id)
         fit_info, fitted_on = self.fit_records()
         save_model_folder(
             path,
@@ -763,9 +825,8 @@ class Embedder:
             fitted_on = config["calibrator"].get("fitted_on")
             # The encoder actually loaded must be the one the calibrator was fitted on (fingerprint, pooling,
             # max_length, dimension), so an edited config or a swapped encoder is refused.
-            check_fitted_on(calibrator, encoder.get_config(), fitted_on)
-            embedder = cls(encoder, calibrator)
-            embedder.fit_info, embedder.fitted_on = config.get("fitting", {}), fitted_on
+            embedder = cls(encoder, calibrator, fitted_on=fitted_on)
+            embedder.fit_info = config.get("fitting", {})
             embedder._recorded_for = calibrator_fingerprint(calibrator)
             embedder.source = source
             embedder._encoder_dir = encoder_dir

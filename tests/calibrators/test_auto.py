@@ -1,13 +1,19 @@
-"""AutoCalibrator: the spread statistic, and the rule's two ends (whitening, anchored whitening) and its middle."""
+"""AutoCalibrator: the rule's three statistics (rawness, strength, reliability), its output, and how Embedder.fit
+drives it (token anisotropy from the same forward pass, SIF weighting with a generic prior on a raw encoder)."""
 
 from __future__ import annotations
+
+import logging
 
 import numpy as np
 import pytest
 
-from bertflow import InputError, WhiteningCalibrator
+from bertflow import Embedder, InputError, SentenceEncoder
 from bertflow.calibrators import AnchoredWhiteningCalibrator, AutoCalibrator, Calibrator, parse_calibrator
-from bertflow.calibrators.auto import spread
+from bertflow.calibrators.anchored import anisotropy
+from bertflow.calibrators.auto import no_harm_warning, reliability
+from bertflow.encoding import token_prior
+from bertflow.encoding.token_prior import TokenPrior
 
 
 def cos_matrix(Z: np.ndarray) -> np.ndarray:
@@ -23,71 +29,125 @@ def scaled(variances: np.ndarray, n: int = 2000, shift: float = 3.0, seed: int =
     return (rng.normal(size=(n, len(variances))) * np.sqrt(variances)) @ q.T + shift
 
 
-def test_spread_is_one_for_isotropic_and_one_over_d_for_one_direction():
-    d = 20
-    assert spread(scaled(np.ones(d), n=20000)) == pytest.approx(1.0, abs=0.05)
-    one = np.r_[1.0, np.full(d - 1, 1e-9)]
-    assert spread(scaled(one)) == pytest.approx(1 / d, rel=0.05)
-    # Exactly its definition on the covariance's eigenvalues.
-    X = scaled(np.geomspace(1, 100, d))
-    lam = np.linalg.eigvalsh(np.cov(X, rowvar=False))
-    assert spread(X) == pytest.approx(lam.sum() ** 2 / (d * (lam**2).sum()), rel=1e-9)
-    assert spread(np.ones((5, 3))) == 0.0
-
-
-def test_narrow_cone_gets_full_whitening():
-    # A few directions carry the variance and all rows share a direction (far from the origin): a raw MLM
-    # encoder's geometry (spread ~0.08, anisotropy ~0.9).
-    X = scaled(np.r_[np.full(3, 100.0), np.full(37, 0.3)], shift=10.0)
-    auto = AutoCalibrator().fit(X)
-    assert auto.concentration_ > 4.0
-    assert auto.rawness_ == 1.0 and auto.alpha_ == 1.0 and auto.weight_ == 1.0
-    np.testing.assert_allclose(
-        cos_matrix(auto.transform(X[:50])), cos_matrix(WhiteningCalibrator().fit(X).transform(X[:50])), atol=1e-5
-    )
-
-
-def test_spread_out_embeddings_get_anchored_whitening():
-    # Variance over many directions (spread ~0.5), even with a common direction: a contrastive encoder's geometry.
+@pytest.mark.parametrize("probe, rawness", [(0.05, 0.0), (0.40, 0.0), (0.45, 0.5), (0.50, 1.0), (0.9, 1.0)])
+def test_rawness_reads_the_token_anisotropy(probe, rawness):
     X = scaled(np.geomspace(1, 10, 40))
+    auto = AutoCalibrator().fit(X, token_anisotropy=probe)
+    assert auto.rawness_source_ == "token anisotropy" and auto.token_anisotropy_ == probe
+    assert auto.rawness_ == pytest.approx(rawness)
+    assert auto.alpha_ == pytest.approx(0.5 + 0.25 * rawness)
+
+
+def test_without_a_probe_the_embeddings_own_anisotropy_is_read():
+    X = scaled(np.geomspace(1, 10, 40), shift=10.0)  # far from the origin: anisotropic
     auto = AutoCalibrator().fit(X)
-    assert auto.concentration_ < 3.5
-    assert auto.rawness_ == 0.0 and auto.alpha_ == 0.5
-    anchored = AnchoredWhiteningCalibrator().fit(X)
-    assert auto.weight_ == pytest.approx(anchored.weight_)
-    np.testing.assert_allclose(auto.transform(X[:50]), anchored.transform(X[:50]), atol=1e-6)
+    assert auto.rawness_source_ == "embedding anisotropy"
+    assert auto.token_anisotropy_ == pytest.approx(anisotropy(X)) and auto.rawness_ == 1.0
 
 
-def test_concentration_not_anisotropy_alone_decides():
-    # Strongly anisotropic (every row near one direction) but with variance spread over many directions, like
-    # all-MiniLM-L6-v2's cls vectors: anchored, not full whitening.
-    X = scaled(np.geomspace(1, 3, 40), shift=6.0)
-    auto = AutoCalibrator().fit(X)
-    assert auto.anisotropy_ > 0.5 and auto.spread_ > 0.5
-    assert auto.rawness_ == 0.0
+def test_output_is_anchored_whitening_with_the_rules_alpha_and_weight():
+    X = scaled(np.geomspace(1, 10, 40))
+    auto = AutoCalibrator().fit(X, token_anisotropy=0.6)
+    # Enough sentences: the weight of the calibrated cosine is the anisotropy, as in anchored whitening.
+    assert auto.reliability_ == 1.0 and auto.weight_ == pytest.approx(anisotropy(X))
+    same = AnchoredWhiteningCalibrator(alpha=0.75, weight=auto.weight_).fit(X)
+    np.testing.assert_allclose(auto.transform(X[:50]), same.transform(X[:50]), atol=1e-6)
+    # Its cosine is the convex mix of the raw cosine and the partially whitened one.
+    Z = auto.transform(X[:30])
+    raw, cal = cos_matrix(X[:30]), cos_matrix((X[:30] - auto.mean_) @ auto.components_)
+    np.testing.assert_allclose(cos_matrix(Z), (1 - auto.weight_) * raw + auto.weight_ * cal, atol=1e-5)
 
 
-def test_between_the_thresholds_the_rule_interpolates():
-    X = scaled(np.r_[np.full(3, 100.0), np.full(37, 0.3)], shift=10.0)
-    c = AutoCalibrator().fit(X).concentration_
-    auto = AutoCalibrator(low=c / 2, high=c * 2).fit(X)
-    assert auto.rawness_ == pytest.approx(0.5)
-    assert auto.alpha_ == pytest.approx(0.75)
-    assert auto.weight_ == pytest.approx(auto.anisotropy_ + 0.5 * (1 - auto.anisotropy_))
+def test_fewer_sentences_than_dimensions_keep_more_of_the_raw_cosine():
+    d = 40
+    few = scaled(np.geomspace(1, 10, d), n=20, seed=3)
+    auto = AutoCalibrator().fit(few)
+    assert auto.reliability_ == pytest.approx(20 / d) == reliability(20, d)
+    assert auto.weight_ == pytest.approx(anisotropy(few) * 20 / d)
+    # The no-harm diagnostic says what auto did; whitening on as few gets the warning that it is likely worse.
+    assert "keeps" in no_harm_warning(auto, 20, d)
+    assert "likely worse" in no_harm_warning(parse_calibrator("whitening").fit(scaled(np.ones(d), n=60)), 60, d)
+    assert no_harm_warning(parse_calibrator("whitening").fit(scaled(np.ones(d), n=100)), 100, d) is None
+    assert no_harm_warning(AutoCalibrator().fit(scaled(np.ones(d), n=100)), 100, d) is None
 
 
 def test_round_trip_keeps_the_choice(tmp_path):
     X = scaled(np.r_[np.full(3, 100.0), np.full(37, 0.3)], shift=10.0)
-    auto = parse_calibrator("auto").fit(X)
+    auto = parse_calibrator("auto").fit(X, token_anisotropy=0.61)
     auto.save(tmp_path / "cal")
     back = Calibrator.load(tmp_path / "cal")
     assert isinstance(back, AutoCalibrator)
-    for name in ("spread_", "concentration_", "alpha_", "rawness_", "weight_", "anisotropy_"):
+    for name in ("token_anisotropy_", "rawness_source_", "rawness_", "reliability_", "alpha_", "weight_"):
         assert getattr(back, name) == getattr(auto, name), name
     np.testing.assert_array_equal(back.transform(X[:20]), auto.transform(X[:20]))
+    assert back.describe() == auto.describe()
 
 
-@pytest.mark.parametrize("low, high", [(4.0, 3.5), (0.0, 1.0), (1.0, float("inf")), (float("nan"), 2.0)])
+@pytest.mark.parametrize("low, high", [(0.5, 0.4), (-0.1, 0.5), (0.4, 1.5), (float("nan"), 0.5)])
 def test_bad_thresholds_are_refused(low, high):
     with pytest.raises(InputError, match="low|high"):
         AutoCalibrator(low=low, high=high).fit(scaled(np.ones(5), n=50))
+
+
+def test_bad_probe_is_refused():
+    with pytest.raises(InputError, match="token_anisotropy"):
+        AutoCalibrator().fit(scaled(np.ones(5), n=50), token_anisotropy=1.5)
+
+
+def _tiny_prior(encoder: SentenceEncoder, corpus: list[str], tmp_path) -> TokenPrior:
+    folder = tmp_path / "prior"
+    encoder.count_tokens(corpus).save(folder)
+    digest = token_prior.vocab_digest(encoder.tokenizer)
+    (folder / token_prior.PRIOR_CONFIG).write_text(f'{{"vocab_digest": "{digest}", "source": "test corpus"}}')
+    return TokenPrior(folder)
+
+
+SENTENCES = [f"sentence number {i} talks about {w} and {v}" for i, (w, v) in enumerate(
+    [("cats", "dogs"), ("rain", "sun"), ("music", "art"), ("trains", "boats"), ("bread", "wine")] * 12
+)]  # fmt: skip
+
+
+@pytest.mark.parametrize("raw_encoder", [True, False])
+def test_embedder_fit_weights_a_raw_encoder_with_the_prior_in_one_pass(tiny_model_dir, tmp_path, monkeypatch,
+                                                                       raw_encoder, caplog):  # fmt: skip
+    encoder = SentenceEncoder(str(tiny_model_dir), pooling="first-last-avg", device="cpu")
+    prior = _tiny_prior(encoder, ["a generic corpus of words", "other words entirely"], tmp_path)
+    monkeypatch.setattr("bertflow.embedder.prior_for", lambda tokenizer: prior)
+    # Which kind of encoder the tiny model looks like is set by the thresholds, around its own token anisotropy.
+    probe = anisotropy(encoder.encode(SENTENCES, poolings=["mean"])["mean"])
+    auto = (
+        AutoCalibrator(low=probe - 0.02, high=probe - 0.01)
+        if raw_encoder
+        else AutoCalibrator(low=probe + (1 - probe) / 3, high=probe + 2 * (1 - probe) / 3)
+    )
+    passes = []
+    original = SentenceEncoder.encode
+    monkeypatch.setattr(
+        SentenceEncoder, "encode", lambda self, *a, **k: passes.append(k.get("poolings")) or original(self, *a, **k)
+    )
+    with caplog.at_level(logging.INFO, logger="bertflow"):
+        model = Embedder(encoder, auto).fit(SENTENCES)
+    assert len(passes) == 1 and len(passes[0]) == 3  # own pooling, the token mean, the weighted pooling: one pass
+    assert auto.token_anisotropy_ == pytest.approx(probe, abs=1e-6)
+    info = model.fit_info["auto"]
+    if raw_encoder:
+        assert encoder.pooling.name == "sif:first-last-avg" and info["weighting"] == "sif"
+        assert encoder.token_statistics == prior.statistics and "test corpus" in info["token_statistics"]
+    else:
+        assert encoder.pooling.name == "first-last-avg" and info["weighting"] == "none"
+        assert encoder.token_statistics is None
+    # What was fitted on is what encode gives from now on, and a saved folder gives it back identically.
+    np.testing.assert_allclose(model.encode(SENTENCES[:5]), auto.transform(encoder.encode(SENTENCES[:5])), atol=1e-6)
+    model.save(tmp_path / "m")
+    back = Embedder.load(tmp_path / "m")
+    assert back.encoder.pooling.name == encoder.pooling.name
+    np.testing.assert_allclose(back.encode(SENTENCES[:5]), model.encode(SENTENCES[:5]), atol=1e-6)
+    assert "auto: token weighting chosen" in (tmp_path / "m" / "README.md").read_text()
+
+
+def test_the_shipped_prior_matches_the_bert_uncased_vocabulary(tiny_model_dir):
+    priors = token_prior.available_priors()
+    assert priors and all(p.statistics.n_sentences == 100_000 for p in priors)
+    # A tokenizer with another vocabulary gets none (the tiny test model's vocabulary is not BERT's).
+    encoder = SentenceEncoder(str(tiny_model_dir), pooling="mean", device="cpu")
+    assert token_prior.prior_for(encoder.tokenizer) is None

@@ -1,39 +1,36 @@
-r"""``--calibrator auto``: one label-free rule for raw MLM encoders and contrastive sentence encoders alike.
+r"""``--calibrator auto``: one label-free rule that holds on data it was not tuned on.
 
-The two kinds of encoder want opposite things. A raw masked-language-model encoder (the paper's setting) puts
-its sentence embeddings in a narrow cone spanned by a few directions: full whitening (or the flow) gains 6 to 15
-points there, and keeping any of the raw cosine costs points. A contrastively trained sentence encoder already
-spreads its embeddings over many directions: whitening amplifies directions it did not use and loses points,
-and :class:`AnchoredWhiteningCalibrator` (the raw cosine anchored, mixed with a partially whitened one) is the
-rule that never falls below raw there.
+The rule was chosen to be *robust*, not best on one average: every STS12-16 subset, STS-B and SICK-R was scored
+on its own with the calibrator fitted on that set's own sentences (and on 100 and 300 of them), for a raw MLM
+encoder (bert-gutenberg-L6-H384) and a contrastive one (all-MiniLM-L6-v2), and each discrete choice below was
+picked leave-one-dataset-out, so no set was scored by a rule tuned on it (docs/beyond.md, ``benchmarks/auto_rule.py``).
+What it found:
 
-What tells the two apart without labels is how concentrated the embeddings are, measured by two numbers of the
-fitting embeddings: their *anisotropy* :math:`a` (the mean cosine of two random sentences, as in anchored
-whitening) and their *spread* :math:`s`, the participation ratio of the covariance's eigenvalues over the
-dimension, :math:`(\sum_i \lambda_i)^2 / (D \sum_i \lambda_i^2)` (1 when every direction carries the same
-variance, 1/D when one does). A raw MLM encoder has both a strong common direction and variance in few
-directions; a contrastive encoder may have one of the two (all-MiniLM-L6-v2's cls vectors are as anisotropic as
-the raw encoder's mean-pooled ones, because of a few rogue coordinates, while their variance is spread out), not
-both. The *concentration* :math:`c = a / s` separates them where each number alone barely does. Measured on every
-fitting set of docs/beyond.md (each STS task's sentences, the train splits, the SNLI sentences; max_length 64):
+* Full whitening collapses on small or narrow fitting sets (up to 37 points below the raw encoder on one set;
+  27 of 71 set x size cells more than 2 points below raw): a covariance from a few hundred sentences makes up
+  directions. Keeping part of the raw cosine (anchored whitening) and trusting the calibrated cosine less when
+  there are fewer sentences than dimensions removes almost all of these losses.
+* The raw MLM encoder wants more whitening than a sentence encoder, and frequency-weighted pooling (SIF), but
+  only with *generic* token frequencies (:mod:`bertflow.encoding.token_prior`; the fitting set's own counts
+  down-weight its topic words). Sentence encoders lose points with any weighting.
 
-========================================  ===============  ================  ================
-encoder (poolings mean, first-last-avg,   anisotropy a     spread s          concentration c
-last2avg, cls)
-========================================  ===============  ================  ================
-bert-gutenberg-L6-H384 (raw MLM)          0.51 - 0.93      0.055 - 0.118     4.3 - 16.6
-all-MiniLM-L6-v2 (contrastive)            0.03 - 0.64      0.127 - 0.306     0.09 - 3.1
-========================================  ===============  ================  ================
+The output is :class:`AnchoredWhiteningCalibrator`'s, :math:`[\sqrt{1-\beta}\,\hat x, \sqrt\beta\,\hat z]` with
+:math:`z = (x-\mu) U \Lambda^{-\alpha/2}`, whose cosine is :math:`(1-\beta)\cos(x,y) + \beta\cos(z_x,z_y)`, set by:
 
-The rule moves smoothly, in log-concentration, from anchored whitening (:math:`c \le c_{lo}`, default 3.5) to full
-whitening (:math:`c \ge c_{hi}`, default 4.0):
-
-.. math:: t = \operatorname{clip}\Big(\frac{\log c - \log c_{lo}}{\log c_{hi} - \log c_{lo}}, 0, 1\Big),\quad
-          \alpha = \tfrac12 + \tfrac12 t,\quad \beta = a + (1 - a)\,t.
-
-At :math:`t = 1` the output's cosine is exactly BERT-whitening's; at :math:`t = 0` it is anchored whitening's.
-The thresholds were set from the two encoders above (unlabeled embeddings only); all-mpnet-base-v2 is the check
-on an encoder the rule was not set on (docs/beyond.md).
+* **rawness** :math:`t = \operatorname{clip}((a_{tok} - 0.40) / 0.10, 0, 1)`, where :math:`a_{tok}` is the
+  *token anisotropy* of the encoder: the anisotropy (expected cosine of two random sentences) of the fitting
+  sentences' mean-pooled last-layer vectors. It separates the kinds of encoder on every fitting set measured, of
+  every size (raw MLM 0.52-0.73, all-MiniLM-L6-v2 0.03-0.35), whatever pooling is calibrated; the anisotropy or
+  concentration of the calibrated pooling does not (cls vectors of a sentence encoder are as anisotropic as a raw
+  encoder's). ``Embedder.fit`` computes it in the same forward pass; a plain ``fit(X)`` uses the anisotropy of
+  ``X`` instead (right for mean pooling).
+* **whitening strength** :math:`\alpha = 0.5 + 0.25\,t` (0.5: :math:`\Sigma^{-1/4}`; 0.75 on a raw encoder).
+* **weight of the calibrated cosine** :math:`\beta = a \cdot \min(1, N/D)`: the anisotropy :math:`a` of ``X``
+  (the more the raw cosines crowd, the more calibration is mixed in), times the *reliability* of the covariance,
+  the number of fitting sentences over the dimension (a no-harm guard: with fewer sentences than dimensions most
+  directions are estimated from too few sentences, and the raw cosine keeps the larger share).
+* With :math:`t \ge 0.5` and a generic token prior for the encoder's vocabulary, ``Embedder.fit`` also switches a
+  token-averaging pooling to its SIF-weighted form (:data:`WEIGHTING`), counted on the prior.
 """
 
 from __future__ import annotations
@@ -46,107 +43,146 @@ import numpy as np
 from ..errors import InputError
 from .anchored import AnchoredWhiteningCalibrator, anisotropy
 from .registry import register
-from .whitening import mean_and_covariance
 
-__all__ = ["AutoCalibrator", "spread"]
+__all__ = ["AutoCalibrator", "WEIGHTING", "no_harm_warning", "reliability"]
 
 logger = logging.getLogger(__name__)
 
+#: The weighting ``auto`` gives a token-averaging pooling on a raw encoder (``sif`` = a 1e-3 over a + p(t)).
+WEIGHTING = "sif"
 
-def spread(X: np.ndarray) -> float:
-    r"""How evenly embeddings ``X`` [N, D] use their D directions: the covariance's participation ratio over D.
 
-    :math:`(\sum_i \lambda_i)^2 / (D \sum_i \lambda_i^2)` for the covariance eigenvalues :math:`\lambda`,
-    computed as :math:`\operatorname{tr}(C)^2 / (D \lVert C \rVert_F^2)` (no eigendecomposition). In (0, 1]:
-    1 for isotropic data, 1/D when all the variance lies along one direction. 0.0 for constant data.
+def reliability(n: int, d: int) -> float:
+    """``min(1, n / d)``: how much of the calibrated cosine a fit on ``n`` sentences of ``d`` dimensions earns."""
+    return float(min(1.0, n / max(d, 1)))
+
+
+#: Calibrators that rescale directions by their fitted variance (whitening-type): unreliable with few sentences.
+_WHITENING_TYPES = ("whitening", "flow", "anchored", "standard-norm", "chain")
+
+
+def no_harm_warning(calibrator: Any, n: int, d: int) -> str | None:
+    """A label-free warning that ``calibrator``, fitted on ``n`` sentences of ``d`` dimensions, is likely worse
+    than the raw encoder on this data, or ``None``.
+
+    With fewer than ``2 d`` sentences a whitening-type calibrator estimates most of its directions' scales from too
+    few sentences: on the per-set study (docs/beyond.md) full whitening fell more than 2 points below the raw
+    encoder on most such fits. ``auto`` acts on the same statistic (its reliability keeps more of the raw cosine),
+    so for it the warning says what it did.
     """
-    _, cov = mean_and_covariance(np.asarray(X, dtype=np.float64))
-    frob = float((cov * cov).sum())
-    return float(np.trace(cov) ** 2 / (cov.shape[0] * frob)) if frob > 0 else 0.0
+    if isinstance(calibrator, AutoCalibrator):
+        if calibrator.reliability_ >= 1.0:
+            return None
+        return (
+            f"auto: {n} fitting sentences for {d} dimensions, too few to estimate every direction; it keeps "
+            f"{100 * (1 - calibrator.weight_):.0f}% of the raw cosine (reliability {calibrator.reliability_:.2f}). "
+            "Fit on more sentences than dimensions for a fuller calibration"
+        )
+    name = getattr(calibrator, "name", "")
+    if n >= 2 * d or not any(name.startswith(t) for t in _WHITENING_TYPES):
+        return None
+    return (
+        f"{name}: {n} fitting sentences for {d} dimensions: its calibrated space is likely worse than the raw "
+        "encoder's (most directions are scaled from too few sentences); use --calibrator auto, which keeps part of "
+        f"the raw cosine, or fit on at least {2 * d} sentences"
+    )
 
 
 @register("auto")
 class AutoCalibrator(AnchoredWhiteningCalibrator):
-    r"""Whitening for raw MLM encoders, anchored whitening for sentence encoders, chosen from unlabeled data.
+    r"""The recommendation: anchored whitening whose strength, mix and weighting follow label-free statistics.
 
-    See the module docstring for the rule. The output is that of :class:`AnchoredWhiteningCalibrator` (``2D``
-    columns at most: the unit raw vector and the unit partially whitened one, weighted), so it saves, loads and
-    runs on the device the same way.
+    See the module docstring for the rule and how it was chosen. The output is that of
+    :class:`AnchoredWhiteningCalibrator` (``2D`` columns at most), so it saves, loads and runs on the device the
+    same way.
 
     Args:
-        low: concentration (anisotropy / spread) at and below which the calibrator is anchored whitening
-            (default 3.5, above the contrastive encoders' 0.09 to 3.1).
-        high: concentration at and above which it is full whitening (default 4.0, below the raw MLM encoder's
-            4.3 to 16.6).
+        low: token anisotropy at and below which the encoder is treated as a sentence encoder (rawness 0;
+            default 0.40, above all-MiniLM-L6-v2's 0.03-0.35 on every fitting set measured).
+        high: token anisotropy at and above which it is treated as a raw MLM encoder (rawness 1; default 0.50,
+            below bert-gutenberg-L6-H384's 0.52-0.73).
         rcond: directions whose eigenvalue is below ``rcond`` times the largest are dropped, not amplified.
 
     Attributes (besides :class:`AnchoredWhiteningCalibrator`'s):
-        spread_: the spread of the fitting embeddings (:func:`spread`).
-        concentration_: ``anisotropy_ / spread_``.
-        rawness_: :math:`t` in [0, 1]: 0 = anchored whitening, 1 = full whitening.
-        alpha_: the whitening strength the rule chose, ``0.5 + 0.5 * rawness_``.
+        token_anisotropy_: the statistic the rawness was read from (see ``rawness_source_``).
+        rawness_source_: ``"token anisotropy"`` (given by ``Embedder.fit``) or ``"embedding anisotropy"`` (``X``'s).
+        rawness_: :math:`t` in [0, 1]: 0 = sentence encoder, 1 = raw MLM encoder.
+        reliability_: ``min(1, N / D)`` of the fit.
+        alpha_: the whitening strength chosen, ``0.5 + 0.25 * rawness_``.
     """
 
-    specs = {
-        "auto": "the recommendation: whitening on raw MLM encoders, anchored on sentence encoders, told apart by spread"
-    }
+    specs = {"auto": "the recommendation: anchored whitening set from label-free statistics (docs/beyond.md)"}
 
     @classmethod
     def from_spec(cls, spec: str, number: int | None, **options: Any) -> AutoCalibrator:
         return cls()
 
-    def __init__(self, *, low: float = 3.5, high: float = 4.0, rcond: float = 1e-6) -> None:
+    def __init__(self, *, low: float = 0.40, high: float = 0.50, rcond: float = 1e-6) -> None:
         self.low = low
         self.high = high
         self.rcond = rcond  # the parent's alpha and weight are not parameters here: the rule sets alpha_, weight_
 
     def _validate_params(self, X: np.ndarray) -> None:
         low, high = float(self.low), float(self.high)
-        if not (np.isfinite(low) and np.isfinite(high) and 0.0 < low < high):
-            raise InputError(f"need 0 < low < high (finite concentration thresholds), got {self.low}, {self.high}")
+        if not (np.isfinite(low) and np.isfinite(high) and 0.0 <= low < high <= 1.0):
+            raise InputError(f"need 0 <= low < high <= 1 (token anisotropy thresholds), got {self.low}, {self.high}")
         if not 0 <= self.rcond < 1:
             raise InputError(f"rcond must be in [0, 1), got {self.rcond}")
 
+    def rawness(self, token_anisotropy: float) -> float:
+        """The rawness :math:`t` in [0, 1] this calibrator's thresholds give a token anisotropy."""
+        low, high = float(self.low), float(self.high)
+        return float(np.clip((float(token_anisotropy) - low) / (high - low), 0.0, 1.0))
+
+    def fit(self, X: np.ndarray, y: object = None, *, token_anisotropy: float | None = None) -> AutoCalibrator:
+        """Fit on embeddings ``X`` [N, D]; ``token_anisotropy``: the encoder's (see the module docstring), if known.
+
+        ``y`` is ignored (pipelines). Returns ``self``.
+        """
+        if token_anisotropy is not None and not 0.0 <= float(token_anisotropy) <= 1.0:
+            raise InputError(f"token_anisotropy must be in [0, 1], got {token_anisotropy}")
+        self._probe = token_anisotropy  # read by _fit only, during this call
+        try:
+            super().fit(X, y)
+        finally:
+            del self._probe
+        logger.info("auto: %s", self.describe())
+        return self
+
     def _fit(self, X: np.ndarray) -> None:
-        self.spread_ = spread(X)
-        a = anisotropy(X)
-        self.concentration_ = a / self.spread_ if self.spread_ > 0 else float("inf")
-        low, high = np.log(float(self.low)), np.log(float(self.high))
-        c = np.log(max(self.concentration_, 1e-12))
-        self.rawness_ = float(np.clip((c - low) / (high - low), 0.0, 1.0))
-        self.alpha_ = 0.5 + 0.5 * self.rawness_
-        self._fit_mix(X, self.alpha_, a + (1.0 - a) * self.rawness_)
-        chose = (
-            "whitening (a raw-encoder-like space)"
-            if self.rawness_ == 1.0
-            else "anchored whitening (a sentence-encoder-like space)"
-            if self.rawness_ == 0.0
-            else f"{100 * self.rawness_:.0f}% of the way from anchored whitening to whitening"
-        )
-        logger.info(
-            "auto: chose %s, since the concentration (anisotropy %.3f / spread %.3f) is %.2f: whitening at >= %s, "
-            "anchored whitening at <= %s (alpha %.2f, weight %.3f)",
-            chose,
-            a,
-            self.spread_,
-            self.concentration_,
-            self.high,
-            self.low,
-            self.alpha_,
-            self.weight_,
+        probe = getattr(self, "_probe", None)
+        self.rawness_source_ = "embedding anisotropy" if probe is None else "token anisotropy"
+        self.token_anisotropy_ = float(anisotropy(X) if probe is None else probe)
+        self.rawness_ = self.rawness(self.token_anisotropy_)
+        self.reliability_ = reliability(X.shape[0], X.shape[1])
+        self.alpha_ = 0.5 + 0.25 * self.rawness_
+        self._fit_mix(X, self.alpha_, anisotropy(X) * self.reliability_)
+
+    def describe(self) -> str:
+        """One line: what the rule read and chose (for logs and the model card)."""
+        self.check_fitted()
+        kind = "a raw MLM encoder" if self.rawness_ >= 0.5 else "a sentence encoder"
+        return (
+            f"{self.rawness_source_} {self.token_anisotropy_:.3f} -> {kind} (rawness {self.rawness_:.2f}): "
+            f"whitening strength alpha {self.alpha_:.2f}; calibrated-cosine weight {self.weight_:.3f} = anisotropy "
+            f"{self.anisotropy_:.3f} x reliability {self.reliability_:.2f} (min(1, N/D))"
         )
 
     def _get_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         meta, arrays = super()._get_state()
         meta.update(
-            spread=float(self.spread_),
-            concentration=float(self.concentration_),
-            alpha=float(self.alpha_),
+            token_anisotropy=float(self.token_anisotropy_),
+            rawness_source=self.rawness_source_,
             rawness=float(self.rawness_),
+            reliability=float(self.reliability_),
+            alpha=float(self.alpha_),
         )
         return meta, arrays
 
     def _set_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
         super()._set_state(meta, arrays)
-        self.spread_, self.concentration_ = float(meta["spread"]), float(meta["concentration"])
         self.alpha_, self.rawness_ = float(meta["alpha"]), float(meta["rawness"])
+        # Folders saved by the earlier concentration rule lack these: their transform is all that is needed.
+        self.token_anisotropy_ = float(meta.get("token_anisotropy", float("nan")))
+        self.rawness_source_ = str(meta.get("rawness_source", "concentration (earlier rule)"))
+        self.reliability_ = float(meta.get("reliability", 1.0))

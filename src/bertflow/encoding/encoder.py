@@ -242,6 +242,12 @@ class SentenceEncoder:
         self._token_statistics = value
         self._plans: dict[str, PoolingPlan] = {}  # weight tables were computed from the old statistics
 
+    def set_pooling(self, pooling: str | Sequence[int] | Pooling) -> None:
+        """Replace the encoder's pooling (checked against the model, as in the constructor): what :meth:`encode`
+        returns from now on. A weighted pooling needs :attr:`token_statistics` when it encodes, not here."""
+        (self.pooling,) = self._runner.check([pooling])
+        self._plans = {}
+
     def count_tokens(self, sentences: Iterable[str] | TokenArrays, *, chunk_size: int = 16384) -> TokenStatistics:
         """Token statistics of ``sentences`` (unlabeled text) as this encoder tokenises them: truncated to
         ``max_length``, special tokens included, padding never. A stream is counted chunk by chunk.

@@ -1,0 +1,71 @@
+"""Generic token statistics shipped with bertflow: the frequency prior of ``--calibrator auto``'s SIF weighting.
+
+Frequency weights (SIF, Arora et al. 2017: :math:`a / (a + p(t))`) need unigram probabilities :math:`p(t)`. Counted
+on the fitting sentences alone they are *topical*: in a narrow set (student answers about circuits, news
+headlines) the set's own subject words are frequent and get weighted down with "the" and "of". Measured on the
+26 STS sets fitted one by one (docs/beyond.md), SIF from the set's own counts put 18 of 71 set x size cells more
+than 2 points below the raw encoder, SIF from a generic corpus 3. So ``auto`` weights with a generic prior: WordPiece
+counts of 100,000 public-domain English sentences (Project Gutenberg, the ``sentences-100k.txt.gz`` corpus of
+the project's data folder), rebuilt by ``python benchmarks/build_token_prior.py``.
+
+A prior applies only to an encoder whose tokenizer has exactly the vocabulary it was counted with (checked by a
+digest of the id -> token table); :func:`prior_for` returns ``None`` otherwise, and ``auto`` then does not weight.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from .token_stats import TokenStatistics
+
+__all__ = ["PRIORS_DIR", "TokenPrior", "available_priors", "prior_for", "vocab_digest"]
+
+#: Where the shipped priors live (one folder each: ``prior.json`` + the :class:`TokenStatistics` files).
+PRIORS_DIR = Path(__file__).with_name("priors")
+PRIOR_CONFIG = "prior.json"
+
+
+def vocab_digest(tokenizer: Any) -> str:
+    """16 hex digits of a sha256 over a tokenizer's vocabulary in id order (token strings joined by newlines)."""
+    vocab = tokenizer.get_vocab()
+    ordered = sorted(vocab.items(), key=lambda item: item[1])
+    return hashlib.sha256("\n".join(token for token, _ in ordered).encode("utf-8")).hexdigest()[:16]
+
+
+class TokenPrior:
+    """A shipped generic :class:`TokenStatistics` and what it was counted on.
+
+    Attributes:
+        name: the folder name, e.g. ``"gutenberg-100k-wordpiece-uncased"``.
+        vocab_digest: :func:`vocab_digest` of the tokenizer it was counted with.
+        source: the corpus, in words (for the model card).
+        statistics: the counts.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        meta = json.loads((folder / PRIOR_CONFIG).read_text(encoding="utf-8"))
+        self.name = folder.name
+        self.vocab_digest = str(meta["vocab_digest"])
+        self.source = str(meta["source"])
+        self.statistics = TokenStatistics.load(folder)
+
+    def __repr__(self) -> str:
+        return f"TokenPrior({self.name!r}, {self.statistics!r})"
+
+
+@cache
+def available_priors() -> tuple[TokenPrior, ...]:
+    """Every prior shipped in :data:`PRIORS_DIR` (read once per process)."""
+    if not PRIORS_DIR.is_dir():
+        return ()
+    return tuple(TokenPrior(f) for f in sorted(PRIORS_DIR.iterdir()) if (f / PRIOR_CONFIG).is_file())
+
+
+def prior_for(tokenizer: Any) -> TokenPrior | None:
+    """The shipped prior counted with exactly ``tokenizer``'s vocabulary, or ``None``."""
+    digest = vocab_digest(tokenizer)
+    return next((p for p in available_priors() if p.vocab_digest == digest), None)
