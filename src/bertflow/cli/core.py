@@ -356,7 +356,9 @@ def similarity(
     output: Annotated[
         Path | None,
         typer.Option(
-            "--output", "-o", help="With --pairs: write the TSV with a cosine column here (default or -: stdout)."
+            "--output",
+            "-o",
+            help="With --pairs: write the TSV with a cosine column (one per model) here (default or -: stdout).",
         ),
     ] = None,
     model_dir: Annotated[
