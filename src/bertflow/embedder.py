@@ -32,7 +32,7 @@ from .encoding.token_stats import TokenStatistics
 from .errors import InputError
 from .hub import check_repo_id, upload_folder
 from .identity import check_dimension, check_fitted_on, encoder_record
-from .linalg import unit_rows
+from .linalg import pair_cosines, unit_rows
 from .model_folder import (
     corpus_digest,
     encoder_license,
@@ -77,11 +77,6 @@ def device_transform(
     from .calibrators.device import fast_torch_transform
 
     return None if calibrator is None else fast_torch_transform(calibrator, encoder.device)
-
-
-def _pair_cosines(za: np.ndarray, zb: np.ndarray) -> np.ndarray:
-    """Cosine of each pair of rows of two [N, D] matrices, computed in float64: float32 [N]."""
-    return (unit_rows(za.astype(np.float64)) * unit_rows(zb.astype(np.float64))).sum(axis=1).astype(np.float32)
 
 
 def iter_calibrated(
@@ -557,18 +552,7 @@ class Embedder:
             return embedding_cosine(a, b, pairwise=True)
         self.check_fitted()
         za, zb = self._encode_pair_sides(a, b, self._device_transform(), show_progress_bar)
-        return _pair_cosines(za, zb)
-
-    def similarity_pairwise_and_raw(
-        self, a: Sequence[str], b: Sequence[str], *, show_progress_bar: bool | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Cosines of each pair ``(a[i], b[i])`` in the calibrated space and in the raw encoder's, float32 [N] each,
-        from one encoder pass: the raw embeddings are calibrated on the CPU (:meth:`Calibrator.transform`), so
-        what the calibrator adds is measured without encoding twice. ``show_progress_bar`` as in :meth:`encode`."""
-        self.check_fitted()
-        ra, rb = self._encode_pair_sides(a, b, None, show_progress_bar)
-        calibrated = _pair_cosines(self.calibrator.transform(ra), self.calibrator.transform(rb))
-        return calibrated, _pair_cosines(ra, rb)
+        return pair_cosines(za, zb)
 
     def _encode_pair_sides(
         self,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["unit_rows"]
+__all__ = ["pair_cosines", "unit_rows"]
 
 
 def unit_rows(x: np.ndarray) -> np.ndarray:
@@ -18,3 +18,8 @@ def unit_rows(x: np.ndarray) -> np.ndarray:
     scaled = np.divide(x, peak, out=np.zeros_like(x), where=peak > 0)
     norm = np.linalg.norm(scaled, axis=1, keepdims=True)
     return np.divide(scaled, norm, out=np.zeros_like(scaled), where=norm > 0)
+
+
+def pair_cosines(za: np.ndarray, zb: np.ndarray) -> np.ndarray:
+    """Cosine of each pair of rows of two [N, D] matrices, computed in float64: float32 [N]."""
+    return (unit_rows(za) * unit_rows(zb)).sum(axis=1).astype(np.float32)

@@ -64,6 +64,7 @@ __all__ = [
     "left_by_interrupted_save",
     "load_encoder",
     "load_model_folder",
+    "load_token_statistics",
     "pinned_encoder_config",
     "read_model_folder",
     "save_model_folder",
@@ -352,13 +353,8 @@ def load_encoder(
     encoder_dir: Path | None = None
     try:
         enc = config["encoder"]
-        stats_dir = _token_stats_dir(folder, config)
-        if stats_dir is not None:  # checksums verified with the rest of the folder (read_model_folder)
-            kwargs = {"token_statistics": TokenStatistics.load(stats_dir)}
-        elif enc.get("token_statistics"):
-            raise ModelFileError(f"{folder} lacks the token statistics its weighted pooling needs; was it edited?")
-        else:
-            kwargs = {}
+        stats = load_token_statistics(folder, config)
+        kwargs = {} if stats is None else {"token_statistics": stats}
         if bundles_encoder(config):
             # A self-contained folder: load the copy, but keep the original id and revision as provenance.
             encoder_dir = _inside(folder, enc["path"], "encoder.path")
@@ -374,6 +370,21 @@ def load_encoder(
     except (KeyError, TypeError, AttributeError) as e:
         raise ModelFileError(f"{folder / CONFIG_FILE} lacks or garbles {e}; was it edited?") from None
     return encoder, encoder_dir
+
+
+def load_token_statistics(folder: Path, config: dict[str, Any]) -> TokenStatistics | None:
+    """The token statistics saved in the model folder ``folder`` (whose config, read by
+    :func:`read_model_folder`, is ``config``; checksums verified there), or ``None`` for an unweighted pooling.
+
+    Raises:
+        ModelFileError: a weighted pooling whose statistics are missing from the config.
+    """
+    stats_dir = _token_stats_dir(folder, config)
+    if stats_dir is not None:
+        return TokenStatistics.load(stats_dir)
+    if config["encoder"].get("token_statistics"):
+        raise ModelFileError(f"{folder} lacks the token statistics its weighted pooling needs; was it edited?")
+    return None
 
 
 def _token_stats_dir(folder: Path, config: dict[str, Any]) -> Path | None:

@@ -6,7 +6,7 @@ import contextlib
 import json
 import logging
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 import typer
@@ -45,6 +45,11 @@ from .options import (
     read_corpus,
     weighted_pooling,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ..comparison import ModelComparison, PairScores
 
 logger = logging.getLogger(__name__)
 
@@ -333,6 +338,9 @@ def _nonblank_lines(path: Path, errors: str):
   bertflow similarity "A man plays a guitar." "Someone plays music." --model-dir my-flow
 
   bertflow similarity --pairs pairs.tsv --model-dir my-flow -o scores.tsv
+
+  bertflow similarity --pairs pairs.tsv --model-dir stsb-flow --model-dir stsb-auto -o scores.tsv
+      (one column per model, cosine:stsb-flow and cosine:stsb-auto; one encoder pass)
 """
 )
 def similarity(
@@ -348,10 +356,19 @@ def similarity(
     output: Annotated[
         Path | None,
         typer.Option(
-            "--output", "-o", help="With --pairs: write the TSV with a cosine column here (default or -: stdout)."
+            "--output",
+            "-o",
+            help="With --pairs: write the TSV with a cosine column (one per model) here (default or -: stdout).",
         ),
     ] = None,
-    model_dir: ModelDirOpt = None,
+    model_dir: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A folder written by `bertflow fit` (or a hub id): its encoder and fitted calibrator replace "
+            "--model, --pooling and the other model options. Repeat it to compare models fitted on the same "
+            "encoder and max_length (poolings may differ): one cosine:NAME column each, from one encoder pass."
+        ),
+    ] = None,
     model: ModelOpt = None,
     pooling: PoolingOpt = "mean",
     max_length: MaxLenOpt = 64,
@@ -362,13 +379,14 @@ def similarity(
     threads: ThreadsOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Cosine similarity in the calibrated space: of two sentences, or of every pair in a TSV."""
-    from ..calibrators import IdentityCalibrator
-    from ..embedder import Embedder
+    """Cosine similarity in the calibrated space: of two sentences, or of every pair in a TSV (raw encoder and one
+    or several fitted models side by side)."""
+    from ..comparison import ModelComparison
     from ..errors import InputError
     from ..io.files import PAIRS_TSV_FIRST_COLUMN, atomic_write_text, check_output_file
     from ..io.text import read_pairs
 
+    model_dirs = model_dir or []
     if (pairs is None) == (not sentences):
         raise InputError("give either two sentences or --pairs FILE")
     if sentences:
@@ -382,47 +400,54 @@ def similarity(
     if output is not None:
         check_output_file(output, inputs=[pairs] if pairs is not None else [], overwrite=overwrite)
     check_device(device)
-    check_model_dir_options(ctx, model_dir)
+    check_model_dir_options(ctx, ", ".join(model_dirs))
     limit_threads(threads)
     quiet_libraries()
-    if model_dir:
-        embedder = load_embedder(model_dir, device, dtype)
-    else:
-        embedder = Embedder(build_encoder(model, pooling, max_length, device, dtype), IdentityCalibrator())
-    if sentences:
+    if len(model_dirs) == 1 and sentences:
+        embedder = load_embedder(model_dirs[0], device, dtype)
         typer.echo(f"{embedder.similarity(sentences[0], sentences[1]):.6f}")
         return
-    data = read_pairs(pairs, errors=encoding_errors.value, require_target=False, keep_columns=True)
-    # A bar on stderr for any file (a few hundred pairs take seconds on CPU), none with -q. With a score column and
-    # a calibrator, the raw encoder's cosines come from the same pass (no second, silent encoding).
-    compare_raw = data.scores is not None and model_dir and not isinstance(embedder.calibrator, IdentityCalibrator)
-    raw: np.ndarray | None = None
-    if compare_raw:
-        scores, raw = embedder.similarity_pairwise_and_raw(
-            data.sentences1, data.sentences2, show_progress_bar=not quiet
-        )
+    if model_dirs:
+        comparison = ModelComparison.load(model_dirs, device=device, dtype=dtype)
     else:
-        scores = embedder.similarity_pairwise(data.sentences1, data.sentences2, show_progress_bar=not quiet)
-    # The input's columns, every one and in its order, after the cosine: ids and scores travel with their pair.
+        comparison = ModelComparison(build_encoder(model, pooling, max_length, device, dtype))
+    if sentences:  # several models, or the raw encoder
+        scores = comparison.score_pairs([sentences[0]], [sentences[1]], show_progress_bar=False)
+        for name, cos in (scores.calibrated or scores.raw).items():
+            typer.echo(f"{cos[0]:.6f}" if len(model_dirs) < 2 else f"{cos[0]:.6f}\t{name}")
+        return
+    data = read_pairs(pairs, errors=encoding_errors.value, require_target=False, keep_columns=True)
+    # A bar on stderr for any file (a few hundred pairs take seconds on CPU), none with -q. Raw and calibrated
+    # cosines come from the same pass (no second, silent encoding).
+    result = comparison.score_pairs(data.sentences1, data.sentences2, show_progress_bar=not quiet)
+    # One column per model: "cosine" alone for one model or the raw encoder (so scripts and the "bertflow wrote
+    # this file" rule of io/files.py see the same file as ever), "cosine:NAME" for several.
+    cosines = result.calibrated or result.raw
+    if len(cosines) == 1:
+        names = [PAIRS_TSV_FIRST_COLUMN]
+    else:
+        names = [f"{PAIRS_TSV_FIRST_COLUMN}:{name}" for name in cosines]
+    # The input's columns, every one and in its order, after the cosines: ids and scores travel with their pair.
     columns = data.columns or {}
-    lines = ["\t".join([PAIRS_TSV_FIRST_COLUMN, *columns])]
-    lines += ["\t".join([f"{cos:.6f}", *fields]) for cos, *fields in zip(scores, *columns.values(), strict=True)]
+    lines = ["\t".join([*names, *columns])]
+    lines += [
+        "\t".join([*(f"{c:.6f}" for c in row[: len(names)]), *row[len(names) :]])
+        for row in zip(*cosines.values(), *columns.values(), strict=True)
+    ]
     text = "\n".join(lines) + "\n"
     if output:
         atomic_write_text(output, text)
     else:
         typer.echo(text, nl=False)
     if data.scores is not None:
-        from scipy.stats import spearmanr
+        typer.echo(_spearman_line(comparison, result, data.scores), err=True)
 
-        rho = spearmanr(scores, data.scores).statistic * 100
-        line = f"spearman x100 against the score column: {rho:.2f}"
-        if raw is not None:
-            # What the calibrator adds: the same encoder and pooling without it, side by side.
-            raw_rho = spearmanr(raw, data.scores).statistic * 100
-            line = (
-                f"spearman x100 against the score column: {rho:.2f} calibrated ({embedder.calibrator.name}), "
-                f"{raw_rho:.2f} raw encoder ({embedder.encoder.pooling.name} pooling), "
-                f"{rho - raw_rho:+.2f}"
-            )
-        typer.echo(f"{line} ({len(scores)} pairs)", err=True)
+
+def _spearman_line(comparison: ModelComparison, result: PairScores, gold: Sequence[float]) -> str:
+    """``spearman x100 against the score column (N pairs): raw POOLING r | CALIBRATOR (NAME) r | ...``: each raw
+    pooling once, then each model."""
+    from scipy.stats import spearmanr
+
+    parts = [f"{label} {spearmanr(cos, gold).statistic * 100:.2f}" for label, cos in result.raw.items()]
+    parts += [f"{m.label} {spearmanr(result.calibrated[m.name], gold).statistic * 100:.2f}" for m in comparison.models]
+    return f"spearman x100 against the score column ({len(gold)} pairs): " + " | ".join(parts)

@@ -481,7 +481,8 @@ def check_output_folder(
 #: text fits in 128), so that a file of this layout is recognisably bertflow's (:func:`written_by_bertflow`).
 NPY_HEADER_BYTES = 192
 
-#: The first column of the TSV that ``similarity --pairs -o`` writes: how bertflow recognises it.
+#: The first column of the TSV that ``similarity --pairs -o`` writes, alone (one model) or as the prefix of
+#: ``cosine:NAME`` (one column per model when several are compared): how bertflow recognises it.
 PAIRS_TSV_FIRST_COLUMN = "cosine"
 
 
@@ -498,7 +499,8 @@ def embeddings_npy_header(rows: int, dim: int) -> bytes:
 def written_by_bertflow(path: str | Path) -> bool:
     """Whether the file ``path`` is one bertflow writes and may replace: an embedding ``.npy`` with bertflow's
     header (:func:`embeddings_npy_header`; float32 ``[N, D]``, size matching) or a ``similarity --pairs`` TSV (UTF-8,
-    first column ``cosine``). Anything else, or a file that cannot be read, is not."""
+    first column ``cosine``, or ``cosine:NAME`` for several models). Anything else, or a file that cannot be read,
+    is not."""
     try:
         with open(path, "rb") as fh:
             head = fh.read(NPY_HEADER_BYTES)
@@ -515,8 +517,9 @@ def written_by_bertflow(path: str | Path) -> bool:
         if fortran or dtype != np.dtype("<f4") or len(shape) != 2:
             return False
         return head.endswith(b"\n") and size == NPY_HEADER_BYTES + 4 * shape[0] * shape[1]
-    first = head.split(b"\n", 1)[0].rstrip(b"\r")
-    return first.split(b"\t", 1)[0] == PAIRS_TSV_FIRST_COLUMN.encode()
+    column = head.split(b"\n", 1)[0].rstrip(b"\r").split(b"\t", 1)[0]
+    mark = PAIRS_TSV_FIRST_COLUMN.encode()
+    return column == mark or (column.startswith(mark + b":") and len(column) > len(mark) + 1)
 
 
 def check_output_file(
