@@ -29,9 +29,10 @@ def invoke(*args: object):
     return result
 
 
-def one_line_error(result, *needles: str) -> str:
-    """Exit 2, one ``bertflow: error:`` line naming the problem, no traceback; returns the line."""
-    assert result.exit_code == 2, result.output
+def one_line_error(result, *needles: str, status: int = 2) -> str:
+    """Exit ``status`` (2: usage error, 1: runtime error such as a full disk), one ``bertflow: error:`` line naming
+    the problem, no traceback; returns the line."""
+    assert result.exit_code == status, result.output
     lines = [x for x in result.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and lines[0].startswith("bertflow: error: "), result.stderr
     for needle in needles:
@@ -175,11 +176,12 @@ def test_a_plain_fitted_calibrator_warns_and_a_width_mismatch_is_refused(tiny_en
     late.fit(X[:, :16])
     with pytest.raises(CompatibilityError, match="16-dimensional"):
         model.encode(["A man is playing a guitar."])
-    # Fitted through the Embedder, the encoder is recorded: no warning; nor for the identity (nothing fitted).
+    # Fitted through an Embedder, the encoder is recorded there (fitted_on): no warning when the record is handed on
+    # with the calibrator; nor for the identity (nothing fitted).
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         fitted = Embedder(tiny_encoder, WhiteningCalibrator()).fit(CORPUS)
-        Embedder(tiny_encoder, fitted.calibrator)
+        Embedder(tiny_encoder, fitted.calibrator, fitted_on=fitted.fitted_on)
         Embedder(tiny_encoder, IdentityCalibrator().fit(X))
 
 
@@ -217,14 +219,10 @@ def test_an_edited_tokenizer_is_refused_like_changed_weights(tmp_path):
     # A folder saved before the tokenizer was recorded (no tokenizer_fingerprint) still loads: nothing to compare.
     old = tmp_path / "old"
     shutil.copytree(saved, old)
-    from bertflow.io.formats import sha256_file
-
-    cal_config = old / "calibrator" / "config.json"
-    data = json.loads(cal_config.read_text(encoding="utf-8"))
-    assert data["fitted_on"].pop("tokenizer_fingerprint")
-    cal_config.write_text(json.dumps(data), encoding="utf-8")
+    # The encoder record lives in bertflow_config.json (the model folder's own config, not a checksummed file).
     top = json.loads((old / "bertflow_config.json").read_text(encoding="utf-8"))
-    top["files"]["calibrator/config.json"] = sha256_file(cal_config)
+    assert top["calibrator"]["fitted_on"].pop("tokenizer_fingerprint")
+    top["encoder"].pop("tokenizer_fingerprint", None)
     (old / "bertflow_config.json").write_text(json.dumps(top), encoding="utf-8")
     assert Embedder.load(old).encoder.tokenizer_fingerprint() == edited.tokenizer_fingerprint()
 
@@ -358,9 +356,10 @@ def test_auto_logs_what_it_chose_and_why(anisotropic_data, caplog):
     with caplog.at_level(logging.INFO, logger="bertflow.calibrators.auto"):
         cal = AutoCalibrator().fit(anisotropic_data)
     (line,) = [r.getMessage() for r in caplog.records if r.name == "bertflow.calibrators.auto"]
-    assert line.startswith("auto: chose ") and "concentration" in line
-    word = {1.0: "chose whitening", 0.0: "chose anchored whitening"}.get(cal.rawness_, "of the way")
-    assert word in line, line
+    # What it read (the anisotropy of X here: no encoder probe), what it concluded, and the settings it chose.
+    assert line.startswith("auto: embedding anisotropy ") and "reliability" in line, line
+    kind = "a raw MLM encoder" if cal.rawness_ >= 0.5 else "a sentence encoder"
+    assert kind in line and f"alpha {cal.alpha_:.2f}" in line, line
 
 
 def test_help_shows_no_bool_metavar_after_flags():
@@ -400,7 +399,7 @@ def test_a_full_disk_inside_the_safetensors_write_is_one_line(tiny_model_dir, co
     monkeypatch.setattr(formats, "open", open_on_a_full_disk, raising=False)
     out = tmp_path / "m"
     args = ["fit", corpus, "-o", out, "--model", tiny_model_dir, "--calibrator", "standard-norm", "-q"]
-    one_line_error(invoke(*args), "disk full")
+    one_line_error(invoke(*args), "disk full", status=1)
     assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".m.")]
 
 

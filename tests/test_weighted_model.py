@@ -25,7 +25,7 @@ def encoder(tiny_model_dir) -> SentenceEncoder:
 def test_fit_counts_the_fitting_sentences_and_the_folder_keeps_them(encoder, tmp_path):
     model = Embedder(encoder, WhiteningCalibrator(n_components=4)).fit(SENTENCES * 3)
     assert encoder.token_statistics == encoder.count_tokens(SENTENCES * 3)
-    assert model.calibrator.fitted_on["token_statistics"] == encoder.token_statistics.digest()
+    assert model.fitted_on["token_statistics"] == encoder.token_statistics.digest()
     before = model.encode(OTHER)
     model.save(tmp_path / "m")
     config = json.loads((tmp_path / "m" / "bertflow_config.json").read_text())
@@ -49,10 +49,11 @@ def test_token_corpus_or_both(encoder):
     both = Embedder(encoder, WhiteningCalibrator(n_components=4))
     both.fit(SENTENCES * 3, token_corpus=OTHER, token_source="both")
     assert encoder.token_statistics == encoder.count_tokens(SENTENCES * 3 + OTHER)
-    assert corpus_only.calibrator.fitted_on["token_statistics"] != both.calibrator.fitted_on["token_statistics"]
-    # The first model's calibrator met the second's statistics: refused, not applied to other weights.
+    assert corpus_only.fitted_on["token_statistics"] != both.fitted_on["token_statistics"]
+    # The first model's calibrator (with its encoder record) met the second's statistics: refused, not applied to
+    # other weights.
     with pytest.raises(CompatibilityError, match="token_statistics"):
-        Embedder(encoder, corpus_only.calibrator)
+        Embedder(encoder, corpus_only.calibrator, fitted_on=corpus_only.fitted_on)
 
 
 @pytest.mark.parametrize(
