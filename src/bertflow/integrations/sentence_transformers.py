@@ -53,6 +53,7 @@ import logging
 import re
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -75,23 +76,18 @@ try:
 except ImportError:  # pragma: no cover - sentence-transformers 5
     from sentence_transformers.model_card import SentenceTransformerModelCardData
 
-from ..calibrators import (
-    AllButTheTopCalibrator,
-    Calibrator,
-    ChainCalibrator,
-    IdentityCalibrator,
-    StandardNormCalibrator,
-    WhiteningCalibrator,
-    parse_calibrator,
-)
+from ..calibrators import Calibrator, parse_calibrator
+from ..card import encoder_reference, on_hub
 from ..embedder import Embedder
 from ..encoding.encoder import SentenceEncoder
 from ..encoding.pooling import Pooling as BertflowPooling
 from ..encoding.pooling.layers import LayerMeanPooling
-from ..encoding.loading import tokenizer_fingerprint
+from ..encoding.loading import portable_model_name, tokenizer_fingerprint
 from ..errors import CompatibilityError, InputError, ModelFileError
 from ..identity import check_fitted_on, corpus_digest, fit_record, mark_fitted, weights_fingerprint
 from ..io.formats import read_json, write_json
+from ..model_folder import pinned_encoder_config
+from ..portability import calibrator_needs_bertflow, is_affine
 from ..validation import output_limit, raise_calibrated, validate_sentences
 
 __all__ = [
@@ -111,11 +107,6 @@ logger = logging.getLogger(__name__)
 FITTING_FILE = "fitting.json"
 
 
-# Calibrators whose transform is exactly x -> (x - mean) @ W: they export as sentence-transformers' own Dense. Exact
-# types, not isinstance: a subclass may add a non-linear step (AutoCalibrator extends the anchored mix, for one).
-_AFFINE = (IdentityCalibrator, StandardNormCalibrator, AllButTheTopCalibrator, WhiteningCalibrator)
-
-
 def affine_map(calibrator: Calibrator) -> tuple[np.ndarray, np.ndarray] | None:
     """The fitted ``calibrator`` as one affine map ``x -> x @ W + b`` (float64), or ``None`` if it is not affine.
 
@@ -127,7 +118,7 @@ def affine_map(calibrator: Calibrator) -> tuple[np.ndarray, np.ndarray] | None:
         ``(W [D, D'], b [D'])`` with ``b = -mean @ W`` (the mean folded into the bias), or ``None``.
     """
     calibrator.check_fitted()
-    if not _is_affine(calibrator):
+    if not is_affine(calibrator):
         return None
     # Each step's map is affine and computes in float64 (transform64), so probing it at 0 and at the unit vectors reads
     # off b and W exactly (to float64 rounding), the same way for every class and for the composition.
@@ -135,12 +126,6 @@ def affine_map(calibrator: Calibrator) -> tuple[np.ndarray, np.ndarray] | None:
     probes = np.vstack([np.zeros((1, d)), np.eye(d)])
     out = calibrator.transform64(probes)
     return out[1:] - out[0], out[0]
-
-
-def _is_affine(calibrator: Calibrator) -> bool:
-    if type(calibrator) is ChainCalibrator:
-        return all(_is_affine(step) for step in calibrator.steps_)
-    return type(calibrator) in _AFFINE
 
 
 def as_dense(calibrator: Calibrator) -> Dense:
@@ -170,23 +155,79 @@ def as_dense(calibrator: Calibrator) -> Dense:
     )
 
 
-class CalibratedModelCardData(SentenceTransformerModelCardData):
-    """Model card data for a model with a :class:`Calibration` module: the card's usage snippet installs bertflow
-    and loads with ``trust_remote_code=True``, which such a model needs (sentence-transformers' own snippet says
-    neither). Models exported with ``Dense`` (affine calibrators) keep the plain card."""
+@dataclass
+class BertflowModelCardData(SentenceTransformerModelCardData):
+    """Model card data of a model that ends in a bertflow calibration.
+
+    After sentence-transformers' usage snippet the card gets a "bertflow calibration" section: the fit record
+    (``facts``: encoder, pooling, calibrator, corpus size and sha256, licences) and whether the folder loads
+    without bertflow, and if not why (:func:`bertflow.portability.calibrator_needs_bertflow`). With a
+    :class:`Calibration` module (``needs_bertflow`` set) the snippet also installs bertflow and loads with
+    ``trust_remote_code=True``, which sentence-transformers' own snippet says neither of.
+    """
+
+    facts: list[tuple[str, str]] = field(default_factory=list)
+    needs_bertflow: str | None = None
 
     def generate_usage_snippet(self) -> str:
         snippet = super().generate_usage_snippet()
-        # The load line is 'model = SentenceTransformer("<id>")' in sentence-transformers 5 and 6.
-        load = re.compile(r'^(model = SentenceTransformer\("[^"]*")\)$', re.MULTILINE)
-        note = "  # imports the installed bertflow; no code from the repository"
-        snippet = load.sub(r"\1, trust_remote_code=True)" + note, snippet)
-        return snippet.replace(
-            "from sentence_transformers import SentenceTransformer",
-            '# pip install -U "bertflow[st]"   (the Calibration module is bertflow\'s)\n'
-            "from sentence_transformers import SentenceTransformer",
-            1,
+        if self.needs_bertflow:
+            # The load line is 'model = SentenceTransformer("<id>")' in sentence-transformers 5 and 6.
+            load = re.compile(r'^(model = SentenceTransformer\("[^"]*")\)$', re.MULTILINE)
+            note = "  # imports the installed bertflow; no code from the repository"
+            snippet = load.sub(r"\1, trust_remote_code=True)" + note, snippet)
+            snippet = snippet.replace(
+                "from sentence_transformers import SentenceTransformer",
+                '# pip install -U "bertflow[st]"   (the Calibration module is bertflow\'s)\n'
+                "from sentence_transformers import SentenceTransformer",
+                1,
+            )
+        return snippet + "\n\n" + self.calibration_section()
+
+    def calibration_section(self) -> str:
+        """The card's "bertflow calibration" section (Markdown)."""
+        loads = (
+            "**no**: it needs bertflow installed and `trust_remote_code=True` (no code is read from the folder), "
+            f"because {self.needs_bertflow}."
+            if self.needs_bertflow
+            else "**yes**: every module is sentence-transformers' own (the calibrator is a `Dense`), so plain "
+            "`SentenceTransformer(path)` loads it without bertflow."
         )
+        rows = [f"| {key} | {value} |" for key, value in self.facts]
+        return "\n".join(
+            [
+                "### bertflow calibration",
+                "",
+                "The modules after the pooling apply a calibrator fitted **without labels** by "
+                "[bertflow](https://pypi.org/project/bertflow/) on this model's pooled sentence embeddings.",
+                "",
+                "| | |",
+                "|---|---|",
+                *rows,
+                "",
+                f"Loads without bertflow: {loads}",
+            ]
+        )
+
+
+def _card_data(module: Module, cal: Calibrator, facts: list[tuple[str, str]], **kwargs: Any) -> BertflowModelCardData:
+    """Card data for a model whose calibration ``module`` computes ``cal``, with the fit record ``facts`` (see
+    :class:`BertflowModelCardData`); ``kwargs`` go to it (``license``, ``local_files_only``)."""
+    needs = None
+    if isinstance(module, Calibration):
+        needs = calibrator_needs_bertflow(cal) or "it was exported with portable=False (bertflow's Calibration module)"
+    facts = [*facts, ("calibrator", f"`{cal!r}`"), ("labels used", "none (label-free)")]
+    return BertflowModelCardData(facts=facts, needs_bertflow=needs, **kwargs)
+
+
+def _fit_facts(fitting: dict[str, Any]) -> list[tuple[str, str]]:
+    """The fit record's rows of the card: corpus size and sha256, regime."""
+    sha = fitting.get("corpus_sha256")
+    return [
+        ("corpus size (sentences)", str(fitting.get("n_sentences", "unknown"))),
+        ("corpus_sha256", f"`{sha}`" if sha else "unknown"),
+        ("regime (fitting corpus)", str(fitting.get("regime", "unknown"))),
+    ]
 
 
 def encoder_config(model: SentenceTransformer) -> dict[str, Any]:
@@ -212,7 +253,7 @@ def encoder_config(model: SentenceTransformer) -> dict[str, Any]:
     if Path(name).is_absolute():
         # A local folder: its absolute path would publish the user's file system in a shared model and name nothing
         # on another machine. The Hub id sentence-transformers recognised, else the folder's own name.
-        name = getattr(model.model_card_data, "base_model", None) or Path(name).name
+        name = getattr(model.model_card_data, "base_model", None) or portable_model_name(name)
     return {
         "model": name,
         "revision": None,
@@ -452,7 +493,8 @@ def fit_calibrator(
     X = pooled.encode(items, batch_size=batch_size, show_progress_bar=show_progress_bar, convert_to_numpy=True)
     logger.info("fitting %r on %d embeddings of dimension %d", cal, X.shape[0], X.shape[1])
     cal.fit(np.asarray(X, dtype=np.float32))
-    mark_fitted(cal, encoder_config(model), framework="sentence-transformers")
+    record = encoder_config(model)
+    mark_fitted(cal, record, framework="sentence-transformers")
     fitting = fit_record(
         len(items),
         corpus_sha256=corpus_digest(items),
@@ -461,13 +503,16 @@ def fit_calibrator(
         device=model.device,
     )
     keep_normalize = had_normalize if normalize is None else normalize
-    module = as_dense(cal) if portable and _is_affine(cal) else Calibration(cal, fitting=fitting)
+    module = as_dense(cal) if portable and is_affine(cal) else Calibration(cal, fitting=fitting)
     new_modules = [*base_modules, module]
     if keep_normalize:
         new_modules.append(Normalize())
+    facts = [("encoder", f"`{record['model']}`"), ("pooling", f"`{record['pooling']}`"), *_fit_facts(fitting)]
+    card = _card_data(module, cal, facts)
+    card.base_model = getattr(model.model_card_data, "base_model", None)
+    card.base_model_revision = getattr(model.model_card_data, "base_model_revision", None)
+    common["model_card_data"] = card
     # Cosine in the calibrated space is bertflow's similarity, whatever the base model declared.
-    if isinstance(module, Calibration):
-        common["model_card_data"] = CalibratedModelCardData()
     calibrated = SentenceTransformer(modules=new_modules, similarity_fn_name="cosine", **common)
     add_tags = getattr(calibrated.model_card_data, "add_tags", None)
     if callable(add_tags):
@@ -523,15 +568,52 @@ def from_embedder(embedder: Embedder, *, normalize: bool = False, portable: bool
         kwargs.update(config_kwargs={"output_hidden_states": True}, unpad_inputs=False)
     transformer = Transformer(str(folder), max_seq_length=encoder.max_length, **kwargs)
     cal = copy.deepcopy(embedder.calibrator)
+    if getattr(cal, "fitted_on", None):  # a calibrator saved before records named local folders without their path
+        cal.fitted_on = {**cal.fitted_on, "model": portable_model_name(str(cal.fitted_on["model"]))}
     fitting = {k: embedder.fit_info[k] for k in ("n_sentences", "corpus_sha256", "regime") if k in embedder.fit_info}
-    module = as_dense(cal) if portable and _is_affine(cal) else Calibration(cal, fitting=fitting)
+    module = as_dense(cal) if portable and is_affine(cal) else Calibration(cal, fitting=fitting)
     modules = [transformer, *pooling, module, *([Normalize()] if normalize else [])]
-    extra: dict[str, Any] = {"model_card_data": CalibratedModelCardData()} if isinstance(module, Calibration) else {}
-    model = SentenceTransformer(modules=modules, device=str(encoder.device), similarity_fn_name="cosine", **extra)
+    card = _card_data(module, cal, _embedder_facts(embedder), **_licence_and_source(embedder))
+    enc = pinned_encoder_config(encoder)
+    if on_hub(enc):  # the Hub links base_model to the encoder's page; a local folder has none
+        card.base_model = enc["model"]
+        card.base_model_revision = enc.get("revision")
+    model = SentenceTransformer(
+        modules=modules, device=str(encoder.device), similarity_fn_name="cosine", model_card_data=card
+    )
     add_tags = getattr(model.model_card_data, "add_tags", None)
     if callable(add_tags):
         add_tags(["bertflow", f"calibrator-{cal.name}"])
     return model
+
+
+def _embedder_facts(embedder: Embedder) -> list[tuple[str, str]]:
+    """The card's rows for an exported Embedder: encoder (publishable name, revision), pooling, fit record,
+    licences."""
+    enc = pinned_encoder_config(embedder.encoder)
+    licence = embedder.encoder_license()
+    return [
+        ("encoder", encoder_reference(enc)),
+        ("pooling", f"`{enc['pooling']}`"),
+        ("max_length (tokens)", str(enc["max_length"])),
+        *_fit_facts(embedder.fit_info),
+        (
+            "licence",
+            "calibration: Apache-2.0 (bertflow); the encoder's weights in this folder: "
+            + (f"`{licence}` (as its files declare)" if licence else "not declared in its files (see its own card)"),
+        ),
+    ]
+
+
+def _licence_and_source(embedder: Embedder) -> dict[str, Any]:
+    """The card's ``license`` (the folder holds the encoder's weights, so its licence governs unless it is
+    Apache-2.0 like the calibration: ``other`` then; ``None`` when undeclared) and, for a local encoder,
+    ``local_files_only`` (sentence-transformers would otherwise look up its folder's name on the Hub)."""
+    licence = embedder.encoder_license()
+    return {
+        "license": None if licence is None else ("apache-2.0" if licence == "apache-2.0" else "other"),
+        "local_files_only": not on_hub(pinned_encoder_config(embedder.encoder)),
+    }
 
 
 def pooling_modules(encoder: SentenceEncoder) -> list[Module]:
