@@ -21,11 +21,13 @@ By default the encoder's weights are referenced by id and revision, not copied; 
 this machine. An encoder loaded from a local folder is recorded by that folder's name (``encoder.model``; also in
 the calibrator's ``fitted_on`` and the card) with the sha256 of its weight files, and, for loading here, by
 ``encoder.local_path``: its path *relative to the model folder* (``../models/my-bert``). Loading resolves it
-from the model folder, so the pair can move together (or the model folder alone, within one file system).
+from the model folder, whatever the working directory, so the two folders can move together; when it is missing,
+a folder of the encoder's name in the working directory is taken, else loading stops with one line saying so.
 :meth:`Embedder.push_to_hub <bertflow.embedder.Embedder.push_to_hub>` refuses such a model unless the encoder is
-bundled (``include_encoder=True``): on the Hub, a relative path to the author's disk names nothing. Either way the folder is a
-complete Hugging Face-style repository that ``huggingface_hub.upload_folder`` can publish as is, and
-:func:`load_model_folder` takes the folder or its hub id. Loading re-checks everything: checksums, format version,
+bundled (``include_encoder=True``): on the Hub, a path on the author's disk names nothing.
+
+Either way the folder is a complete Hugging Face-style repository that ``huggingface_hub.upload_folder`` can
+publish as is, and :func:`load_model_folder` takes the folder or its hub id. Loading re-checks everything: checksums, format version,
 the encoder's fingerprint and dimension against the calibrator's (the last by the :class:`Embedder` constructor).
 
 :meth:`Embedder.save <bertflow.embedder.Embedder.save>` and :meth:`Embedder.load

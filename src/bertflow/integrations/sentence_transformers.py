@@ -80,9 +80,9 @@ from ..calibrators import Calibrator, parse_calibrator
 from ..card import encoder_reference, on_hub
 from ..embedder import Embedder
 from ..encoding.encoder import SentenceEncoder
+from ..encoding.loading import portable_model_name, tokenizer_fingerprint
 from ..encoding.pooling import Pooling as BertflowPooling
 from ..encoding.pooling.layers import LayerMeanPooling
-from ..encoding.loading import portable_model_name, tokenizer_fingerprint
 from ..errors import CompatibilityError, InputError, ModelFileError
 from ..identity import check_fitted_on, corpus_digest, fit_record, mark_fitted, weights_fingerprint
 from ..io.formats import read_json, write_json
