@@ -27,8 +27,9 @@ a folder of the encoder's name in the working directory is taken, else loading s
 bundled (``include_encoder=True``): on the Hub, a path on the author's disk names nothing.
 
 Either way the folder is a complete Hugging Face-style repository that ``huggingface_hub.upload_folder`` can
-publish as is, and :func:`load_model_folder` takes the folder or its hub id. Loading re-checks everything: checksums, format version,
-the encoder's fingerprint and dimension against the calibrator's (the last by the :class:`Embedder` constructor).
+publish as is, and :func:`load_model_folder` takes the folder or its hub id. Loading re-checks everything:
+checksums, format version, the encoder's fingerprint and dimension against the calibrator's (the last by the
+:class:`Embedder` constructor).
 
 :meth:`Embedder.save <bertflow.embedder.Embedder.save>` and :meth:`Embedder.load
 <bertflow.embedder.Embedder.load>` are thin calls into :func:`save_model_folder` and :func:`load_model_folder`.
