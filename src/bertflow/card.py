@@ -29,11 +29,11 @@ def _export_note(enc: Mapping[str, Any], cal: Calibrator) -> str:
         return "not possible: unknown pooling"
     if not pooling.portable:
         return f"not possible: sentence-transformers' modules have no `{pooling.base_name}` pooling"
-    needs = calibrator_needs_bertflow(cal)
+    needs = calibrator_needs_bertflow(cal, str(enc["pooling"]))
     if needs is None:
         return (
-            "`Embedder.to_sentence_transformer()`: the pooling and the calibrator (a `Dense`) with "
-            "sentence-transformers' own modules; loads with plain `SentenceTransformer(path)`, without bertflow"
+            "`Embedder.to_sentence_transformer()`: the pooling and the calibrator with sentence-transformers' own "
+            "modules; loads with plain `SentenceTransformer(path)`, without bertflow"
         )
     return (
         "`Embedder.to_sentence_transformer()`: the pooling with sentence-transformers' own modules, the calibrator "

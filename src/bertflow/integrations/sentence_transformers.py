@@ -27,7 +27,11 @@ Gaussian latents); ``normalize=True`` adds one.
 exported as sentence-transformers' own ``Dense`` with identity activation (:func:`as_dense`): the saved model loads
 with plain ``SentenceTransformer(path)`` and needs neither bertflow nor ``trust_remote_code``.
 
-**The others** (flow, anchored, auto) become a :class:`Calibration` module. ``model.save(path)`` writes its folder
+**Anchored whitening and auto** exported from an Embedder (:func:`from_embedder`) after a token-averaging pooling
+become a chain of sentence-transformers' own modules (:mod:`.st_anchored`), which also loads without bertflow.
+
+**The others** (the flow; anchored and auto after cls pooling or in :func:`fit_calibrator`) become a
+:class:`Calibration` module. ``model.save(path)`` writes its folder
 ``{idx}_Calibration/`` with the calibrator's ``config.json`` + ``model.safetensors``
 (:meth:`bertflow.calibrators.Calibrator.save`; never a pickle) and ``fitting.json`` (corpus size and sha256,
 regime). ``modules.json`` names this class by its dotted path, ``bertflow.integrations.sentence_transformers.
@@ -89,6 +93,7 @@ from ..io.formats import read_json, write_json
 from ..model_folder import pinned_encoder_config
 from ..portability import calibrator_needs_bertflow, is_affine
 from ..validation import output_limit, raise_calibrated, validate_sentences
+from .st_anchored import anchored_modules
 
 __all__ = [
     "Calibration",
@@ -210,12 +215,15 @@ class BertflowModelCardData(SentenceTransformerModelCardData):
         )
 
 
-def _card_data(module: Module, cal: Calibrator, facts: list[tuple[str, str]], **kwargs: Any) -> BertflowModelCardData:
-    """Card data for a model whose calibration ``module`` computes ``cal``, with the fit record ``facts`` (see
+def _card_data(
+    module: Module, cal: Calibrator, pooling: str | None, facts: list[tuple[str, str]], **kwargs: Any
+) -> BertflowModelCardData:
+    """Card data for a model whose last calibration ``module`` computes ``cal`` after ``pooling`` (bertflow's name,
+    ``None`` for a sentence-transformers model's own), with the fit record ``facts`` (see
     :class:`BertflowModelCardData`); ``kwargs`` go to it (``license``, ``local_files_only``)."""
     needs = None
     if isinstance(module, Calibration):
-        needs = calibrator_needs_bertflow(cal) or "it was exported with portable=False (bertflow's Calibration module)"
+        needs = calibrator_needs_bertflow(cal, pooling) or "it was exported with portable=False (bertflow's module)"
     facts = [*facts, ("calibrator", f"`{cal!r}`"), ("labels used", "none (label-free)")]
     return BertflowModelCardData(facts=facts, needs_bertflow=needs, **kwargs)
 
@@ -508,7 +516,7 @@ def fit_calibrator(
     if keep_normalize:
         new_modules.append(Normalize())
     facts = [("encoder", f"`{record['model']}`"), ("pooling", f"`{record['pooling']}`"), *_fit_facts(fitting)]
-    card = _card_data(module, cal, facts)
+    card = _card_data(module, cal, None, facts)
     card.base_model = getattr(model.model_card_data, "base_model", None)
     card.base_model_revision = getattr(model.model_card_data, "base_model_revision", None)
     common["model_card_data"] = card
@@ -561,19 +569,28 @@ def from_embedder(embedder: Embedder, *, normalize: bool = False, portable: bool
             f"the encoder {encoder.model_id!r} was built from a model object, so there is no checkpoint for "
             "sentence-transformers to load; save it with save_pretrained and build the encoder from that folder"
         )
-    kwargs: dict[str, Any] = {"model_kwargs": {"dtype": encoder.dtype}}
-    if len(pooling) > 1:
-        # WeightedLayerPooling reads every layer (all_layer_embeddings) and WordWeights needs padded [B, T, D] token
-        # states: both saved in the folder (the HF config's output_hidden_states, the module's unpad_inputs).
-        kwargs.update(config_kwargs={"output_hidden_states": True}, unpad_inputs=False)
-    transformer = Transformer(str(folder), max_seq_length=encoder.max_length, **kwargs)
     cal = copy.deepcopy(embedder.calibrator)
     if getattr(cal, "fitted_on", None):  # a calibrator saved before records named local folders without their path
         cal.fitted_on = {**cal.fitted_on, "model": portable_model_name(str(cal.fitted_on["model"]))}
     fitting = {k: embedder.fit_info[k] for k in ("n_sentences", "corpus_sha256", "regime") if k in embedder.fit_info}
-    module = as_dense(cal) if portable and is_affine(cal) else Calibration(cal, fitting=fitting)
-    modules = [transformer, *pooling, module, *([Normalize()] if normalize else [])]
-    card = _card_data(module, cal, _embedder_facts(embedder), **_licence_and_source(embedder))
+    anchored = anchored_modules(cal, encoder, pooling) if portable else None
+    if anchored is not None:
+        calibration = anchored  # sentence-transformers' own modules (st_anchored)
+    else:
+        calibration = [as_dense(cal) if portable and is_affine(cal) else Calibration(cal, fitting=fitting)]
+    module = calibration[-1]
+    kwargs: dict[str, Any] = {"model_kwargs": {"dtype": encoder.dtype}}
+    if len(pooling) > 1 or anchored is not None:
+        # WeightedLayerPooling reads every layer (all_layer_embeddings); WordWeights and the anchored modules need
+        # padded [B, T, D] token states: both saved in the folder (the HF config's output_hidden_states, the
+        # module's unpad_inputs).
+        kwargs.update(unpad_inputs=False)
+        if len(pooling) > 1:
+            kwargs.update(config_kwargs={"output_hidden_states": True})
+    transformer = Transformer(str(folder), max_seq_length=encoder.max_length, **kwargs)
+    modules = [transformer, *pooling, *calibration, *([Normalize()] if normalize else [])]
+    facts, extra = _embedder_facts(embedder), _licence_and_source(embedder)
+    card = _card_data(module, cal, encoder.pooling.name, facts, **extra)
     enc = pinned_encoder_config(encoder)
     if on_hub(enc):  # the Hub links base_model to the encoder's page; a local folder has none
         card.base_model = enc["model"]
