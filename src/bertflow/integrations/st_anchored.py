@@ -19,7 +19,7 @@ The saved folder then loads with plain ``SentenceTransformer(path)``, no bertflo
 Limits, which :func:`anchored_modules` answers with ``None`` (the caller keeps bertflow's ``Calibration``
 module): cls pooling (the first token is not a mean, and ``Pooling``'s ``cls`` mode is taken by the key), and a
 calibrator whose transform is not that formula. Costs: step 4 runs a Ward linkage (scipy) on each sentence's
-tokens on the CPU, a few hundred microseconds per sentence at 64 tokens. It acts for the tasks ``query`` and
+tokens on the CPU (a per-sentence cost that a ``Dense`` export does not have). It acts for the tasks ``query`` and
 ``document`` (``encode``, ``encode_query``, ``encode_document``); an ``encode(..., task=...)`` naming another task
 would skip it.
 """
