@@ -533,7 +533,8 @@ def from_embedder(embedder: Embedder, *, normalize: bool = False, portable: bool
 
     The pipeline is ``Transformer`` (the encoder's checkpoint, ``max_seq_length`` = its ``max_length``) -> the
     pooling as sentence-transformers' own modules (:func:`pooling_modules`) -> the calibrator (a ``Dense`` for an
-    affine one when ``portable``, else a :class:`Calibration` module) [-> ``Normalize``], on the encoder's device,
+    affine one when ``portable``; anchored whitening or auto after a token-averaging pooling as built-in modules,
+    :mod:`.st_anchored`; else a :class:`Calibration` module) [-> ``Normalize``], on the encoder's device,
     with cosine similarity. The calibrator is copied, so refitting the Embedder later leaves the model alone. The
     module's construction check (:meth:`Calibration.on_model_ready`) compares the checkpoint's weight fingerprint,
     pooling and truncation with what the calibrator was fitted on.
