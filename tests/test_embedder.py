@@ -221,7 +221,9 @@ def test_model_card_is_hub_ready(fitted, tmp_path, monkeypatch):
         f"`{calibrator_fingerprint(fitted.calibrator)}`",
     ):
         assert fact in card
+    # A hub encoder: its id and the commit its files came from (a local folder's provenance is its files' sha256).
     monkeypatch.setattr(fitted.encoder, "model_id", "sentence-transformers/all-MiniLM-L6-v2")
+    monkeypatch.setattr(fitted.encoder, "_provenance", {"commit": "0" * 40})
     assert front_matter(fitted.model_card())["base_model"] == "sentence-transformers/all-MiniLM-L6-v2"
 
 
@@ -239,7 +241,8 @@ def test_include_encoder_makes_folder_self_contained(tiny_model_dir, tmp_path):
     shutil.rmtree(source)  # the original encoder is gone: loading must use the bundled copy
     loaded = Embedder.load(path, device="cpu")
     np.testing.assert_array_equal(loaded.encode(SENTENCES), expected)
-    assert loaded.encoder.get_config() == model.encoder.get_config()  # provenance: the original id
+    # Provenance: the original encoder, by its folder's name (a saved folder records no absolute path).
+    assert loaded.encoder.get_config() == {**model.encoder.get_config(), "model": "encoder-src"}
     again = loaded.save(tmp_path / "model2", include_encoder=True)  # re-saving copies from the bundled folder
     np.testing.assert_array_equal(Embedder.load(again, device="cpu").encode(SENTENCES), expected)
     cfg = path / "encoder" / "config.json"
@@ -351,7 +354,13 @@ def test_push_to_hub_uploads_the_saved_folder(tiny_encoder, tmp_path, monkeypatc
     model = Embedder(tiny_encoder, WhiteningCalibrator()).fit(CORPUS)
     with pytest.raises(InputError, match="repo_id"):
         model.push_to_hub("../flow")
-    url = model.push_to_hub("me/flow", private=True, token="hf_x", revision="v1", commit_message="first")
+    # A local encoder folder names nothing on the Hub: it is pushed only bundled.
+    with pytest.raises(InputError, match="include_encoder=True"):
+        model.push_to_hub("me/flow")
+    assert calls == []
+    url = model.push_to_hub(
+        "me/flow", private=True, token="hf_x", revision="v1", commit_message="first", include_encoder=True
+    )
     assert url.endswith("/commit/123")
     assert [name for name, _ in calls] == ["create_repo", "create_branch", "upload_folder"]
     expected = {"repo_id": "me/flow", "token": "hf_x", "private": True, "repo_type": "model", "exist_ok": True}

@@ -105,7 +105,10 @@ def test_card_records_the_statistics_and_export(encoder, tmp_path):
     model = Embedder(encoder, WhiteningCalibrator(n_components=4)).fit(SENTENCES * 3)
     card = model.model_card()
     assert f"| token statistics (digest) | `{encoder.token_statistics.digest()}` |" in card
-    assert "token_statistics/" in card and "| sentence-transformers export | the pooling with" in card
+    assert "token_statistics/" in card
+    export = "| sentence-transformers export | `Embedder.to_sentence_transformer()`: the pooling and the calibrator"
+    assert export in card
+    assert "without bertflow |" in card
     pooler = Embedder(SentenceEncoder(encoder.model_id, pooling="pooler", device="cpu"), WhiteningCalibrator())
     assert "| sentence-transformers export | not possible" in pooler.fit(SENTENCES * 3).model_card()
 

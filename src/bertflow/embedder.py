@@ -39,6 +39,7 @@ from .model_folder import (
     fit_record,
     load_encoder,
     load_model_folder,
+    local_encoder_dir,
     pinned_encoder_config,
     save_model_folder,
 )
@@ -851,13 +852,19 @@ class Embedder:
 
         Raises:
             NotFittedError: the calibrator is not fitted (checked before anything is created on the Hub).
-            InputError: ``repo_id`` is not a hub repo id.
+            InputError: ``repo_id`` is not a hub repo id; the encoder is a local folder and ``include_encoder`` is
+                off (the saved folder names a local encoder only by a path relative to itself).
             OutputError: the Hub could not be reached (``HF_HUB_OFFLINE``, no network) or refused the upload.
         """
         import tempfile
 
         self.check_fitted()
         check_repo_id(repo_id)
+        if not include_encoder and local_encoder_dir(self.encoder) is not None:
+            raise InputError(
+                f"the encoder is the local folder {self.encoder.model_id!r}, which a model on the Hub cannot name: "
+                "push with include_encoder=True (mind the encoder's licence) or fit on a Hub id"
+            )
         source = self.source  # save() records where it wrote; a temporary folder is no origin worth keeping
         with tempfile.TemporaryDirectory(prefix="bertflow-push-") as tmp:
             folder = self.save(Path(tmp) / "model", include_encoder=include_encoder)

@@ -131,9 +131,14 @@ def encoder_record(encoder: Any, *, framework: str = "bertflow") -> dict[str, An
     missing = [key for key in ENCODER_KEYS if key not in config]
     if missing:
         raise ValueError(f"an encoder record needs {', '.join(missing)}")
+    from .encoding.loading import portable_model_name  # here: the encoding package imports this module
+
     # A weighted pooling's vectors also depend on the token statistics its weights come from (their digest).
     extra = {"token_statistics": config["token_statistics"]} if config.get("token_statistics") else {}
-    return {**{key: config[key] for key in ENCODER_KEYS}, **extra, "framework": framework}
+    record = {**{key: config[key] for key in ENCODER_KEYS}, **extra, "framework": framework}
+    # The record is saved and published with the calibrator: a local folder's name, never its absolute path.
+    record["model"] = portable_model_name(str(record["model"]))
+    return record
 
 
 def check_fitted_on(

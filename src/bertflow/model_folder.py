@@ -15,11 +15,22 @@ A saved folder::
       encoder/                  only with ``save(..., include_encoder=True)``: the encoder's own HF files
                                 (config, safetensors weights, tokenizer, its README/licence)
 
-By default the encoder's weights are referenced by id (or path) and revision, not copied; with
-``include_encoder=True`` the folder is self-contained and loading uses the copy. Either way the folder is a
-complete Hugging Face-style repository that ``huggingface_hub.upload_folder`` can publish as is, and
-:func:`load_model_folder` takes the folder or its hub id. Loading re-checks everything: checksums, format version,
-the encoder's fingerprint and dimension against the calibrator's (the last by the :class:`Embedder` constructor).
+By default the encoder's weights are referenced by id and revision, not copied; with
+``include_encoder=True`` the folder is self-contained and loading uses the copy.
+
+**No absolute local paths.** The folder is meant to be published as it is, so it never records where files lie on
+this machine. An encoder loaded from a local folder is recorded by that folder's name (``encoder.model``; also in
+the calibrator's ``fitted_on`` and the card) with the sha256 of its weight files, and, for loading here, by
+``encoder.local_path``: its path *relative to the model folder* (``../models/my-bert``). Loading resolves it
+from the model folder, whatever the working directory, so the two folders can move together; when it is missing,
+a folder of the encoder's name in the working directory is taken, else loading stops with one line saying so.
+:meth:`Embedder.push_to_hub <bertflow.embedder.Embedder.push_to_hub>` refuses such a model unless the encoder is
+bundled (``include_encoder=True``): on the Hub, a path on the author's disk names nothing.
+
+Either way the folder is a complete Hugging Face-style repository that ``huggingface_hub.upload_folder`` can
+publish as is, and :func:`load_model_folder` takes the folder or its hub id. Loading re-checks everything:
+checksums, format version, the encoder's fingerprint and dimension against the calibrator's (the last by the
+:class:`Embedder` constructor).
 
 :meth:`Embedder.save <bertflow.embedder.Embedder.save>` and :meth:`Embedder.load
 <bertflow.embedder.Embedder.load>` are thin calls into :func:`save_model_folder` and :func:`load_model_folder`.
@@ -30,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import platform
 import re
 import shutil
@@ -41,7 +53,7 @@ from typing import Any, TypeVar
 from ._version import __version__
 from .calibrators import Calibrator
 from .encoding.encoder import SentenceEncoder
-from .encoding.loading import resolve_model
+from .encoding.loading import portable_model_name, resolve_model
 from .encoding.token_stats import TokenStatistics
 from .errors import InputError, ModelFileError
 from .hub import download_model, snapshot
@@ -65,6 +77,7 @@ __all__ = [
     "load_encoder",
     "load_model_folder",
     "load_token_statistics",
+    "local_encoder_dir",
     "pinned_encoder_config",
     "read_model_folder",
     "save_model_folder",
@@ -101,7 +114,7 @@ ENCODER_FILE_PATTERNS = (
 TORCH_BIN_PATTERNS = ("pytorch_model.bin", "pytorch_model-*.bin", "pytorch_model.bin.index.json")
 
 #: Encoder provenance saved in bertflow_config.json (SentenceEncoder.provenance); carried over by a bundled load.
-PROVENANCE_KEYS = ("commit", "weights_sha256")
+PROVENANCE_KEYS = ("commit", "weights_sha256", "packaged_as")
 
 
 # -- the fitting record -------------------------------------------------------------------------------------
@@ -195,7 +208,7 @@ def save_model_folder(
         calibrator.save(tmp / CALIBRATOR_DIR)
         if weighted:
             encoder.token_statistics.save(tmp / TOKEN_STATS_DIR)
-        encoder_config = pinned_encoder_config(encoder)
+        encoder_config = pinned_encoder_config(encoder, folder=None if include_encoder else Path(path))
         if include_encoder:
             copied = copy_encoder_files(encoder, tmp / ENCODER_DIR, source=encoder_dir)
             encoder_config["path"] = ENCODER_DIR
@@ -220,10 +233,15 @@ def save_model_folder(
         write_json(tmp / CONFIG_FILE, config)
 
 
-def pinned_encoder_config(encoder: SentenceEncoder) -> dict[str, Any]:
+def pinned_encoder_config(encoder: SentenceEncoder, *, folder: Path | None = None) -> dict[str, Any]:
     """The encoder's config as saved: with its provenance (:meth:`SentenceEncoder.provenance`), and for a hub
     checkpoint ``revision`` pinned to the commit it was loaded from (the revision asked for, a branch or tag
-    that may move, is kept as ``requested_revision``), so that loading the saved model gets the same files."""
+    that may move, is kept as ``requested_revision``), so that loading the saved model gets the same files.
+
+    ``model`` is publishable: a local encoder folder is named by its own name, never its absolute path
+    (:func:`~bertflow.encoding.loading.portable_model_name`). With ``folder`` (the model folder being written), a
+    local encoder's path relative to it is added as ``local_path``, which :func:`load_encoder` resolves.
+    """
     config = encoder.get_config()
     provenance = encoder.provenance()
     commit = provenance.get("commit")
@@ -231,7 +249,21 @@ def pinned_encoder_config(encoder: SentenceEncoder) -> dict[str, Any]:
         if config.get("revision"):
             config["requested_revision"] = config["revision"]
         config["revision"] = commit
+    config["model"] = portable_model_name(str(config["model"]))
+    local = local_encoder_dir(encoder)
+    if folder is not None and local is not None:
+        # Relative, not absolute: the folder may be published as is (module docstring).
+        config["local_path"] = Path(os.path.relpath(local, Path(folder).expanduser().resolve())).as_posix()
     return {**config, **provenance}
+
+
+def local_encoder_dir(encoder: SentenceEncoder) -> Path | None:
+    """The local folder ``encoder`` was loaded from, resolved, when it was named by a path (not a hub id, not the
+    packaged default model, which loads by its hub id anywhere); else ``None``."""
+    named = Path(encoder.model_id).expanduser()
+    if not (named.is_absolute() or named.is_dir()) or encoder.source_dir is None:
+        return None
+    return encoder.source_dir.resolve()
 
 
 def copy_encoder_files(encoder: SentenceEncoder, dest: Path, *, source: Path | None = None) -> int:
@@ -366,7 +398,7 @@ def load_encoder(
             encoder.model_id, encoder.revision = enc["model"], enc.get("revision")
             encoder.pin_provenance({k: enc[k] for k in PROVENANCE_KEYS if k in enc})
         else:
-            encoder = SentenceEncoder.from_config(enc, device=device, dtype=dtype, **kwargs)
+            encoder = SentenceEncoder.from_config(_locate_local(folder, enc), device=device, dtype=dtype, **kwargs)
     except (KeyError, TypeError, AttributeError) as e:
         raise ModelFileError(f"{folder / CONFIG_FILE} lacks or garbles {e}; was it edited?") from None
     return encoder, encoder_dir
@@ -385,6 +417,27 @@ def load_token_statistics(folder: Path, config: dict[str, Any]) -> TokenStatisti
     if config["encoder"].get("token_statistics"):
         raise ModelFileError(f"{folder} lacks the token statistics its weighted pooling needs; was it edited?")
     return None
+
+
+def _locate_local(folder: Path, enc: dict[str, Any]) -> dict[str, Any]:
+    """``enc`` with ``model`` set to the local encoder folder its ``local_path`` names (relative to ``folder``).
+
+    Raises:
+        InputError: the model records a local encoder folder that is not there, nor a folder of its name here.
+    """
+    rel = enc.get("local_path")
+    if not rel:
+        return enc  # a hub id, or a folder saved before local_path existed (its path as given)
+    found = (folder / str(rel)).resolve()
+    if found.is_dir():
+        return {**enc, "model": str(found)}
+    if Path(str(enc["model"])).expanduser().is_dir():
+        return enc
+    raise InputError(
+        f"cannot find the encoder of {folder}: it was fitted on the local folder {enc['model']!r}, recorded at "
+        f"{rel!r} relative to the model folder ({found}), which does not exist; put the encoder folder there, or "
+        "save the model with include_encoder=True to keep a copy inside it"
+    )
 
 
 def _token_stats_dir(folder: Path, config: dict[str, Any]) -> Path | None:

