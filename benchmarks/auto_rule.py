@@ -74,13 +74,14 @@ def dump(args: argparse.Namespace) -> None:
     with torch.inference_mode():
         for b in range(0, len(order), 128):
             rows = order[b : b + 128]
-            out = model(**tok.pad({"input_ids": [ids[i] for i in rows]}, return_tensors="pt"), output_hidden_states=True)
+            batch = tok.pad({"input_ids": [ids[i] for i in rows]}, return_tensors="pt")
+            out = model(**batch, output_hidden_states=True)
             for j, i in enumerate(rows):
                 h1[off[i] : off[i] + lens[i]] = out.hidden_states[1][j, : lens[i]].numpy()
                 hl[off[i] : off[i] + lens[i]] = out.hidden_states[layers][j, : lens[i]].numpy()
     # The cached states pool to what the library encodes (float16 storage: 1e-2 of a coordinate at most).
     sample = np.arange(0, len(sents), max(1, len(sents) // 200))
-    mine = np.stack([(h1[off[i] : off[i + 1]].astype(np.float64) + hl[off[i] : off[i + 1]]).mean(0) / 2 for i in sample])
+    mine = np.stack([(h1[off[i] : off[i + 1]].astype(np.float64) + hl[off[i] : off[i + 1]]).mean(0) for i in sample])
     lib = encoder.encode([sents[i] for i in sample])
     cos = (mine * lib).sum(1) / np.linalg.norm(mine, axis=1) / np.linalg.norm(lib, axis=1)
     assert cos.min() > 0.9999, f"cached states do not pool to SentenceEncoder's vectors (min cosine {cos.min()})"
@@ -248,8 +249,8 @@ def load_cases(cache: Path, name: str, level: str) -> list[dict]:
 
 
 def beta_of(c: dict, rule: str) -> float:
-    reliability = {"1": None, "a": 1.0, "a*min(1,N/D)": min(1.0, c["n"] / c["d"]), "a*N/(N+D)": c["n"] / (c["n"] + c["d"])}
-    r = reliability[rule]
+    n, d = c["n"], c["d"]
+    r = {"1": None, "a": 1.0, "a*min(1,N/D)": min(1.0, n / d), "a*N/(N+D)": n / (n + d)}[rule]
     return 1.0 if r is None else c["aniso"] * r
 
 
@@ -261,8 +262,9 @@ def score(c: dict, alpha: float | None, beta_rule: str, protocol: str = "all") -
     if protocol == "all":
         return spearman(cos, c["gold"])
     labs = np.unique(c["lab"])
-    sizes = [(c["lab"] == l).sum() for l in labs]  # noqa: E741
-    return float(np.average([spearman(cos[c["lab"] == l], c["gold"][c["lab"] == l]) for l in labs], weights=sizes))
+    sizes = [(c["lab"] == lab).sum() for lab in labs]
+    per = [spearman(cos[c["lab"] == lab], c["gold"][c["lab"] == lab]) for lab in labs]
+    return float(np.average(per, weights=sizes))
 
 
 RULES = [
@@ -321,7 +323,6 @@ def report(args: argparse.Namespace) -> None:
     baselines = {
         "whitening": lambda c: score(c, 1.0, "1"),
         "anchored (alpha 0.5, beta a)": lambda c: score(c, 0.5, "a"),
-        "earlier auto (whitening on raw)": None,
     }
     table = collections.defaultdict(dict)
     for e in names:
@@ -333,8 +334,6 @@ def report(args: argparse.Namespace) -> None:
                 row["raw"] = float(np.mean([raw[u] for u in su]))
                 row["n_sets"] = len(su)
                 for bname, fn in baselines.items():
-                    if fn is None:
-                        fn = (lambda c: score(c, 1.0, "1")) if e == "raw" else (lambda c: score(c, 0.5, "a"))
                     row[bname] = summary([fn(G[(*u, "none")]) - raw[u] for u in su])
                 row["auto (chosen)"] = summary([gain(u, CHOSEN) for u in su])
                 row["auto (LODO held-out)"] = summary([g for u, g in held if u in su])
@@ -383,7 +382,9 @@ def render(result: dict) -> str:
     cols = sorted({k for row in result["per_set"].values() for k in row if k not in ("raw", "n_sets")})
     lines += ["| encoder pooling size | sets | raw mean | " + " | ".join(cols) + " |", "|---" * (len(cols) + 3) + "|"]
     for key, row in result["per_set"].items():
-        cells = [f"{row[c]['mean']:+.2f} / {row[c]['worst']:+.1f} / {row[c]['below_2']}" if c in row else "" for c in cols]
+        cells = [
+            f"{row[c]['mean']:+.2f} / {row[c]['worst']:+.1f} / {row[c]['below_2']}" if c in row else "" for c in cols
+        ]
         lines.append(f"| {key} | {row['n_sets']} | {row['raw']:.2f} | " + " | ".join(cells) + " |")
     lines += ["", "## Leave-one-dataset-out picks", ""]
     lines += [f"- held out {d}: {r}" for d, r in result["lodo_picks"].items()]
