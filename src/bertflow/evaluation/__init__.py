@@ -30,31 +30,6 @@ if TYPE_CHECKING:
         evaluate_task,
     )
 
-__all__ = [
-    "EmbedFn",
-    "Metric",
-    "Protocol",
-    "StsReport",
-    "SubsetScore",
-    "TaskScore",
-    "correlations",
-    "cosine_scores",
-    "evaluate_pairs",
-    "evaluate_sts",
-    "evaluate_task",
-    "EmbeddingCache",
-    "embed_cached",
-    "encode_poolings",
-    "GridConfig",
-    "GridResult",
-    "run_grid",
-    "evaluate_embedder",
-    "run_per_set",
-    "PerSetResult",
-    "select_lodo",
-    "analyze_stsb",
-]
-
 _LAZY = {
     **dict.fromkeys(
         (
@@ -84,6 +59,8 @@ _LAZY = {
     "select_lodo": "lodo",
     "analyze_stsb": "analyze",
 }
+
+__all__ = list(_LAZY)
 
 
 def __getattr__(name: str) -> Any:
