@@ -19,21 +19,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .calibrators import (
-    AllButTheTopCalibrator,
-    AnchoredWhiteningCalibrator,
-    Calibrator,
-    ChainCalibrator,
-    IdentityCalibrator,
-    StandardNormCalibrator,
-    WhiteningCalibrator,
-)
+from .calibrators import AnchoredWhiteningCalibrator, Calibrator
 
 __all__ = ["anchored_parts", "calibrator_needs_bertflow", "is_affine"]
-
-# Calibrators whose transform is exactly x -> (x - mean) @ W. Exact types, not isinstance: a subclass may add a
-# non-linear step (AutoCalibrator extends the anchored mix, for one).
-_AFFINE = (IdentityCalibrator, StandardNormCalibrator, AllButTheTopCalibrator, WhiteningCalibrator)
 
 _FLOW = "a normalizing flow (Glow: non-linear coupling networks), which no sentence-transformers module computes"
 _CLS = (
@@ -49,10 +37,9 @@ _OWN_POOLING = (
 
 
 def is_affine(calibrator: Calibrator) -> bool:
-    """Whether ``calibrator``'s transform is one affine map ``x -> x W + b`` (a ``Dense`` computes it)."""
-    if type(calibrator) is ChainCalibrator:
-        return all(is_affine(step) for step in calibrator.steps_)
-    return type(calibrator) in _AFFINE
+    """Whether ``calibrator``'s transform is one affine map ``x -> x W + b`` (a ``Dense`` computes it): what its
+    class declares to the registry (``affine``; a chain when every step is)."""
+    return calibrator.is_affine()
 
 
 def anchored_parts(calibrator: Calibrator) -> tuple[np.ndarray, np.ndarray, float] | None:

@@ -56,7 +56,7 @@ def test_saved_folder_names_a_local_encoder_without_its_path_and_still_loads(loc
     config = json.loads((folder / "bertflow_config.json").read_text())
     assert config["encoder"]["model"] == "my-bert"
     assert config["encoder"]["local_path"] == "../../models/my-bert"
-    fitted_on = json.loads((folder / "calibrator" / "config.json").read_text())["fitted_on"]
+    fitted_on = config["calibrator"]["fitted_on"]  # the encoder record is the Embedder's, in the folder's config
     assert fitted_on["model"] == "my-bert"
     assert "# bertflow calibrator for `my-bert`" in (folder / "README.md").read_text()
 
