@@ -4,6 +4,7 @@ of the encoder a calibrator was fitted on lives with the Embedder (its saved fol
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pandas as pd
@@ -52,7 +53,9 @@ def test_the_embedder_record_is_checked_on_load(tiny_model_dir, other_tiny_model
     config = json.loads(config_file.read_text())
     assert config["calibrator"]["fitted_on"]["fingerprint"] == encoder.fingerprint()
     other = SentenceEncoder(str(other_tiny_model_dir), pooling="mean", device="cpu")
-    config["encoder"] = {**config["encoder"], "model": str(other_tiny_model_dir)}
+    # The folder records a local encoder by name and by its path relative to the model folder: point both elsewhere.
+    rel = os.path.relpath(other_tiny_model_dir, folder)
+    config["encoder"] = {**config["encoder"], "model": other_tiny_model_dir.name, "local_path": rel}
     config_file.write_text(json.dumps(config))
     with pytest.raises(CompatibilityError, match="fingerprint"):
         Embedder.load(folder)

@@ -262,7 +262,8 @@ def test_affine_calibrators_export_as_dense_and_load_without_bertflow(base, tmp_
         assert isinstance(model[2].activation_function, torch.nn.Identity)
         reference = fit_calibrator(base, CORPUS, spec, portable=False)  # the same fit, as a Calibration module
         expected = unit(reference[2].calibrator.transform(pooled(base)))
-        np.testing.assert_allclose(model.encode(CORPUS[:10]), expected, atol=1e-5, err_msg=spec)
+        # float32 through two module stacks: 1e-5 apart on some BLAS builds; a missing module is off by O(1).
+        np.testing.assert_allclose(model.encode(CORPUS[:10]), expected, atol=1e-4, err_msg=spec)
         folder = tmp_path / f"st{n}"
         model.save(str(folder))
         assert not list(folder.rglob("*.py"))
