@@ -119,3 +119,37 @@ def default_encoder():
     from bertflow import SentenceEncoder
 
     return SentenceEncoder(pooling="mean", device="cpu")
+
+
+# -- the CLI, run in-process ------------------------------------------------------------------------------------
+
+
+def invoke(*args: object):
+    """``bertflow ARGS`` in this process; a bug (any exception but an exit or a BertflowError) is raised, not left in
+    the result."""
+    from typer.testing import CliRunner
+
+    from bertflow.cli import app
+    from bertflow.errors import BertflowError
+
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    if result.exception and not isinstance(result.exception, (SystemExit, BertflowError)):
+        raise result.exception
+    return result
+
+
+def one_line_error(result, *needles: str, status: int = 2) -> str:
+    """Exit ``status`` (2: usage error, 1: runtime error such as a full disk), one ``bertflow: error:`` line naming
+    the problem, no traceback; returns the line."""
+    assert result.exit_code == status, result.output
+    lines = [x for x in result.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("bertflow: error: "), result.stderr
+    assert "Traceback" not in result.output
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` and its bytes (to show that a refused command left it as it was)."""
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from bertflow.cli import app
 
-from .conftest import SENTENCES
+from .conftest import SENTENCES, invoke
 
 runner = CliRunner()
 
@@ -20,15 +20,6 @@ def corpus(tmp_path):
     path = tmp_path / "corpus.txt"
     path.write_text("\n".join(f"{a} {b}" for a in SENTENCES for b in SENTENCES) + "\n", encoding="utf-8")
     return path
-
-
-def invoke(*args: str):
-    from bertflow.errors import BertflowError
-
-    result = runner.invoke(app, [str(a) for a in args])
-    if result.exception and not isinstance(result.exception, (SystemExit, BertflowError)):
-        raise result.exception
-    return result
 
 
 def test_fit_encode_similarity(tiny_model_dir, corpus, tmp_path):

@@ -8,25 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 from scipy.stats import spearmanr
-from typer.testing import CliRunner
 
 from bertflow import Embedder, SentenceEncoder
 from bertflow.calibrators import AnchoredWhiteningCalibrator, IdentityCalibrator, WhiteningCalibrator
-from bertflow.cli import app
-from bertflow.errors import BertflowError
 from bertflow.io.files import written_by_bertflow
 
-from .conftest import SENTENCES
+from .conftest import SENTENCES, invoke
 
 CORPUS = [f"{a} {b}" for a in SENTENCES for b in SENTENCES]
 PAIRS = [(CORPUS[i], CORPUS[i + 7], i % 5) for i in range(20)]
-
-
-def invoke(*args: object):
-    result = CliRunner().invoke(app, [str(a) for a in args])
-    if result.exception and not isinstance(result.exception, (SystemExit, BertflowError)):
-        raise result.exception
-    return result
 
 
 @pytest.fixture(scope="module")

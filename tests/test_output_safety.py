@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from bertflow import Embedder
 from bertflow.calibrators import StandardNormCalibrator, WhiteningCalibrator
 from bertflow.cli import app
-from bertflow.errors import BertflowError, ModelFileError, OutputError
+from bertflow.errors import ModelFileError, OutputError
 from bertflow.io.files import (
     atomic_directory,
     atomic_write_text,
@@ -33,18 +33,11 @@ from bertflow.io.files import (
 )
 from bertflow.search import EmbeddingIndex
 
-from .conftest import SENTENCES
+from .conftest import SENTENCES, invoke, one_line_error, snapshot
 
 runner = CliRunner()
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 CORPUS = [f"{a} {b}" for a in SENTENCES for b in SENTENCES]
-
-
-def invoke(*args: object):
-    result = runner.invoke(app, [str(a) for a in args])
-    if result.exception and not isinstance(result.exception, (SystemExit, BertflowError)):
-        raise result.exception
-    return result
 
 
 def encode_store_args(corpus: Path, store: Path, model: Path) -> list[object]:
@@ -62,21 +55,6 @@ def encode_store_args(corpus: Path, store: Path, model: Path) -> list[object]:
         "--shard-size",
         "32",
     ]
-
-
-def one_line_error(result, *needles: str, status: int = 2) -> None:
-    """Exit ``status`` (2: a usage error; 1: a runtime error such as a full disk), one ``bertflow: error:`` line
-    naming the problem, no traceback."""
-    assert result.exit_code == status, result.output
-    lines = [x for x in result.stderr.splitlines() if x.strip()]
-    assert len(lines) == 1 and lines[0].startswith("bertflow: error: "), result.stderr
-    assert "Traceback" not in result.output
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-
-
-def snapshot(folder: Path) -> dict[str, bytes]:
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 
 
 def dead_pid() -> int:

@@ -14,34 +14,12 @@ from typer.testing import CliRunner
 from bertflow import Embedder
 from bertflow.calibrators import StandardNormCalibrator
 from bertflow.cli import app
-from bertflow.errors import BertflowError, OutputError
+from bertflow.errors import OutputError
 
-from .conftest import SENTENCES
+from .conftest import SENTENCES, invoke, one_line_error, snapshot
 
 runner = CliRunner()
 CORPUS = [f"{a} {b}" for a in SENTENCES for b in SENTENCES]
-
-
-def invoke(*args: object):
-    result = runner.invoke(app, [str(a) for a in args])
-    if result.exception and not isinstance(result.exception, (SystemExit, BertflowError)):
-        raise result.exception
-    return result
-
-
-def one_line_error(result, *needles: str, status: int = 2) -> str:
-    """Exit ``status`` (2: usage error, 1: runtime error such as a full disk), one ``bertflow: error:`` line naming
-    the problem, no traceback; returns the line."""
-    assert result.exit_code == status, result.output
-    lines = [x for x in result.stderr.splitlines() if x.strip()]
-    assert len(lines) == 1 and lines[0].startswith("bertflow: error: "), result.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
-
-
-def snapshot(folder: Path) -> dict[str, bytes]:
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 
 
 @pytest.fixture()
@@ -260,8 +238,8 @@ def test_similarity_pairs_scores_raw_and_calibrated_from_one_pass(tiny_model_dir
     from bertflow import SentenceEncoder
     from bertflow.calibrators import IdentityCalibrator
 
-    model_dir = Embedder(SentenceEncoder(str(tiny_model_dir)), StandardNormCalibrator()).fit(CORPUS).save(
-        tmp_path / "m"
+    model_dir = (
+        Embedder(SentenceEncoder(str(tiny_model_dir)), StandardNormCalibrator()).fit(CORPUS).save(tmp_path / "m")
     )
     pairs = tmp_path / "pairs.tsv"
     rows = list(zip(CORPUS[:20], CORPUS[7:27], range(20), strict=True))

@@ -20,7 +20,7 @@ from bertflow import (
 )
 from bertflow.search import INDEX_CONFIG, INDEX_EMBEDDINGS, EmbeddingIndex, SearchHit, _content_digest, faiss_available
 
-from .conftest import SENTENCES
+from .conftest import SENTENCES, invoke
 
 # Sentences of 1..64 words. Under transformers 5 the tiny fixture's tokenizer maps every word to [UNK] (its vocab
 # file is not read), so for the tiny model only the token count tells sentences apart: make every count distinct.
@@ -252,16 +252,6 @@ def test_flow_identity_is_stable_and_seed_sensitive(tiny_encoder, tmp_path):
 # -- CLI ----------------------------------------------------------------------------------------------------
 
 runner = CliRunner()
-
-
-def invoke(*args: object):
-    from bertflow.cli import app
-    from bertflow.errors import BertflowError
-
-    result = runner.invoke(app, [str(a) for a in args])
-    if result.exception and not isinstance(result.exception, (SystemExit, BertflowError)):
-        raise result.exception
-    return result
 
 
 def test_cli_build_and_query(model, tmp_path):

@@ -278,7 +278,8 @@ def test_affine_calibrators_export_as_dense_and_load_without_bertflow(base, tmp_
     command = [sys.executable, "-I", "-c", code, *args]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert float(done.stdout.split()[-1]) < 1e-4  # float32 on another BLAS: 1.0006e-05 seen; a missing or wrong module is off by O(1)
+    # float32 on another BLAS: 1.0006e-05 seen; a missing or wrong module is off by O(1).
+    assert float(done.stdout.split()[-1]) < 1e-4
 
 
 def test_non_affine_calibrators_have_no_dense_form(base):
