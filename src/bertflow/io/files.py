@@ -343,44 +343,49 @@ def check_output_folder(
     # Between the two renames of a killed save the folder is missing and its old version is beside it: that is the
     # folder a save would replace (atomic_directory deletes it once the new one is in place).
     aside = moved_aside(target) if kind != "store" else None
-    existing = aside or target
-    if existing.is_dir():
-        try:
-            entries = sorted(p.name for p in existing.iterdir() if p.name != LOCK_NAME)
-        except OSError as e:
-            raise OutputError(f"cannot write {name} to {path}: {e.strerror or e}") from None
-        if entries:
-            found = folder_kind(existing)
-            if found != kind:
-                what = (
-                    _KIND_NAMES[found]
-                    if found
-                    else f"other files ({', '.join(entries[:5])}{', ...' if len(entries) > 5 else ''})"
-                )
-                raise OutputError(
-                    f"refusing to write {name} to {path}: the folder is not empty and holds {what}; "
-                    "give a new or empty folder"
-                )
-            if not (overwrite or resume):
-                where = f" (moved aside to {aside} by a save that was killed)" if aside else ""
-                raise OutputError(
-                    f"{path} already holds {name}{where}; pass --overwrite (overwrite=True) to replace it"
-                )
-            foreign = foreign_entries(existing, kind) if kind in _UNLISTED_OWN_FILES else []
-            if foreign:
-                # A save replaces the whole folder: what bertflow did not write would go with it. Refused, not carried
-                # over, so that a model folder holds exactly what its checksums cover.
-                listed = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
-                raise OutputError(
-                    f"refusing to replace {name} in {path}: it also holds {len(foreign)} entr"
-                    f"{'y' if len(foreign) == 1 else 'ies'} bertflow did not write ({listed}), which the save would "
-                    "delete; move them out of the folder or write to a new one"
-                )
-    existing = _nearest_existing(target.parent)
-    if not existing.is_dir():
-        raise OutputError(f"cannot write {name} to {path}: {existing} is not a folder")
-    _probe_writable(existing, f"{name} to {path}")
+    if (aside or target).is_dir():
+        _check_replaceable(aside or target, path, kind, overwrite=overwrite or resume, aside=aside)
+    parent = _nearest_existing(target.parent)
+    if not parent.is_dir():
+        raise OutputError(f"cannot write {name} to {path}: {parent} is not a folder")
+    _probe_writable(parent, f"{name} to {path}")
     return target
+
+
+def _check_replaceable(existing: Path, path: str | Path, kind: str, *, overwrite: bool, aside: Path | None) -> None:
+    """The part of :func:`check_output_folder` for the existing folder ``existing`` at ``path`` (or moved aside
+    from it, ``aside``): empty, or a bertflow folder of ``kind`` that ``overwrite`` allows to replace and that holds
+    nothing its save did not write."""
+    name = _KIND_NAMES[kind]
+    try:
+        entries = sorted(p.name for p in existing.iterdir() if p.name != LOCK_NAME)
+    except OSError as e:
+        raise OutputError(f"cannot write {name} to {path}: {e.strerror or e}") from None
+    if not entries:
+        return
+    found = folder_kind(existing)
+    if found != kind:
+        what = (
+            _KIND_NAMES[found]
+            if found
+            else f"other files ({', '.join(entries[:5])}{', ...' if len(entries) > 5 else ''})"
+        )
+        raise OutputError(
+            f"refusing to write {name} to {path}: the folder is not empty and holds {what}; give a new or empty folder"
+        )
+    if not overwrite:
+        where = f" (moved aside to {aside} by a save that was killed)" if aside else ""
+        raise OutputError(f"{path} already holds {name}{where}; pass --overwrite (overwrite=True) to replace it")
+    foreign = foreign_entries(existing, kind) if kind in _UNLISTED_OWN_FILES else []
+    if foreign:
+        # A save replaces the whole folder: what bertflow did not write would go with it. Refused, not carried over,
+        # so that a model folder holds exactly what its checksums cover.
+        listed = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise OutputError(
+            f"refusing to replace {name} in {path}: it also holds {len(foreign)} entr"
+            f"{'y' if len(foreign) == 1 else 'ies'} bertflow did not write ({listed}), which the save would "
+            "delete; move them out of the folder or write to a new one"
+        )
 
 
 #: Bytes of the header of the embedding ``.npy`` files bertflow writes (``encode -o``). Fixed, so the row count can
