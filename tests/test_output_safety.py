@@ -294,6 +294,8 @@ def test_a_save_killed_between_the_two_renames_is_one_line_for_load_and_the_cli(
     with pytest.raises(ModelFileError, match="rename it back"):
         Embedder.load(target)
     one_line_error(invoke(*fit_args(corpus, target, tiny_model_dir)), "moved aside to", "pass --overwrite")
+    encode = invoke("encode", corpus, "-o", tmp_path / "x.npy", "--model-dir", target, "-q")
+    one_line_error(encode, "previous version is in", "rename it back (mv ")
     os.rename(tmp_path / ".model.bertflow-old", target)  # what the error says to do
     assert Embedder.load(target).fit_info["regime"] == "A"
 
