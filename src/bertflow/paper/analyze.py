@@ -11,7 +11,7 @@ On the STS-B test pairs:
   eigenvalue spectrum.
 * **Plots** (matplotlib, Agg backend; PNG at 200 dpi, optionally PDF or SVG too): eigenvalue spectra,
   pairwise-cosine histograms, predicted similarity against gold, similarity against edit distance with 95%
-  confidence intervals and the number of pairs per distance; drawn by :mod:`bertflow.evaluation.plots`.
+  confidence intervals and the number of pairs per distance; drawn by :mod:`bertflow.paper.plots`.
 
 Other calibrators can be fitted the same way and shown beside the main one (``compare``, e.g. whitening beside the
 flow), so one report holds the paper's comparison.
@@ -39,13 +39,13 @@ from scipy.special import logsumexp
 from ..calibrators import Calibrator, parse_calibrator
 from ..encoding.encoder import SentenceEncoder
 from ..errors import InputError
+from ..evaluation.cache import EmbeddingCache, embed_cached, pooling_key
+from ..evaluation.datasets import StsTask, load_nli_sentences, load_sts_task, resolve_data_dir
+from ..evaluation.sts import cosine_scores
 from ..linalg import unit_rows
 from ..resources import limited_threads, machine_info
-from .cache import EmbeddingCache, embed_cached, pooling_key
-from .datasets import StsTask, load_nli_sentences, load_sts_task, resolve_data_dir
-from .paper import TABLE6, TABLE6_SOURCE
+from .published import TABLE6, TABLE6_SOURCE
 from .regimes import fitting_sets
-from .sts import cosine_scores
 
 __all__ = [
     "SMALL_EDIT_DISTANCE",

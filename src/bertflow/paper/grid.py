@@ -1,9 +1,9 @@
 """STS evaluation of an encoder + calibrator, and the grid behind ``bertflow reproduce``.
 
 A *cell* is one (pooling, calibrator, fitting regime) on one encoder. Its calibrator is fitted without labels on
-the regime's sentences (:mod:`bertflow.evaluation.regimes`) and the seven STS tasks are scored by cosine similarity
+the regime's sentences (:mod:`bertflow.paper.regimes`) and the seven STS tasks are scored by cosine similarity
 in the calibrated space, under both the "all" and the "wmean" convention (see :mod:`bertflow.evaluation.sts`).
-Results: :mod:`bertflow.evaluation.results` (JSON) and :mod:`bertflow.evaluation.render` (Markdown).
+Results: :mod:`bertflow.paper.results` (JSON) and :mod:`bertflow.paper.render` (Markdown).
 
 Every sentence is encoded once for all poolings (:func:`bertflow.evaluation.cache.embed_cached`), so a grid costs
 one encoder pass plus the calibrator fits. Each cell records how many evaluation sentences its fitting set
@@ -25,14 +25,14 @@ import numpy as np
 from ..calibrators import Calibrator, parse_calibrator
 from ..encoding.encoder import SentenceEncoder
 from ..errors import BertflowError, InputError
+from ..evaluation.cache import EmbeddingCache, embed_cached, pooling_key
+from ..evaluation.datasets import STS_TASKS, StsTask, load_nli_sentences, load_sts_tasks, resolve_data_dir
+from ..evaluation.sts import StsReport, TaskScore, evaluate_task
 from ..resources import limited_threads, machine_info
-from .cache import EmbeddingCache, embed_cached, pooling_key
-from .datasets import STS_TASKS, StsTask, load_nli_sentences, load_sts_tasks, resolve_data_dir
-from .paper import PAPER_MODELS, paper_model_name, published_for, stand_in_caption
+from .published import PAPER_MODELS, paper_model_name, published_for, stand_in_caption
 from .regimes import DEFAULT_REGIMES, REGIME_TEXT, REGIMES, FittingSets, fitting_sets, seen_counts
 from .render import format_stat
 from .results import CellResult, GridResult
-from .sts import StsReport, TaskScore, evaluate_task
 
 __all__ = [
     "DEFAULT_POOLINGS",
@@ -224,7 +224,7 @@ class GridConfig:
         calibrators: calibrator specs (:func:`bertflow.calibrators.parse_calibrator`); ``None`` uses
             :func:`default_calibrators` for the model's dimension.
         regimes: subset of :data:`REGIMES`, or ``["per-set"]`` alone for
-            :func:`bertflow.evaluation.perset.run_per_set`.
+            :func:`bertflow.paper.perset.run_per_set`.
         tasks: STS task names.
         seeds: flow rows are fitted with seeds ``0 .. seeds-1`` and reported as mean +- std.
         corpus: sentences of the ``corpus`` regime; ``corpus_name`` names them in reports.
@@ -241,7 +241,7 @@ class GridConfig:
             library default). 1 by default: the matrices are small, and when other processes hold the cores a
             multi-threaded SVD waits on thread barriers (measured 11x slower on a busy 2-core machine).
         fit_sizes: per-set regime only: sample sizes fitted besides all of each set's sentences
-            (:mod:`bertflow.evaluation.perset`).
+            (:mod:`bertflow.paper.perset`).
         sample_seed: per-set regime only: the seed of those samples.
         command: the command line that produced the run, for the report.
     """
@@ -315,9 +315,7 @@ def run_grid(
         raise InputError(f"seeds must be at least 1, got {config.seeds}")
     regimes = list(dict.fromkeys(r.strip().lower() for r in config.regimes))
     if "per-set" in regimes:
-        raise InputError(
-            "the per-set regime has a report of its own: run it with bertflow.evaluation.perset.run_per_set"
-        )
+        raise InputError("the per-set regime has a report of its own: run it with bertflow.paper.perset.run_per_set")
     if config.fit_sizes:
         raise InputError("fit sizes belong to the per-set regime (regimes=['per-set'])")
     for r in regimes:

@@ -11,8 +11,8 @@ the same fitting sample.
 
 Each configuration is summarised against the **raw encoder** (the same encoder and pooling, without weighting or
 calibrator): the mean over sets, the worst set relative to raw and the number of sets more than 2 points below raw
-(:func:`bertflow.evaluation.results.summarize_sets`). Choosing among configurations without tuning on the set
-that is scored: :mod:`bertflow.evaluation.lodo`.
+(:func:`bertflow.paper.results.summarize_sets`). Choosing among configurations without tuning on the set
+that is scored: :mod:`bertflow.paper.lodo`.
 """
 
 from __future__ import annotations
@@ -29,10 +29,11 @@ from ..calibrators import parse_calibrator
 from ..encoding.encoder import SentenceEncoder
 from ..encoding.pooling import Pooling
 from ..errors import BertflowError, InputError
+from ..evaluation.cache import EmbeddingCache, embed_cached
+from ..evaluation.datasets import STS_TASKS, StsTask, load_sts_tasks, resolve_data_dir
+from ..evaluation.sts import evaluate_pairs
 from ..io.text import SentencePairs, distinct
 from ..resources import limited_threads, machine_info
-from .cache import EmbeddingCache, embed_cached
-from .datasets import STS_TASKS, StsTask, load_sts_tasks, resolve_data_dir
 from .grid import (
     EmbeddingTable,
     GridConfig,
@@ -45,7 +46,6 @@ from .grid import (
 )
 from .regimes import seen_counts
 from .results import HARM_MARGIN, PerSetCell, PerSetResult, fit_size_label
-from .sts import evaluate_pairs
 
 __all__ = ["PER_SET", "PER_SET_TEXT", "EvalSet", "evaluation_sets", "fitting_sample", "run_per_set"]
 
@@ -81,7 +81,7 @@ class EvalSet:
     Attributes:
         name: ``"STS12/MSRpar"`` for a STS12-16 subset, ``"STS-B"`` / ``"SICK-R"`` for their test split.
         dataset: the task it belongs to (``"STS12"`` ... ``"SICK-R"``): the unit left out by
-            :mod:`bertflow.evaluation.lodo`.
+            :mod:`bertflow.paper.lodo`.
         pairs: the scored pairs.
         sentences: the set's own distinct sentences, the fitting pool (for STS-B and SICK-R all splits).
     """
@@ -241,7 +241,7 @@ def run_per_set(
     (it is the baseline), and every weighted pooling's uncalibrated row at every size.
 
     Args:
-        config: the run (see :class:`~bertflow.evaluation.grid.GridConfig`).
+        config: the run (see :class:`~bertflow.paper.grid.GridConfig`).
         encoder: an already-built encoder instead of ``config.model``. Its own pooling is ignored, and its token
             statistics are set per fitting sample while a weighted pooling is encoded, then restored.
         tasks: already-loaded tasks instead of reading ``config.tasks`` from ``config.data_dir``.

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .datasets import STS_TASKS
-from .paper import PublishedResult, matching
+from ..evaluation.datasets import STS_TASKS
+from .published import PublishedResult, matching
 from .results import GridResult, PerSetResult, SetSummary, fit_size_label, mean_std
 
 if TYPE_CHECKING:
@@ -199,7 +199,7 @@ def render_markdown(result: GridResult, *, title: str, subsets: bool) -> str:
             f"## Published numbers for {result.published[0].model}",
             "",
             *([caption, ""] if caption else []),
-            "Transcribed in `bertflow/evaluation/paper.py` from the cited tables. Compare a published row only with "
+            "Transcribed in `bertflow/paper/published.json` from the cited tables. Compare a published row only with "
             'our row of the same protocol: "wmean" and "all" differ by up to 20 points on STS12.',
             "",
             "| published row | protocol | "
@@ -230,7 +230,7 @@ def _summary_cells(summary: SetSummary | None) -> list[str]:
 
 
 def render_per_set(result: PerSetResult, *, title: str) -> str:
-    """The report of a per-set run (:mod:`bertflow.evaluation.perset`) under the heading ``title``."""
+    """The report of a per-set run (:mod:`bertflow.paper.perset`) under the heading ``title``."""
     meta = result.meta
     protocol = meta["protocol"]
     margin = f"{result.margin:g}"

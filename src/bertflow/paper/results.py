@@ -1,7 +1,7 @@
 """Results of the evaluation grid: the scores of each (pooling, calibrator, regime) cell over its seeds, and the
 grid's cells with the run's metadata, and the per-set protocol's cells with their summaries against the raw encoder
 (mean, worst set, sets more than 2 points below raw), as JSON-ready dictionaries (Markdown:
-:mod:`bertflow.evaluation.render`)."""
+:mod:`bertflow.paper.render`)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from .paper import PublishedResult
-from .sts import StsReport
+from ..evaluation.sts import StsReport
+from .published import PublishedResult
 
 __all__ = [
     "HARM_MARGIN",
@@ -188,7 +188,7 @@ class GridResult:
 
 
 # -------------------------------------------------------------------------------------------------------
-# The per-set protocol (bertflow.evaluation.perset)
+# The per-set protocol (bertflow.paper.perset)
 # -------------------------------------------------------------------------------------------------------
 
 #: A set counts as harmed when its score falls more than this many Spearman x 100 points below its baseline.
@@ -339,7 +339,7 @@ class PerSetResult:
             evaluation sentences were among them (``None`` where the set has too few sentences for the size).
         cells: raw cells (calibrator ``none``) and calibrated cells, in run order.
         margin: the harm margin of every summary (points).
-        lodo: leave-one-dataset-out selections attached by :func:`bertflow.evaluation.lodo.select_lodo`.
+        lodo: leave-one-dataset-out selections attached by :func:`bertflow.paper.lodo.select_lodo`.
     """
 
     meta: dict[str, Any]
