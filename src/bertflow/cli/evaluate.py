@@ -80,6 +80,46 @@ FitSizesOpt = Annotated[
 ]
 SampleSeedOpt = Annotated[int, typer.Option(help="Regime per-set: the seed of the --fit-sizes samples.")]
 
+PoolingsOpt = Annotated[
+    str,
+    typer.Option(help="Comma-separated poolings (layer lists joined by '+': 'mean,1+-1'); one encoder pass for all."),
+]
+CalibratorsOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Comma-separated calibrator specs; default: none, standard-norm, natsv-10, standard-norm+natsv-6, "
+        "whitening, whitening-K (K = 256 for 768 dims, 384 for 1024, else D/3), flow, flow-paper."
+    ),
+]
+RegimesOpt = Annotated[
+    str,
+    typer.Option(
+        help="Comma-separated: target, train, nli, corpus; or per-set alone (every STS12-16 subset, STS-B, "
+        "SICK-R scored on its own, each fitted on its own sentences: mean, worst set and count below raw)."
+    ),
+]
+SelectOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Regime per-set: 'lodo' adds the leave-one-dataset-out choice among the grid's configurations "
+        "(picked on the other datasets, scored on the held-out one)."
+    ),
+]
+PaperRowsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--paper-rows",
+        help="Show this paper model's published rows (bert-base-uncased or bert-large-uncased) beside another "
+        "encoder's, captioned with how the two differ.",
+    ),
+]
+ComparesOpt = Annotated[
+    str | None,
+    typer.Option(help="Comma-separated calibrator specs fitted the same way and shown beside --calibrator."),
+]
+VectorOpt = Annotated[str | None, typer.Option(help="Also write each plot as pdf and/or svg (comma-separated).")]
+PlotsOpt = Annotated[bool, typer.Option(metavar="", help="Draw the PNG plots (needs matplotlib).")]
+
 
 def _split(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
@@ -358,35 +398,12 @@ def _publish(output: Path | None, stem: str, markdown: str, data: dict[str, Any]
 )
 def reproduce(
     model: ModelOpt = None,
-    poolings: Annotated[
-        str,
-        typer.Option(
-            help="Comma-separated poolings (layer lists joined by '+': 'mean,1+-1'); one encoder pass for all."
-        ),
-    ] = ("mean,cls,first-last-avg"),
-    calibrators: Annotated[
-        str | None,
-        typer.Option(
-            help="Comma-separated calibrator specs; default: none, standard-norm, natsv-10, standard-norm+natsv-6, "
-            "whitening, whitening-K (K = 256 for 768 dims, 384 for 1024, else D/3), flow, flow-paper."
-        ),
-    ] = None,
-    regimes: Annotated[
-        str,
-        typer.Option(
-            help="Comma-separated: target, train, nli, corpus; or per-set alone (every STS12-16 subset, STS-B, "
-            "SICK-R scored on its own, each fitted on its own sentences: mean, worst set and count below raw)."
-        ),
-    ] = "target,nli",
+    poolings: PoolingsOpt = "mean,cls,first-last-avg",
+    calibrators: CalibratorsOpt = None,
+    regimes: RegimesOpt = "target,nli",
     fit_sizes: FitSizesOpt = None,
     sample_seed: SampleSeedOpt = 0,
-    select: Annotated[
-        str | None,
-        typer.Option(
-            help="Regime per-set: 'lodo' adds the leave-one-dataset-out choice among the grid's configurations "
-            "(picked on the other datasets, scored on the held-out one)."
-        ),
-    ] = None,
+    select: SelectOpt = None,
     corpus: CorpusOpt = None,
     column: ColumnOpt = None,
     tasks: TasksOpt = _ALL_TASKS,
@@ -404,14 +421,7 @@ def reproduce(
     dtype: DtypeOpt = "auto",
     encoding_errors: ErrorsOpt = EncodingErrors.strict,
     threads: ThreadsOpt = None,
-    paper_rows: Annotated[
-        str | None,
-        typer.Option(
-            "--paper-rows",
-            help="Show this paper model's published rows (bert-base-uncased or bert-large-uncased) beside another "
-            "encoder's, captioned with how the two differ.",
-        ),
-    ] = None,
+    paper_rows: PaperRowsOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Grid of pooling x calibrator x fitting regime on one model: Markdown + JSON, paper numbers beside BERT's."""
@@ -508,14 +518,9 @@ def analyze(
     output: Annotated[
         Path, typer.Option("--output", "-o", help="Folder for analyze.md, analyze.json and the PNG plots.")
     ] = Path("bertflow-analyze"),
-    plots: Annotated[bool, typer.Option(metavar="", help="Draw the PNG plots (needs matplotlib).")] = True,
-    compare: Annotated[
-        str | None,
-        typer.Option(help="Comma-separated calibrator specs fitted the same way and shown beside --calibrator."),
-    ] = None,
-    vector: Annotated[
-        str | None, typer.Option(help="Also write each plot as pdf and/or svg (comma-separated).")
-    ] = None,
+    plots: PlotsOpt = True,
+    compare: ComparesOpt = None,
+    vector: VectorOpt = None,
     data_dir: DataDirOpt = None,
     cache_dir: CacheDirOpt = None,
     no_cache: NoCacheOpt = False,
