@@ -254,7 +254,9 @@ class GridConfig:
         seeds: flow rows are fitted with seeds ``0 .. seeds-1`` and reported as mean +- std.
         corpus: sentences of the ``corpus`` regime; ``corpus_name`` names them in reports.
         max_length, batch_size, device, dtype: encoder settings.
-        data_dir: STS data folder (see :func:`bertflow.evaluation.datasets.resolve_data_dir`).
+        data_dir: the STS data folder; required unless the tasks (and NLI sentences) are handed to :func:`run_grid` /
+            :func:`~bertflow.paper.perset.run_per_set` (nothing searches for a default: the CLI's ``--data-dir``
+            does, :func:`bertflow.cli.evaluate.find_data_dir`).
         cache_dir: embedding cache folder; ``use_cache=False`` keeps nothing on disk.
         flow_epochs: flow training epochs.
         flow_options: further :class:`~bertflow.calibrators.FlowCalibrator` arguments for every flow cell (``lr``,
@@ -338,12 +340,8 @@ def run_grid(
     say = progress or (lambda _msg: None)
     started = time.perf_counter()
     regimes = _checked_regimes(config)
-    if encoder is None:
-        encoder = load_encoder(config.model, max_length=config.max_length, device=config.device, dtype=config.dtype)
-    parsed = list({p.key: p for p in (Pooling.parse(s, encoder.num_layers) for s in config.poolings)}.values())
+    encoder, parsed = encoder_and_poolings(config, encoder)
     poolings = [p.key for p in parsed]
-    if not poolings:
-        raise InputError("give at least one pooling")
     specs, flow_kwargs = checked_specs(config, encoder.dim)
     if all(is_identity(s) for s in specs):
         regimes = []  # nothing is fitted, so no fitting sentences need encoding
@@ -377,6 +375,20 @@ def run_grid(
         **run_record(started, encoded.seconds, cells, len(encoded.sentences), encoded.cache),
     }
     return GridResult(meta, cells, published_for(meta["published"]["model"] or ""))
+
+
+def encoder_and_poolings(config: GridConfig, encoder: SentenceEncoder | None) -> tuple[SentenceEncoder, list[Pooling]]:
+    """The run's encoder (``encoder``, else ``config.model`` loaded) and its distinct poolings, parsed on it.
+
+    Raises:
+        InputError: an unknown pooling, or none.
+    """
+    if encoder is None:
+        encoder = load_encoder(config.model, max_length=config.max_length, device=config.device, dtype=config.dtype)
+    poolings = list({p.key: p for p in (Pooling.parse(s, encoder.num_layers) for s in config.poolings)}.values())
+    if not poolings:
+        raise InputError("give at least one pooling")
+    return encoder, poolings
 
 
 def _checked_regimes(config: GridConfig) -> list[str]:

@@ -41,9 +41,9 @@ from .grid import (
     EmbeddingTable,
     GridConfig,
     checked_specs,
+    encoder_and_poolings,
     is_identity,
     is_seeded,
-    load_encoder,
     loaded_tasks,
     model_meta,
     run_record,
@@ -276,11 +276,7 @@ def run_per_set(
     say = progress or (lambda _msg: None)
     started = time.perf_counter()
     sizes = _checked_sizes(config)
-    if encoder is None:
-        encoder = load_encoder(config.model, max_length=config.max_length, device=config.device, dtype=config.dtype)
-    poolings = list({p.key: p for p in (Pooling.parse(s, encoder.num_layers) for s in config.poolings)}.values())
-    if not poolings:
-        raise InputError("give at least one pooling")
+    encoder, poolings = encoder_and_poolings(config, encoder)
     specs, flow_kwargs = checked_specs(config, encoder.dim)
     specs = [s for s in specs if not is_identity(s)]
     tasks, data_dir = loaded_tasks(config, tasks)
