@@ -128,8 +128,8 @@ def onepath(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from bertflow import Embedder, SentenceEncoder, WhiteningCalibrator
     from bertflow.evaluation.cache import EmbeddingCache, embed_cached
     from bertflow.evaluation.datasets import load_sts_task
-    from bertflow.evaluation.grid import evaluate_embedder
     from bertflow.evaluation.sts import evaluate_task
+    from bertflow.paper.grid import evaluate_embedder
 
     model = random_model("minilm-l6", args.tokenizer_dir, work / "minilm")
     enc = SentenceEncoder(str(model), pooling="mean", device=args.device)  # dtype auto: bf16 on CUDA
