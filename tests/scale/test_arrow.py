@@ -25,9 +25,8 @@ from bertflow.errors import InputError, ModelFileError  # noqa: E402
 from bertflow.integrations.map_step import MapEncoder  # noqa: E402
 from bertflow.io.arrow import TableColumn, open_input  # noqa: E402
 from bertflow.scale.encode import encode_file_to_store  # noqa: E402
-from bertflow.scale.layout import ShardSpec, read_manifest  # noqa: E402
+from bertflow.scale.layout import read_manifest  # noqa: E402
 from bertflow.scale.reader import open_embeddings  # noqa: E402
-from bertflow.scale.shards import TableShardWriter  # noqa: E402
 
 from .conftest import make_lines, one_thread, reference  # noqa: E402
 
@@ -187,20 +186,6 @@ def test_a_blank_row_stops_the_run_at_its_shard_and_keeps_the_shards_before(tiny
     for k in (0, 1):
         got = read_embedding_table(out / "shards" / f"part-00000{k}.arrow", "arrow", expected.shape[1], 32 * k)
         np.testing.assert_array_equal(got, expected[32 * k : 32 * (k + 1)])
-
-
-def test_a_failed_table_shard_leaves_nothing_behind(tmp_path):
-    spec = ShardSpec(0, 0, 4, suffix=".parquet")
-    with pytest.raises(RuntimeError, match="encoder died"):
-        with TableShardWriter(tmp_path, spec, 3) as writer:
-            writer.write(np.ones((2, 3), np.float32))
-            raise RuntimeError("encoder died")
-    assert list((tmp_path / "shards").iterdir()) == []
-    with pytest.raises(InputError, match="got 2 rows, expected 4"):
-        with TableShardWriter(tmp_path, spec, 3, background=False) as writer:
-            writer.write(np.ones((2, 3), np.float32))
-            writer.commit()
-    assert list((tmp_path / "shards").iterdir()) == []
 
 
 def test_resume_refuses_another_format_column_or_id(tiny_encoder, tmp_path, lines):
