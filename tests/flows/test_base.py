@@ -1,4 +1,5 @@
-"""Property tests shared by every transform of bertflow.flows, plus per-layer checks.
+"""Property tests shared by every transform of bertflow.flows (the Transform contract of flows/base.py), and Composite.
+Per-layer checks are in test_actnorm.py, test_permutation.py, test_coupling.py and test_glow.py.
 
 Every transform (each layer alone, a flow step, whole Glows) is built in float64 at small D, made non-trivial
 (data-initialised ActNorms, random non-zero weights everywhere) and checked for: shape, exact inversion,
@@ -27,8 +28,7 @@ from bertflow.flows import (
     ReversePermutation,
     Transform,
 )
-from bertflow.flows.actnorm import data_init_mode, initialize_actnorms
-from bertflow.flows.coupling import CouplingNet, ZeroLinear, coupling_network
+from bertflow.flows.actnorm import initialize_actnorms
 
 __all__: list[str] = []
 
@@ -128,187 +128,7 @@ def test_rows_are_independent(name: str) -> None:
         torch.testing.assert_close(li[0], ladj[i], rtol=1e-10, atol=1e-10)
 
 
-# ----------------------------------------------------------------------------------------------- ActNorm
-
-
-def test_actnorm_starts_as_identity_and_forward_never_initialises() -> None:
-    an = ActNorm(5)
-    assert not bool(an.initialized)
-    assert an.initialized.dtype == torch.bool and "initialized" in an.state_dict()
-    x = make_data(5, dtype=torch.float32)
-    y, ladj = an(x)
-    torch.testing.assert_close(y, x)
-    torch.testing.assert_close(ladj, torch.zeros(64))
-    assert not bool(an.initialized)
-    assert torch.all(an.bias == 0) and torch.all(an.log_scale == 0)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_actnorm_initialize_standardises(dtype: torch.dtype) -> None:
-    an = ActNorm(7).to(dtype)
-    x = make_data(7, n=500, dtype=dtype) * 30 + 100
-    an.initialize(x)
-    assert bool(an.initialized)
-    assert an.bias.requires_grad and an.bias.grad_fn is None and an.log_scale.grad_fn is None
-    y, ladj = an(x)
-    tol = 1e-4 if dtype == torch.float32 else 1e-10
-    torch.testing.assert_close(y.mean(0), torch.zeros(7, dtype=dtype), rtol=0, atol=tol)
-    torch.testing.assert_close(y.std(0, correction=0), torch.ones(7, dtype=dtype), rtol=tol, atol=tol)
-    expected = -torch.log(x.double().std(0, correction=0)).sum()
-    torch.testing.assert_close(ladj, expected.to(dtype).expand(500), rtol=tol, atol=tol)
-
-
-def test_actnorm_std_floor_on_near_constant_features() -> None:
-    an = ActNorm(6)
-    x = make_data(6, n=200, dtype=torch.float64)
-    x[:, 1] = 3.0 + 1e-9 * torch.randn(200, dtype=torch.float64)  # near-constant
-    x[:, 4] = -2.0  # exactly constant
-    std = x.std(0, correction=0)
-    floor = max(1e-6, 1e-3 * float(std.median()))
-    an.initialize(x)
-    scale = torch.exp(3.0 * an.log_scale.detach())
-    torch.testing.assert_close(
-        scale[[1, 4]].double(), torch.full((2,), 1 / floor, dtype=torch.float64), rtol=1e-5, atol=0
-    )
-    assert torch.isfinite(scale).all() and scale.max() < 1e4
-    y, _ = an(x.float())
-    assert torch.isfinite(y).all() and y.abs().max() < 1e3
-    # Absolute floor when every feature is constant.
-    an2 = ActNorm(3)
-    an2.initialize(torch.ones(10, 3))
-    torch.testing.assert_close(torch.exp(3.0 * an2.log_scale.detach()), torch.full((3,), 1e6), rtol=1e-5, atol=0)
-
-
-def test_actnorm_initialize_rejects_bad_batches() -> None:
-    an = ActNorm(4)
-    with pytest.raises(ValueError, match="at least 2 samples"):
-        an.initialize(torch.randn(1, 4))
-    with pytest.raises(ValueError, match=r"\[N, 4\]"):
-        an.initialize(torch.randn(8, 5))
-    bad = torch.randn(8, 4)
-    bad[2, 1] = float("nan")
-    with pytest.raises(ValueError, match="non-finite"):
-        an.initialize(bad)
-    assert not bool(an.initialized)
-
-
-def test_data_init_mode_is_switched_off_even_on_error() -> None:
-    step = FlowStep(6, 8)
-    with pytest.raises(ValueError), data_init_mode(step):
-        step(torch.randn(1, 6))  # a single row cannot initialise
-    assert all(m._data_init is None for m in step.modules() if isinstance(m, ActNorm))
-    x = torch.randn(8, 6)
-    step(x)
-    assert not any(bool(m.initialized) for m in step.modules() if isinstance(m, ActNorm))
-
-
-# ------------------------------------------------------------------------------------------ permutations
-
-
-def test_random_permutation_is_seeded_and_stored() -> None:
-    a, b, c = RandomPermutation(50, seed=1), RandomPermutation(50, seed=1), RandomPermutation(50, seed=2)
-    assert a.perm.dtype == torch.long and "perm" in a.state_dict()
-    assert torch.equal(a.perm, b.perm) and not torch.equal(a.perm, c.perm)
-    assert torch.equal(torch.sort(a.perm).values, torch.arange(50))
-    x = torch.arange(50.0).unsqueeze(0)
-    torch.testing.assert_close(a(x)[0], a.perm.float().unsqueeze(0))
-
-
-def test_reverse_permutation_reverses() -> None:
-    x = torch.arange(5.0).unsqueeze(0)
-    torch.testing.assert_close(ReversePermutation(5)(x)[0], torch.tensor([[4.0, 3.0, 2.0, 1.0, 0.0]]))
-
-
-def test_lu_starts_orthogonal_and_masks_hidden_entries() -> None:
-    lu = InvertibleLinearLU(10, seed=4).double()
-    w = lu.weight().detach()
-    torch.testing.assert_close(w @ w.T, torch.eye(10, dtype=torch.float64), rtol=0, atol=1e-6)
-    assert abs(float(lu.log_abs_s.detach().sum())) < 1e-5
-    assert torch.equal(lu.weight(), InvertibleLinearLU(10, seed=4).double().weight())
-    assert not torch.allclose(w, InvertibleLinearLU(10, seed=5).double().weight().detach())
-    # Entries outside the strict triangles are masked out: changing them must not change the map.
-    x = make_data(10, n=5)
-    y_before = lu(x)[0].detach()
-    with torch.no_grad():
-        lu.lower.add_(torch.triu(torch.ones(10, 10, dtype=torch.float64)))
-        lu.upper.add_(torch.tril(torch.ones(10, 10, dtype=torch.float64)))
-    torch.testing.assert_close(lu(x)[0].detach(), y_before, rtol=0, atol=0)
-    state = lu.state_dict()
-    assert {"perm", "sign_s", "lower", "upper", "log_abs_s"} == set(state)
-
-
-def test_lu_weight_matches_forward_for_large_batches() -> None:
-    # Forward applies the LU factors one by one for small batches and the assembled W for large ones.
-    lu = _ready(InvertibleLinearLU(6, seed=2), 6)
-    x = make_data(6, n=20, seed=3)
-    torch.testing.assert_close(lu(x)[0], x @ lu.weight().T, rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(lu(x[:3])[0], x[:3] @ lu.weight().T, rtol=1e-12, atol=1e-12)
-
-
-# ----------------------------------------------------------------------------------------------- coupling
-
-
-def test_coupling_network_structure_and_zero_output() -> None:
-    net = coupling_network(5, 8, hidden=32)
-    assert isinstance(net, CouplingNet)
-    kinds = [type(m) for m in net.children()]
-    assert kinds == [torch.nn.Linear, ActNorm, torch.nn.Linear, ActNorm, ZeroLinear]
-    assert net.linear1.bias is None and net.linear2.bias is None
-    assert net.norm1.num_features == 32 and net.out.out_features == 8
-    for name in ("weight", "bias", "logs"):
-        assert torch.all(getattr(net.out, name) == 0)
-    assert torch.all(net(torch.randn(4, 5)) == 0)
-    # 5*32 + 2*32 + 32*32 + 2*32 + 32*8 + 2*8
-    assert sum(p.numel() for p in net.parameters()) == 1584
-
-
-def test_zero_linear_scales_by_exp_three_logs() -> None:
-    layer = ZeroLinear(3, 2).double()
-    with torch.no_grad():
-        layer.weight.copy_(torch.tensor([[1.0, 2.0, 0.0], [0.0, -1.0, 1.0]]))
-        layer.bias.copy_(torch.tensor([0.5, -0.5]))
-        layer.logs.copy_(torch.tensor([0.1, -0.2]))
-    h = torch.tensor([[1.0, 1.0, 1.0]], dtype=torch.float64)
-    expected = torch.tensor([[3.5 * math.exp(0.3), -0.5 * math.exp(-0.6)]], dtype=torch.float64)
-    torch.testing.assert_close(layer(h), expected)
-
-
-@pytest.mark.parametrize("n", [2, 7, 8])
-def test_fresh_couplings_match_their_closed_form(n: int) -> None:
-    x = torch.randn(6, n, dtype=torch.float64)
-    n_a = n - n // 2
-    add = AdditiveCoupling(n).double()
-    y, ladj = add(x)
-    torch.testing.assert_close(y, x)
-    torch.testing.assert_close(ladj, torch.zeros(6, dtype=torch.float64))
-    aff = AffineCoupling(n).double()
-    y, ladj = aff(x)
-    torch.testing.assert_close(y[:, :n_a], x[:, :n_a], rtol=0, atol=0)
-    torch.testing.assert_close(y[:, n_a:], x[:, n_a:] * torch.sigmoid(torch.tensor(2.0, dtype=torch.float64)))
-    expected = (n // 2) * torch.nn.functional.logsigmoid(torch.tensor(2.0, dtype=torch.float64))
-    torch.testing.assert_close(ladj, expected.expand(6))
-
-
-@pytest.mark.parametrize("cls", [AdditiveCoupling, AffineCoupling])
-def test_coupling_passes_first_part_through(cls: type[Transform]) -> None:
-    t = _ready(cls(9, hidden=8), 9)
-    x = make_data(9, n=10, seed=5)
-    y, _ = t(x)
-    torch.testing.assert_close(y[:, :5], x[:, :5], rtol=0, atol=0)
-    assert not torch.allclose(y[:, 5:], x[:, 5:])
-
-
-def test_affine_ladj_is_nonzero_and_data_dependent_after_perturbation() -> None:
-    t = _ready(AffineCoupling(8, hidden=8), 8)
-    _, ladj = t(make_data(8, n=10, seed=6))
-    assert torch.all(ladj != 0)
-    assert float(ladj.detach().std()) > 1e-3
-
-
-@pytest.mark.parametrize("cls", [AdditiveCoupling, AffineCoupling])
-def test_coupling_rejects_single_feature(cls: type[Transform]) -> None:
-    with pytest.raises(ValueError, match="at least 2 features"):
-        cls(1)
+# ------------------------------------------------------------------------------------------- Composite
 
 
 def test_composite_sums_and_reverses() -> None:
