@@ -127,7 +127,7 @@ LONGER = SENTENCES + [
 def test_fast_tokenisation_matches_hf_tokenizer(tiny_model_dir):
     for max_length in (8, 64):
         enc = SentenceEncoder(str(tiny_model_dir), device="cpu", max_length=max_length)
-        tokens = enc._tokenize_arrays(LONGER)
+        tokens = enc.tokenize_arrays(LONGER)
         reference = enc.tokenize(LONGER)
         bounds = zip(tokens.offsets[:-1], tokens.offsets[1:], strict=True)
         assert [tokens.ids[a:b].tolist() for a, b in bounds] == reference
