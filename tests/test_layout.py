@@ -26,7 +26,7 @@ TESTED_ELSEWHERE: dict[str, tuple[str, ...]] = {
     # Embedder.fit's automatic choice and the paper grid's auto cells.
     "autofit.py": ("calibrators/test_auto.py", "paper/test_autocells.py"),
     # The model card, through Embedder.model_card.
-    "card.py": ("test_weighted_model.py",),
+    "card.py": ("test_embedder.py", "test_weighted_model.py"),
     # The exception classes and describe_os_error: no direct test; exercised wherever an error is raised, the exit
     # codes by tests/test_cli_conventions.py.
     "errors.py": ("test_cli_conventions.py", "test_output_safety.py"),
