@@ -22,9 +22,11 @@ from ..typing import DeviceTransform
 from ..validation import OUTPUT_LIMIT, check_finite, raise_calibrated
 from .batching import HostBatch, PreparedChunk
 from .device import attention_backends, transformers_major
+from .fused import triton_available
 from .packed import (
     ATTENTIONS,
     CUDA_ATTENTION,
+    CUDA_KERNELS,
     UNPADDED_BY_DEFAULT,
     Attention,
     PackedBert,
@@ -147,6 +149,8 @@ class ModelRunner:
         self.packed = PackedBert(model) if self.unpadded_refused is None else None
         self.packed_verified = False
         self.half_cuda = device.type == "cuda" and next(model.parameters()).dtype in (torch.float16, torch.bfloat16)
+        if self.packed is not None and self.half_cuda and triton_available(device):
+            self.packed.kernels = CUDA_KERNELS  # fused layer steps (encoding/fused.py); benchmarks swap it
         self.cuda_attention: Attention = ATTENTIONS[CUDA_ATTENTION]  # benchmarks swap it to compare kernels
 
     def plan(

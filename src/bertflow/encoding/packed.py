@@ -23,12 +23,16 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from .fused import add_layer_norm, linear_gelu, qkv_weights
+
 __all__ = [
     "ATTENTIONS",
     "CUDA_ATTENTION",
+    "CUDA_KERNELS",
     "UNPADDED_BY_DEFAULT",
     "Attention",
     "GROUP_TOKENS",
+    "KERNELS",
     "Packing",
     "PackedBert",
     "max_cosine_deviation",
@@ -197,6 +201,11 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing:
     return varlen_attn(q, k, v, packing.cu_seqlens, packing.cu_seqlens, packing.width, packing.width)
 
 
+#: How :class:`PackedBert` runs a layer: ``modules``, the model's own modules one by one; ``fused``, one GEMM
+#: for Q, K and V and the residual add fused with LayerNorm (:mod:`bertflow.encoding.fused`); ``fused-gelu``, also
+#: GELU in the intermediate GEMM's epilogue (its tanh form).
+KERNELS = ("modules", "fused", "fused-gelu")
+
 #: The attentions of the unpadded forward by name (benchmarks compare them: docs/performance.md).
 ATTENTIONS: dict[str, Attention] = {
     "varlen": varlen_attention,
@@ -208,6 +217,9 @@ ATTENTIONS: dict[str, Attention] = {
 #: grouped attention made BERT-base's forward 1.10x faster than the padded one, varlen 0.94x).
 CUDA_ATTENTION = "grouped"
 UNPADDED_BY_DEFAULT = True
+#: How the unpadded layers run on CUDA in half precision where Triton is available (:data:`KERNELS`); elsewhere
+#: ``modules``. Chosen by measurement (docs/performance.md, issue 23, fused kernels).
+CUDA_KERNELS = "fused"
 
 
 def unsupported_reason(model: torch.nn.Module) -> str | None:
@@ -252,13 +264,18 @@ class PackedBert:
         ValueError: the model is not supported (the message says why).
     """
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, kernels: str = "modules") -> None:
         reason = unsupported_reason(model)
         if reason is not None:
             raise ValueError(f"unpadded forward not supported: {reason}")
+        if kernels not in KERNELS:
+            raise ValueError(f"kernels must be one of {KERNELS}, got {kernels!r}")
         self.model = model
         self.num_layers = int(model.config.num_hidden_layers)
         self.heads = int(model.config.num_attention_heads)
+        #: How each layer runs (:data:`KERNELS`); benchmarks and the runner may change it between batches.
+        self.kernels = kernels
+        self._qkv: dict[int, tuple[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]]] = {}
 
     def states(
         self, input_ids: torch.Tensor, packing: Packing, layers: Sequence[int], attention: Attention
@@ -287,9 +304,29 @@ class PackedBert:
     def _layer(self, layer: torch.nn.Module, x: torch.Tensor, packing: Packing, attention: Attention) -> torch.Tensor:
         sa = layer.attention.self
         shape = (packing.total, self.heads, sa.attention_head_size)
-        a = attention(sa.query(x).view(shape), sa.key(x).view(shape), sa.value(x).view(shape), packing)
-        x = layer.attention.output(a.reshape(packing.total, -1), x)  # dense, then LayerNorm(. + x)
-        return layer.output(layer.intermediate(x), x)  # dense + GELU, dense, then LayerNorm(. + x)
+        if self.kernels == "modules":
+            a = attention(sa.query(x).view(shape), sa.key(x).view(shape), sa.value(x).view(shape), packing)
+            x = layer.attention.output(a.reshape(packing.total, -1), x)  # dense, then LayerNorm(. + x)
+            return layer.output(layer.intermediate(x), x)  # dense + GELU, dense, then LayerNorm(. + x)
+        # Fused (encoding/fused.py): one QKV GEMM, residual add + LayerNorm in one pass, optionally GELU in the GEMM.
+        weight, bias = self._qkv_of(sa)
+        q, k, v = F.linear(x, weight, bias).view(packing.total, 3, *shape[1:]).unbind(1)
+        a = attention(q, k, v, packing).reshape(packing.total, -1)
+        out = layer.attention.output
+        x = add_layer_norm(out.dense(a), x, out.LayerNorm)
+        inter = layer.intermediate
+        h = linear_gelu(x, inter.dense) if self.kernels == "fused-gelu" else inter.intermediate_act_fn(inter.dense(x))
+        return add_layer_norm(layer.output.dense(h), x, layer.output.LayerNorm)
+
+    def _qkv_of(self, sa: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+        """The layer's concatenated QKV projection, made once (remade if a weight was replaced or changed)."""
+        params = (sa.query.weight, sa.key.weight, sa.value.weight, sa.query.bias, sa.key.bias, sa.value.bias)
+        key = tuple(p.data_ptr() for p in params) + tuple(p._version for p in params)
+        cached = self._qkv.get(id(sa))
+        if cached is None or cached[0] != key:
+            cached = (key, qkv_weights(sa))
+            self._qkv[id(sa)] = cached
+        return cached[1]
 
 
 def max_cosine_deviation(a: torch.Tensor, b: torch.Tensor) -> float:
