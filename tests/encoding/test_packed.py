@@ -12,6 +12,7 @@ from bertflow import InputError, SentenceEncoder
 from bertflow.encoding import forward as forward_module
 from bertflow.encoding.packed import (
     ATTENTIONS,
+    SLOTTED,
     PackedBert,
     Packing,
     grouped_attention,
@@ -98,6 +99,33 @@ def test_packed_layers_equal_padded_hf_forward(tiny_bert):
         torch.testing.assert_close(packed, p.pack(ref[k]), rtol=1e-5, atol=1e-5)
     with torch.inference_mode():  # layers above the highest one asked for are not run
         assert sorted(PackedBert(tiny_bert).states(ids, p, [2], padded_attention)) == [2]
+
+
+@pytest.mark.parametrize("width", [8, 40, 70])
+def test_slotted_layout_equals_padded_hf_forward(tiny_bert, width):
+    """The slots layout (padded batch grown to whole attention groups, attention on views) gives the padded HF
+    forward's states at every real token, with one or several sentences per attention row; padding rows get
+    finite values."""
+    from bertflow.encoding.packed import slotted_attention
+
+    torch.manual_seed(width)
+    lengths = torch.tensor([min(n * width // 7, width) or 1 for n in LENGTHS])
+    ids = torch.randint(5, tiny_bert.config.vocab_size, (len(LENGTHS), width))
+    p = Packing.slots(lengths, width)
+    assert p.total % width == 0 and p.total // width >= len(LENGTHS)
+    ids[~p.mask] = 0
+    with torch.inference_mode():
+        ref = tiny_bert(input_ids=ids, attention_mask=p.mask.long(), output_hidden_states=True).hidden_states
+        for kernels in ("modules", "fused"):
+            states = PackedBert(tiny_bert, kernels=kernels).states(ids, p, [1, 3], slotted_attention)
+            for k, flat in states.items():
+                assert torch.isfinite(flat).all()
+                got = p.unpack(flat)
+                assert got.shape == (len(LENGTHS), width, tiny_bert.config.hidden_size)
+                torch.testing.assert_close(got[p.mask], ref[k][p.mask], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="slots"):
+        q = torch.zeros(int(lengths.sum()), 2, 4)
+        slotted_attention(q, q, q, Packing.from_lengths(lengths, width, int(lengths.sum())))
 
 
 @pytest.mark.parametrize("kernels", ["fused", "fused-gelu"])
@@ -230,7 +258,12 @@ def test_attentions_equal_padded_attention_cuda(name):
     p = Packing.from_lengths(lengths, 64, int(lengths.sum()))
     q, k, v = (torch.randn(p.total, 12, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     ref = padded_attention(q.float(), k.float(), v.float(), p)
-    got = ATTENTIONS[name](q, k, v, p).float()
+    if name in SLOTTED:  # same tokens in the slots layout; compared at real tokens
+        s = Packing.slots(lengths, 64)
+        q, k, v = (s.pack(p.unpack(t)) for t in (q, k, v))
+        got = p.pack(s.unpack(ATTENTIONS[name](q, k, v, s))).float()
+    else:
+        got = ATTENTIONS[name](q, k, v, p).float()
     assert torch.linalg.norm(got - ref) / torch.linalg.norm(ref) < 1e-2
 
 

@@ -33,6 +33,7 @@ from .packed import (
     Packing,
     max_cosine_deviation,
     padded_attention,
+    slotted_attention,
     unsupported_reason,
 )
 from .pooling import Pooling, Weighting
@@ -300,7 +301,10 @@ class ModelRunner:
             lengths, total = buf.new_full((rows,), width), rows * width
         else:
             lengths, total = buf[rows * width :], int(batch.buffer[rows * width :].sum())
-        packing = Packing.from_lengths(lengths, width, total)
+        if attention is slotted_attention:
+            packing = Packing.slots(lengths, width)
+        else:
+            packing = Packing.from_lengths(lengths, width, total)
         with attention_backends(self.device, cudnn):  # SDPA inside the grouped and padded attentions
             states = self.packed.states(input_ids, packing, plan.layers, attention)
         captured = {k: packing.unpack(v) for k, v in states.items()}

@@ -33,10 +33,12 @@ __all__ = [
     "Attention",
     "GROUP_TOKENS",
     "KERNELS",
+    "SLOTTED",
     "Packing",
     "PackedBert",
     "max_cosine_deviation",
     "grouped_attention",
+    "slotted_attention",
     "padded_attention",
     "unsupported_reason",
     "varlen_attention",
@@ -69,6 +71,8 @@ class Packing:
     index: torch.Tensor
     positions: torch.Tensor
     mask: torch.Tensor
+    #: True for :meth:`slots`: the "packed" order is the padded batch itself, grown to whole attention groups.
+    slotted: bool = False
     _cache: dict[object, torch.Tensor] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -90,14 +94,42 @@ class Packing:
         mask = torch.arange(width, device=device) < lengths[:, None]
         return cls(rows, width, total, lengths, cu, index, positions, mask)
 
+    @classmethod
+    def slots(cls, lengths: torch.Tensor, width: int) -> Packing:
+        """The layout of :func:`slotted_attention`: every slot of the padded batch, in its order, plus whole rows of
+        padding up to a multiple of ``per_group`` rows, so that ``per_group`` consecutive rows form one attention
+        row by a view (no gather). ``total`` counts slots; :attr:`index` and :attr:`positions` cover them all;
+        :attr:`mask` (real tokens) keeps the batch's own ``[rows, width]``.
+
+        On length-sorted batches padding is a few percent of the slots (the batcher bounds it), which costs less
+        than the gathers the packed order needs around each attention.
+        """
+        rows = int(lengths.shape[0])
+        device = lengths.device
+        per = max(1, GROUP_TOKENS // width)
+        grown = -(-rows // per) * per
+        lengths = lengths.to(torch.int32)
+        cu = torch.arange(rows + 1, device=device, dtype=torch.int32) * width
+        index = torch.arange(grown * width, device=device)
+        positions = torch.arange(width, device=device).repeat(grown)
+        mask = torch.arange(width, device=device) < lengths[:, None]
+        return cls(rows, width, grown * width, lengths, cu, index, positions, mask, slotted=True)
+
     def pack(self, padded: torch.Tensor) -> torch.Tensor:
-        """``[rows, width, ...]`` -> ``[total, ...]``: the real tokens, sentence after sentence."""
+        """``[rows, width, ...]`` -> ``[total, ...]``: the real tokens, sentence after sentence (for :meth:`slots`:
+        every slot, with rows of zeros at the end)."""
+        if self.slotted:
+            flat = padded.reshape(self.rows * self.width, *padded.shape[2:])
+            return torch.cat([flat, flat.new_zeros((self.total - len(flat), *flat.shape[1:]))])
         return padded.reshape(self.rows * self.width, *padded.shape[2:]).index_select(0, self.index)
 
     def unpack(self, packed: torch.Tensor, rows: int | None = None) -> torch.Tensor:
         """``[total, ...]`` -> ``[rows, width, ...]`` with zeros at padding (the inverse of :meth:`pack`);
-        ``rows`` (>= :attr:`rows`) adds rows of padding at the end."""
+        ``rows`` (>= :attr:`rows`) adds rows of padding at the end. For :meth:`slots`, a view of the first rows,
+        whose padding slots hold whatever the layers computed there (poolings read real tokens only)."""
         rows = self.rows if rows is None else rows
+        if self.slotted and rows <= self.total // self.width:
+            return packed.view(self.total // self.width, self.width, *packed.shape[1:])[:rows]
         out = packed.new_zeros((rows * self.width, *packed.shape[1:]))
         out.index_copy_(0, self.index, packed)
         return out.view(rows, self.width, *packed.shape[1:])
@@ -128,10 +160,16 @@ class Packing:
         per, width = self.per_group, self.width
         groups = -(-self.rows // per)
         length = per * width
-        valid = torch.zeros(groups * length, dtype=torch.bool, device=self.index.device)
-        valid.index_fill_(0, self.index, True)  # (index assignment of a Python value would copy it: a sync)
+        if self.slotted:
+            valid = torch.zeros((groups * per, width), dtype=torch.bool, device=self.index.device)
+            valid[: self.rows] = self.mask
+        else:
+            valid = torch.zeros(groups * length, dtype=torch.bool, device=self.index.device)
+            valid.index_fill_(0, self.index, True)  # (index assignment of a Python value would copy it: a sync)
         slot = torch.arange(length, device=self.index.device) // width
         allowed = (slot[:, None] == slot[None, :])[None] & valid.view(groups, 1, length)
+        if self.slotted:  # a padding query attends to itself: no all-masked row (SDPA would give NaN there)
+            allowed |= torch.eye(length, dtype=torch.bool, device=self.index.device)[None]
         shape = (groups, 1, length, -(-length // 16) * 16)
         bias = torch.full(shape, float("-inf"), dtype=dtype, device=self.index.device)[..., :length]
         bias.masked_fill_(allowed[:, None], 0.0)
@@ -182,6 +220,23 @@ def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing
     return flat.index_select(0, packing.index)
 
 
+def slotted_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing) -> torch.Tensor:
+    """:func:`grouped_attention` on the layout of :meth:`Packing.slots`: the groups are views, nothing is gathered.
+
+    Real tokens get :func:`padded_attention`'s result; a padding slot attends to itself only.
+    """
+    if not packing.slotted:
+        raise ValueError("slotted_attention needs a Packing.slots layout")
+    bias = packing.group_bias(q.dtype)
+    groups, length = bias.shape[0], bias.shape[-1]
+
+    def rows(t: torch.Tensor) -> torch.Tensor:  # [groups, heads, length, head_dim], a view
+        return t.view(groups, length, *t.shape[1:]).transpose(1, 2)
+
+    out = F.scaled_dot_product_attention(rows(q), rows(k), rows(v), attn_mask=bias)
+    return out.transpose(1, 2).reshape(packing.total, *q.shape[1:])
+
+
 def varlen_available(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether :func:`varlen_attention` runs here: CUDA, half precision and a torch that has ``varlen_attn``."""
     if device.type != "cuda" or dtype not in (torch.bfloat16, torch.float16) or not torch.cuda.is_available():
@@ -211,7 +266,10 @@ ATTENTIONS: dict[str, Attention] = {
     "varlen": varlen_attention,
     "padded": padded_attention,
     "grouped": grouped_attention,
+    "slotted": slotted_attention,
 }
+#: Attentions that run on the :meth:`Packing.slots` layout instead of packed real tokens.
+SLOTTED = frozenset({"slotted"})
 #: The attention of the unpadded forward on CUDA, and whether that forward is the CUDA default
 #: (``EncodeSettings.unpadded=None``): chosen by measurement (docs/performance.md, issue 23: on an H200 the
 #: grouped attention made BERT-base's forward 1.10x faster than the padded one, varlen 0.94x).
