@@ -2,10 +2,14 @@
 
 A padded batch ``[rows, width]`` spends compute on padding in every Linear, LayerNorm and GELU, and attention
 kernels for short rows are dominated by their fixed cost. Here the real tokens of a batch are laid end to end in
-one ``[total_tokens, hidden]`` tensor (:class:`Packing`), the model's own modules run on it (no weight is copied),
-and attention keeps each sentence to itself, by one of :data:`ATTENTIONS`:
+one ``[total_tokens, hidden]`` tensor (:class:`Packing`), the model's own modules run on it (or, on CUDA, the
+fused steps of :mod:`bertflow.encoding.fused`: :data:`KERNELS`), and attention keeps each sentence to itself, by
+one of :data:`ATTENTIONS`:
 
-- :func:`grouped_attention` (the CUDA choice): sentences side by side in rows of ~128 tokens under a
+- :func:`slotted_attention` (the CUDA choice): the layout of :meth:`Packing.slots`, the length-sorted padded batch
+  (a few percent padding) grown to whole groups of ~128 token slots, so that the groups of
+  :func:`grouped_attention` are views and no gather is needed around attention;
+- :func:`grouped_attention`: sentences side by side in rows of ~128 tokens under a
   block-diagonal mask, so an attention kernel's tiles are full instead of holding one 15-token sentence each;
 - :func:`varlen_attention`: torch's variable-length flash kernel on the sentences' boundaries (``cu_seqlens``),
   which on short sentences runs one mostly empty tile per sentence (slower than padded attention, measured);
@@ -272,12 +276,15 @@ ATTENTIONS: dict[str, Attention] = {
 SLOTTED = frozenset({"slotted"})
 #: The attention of the unpadded forward on CUDA, and whether that forward is the CUDA default
 #: (``EncodeSettings.unpadded=None``): chosen by measurement (docs/performance.md, issue 23: on an H200 the
-#: grouped attention made BERT-base's forward 1.10x faster than the padded one, varlen 0.94x).
-CUDA_ATTENTION = "grouped"
+#: grouped attention made BERT-base's forward 1.10x faster than the padded one, varlen 0.94x; with the fused
+#: kernels, the slotted layout 1.38x, grouped 1.30x).
+CUDA_ATTENTION = "slotted"
 UNPADDED_BY_DEFAULT = True
 #: How the unpadded layers run on CUDA in half precision where Triton is available (:data:`KERNELS`); elsewhere
-#: ``modules``. Chosen by measurement (docs/performance.md, issue 23, fused kernels).
-CUDA_KERNELS = "fused"
+#: ``modules``. Chosen by measurement (docs/performance.md, issue 23, fifth call: ``slotted`` + ``fused-gelu`` made
+#: BERT-base's forward 1.38x and MiniLM-L6's 1.69x faster than the padded one on an H200; ``grouped`` +
+#: ``modules``, the previous default, 1.11x / 1.16x).
+CUDA_KERNELS = "fused-gelu"
 
 
 def unsupported_reason(model: torch.nn.Module) -> str | None:
