@@ -96,15 +96,18 @@ def main() -> None:
     rng = np.random.default_rng(0)
     text = [pool[i] for i in rng.permutation(np.arange(args.sentences) % len(pool))]
     warm = synthetic(args.tokenizer_dir, 8000)
-    out: dict[str, Any] = {"card": torch.cuda.get_device_name(0), "torch": torch.__version__, "command": " ".join(sys.argv)}
+    out: dict[str, Any] = {
+        "card": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "command": " ".join(sys.argv),
+    }
     with tempfile.TemporaryDirectory(prefix="bertflow-peer-") as tmp:
         model = random_model("bert-base", args.tokenizer_dir, Path(tmp) / "bert-base")
         enc = SentenceEncoder(str(model), pooling="mean", device="cuda")
         enc.encode(warm, show_progress_bar=False)
         times, ours = timed(lambda: enc.encode(text, show_progress_bar=False), args.rounds)
         out["bertflow"] = summary(len(text), times)
-        enc.close()
-        del enc
+        enc.close()  # its workers stop; the model's memory goes with the process
         torch.cuda.empty_cache()
         try:
             import infinity_emb

@@ -284,7 +284,9 @@ def test_add_layer_norm_kernel_cuda(hidden):
     y, r = (torch.randn(1237, hidden, device="cuda", dtype=torch.bfloat16) * 3 + 1 for _ in range(2))
     with torch.inference_mode():
         got = add_layer_norm(y, r, norm).float()
-        ref = torch.nn.functional.layer_norm(y.float() + r.float(), (hidden,), norm.weight.float(), norm.bias.float(), 1e-12)
+        ref = torch.nn.functional.layer_norm(
+            y.float() + r.float(), (hidden,), norm.weight.float(), norm.bias.float(), 1e-12
+        )
     assert torch.isfinite(got).all()
     assert float(torch.linalg.norm(got - ref) / torch.linalg.norm(ref)) < 5e-3
 

@@ -150,7 +150,8 @@ class WordPieceShortcut:
     carriage return, and contains no added token (``[MASK]``, ``<s>`` ...), that pipeline reduces to: lowercase,
     split with one regular expression, WordPiece each word on its own, truncate, add the special tokens.
     Each distinct word goes through the tokenizer's own model once and is remembered (up to
-    :data:`MEMO_LIMIT` words); the vocabulary's whole words are remembered from the start. It is checked against the tokenizer on probe sentences when built.
+    :data:`MEMO_LIMIT` words); the vocabulary's whole words are remembered from the start. It is checked against
+    the tokenizer on probe sentences when built.
 
     Build it with :meth:`from_tokenizer`, which returns ``None`` for any other kind of tokenizer.
     """
@@ -245,7 +246,9 @@ class WordPieceShortcut:
         """
         prefix = model.get("continuing_subword_prefix") or "##"
         longest = int(model.get("max_input_chars_per_word", 100))
-        self._seed = {w: [i] for w, i in model.get("vocab", {}).items() if 0 < len(w) <= longest and not w.startswith(prefix)}
+        self._seed = {
+            w: [i] for w, i in model.get("vocab", {}).items() if 0 < len(w) <= longest and not w.startswith(prefix)
+        }
         self._memo.update(self._seed)
 
     def _learn(self, words: list[str]) -> None:
