@@ -47,6 +47,8 @@ TESTED_ELSEWHERE: dict[str, tuple[str, ...]] = {
     "cli/evaluate.py": ("cli/test_data_dir.py", "paper/test_reproduce.py", "paper/test_per_set.py"),
     "cli/options.py": ("cli/test_help.py", "test_cli.py"),
     "cli/search.py": ("test_search.py", "test_cli.py"),
+    # The fused layer kernels (QKV GEMM, add + LayerNorm, GELU epilogue), against the padded HF forward.
+    "encoding/fused.py": ("encoding/test_packed.py",),
     # The forward pass (layer capture, 4-D mask, hooks), through SentenceEncoder and the packed forward.
     "encoding/forward.py": ("encoding/test_encoder.py", "encoding/test_packed.py"),
     # Missing models and fingerprints through SentenceEncoder; the packaged default and checkpoint provenance.
