@@ -13,6 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bertflow import (
+    AllButTheTopCalibrator,
+    ChainCalibrator,
+    FlowCalibrator,
+    IdentityCalibrator,
+    StandardNormCalibrator,
+    WhiteningCalibrator,
+)
 from bertflow.calibrators import calibrator_names, calibrator_specs, parse_calibrator
 from bertflow.calibrators.registry import catalogue, get_calibrator_class
 from bertflow.errors import CompatibilityError, InputError
@@ -152,3 +160,28 @@ def test_a_toy_calibrator_in_one_new_file_fits_saves_loads_in_fresh_processes_an
     load = f"from bertflow import Embedder; Embedder.load({str(tmp_path / 'model')!r})"
     done = subprocess.run([sys.executable, "-c", load], capture_output=True, text=True, env=plain, timeout=600)
     assert done.returncode != 0 and "unknown calibrator type 'toy'" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("spec", "cls", "attrs"),
+    [
+        ("none", IdentityCalibrator, {}),
+        ("flow", FlowCalibrator, {"preset": "code"}),
+        ("flow-paper", FlowCalibrator, {"preset": "paper"}),
+        ("whitening", WhiteningCalibrator, {"n_components": None}),
+        ("whitening-256", WhiteningCalibrator, {"n_components": 256}),
+        ("standard-norm", StandardNormCalibrator, {}),
+        ("natsv-6", AllButTheTopCalibrator, {"n_components": 6}),
+        ("SN+NATSV-6", ChainCalibrator, {}),
+    ],
+)
+def test_parse_calibrator(spec, cls, attrs):
+    cal = parse_calibrator(spec)
+    assert type(cal) is cls
+    for k, v in attrs.items():
+        assert getattr(cal, k) == v
+
+
+def test_parse_calibrator_unknown():
+    with pytest.raises(InputError, match="unknown calibrator"):
+        parse_calibrator("pca-whatever")

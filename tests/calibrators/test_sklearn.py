@@ -1,16 +1,13 @@
 """Calibrators are scikit-learn transformers: the estimator checks, clone, Pipeline, GridSearchCV, set_output,
-feature names, and the two calibrators that equal scikit-learn estimators."""
+feature names (the equalities with StandardScaler and PCA are in test_simple.py and test_whitening.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from sklearn.base import clone
-from sklearn.decomposition import PCA
 from sklearn.exceptions import NotFittedError as SklearnNotFittedError
 from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from bertflow.calibrators import (
@@ -112,29 +109,6 @@ def test_sklearn_estimator_checks(estimator, check):
 # -- beyond the generic checks -------------------------------------------------------------------------------
 
 
-def test_clone_of_a_chain_is_unfitted_and_independent(anisotropic_data):
-    steps = [StandardNormCalibrator(), WhiteningCalibrator(4)]
-    chain = ChainCalibrator(steps).fit(anisotropic_data)
-    # fit leaves the steps given untouched (it fits clones, kept in steps_), as scikit-learn's meta-estimators do.
-    assert not steps[0].is_fitted and not steps[1].is_fitted
-    assert chain.steps_[1].n_components_ == 4 and chain.steps_[0] is not steps[0]
-    copy = clone(chain)
-    assert not copy.is_fitted and copy.steps[1].get_params() == steps[1].get_params()
-    assert copy.steps[1] is not steps[1]
-    np.testing.assert_array_equal(copy.fit_transform(anisotropic_data), chain.transform(anisotropic_data))
-
-
-def test_chain_loaded_from_disk_has_its_steps_as_parameters(anisotropic_data, tmp_path):
-    chain = ChainCalibrator([StandardNormCalibrator(), AllButTheTopCalibrator(2)]).fit(anisotropic_data)
-    chain.save(tmp_path / "chain")
-    loaded = ChainCalibrator.load(tmp_path / "chain")
-    assert [type(s) for s in loaded.steps] == [StandardNormCalibrator, AllButTheTopCalibrator]
-    assert loaded.steps[1].n_components == 2 and not loaded.steps[1].is_fitted
-    np.testing.assert_array_equal(
-        clone(loaded).fit(anisotropic_data).transform(anisotropic_data), chain.transform(anisotropic_data)
-    )
-
-
 def test_not_fitted_error_is_scikit_learns(anisotropic_data):
     with pytest.raises(SklearnNotFittedError):
         WhiteningCalibrator().transform(anisotropic_data)
@@ -145,21 +119,6 @@ def test_output_is_float32_for_float64_input_as_documented(anisotropic_data):
     assert cal.transform(anisotropic_data.astype(np.float64)).dtype == np.float32
     assert cal.__sklearn_tags__().transformer_tags.preserves_dtype == ["float32"]
     assert "float32" in Calibrator.__doc__ and "float32" in Calibrator.transform.__doc__
-
-
-def test_standard_norm_equals_standard_scaler(anisotropic_data):
-    ours = StandardNormCalibrator().fit_transform(anisotropic_data)
-    theirs = StandardScaler().fit_transform(anisotropic_data)
-    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.parametrize("k", [None, 5])
-def test_whitening_equals_pca_whiten_up_to_column_signs(anisotropic_data, k):
-    ours = WhiteningCalibrator(k).fit_transform(anisotropic_data).astype(np.float64)
-    theirs = PCA(n_components=k, whiten=True, svd_solver="full").fit_transform(anisotropic_data)
-    signs = np.sign((ours * theirs).sum(axis=0))  # eigenvectors are defined up to sign
-    assert (signs != 0).all()
-    np.testing.assert_allclose(ours * signs, theirs, rtol=1e-4, atol=1e-4)
 
 
 def test_feature_names_out(anisotropic_data):

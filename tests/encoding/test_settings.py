@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from bertflow import InputError, SentenceEncoder
-from bertflow.encoding.device import resolve_device, resolve_dtype
 from bertflow.encoding.settings import EncodeSettings
 
 from ..conftest import SENTENCES
@@ -65,15 +64,3 @@ def test_settings_change_batches_but_not_vectors(tiny_model_dir):
     out = enc.encode(SENTENCES)
     assert enc.last_stats.batches > batches and enc.last_stats.chunk_sizes[0] == 3  # the settings were used
     np.testing.assert_allclose(out, ref, atol=1e-5)
-
-
-def test_device_and_dtype_names():
-    import torch
-
-    assert resolve_device("cpu") == torch.device("cpu")
-    assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
-    assert resolve_dtype("bf16", torch.device("cpu")) == torch.bfloat16
-    with pytest.raises(InputError, match="unknown dtype 'float8'"):
-        resolve_dtype("float8", torch.device("cpu"))
-    with pytest.raises(InputError, match="unknown device"):
-        resolve_device("tpu:x:y")

@@ -14,7 +14,7 @@ from safetensors.torch import load_file, save_file
 
 from bertflow.flows import GLOW_PRESETS, ActNorm, Glow
 
-from .test_transforms import make_data, perturb_
+from .test_base import make_data, perturb_
 
 __all__: list[str] = []
 

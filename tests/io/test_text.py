@@ -12,7 +12,15 @@ from hypothesis import strategies as st
 
 from bertflow.errors import InputError
 from bertflow.io import text
-from bertflow.io.text import SentencePairs, iter_lines, read_pairs, read_sentences, read_tsv_column
+from bertflow.io.text import (
+    SentencePairs,
+    index_lines,
+    iter_lines,
+    read_lines,
+    read_pairs,
+    read_sentences,
+    read_tsv_column,
+)
 from bertflow.validation import is_blank, validate_sentences
 
 from ..conftest import write_file
@@ -337,3 +345,41 @@ def test_read_pairs_without_target_and_with_every_column(tmp_path):
     path.write_text("score\tsentence1\tsentence2\n4.5\ta\tb\n", encoding="utf-8")
     scored = read_pairs(path, require_target=False, keep_columns=True)
     assert scored.scores.tolist() == [4.5] and scored.columns["score"] == ["4.5"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"a\nbb\nccc\nd\ne\n",
+        b"a\nbb\nccc\nd\ne",  # no final newline: the last line still counts
+        b"\xef\xbb\xbfa\r\nbb\r\nccc\r\nd\r\ne\r\nf\r\n",  # BOM and CRLF
+        b"one line only",
+        b"",
+    ],
+)
+@pytest.mark.parametrize("every", [1, 2, 3, 10])
+def test_line_index_agrees_with_the_whole_file_reader(tmp_path, content, every):
+    path = tmp_path / "in.txt"
+    path.write_bytes(content)
+    expected = [text for _, text in iter_lines(path)]
+    index = index_lines(path, every, block_size=3)  # tiny blocks: boundaries fall across block edges
+    assert index.lines == len(expected) and index.bytes == len(content)
+    assert len(index.offsets) == -(-len(expected) // every)
+    got = []
+    for k, offset in enumerate(index.offsets):
+        count = min(every, len(expected) - k * every)
+        got += read_lines(path, offset, count, first_line=k * every + 1)
+    assert got == expected
+
+
+def test_read_lines_names_the_line_of_a_blank_or_undecodable_line(tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"fine\n  \nok\n")
+    with pytest.raises(InputError, match="line 2 is empty"):
+        read_lines(path, 0, 3)
+    path.write_bytes(b"fine\nbad \xff byte\n")
+    with pytest.raises(InputError, match=r"line 12 is not valid UTF-8 \(byte 0xff"):
+        read_lines(path, 0, 2, first_line=11)
+    assert read_lines(path, 0, 2, errors="replace")[1] == "bad \ufffd byte"
+    with pytest.raises(InputError, match="changed since it was indexed"):
+        read_lines(path, 0, 5, errors="replace")

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+from bertflow.scale.store import write_store
+
 from ..conftest import SENTENCES
 
 
@@ -57,3 +59,13 @@ def anisotropic32_rows() -> np.ndarray:
 @pytest.fixture()
 def anisotropic32() -> np.ndarray:
     return anisotropic32_rows()
+
+
+@pytest.fixture()
+def matrix() -> np.ndarray:
+    return np.random.default_rng(0).normal(size=(103, 5)).astype(np.float32)
+
+
+@pytest.fixture()
+def store(tmp_path, matrix):
+    return write_store(matrix, tmp_path / "store", shard_size=10)

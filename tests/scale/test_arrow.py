@@ -1,4 +1,5 @@
 """Parquet / Arrow input and output of the sharded encoder, and the map step for Ray Data / Spark (issue 17 item 4).
+Reading a table by row range: tests/io/test_arrow.py (whose table helpers these tests use).
 
 Row ``i`` of a store made from a table is row ``i`` of its text column, so a table input gives the store a text file
 of the same sentences gives, bit for bit, in every shard format.
@@ -23,29 +24,14 @@ from bertflow import Embedder, WhiteningCalibrator  # noqa: E402
 from bertflow.cli import app  # noqa: E402
 from bertflow.errors import InputError, ModelFileError  # noqa: E402
 from bertflow.integrations.map_step import MapEncoder  # noqa: E402
-from bertflow.io.arrow import TableColumn, open_input  # noqa: E402
 from bertflow.scale.encode import encode_file_to_store  # noqa: E402
-from bertflow.scale.layout import ShardSpec, read_manifest  # noqa: E402
+from bertflow.scale.layout import read_manifest  # noqa: E402
 from bertflow.scale.reader import open_embeddings  # noqa: E402
-from bertflow.scale.shards import TableShardWriter  # noqa: E402
 
+from ..io.test_arrow import ROWS, _table, write_table  # noqa: E402
 from .conftest import make_lines, one_thread, reference  # noqa: E402
 
 ENCODE = dict(shard_size=32, chunk_size=16, batch_size=8)
-ROWS = 101
-
-
-def _table(lines: list[str]) -> pa.Table:
-    return pa.table({"doc_id": pa.array([1000 + i for i in range(len(lines))], pa.int64()), "text": lines})
-
-
-def write_table(path: Path, table: pa.Table, group: int = 30) -> Path:
-    """Parquet with row groups of ``group`` rows, or an Arrow IPC file (Feather v2) of record batches of ``group``."""
-    if path.suffix == ".parquet":
-        pq.write_table(table, path, row_group_size=group)
-    else:
-        feather.write_feather(table, path, chunksize=group)
-    return path
 
 
 @pytest.fixture()
@@ -62,43 +48,6 @@ def shard_tables(folder: Path, suffix: str) -> pa.Table:
     files = sorted((folder / "shards").glob(f"*{suffix}"))
     read = pq.read_table if suffix == ".parquet" else feather.read_table
     return pa.concat_tables([read(f) for f in files])
-
-
-# -- reading a text column by row range -----------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("name", ["in.parquet", "in.feather"])
-def test_row_ranges_read_only_what_they_ask_for(tmp_path, lines, name):
-    path = write_table(tmp_path / name, _table(lines), group=7)
-    source = open_input(path, id_column="doc_id")
-    assert isinstance(source, TableColumn) and source.rows == ROWS
-    for start, stop in [(0, 7), (5, 9), (6, 50), (98, 101), (0, 101), (14, 15)]:
-        assert source.read(start, stop) == lines[start:stop]
-        assert source.read_ids(start, stop).to_pylist() == list(range(1000 + start, 1000 + stop))
-    index = source.index(32)
-    assert index.rows == ROWS and index.offsets is None
-    assert index.record["column"] == "text" and index.record["format"] == ("parquet" if "parquet" in name else "arrow")
-
-
-def test_bad_columns_and_rows_are_one_line_errors(tmp_path, lines):
-    path = write_table(tmp_path / "in.parquet", _table(lines))
-    with pytest.raises(InputError, match=r"has no column 'body'; its columns: doc_id, text"):
-        open_input(path, text_column="body").index(32)
-    with pytest.raises(InputError, match=r"column 'doc_id' has type int64, not text"):
-        open_input(path, text_column="doc_id").index(32)
-    with pytest.raises(InputError, match="--text-column applies to Parquet or Arrow input"):
-        open_input(tmp_path / "in.txt", text_column="text")
-    nulls = write_table(tmp_path / "nulls.feather", pa.table({"text": ["a b", None, "c", None]}), group=2)
-    with pytest.raises(InputError, match=r"holds 2 null value\(s\), the first at row 1 \(counting from 0\)"):
-        open_input(nulls).index(2)
-    blank = write_table(tmp_path / "blank.parquet", pa.table({"text": ["fine", "also fine", " \u200b "]}), group=2)
-    open_input(blank).index(2)  # blank strings are found when their rows are read, as blank lines are
-    with pytest.raises(InputError, match=r"row 2 \(counting from 0\) of column 'text' is empty or only whitespace"):
-        open_input(blank).read(2, 3)
-    not_a_table = tmp_path / "text.parquet"
-    not_a_table.write_text("one sentence\n", encoding="utf-8")
-    with pytest.raises(InputError, match="cannot read .* as a Parquet file"):
-        open_input(not_a_table).index(2)
 
 
 # -- stores from tables, stores of tables ----------------------------------------------------------------------------
@@ -187,20 +136,6 @@ def test_a_blank_row_stops_the_run_at_its_shard_and_keeps_the_shards_before(tiny
     for k in (0, 1):
         got = read_embedding_table(out / "shards" / f"part-00000{k}.arrow", "arrow", expected.shape[1], 32 * k)
         np.testing.assert_array_equal(got, expected[32 * k : 32 * (k + 1)])
-
-
-def test_a_failed_table_shard_leaves_nothing_behind(tmp_path):
-    spec = ShardSpec(0, 0, 4, suffix=".parquet")
-    with pytest.raises(RuntimeError, match="encoder died"):
-        with TableShardWriter(tmp_path, spec, 3) as writer:
-            writer.write(np.ones((2, 3), np.float32))
-            raise RuntimeError("encoder died")
-    assert list((tmp_path / "shards").iterdir()) == []
-    with pytest.raises(InputError, match="got 2 rows, expected 4"):
-        with TableShardWriter(tmp_path, spec, 3, background=False) as writer:
-            writer.write(np.ones((2, 3), np.float32))
-            writer.commit()
-    assert list((tmp_path / "shards").iterdir()) == []
 
 
 def test_resume_refuses_another_format_column_or_id(tiny_encoder, tmp_path, lines):

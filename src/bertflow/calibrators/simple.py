@@ -67,7 +67,7 @@ class StandardNormCalibrator(Calibrator):
 
     This is ``sklearn.preprocessing.StandardScaler()`` (population std, ddof 0), except that a (near-)constant
     dimension is divided by a floored std (:func:`floored_std`) where StandardScaler divides by 1; the output is
-    float32. ``tests/calibrators/test_sklearn.py`` checks the equality.
+    float32. ``tests/calibrators/test_simple.py`` checks the equality.
 
     Attributes:
         mean_: [D] per-dimension mean.

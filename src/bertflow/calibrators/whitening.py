@@ -118,7 +118,7 @@ class WhiteningCalibrator(Calibrator):
     whiten=True)`` up to the sign of each output column (eigenvectors have no sign; cosines do not depend on
     it): same centring, same covariance (divided by N - 1), same scaling. It differs where PCA has no
     counterpart: ``shrinkage`` (automatic for N <= D), ``rcond`` (dropping directions without variance instead of
-    amplifying them), and float32 output. ``tests/calibrators/test_sklearn.py`` checks the equality.
+    amplifying them), and float32 output. ``tests/calibrators/test_whitening.py`` checks the equality.
 
     Args:
         n_components: keep the top k principal directions ("whitening-k", e.g. 256 for BERT-base); ``None``

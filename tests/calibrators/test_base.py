@@ -1,4 +1,5 @@
-"""The scikit-learn contract, checked for every calibrator."""
+"""The calibrator contract (bertflow.calibrators.base.Calibrator), checked for every registered calibrator; what one
+calibrator does beyond it is in test_<its module>.py."""
 
 from __future__ import annotations
 
@@ -8,14 +9,12 @@ import torch
 
 from bertflow import (
     AllButTheTopCalibrator,
-    ChainCalibrator,
     FlowCalibrator,
     IdentityCalibrator,
     InputError,
     NotFittedError,
     StandardNormCalibrator,
     WhiteningCalibrator,
-    parse_calibrator,
 )
 from bertflow.calibrators import Calibrator
 
@@ -140,103 +139,6 @@ def test_rejects_bad_input(calibrator, anisotropic_data):
     bad[7, 2] = np.inf
     with pytest.raises(InputError, match="NaN or Inf"):
         type(calibrator)(**calibrator.get_params()).fit(bad)
-
-
-def test_whitening_gives_identity_covariance(anisotropic_data):
-    z = WhiteningCalibrator().fit_transform(anisotropic_data).astype(np.float64)
-    np.testing.assert_allclose(np.cov(z, rowvar=False), np.eye(z.shape[1]), atol=1e-4)
-    np.testing.assert_allclose(z.mean(0), 0, atol=1e-4)
-    zk = WhiteningCalibrator(4).fit_transform(anisotropic_data).astype(np.float64)
-    assert zk.shape[1] == 4
-    np.testing.assert_allclose(np.cov(zk, rowvar=False), np.eye(4), atol=1e-4)
-
-
-def test_whitening_drops_constant_dimensions(anisotropic_data):
-    x = anisotropic_data.copy()
-    x[:, 3] = 0.7  # constant, as all-MiniLM-L6-v2's dimensions 127, 223, 319
-    x[:, 5] = 0.2 + 1e-12 * np.random.default_rng(1).normal(size=len(x))
-    cal = WhiteningCalibrator().fit(x)
-    z = cal.transform(x).astype(np.float64)
-    assert cal.n_components_ == x.shape[1] - 2
-    assert np.abs(z).max() < 100
-    np.testing.assert_allclose(np.cov(z, rowvar=False), np.eye(z.shape[1]), atol=1e-4)
-
-
-def test_whitening_fewer_samples_than_dimensions(caplog):
-    x = np.random.default_rng(0).normal(size=(10, 30))
-    # By default the singular covariance is shrunk (see tests/test_silent_results.py for why), with a warning.
-    cal = WhiteningCalibrator().fit(x)
-    assert cal.shrinkage_ > 0 and "singular covariance" in caplog.text
-    assert np.isfinite(cal.transform(x)).all()
-    # Asked for no shrinkage: the directions without variance are dropped, with a warning.
-    caplog.clear()
-    cal = WhiteningCalibrator(shrinkage=0).fit(x)
-    assert cal.n_components_ <= 9 and cal.shrinkage_ == 0
-    assert "only 10 samples" in caplog.text
-    assert np.isfinite(cal.transform(x)).all()
-
-
-def test_shrinkage_interpolates_towards_rotation(anisotropic_data):
-    plain = WhiteningCalibrator().fit(anisotropic_data)
-    strong = WhiteningCalibrator(shrinkage=1e6).fit(anisotropic_data)
-    # Huge shrinkage: every direction is scaled alike, so cosines equal those of the centred data.
-    z = strong.transform(anisotropic_data).astype(np.float64)
-    c = anisotropic_data - anisotropic_data.mean(0)
-    cos = lambda a: (a / np.linalg.norm(a, axis=1, keepdims=True)) @ (a / np.linalg.norm(a, axis=1, keepdims=True)).T  # noqa: E731
-    np.testing.assert_allclose(cos(z), cos(c), atol=1e-4)
-    assert not np.allclose(cos(plain.transform(anisotropic_data).astype(np.float64)), cos(c), atol=1e-2)
-
-
-def test_standard_norm(anisotropic_data):
-    z = StandardNormCalibrator().fit_transform(anisotropic_data).astype(np.float64)
-    np.testing.assert_allclose(z.mean(0), 0, atol=1e-5)
-    np.testing.assert_allclose(z.std(0), 1, atol=1e-5)
-
-
-def test_all_but_the_top_nulls_top_directions(anisotropic_data):
-    cal = AllButTheTopCalibrator(3).fit(anisotropic_data)
-    z = cal.transform(anisotropic_data).astype(np.float64)
-    np.testing.assert_allclose(z @ cal.components_.T, 0, atol=1e-3)
-    np.testing.assert_allclose(cal.components_ @ cal.components_.T, np.eye(3), atol=1e-8)
-    with pytest.raises(InputError, match="n_components"):
-        AllButTheTopCalibrator(12).fit(anisotropic_data)
-
-
-def test_chain_equals_steps_in_sequence(anisotropic_data):
-    chain = ChainCalibrator([StandardNormCalibrator(), WhiteningCalibrator(5)]).fit(anisotropic_data)
-    sn = StandardNormCalibrator().fit(anisotropic_data)
-    wh = WhiteningCalibrator(5).fit(sn.transform(anisotropic_data).astype(np.float64))
-    np.testing.assert_allclose(
-        chain.transform(anisotropic_data), wh.transform(sn.transform(anisotropic_data)), atol=1e-4
-    )
-    assert chain.n_features_out_ == 5
-    with pytest.raises(InputError, match="at least one step"):
-        ChainCalibrator([]).fit(anisotropic_data)
-
-
-@pytest.mark.parametrize(
-    ("spec", "cls", "attrs"),
-    [
-        ("none", IdentityCalibrator, {}),
-        ("flow", FlowCalibrator, {"preset": "code"}),
-        ("flow-paper", FlowCalibrator, {"preset": "paper"}),
-        ("whitening", WhiteningCalibrator, {"n_components": None}),
-        ("whitening-256", WhiteningCalibrator, {"n_components": 256}),
-        ("standard-norm", StandardNormCalibrator, {}),
-        ("natsv-6", AllButTheTopCalibrator, {"n_components": 6}),
-        ("SN+NATSV-6", ChainCalibrator, {}),
-    ],
-)
-def test_parse_calibrator(spec, cls, attrs):
-    cal = parse_calibrator(spec)
-    assert type(cal) is cls
-    for k, v in attrs.items():
-        assert getattr(cal, k) == v
-
-
-def test_parse_calibrator_unknown():
-    with pytest.raises(InputError, match="unknown calibrator"):
-        parse_calibrator("pca-whatever")
 
 
 def test_repr_shows_non_defaults():

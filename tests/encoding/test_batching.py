@@ -1,0 +1,42 @@
+"""Batch planning (bertflow.encoding.batching.plan_batches): the token budget, row caps, padding bounds, min_tokens."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def test_plan_batches_covers_everything_within_budget():
+    from bertflow.encoding.batching import plan_batches
+
+    rng = np.random.default_rng(0)
+    lengths = np.sort(rng.integers(3, 40, size=500))[::-1]
+    cases = [
+        (64, None, 0.5, 0.9),
+        (256, 7, 0.5, 0.0),
+        (1000, None, 0.0, 0.0),
+        (1000, None, 2.0, 0.0),
+        (10, None, 0.5, 0.5),
+    ]
+    for max_tokens, max_rows, fill, ratio in cases:
+        batches = plan_batches(lengths, max_tokens, max_rows, fill, ratio)
+        assert batches[0][0] == 0 and batches[-1][1] == len(lengths)
+        assert all(a[1] == b[0] for a, b in zip(batches[:-1], batches[1:], strict=True))
+        for start, stop in batches:
+            rows, width = stop - start, lengths[start]
+            assert rows == 1 or rows * width <= max_tokens
+            assert max_rows is None or rows <= max_rows
+            assert lengths[stop - 1] >= ratio * width  # padding bounded by min_length_ratio
+        if fill == 0.0:  # every batch holds one length: no padding anywhere
+            assert all(lengths[start] == lengths[stop - 1] for start, stop in batches)
+    greedy = plan_batches(lengths, 1000, None, 2.0, 0.0)
+    assert all(stop - start == min(1000 // lengths[start], len(lengths) - start) for start, stop in greedy)
+
+
+def test_min_tokens_keeps_small_batches_from_forming():
+    from bertflow.encoding.batching import plan_batches
+
+    lengths = np.array([40] * 3 + [30] * 3 + [20] * 3 + [10] * 200)
+    strict = plan_batches(lengths, 4000, None, 0.5, 0.9, 0)
+    assert strict == [(0, 3), (3, 6), (6, 9), (9, 209)]  # the 90% length rule alone: three tiny batches
+    filled = plan_batches(lengths, 4000, None, 0.5, 0.9, 1000)
+    assert filled == [(0, 25), (25, 209)]  # topped up to >= 1000 padded tokens, accepting padding

@@ -1,0 +1,112 @@
+"""The test tree mirrors the package (issue 22 item 9): the tests of ``src/bertflow/<package path>/<module>.py`` live
+in ``tests/<package path>/test_<module>.py``. A module without that file must be listed below, with the reason, and,
+for a module tested through other files, which files: the list is the to-do list of the mirror. An entry that is no
+longer needed (the module got its file, or is gone) or that names a test file that does not exist fails too, so the
+list stays honest as modules and tests move."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "bertflow"
+TESTS = ROOT / "tests"
+
+#: Modules that get no test file of their own, for good: nothing to test apart from where they are used.
+#: (Every ``__init__.py`` is exempt as well: they only re-export; tests/test_imports.py checks the public names.)
+NO_TEST_FILE: dict[str, str] = {
+    "_version.py": "the version string the build writes; tests/test_wheel.py checks the installed one",
+    "typing.py": "type aliases only, no code that runs",
+}
+
+#: To do: modules tested only through other test files (listed), which should get ``test_<module>.py``.
+TESTED_ELSEWHERE: dict[str, tuple[str, ...]] = {
+    # The entry point: run as ``python -m bertflow`` by the end-to-end safety tests and by torchrun.
+    "__main__.py": ("test_output_safety.py", "scale/test_multiprocess.py"),
+    # Embedder.fit's automatic choice and the paper grid's auto cells.
+    "autofit.py": ("calibrators/test_auto.py", "paper/test_autocells.py"),
+    # The model card, through Embedder.model_card.
+    "card.py": ("test_embedder.py", "test_weighted_model.py"),
+    # The exception classes and describe_os_error: no direct test; exercised wherever an error is raised, the exit
+    # codes by tests/test_cli_conventions.py.
+    "errors.py": ("test_cli_conventions.py", "test_output_safety.py"),
+    # Uploads through Embedder.push_to_hub (HfApi replaced by recorders); downloads through loading a hub name.
+    "hub.py": ("test_embedder.py", "test_reliability.py"),
+    # unit_rows and pair_cosines, through encode(normalize=True) and the STS cosines.
+    "linalg.py": ("test_encode_kwargs.py", "evaluation/test_sts.py"),
+    "model_folder.py": ("test_embedder.py", "test_identity.py", "test_output_safety.py"),
+    # encode's normalize / precision / output types, through Embedder.encode.
+    "outputs.py": ("test_encode_kwargs.py",),
+    "portability.py": ("integrations/test_portable_exports.py",),
+    # is_blank / validate_sentences, with the readers that apply them.
+    "validation.py": ("io/test_text.py",),
+    # The commands: end-to-end tests are still in the top-level CLI files (/tmp/h/tests_plan.md moves them to
+    # tests/cli/test_<command>.py).
+    "cli/core.py": ("test_cli.py", "test_cli_conventions.py", "test_output_safety.py", "cli/test_encode.py"),
+    "cli/distributed.py": ("scale/test_encode.py", "scale/test_multiprocess.py", "test_output_safety.py"),
+    "cli/evaluate.py": ("cli/test_data_dir.py", "paper/test_reproduce.py", "paper/test_per_set.py"),
+    "cli/options.py": ("cli/test_help.py", "test_cli.py"),
+    "cli/search.py": ("test_search.py", "test_cli.py"),
+    # The fused layer kernels (QKV GEMM, add + LayerNorm, GELU epilogue), against the padded HF forward.
+    "encoding/fused.py": ("encoding/test_packed.py",),
+    # The forward pass (layer capture, 4-D mask, hooks), through SentenceEncoder and the packed forward.
+    "encoding/forward.py": ("encoding/test_encoder.py", "encoding/test_packed.py"),
+    # Missing models and fingerprints through SentenceEncoder; the packaged default and checkpoint provenance.
+    "encoding/loading.py": ("encoding/test_encoder.py", "integrations/test_portable_exports.py"),
+    # The shipped prior (test_the_shipped_prior_matches_the_bert_uncased_vocabulary) and a tiny one.
+    "encoding/token_prior.py": ("calibrators/test_auto.py",),
+    # MapEncoder in a process pool (with the table helpers) and under Ray Data.
+    "integrations/map_step.py": ("scale/test_arrow.py", "integrations/test_ray.py"),
+    "integrations/st_anchored.py": ("integrations/test_portable_exports.py",),
+    # check_format (tests/test_identity.py::test_check_format_names_the_file_and_the_way_out), sha256_file.
+    "io/formats.py": ("test_identity.py", "evaluation/test_download.py"),
+    # The paper harness, through its end-to-end runs.
+    "paper/grid.py": ("paper/test_reproduce.py", "paper/test_published.py", "paper/test_autocells.py"),
+    "paper/lodo.py": ("paper/test_per_set.py",),
+    "paper/perset.py": ("paper/test_per_set.py", "paper/test_autocells.py"),
+    "paper/plots.py": ("paper/test_analyze.py", "paper/test_per_set.py"),
+    "paper/regimes.py": ("paper/test_reproduce.py",),
+    "paper/render.py": ("paper/test_reproduce.py", "paper/test_published.py", "paper/test_per_set.py"),
+    "paper/results.py": ("paper/test_per_set.py",),
+}
+
+
+def modules() -> list[str]:
+    """Every module of the package, as a path relative to ``src/bertflow`` (``"scale/encode.py"``), sorted."""
+    return sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py"))
+
+
+def mirror(module: str) -> Path:
+    """``"scale/encode.py"`` -> ``tests/scale/test_encode.py``."""
+    path = Path(module)
+    return TESTS / path.parent / f"test_{path.name}"
+
+
+def test_every_module_has_its_test_file_or_is_listed():
+    missing = [
+        f"{module} -> {mirror(module).relative_to(ROOT)}"
+        for module in modules()
+        if Path(module).name != "__init__.py"
+        and module not in NO_TEST_FILE
+        and module not in TESTED_ELSEWHERE
+        and not mirror(module).is_file()
+    ]
+    assert not missing, "modules without their test file (add it, or list the module here with why):\n" + "\n".join(
+        missing
+    )
+
+
+def test_the_lists_name_only_modules_that_need_them():
+    listed = [*NO_TEST_FILE, *TESTED_ELSEWHERE]
+    assert len(listed) == len(set(listed)), "a module is listed twice"
+    present = set(modules())
+    gone = [module for module in listed if module not in present]
+    assert not gone, f"listed modules that no longer exist (remove them from the lists): {gone}"
+    done = [module for module in listed if mirror(module).is_file()]
+    assert not done, f"listed modules that now have their test file (remove them from the lists): {done}"
+
+
+def test_the_files_named_as_testing_a_module_exist():
+    absent = [f"{module}: tests/{name}" for module, names in TESTED_ELSEWHERE.items() for name in names]
+    absent = [entry for entry in absent if not (TESTS / entry.split(": tests/")[1]).is_file()]
+    assert not absent, "test files named in TESTED_ELSEWHERE that do not exist:\n" + "\n".join(absent)
