@@ -74,6 +74,8 @@ class StandardNormCalibrator(Calibrator):
         scale_: [D] per-dimension std, floored (see :func:`floored_std`).
     """
 
+    rescales_variance = True
+
     _one_to_one = True  # output column i is input column i transformed
 
     specs = {"standard-norm": "per-dimension z-score (SN)"}
