@@ -58,11 +58,11 @@ def test_the_registry_finds_every_builtin_calibrator_in_a_fresh_process():
 
 
 def test_embedder_does_not_import_mteb_or_sentence_transformers():
-    """The MTEB and sentence-transformers bridges load on first use (to_mteb, to_sentence_transformer), so
+    """The MTEB and sentence-transformers bridges are separate modules taking an Embedder, so
     bertflow works without either installed."""
     code = (
         "import sys\nimport bertflow.embedder\nfrom bertflow import Embedder\n"
-        "assert Embedder.to_mteb and Embedder.to_sentence_transformer\n"
+        "assert Embedder.encode and Embedder.similarity\n"
         "bad = [m for m in ('mteb', 'sentence_transformers', 'datasets') if m in sys.modules]\n"
         "assert not bad, bad\n"
     )

@@ -15,6 +15,8 @@ from bertflow import Embedder
 from bertflow.calibrators import StandardNormCalibrator
 from bertflow.cli import app
 from bertflow.errors import OutputError
+from bertflow.hub import push
+from bertflow.search import EmbeddingIndex
 
 from .conftest import SENTENCES, invoke, one_line_error, snapshot
 
@@ -62,7 +64,7 @@ def test_overwrite_refuses_a_model_folder_holding_foreign_files(tiny_model_dir, 
 
 
 def test_overwrite_refuses_an_index_folder_holding_foreign_files(tiny_encoder, model, tmp_path):
-    index = Embedder.load(model).build_index(CORPUS[:6])
+    index = EmbeddingIndex.from_sentences(Embedder.load(model), CORPUS[:6])
     path = index.save(tmp_path / "idx")
     (path / "README.txt").write_text("what this index is for", encoding="utf-8")
     with pytest.raises(OutputError, match="README.txt"):
@@ -473,7 +475,7 @@ def test_utf16_advice_names_the_byte_order_and_the_mark(tmp_path, encoding, bom,
 
 
 def test_search_query_does_not_blame_the_index_for_a_bad_backend_or_a_model_folder(model, tmp_path):
-    index = Embedder.load(model).build_index(CORPUS[:6]).save(tmp_path / "idx")
+    index = EmbeddingIndex.from_sentences(Embedder.load(model), CORPUS[:6]).save(tmp_path / "idx")
     one_line_error(invoke("search", "query", index, "a man", "--backend", "bogus", "-q"), "--backend", "'bogus'")
     line = one_line_error(invoke("search", "query", model, "a man", "-q"), "model folder, not a search index")
     assert "damaged" not in line and "missing" not in line
@@ -486,7 +488,7 @@ def test_push_to_hub_offline_is_one_error_naming_hf_hub_offline(tiny_encoder, mo
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
     model = Embedder(tiny_encoder, StandardNormCalibrator()).fit(CORPUS)
     with pytest.raises(OutputError, match="HF_HUB_OFFLINE") as caught:
-        model.push_to_hub("someone/my-flow", include_encoder=True)  # a local encoder is pushed only bundled
+        push(model, "someone/my-flow", include_encoder=True)  # a local encoder is pushed only bundled
     assert "\n" not in str(caught.value)
 
 

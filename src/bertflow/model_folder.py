@@ -24,7 +24,7 @@ the calibrator's ``fitted_on`` and the card) with the sha256 of its weight files
 ``encoder.local_path``: its path *relative to the model folder* (``../models/my-bert``). Loading resolves it
 from the model folder, whatever the working directory, so the two folders can move together; when it is missing,
 a folder of the encoder's name in the working directory is taken, else loading stops with one line saying so.
-:meth:`Embedder.push_to_hub <bertflow.embedder.Embedder.push_to_hub>` refuses such a model unless the encoder is
+:func:`bertflow.hub.push` refuses such a model unless the encoder is
 bundled (``include_encoder=True``): on the Hub, a path on the author's disk names nothing.
 
 Either way the folder is a complete Hugging Face-style repository that ``huggingface_hub.upload_folder`` can
@@ -39,11 +39,9 @@ checksums, format version, the encoder's fingerprint and dimension against the c
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import platform
-import re
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -53,7 +51,7 @@ from typing import Any, TypeVar
 from ._version import __version__
 from .calibrators import Calibrator
 from .encoding.encoder import SentenceEncoder
-from .encoding.loading import portable_model_name, resolve_model
+from .encoding.loading import local_encoder_dir, portable_model_name, resolve_model
 from .encoding.token_stats import TokenStatistics
 from .errors import InputError, ModelFileError
 from .hub import download_model, snapshot
@@ -71,13 +69,11 @@ __all__ = [
     "bundles_encoder",
     "copy_encoder_files",
     "corpus_digest",
-    "encoder_license",
     "fit_record",
     "left_by_interrupted_save",
     "load_encoder",
     "load_model_folder",
     "load_token_statistics",
-    "local_encoder_dir",
     "pinned_encoder_config",
     "read_model_folder",
     "save_model_folder",
@@ -257,15 +253,6 @@ def pinned_encoder_config(encoder: SentenceEncoder, *, folder: Path | None = Non
     return {**config, **provenance}
 
 
-def local_encoder_dir(encoder: SentenceEncoder) -> Path | None:
-    """The local folder ``encoder`` was loaded from, resolved, when it was named by a path (not a hub id, not the
-    packaged default model, which loads by its hub id anywhere); else ``None``."""
-    named = Path(encoder.model_id).expanduser()
-    if not (named.is_absolute() or named.is_dir()) or encoder.source_dir is None:
-        return None
-    return encoder.source_dir.resolve()
-
-
 def copy_encoder_files(encoder: SentenceEncoder, dest: Path, *, source: Path | None = None) -> int:
     """Copy the encoder's HF checkpoint files (see :data:`ENCODER_FILE_PATTERNS`) into the new folder ``dest``;
     returns how many. ``source``: the folder holding them (default: where the encoder was loaded from, or the
@@ -289,28 +276,6 @@ def copy_encoder_files(encoder: SentenceEncoder, dest: Path, *, source: Path | N
     for file in sorted(files):
         shutil.copy2(file, dest / file.name)
     return len(files)
-
-
-def encoder_license(folder: Path | None) -> str | None:
-    """The licence identifier that the HF checkpoint in ``folder`` declares (``license:`` in its README's front
-    matter, else a ``license`` key in its config.json), or ``None`` where neither is at hand."""
-    if folder is None:
-        return None
-    readme, config = folder / "README.md", folder / "config.json"
-    if readme.is_file():
-        text = readme.read_text(encoding="utf-8", errors="replace")
-        front = re.match(r"---[ \t]*\r?\n(.*?)\r?\n---", text, re.S)
-        found = front and re.search(r"^license:[ \t]*['\"]?([\w.+-]+)['\"]?[ \t]*$", front.group(1), re.M)
-        if found:
-            return found.group(1)
-    if config.is_file():
-        try:
-            value = json.loads(config.read_text(encoding="utf-8")).get("license")
-        except (ValueError, AttributeError):
-            value = None
-        if isinstance(value, str) and value.strip():
-            return value.strip()
-    return None
 
 
 # -- reading ---------------------------------------------------------------------------------------------------

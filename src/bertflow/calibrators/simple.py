@@ -81,6 +81,7 @@ class StandardNormCalibrator(Calibrator):
     specs = {"standard-norm": "per-dimension z-score (SN)"}
     aliases = {"sn": "standard-norm"}
     affine = True
+
     def __init__(self) -> None:
         pass
 

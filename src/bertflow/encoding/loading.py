@@ -25,6 +25,7 @@ __all__ = [
     "check_model_source",
     "checkpoint_provenance",
     "load_pretrained",
+    "local_encoder_dir",
     "packaged_default_revision",
     "portable_model_name",
     "resolve_model",
@@ -72,6 +73,15 @@ def portable_model_name(model_id: str) -> str:
     if path.is_absolute() or path.is_dir():
         return path.resolve().name or model_id
     return model_id
+
+
+def local_encoder_dir(encoder: Any) -> Path | None:
+    """The local folder ``encoder`` was loaded from, resolved, when it was named by a path (not a hub id, not the
+    packaged default model, which loads by its hub id anywhere); else ``None``."""
+    named = Path(encoder.model_id).expanduser()
+    if not (named.is_absolute() or named.is_dir()) or encoder.source_dir is None:
+        return None
+    return encoder.source_dir.resolve()
 
 
 def resolve_model(name_or_path: str | None) -> tuple[str, str]:

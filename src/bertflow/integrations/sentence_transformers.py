@@ -81,7 +81,7 @@ except ImportError:  # pragma: no cover - sentence-transformers 5
     from sentence_transformers.model_card import SentenceTransformerModelCardData
 
 from ..calibrators import Calibrator, parse_calibrator
-from ..card import encoder_reference, on_hub
+from ..card import encoder_license, encoder_reference, on_hub
 from ..embedder import Embedder
 from ..encoding.encoder import SentenceEncoder
 from ..encoding.loading import portable_model_name, tokenizer_fingerprint
@@ -540,7 +540,7 @@ def fit_calibrator(
 
 
 def from_embedder(embedder: Embedder, *, normalize: bool = False, portable: bool = True) -> SentenceTransformer:
-    """A ``SentenceTransformer`` computing what ``embedder.encode`` computes (``Embedder.to_sentence_transformer``).
+    """A ``SentenceTransformer`` computing what ``embedder.encode`` computes.
 
     The pipeline is ``Transformer`` (the encoder's checkpoint, ``max_seq_length`` = its ``max_length``) -> the
     pooling as sentence-transformers' own modules (:func:`pooling_modules`) -> the calibrator (a ``Dense`` for an
@@ -623,7 +623,7 @@ def _embedder_facts(embedder: Embedder) -> list[tuple[str, str]]:
     """The card's rows for an exported Embedder: encoder (publishable name, revision), pooling, fit record,
     licences."""
     enc = pinned_encoder_config(embedder.encoder)
-    licence = embedder.encoder_license()
+    licence = encoder_license(embedder)
     return [
         ("encoder", encoder_reference(enc)),
         ("pooling", f"`{enc['pooling']}`"),
@@ -641,7 +641,7 @@ def _licence_and_source(embedder: Embedder) -> dict[str, Any]:
     """The card's ``license`` (the folder holds the encoder's weights, so its licence governs unless it is
     Apache-2.0 like the calibration: ``other`` then; ``None`` when undeclared) and, for a local encoder,
     ``local_files_only`` (sentence-transformers would otherwise look up its folder's name on the Hub)."""
-    licence = embedder.encoder_license()
+    licence = encoder_license(embedder)
     return {
         "license": None if licence is None else ("apache-2.0" if licence == "apache-2.0" else "other"),
         "local_files_only": not on_hub(pinned_encoder_config(embedder.encoder)),
