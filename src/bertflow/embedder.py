@@ -2,7 +2,7 @@
 
 :meth:`Embedder.save` writes, and :meth:`Embedder.load` reads back (from a folder or its hub id), the folder that
 :mod:`bertflow.model_folder` describes and verifies. :meth:`Embedder.encode` and :meth:`Embedder.similarity` take
-sentence-transformers' keywords and embedding inputs (:mod:`bertflow.outputs`), so code written for a
+sentence-transformers' keywords and embedding inputs (:mod:`bertflow.encode_outputs`), so code written for a
 ``SentenceTransformer`` runs unchanged.
 
 Everything else takes an Embedder: search (:class:`bertflow.search.EmbeddingIndex`), hub upload
@@ -28,27 +28,29 @@ from .calibrators.auto import WEIGHTING as AUTO_WEIGHTING
 from .calibrators.auto import AutoCalibrator, no_harm_warning
 from .calibrators.base import calibrator_fingerprint, calibrator_identity
 from .card import model_card
-from .encoding.encoder import SentenceEncoder
-from .encoding.multiprocess import encode_multi_device
-from .encoding.token_prior import prior_for
-from .encoding.token_stats import TokenStatistics
-from .errors import InputError
-from .identity import check_dimension, check_fitted_on, encoder_record
-from .linalg import pair_cosines, unit_rows
-from .model_folder import (
-    corpus_digest,
-    fit_record,
-    load_encoder,
-    load_model_folder,
-    save_model_folder,
-)
-from .outputs import (
+from .encode_outputs import (
     EvaluationRecord,
     are_embeddings,
     check_encode_keywords,
     check_truncate_dim,
     convert_embeddings,
     embedding_cosine,
+)
+from .encoding.encoder import SentenceEncoder
+from .encoding.multiprocess import encode_multi_device
+from .encoding.token_prior import prior_for
+from .encoding.token_stats import TokenStatistics
+from .errors import InputError
+from .linalg import pair_cosines, unit_rows
+from .model_folder import (
+    check_dimension,
+    check_fitted_on,
+    corpus_digest,
+    encoder_record,
+    fit_record,
+    load_encoder,
+    load_model_folder,
+    save_model_folder,
 )
 from .validation import validate_sentences
 
@@ -148,14 +150,14 @@ class Embedder:
         calibrator: an unfitted or fitted calibrator; ``None`` uses BERT-flow (:class:`FlowCalibrator`).
         truncate_dim: keep the first ``truncate_dim`` calibrated dimensions in :meth:`encode` (sentence-transformers'
             ``truncate_dim``); ``None`` keeps all.
-        fitted_on: for a calibrator fitted elsewhere, the :func:`~bertflow.identity.encoder_record` of the encoder
+        fitted_on: for a calibrator fitted elsewhere, the :func:`~bertflow.model_folder.encoder_record` of the encoder
             it was fitted on (as a saved folder keeps it): checked against ``encoder`` now.
 
     Attributes:
         fit_info: how the calibrator was fitted (:func:`~bertflow.model_folder.fit_record`), saved with the model;
             empty when unknown.
         fitted_on: the record of the encoder whose embeddings the calibrator was fitted on
-            (:func:`~bertflow.identity.encoder_record`), saved with the model and checked when it is loaded;
+            (:func:`~bertflow.model_folder.encoder_record`), saved with the model and checked when it is loaded;
             ``None`` when unknown (a calibrator fitted elsewhere and handed in: then only its dimension is checked).
         encoder_dir: the local folder holding the encoder's Hugging Face files when loaded from a self-contained
             save (copied again by :meth:`save`), else ``None``.

@@ -44,7 +44,8 @@ import os
 import platform
 import shutil
 import time
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -53,12 +54,17 @@ from .calibrators import Calibrator
 from .encoding.encoder import SentenceEncoder
 from .encoding.loading import local_encoder_dir, portable_model_name, resolve_model
 from .encoding.token_stats import TokenStatistics
-from .errors import InputError, ModelFileError
+from .errors import CompatibilityError, InputError, ModelFileError
 from .hub import download_model, snapshot
 from .io.files import FOLDER_KINDS, OLD_MARK, atomic_directory, check_output_folder, read_consistent
 from .io.formats import FORMAT_VERSION, check_format, path_inside, read_json, sha256_file, verify_checksums, write_json
 
 __all__ = [
+    "ENCODER_KEYS",
+    "LATER_ENCODER_KEYS",
+    "check_dimension",
+    "check_fitted_on",
+    "encoder_record",
     "CALIBRATOR_DIR",
     "CONFIG_FILE",
     "ENCODER_DIR",
@@ -117,6 +123,111 @@ PROVENANCE_KEYS = ("commit", "weights_sha256", "packaged_as")
 
 #: Keys of every fitting record (:func:`fit_record`), whichever route fitted the model.
 FIT_RECORD_KEYS = ("n_sentences", "corpus_sha256", "corpus_file_sha256", "regime", "seconds", "fitted_at", "machine")
+
+
+# -- the encoder record (fitted_on) and its checks ---------------------------------------------------------
+
+
+#: What a ``fitted_on`` record keeps of the encoder whose embeddings a calibrator was fitted on (plus ``framework``:
+#: ``"bertflow"`` for a :class:`~bertflow.encoding.encoder.SentenceEncoder`, ``"sentence-transformers"`` for a model
+#: of that library).
+ENCODER_KEYS = ("model", "revision", "pooling", "max_length", "dim", "fingerprint", "tokenizer_fingerprint")
+#: Keys that records written by an earlier bertflow lack: such a record is not compared on them (a folder saved
+#: before the tokenizer was fingerprinted still loads; its tokenizer cannot be checked).
+LATER_ENCODER_KEYS = ("tokenizer_fingerprint",)
+#: The fields compared with a calibrator's ``fitted_on`` before it is applied (the dimension is checked apart);
+#: each only where both sides record it.
+_CHECKED_KEYS = ("fingerprint", "pooling", "max_length", "token_statistics", "tokenizer_fingerprint")
+
+
+def encoder_record(encoder: Any, *, framework: str = "bertflow") -> dict[str, Any]:
+    """The record of an encoder (``fitted_on``) kept by whatever holds a calibrator fitted on its embeddings.
+
+    Args:
+        encoder: a :class:`~bertflow.encoding.encoder.SentenceEncoder` (its ``get_config()`` is read), or a mapping
+            with at least :data:`ENCODER_KEYS` (the sentence-transformers integration builds one from its model).
+        framework: the library that computed the embeddings.
+
+    Returns:
+        ``{key: value for key in ENCODER_KEYS}`` plus ``framework``: the same keys whichever route fitted the
+        calibrator (``Embedder.fit``, ``bertflow distributed-fit``, ``fit_calibrator``).
+
+    Raises:
+        ValueError: a mapping without one of :data:`ENCODER_KEYS` (a programming error, not a user's).
+    """
+    config = encoder if isinstance(encoder, Mapping) else encoder.get_config()
+    missing = [key for key in ENCODER_KEYS if key not in config]
+    if missing:
+        raise ValueError(f"an encoder record needs {', '.join(missing)}")
+    # A weighted pooling's vectors also depend on the token statistics its weights come from (their digest).
+    extra = {"token_statistics": config["token_statistics"]} if config.get("token_statistics") else {}
+    record = {**{key: config[key] for key in ENCODER_KEYS}, **extra, "framework": framework}
+    # The record is saved and published with the calibrator: a local folder's name, never its absolute path.
+    record["model"] = portable_model_name(str(record["model"]))
+    return record
+
+
+def check_fitted_on(
+    calibrator: Calibrator,
+    ours: Mapping[str, Any],
+    fitted_on: Mapping[str, Any] | None = None,
+    *,
+    subject: str = "this encoder",
+    advice: Callable[[str, Any], str] | None = None,
+) -> None:
+    """Refuse to apply ``calibrator`` to embeddings of an encoder other than the one it was fitted on.
+
+    Args:
+        calibrator: a fitted calibrator; its input dimension is compared.
+        ours: the record of the encoder at hand (its ``get_config()``, or the integration's equivalent); a value it
+            gives as ``None`` (not computable there) is not compared.
+        fitted_on: the :func:`encoder_record` of the encoder it was fitted on, where its holder kept one; ``None``
+            (unknown) compares the dimension only.
+        subject: how the messages name the encoder at hand.
+        advice: ``(key, recorded value) -> what to do``; default: refit, or load the matching encoder.
+
+    Raises:
+        CompatibilityError: another dimension, weight fingerprint, pooling or truncation length.
+    """
+    check_dimension(calibrator, ours.get("dim"), ours.get("model"))
+    if not fitted_on:
+        if calibrator.name != "identity":  # nothing fitted that another encoder could make wrong
+            # Fitted with plain .fit(X): only the dimension can be checked. Python shows this once per place.
+            warnings.warn(
+                f"the {calibrator.name} calibrator records no encoder (fitted with plain .fit(X)), so only its "
+                f"dimension can be checked against {subject}; make sure X came from this encoder, pooling and "
+                "max_length, or fit through Embedder.fit / fit_embeddings, which record it",
+                UserWarning,
+                stacklevel=3,
+            )
+        return
+    for key in _CHECKED_KEYS:
+        if key in fitted_on and ours.get(key) is not None and fitted_on[key] != ours[key]:
+            todo = advice(key, fitted_on[key]) if advice else "refit it or load the matching encoder"
+            raise CompatibilityError(
+                f"the calibrator was fitted with {key}={fitted_on[key]!r} (encoder {fitted_on.get('model')}), but "
+                f"{subject} has {key}={ours[key]!r}; {todo}"
+                + (
+                    " (the tokenizer gives other token ids than at the fit: its tokenizer.json or "
+                    "tokenizer_config.json changed, e.g. lowercasing, special tokens or truncation side)"
+                    if key == "tokenizer_fingerprint"
+                    else ""
+                )
+            )
+
+
+def check_dimension(calibrator: Calibrator, dim: int | None, model: object = None) -> None:
+    """Refuse a fitted ``calibrator`` whose input width is not ``dim``, the width of the encoder ``model``'s
+    embeddings (``None``: not known, not checked).
+
+    Raises:
+        CompatibilityError: naming both widths.
+    """
+    if dim is not None and int(calibrator.n_features_in_) != int(dim):
+        raise CompatibilityError(
+            f"the calibrator was fitted on {calibrator.n_features_in_}-dimensional embeddings, but "
+            f"{model} gives {dim}; refit it for this encoder"
+        )
 
 
 def corpus_digest(sentences: Sequence[str]) -> str:

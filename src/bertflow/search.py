@@ -55,7 +55,7 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -66,10 +66,10 @@ import torch
 from ._version import __version__
 from .encoding.loading import portable_model_name
 from .errors import CompatibilityError, InputError, ModelFileError
-from .identity import describe_model, fingerprint_hint, identity_differences
 from .io.files import FOLDER_KINDS, atomic_directory, check_output_folder, read_consistent
 from .io.formats import FORMAT_VERSION, check_format, load_arrays, read_json, save_arrays, sha256_file, write_json
 from .linalg import unit_rows
+from .model_folder import LATER_ENCODER_KEYS
 from .validation import check_finite, is_blank, validate_sentences
 
 if TYPE_CHECKING:
@@ -180,6 +180,34 @@ def _check_ids(ids: Sequence[Any], n: int, taken: set[ItemId]) -> list[ItemId]:
             raise InputError(f"id {item!r} (row {i}) is used twice; ids must be unique")
         seen.add(item)
     return out
+
+
+def identity_differences(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """What differs between two model identities (``Embedder.identity()``: an encoder config and a
+    :func:`calibrator_identity`), e.g. ``["encoder fingerprint", "calibrator type"]``; empty for the same model."""
+    differences = []
+    for part, keys in (
+        ("encoder", ("fingerprint", "pooling", "max_length", "dim", "token_statistics", *LATER_ENCODER_KEYS)),
+        ("calibrator", ("type", "fingerprint")),
+    ):
+        for key in keys:
+            old, new = (recorded.get(part) or {}).get(key), (current.get(part) or {}).get(key)
+            if key in LATER_ENCODER_KEYS and (old is None or new is None):
+                continue  # recorded before bertflow kept it: nothing to compare
+            if old != new:
+                differences.append(f"{part} {key}")
+    return differences
+
+
+def describe_model(identity: Mapping[str, Any] | None) -> str:
+    """One line naming an encoder + calibrator identity (as in :meth:`bertflow.Embedder.identity`)."""
+    if not identity:
+        return "an unknown model"
+    enc, cal = identity.get("encoder", {}), identity.get("calibrator", {})
+    return (
+        f"encoder {enc.get('model')} (pooling {enc.get('pooling')}, max_length {enc.get('max_length')}, "
+        f"fingerprint {enc.get('fingerprint')}) + {cal.get('type')} calibrator (fingerprint {cal.get('fingerprint')})"
+    )
 
 
 def _portable_model(model: dict[str, Any] | None, source: str | None, folder: Path) -> dict[str, Any]:
@@ -739,7 +767,6 @@ class EmbeddingIndex:
                 f"this index was built with {describe_model(mine)}, but the model used now is "
                 f"{describe_model(theirs)} (different {', '.join(differences)}): rebuild the index with this model "
                 "(EmbeddingIndex.from_sentences, `bertflow search build`) or load the model it was built with"
-                + fingerprint_hint(mine.get("encoder", {}).get("fingerprint"))
             )
 
     # -- persistence -------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from . import app
+from ._app import app
 from .options import (
     BatchOpt,
     DeviceOpt,

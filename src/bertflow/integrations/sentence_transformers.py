@@ -84,13 +84,12 @@ from ..calibrators import Calibrator, parse_calibrator
 from ..card import encoder_license, encoder_reference, on_hub
 from ..embedder import Embedder
 from ..encoding.encoder import SentenceEncoder
-from ..encoding.loading import portable_model_name, tokenizer_fingerprint
+from ..encoding.loading import portable_model_name, tokenizer_fingerprint, weights_fingerprint
 from ..encoding.pooling import Pooling as BertflowPooling
 from ..encoding.pooling.layers import LayerMeanPooling
 from ..errors import CompatibilityError, InputError, ModelFileError
-from ..identity import check_fitted_on, encoder_record, weights_fingerprint
 from ..io.formats import read_json, write_json
-from ..model_folder import corpus_digest, fit_record, pinned_encoder_config
+from ..model_folder import check_fitted_on, corpus_digest, encoder_record, fit_record, pinned_encoder_config
 from ..portability import calibrator_needs_bertflow
 from ..validation import output_limit, raise_calibrated, validate_sentences
 from .st_anchored import anchored_modules
@@ -320,7 +319,7 @@ class Calibration(Module):
         calibrator: a fitted bertflow calibrator (flow, whitening, ...), fitted on this model's pooled embeddings.
         fitting: optional record of how it was fitted (``n_sentences``, ``corpus_sha256``, ``regime``), saved in
             ``fitting.json``.
-        fitted_on: optional record of the encoder it was fitted on (:func:`~bertflow.identity.encoder_record`),
+        fitted_on: optional record of the encoder it was fitted on (:func:`~bertflow.model_folder.encoder_record`),
             saved in ``fitted_on.json`` and compared with the model the module is loaded into.
 
     Example:

@@ -28,9 +28,9 @@ import torch
 from .._version import __version__
 from ..calibrators.base import calibrator_identity
 from ..errors import CompatibilityError, InputError
-from ..identity import LATER_ENCODER_KEYS
 from ..io.arrow import InputSource, open_input
 from ..io.files import LOCK_NAME, folder_lock
+from ..model_folder import LATER_ENCODER_KEYS
 from ..resources import share
 from .launch import all_gather_object, barrier, rank_and_world, run_on_main
 from .layout import (
@@ -63,7 +63,7 @@ logger = logging.getLogger(__name__)
 
 #: Manifest fields that a resumed run must reproduce exactly (otherwise its shards would not fit together). The
 #: library version is not one: a store half encoded by one bertflow release is resumed by the next (the encoder and
-#: the calibrator are recorded by fingerprints that do not depend on it, :mod:`bertflow.identity`).
+#: the calibrator are recorded by fingerprints that do not depend on it, ``bertflow.model_folder.encoder_record``).
 IDENTITY_KEYS = (
     "input",
     "encoder",
@@ -138,7 +138,7 @@ def _normalised(data: dict[str, Any]) -> dict[str, Any]:
 
 def _same_setting(key: str, recorded: Any, current: Any) -> bool:
     """Whether a store's recorded setting ``key`` matches the current run's. An encoder record written before a
-    key of :data:`~bertflow.identity.LATER_ENCODER_KEYS` existed is compared without it, so a store half-encoded by
+    key of :data:`~bertflow.model_folder.LATER_ENCODER_KEYS` existed is compared without it, so a store half-encoded by
     an earlier bertflow still resumes."""
     if key == "encoder" and isinstance(recorded, dict) and isinstance(current, dict):
         current = {k: v for k, v in current.items() if k in recorded or k not in LATER_ENCODER_KEYS}
