@@ -441,6 +441,43 @@ def test_load_calibrated_refuses_an_edited_module_list(tiny_model_dir, tmp_path,
     np.testing.assert_array_equal(load_calibrated(str(saved), device="cpu").encode(CORPUS[:3]), expected)
 
 
+def test_load_calibrated_checks_the_checksums_the_export_wrote(tiny_model_dir, tmp_path):
+    """The export's save writes the sha256 of every file it wrote; a Dense weight edited x1e30 (which would give
+    1e29-sized vectors) is refused with one line naming the file; the clean folder loads, also without bertflow."""
+    import json
+    import shutil
+
+    pytest.importorskip("sentence_transformers")
+    from safetensors.torch import load_file, save_file
+    from sentence_transformers import SentenceTransformer
+
+    from bertflow import SentenceEncoder, WhiteningCalibrator
+    from bertflow.errors import ModelFileError
+    from bertflow.integrations.sentence_transformers import CHECKSUM_FILE, from_embedder, load_calibrated
+
+    embedder = Embedder(SentenceEncoder(str(tiny_model_dir), device="cpu"), WhiteningCalibrator(8)).fit(CORPUS)
+    saved = tmp_path / "st"
+    from_embedder(embedder).save(str(saved))
+    listed = json.loads((saved / CHECKSUM_FILE).read_text())["files"]
+    (dense,) = [p for p in saved.glob("*_Dense")]
+    weights = f"{dense.name}/model.safetensors"
+    assert weights in listed and "modules.json" in listed and "model.safetensors" in listed
+    clean = load_calibrated(str(saved), device="cpu").encode(CORPUS[:3])
+    np.testing.assert_allclose(clean, embedder.encode(CORPUS[:3]), atol=1e-4)
+    assert SentenceTransformer(str(saved), device="cpu").encode(CORPUS[:1]).shape == (1, 8)  # plain ST ignores it
+    tampered = tmp_path / "tampered"
+    shutil.copytree(saved, tampered)
+    state = load_file(tampered / weights)
+    save_file({k: v * 1e30 if v.ndim == 2 else v for k, v in state.items()}, tampered / weights)
+    with pytest.raises(ModelFileError, match="model.safetensors does not match its checksum") as caught:
+        load_calibrated(str(tampered), device="cpu")
+    assert "\n" not in str(caught.value) and dense.name in str(caught.value)
+    # A listed file deleted is refused too, naming it.
+    (tampered / weights).unlink()
+    with pytest.raises(ModelFileError, match="is missing"):
+        load_calibrated(str(tampered), device="cpu")
+
+
 # -- 8. messages that named the wrong thing ------------------------------------------------------------------------
 
 
