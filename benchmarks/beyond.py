@@ -46,6 +46,7 @@ from bertflow.calibrators import (
     parse_calibrator,
 )
 from bertflow.calibrators.anchored import anisotropy
+from bertflow.cli.evaluate import find_data_dir
 from bertflow.encoding.encoder import SentenceEncoder
 from bertflow.evaluation.cache import EmbeddingCache, embed_cached
 from bertflow.evaluation.datasets import load_nli_sentences, load_sts_tasks
@@ -136,6 +137,7 @@ def main() -> None:
     ap.add_argument("--cache-dir", default=None, help="embedding cache (default ~/.cache/bertflow/embeddings)")
     ap.add_argument("--output", default="docs/results/beyond", help="writes OUTPUT.json and OUTPUT.md")
     args = ap.parse_args()
+    args.data_dir = find_data_dir(args.data_dir)  # as the CLI finds it when --data-dir is not given
     logging.basicConfig(level=logging.WARNING)
     started = time.perf_counter()
     poolings = args.poolings.split(",")

@@ -25,6 +25,7 @@ from bertflow.calibrators import (
     StandardNormCalibrator,
     WhiteningCalibrator,
 )
+from bertflow.cli.evaluate import find_data_dir
 from bertflow.encoding.encoder import SentenceEncoder
 from bertflow.evaluation.cache import EmbeddingCache
 from bertflow.evaluation.datasets import load_sts_tasks
@@ -60,6 +61,7 @@ def main() -> None:
     ap.add_argument("--cache-dir", default=None)
     ap.add_argument("--output", default="docs/results/beyond-per-layer.md")
     args = ap.parse_args()
+    args.data_dir = find_data_dir(args.data_dir)  # as the CLI finds it when --data-dir is not given
     started = time.perf_counter()
     tasks = load_sts_tasks(data_dir=args.data_dir)
     sentences = list(dict.fromkeys(s for t in tasks.values() for s in t.fit_sentences("target")))

@@ -2,7 +2,9 @@
 
 ``forward``
     For each architecture, the real forward batches of one 65,536-sentence STS chunk (built by the encoder's own
-    batching), run through ``ModelRunner.forward`` padded and unpadded with each attention of ``ATTENTIONS``:
+    batching), run through ``ModelRunner.forward`` padded and unpadded in each of ``--variants`` (an attention of
+    ``ATTENTIONS`` and the layer kernels of ``KERNELS``, e.g. ``grouped:fused``), with each one's largest 1 - cos
+    against the padded bf16 and float32 vectors:
     host time to queue the chunk, time to finish it (device events), host synchronisations caught by
     ``torch.cuda.set_sync_debug_mode``, and the top CUDA kernels of the padded and grouped paths (torch.profiler).
     Medians of ``--rounds``.
@@ -41,14 +43,23 @@ def sts_text(data_dir: Path, n: int, seed: int = 0) -> list[str]:
     return [pool[i] for i in rng.permutation(np.arange(n) % len(pool))]
 
 
-def timed_chunk(runner: Any, chunk: Any, plan: Any, variant: str) -> tuple[float, float]:
-    """(host seconds to queue every batch, seconds until the device finished them); ``variant``: ``padded`` or
-    an unpadded attention's name."""
-    from bertflow.encoding.packed import ATTENTIONS
+def set_variant(runner: Any, variant: str) -> bool:
+    """Point ``runner`` at ``variant`` (``padded``, or ``ATTENTION[:KERNELS]``, e.g. ``grouped:fused``; no
+    kernels: the CUDA default) and return whether it is unpadded."""
+    from bertflow.encoding.packed import ATTENTIONS, CUDA_KERNELS
 
-    unpadded = variant != "padded"
-    if unpadded:
-        runner.cuda_attention = ATTENTIONS[variant]
+    if variant == "padded":
+        return False
+    attention, _, kernels = variant.partition(":")
+    runner.cuda_attention = ATTENTIONS[attention]
+    runner.packed.kernels = kernels or CUDA_KERNELS
+    return True
+
+
+def timed_chunk(runner: Any, chunk: Any, plan: Any, variant: str) -> tuple[float, float]:
+    """(host seconds to queue every batch, seconds until the device finished them); ``variant``: see
+    :func:`set_variant`."""
+    unpadded = set_variant(runner, variant)
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     t = time.perf_counter()
@@ -61,13 +72,19 @@ def timed_chunk(runner: Any, chunk: Any, plan: Any, variant: str) -> tuple[float
     return host, start.elapsed_time(end) / 1000
 
 
+def chunk_vectors(runner: Any, chunk: Any, plan: Any, variant: str) -> torch.Tensor:
+    """The pooled vectors of every batch of ``chunk`` under ``variant`` (batch order), float32 on the device."""
+    unpadded = set_variant(runner, variant)
+    return torch.cat([runner.forward(batch, plan, False, unpadded) for batch in chunk.batches])
+
+
 def forward(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from bertflow import SentenceEncoder
-    from bertflow.encoding.packed import ATTENTIONS
+    from bertflow.encoding.packed import max_cosine_deviation
     from bertflow.encoding.settings import EncodeSettings
 
     text = sts_text(args.data_dir, 65536)
-    out: dict[str, Any] = {"card": torch.cuda.get_device_name(0), "runs": {}}
+    out: dict[str, Any] = {"card": torch.cuda.get_device_name(0), "torch": torch.__version__, "runs": {}}
     for arch in args.archs.split(","):
         model = random_model(arch, args.tokenizer_dir, work / arch)
         enc = SentenceEncoder(str(model), pooling="mean", device="cuda", settings=EncodeSettings(tokenize_processes=0))
@@ -75,10 +92,14 @@ def forward(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         plan, runner = enc._plan(None), enc._runner
         real = chunk.real_tokens
         res: dict[str, Any] = {"batches": len(chunk.batches), "real_tokens": real, "padded_tokens": chunk.padded_tokens}
-        variants = ["padded", *ATTENTIONS]
+        variants = ["padded", *args.variants.split(",")]
         for _ in range(2):  # warm-up
             for name in variants:
                 timed_chunk(runner, chunk, plan, name)
+        reference = chunk_vectors(runner, chunk, plan, "padded")
+        ref32 = SentenceEncoder(str(model), pooling="mean", device="cuda", dtype="float32")
+        vectors32 = chunk_vectors(ref32._runner, chunk, plan, "padded")
+        del ref32
         for name in variants:
             flag = name
             runs = [timed_chunk(runner, chunk, plan, flag) for _ in range(args.rounds)]
@@ -98,15 +119,18 @@ def forward(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 "syncs": sorted({str(w.message)[:160] for w in caught}),
                 "sync_count": len(caught),
             }
-            if name not in ("padded", "grouped"):
+            got = chunk_vectors(runner, chunk, plan, name)
+            res[name]["max_1_minus_cos_vs_padded_bf16"] = max_cosine_deviation(got, reference)
+            res[name]["max_1_minus_cos_vs_padded_fp32"] = max_cosine_deviation(got, vectors32)
+            if name not in args.profile.split(","):
                 continue
             from torch.profiler import ProfilerActivity, profile
 
             with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
                 timed_chunk(runner, chunk, plan, flag)
             table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=14, max_name_column_width=60)
-            (args.out_dir / f"profile_{arch}_{name}.txt").write_text(table)
-        for name in ATTENTIONS:
+            (args.out_dir / f"profile_{arch}_{name.replace(':', '_')}.txt").write_text(table)
+        for name in variants[1:]:
             res[name]["speedup_vs_padded"] = round(res["padded"]["device_s"] / res[name]["device_s"], 3)
         out["runs"][arch] = res
         print(json.dumps({arch: res}, indent=1), flush=True)
@@ -207,6 +231,12 @@ def main() -> None:
     parser.add_argument("--tokenizer-dir", type=Path, required=True)
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--archs", default="bert-base,minilm-l6")
+    parser.add_argument(
+        "--variants",
+        default="grouped:modules,varlen:modules,grouped:fused,grouped:fused-gelu",
+        help="forward: unpadded variants ATTENTION[:KERNELS] timed beside the padded forward",
+    )
+    parser.add_argument("--profile", default="padded,grouped:fused", help="forward: variants to profile")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--sentences", type=int, default=40000)
     parser.add_argument("--out-dir", type=Path, default=Path("."))

@@ -1,7 +1,7 @@
 """A flow study on one encoder, like the BERT-flow paper's Table 8 and ablations: does any flow setting beat whitening?
 
 Each setting is a :class:`~bertflow.calibrators.FlowCalibrator` variant fitted by ``bertflow reproduce``'s grid
-(:func:`bertflow.evaluation.grid.run_grid`) with ``GridConfig.flow_options``; every setting runs with seeds
+(:func:`bertflow.paper.grid.run_grid`) with ``GridConfig.flow_options``; every setting runs with seeds
 0..N-1 and is reported as mean ± sample std. Reference rows: the raw encoder, whitening and whitening-K (K = D/3,
 the project's rule) fitted on the same sentences.
 
@@ -36,10 +36,11 @@ from typing import Any
 
 import torch
 
+from bertflow.cli.evaluate import find_data_dir
 from bertflow.evaluation.datasets import STS_TASKS, load_nli_sentences, load_sts_tasks
-from bertflow.evaluation.grid import GridConfig, default_calibrators, load_encoder, run_grid
-from bertflow.evaluation.render import format_stat
 from bertflow.io.files import atomic_write_text
+from bertflow.paper.grid import GridConfig, default_calibrators, load_encoder, run_grid
+from bertflow.paper.render import format_stat
 from bertflow.resources import machine_info
 
 #: name -> (calibrator spec, epochs, FlowCalibrator options, what it changes from the code preset).
@@ -222,6 +223,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output", required=True, help="path stem: writes STEM.json and STEM.md")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
+    args.data_dir = find_data_dir(args.data_dir)  # as the CLI finds it when --data-dir is not given
     unknown = [s for s in args.settings.split(",") if s not in SETTINGS]
     if unknown:
         parser.error(f"unknown setting(s) {', '.join(unknown)}; use {', '.join(SETTINGS)}")

@@ -102,9 +102,17 @@ def throughput(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     text = [pool[i] for i in rng.permutation(np.arange(args.sentences) % len(pool))]
     warm = synthetic(args.tokenizer_dir, 20000)
     out: dict[str, Any] = {"bertflow": bertflow.__version__, "file": bertflow.__file__, "card": card(), "runs": {}}
+    out["variant"] = args.variant or "defaults"
     for arch in args.archs.split(","):
         model = random_model(arch, args.tokenizer_dir, work / arch)
         enc = SentenceEncoder(str(model), pooling="mean", device=args.device)
+        if args.variant:  # ATTENTION:KERNELS of the unpadded forward instead of the defaults (this checkout only)
+            from bertflow.encoding.packed import ATTENTIONS
+
+            attention, _, kernels = args.variant.partition(":")
+            enc._runner.cuda_attention = ATTENTIONS[attention]
+            if kernels:
+                enc._runner.packed.kernels = kernels
         enc.encode(warm, show_progress_bar=False)  # CUDA and allocator warm-up on text unlike the timed text
         rates = []
         for _ in range(1 + args.rounds):
@@ -128,8 +136,8 @@ def onepath(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from bertflow import Embedder, SentenceEncoder, WhiteningCalibrator
     from bertflow.evaluation.cache import EmbeddingCache, embed_cached
     from bertflow.evaluation.datasets import load_sts_task
-    from bertflow.evaluation.grid import evaluate_embedder
     from bertflow.evaluation.sts import evaluate_task
+    from bertflow.paper.grid import evaluate_embedder
 
     model = random_model("minilm-l6", args.tokenizer_dir, work / "minilm")
     enc = SentenceEncoder(str(model), pooling="mean", device=args.device)  # dtype auto: bf16 on CUDA
@@ -308,16 +316,20 @@ def unpadded(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     text = [pool[i] for i in rng.permutation(np.arange(args.sentences) % len(pool))]
     warm = synthetic(args.tokenizer_dir, 20000)
     out: dict[str, Any] = {"bertflow": bertflow.__version__, "card": card(), "torch": torch.__version__, "runs": {}}
-    variants = ["padded", *(f"unpadded-{a}" for a in args.attentions.split(","))]
+    variants = ["padded", *(a if a.startswith("padded") else f"unpadded-{a}" for a in args.attentions.split(","))]
     for arch in args.archs.split(","):
         model = random_model(arch, args.tokenizer_dir, work / arch)
         encs = {}
         for name in variants:
-            flag = name != "padded"
-            settings = EncodeSettings(unpadded=flag)
+            spec, _, budget = name.partition("@")
+            flag = spec != "padded"
+            settings = EncodeSettings(unpadded=flag, max_tokens=int(budget) if budget else None)
             enc = SentenceEncoder(str(model), pooling="mean", device=args.device, settings=settings)
-            if flag:
-                enc._runner.cuda_attention = ATTENTIONS[name.split("-", 1)[1]]
+            if flag:  # unpadded-ATTENTION[:KERNELS]
+                attention, _, kernels = spec.split("-", 1)[1].partition(":")
+                enc._runner.cuda_attention = ATTENTIONS[attention]
+                if kernels and enc._runner.packed is not None:
+                    enc._runner.packed.kernels = kernels
             enc.encode(warm, show_progress_bar=False)
             encs[name] = enc
         rates: dict[str, list[float]] = {name: [] for name in encs}
@@ -395,7 +407,13 @@ def main() -> None:
     parser.add_argument("what", choices=["throughput", "onepath", "scaleout", "streams", "unpadded", "tests"])
     parser.add_argument("--tokenizer-dir", type=Path, default=None, help="required except for tests")
     parser.add_argument("--data-dir", type=Path, default=None, help="required except for tests")
-    parser.add_argument("--attentions", default="grouped,varlen", help="unpadded: attentions to compare")
+    parser.add_argument(
+        "--attentions",
+        default="grouped,varlen",
+        help="unpadded: variants to compare with the padded forward, ATTENTION[:KERNELS][@MAX_TOKENS] "
+        "(e.g. grouped:fused@131072; no kernels: the CUDA default) or padded@MAX_TOKENS",
+    )
+    parser.add_argument("--variant", default="", help="throughput: unpadded ATTENTION:KERNELS (default: defaults)")
     parser.add_argument("--commit", default="unknown", help="tests: the commit under test, for the record")
     parser.add_argument("--test-files", default="", help="tests: comma-separated files (default: CUDA_TEST_FILES)")
     parser.add_argument("--archs", default="bert-base,minilm-l6")

@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from beyond import Table, averages, score  # noqa: E402
 
 from bertflow.calibrators import AnchoredWhiteningCalibrator, IdentityCalibrator  # noqa: E402
+from bertflow.cli.evaluate import find_data_dir
 from bertflow.encoding.encoder import SentenceEncoder
 from bertflow.evaluation.cache import EmbeddingCache  # noqa: E402
 from bertflow.evaluation.datasets import load_nli_sentences, load_sts_tasks
@@ -100,6 +101,7 @@ def main() -> None:
     ap.add_argument("--cache-dir", default=None)
     ap.add_argument("--output", default="docs/results/raw_ablation")
     args = ap.parse_args()
+    args.data_dir = find_data_dir(args.data_dir)  # as the CLI finds it when --data-dir is not given
     started = time.perf_counter()
     tasks = load_sts_tasks(data_dir=args.data_dir)
     nli = load_nli_sentences(args.data_dir)

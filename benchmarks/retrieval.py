@@ -38,10 +38,11 @@ from scipy.stats import spearmanr
 
 from bertflow import __version__
 from bertflow.calibrators import Calibrator, FlowCalibrator, parse_calibrator
-from bertflow.model_folder import corpus_digest
+from bertflow.cli.evaluate import find_data_dir
 from bertflow.encoding.encoder import SentenceEncoder
 from bertflow.evaluation.datasets import load_sts_task
 from bertflow.io.text import SentencePairs
+from bertflow.model_folder import corpus_digest
 from bertflow.search import EmbeddingIndex
 
 logger = logging.getLogger("bertflow.benchmarks.retrieval")
@@ -148,6 +149,7 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=None, help="Markdown file to (re)write; default: stdout.")
     parser.add_argument("--quiet", "-q", action="store_true", help="No progress bars.")
     args = parser.parse_args()
+    args.data_dir = find_data_dir(args.data_dir)  # as the CLI finds it when --data-dir is not given
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s")
     started = time.perf_counter()
 

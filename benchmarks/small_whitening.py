@@ -20,6 +20,7 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from bertflow import SentenceEncoder, WhiteningCalibrator
+from bertflow.cli.evaluate import find_data_dir
 from bertflow.evaluation.datasets import load_sts_task
 from bertflow.linalg import unit_rows
 
@@ -33,6 +34,7 @@ def main() -> None:
     parser.add_argument("--data-dir", default=None, help="STS data folder (default: bertflow's resolution)")
     parser.add_argument("--pairs", default="25,100,192,250,1000", help="comma-separated numbers of fitted pairs")
     args = parser.parse_args()
+    args.data_dir = find_data_dir(args.data_dir)  # as the CLI finds it when --data-dir is not given
     logging.getLogger("bertflow").setLevel(logging.ERROR)  # the shrinkage warning, once per fit
 
     pairs = load_sts_task("STS-B", args.data_dir).eval_subsets["test"]

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from bertflow import FlowCalibrator, SentenceEncoder
+from bertflow.cli.evaluate import find_data_dir
 from bertflow.evaluation.cache import EmbeddingCache, embed_cached
 from bertflow.evaluation.datasets import STS_TASKS, load_sts_tasks
 
@@ -42,6 +43,7 @@ def main() -> int:
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--out", default=None, help="write the JSON report here")
     args = parser.parse_args()
+    args.data_dir = find_data_dir(args.data_dir)  # as the CLI finds it when --data-dir is not given
     poolings = args.pooling or ["mean", "cls"]
     encoder = SentenceEncoder(args.model, device="cpu")
     tasks = load_sts_tasks(STS_TASKS, data_dir=args.data_dir)

@@ -314,7 +314,7 @@ def test_a_raw_mlm_checkpoint_loads_quietly_with_one_line_about_its_head(tmp_pat
 def test_analyze_without_matplotlib_fails_before_any_work(tmp_path, monkeypatch):
     import importlib.util
 
-    import bertflow.evaluation.grid as grid
+    import bertflow.paper.grid as grid
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))

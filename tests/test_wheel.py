@@ -60,6 +60,7 @@ def test_build_makes_a_wheel_and_sdist_that_twine_accepts(dist: Path):
     with zipfile.ZipFile(wheels[0]) as whl:
         names = whl.namelist()
         metadata = whl.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert "bertflow/paper/published.json" in names  # the published numbers are package data
     assert "bertflow/py.typed" in names and any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert "License-Expression: Apache-2.0" in metadata and "Requires-Python: >=3.10" in metadata
     assert "Project-URL: " in metadata and "Classifier: Programming Language :: Python :: 3.11" in metadata

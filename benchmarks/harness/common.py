@@ -51,10 +51,12 @@ MODEL_CONFIGS: dict[str, dict[str, int]] = {
 
 
 def sts_sentences(data_dir: str | Path | None = None) -> list[str]:
-    """Distinct sentences of every STS task (STS12-16, STS-B, SICK-R; about 29.5k), in first-seen order."""
+    """Distinct sentences of every STS task (STS12-16, STS-B, SICK-R; about 29.5k), in first-seen order, read from
+    ``data_dir`` (``None``: where the CLI looks, :func:`bertflow.cli.evaluate.find_data_dir`)."""
+    from bertflow.cli.evaluate import find_data_dir
     from bertflow.evaluation.datasets import load_sts_tasks
 
-    tasks = load_sts_tasks(data_dir=data_dir)
+    tasks = load_sts_tasks(data_dir=find_data_dir(None if data_dir is None else Path(data_dir)))
     return list(dict.fromkeys(s for task in tasks.values() for s in task.fit_sentences("target")))
 
 

@@ -225,6 +225,7 @@ def cpu_comparison(
     both, ``rounds`` times each, interleaved.
     """
     from bertflow import SentenceEncoder
+    from bertflow.cli.evaluate import find_data_dir
     from bertflow.encoding.loading import resolve_model
     from bertflow.evaluation.datasets import load_sts_task
 
@@ -250,7 +251,7 @@ def cpu_comparison(
         save_json(results, out_json)
     cache = Path(cache_dir)
     cache.mkdir(parents=True, exist_ok=True)
-    target = load_sts_task("STS-B", data_dir).fit_sentences("target")
+    target = load_sts_task("STS-B", find_data_dir(None if data_dir is None else Path(data_dir))).fit_sentences("target")
     emb_file = cache / f"stsb-target-{len(target)}-minilm.npy"
     if emb_file.exists():
         X = np.load(emb_file)

@@ -22,9 +22,8 @@ from typing import Any, Literal, get_args
 import numpy as np
 import torch
 
+from .autofit import auto_inputs, fit_auto
 from .calibrators import Calibrator, FlowCalibrator, IdentityCalibrator
-from .calibrators.anchored import anisotropy
-from .calibrators.auto import WEIGHTING as AUTO_WEIGHTING
 from .calibrators.auto import AutoCalibrator, no_harm_warning
 from .calibrators.base import calibrator_fingerprint, calibrator_identity
 from .card import model_card
@@ -38,7 +37,6 @@ from .encode_outputs import (
 )
 from .encoding.encoder import SentenceEncoder
 from .encoding.multiprocess import encode_multi_device
-from .encoding.token_prior import prior_for
 from .encoding.token_stats import TokenStatistics
 from .errors import InputError
 from .linalg import pair_cosines, unit_rows
@@ -279,7 +277,7 @@ class Embedder:
     def _fit_auto(
         self, items: Any, *, weigh: bool, batch_size: int | None, show: bool | None
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        """Fit the :class:`AutoCalibrator` as its rule says (calibrators/auto.py), in ONE forward pass over ``items``.
+        """Fit the :class:`AutoCalibrator` as its rule says (:func:`bertflow.autofit.fit_auto`), in ONE forward pass.
 
         The pass computes the encoder's pooling, the last layer's token mean (whose anisotropy tells a raw MLM
         encoder from a sentence encoder) and, where ``weigh`` and a generic token prior fits the tokenizer, the
@@ -287,32 +285,17 @@ class Embedder:
         prior's statistics. Returns the embeddings fitted on and what was chosen (saved in the fit record).
         """
         enc, calibrator = self.encoder, self.calibrator
-        own = enc.pooling
-        prior = prior_for(enc.tokenizer) if weigh and own.averages_tokens and not own.weighting.weighted else None
-        poolings: list[Any] = [own, "mean"]
-        if prior is not None:
-            spec = own.base_spec()
-            weighted = f"{AUTO_WEIGHTING}:{spec if isinstance(spec, str) else ','.join(map(str, spec))}"
-            poolings.append(weighted)
-            enc.token_statistics = prior.statistics
-        out = enc.encode(items, batch_size=batch_size, show_progress_bar=show, poolings=poolings)
-        keys = list(out)  # one per distinct pooling, in order: own, mean (unless own is mean), weighted
-        token_anisotropy = anisotropy(out["mean"])
-        raw_encoder = calibrator.rawness(token_anisotropy) >= 0.5
-        choice: dict[str, Any] = {"token_anisotropy": round(token_anisotropy, 4), "weighting": "none"}
-        if prior is not None and raw_encoder:
-            enc.set_pooling(poolings[-1])
-            X = out[keys[-1]]
-            choice.update(weighting=AUTO_WEIGHTING, token_statistics=f"prior {prior.name}: {prior.source}")
-        else:
-            if prior is not None:
-                enc.token_statistics = None
-            X = out[keys[0]]
-        calibrator.fit(X, token_anisotropy=token_anisotropy)
-        choice["calibrator"] = calibrator.describe()
-        logger.info("auto: pooling %s; %s", enc.pooling.name, choice["calibrator"])
-        warn_if_harmful(calibrator, X.shape)
-        return X, choice
+        inputs = auto_inputs(enc, weigh=weigh)
+        if inputs.prior is not None:
+            enc.token_statistics = inputs.prior.statistics
+        out = enc.encode(items, batch_size=batch_size, show_progress_bar=show, poolings=inputs.poolings())
+        fit = fit_auto(calibrator, inputs, lambda pooling: out[pooling.key])
+        if fit.prior is not None:
+            enc.set_pooling(fit.pooling)
+        elif inputs.prior is not None:
+            enc.token_statistics = None
+        warn_if_harmful(calibrator, fit.embeddings.shape)
+        return fit.embeddings, fit.choice
 
     def fit_embeddings(self, X: np.ndarray) -> Embedder:
         """Fit the calibrator on embeddings [N, D] already produced by this encoder (e.g. from a cache)."""

@@ -56,7 +56,7 @@ from .encoding.loading import local_encoder_dir, portable_model_name, resolve_mo
 from .encoding.token_stats import TokenStatistics
 from .errors import CompatibilityError, InputError, ModelFileError
 from .hub import download_model, snapshot
-from .io.files import FOLDER_KINDS, OLD_MARK, atomic_directory, check_output_folder, read_consistent
+from .io.files import FOLDER_KINDS, atomic_directory, check_output_folder, moved_aside, read_folder
 from .io.formats import FORMAT_VERSION, check_format, path_inside, read_json, sha256_file, verify_checksums, write_json
 
 __all__ = [
@@ -76,7 +76,6 @@ __all__ = [
     "copy_encoder_files",
     "corpus_digest",
     "fit_record",
-    "left_by_interrupted_save",
     "load_encoder",
     "load_model_folder",
     "load_token_statistics",
@@ -401,16 +400,16 @@ def load_model_folder(
     """Read the model folder at ``path`` (or the hub repo id ``path`` at ``revision``) and return what
     ``assemble(folder, config, calibrator, source)`` makes of it (``source``: the folder, resolved, or the hub id).
 
-    A local folder is read so as to see exactly one complete save while another process may save over it
-    (:func:`~bertflow.io.files.read_consistent`); a bundled encoder's files are read in that same snapshot (so
-    ``assemble`` runs inside it), an encoder loaded from elsewhere is built once, afterwards.
+    A local folder is read so as never to mix two saves while another process may save over it
+    (:func:`~bertflow.io.files.read_folder`: a clear error instead); a bundled encoder's files are part of that read
+    (so ``assemble`` runs inside it), an encoder loaded from elsewhere is built afterwards.
 
     Raises:
         ModelFileError: missing, truncated, corrupted or edited files; a format newer than this bertflow reads;
             a path that is neither a local folder nor a hub repo that can be fetched (e.g. offline and not cached).
     """
     folder = Path(path).expanduser()
-    if not (folder.is_dir() or left_by_interrupted_save(folder)):
+    if not (folder.is_dir() or moved_aside(folder)):
         folder = download_model(str(path), revision)
         config, calibrator = read_model_folder(folder)
         return assemble(folder, config, calibrator, str(path))
@@ -418,11 +417,11 @@ def load_model_folder(
     # read() returns (assembled,) for a bundled encoder, else (config, calibrator) to assemble after the read.
     def read(f: Path) -> tuple[T] | tuple[dict[str, Any], Calibrator]:
         config, calibrator = read_model_folder(f)
-        if bundles_encoder(config):  # its weights are files of the folder too: read them in the same snapshot
+        if bundles_encoder(config):  # its weights are files of the folder too: read them in the same read
             return (assemble(f, config, calibrator, str(f.resolve())),)
         return config, calibrator
 
-    result = read_consistent(folder, CONFIG_FILE, read)
+    result = read_folder(folder, read)
     if len(result) == 1:
         return result[0]
     config, calibrator = result
@@ -526,16 +525,6 @@ def bundles_encoder(config: dict[str, Any]) -> bool:
     """Whether a model config says its encoder's files are inside the folder (``save(include_encoder=True)``)."""
     encoder = config.get("encoder")
     return isinstance(encoder, dict) and bool(encoder.get("path"))
-
-
-def left_by_interrupted_save(folder: Path) -> bool:
-    """Whether ``folder`` is missing but a save killed mid-swap left its previous version beside it (a local
-    model to restore, not a hub id)."""
-    prefix = f".{folder.name}{OLD_MARK}"
-    try:
-        return not folder.exists() and any(e.name.startswith(prefix) for e in folder.parent.iterdir())
-    except OSError:
-        return False
 
 
 def _inside(folder: Path, rel: object, what: str) -> Path:

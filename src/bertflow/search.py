@@ -66,7 +66,7 @@ import torch
 from ._version import __version__
 from .encoding.loading import portable_model_name
 from .errors import CompatibilityError, InputError, ModelFileError
-from .io.files import FOLDER_KINDS, atomic_directory, check_output_folder, read_consistent
+from .io.files import FOLDER_KINDS, atomic_directory, check_output_folder, read_folder
 from .io.formats import FORMAT_VERSION, check_format, load_arrays, read_json, save_arrays, sha256_file, write_json
 from .linalg import unit_rows
 from .model_folder import LATER_ENCODER_KEYS
@@ -838,9 +838,9 @@ class EmbeddingIndex:
             ModelFileError: a missing, truncated, edited or inconsistent index, or one written by a newer bertflow.
         """
         folder = Path(path).expanduser()
-        # Another process may save over the folder while it is read: see one complete save, never a mix.
-        return read_consistent(
-            folder, INDEX_CONFIG, lambda f: cls._load_folder(f, backend=backend, device=device, approximate=approximate)
+        # Another process may save over the folder while it is read: one complete save or a clear error, never a mix.
+        return read_folder(
+            folder, lambda f: cls._load_folder(f, backend=backend, device=device, approximate=approximate)
         )
 
     @classmethod

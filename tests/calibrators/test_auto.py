@@ -112,7 +112,7 @@ def test_embedder_fit_weights_a_raw_encoder_with_the_prior_in_one_pass(tiny_mode
                                                                        raw_encoder, caplog):  # fmt: skip
     encoder = SentenceEncoder(str(tiny_model_dir), pooling="first-last-avg", device="cpu")
     prior = _tiny_prior(encoder, ["a generic corpus of words", "other words entirely"], tmp_path)
-    monkeypatch.setattr("bertflow.embedder.prior_for", lambda tokenizer: prior)
+    monkeypatch.setattr("bertflow.autofit.prior_for", lambda tokenizer: prior)
     # Which kind of encoder the tiny model looks like is set by the thresholds, around its own token anisotropy.
     probe = anisotropy(encoder.encode(SENTENCES, poolings=["mean"])["mean"])
     auto = (

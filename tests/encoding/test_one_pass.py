@@ -10,7 +10,7 @@ import torch
 
 from bertflow import InputError, SentenceEncoder
 
-from ..evaluation.test_reproduce import working_tiny_bert  # noqa: F401 - fixture (a tokenizer that knows its vocab)
+from ..sts_layout import working_tiny_bert  # noqa: F401 - fixture (a tokenizer that knows its vocab)
 
 SENTENCES = [
     "A man is playing a guitar.",

@@ -12,6 +12,7 @@ from bertflow import InputError, SentenceEncoder
 from bertflow.encoding import forward as forward_module
 from bertflow.encoding.packed import (
     ATTENTIONS,
+    SLOTTED,
     PackedBert,
     Packing,
     grouped_attention,
@@ -100,6 +101,80 @@ def test_packed_layers_equal_padded_hf_forward(tiny_bert):
         assert sorted(PackedBert(tiny_bert).states(ids, p, [2], padded_attention)) == [2]
 
 
+@pytest.mark.parametrize("width", [8, 40, 70])
+def test_slotted_layout_equals_padded_hf_forward(tiny_bert, width):
+    """The slots layout (padded batch grown to whole attention groups, attention on views) gives the padded HF
+    forward's states at every real token, with one or several sentences per attention row; padding rows get
+    finite values."""
+    from bertflow.encoding.packed import slotted_attention
+
+    torch.manual_seed(width)
+    lengths = torch.tensor([min(n * width // 7, width) or 1 for n in LENGTHS])
+    ids = torch.randint(5, tiny_bert.config.vocab_size, (len(LENGTHS), width))
+    p = Packing.slots(lengths, width)
+    assert p.total % width == 0 and p.total // width >= len(LENGTHS)
+    ids[~p.mask] = 0
+    with torch.inference_mode():
+        ref = tiny_bert(input_ids=ids, attention_mask=p.mask.long(), output_hidden_states=True).hidden_states
+        for kernels in ("modules", "fused"):
+            states = PackedBert(tiny_bert, kernels=kernels).states(ids, p, [1, 3], slotted_attention)
+            for k, flat in states.items():
+                assert torch.isfinite(flat).all()
+                got = p.unpack(flat)
+                assert got.shape == (len(LENGTHS), width, tiny_bert.config.hidden_size)
+                torch.testing.assert_close(got[p.mask], ref[k][p.mask], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="slots"):
+        q = torch.zeros(int(lengths.sum()), 2, 4)
+        slotted_attention(q, q, q, Packing.from_lengths(lengths, width, int(lengths.sum())))
+
+
+@pytest.mark.parametrize("kernels", ["fused", "fused-gelu"])
+def test_fused_layers_equal_padded_hf_forward(tiny_bert, kernels):
+    """The fused layer (one QKV GEMM, add + LayerNorm together, GELU in the GEMM) computes the model's function:
+    fp32 on CPU, against the padded HF forward (with the tanh GELU in the model for ``fused-gelu``)."""
+    import copy
+
+    from transformers.activations import ACT2FN
+
+    model = tiny_bert
+    if kernels == "fused-gelu":
+        model = copy.deepcopy(tiny_bert)
+        for layer in model.encoder.layer:
+            layer.intermediate.intermediate_act_fn = ACT2FN["gelu_pytorch_tanh"]
+    torch.manual_seed(2)
+    lengths = torch.tensor(LENGTHS)
+    width = int(lengths.max())
+    ids = torch.randint(5, model.config.vocab_size, (len(LENGTHS), width))
+    p = Packing.from_lengths(lengths, width, int(lengths.sum()))
+    with torch.inference_mode():
+        ref = model(input_ids=ids, attention_mask=p.mask.long(), output_hidden_states=True).hidden_states
+        states = PackedBert(tiny_bert, kernels=kernels).states(ids, p, [1, 3], padded_attention)
+    for k, packed in states.items():
+        torch.testing.assert_close(packed, p.pack(ref[k]), rtol=1e-5, atol=1e-5)
+
+
+def test_fused_qkv_follows_weight_changes(tiny_bert):
+    """The concatenated QKV weight is a copy: a weight changed in place after the first forward is picked up."""
+    import copy
+
+    model = copy.deepcopy(tiny_bert)
+    packed = PackedBert(model, kernels="fused")
+    lengths = torch.tensor(LENGTHS)
+    p = Packing.from_lengths(lengths, int(lengths.max()), int(lengths.sum()))
+    ids = torch.randint(5, model.config.vocab_size, (len(LENGTHS), int(lengths.max())))
+    with torch.inference_mode():
+        before = packed.states(ids, p, [3], padded_attention)[3]
+    with torch.no_grad():
+        model.encoder.layer[0].attention.self.key.weight.mul_(0.5)
+    with torch.inference_mode():
+        after = packed.states(ids, p, [3], padded_attention)[3]
+        ref = PackedBert(model).states(ids, p, [3], padded_attention)[3]
+    assert not torch.allclose(before, after)
+    torch.testing.assert_close(after, ref, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="kernels must be one of"):
+        PackedBert(model, kernels="fast")
+
+
 def test_unsupported_models_are_named(tiny_bert):
     from transformers import BertConfig, BertForMaskedLM, BertModel
 
@@ -183,8 +258,37 @@ def test_attentions_equal_padded_attention_cuda(name):
     p = Packing.from_lengths(lengths, 64, int(lengths.sum()))
     q, k, v = (torch.randn(p.total, 12, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     ref = padded_attention(q.float(), k.float(), v.float(), p)
-    got = ATTENTIONS[name](q, k, v, p).float()
+    if name in SLOTTED:  # same tokens in the slots layout; compared at real tokens
+        s = Packing.slots(lengths, 64)
+        q, k, v = (s.pack(p.unpack(t)) for t in (q, k, v))
+        got = p.pack(s.unpack(ATTENTIONS[name](q, k, v, s))).float()
+    else:
+        got = ATTENTIONS[name](q, k, v, p).float()
     assert torch.linalg.norm(got - ref) / torch.linalg.norm(ref) < 1e-2
+
+
+@cuda
+@pytest.mark.parametrize("hidden", [384, 768, 1000])
+def test_add_layer_norm_kernel_cuda(hidden):
+    """The Triton add + LayerNorm equals LayerNorm(y + r) computed in float32, to bf16 rounding; every row written."""
+    from bertflow.encoding.fused import add_layer_norm, triton_available
+
+    if not triton_available(torch.device("cuda")):
+        pytest.skip("needs Triton")
+    torch.manual_seed(hidden)
+    norm = torch.nn.LayerNorm(hidden, eps=1e-12).cuda()
+    with torch.no_grad():
+        norm.weight.normal_(1.0, 0.2)
+        norm.bias.normal_(0.0, 0.2)
+    norm = norm.to(torch.bfloat16)
+    y, r = (torch.randn(1237, hidden, device="cuda", dtype=torch.bfloat16) * 3 + 1 for _ in range(2))
+    with torch.inference_mode():
+        got = add_layer_norm(y, r, norm).float()
+        ref = torch.nn.functional.layer_norm(
+            y.float() + r.float(), (hidden,), norm.weight.float(), norm.bias.float(), 1e-12
+        )
+    assert torch.isfinite(got).all()
+    assert float(torch.linalg.norm(got - ref) / torch.linalg.norm(ref)) < 5e-3
 
 
 @cuda

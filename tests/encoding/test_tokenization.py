@@ -307,7 +307,21 @@ def test_shortcut_memo_is_bounded(tiny_model_dir, monkeypatch):
     monkeypatch.setattr(tokenization, "MEMO_LIMIT", 5)
     tok = _rust(tiny_model_dir)
     shortcut, _ = _check_exact(tok, _fuzz(300))
-    assert len(shortcut._memo) <= 5 + 120  # cleared once over the limit; one sentence's words at most on top
+    # cleared once over the limit (back to the vocabulary's words); one sentence's words at most on top
+    assert len(shortcut._seed) < len(shortcut._memo) <= len(shortcut._seed) + 5 + 120
+
+
+def test_shortcut_memo_starts_with_the_vocabularys_words(tiny_model_dir):
+    """Every whole word of the vocabulary is remembered before any text is seen, as the model itself tokenises it
+    (checked over the whole vocabulary of the tiny and, where installed, the packaged tokenizer)."""
+    real = _real_tokenizer_dir()
+    for folder in [tiny_model_dir] + ([real] if real is not None else []):
+        tok = _rust(folder)
+        shortcut = WordPieceShortcut.from_tokenizer(tok)
+        vocab = tok.get_vocab()
+        assert len(shortcut._seed) > 0.5 * sum(not w.startswith("##") for w in vocab)
+        for word, ids in shortcut._seed.items():
+            assert ids == [t.id for t in tok.model.tokenize(word)], word
 
 
 def test_tokenize_arrays_with_shortcut_equals_without(tiny_model_dir):

@@ -21,7 +21,7 @@ from bertflow.evaluation.cache import (
     sentence_key,
 )
 
-from .test_reproduce import one_torch_thread, working_tiny_bert  # noqa: F401 - fixtures
+from ..sts_layout import one_torch_thread, working_tiny_bert  # noqa: F401 - fixtures
 
 SENTENCES = [
     "A man is playing a guitar.",

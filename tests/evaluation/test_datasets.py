@@ -30,45 +30,23 @@ from ..conftest import write_file
 # ------------------------------------------------------------------------------------------------------
 
 
-def test_resolve_data_dir_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_resolve_data_dir_takes_the_folder_and_searches_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The library has no default folder: no environment, no ``../shared`` relative to the working directory (the
+    CLI's ``--data-dir`` default does that search, tests/cli/test_data_dir.py)."""
     explicit = tmp_path / "explicit"
     explicit.mkdir()
-    env_dir = tmp_path / "env"
-    env_dir.mkdir()
-    monkeypatch.setenv(DATA_DIR_ENV, str(env_dir))
     assert resolve_data_dir(explicit) == explicit.resolve()
-    assert resolve_data_dir() == env_dir.resolve()
-
-    monkeypatch.delenv(DATA_DIR_ENV)
-    home = tmp_path / "home"
-    (home / ".cache/bertflow/sts").mkdir(parents=True)
-    monkeypatch.setenv("HOME", str(home))
-    work = tmp_path / "repo" / "sub"
-    work.mkdir(parents=True)
-    monkeypatch.chdir(work)
-    assert resolve_data_dir() == (home / ".cache/bertflow/sts").resolve()
-    (tmp_path / "repo" / "shared/data/sts").mkdir(parents=True)
-    assert resolve_data_dir() == (tmp_path / "repo/shared/data/sts").resolve()
-    (work / "shared/data/sts").mkdir(parents=True)
-    found = resolve_data_dir()
-    assert found == (work / "shared/data/sts").resolve() and found.is_absolute()
-
-
-def test_resolve_data_dir_missing_explains_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(DATA_DIR_ENV, raising=False)
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv(DATA_DIR_ENV, str(explicit))
+    (tmp_path / "shared/data/sts").mkdir(parents=True)
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(DataNotFoundError) as info:
-        resolve_data_dir()
-    message = str(info.value)
-    for hint in ("--data-dir", DATA_DIR_ENV, "bertflow download-sts", "download_sts()"):
-        assert hint in message
+    with pytest.raises(InputError, match="no STS data folder given"):
+        resolve_data_dir(None)
+    with pytest.raises(InputError, match="no STS data folder given"):
+        load_sts_tasks(["STS-B"])
     with pytest.raises(DataNotFoundError, match="does not exist"):
         resolve_data_dir(tmp_path / "nope")
-    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "nope"))
-    with pytest.raises(DataNotFoundError, match=DATA_DIR_ENV):
-        resolve_data_dir()
-    assert isinstance(info.value, FileNotFoundError)
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -153,7 +131,9 @@ def test_a_data_set_is_one_record(tiny_layout: Path, monkeypatch: pytest.MonkeyP
     toy = TaskSpec("TOY-R", "Toy", 2, {"train": "a.tsv", "dev": "b.tsv", "test": "c.tsv"}, ("toy relatedness",))
     monkeypatch.setattr(datasets, "TASK_SPECS", (*datasets.TASK_SPECS, toy))
     for split, name in (("train", "a"), ("dev", "b"), ("test", "c")):
-        write_file(tiny_layout / "Toy" / f"{name}.tsv", _pairs_tsv([("1", f"{split} 1", f"{split} 2"), ("2", "x", "y")]))
+        write_file(
+            tiny_layout / "Toy" / f"{name}.tsv", _pairs_tsv([("1", f"{split} 1", f"{split} 2"), ("2", "x", "y")])
+        )
     task = load_sts_task("Toy Relatedness", tiny_layout)
     assert task.name == "TOY-R" and task.has_train_split and task.n_eval_pairs == 2
     assert task.fit_sentences("train") == ["train 1", "train 2", "x", "y"]

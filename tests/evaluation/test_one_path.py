@@ -12,7 +12,7 @@ from bertflow.evaluation.cache import EmbeddingCache, embed_cached
 from bertflow.evaluation.datasets import load_nli_sentences, load_sts_task
 from bertflow.evaluation.sts import evaluate_task
 
-from .test_reproduce import _invoke, layout, one_torch_thread, working_tiny_bert  # noqa: F401 - fixtures
+from ..sts_layout import _invoke, layout, one_torch_thread, working_tiny_bert  # noqa: F401 - fixtures
 
 TASKS = ("STS-B", "STS12")
 

@@ -41,3 +41,28 @@ def test_atomic_write_text_is_utf8(tmp_path):
     atomic_write_text(target, "naïve ✓")
     assert target.read_bytes() == "naïve ✓".encode()
     assert [p.name for p in tmp_path.iterdir()] == ["note.json"]
+
+
+def test_read_folder_names_a_save_that_replaced_the_folder_during_the_read(tmp_path):
+    from bertflow.errors import ModelFileError
+    from bertflow.io.files import atomic_directory, read_folder
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "a").write_text("1")
+
+    def read_while_saved_over(f):
+        first = (f / "a").read_text()
+        with atomic_directory(f) as tmp:  # another process's save, between two reads of this one
+            (tmp / "a").write_text("2")
+        return first, (f / "a").read_text()
+
+    with pytest.raises(ModelFileError, match="replaced by another save while it was being read; load it again"):
+        read_folder(folder, read_while_saved_over)  # ("1", "2") would mix two saves
+    assert read_folder(folder, lambda f: (f / "a").read_text()) == "2"
+
+    def broken(f):
+        raise ModelFileError("its own error")
+
+    with pytest.raises(ModelFileError, match="its own error"):  # nothing changed: the folder's own error, as is
+        read_folder(folder, broken)

@@ -206,49 +206,55 @@ def _encode_worker(device: str | None, args: dict[str, Any]) -> None:
     _guarded(_encode_worker_body, device, args)
 
 
+InputFileArg = Annotated[
+    Path,
+    typer.Argument(
+        help="UTF-8 text file, one sentence per line; or a Parquet / Arrow IPC (Feather v2) file with a text "
+        "column (.parquet, .arrow, .feather).",
+        exists=True,
+        dir_okay=False,
+    ),
+]
+StoreOutOpt = Annotated[Path, typer.Option("--output", "-o", help="Store folder (created; resumed if it exists).")]
+ShardSizeOpt = Annotated[int, typer.Option(help="Rows per shard file (a multiple of --chunk-size).")]
+ChunkSizeOpt = Annotated[int, typer.Option(help="Sentences length-sorted together by the encoder.")]
+MergeOpt = Annotated[bool, typer.Option(metavar="", help="Also write OUTPUT/embeddings.npy, all rows in one array.")]
+RestartOpt = Annotated[bool, typer.Option(metavar="", help="Delete a store already in OUTPUT instead of resuming it.")]
+TextColumnOpt = Annotated[str | None, typer.Option(help="The text column of a Parquet/Arrow input (default: text).")]
+InputFormatOpt = Annotated[
+    InputFormat | None, typer.Option(help="text | parquet | arrow; default: from the input's suffix.")
+]
+ShardFormatOpt = Annotated[
+    ShardFormat,
+    typer.Option("--format", help="Shard files: npy (memory-mapped) | parquet | arrow (row, id, embedding)."),
+]
+IdColumnOpt = Annotated[
+    str | None,
+    typer.Option(help="A Parquet/Arrow input column copied beside each embedding (needs --format parquet|arrow)."),
+]
+
+
 @app.command("distributed-encode", epilog=_EPILOG_ENCODE)
 def distributed_encode(
-    input: Annotated[
-        Path,
-        typer.Argument(
-            help="UTF-8 text file, one sentence per line; or a Parquet / Arrow IPC (Feather v2) file with a text "
-            "column (.parquet, .arrow, .feather).",
-            exists=True,
-            dir_okay=False,
-        ),
-    ],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Store folder (created; resumed if it exists).")],
+    input: InputFileArg,
+    output: StoreOutOpt,
     model_dir: ModelDirOpt = None,
     model: ModelOpt = None,
     pooling: PoolingOpt = "mean",
     max_length: MaxLenOpt = 64,
-    shard_size: Annotated[int, typer.Option(help="Rows per shard file (a multiple of --chunk-size).")] = 131072,
-    chunk_size: Annotated[int, typer.Option(help="Sentences length-sorted together by the encoder.")] = 16384,
+    shard_size: ShardSizeOpt = 131072,
+    chunk_size: ChunkSizeOpt = 16384,
     batch_size: BatchOpt = None,
     dtype: DtypeOpt = "auto",
     device: RankDeviceOpt = None,
     devices: DevicesOpt = None,
     encoding_errors: ErrorsOpt = EncodingErrors.strict,
-    merge: Annotated[
-        bool, typer.Option(metavar="", help="Also write OUTPUT/embeddings.npy, all rows in one array.")
-    ] = False,
-    overwrite: Annotated[
-        bool, typer.Option(metavar="", help="Delete a store already in OUTPUT instead of resuming it.")
-    ] = False,
-    text_column: Annotated[
-        str | None, typer.Option(help="The text column of a Parquet/Arrow input (default: text).")
-    ] = None,
-    input_format: Annotated[
-        InputFormat | None, typer.Option(help="text | parquet | arrow; default: from the input's suffix.")
-    ] = None,
-    shard_format: Annotated[
-        ShardFormat,
-        typer.Option("--format", help="Shard files: npy (memory-mapped) | parquet | arrow (row, id, embedding)."),
-    ] = ShardFormat.npy,
-    id_column: Annotated[
-        str | None,
-        typer.Option(help="A Parquet/Arrow input column copied beside each embedding (needs --format parquet|arrow)."),
-    ] = None,
+    merge: MergeOpt = False,
+    overwrite: RestartOpt = False,
+    text_column: TextColumnOpt = None,
+    input_format: InputFormatOpt = None,
+    shard_format: ShardFormatOpt = ShardFormat.npy,
+    id_column: IdColumnOpt = None,
     backend: BackendOpt = "gloo",
     timeout_minutes: TimeoutOpt = 60.0,
     quiet: QuietOpt = False,
@@ -257,13 +263,7 @@ def distributed_encode(
     job (resumable)."""
     from ..io.files import check_output_folder
 
-    if model_dir and model:
-        _raise_input("give --model-dir (a fitted model) or --model (a raw encoder), not both")
-    from ..encoding.pooling import parse_without_model
-
-    if not model_dir and parse_without_model(pooling).weighting.weighted:
-        # A weighted pooling's token counts are fitted with the model (bertflow fit); a raw encoder has none.
-        _raise_input(f"pooling {pooling!r} needs token statistics: fit a model with it and pass --model-dir")
+    _check_model_options(model_dir, model, pooling)
     # An existing store is resumed (or restarted with --overwrite); anything else non-empty is refused.
     check_output_folder(output, "store", overwrite=overwrite, resume=True, inputs=[input, *filter(None, [model_dir])])
     _check_device_option(device, devices)
@@ -290,6 +290,17 @@ def distributed_encode(
         "id_column": id_column,
     }
     _run(_encode_worker, devices, backend, timeout_minutes, args)
+
+
+def _check_model_options(model_dir: Path | None, model: str | None, pooling: str) -> None:
+    """Refuse ``--model-dir`` with ``--model``, and a weighted pooling without a fitted model, before any rank."""
+    if model_dir and model:
+        _raise_input("give --model-dir (a fitted model) or --model (a raw encoder), not both")
+    from ..encoding.pooling import parse_without_model
+
+    if not model_dir and parse_without_model(pooling).weighting.weighted:
+        # A weighted pooling's token counts are fitted with the model (bertflow fit); a raw encoder has none.
+        _raise_input(f"pooling {pooling!r} needs token statistics: fit a model with it and pass --model-dir")
 
 
 def _check_input_options(

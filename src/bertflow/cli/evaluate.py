@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ..evaluation.datasets import STS_TASKS
+from ..evaluation.datasets import DATA_DIR_ENV, DEFAULT_CACHE_DIR, STS_TASKS
 from ._app import app
 from .options import (
     BatchOpt,
@@ -55,9 +55,15 @@ CorpusOpt = Annotated[
 ]
 _ALL_TASKS = ",".join(STS_TASKS)
 TasksOpt = Annotated[str, typer.Option(help=f"Comma-separated STS tasks: {_ALL_TASKS}.")]
+#: Where the CLI looks for the STS data folder when ``--data-dir`` is not given, after ``$BERTFLOW_DATA_DIR``: a
+#: checkout beside the shared data (``./shared`` or ``../shared``, relative to the working directory), then where
+#: ``bertflow download-sts`` builds it. The library has no such default: its functions take the folder.
+DATA_DIR_CANDIDATES = ("shared/data/sts", "../shared/data/sts", str(DEFAULT_CACHE_DIR))
 DataDirOpt = Annotated[
     Path | None,
-    typer.Option(help="STS data folder (default: $BERTFLOW_DATA_DIR, ./shared/data/sts, ../shared/data/sts, ...)."),
+    typer.Option(
+        help=f"STS data folder (default: ${DATA_DIR_ENV}, else the first existing of {', '.join(DATA_DIR_CANDIDATES)})."
+    ),
 ]
 CacheDirOpt = Annotated[
     Path | None,
@@ -74,9 +80,77 @@ FitSizesOpt = Annotated[
 ]
 SampleSeedOpt = Annotated[int, typer.Option(help="Regime per-set: the seed of the --fit-sizes samples.")]
 
+PoolingsOpt = Annotated[
+    str,
+    typer.Option(help="Comma-separated poolings (layer lists joined by '+': 'mean,1+-1'); one encoder pass for all."),
+]
+CalibratorsOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Comma-separated calibrator specs; default: none, standard-norm, natsv-10, standard-norm+natsv-6, "
+        "whitening, whitening-K (K = 256 for 768 dims, 384 for 1024, else D/3), flow, flow-paper."
+    ),
+]
+RegimesOpt = Annotated[
+    str,
+    typer.Option(
+        help="Comma-separated: target, train, nli, corpus; or per-set alone (every STS12-16 subset, STS-B, "
+        "SICK-R scored on its own, each fitted on its own sentences: mean, worst set and count below raw)."
+    ),
+]
+SelectOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Regime per-set: 'lodo' adds the leave-one-dataset-out choice among the grid's configurations "
+        "(picked on the other datasets, scored on the held-out one)."
+    ),
+]
+PaperRowsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--paper-rows",
+        help="Show this paper model's published rows (bert-base-uncased or bert-large-uncased) beside another "
+        "encoder's, captioned with how the two differ.",
+    ),
+]
+ComparesOpt = Annotated[
+    str | None,
+    typer.Option(help="Comma-separated calibrator specs fitted the same way and shown beside --calibrator."),
+]
+VectorOpt = Annotated[str | None, typer.Option(help="Also write each plot as pdf and/or svg (comma-separated).")]
+PlotsOpt = Annotated[bool, typer.Option(metavar="", help="Draw the PNG plots (needs matplotlib).")]
+
 
 def _split(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def find_data_dir(data_dir: Path | None) -> Path:
+    """The STS data folder of a command: ``--data-dir`` if given, else ``$BERTFLOW_DATA_DIR``, else the first
+    existing of :data:`DATA_DIR_CANDIDATES`; absolute.
+
+    Raises:
+        DataNotFoundError: the named folder does not exist, or none of the defaults does; the message says how to
+            point at a local copy and how to download the data.
+    """
+    import os
+
+    from ..errors import DataNotFoundError
+    from ..evaluation.datasets import HOW_TO_GET_DATA, resolve_data_dir
+
+    if data_dir is not None:
+        return resolve_data_dir(data_dir)
+    env = os.environ.get(DATA_DIR_ENV)
+    if env:
+        if not Path(env).expanduser().is_dir():
+            raise DataNotFoundError(f"{DATA_DIR_ENV}={env} is not an existing folder. {HOW_TO_GET_DATA}")
+        return resolve_data_dir(env)
+    candidates = [Path(c).expanduser() for c in DATA_DIR_CANDIDATES]
+    for candidate in candidates:
+        if candidate.is_dir():
+            return candidate.resolve()
+    tried = ", ".join(str(c) for c in candidates)
+    raise DataNotFoundError(f"no STS data folder found (looked in {tried}). {HOW_TO_GET_DATA}")
 
 
 def _command(name: str, options: Sequence[tuple[str, Any]]) -> str:
@@ -200,85 +274,109 @@ def evaluate(
     quiet: QuietOpt = False,
 ) -> None:
     """STS evaluation (Spearman x100, "all" and "wmean", per subset) of an encoder + calibrator, with its regime."""
+    options = {name: value for name, value in locals().items() if name != "ctx"}
     _check_report(output, "evaluate")
     check_device(device)
     check_model_dir_options(ctx, model_dir)
-    from ..evaluation.grid import GridConfig, evaluate_embedder, run_grid
-
-    regime = regime.strip().lower()
+    regime = options["regime"] = regime.strip().lower()
     sizes = _fit_sizes(fit_sizes, regime == "per-set" and not model_dir)
     if regime == "per-set" and corpus is not None:
         _raise_input("--corpus has no role in the per-set regime: each set is fitted on its own sentences")
     quiet_libraries()
     limit_threads(threads)
-    task_names = _split(tasks)
+    root = find_data_dir(data_dir)
     if model_dir:
-        command = _command(
-            "evaluate",
-            [("--model-dir", model_dir), ("--tasks", tasks if tasks != _ALL_TASKS else None), ("--data-dir", data_dir)],
-        )
+        from ..paper.grid import evaluate_embedder
+
+        echo = [("--model-dir", model_dir), ("--tasks", _tasks_echo(tasks)), ("--data-dir", data_dir)]
         result = evaluate_embedder(
             load_embedder(model_dir, device, dtype),
-            task_names=task_names,
-            data_dir=data_dir,
+            task_names=_split(tasks),
+            data_dir=root,
             cache=_cache(cache_dir, no_cache),
             batch_size=batch_size,
-            command=command,
+            command=_command("evaluate", echo),
         )
     else:
         if corpus is not None and regime == "target":
-            regime = "corpus"  # --corpus alone means: fit on it
-        command = _command(
-            "evaluate",
-            [
-                ("--model", model),
-                ("--pooling", pooling),
-                ("--calibrator", calibrator),
-                ("--regime", None if calibrator == "none" and regime != "per-set" else regime),
-                ("--corpus", corpus),
-                ("--column", column),
-                ("--tasks", tasks if tasks != _ALL_TASKS else None),
-                ("--seeds", seeds if seeds != 1 else None),
-                ("--epochs", epochs if epochs != 1.0 else None),
-                ("--fit-sizes", fit_sizes),
-                ("--sample-seed", sample_seed if sample_seed else None),
-                ("--max-length", max_length if max_length != 64 else None),
-                ("--data-dir", data_dir),
-                ("--threads", threads),
-            ],
-        )
-        config = GridConfig(
-            model=model,
+            options["regime"] = "corpus"  # --corpus alone means: fit on it
+        config = _grid_config(
+            options,
+            root,
             poolings=[pooling],
             calibrators=["none", calibrator] if calibrator != "none" else ["none"],
-            regimes=[regime],
-            tasks=task_names,
-            seeds=seeds,
-            corpus=_corpus(corpus, column, encoding_errors),
-            corpus_name=corpus.name if corpus else None,
-            max_length=max_length,
-            batch_size=batch_size,
-            device=device,
-            dtype=dtype,
-            data_dir=data_dir,
-            cache_dir=cache_dir,
-            use_cache=not no_cache,
-            flow_epochs=epochs,
+            regimes=[options["regime"]],
             fit_sizes=sizes,
-            sample_seed=sample_seed,
-            command=command,
+            command=_evaluate_command(options),
         )
-        if regime == "per-set":
-            from ..evaluation.perset import run_per_set
+        if options["regime"] == "per-set":
+            from ..paper.perset import run_per_set
 
             per_set = run_per_set(config, progress=_progress(quiet))
-            markdown = per_set.to_markdown(title="bertflow evaluate")
-            _write(output, "evaluate", markdown, per_set.to_dict())
-            typer.echo(markdown, nl=False)
+            _publish(output, "evaluate", per_set.to_markdown(title="bertflow evaluate"), per_set.to_dict())
             return
+        from ..paper.grid import run_grid
+
         result = run_grid(config, progress=_progress(quiet))
-    markdown = result.to_markdown(title="bertflow evaluate", subsets=True)
-    _write(output, "evaluate", markdown, result.to_dict())
+    _publish(output, "evaluate", result.to_markdown(title="bertflow evaluate", subsets=True), result.to_dict())
+
+
+def _tasks_echo(tasks: str) -> str | None:
+    """``--tasks`` as the command echo shows it: omitted when it is the default (every task)."""
+    return tasks if tasks != _ALL_TASKS else None
+
+
+def _evaluate_command(o: dict[str, Any]) -> str:
+    """The re-runnable ``bertflow evaluate`` line of a grid run (options at their defaults omitted)."""
+    return _command(
+        "evaluate",
+        [
+            ("--model", o["model"]),
+            ("--pooling", o["pooling"]),
+            ("--calibrator", o["calibrator"]),
+            ("--regime", None if o["calibrator"] == "none" and o["regime"] != "per-set" else o["regime"]),
+            ("--corpus", o["corpus"]),
+            ("--column", o["column"]),
+            ("--tasks", _tasks_echo(o["tasks"])),
+            ("--seeds", o["seeds"] if o["seeds"] != 1 else None),
+            ("--epochs", o["epochs"] if o["epochs"] != 1.0 else None),
+            ("--fit-sizes", o["fit_sizes"]),
+            ("--sample-seed", o["sample_seed"] if o["sample_seed"] else None),
+            ("--max-length", o["max_length"] if o["max_length"] != 64 else None),
+            ("--data-dir", o["data_dir"]),
+            ("--threads", o["threads"]),
+        ],
+    )
+
+
+def _grid_config(o: dict[str, Any], data_dir: Path, **grid: Any) -> Any:
+    """The :class:`~bertflow.paper.grid.GridConfig` of a command's options ``o`` (its locals), the data folder found
+    for it and the grid's own fields (``poolings``, ``calibrators``, ``regimes``, ``fit_sizes``, ``command``)."""
+    from ..paper.grid import GridConfig
+
+    corpus = o["corpus"]
+    return GridConfig(
+        model=o["model"],
+        tasks=_split(o["tasks"]),
+        seeds=o["seeds"],
+        corpus=_corpus(corpus, o["column"], o["encoding_errors"]),
+        corpus_name=corpus.name if corpus else None,
+        max_length=o["max_length"],
+        batch_size=o["batch_size"],
+        device=o["device"],
+        dtype=o["dtype"],
+        data_dir=data_dir,
+        cache_dir=o["cache_dir"],
+        use_cache=not o["no_cache"],
+        flow_epochs=o["epochs"],
+        sample_seed=o["sample_seed"],
+        **grid,
+    )
+
+
+def _publish(output: Path | None, stem: str, markdown: str, data: dict[str, Any]) -> None:
+    """Write the report files (when ``output`` is given) and print the Markdown."""
+    _write(output, stem, markdown, data)
     typer.echo(markdown, nl=False)
 
 
@@ -300,35 +398,12 @@ def evaluate(
 )
 def reproduce(
     model: ModelOpt = None,
-    poolings: Annotated[
-        str,
-        typer.Option(
-            help="Comma-separated poolings (layer lists joined by '+': 'mean,1+-1'); one encoder pass for all."
-        ),
-    ] = ("mean,cls,first-last-avg"),
-    calibrators: Annotated[
-        str | None,
-        typer.Option(
-            help="Comma-separated calibrator specs; default: none, standard-norm, natsv-10, standard-norm+natsv-6, "
-            "whitening, whitening-K (K = 256 for 768 dims, 384 for 1024, else D/3), flow, flow-paper."
-        ),
-    ] = None,
-    regimes: Annotated[
-        str,
-        typer.Option(
-            help="Comma-separated: target, train, nli, corpus; or per-set alone (every STS12-16 subset, STS-B, "
-            "SICK-R scored on its own, each fitted on its own sentences: mean, worst set and count below raw)."
-        ),
-    ] = "target,nli",
+    poolings: PoolingsOpt = "mean,cls,first-last-avg",
+    calibrators: CalibratorsOpt = None,
+    regimes: RegimesOpt = "target,nli",
     fit_sizes: FitSizesOpt = None,
     sample_seed: SampleSeedOpt = 0,
-    select: Annotated[
-        str | None,
-        typer.Option(
-            help="Regime per-set: 'lodo' adds the leave-one-dataset-out choice among the grid's configurations "
-            "(picked on the other datasets, scored on the held-out one)."
-        ),
-    ] = None,
+    select: SelectOpt = None,
     corpus: CorpusOpt = None,
     column: ColumnOpt = None,
     tasks: TasksOpt = _ALL_TASKS,
@@ -346,21 +421,13 @@ def reproduce(
     dtype: DtypeOpt = "auto",
     encoding_errors: ErrorsOpt = EncodingErrors.strict,
     threads: ThreadsOpt = None,
-    paper_rows: Annotated[
-        str | None,
-        typer.Option(
-            "--paper-rows",
-            help="Show this paper model's published rows (bert-base-uncased or bert-large-uncased) beside another "
-            "encoder's, captioned with how the two differ.",
-        ),
-    ] = None,
+    paper_rows: PaperRowsOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Grid of pooling x calibrator x fitting regime on one model: Markdown + JSON, paper numbers beside BERT's."""
+    options = dict(locals())
     _check_report(output, "reproduce")
     check_device(device)
-    from ..evaluation.grid import GridConfig, run_grid
-
     quiet_libraries()
     limit_threads(threads)
     regime_list = _split(regimes)
@@ -370,66 +437,59 @@ def reproduce(
     sizes = _fit_sizes(fit_sizes, per_set)
     if select is not None and (select != "lodo" or not per_set):
         _raise_input(f"--select takes 'lodo', with --regimes per-set (got --select {select!r}, --regimes {regimes})")
-    command = _command(
-        "reproduce",
-        [
-            ("--model", model),
-            ("--poolings", poolings),
-            ("--calibrators", calibrators),
-            ("--regimes", ",".join(regime_list)),
-            ("--corpus", corpus),
-            ("--column", column),
-            ("--tasks", tasks if tasks != _ALL_TASKS else None),
-            ("--fit-sizes", fit_sizes),
-            ("--sample-seed", sample_seed if sample_seed else None),
-            ("--select", select),
-            ("--seeds", seeds),
-            ("--epochs", epochs if epochs != 1.0 else None),
-            ("--max-length", max_length if max_length != 64 else None),
-            ("--data-dir", data_dir),
-            ("--threads", threads),
-            ("--paper-rows", paper_rows),
-            ("--output", output),
-        ],
-    )
-    config = GridConfig(
-        model=model,
+    config = _grid_config(
+        options,
+        find_data_dir(data_dir),
         # Inside the comma list a layer list is written with "+" ("mean,1+-1"); Pooling wants "1,-1".
         poolings=[p.replace("+", ",") for p in _split(poolings)],
         calibrators=_split(calibrators) if calibrators else None,
         regimes=regime_list,
-        tasks=_split(tasks),
-        seeds=seeds,
-        corpus=_corpus(corpus, column, encoding_errors),
-        corpus_name=corpus.name if corpus else None,
-        max_length=max_length,
-        batch_size=batch_size,
-        device=device,
-        dtype=dtype,
-        data_dir=data_dir,
-        cache_dir=cache_dir,
-        use_cache=not no_cache,
-        flow_epochs=epochs,
         paper_rows=paper_rows,
         fit_sizes=sizes,
-        sample_seed=sample_seed,
-        command=command,
+        command=_reproduce_command(options, regime_list),
     )
     if per_set:
-        from ..evaluation.lodo import select_lodo
-        from ..evaluation.perset import run_per_set
+        from ..paper.lodo import select_lodo
+        from ..paper.perset import run_per_set
 
         per_set_result = run_per_set(config, progress=_progress(quiet))
         if select == "lodo":
             per_set_result.lodo = select_lodo(per_set_result)
         markdown, data = per_set_result.to_markdown(), per_set_result.to_dict()
     else:
+        from ..paper.grid import run_grid
+
         result = run_grid(config, progress=_progress(quiet))
         markdown, data = result.to_markdown(), result.to_dict()
-    _write(output, "reproduce", markdown, data)
-    typer.echo(markdown, nl=False)
+    _publish(output, "reproduce", markdown, data)
     if not quiet:
         typer.echo(f"wrote {output / 'reproduce.md'} and {output / 'reproduce.json'}", err=True)
+
+
+def _reproduce_command(o: dict[str, Any], regimes: list[str]) -> str:
+    """The re-runnable ``bertflow reproduce`` line (options at their defaults omitted)."""
+    return _command(
+        "reproduce",
+        [
+            ("--model", o["model"]),
+            ("--poolings", o["poolings"]),
+            ("--calibrators", o["calibrators"]),
+            ("--regimes", ",".join(regimes)),
+            ("--corpus", o["corpus"]),
+            ("--column", o["column"]),
+            ("--tasks", _tasks_echo(o["tasks"])),
+            ("--fit-sizes", o["fit_sizes"]),
+            ("--sample-seed", o["sample_seed"] if o["sample_seed"] else None),
+            ("--select", o["select"]),
+            ("--seeds", o["seeds"]),
+            ("--epochs", o["epochs"] if o["epochs"] != 1.0 else None),
+            ("--max-length", o["max_length"] if o["max_length"] != 64 else None),
+            ("--data-dir", o["data_dir"]),
+            ("--threads", o["threads"]),
+            ("--paper-rows", o["paper_rows"]),
+            ("--output", o["output"]),
+        ],
+    )
 
 
 @app.command(
@@ -458,14 +518,9 @@ def analyze(
     output: Annotated[
         Path, typer.Option("--output", "-o", help="Folder for analyze.md, analyze.json and the PNG plots.")
     ] = Path("bertflow-analyze"),
-    plots: Annotated[bool, typer.Option(metavar="", help="Draw the PNG plots (needs matplotlib).")] = True,
-    compare: Annotated[
-        str | None,
-        typer.Option(help="Comma-separated calibrator specs fitted the same way and shown beside --calibrator."),
-    ] = None,
-    vector: Annotated[
-        str | None, typer.Option(help="Also write each plot as pdf and/or svg (comma-separated).")
-    ] = None,
+    plots: PlotsOpt = True,
+    compare: ComparesOpt = None,
+    vector: VectorOpt = None,
     data_dir: DataDirOpt = None,
     cache_dir: CacheDirOpt = None,
     no_cache: NoCacheOpt = False,
@@ -478,53 +533,35 @@ def analyze(
     quiet: QuietOpt = False,
 ) -> None:
     """The paper's analyses on STS-B: similarity vs edit distance (Table 6), anisotropy before/after, PNG plots."""
+    options = {name: value for name, value in locals().items() if name != "ctx"}
     _check_report(output, "analyze")
     if plots:  # an optional dependency missing is said before the encoding and fitting, not after
-        from ..evaluation.plots import require_matplotlib
+        from ..paper.plots import require_matplotlib
 
         require_matplotlib()
     check_device(device)
     check_model_dir_options(ctx, model_dir)
-    from ..evaluation.analyze import analyze_stsb
+    from ..paper.analyze import analyze_stsb
 
     quiet_libraries()
     limit_threads(threads)
     if corpus is not None and regime == "target":
-        regime = "corpus"
+        options["regime"] = regime = "corpus"
+    root = find_data_dir(data_dir)
     if model_dir:
         embedder = load_embedder(model_dir, device, dtype)
         encoder, cal, label = embedder.encoder, embedder.calibrator, str(embedder.fit_info.get("regime", "unknown"))
         command = _command("analyze", [("--model-dir", model_dir), ("--data-dir", data_dir), ("--output", output)])
     else:
-        from ..evaluation.grid import load_encoder
+        from ..paper.grid import load_encoder
 
         encoder = load_encoder(model, pooling=pooling, max_length=max_length, device=device, dtype=dtype)
-        cal, label = calibrator, regime
-        command = _command(
-            "analyze",
-            [
-                ("--model", model),
-                ("--pooling", pooling),
-                ("--calibrator", calibrator),
-                ("--compare", compare),
-                ("--regime", regime),
-                ("--corpus", corpus),
-                ("--column", column),
-                ("--seed", seed if seed else None),
-                ("--epochs", epochs if epochs != 1.0 else None),
-                ("--max-length", max_length if max_length != 64 else None),
-                ("--data-dir", data_dir),
-                ("--threads", threads),
-                ("--output", output),
-                ("--no-plots", not plots),
-                ("--vector", vector),
-            ],
-        )
+        cal, label, command = calibrator, regime, _analyze_command(options)
     result = analyze_stsb(
         encoder,
         calibrator=cal,
         regime=label,
-        data_dir=data_dir,
+        data_dir=root,
         corpus=_corpus(corpus, column, encoding_errors),
         corpus_name=corpus.name if corpus else None,
         seed=seed,
@@ -542,6 +579,30 @@ def analyze(
     typer.echo(result.to_markdown(), nl=False)
     if not quiet:
         typer.echo(f"wrote {output / 'analyze.md'}, {output / 'analyze.json'} and {len(result.plots)} plots", err=True)
+
+
+def _analyze_command(o: dict[str, Any]) -> str:
+    """The re-runnable ``bertflow analyze`` line of a model built from options (options at their defaults omitted)."""
+    return _command(
+        "analyze",
+        [
+            ("--model", o["model"]),
+            ("--pooling", o["pooling"]),
+            ("--calibrator", o["calibrator"]),
+            ("--compare", o["compare"]),
+            ("--regime", o["regime"]),
+            ("--corpus", o["corpus"]),
+            ("--column", o["column"]),
+            ("--seed", o["seed"] if o["seed"] else None),
+            ("--epochs", o["epochs"] if o["epochs"] != 1.0 else None),
+            ("--max-length", o["max_length"] if o["max_length"] != 64 else None),
+            ("--data-dir", o["data_dir"]),
+            ("--threads", o["threads"]),
+            ("--output", o["output"]),
+            ("--no-plots", not o["plots"]),
+            ("--vector", o["vector"]),
+        ],
+    )
 
 
 @app.command("download-sts")

@@ -224,10 +224,26 @@ ModelDirOpt = Annotated[
         "--pooling and the other model options."
     ),
 ]
+
+
+def declared_poolings() -> list[str]:
+    """Every name a pooling class of ``bertflow.encoding.pooling`` declares (``names = (...)``), read from the sources
+    as the registry discovers them (module order), so the CLI's help lists a new pooling without importing torch."""
+    import ast
+
+    names: list[str] = []
+    for path in sorted((Path(__file__).resolve().parents[1] / "encoding" / "pooling").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            for stmt in node.body if isinstance(node, ast.ClassDef) else []:
+                if isinstance(stmt, ast.Assign) and [getattr(t, "id", None) for t in stmt.targets] == ["names"]:
+                    names += ast.literal_eval(stmt.value)
+    return names
+
+
 PoolingOpt = Annotated[
     str,
     typer.Option(
-        help="cls | pooler | mean | first-last-avg | last2avg | comma-separated hidden-state indices (0 = embeddings), "
+        help=f"{' | '.join(declared_poolings())} | comma-separated hidden-state indices (0 = embeddings), "
         "optionally weighted: sif:first-last-avg, usif:mean, idf:mean."
     ),
 ]

@@ -22,15 +22,18 @@ from ..typing import DeviceTransform
 from ..validation import OUTPUT_LIMIT, check_finite, raise_calibrated
 from .batching import HostBatch, PreparedChunk
 from .device import attention_backends, transformers_major
+from .fused import triton_available
 from .packed import (
     ATTENTIONS,
     CUDA_ATTENTION,
+    CUDA_KERNELS,
     UNPADDED_BY_DEFAULT,
     Attention,
     PackedBert,
     Packing,
     max_cosine_deviation,
     padded_attention,
+    slotted_attention,
     unsupported_reason,
 )
 from .pooling import Pooling, Weighting
@@ -147,6 +150,8 @@ class ModelRunner:
         self.packed = PackedBert(model) if self.unpadded_refused is None else None
         self.packed_verified = False
         self.half_cuda = device.type == "cuda" and next(model.parameters()).dtype in (torch.float16, torch.bfloat16)
+        if self.packed is not None and self.half_cuda and triton_available(device):
+            self.packed.kernels = CUDA_KERNELS  # fused layer steps (encoding/fused.py); benchmarks swap it
         self.cuda_attention: Attention = ATTENTIONS[CUDA_ATTENTION]  # benchmarks swap it to compare kernels
 
     def plan(
@@ -296,7 +301,10 @@ class ModelRunner:
             lengths, total = buf.new_full((rows,), width), rows * width
         else:
             lengths, total = buf[rows * width :], int(batch.buffer[rows * width :].sum())
-        packing = Packing.from_lengths(lengths, width, total)
+        if attention is slotted_attention:
+            packing = Packing.slots(lengths, width)
+        else:
+            packing = Packing.from_lengths(lengths, width, total)
         with attention_backends(self.device, cudnn):  # SDPA inside the grouped and padded attentions
             states = self.packed.states(input_ids, packing, plan.layers, attention)
         captured = {k: packing.unpack(v) for k, v in states.items()}

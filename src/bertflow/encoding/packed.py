@@ -2,10 +2,14 @@
 
 A padded batch ``[rows, width]`` spends compute on padding in every Linear, LayerNorm and GELU, and attention
 kernels for short rows are dominated by their fixed cost. Here the real tokens of a batch are laid end to end in
-one ``[total_tokens, hidden]`` tensor (:class:`Packing`), the model's own modules run on it (no weight is copied),
-and attention keeps each sentence to itself, by one of :data:`ATTENTIONS`:
+one ``[total_tokens, hidden]`` tensor (:class:`Packing`), the model's own modules run on it (or, on CUDA, the
+fused steps of :mod:`bertflow.encoding.fused`: :data:`KERNELS`), and attention keeps each sentence to itself, by
+one of :data:`ATTENTIONS`:
 
-- :func:`grouped_attention` (the CUDA choice): sentences side by side in rows of ~128 tokens under a
+- :func:`slotted_attention` (the CUDA choice): the layout of :meth:`Packing.slots`, the length-sorted padded batch
+  (a few percent padding) grown to whole groups of ~128 token slots, so that the groups of
+  :func:`grouped_attention` are views and no gather is needed around attention;
+- :func:`grouped_attention`: sentences side by side in rows of ~128 tokens under a
   block-diagonal mask, so an attention kernel's tiles are full instead of holding one 15-token sentence each;
 - :func:`varlen_attention`: torch's variable-length flash kernel on the sentences' boundaries (``cu_seqlens``),
   which on short sentences runs one mostly empty tile per sentence (slower than padded attention, measured);
@@ -23,16 +27,22 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from .fused import add_layer_norm, linear_gelu, qkv_weights
+
 __all__ = [
     "ATTENTIONS",
     "CUDA_ATTENTION",
+    "CUDA_KERNELS",
     "UNPADDED_BY_DEFAULT",
     "Attention",
     "GROUP_TOKENS",
+    "KERNELS",
+    "SLOTTED",
     "Packing",
     "PackedBert",
     "max_cosine_deviation",
     "grouped_attention",
+    "slotted_attention",
     "padded_attention",
     "unsupported_reason",
     "varlen_attention",
@@ -65,6 +75,8 @@ class Packing:
     index: torch.Tensor
     positions: torch.Tensor
     mask: torch.Tensor
+    #: True for :meth:`slots`: the "packed" order is the padded batch itself, grown to whole attention groups.
+    slotted: bool = False
     _cache: dict[object, torch.Tensor] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -86,14 +98,42 @@ class Packing:
         mask = torch.arange(width, device=device) < lengths[:, None]
         return cls(rows, width, total, lengths, cu, index, positions, mask)
 
+    @classmethod
+    def slots(cls, lengths: torch.Tensor, width: int) -> Packing:
+        """The layout of :func:`slotted_attention`: every slot of the padded batch, in its order, plus whole rows of
+        padding up to a multiple of ``per_group`` rows, so that ``per_group`` consecutive rows form one attention
+        row by a view (no gather). ``total`` counts slots; :attr:`index` and :attr:`positions` cover them all;
+        :attr:`mask` (real tokens) keeps the batch's own ``[rows, width]``.
+
+        On length-sorted batches padding is a few percent of the slots (the batcher bounds it), which costs less
+        than the gathers the packed order needs around each attention.
+        """
+        rows = int(lengths.shape[0])
+        device = lengths.device
+        per = max(1, GROUP_TOKENS // width)
+        grown = -(-rows // per) * per
+        lengths = lengths.to(torch.int32)
+        cu = torch.arange(rows + 1, device=device, dtype=torch.int32) * width
+        index = torch.arange(grown * width, device=device)
+        positions = torch.arange(width, device=device).repeat(grown)
+        mask = torch.arange(width, device=device) < lengths[:, None]
+        return cls(rows, width, grown * width, lengths, cu, index, positions, mask, slotted=True)
+
     def pack(self, padded: torch.Tensor) -> torch.Tensor:
-        """``[rows, width, ...]`` -> ``[total, ...]``: the real tokens, sentence after sentence."""
+        """``[rows, width, ...]`` -> ``[total, ...]``: the real tokens, sentence after sentence (for :meth:`slots`:
+        every slot, with rows of zeros at the end)."""
+        if self.slotted:
+            flat = padded.reshape(self.rows * self.width, *padded.shape[2:])
+            return torch.cat([flat, flat.new_zeros((self.total - len(flat), *flat.shape[1:]))])
         return padded.reshape(self.rows * self.width, *padded.shape[2:]).index_select(0, self.index)
 
     def unpack(self, packed: torch.Tensor, rows: int | None = None) -> torch.Tensor:
         """``[total, ...]`` -> ``[rows, width, ...]`` with zeros at padding (the inverse of :meth:`pack`);
-        ``rows`` (>= :attr:`rows`) adds rows of padding at the end."""
+        ``rows`` (>= :attr:`rows`) adds rows of padding at the end. For :meth:`slots`, a view of the first rows,
+        whose padding slots hold whatever the layers computed there (poolings read real tokens only)."""
         rows = self.rows if rows is None else rows
+        if self.slotted and rows <= self.total // self.width:
+            return packed.view(self.total // self.width, self.width, *packed.shape[1:])[:rows]
         out = packed.new_zeros((rows * self.width, *packed.shape[1:]))
         out.index_copy_(0, self.index, packed)
         return out.view(rows, self.width, *packed.shape[1:])
@@ -124,10 +164,16 @@ class Packing:
         per, width = self.per_group, self.width
         groups = -(-self.rows // per)
         length = per * width
-        valid = torch.zeros(groups * length, dtype=torch.bool, device=self.index.device)
-        valid.index_fill_(0, self.index, True)  # (index assignment of a Python value would copy it: a sync)
+        if self.slotted:
+            valid = torch.zeros((groups * per, width), dtype=torch.bool, device=self.index.device)
+            valid[: self.rows] = self.mask
+        else:
+            valid = torch.zeros(groups * length, dtype=torch.bool, device=self.index.device)
+            valid.index_fill_(0, self.index, True)  # (index assignment of a Python value would copy it: a sync)
         slot = torch.arange(length, device=self.index.device) // width
         allowed = (slot[:, None] == slot[None, :])[None] & valid.view(groups, 1, length)
+        if self.slotted:  # a padding query attends to itself: no all-masked row (SDPA would give NaN there)
+            allowed |= torch.eye(length, dtype=torch.bool, device=self.index.device)[None]
         shape = (groups, 1, length, -(-length // 16) * 16)
         bias = torch.full(shape, float("-inf"), dtype=dtype, device=self.index.device)[..., :length]
         bias.masked_fill_(allowed[:, None], 0.0)
@@ -178,6 +224,23 @@ def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing
     return flat.index_select(0, packing.index)
 
 
+def slotted_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing) -> torch.Tensor:
+    """:func:`grouped_attention` on the layout of :meth:`Packing.slots`: the groups are views, nothing is gathered.
+
+    Real tokens get :func:`padded_attention`'s result; a padding slot attends to itself only.
+    """
+    if not packing.slotted:
+        raise ValueError("slotted_attention needs a Packing.slots layout")
+    bias = packing.group_bias(q.dtype)
+    groups, length = bias.shape[0], bias.shape[-1]
+
+    def rows(t: torch.Tensor) -> torch.Tensor:  # [groups, heads, length, head_dim], a view
+        return t.view(groups, length, *t.shape[1:]).transpose(1, 2)
+
+    out = F.scaled_dot_product_attention(rows(q), rows(k), rows(v), attn_mask=bias)
+    return out.transpose(1, 2).reshape(packing.total, *q.shape[1:])
+
+
 def varlen_available(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether :func:`varlen_attention` runs here: CUDA, half precision and a torch that has ``varlen_attn``."""
     if device.type != "cuda" or dtype not in (torch.bfloat16, torch.float16) or not torch.cuda.is_available():
@@ -197,17 +260,31 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing:
     return varlen_attn(q, k, v, packing.cu_seqlens, packing.cu_seqlens, packing.width, packing.width)
 
 
+#: How :class:`PackedBert` runs a layer: ``modules``, the model's own modules one by one; ``fused``, one GEMM
+#: for Q, K and V and the residual add fused with LayerNorm (:mod:`bertflow.encoding.fused`); ``fused-gelu``, also
+#: GELU in the intermediate GEMM's epilogue (its tanh form).
+KERNELS = ("modules", "fused", "fused-gelu")
+
 #: The attentions of the unpadded forward by name (benchmarks compare them: docs/performance.md).
 ATTENTIONS: dict[str, Attention] = {
     "varlen": varlen_attention,
     "padded": padded_attention,
     "grouped": grouped_attention,
+    "slotted": slotted_attention,
 }
+#: Attentions that run on the :meth:`Packing.slots` layout instead of packed real tokens.
+SLOTTED = frozenset({"slotted"})
 #: The attention of the unpadded forward on CUDA, and whether that forward is the CUDA default
 #: (``EncodeSettings.unpadded=None``): chosen by measurement (docs/performance.md, issue 23: on an H200 the
-#: grouped attention made BERT-base's forward 1.10x faster than the padded one, varlen 0.94x).
-CUDA_ATTENTION = "grouped"
+#: grouped attention made BERT-base's forward 1.10x faster than the padded one, varlen 0.94x; with the fused
+#: kernels, the slotted layout 1.38x, grouped 1.30x).
+CUDA_ATTENTION = "slotted"
 UNPADDED_BY_DEFAULT = True
+#: How the unpadded layers run on CUDA in half precision where Triton is available (:data:`KERNELS`); elsewhere
+#: ``modules``. Chosen by measurement (docs/performance.md, issue 23, fifth call: ``slotted`` + ``fused-gelu`` made
+#: BERT-base's forward 1.38x and MiniLM-L6's 1.69x faster than the padded one on an H200; ``grouped`` +
+#: ``modules``, the previous default, 1.11x / 1.16x).
+CUDA_KERNELS = "fused-gelu"
 
 
 def unsupported_reason(model: torch.nn.Module) -> str | None:
@@ -252,13 +329,18 @@ class PackedBert:
         ValueError: the model is not supported (the message says why).
     """
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, kernels: str = "modules") -> None:
         reason = unsupported_reason(model)
         if reason is not None:
             raise ValueError(f"unpadded forward not supported: {reason}")
+        if kernels not in KERNELS:
+            raise ValueError(f"kernels must be one of {KERNELS}, got {kernels!r}")
         self.model = model
         self.num_layers = int(model.config.num_hidden_layers)
         self.heads = int(model.config.num_attention_heads)
+        #: How each layer runs (:data:`KERNELS`); benchmarks and the runner may change it between batches.
+        self.kernels = kernels
+        self._qkv: dict[int, tuple[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]]] = {}
 
     def states(
         self, input_ids: torch.Tensor, packing: Packing, layers: Sequence[int], attention: Attention
@@ -287,9 +369,29 @@ class PackedBert:
     def _layer(self, layer: torch.nn.Module, x: torch.Tensor, packing: Packing, attention: Attention) -> torch.Tensor:
         sa = layer.attention.self
         shape = (packing.total, self.heads, sa.attention_head_size)
-        a = attention(sa.query(x).view(shape), sa.key(x).view(shape), sa.value(x).view(shape), packing)
-        x = layer.attention.output(a.reshape(packing.total, -1), x)  # dense, then LayerNorm(. + x)
-        return layer.output(layer.intermediate(x), x)  # dense + GELU, dense, then LayerNorm(. + x)
+        if self.kernels == "modules":
+            a = attention(sa.query(x).view(shape), sa.key(x).view(shape), sa.value(x).view(shape), packing)
+            x = layer.attention.output(a.reshape(packing.total, -1), x)  # dense, then LayerNorm(. + x)
+            return layer.output(layer.intermediate(x), x)  # dense + GELU, dense, then LayerNorm(. + x)
+        # Fused (encoding/fused.py): one QKV GEMM, residual add + LayerNorm in one pass, optionally GELU in the GEMM.
+        weight, bias = self._qkv_of(sa)
+        q, k, v = F.linear(x, weight, bias).view(packing.total, 3, *shape[1:]).unbind(1)
+        a = attention(q, k, v, packing).reshape(packing.total, -1)
+        out = layer.attention.output
+        x = add_layer_norm(out.dense(a), x, out.LayerNorm)
+        inter = layer.intermediate
+        h = linear_gelu(x, inter.dense) if self.kernels == "fused-gelu" else inter.intermediate_act_fn(inter.dense(x))
+        return add_layer_norm(layer.output.dense(h), x, layer.output.LayerNorm)
+
+    def _qkv_of(self, sa: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+        """The layer's concatenated QKV projection, made once (remade if a weight was replaced or changed)."""
+        params = (sa.query.weight, sa.key.weight, sa.value.weight, sa.query.bias, sa.key.bias, sa.value.bias)
+        key = tuple(p.data_ptr() for p in params) + tuple(p._version for p in params)
+        cached = self._qkv.get(id(sa))
+        if cached is None or cached[0] != key:
+            cached = (key, qkv_weights(sa))
+            self._qkv[id(sa)] = cached
+        return cached[1]
 
 
 def max_cosine_deviation(a: torch.Tensor, b: torch.Tensor) -> float:

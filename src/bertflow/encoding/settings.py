@@ -67,9 +67,10 @@ class EncodeSettings:
         first_chunk: size of the first chunk on CUDA (the ramp's start) when ``chunk_size`` is ``None``.
         cudnn_attention: let torch pick cuDNN attention on CUDA (off by default: it plans every new shape).
         unpadded: run the model on real tokens only (:mod:`bertflow.encoding.packed`: no padding in any layer,
-            short sentences side by side in attention); ``None``: on CUDA in half precision for a BERT model whose
-            first batch matches the padded forward; ``True``: wherever the model is a BERT model (off CUDA with a
-            slower attention that pads; other models are an error); ``False``: never.
+            short sentences side by side in attention; on CUDA the slotted layout, which keeps the length-sorted
+            batch's few percent of padding, with fused layer steps); ``None``: on CUDA in half precision for a BERT
+            model whose first batch matches the padded forward; ``True``: wherever the model is a BERT model (off
+            CUDA with a slower attention that pads; other models are an error); ``False``: never.
 
     Example:
         >>> import dataclasses

@@ -150,7 +150,8 @@ class WordPieceShortcut:
     carriage return, and contains no added token (``[MASK]``, ``<s>`` ...), that pipeline reduces to: lowercase,
     split with one regular expression, WordPiece each word on its own, truncate, add the special tokens.
     Each distinct word goes through the tokenizer's own model once and is remembered (up to
-    :data:`MEMO_LIMIT` words). It is checked against the tokenizer on probe sentences when built.
+    :data:`MEMO_LIMIT` words); the vocabulary's whole words are remembered from the start. It is checked against
+    the tokenizer on probe sentences when built.
 
     Build it with :meth:`from_tokenizer`, which returns ``None`` for any other kind of tokenizer.
     """
@@ -175,6 +176,7 @@ class WordPieceShortcut:
         # Case-insensitive: an added token marked "normalized" is matched after lowercasing.
         self._unsafe = re.compile(pattern, re.IGNORECASE)
         self._memo: dict[str, list[int]] = {}
+        self._seed: dict[str, list[int]] = {}
 
     @classmethod
     def from_tokenizer(cls, tokenizer: Any) -> WordPieceShortcut | None:
@@ -207,6 +209,7 @@ class WordPieceShortcut:
             truncation is not None and truncation.get("direction", "Right") == "Left",
             [a["content"] for a in config.get("added_tokens", [])],
         )
+        shortcut._seed_memo(model)
         expected = [e.ids for e in tokenizer.encode_batch(_PROBES, add_special_tokens=True)]
         if shortcut.ids(_PROBES) != expected:
             logger.debug("the WordPiece shortcut disagrees with the tokenizer on its probes; not used")
@@ -234,9 +237,24 @@ class WordPieceShortcut:
             out.append(prefix + ids + suffix)
         return out
 
+    def _seed_memo(self, model: dict[str, Any]) -> None:
+        """Remember every whole word of the vocabulary (``model``: the WordPiece model's JSON) as its own id.
+
+        Exact: WordPiece takes the longest prefix of a word that is in the vocabulary, so a word that is itself in
+        it is that one token (if no longer than ``max_input_chars_per_word``). Text never seen before then calls
+        the model only for words outside the vocabulary (on STS text most words are in it), in every worker.
+        """
+        prefix = model.get("continuing_subword_prefix") or "##"
+        longest = int(model.get("max_input_chars_per_word", 100))
+        self._seed = {
+            w: [i] for w, i in model.get("vocab", {}).items() if 0 < len(w) <= longest and not w.startswith(prefix)
+        }
+        self._memo.update(self._seed)
+
     def _learn(self, words: list[str]) -> None:
-        if len(self._memo) > MEMO_LIMIT:
+        if len(self._memo) > MEMO_LIMIT + len(self._seed):
             self._memo.clear()
+            self._memo.update(self._seed)
         for w in words:
             if w not in self._memo:
                 self._memo[w] = [t.id for t in self._model.tokenize(w)]

@@ -1,13 +1,11 @@
-"""Evaluation of sentence embeddings: STS correlation metrics under the "all" and "wmean" protocols.
+"""The reusable STS evaluator: correlation metrics under the "all" and "wmean" protocols and the data they read.
 
-Submodules: :mod:`~bertflow.evaluation.sts` (metrics), :mod:`~bertflow.evaluation.datasets` (the task records),
-:mod:`~bertflow.evaluation.cache` (embedding cache, one-pass multi-pooling encoding), :mod:`~bertflow.evaluation.grid` (``bertflow evaluate`` and
-``bertflow reproduce``; fitting :mod:`~bertflow.evaluation.regimes`, :mod:`~bertflow.evaluation.results` and their
-Markdown :mod:`~bertflow.evaluation.render`), :mod:`~bertflow.evaluation.perset` (every set scored alone, fitted on
-its own sentences) with :mod:`~bertflow.evaluation.lodo` (leave-one-dataset-out selection),
-:mod:`~bertflow.evaluation.analyze` (``bertflow analyze``) and :mod:`~bertflow.evaluation.paper` (published numbers).
-Their main names are importable from here too; they load on first use, so ``import bertflow.evaluation`` (and the
-CLI, which reads the task names) stays light: the metrics need scipy.
+Submodules: :mod:`~bertflow.evaluation.sts` (metrics), :mod:`~bertflow.evaluation.datasets` (the task records and
+loading), :mod:`~bertflow.evaluation.download` (``bertflow download-sts``) and :mod:`~bertflow.evaluation.cache`
+(embedding cache, one-pass multi-pooling encoding). The paper harness built on them (``bertflow reproduce``,
+``evaluate``, ``analyze``, the published numbers) is :mod:`bertflow.paper`. The metrics' names are importable from
+here too; they load on first use, so ``import bertflow.evaluation`` (and the CLI, which reads the task names) stays
+light: the metrics need scipy.
 """
 
 from __future__ import annotations
@@ -50,14 +48,6 @@ _LAZY = {
     "EmbeddingCache": "cache",
     "embed_cached": "cache",
     "encode_poolings": "cache",
-    "GridConfig": "grid",
-    "GridResult": "results",
-    "run_grid": "grid",
-    "evaluate_embedder": "grid",
-    "run_per_set": "perset",
-    "PerSetResult": "results",
-    "select_lodo": "lodo",
-    "analyze_stsb": "analyze",
 }
 
 __all__ = list(_LAZY)

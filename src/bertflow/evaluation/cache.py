@@ -228,6 +228,69 @@ def _spec(p: str | Sequence[int] | Pooling) -> str | Sequence[int]:
     return p.to_spec() if isinstance(p, Pooling) else p
 
 
+def _cached_rows(
+    encoder: SentenceEncoder,
+    distinct: list[str],
+    spec_of: dict[str, str | Sequence[int]],
+    cache: EmbeddingCache | None,
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Per pooling key: the rows [N, D] of the ``distinct`` sentences the cache holds (zeros elsewhere) and the mask
+    [N] of those it lacks (every row without a cache)."""
+    result: dict[str, np.ndarray] = {}
+    missing: dict[str, np.ndarray] = {}
+    for key, spec in spec_of.items():
+        if cache is None:
+            result[key] = np.zeros((len(distinct), encoder.dim), dtype=np.float32)
+            missing[key] = np.ones(len(distinct), dtype=bool)
+        else:
+            result[key], found = cache.lookup(encoder, spec, distinct)
+            missing[key] = ~found
+    return result, missing
+
+
+def _encode_missing(
+    encoder: SentenceEncoder,
+    distinct: list[str],
+    todo: np.ndarray,
+    spec_of: dict[str, str | Sequence[int]],
+    result: dict[str, np.ndarray],
+    missing: dict[str, np.ndarray],
+    cache: EmbeddingCache | None,
+    batch_size: int | None,
+    chunk_size: int,
+    show: bool,
+) -> None:
+    """Encode the sentences ``todo`` (indices into ``distinct``) in one stream under every pooling that lacks one of
+    them, fill the missing rows of ``result`` and store each chunk in the cache as it arrives."""
+    from tqdm.auto import tqdm
+
+    need = [k for k in missing if missing[k].any()]  # the poolings that lack at least one sentence
+    with tqdm(total=len(todo), desc="encode", unit="sent", disable=not show) as bar:
+        # One stream through the encoder (its pipeline stays busy between chunks); each chunk of chunk_size
+        # sentences is stored as it arrives, so an interrupted run resumes where it stopped.
+        stream = encoder.iter_encode(
+            [distinct[i] for i in todo],
+            poolings=[spec_of[k] for k in need],
+            batch_size=batch_size,
+            chunk_size=chunk_size,
+            progress=bar.update,
+        )
+        start = 0
+        for encoded in stream:
+            chunk = todo[start : start + len(encoded[need[0]])]
+            start += len(chunk)
+            texts = [distinct[i] for i in chunk]
+            for key in need:
+                # Only rows that were missing are filled and stored: cached rows stay exactly as they were.
+                sel = missing[key][chunk]
+                if not sel.any():
+                    continue
+                result[key][chunk[sel]] = encoded[key][sel]
+                if cache is not None:
+                    kept = [t for t, m in zip(texts, sel, strict=True) if m]
+                    cache.store(encoder, spec_of[key], kept, encoded[key][sel])
+
+
 def embed_cached(
     encoder: SentenceEncoder,
     sentences: Iterable[str],
@@ -262,15 +325,7 @@ def embed_cached(
     spec_of = {key: _spec(p) for key, p in zip(keys, poolings, strict=True)}
     distinct = list(dict.fromkeys(items))
     position = {s: i for i, s in enumerate(distinct)}
-    result: dict[str, np.ndarray] = {}
-    missing: dict[str, np.ndarray] = {}
-    for key in dict.fromkeys(keys):
-        if cache is None:
-            result[key] = np.zeros((len(distinct), encoder.dim), dtype=np.float32)
-            missing[key] = np.ones(len(distinct), dtype=bool)
-        else:
-            result[key], found = cache.lookup(encoder, spec_of[key], distinct)
-            missing[key] = ~found
+    result, missing = _cached_rows(encoder, distinct, spec_of, cache)
     union = np.zeros(len(distinct), dtype=bool)
     for mask in missing.values():
         union |= mask
@@ -283,35 +338,7 @@ def embed_cached(
             ", ".join(keys),
             encoder.model_id,
         )
-    from tqdm.auto import tqdm
-
-    show = len(todo) >= 4096 if show_progress_bar is None else show_progress_bar
-    need = [k for k in missing if missing[k].any()]  # the poolings that lack at least one sentence
-    if len(todo):
-        with tqdm(total=len(todo), desc="encode", unit="sent", disable=not show) as bar:
-            # One stream through the encoder (its pipeline stays busy between chunks); each chunk of chunk_size
-            # sentences is stored as it arrives, so an interrupted run resumes where it stopped.
-            stream = encoder.iter_encode(
-                [distinct[i] for i in todo],
-                poolings=[spec_of[k] for k in need],
-                batch_size=batch_size,
-                chunk_size=chunk_size,
-                progress=bar.update,
-            )
-            start = 0
-            for encoded in stream:
-                chunk = todo[start : start + len(encoded[need[0]])]
-                start += len(chunk)
-                texts = [distinct[i] for i in chunk]
-                for key in need:
-                    # Only rows that were missing are filled and stored: cached rows stay exactly as they were.
-                    sel = missing[key][chunk]
-                    if not sel.any():
-                        continue
-                    result[key][chunk[sel]] = encoded[key][sel]
-                    if cache is not None:
-                        cache.store(
-                            encoder, spec_of[key], [t for t, m in zip(texts, sel, strict=True) if m], encoded[key][sel]
-                        )
+        show = len(todo) >= 4096 if show_progress_bar is None else show_progress_bar
+        _encode_missing(encoder, distinct, todo, spec_of, result, missing, cache, batch_size, chunk_size, show)
     rows = np.fromiter((position[s] for s in items), dtype=np.int64, count=len(items))
     return {key: result[key][rows] for key in dict.fromkeys(keys)}

@@ -4,7 +4,6 @@ and loading tasks and the NLI fitting sentences. Adding a data set in the same T
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ __all__ = [
     "task_spec",
     "DATA_DIR_ENV",
     "DEFAULT_CACHE_DIR",
+    "HOW_TO_GET_DATA",
     "StsTask",
     "canonical_task_name",
     "resolve_data_dir",
@@ -35,6 +35,7 @@ logger = logging.getLogger(__name__)
 # ---------------------------------------------------------------------------------------------------------
 # STS benchmark data
 # ---------------------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class TaskSpec:
@@ -93,12 +94,13 @@ def task_spec(name: str) -> TaskSpec:
 
 
 DATA_DIR_ENV = "BERTFLOW_DATA_DIR"
-"""Environment variable naming the STS data folder."""
+"""Environment variable the CLI reads for the STS data folder when ``--data-dir`` is not given (the library reads
+no environment: its functions take the folder)."""
 
 DEFAULT_CACHE_DIR = Path("~/.cache/bertflow/sts")
 """Where :func:`download_sts` builds the data by default (``~`` is expanded at call time)."""
 
-_HOW_TO_GET_DATA = (
+HOW_TO_GET_DATA = (  # how to get the data, appended to every "not found" error
     "Point bertflow at a local copy of the STS data with --data-dir PATH or the environment variable "
     f"{DATA_DIR_ENV}=PATH (the folder holding STS12 ... STS16, STSBenchmark, SICK), or, with internet "
     "access, download it once with `bertflow download-sts` (Python: bertflow.evaluation.download.download_sts()), "
@@ -118,40 +120,24 @@ def canonical_task_name(name: str) -> str:
     return task_spec(name).name
 
 
-def resolve_data_dir(data_dir: str | Path | None = None) -> Path:
-    """Find the STS data folder.
-
-    Order: the explicit ``data_dir``; else the environment variable ``BERTFLOW_DATA_DIR``; else the first
-    existing folder among ``./shared/data/sts``, ``../shared/data/sts`` (relative to the current directory)
-    and ``~/.cache/bertflow/sts`` (where :func:`download_sts` puts it).
-
-    Args:
-        data_dir: Explicit folder; it must exist.
-
-    Returns:
-        The folder as an absolute path (so a later change of directory does not invalidate it).
+def resolve_data_dir(data_dir: str | Path | None) -> Path:
+    """The STS data folder ``data_dir``, checked and made absolute (so a later change of directory does not
+    invalidate it). There is no default: the caller names the folder (the CLI's ``--data-dir`` has one,
+    :func:`bertflow.cli.evaluate.find_data_dir`).
 
     Raises:
-        DataNotFoundError: The explicit or environment folder does not exist, or no default folder exists;
-            the message says how to point at a local copy and how to download the data.
+        InputError: ``data_dir`` is ``None``.
+        DataNotFoundError: the folder does not exist; the message says how to point at a local copy and how to
+            download the data.
     """
-    if data_dir is not None:
-        p = Path(data_dir).expanduser()
-        if not p.is_dir():
-            raise DataNotFoundError(f"STS data folder {p} does not exist. {_HOW_TO_GET_DATA}")
-        return p.resolve()
-    env = os.environ.get(DATA_DIR_ENV)
-    if env:
-        p = Path(env).expanduser()
-        if not p.is_dir():
-            raise DataNotFoundError(f"{DATA_DIR_ENV}={env} is not an existing folder. {_HOW_TO_GET_DATA}")
-        return p.resolve()
-    candidates = [Path("shared/data/sts"), Path("../shared/data/sts"), DEFAULT_CACHE_DIR.expanduser()]
-    for candidate in candidates:
-        if candidate.is_dir():
-            return candidate.resolve()
-    tried = ", ".join(str(c) for c in candidates)
-    raise DataNotFoundError(f"no STS data folder found (looked in {tried}). {_HOW_TO_GET_DATA}")
+    if data_dir is None:
+        raise InputError(
+            f"no STS data folder given: pass data_dir (the folder holding STS12 ... SICK). {HOW_TO_GET_DATA}"
+        )
+    p = Path(data_dir).expanduser()
+    if not p.is_dir():
+        raise DataNotFoundError(f"STS data folder {p} does not exist. {HOW_TO_GET_DATA}")
+    return p.resolve()
 
 
 @dataclass
@@ -216,11 +202,11 @@ class StsTask:
 
 def _read_data_file(path: Path, errors: EncodingErrors = "strict") -> SentencePairs:
     if not path.is_file():
-        raise DataNotFoundError(f"missing STS data file {path}. {_HOW_TO_GET_DATA}")
+        raise DataNotFoundError(f"missing STS data file {path}. {HOW_TO_GET_DATA}")
     return read_pairs(path, errors=errors)
 
 
-def load_sts_task(name: str, data_dir: str | Path | None = None) -> StsTask:
+def load_sts_task(name: str, data_dir: str | Path) -> StsTask:
     """Load one STS task from the TSV layout.
 
     STS12-16 subsets are every ``*.tsv`` in the year's folder, ordered case-insensitively by name (which is
@@ -229,7 +215,7 @@ def load_sts_task(name: str, data_dir: str | Path | None = None) -> StsTask:
 
     Args:
         name: Task name from :data:`STS_TASKS` or an alias accepted by :func:`canonical_task_name`.
-        data_dir: Data folder; see :func:`resolve_data_dir` for the default.
+        data_dir: the data folder (see :func:`resolve_data_dir`).
 
     Returns:
         The task with its evaluation subsets and splits.
@@ -243,14 +229,14 @@ def load_sts_task(name: str, data_dir: str | Path | None = None) -> StsTask:
     root = resolve_data_dir(data_dir)
     folder = root / spec.folder
     if not folder.is_dir():
-        raise DataNotFoundError(f"{task}: folder {folder} does not exist. {_HOW_TO_GET_DATA}")
+        raise DataNotFoundError(f"{task}: folder {folder} does not exist. {HOW_TO_GET_DATA}")
     if spec.split_files is not None:
         splits = {split: _read_data_file(folder / fname) for split, fname in spec.split_files.items()}
         subsets = {"test": splits["test"]}
     else:
         files = sorted(folder.glob("*.tsv"), key=lambda f: (f.name.lower(), f.name))
         if not files:
-            raise DataNotFoundError(f"{task}: no subset files (*.tsv) in {folder}. {_HOW_TO_GET_DATA}")
+            raise DataNotFoundError(f"{task}: no subset files (*.tsv) in {folder}. {HOW_TO_GET_DATA}")
         subsets = {f.stem: _read_data_file(f) for f in files}
         splits = dict(subsets)
     result = StsTask(task, subsets, splits)
@@ -267,7 +253,8 @@ def load_sts_task(name: str, data_dir: str | Path | None = None) -> StsTask:
 
 
 def load_sts_tasks(names: Sequence[str] = STS_TASKS, data_dir: str | Path | None = None) -> dict[str, StsTask]:
-    """Load several STS tasks (default: all seven) keyed by canonical task name, in the given order."""
+    """Load several STS tasks (default: all seven) from the folder ``data_dir`` (required: ``None`` is refused, see
+    :func:`resolve_data_dir`), keyed by canonical task name, in the given order."""
     root = resolve_data_dir(data_dir)
     tasks: dict[str, StsTask] = {}
     for name in names:
@@ -276,7 +263,7 @@ def load_sts_tasks(names: Sequence[str] = STS_TASKS, data_dir: str | Path | None
     return tasks
 
 
-def load_nli_sentences(data_dir: str | Path | None = None) -> list[str]:
+def load_nli_sentences(data_dir: str | Path) -> list[str]:
     """Distinct sentences of SNLI dev + test (``NLI/snli_dev.tsv``, ``NLI/snli_test.tsv``): the "nli" regime.
 
     BERT-flow's NLI setting fits the flow on the sentences of full SNLI + MultiNLI (about 1M pairs). Those
@@ -285,7 +272,7 @@ def load_nli_sentences(data_dir: str | Path | None = None) -> list[str]:
     corpus, but not the paper's exact setting.
 
     Args:
-        data_dir: Data folder; see :func:`resolve_data_dir`.
+        data_dir: the data folder (see :func:`resolve_data_dir`).
 
     Returns:
         Distinct sentences in order of first occurrence (dev before test, pair by pair).

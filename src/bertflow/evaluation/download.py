@@ -370,6 +370,52 @@ def _check_checksums(target: Path, files: Sequence[str]) -> None:
         )
 
 
+def _build_semeval(tmp: Path, target: Path, read_timeout: float) -> dict[str, int]:
+    """Download and convert the SemEval STS 2012-2016 packages into ``target/STS1x``; scored pairs per year."""
+    counts: dict[str, int] = {}
+    for year, (url, input_pattern, gs_pattern, subsets) in _SEMEVAL_YEARS.items():
+        logger.info("downloading %s from %s", year, url)
+        unpacked = tmp / year
+        unpacked.mkdir()
+        _safe_extract(_download(url, tmp / f"{year}.zip", read_timeout), unpacked)
+        per_subset = _convert_semeval_year(unpacked, target / year, subsets, input_pattern, gs_pattern)
+        counts[year] = sum(per_subset.values())
+    return counts
+
+
+def _build_stsb(tmp: Path, target: Path, read_timeout: float) -> int:
+    """Download and convert the STS Benchmark into ``target/STSBenchmark``; the test split's scored pairs."""
+    logger.info("downloading STS Benchmark from %s", _STSB_URL)
+    stsb = tmp / "stsb"
+    stsb.mkdir()
+    _safe_extract(_download(_STSB_URL, tmp / "stsb.tar.gz", read_timeout), stsb)
+    counts = {}
+    for split in ("train", "dev", "test"):
+        csv_path = _find_file(stsb, f"sts-{split}.csv")
+        counts[split] = _convert_stsb_csv(csv_path, target / "STSBenchmark" / f"{split}.tsv")
+    return counts["test"]
+
+
+def _build_sick(tmp: Path, target: Path, read_timeout: float) -> int:
+    """Download and convert SICK into ``target/SICK``; the test split's scored pairs."""
+    counts = {}
+    for fname, url in _SICK_URLS.items():
+        logger.info("downloading SICK %s from %s", fname, url)
+        counts[fname] = _convert_sick(_download(url, tmp / f"sick-{fname}", read_timeout), target / "SICK" / fname)
+    return counts["test.tsv"]
+
+
+def _build_snli(tmp: Path, target: Path, read_timeout: float) -> None:
+    """Download SNLI 1.0 and write its dev and test pairs into ``target/NLI``."""
+    logger.info("downloading SNLI 1.0 from %s", _SNLI_URL)
+    snli = tmp / "snli"
+    snli.mkdir()
+    _safe_extract(_download(_SNLI_URL, tmp / "snli.zip", read_timeout), snli)
+    for split in ("dev", "test"):
+        jsonl = _find_file(snli, f"snli_1.0_{split}.jsonl")
+        _convert_snli_jsonl(jsonl, target / "NLI" / f"snli_{split}.tsv")
+
+
 def download_sts(
     cache_dir: str | Path | None = None,
     *,
@@ -389,9 +435,9 @@ def download_sts(
     ``connect_timeout`` seconds.
 
     Args:
-        cache_dir: Output folder (default ``~/.cache/bertflow/sts``, one of the folders
-            :func:`resolve_data_dir` looks in). Existing files of the layout are overwritten; nothing else
-            in the folder is touched.
+        cache_dir: Output folder (default ``~/.cache/bertflow/sts``, one of the folders the CLI's ``--data-dir``
+            default looks in, :func:`bertflow.cli.evaluate.find_data_dir`). Existing files of the layout are
+            overwritten; nothing else in the folder is touched.
         include_nli: Also build ``NLI/snli_{dev,test}.tsv`` from the SNLI 1.0 zip (about 90 MB download).
             Its text is raw SNLI, not the SentEval-tokenized text of the shipped copy.
         force: Rebuild even if a previous download completed.
@@ -420,38 +466,13 @@ def download_sts(
         target.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise DataNotFoundError(f"cannot create {target} ({exc}). {USE_LOCAL_COPY}") from None
-    counts: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix="bertflow-sts-") as tmp_name:
         tmp = Path(tmp_name)
-        for year, (url, input_pattern, gs_pattern, subsets) in _SEMEVAL_YEARS.items():
-            logger.info("downloading %s from %s", year, url)
-            unpacked = tmp / year
-            unpacked.mkdir()
-            _safe_extract(_download(url, tmp / f"{year}.zip", read_timeout), unpacked)
-            per_subset = _convert_semeval_year(unpacked, target / year, subsets, input_pattern, gs_pattern)
-            counts[year] = sum(per_subset.values())
-        logger.info("downloading STS Benchmark from %s", _STSB_URL)
-        stsb = tmp / "stsb"
-        stsb.mkdir()
-        _safe_extract(_download(_STSB_URL, tmp / "stsb.tar.gz", read_timeout), stsb)
-        for split in ("train", "dev", "test"):
-            csv_path = _find_file(stsb, f"sts-{split}.csv")
-            n = _convert_stsb_csv(csv_path, target / "STSBenchmark" / f"{split}.tsv")
-            if split == "test":
-                counts["STS-B"] = n
-        for fname, url in _SICK_URLS.items():
-            logger.info("downloading SICK %s from %s", fname, url)
-            n = _convert_sick(_download(url, tmp / f"sick-{fname}", read_timeout), target / "SICK" / fname)
-            if fname == "test.tsv":
-                counts["SICK-R"] = n
+        counts = _build_semeval(tmp, target, read_timeout)
+        counts["STS-B"] = _build_stsb(tmp, target, read_timeout)
+        counts["SICK-R"] = _build_sick(tmp, target, read_timeout)
         if include_nli:
-            logger.info("downloading SNLI 1.0 from %s", _SNLI_URL)
-            snli = tmp / "snli"
-            snli.mkdir()
-            _safe_extract(_download(_SNLI_URL, tmp / "snli.zip", read_timeout), snli)
-            for split in ("dev", "test"):
-                jsonl = _find_file(snli, f"snli_1.0_{split}.jsonl")
-                _convert_snli_jsonl(jsonl, target / "NLI" / f"snli_{split}.tsv")
+            _build_snli(tmp, target, read_timeout)
     wrong = {t: n for t, n in counts.items() if n != task_spec(t).official_pairs}
     if wrong:
         detail = ", ".join(f"{t}: {n} (official {task_spec(t).official_pairs})" for t, n in wrong.items())

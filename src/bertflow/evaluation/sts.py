@@ -359,7 +359,7 @@ def evaluate_sts(
             :data:`bertflow.evaluation.datasets.STS_TASKS`) to such a function gives each task its own encoder,
             e.g. a calibrator fitted on that task ("target" regime).
         tasks: Task names or aliases (see :func:`bertflow.evaluation.datasets.canonical_task_name`).
-        data_dir: Data folder; see :func:`bertflow.evaluation.datasets.resolve_data_dir`.
+        data_dir: the data folder (required; see :func:`bertflow.evaluation.datasets.resolve_data_dir`).
 
     Returns:
         The report; ``report.average("all")`` is the SimCSE-style "Avg.", ``report.average("wmean")`` the

@@ -14,7 +14,7 @@
 data), with no hub download, so the MTEB numbers can be set beside bertflow's own (:mod:`bertflow.evaluation`)::
 
     from bertflow.evaluation.datasets import load_sts_task
-    task = sts_task("STSB-local", load_sts_task("STSB").eval_subsets["test"])
+    task = sts_task("STSB-local", load_sts_task("STSB", "path/to/sts").eval_subsets["test"])
     mteb.evaluate(MTEBEncoder(model), [task], cache=None)
 
 The Embedder is symmetric and has no prompts: MTEB's ``prompt_type`` (query/document) and task instructions are

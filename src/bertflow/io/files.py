@@ -1,4 +1,4 @@
-"""Safe files on disk: atomic file and folder writes, crash recovery, output-path checks, folder locks.
+"""Safe files on disk: atomic file and folder writes, output-path checks, folder locks.
 
 A save never leaves a half-written model, index or store where a reader can see it, and an output path that holds
 something else is refused, not replaced.
@@ -7,18 +7,12 @@ something else is refused, not replaced.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import errno
-import functools
 import io
 import json
 import logging
 import os
-import secrets
 import shutil
 import socket
-import sys
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -36,13 +30,11 @@ __all__ = [
     "check_output_folder",
     "embeddings_npy_header",
     "written_by_bertflow",
-    "exchange_paths",
     "folder_kind",
     "folder_lock",
     "foreign_entries",
-    "read_consistent",
-    "recover_directory",
-    "remove_stale_temporaries",
+    "moved_aside",
+    "read_folder",
     "apply_umask",
     "current_umask",
     "fsync_dir",
@@ -80,15 +72,17 @@ def fsync_dir(folder: Path) -> None:
 
 @contextlib.contextmanager
 def atomic_file(path: str | Path, mode: str = "w", **kwargs: Any) -> Iterator[IO[Any]]:
-    """Open a temporary file beside ``path`` for writing (``mode`` and ``kwargs`` as for :func:`open`).
+    """Open a temporary file beside ``path`` (:func:`temporary_name`) for writing (``mode`` and ``kwargs`` as for
+    :func:`open`).
 
     When the block ends normally the file is flushed, fsynced and renamed over ``path``: readers see the old file
-    or the whole new one, never a part. On any exception it is removed and ``path`` is left as it was; temporary
-    files of ``path`` left by killed writers (dead processes of this host) are removed first.
+    or the whole new one, never a part. On any exception it is removed and ``path`` is left as it was. A process
+    killed inside the block leaves its hidden temporary file (``.NAME.tmp-HOST-PID``) behind: inside a model or
+    index folder it goes with the folder's temporary copy (:func:`atomic_directory`), in a store the next run removes
+    it (under the store's lock); elsewhere (report folders) it stays until deleted by hand.
     """
     path = Path(path)
     tmp = temporary_name(path)
-    remove_stale_temporaries(path)  # what a writer of this file killed earlier on this host left behind
     try:
         with open(tmp, mode, **kwargs) as fh:
             yield fh
@@ -107,9 +101,6 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         fh.write(text)
 
 
-#: Marks a model folder moved aside by the fallback swap of :func:`atomic_directory` (``.NAME.old-HOST-PID``).
-OLD_MARK = ".old-"
-
 #: What makes a folder bertflow's own, per kind: the JSON file it holds, and the key and value that file carries.
 FOLDER_KINDS: dict[str, tuple[str, str, str]] = {
     "model": ("bertflow_config.json", "library", "bertflow"),
@@ -123,212 +114,121 @@ _UNLISTED_OWN_FILES: dict[str, tuple[str, ...]] = {"model": ("README.md",), "ind
 _KIND_NAMES = {"model": "a bertflow model", "index": "a bertflow search index", "store": "a bertflow embedding store"}
 
 
-def _writer_of(name: str, prefix: str) -> tuple[str, int] | None:
-    """``(host, pid)`` from a name ``PREFIX HOST-PID`` (optionally ``~suffix``), or None if it has another form."""
-    if not name.startswith(prefix):
-        return None
-    host, sep, pid = name[len(prefix) :].split("~", 1)[0].rpartition("-")
-    return (host, int(pid)) if sep and host and pid.isascii() and pid.isdigit() else None
+def _beside(target: Path, role: str) -> Path:
+    """The hidden name beside the folder ``target`` for ``role``: ``new`` (being written), ``old`` (moved aside for
+    the moment between the two renames of a save) or ``lock`` (see :func:`atomic_directory`)."""
+    return target.with_name(f".{target.name}.bertflow-{role}")
 
 
-def writer_is_alive(host: str, pid: int) -> bool:
-    """Whether the process ``pid`` of ``host`` may still be running. A process of another host cannot be checked
-    from here, so it counts as alive: only this host's dead writers' leftovers are ever removed."""
-    if host != socket.gethostname():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def recover_directory(target: str | Path) -> bool:
-    """Put back a folder that a writer killed between the two renames of the fallback swap left aside.
-
-    Returns True when ``target`` was missing and its old version (``.NAME.old-HOST-PID``, of a dead writer on this
-    host) was renamed back. Raises :class:`ModelFileError` ("being written") when the writer is still running.
-    """
+def moved_aside(target: str | Path) -> Path | None:
+    """The previous version of the folder ``target`` that a save moved aside (``.NAME.bertflow-old``), when
+    ``target`` itself is missing: a save is between its two renames, or was killed there. ``None`` otherwise."""
     target = Path(target).expanduser()
     if target.exists() or target.is_symlink():
-        return False
-    parent = target.parent
-    if not parent.is_dir():
-        return False
-    prefix = f".{target.name}{OLD_MARK}"
-    backups = []
-    for entry in parent.iterdir():
-        writer = _writer_of(entry.name, prefix)
-        if writer is not None and entry.is_dir():
-            backups.append((entry.stat().st_mtime_ns, entry, writer))
-    for _, entry, (host, pid) in sorted(backups, reverse=True):
-        if writer_is_alive(host, pid):
-            raise ModelFileError(f"{target} is being written by process {pid} on {host}; retry when it has finished")
-        try:
-            os.rename(entry, target)
-        except FileNotFoundError:  # another process recovered it first
-            return target.exists()
-        fsync_dir(parent)
-        logger.warning("%s was missing after an interrupted save; restored the previous version", target)
-        return True
-    return False
-
-
-def remove_stale_temporaries(target: str | Path) -> int:
-    """Delete what killed writers left beside ``target``: ``.NAME.tmp-HOST-PID*`` files and folders and
-    ``.NAME.old-HOST-PID`` folders whose writer ran on this host and is dead. Returns how many were removed.
-
-    A missing ``target`` is first restored from its old version (:func:`recover_directory`), so an old model is
-    never removed while it is the only copy.
-    """
-    target = Path(target).expanduser()
-    recover_directory(target)
-    parent = target.parent
-    if not parent.is_dir():
-        return 0
-    removed = 0
-    for entry in parent.iterdir():
-        for mark in (TMP_MARK, OLD_MARK):
-            writer = _writer_of(entry.name, f".{target.name}{mark}")
-            if writer is None or writer_is_alive(*writer):
-                continue
-            if mark == OLD_MARK and not target.exists():
-                continue
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry, ignore_errors=True)
-            else:
-                entry.unlink(missing_ok=True)
-            logger.info("removed %s, left by process %d (no longer running)", entry, writer[1])
-            removed += 1
-    return removed
-
-
-@functools.lru_cache(maxsize=1)
-def _renameat2() -> Any:
-    """libc's ``renameat2`` (Linux, glibc >= 2.28), or None."""
-    if not sys.platform.startswith("linux"):
         return None
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    fn.restype = ctypes.c_int
-    return fn
+    old = _beside(target, "old")
+    return old if old.is_dir() else None
 
 
-def exchange_paths(a: Path, b: Path) -> bool:
-    """Swap two existing paths in one atomic step (``renameat2(RENAME_EXCHANGE)``). False where the system or the
-    file system cannot (the caller then falls back to two renames)."""
-    fn = _renameat2()
-    if fn is None:
-        return False
-    at_fdcwd, rename_exchange = -100, 2
-    if fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
-        return False
-    raise OSError(err, os.strerror(err), str(b))
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
 def atomic_directory(target: str | Path) -> Iterator[Path]:
-    """Yield a temporary folder beside ``target``; on success it takes ``target``'s place atomically.
+    """Yield a new, empty folder beside ``target`` (``.NAME.bertflow-new``); when the block ends normally its files
+    are fsynced and it takes ``target``'s place: an existing ``target`` is renamed to ``.NAME.bertflow-old``, the new
+    folder is renamed to ``target``, and the old one is deleted.
 
-    ``target`` always holds a complete folder (the old one or the new one), even if the process is killed:
-
-    * On Linux an existing ``target`` is swapped with the new folder in one ``renameat2(RENAME_EXCHANGE)``; the
-      old folder, now under the temporary name, is deleted after.
-    * Elsewhere the old folder is renamed to ``.NAME.old-HOST-PID`` and the new one renamed into place. A writer
-      killed between the two renames leaves ``target`` missing for a moment: :func:`recover_directory` (run by
-      the next save and by loading, see :func:`read_consistent`) renames the old folder back.
-
-    Leftovers of killed writers on this host (``.NAME.tmp-HOST-PID*``, ``.NAME.old-HOST-PID``) are removed
-    before writing. An exception inside the block leaves ``target`` exactly as it was.
+    A process killed at any point leaves ``target`` holding the old or the new complete folder, with one exception:
+    between the two renames ``target`` is missing and the old folder is ``.NAME.bertflow-old``. Loading then fails
+    with a line naming it (:func:`read_folder`); :func:`check_output_folder` counts it as the folder at ``target``
+    (a save over it needs ``overwrite``), and it is deleted only once a new folder is in place. One save of
+    ``target`` runs at a time (an OS lock on ``.NAME.bertflow-lock``, free again at once when its holder dies; a
+    second save fails at once), so what a killed save left beside ``target`` is removed by the next save.
+    An exception inside the block leaves ``target`` as it was and nothing beside it.
     Callers check the destination first with :func:`check_output_folder`.
     """
     target = Path(target).expanduser().resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
     if target.exists() and not target.is_dir():
         raise ModelFileError(f"{target} exists and is not a folder")
-    remove_stale_temporaries(target)
-    tmp = temporary_name(target).with_name(f"{temporary_name(target).name}~{secrets.token_hex(4)}")
-    os.mkdir(tmp, 0o700)
-    backup: Path | None = None
-    try:
-        yield tmp
-        apply_umask(tmp)
-        for f in tmp.rglob("*"):
-            if f.is_file():
-                with open(f, "rb") as fh:
-                    os.fsync(fh.fileno())
-        fsync_dir(tmp)
-        if target.is_dir() and exchange_paths(tmp, target):
-            fsync_dir(target.parent)
-            shutil.rmtree(tmp, ignore_errors=True)  # the old folder, now under the temporary name
-            return
-        if target.exists():
-            backup = target.parent / f".{target.name}{OLD_MARK}{socket.gethostname()}-{os.getpid()}"
-            os.replace(target, backup)
-        os.replace(tmp, target)
+    new, old = _beside(target, "new"), _beside(target, "old")
+    with _hold_lock(_beside(target, "lock"), target, "save"):
+        # What a killed save of target left: no other save of it runs now. The old folder only once target is a
+        # complete folder again (else it is the only copy, and stays until the new one is in place).
+        _remove(new)
+        if target.is_dir():
+            _remove(old)
+        os.mkdir(new, 0o700)
+        try:
+            yield new
+            apply_umask(new)
+            for f in new.rglob("*"):
+                if f.is_file():
+                    with open(f, "rb") as fh:
+                        os.fsync(fh.fileno())
+            fsync_dir(new)
+            if target.is_dir():
+                os.rename(target, old)
+            try:
+                os.rename(new, target)
+            except BaseException:
+                if old.is_dir() and not target.exists():
+                    os.rename(old, target)  # put the old folder back before reporting the failure
+                raise
+        except BaseException:
+            shutil.rmtree(new, ignore_errors=True)
+            raise
         fsync_dir(target.parent)
-        if backup is not None:
-            shutil.rmtree(backup, ignore_errors=True)
-    except BaseException:
-        if backup is not None and backup.exists() and not target.exists():
-            os.replace(backup, target)  # put the old folder back before reporting the failure
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        shutil.rmtree(old, ignore_errors=True)
 
 
-def _folder_identity(folder: Path, marker: str) -> tuple[int, ...] | None:
-    """What changes whenever a save replaces ``folder``: its inode and change time, and its marker file's."""
+def _folder_identity(folder: Path) -> tuple[int, int, int] | None:
+    """What changes when a save replaces ``folder`` (another folder is renamed to its name), or ``None`` if missing."""
     try:
-        d = folder.stat()
-        m = (folder / marker).stat()
+        st = folder.stat()
     except OSError:
         return None
-    return (d.st_dev, d.st_ino, d.st_ctime_ns, m.st_ino, m.st_mtime_ns, m.st_size)
+    return (st.st_dev, st.st_ino, st.st_ctime_ns)
 
 
-def read_consistent(folder: str | Path, marker: str, read: Callable[[Path], T], *, attempts: int = 20) -> T:
-    """``read(folder)``, made to see exactly one complete save although another process may replace the folder.
+def read_folder(folder: str | Path, read: Callable[[Path], T]) -> T:
+    """``read(folder)``, or one clear :class:`ModelFileError` where another process's save got in the way.
 
-    A save replaces the whole folder (:func:`atomic_directory`), so a read that started before it may mix files
-    of two saves. The folder's identity (inode and change times of it and of its ``marker`` file) is taken before
-    and after: when it changed, the read is retried; an error of a read during which the folder did not change
-    is the folder's own and is raised. A folder missing after an interrupted save is restored first.
-
-    Raises:
-        ModelFileError: the folder kept changing during ``attempts`` reads ("being written, retry").
+    A save replaces the whole folder (:func:`atomic_directory`), so a read that overlaps it could mix files of two
+    saves: when the folder was replaced between the start and the end of the read, the result (or the error) is
+    dropped for "was replaced by another save while it was being read; load it again". A folder missing with its
+    previous version moved aside (:func:`moved_aside`) is named with what to do. Any other error is the folder's own.
     """
     folder = Path(folder)
-    last: BaseException | None = None
-    for attempt in range(attempts):
-        if attempt:
-            time.sleep(min(0.005 * 2**attempt, 0.25))
-        try:
-            recover_directory(folder)
-        except ModelFileError as e:
-            last = e
-            continue
-        before = _folder_identity(folder, marker)
-        try:
-            result = read(folder)
-        except (BertflowError, OSError) as e:
-            if _folder_identity(folder, marker) == before:
-                raise
-            last = e
-            continue
-        if _folder_identity(folder, marker) == before:
-            return result
-    raise ModelFileError(
-        f"{folder} is being written by another process (it changed during each of {attempts} reads); "
-        "retry when the save has finished"
-    ) from last
+
+    def aside_error(aside: Path) -> ModelFileError:
+        return ModelFileError(
+            f"{folder} is missing and its previous version is in {aside}: a save into it is under way or was killed; "
+            f"load again in a moment, or, if no save is running, rename it back (mv {aside} {folder}) or save again"
+        )
+
+    replaced = f"{folder} was replaced by another save while it was being read; load it again"
+    aside = moved_aside(folder)
+    if aside is not None:
+        raise aside_error(aside)
+    before = _folder_identity(folder)
+    try:
+        result = read(folder)
+    except (BertflowError, OSError) as e:
+        aside = moved_aside(folder)
+        if aside is not None:
+            raise aside_error(aside) from e
+        if _folder_identity(folder) != before:
+            raise ModelFileError(replaced) from e
+        raise
+    if _folder_identity(folder) != before:
+        raise ModelFileError(replaced)
+    return result
 
 
 def folder_kind(folder: Path) -> str | None:
@@ -440,40 +340,52 @@ def check_output_folder(
             )
     if target.is_symlink() or (target.exists() and not target.is_dir()):
         raise OutputError(f"cannot write {name} to {path}: it exists and is not a folder")
-    if target.is_dir():
-        try:
-            entries = sorted(p.name for p in target.iterdir() if p.name != LOCK_NAME)
-        except OSError as e:
-            raise OutputError(f"cannot write {name} to {path}: {e.strerror or e}") from None
-        if entries:
-            found = folder_kind(target)
-            if found != kind:
-                what = (
-                    _KIND_NAMES[found]
-                    if found
-                    else f"other files ({', '.join(entries[:5])}{', ...' if len(entries) > 5 else ''})"
-                )
-                raise OutputError(
-                    f"refusing to write {name} to {path}: the folder is not empty and holds {what}; "
-                    "give a new or empty folder"
-                )
-            if not (overwrite or resume):
-                raise OutputError(f"{path} already holds {name}; pass --overwrite (overwrite=True) to replace it")
-            foreign = foreign_entries(target, kind) if kind in _UNLISTED_OWN_FILES else []
-            if foreign:
-                # A save replaces the whole folder: what bertflow did not write would go with it. Refused, not carried
-                # over, so that a model folder holds exactly what its checksums cover.
-                listed = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
-                raise OutputError(
-                    f"refusing to replace {name} in {path}: it also holds {len(foreign)} entr"
-                    f"{'y' if len(foreign) == 1 else 'ies'} bertflow did not write ({listed}), which the save would "
-                    "delete; move them out of the folder or write to a new one"
-                )
-    existing = _nearest_existing(target.parent)
-    if not existing.is_dir():
-        raise OutputError(f"cannot write {name} to {path}: {existing} is not a folder")
-    _probe_writable(existing, f"{name} to {path}")
+    # Between the two renames of a killed save the folder is missing and its old version is beside it: that is the
+    # folder a save would replace (atomic_directory deletes it once the new one is in place).
+    aside = moved_aside(target) if kind != "store" else None
+    if (aside or target).is_dir():
+        _check_replaceable(aside or target, path, kind, overwrite=overwrite or resume, aside=aside)
+    parent = _nearest_existing(target.parent)
+    if not parent.is_dir():
+        raise OutputError(f"cannot write {name} to {path}: {parent} is not a folder")
+    _probe_writable(parent, f"{name} to {path}")
     return target
+
+
+def _check_replaceable(existing: Path, path: str | Path, kind: str, *, overwrite: bool, aside: Path | None) -> None:
+    """The part of :func:`check_output_folder` for the existing folder ``existing`` at ``path`` (or moved aside
+    from it, ``aside``): empty, or a bertflow folder of ``kind`` that ``overwrite`` allows to replace and that holds
+    nothing its save did not write."""
+    name = _KIND_NAMES[kind]
+    try:
+        entries = sorted(p.name for p in existing.iterdir() if p.name != LOCK_NAME)
+    except OSError as e:
+        raise OutputError(f"cannot write {name} to {path}: {e.strerror or e}") from None
+    if not entries:
+        return
+    found = folder_kind(existing)
+    if found != kind:
+        what = (
+            _KIND_NAMES[found]
+            if found
+            else f"other files ({', '.join(entries[:5])}{', ...' if len(entries) > 5 else ''})"
+        )
+        raise OutputError(
+            f"refusing to write {name} to {path}: the folder is not empty and holds {what}; give a new or empty folder"
+        )
+    if not overwrite:
+        where = f" (moved aside to {aside} by a save that was killed)" if aside else ""
+        raise OutputError(f"{path} already holds {name}{where}; pass --overwrite (overwrite=True) to replace it")
+    foreign = foreign_entries(existing, kind) if kind in _UNLISTED_OWN_FILES else []
+    if foreign:
+        # A save replaces the whole folder: what bertflow did not write would go with it. Refused, not carried over,
+        # so that a model folder holds exactly what its checksums cover.
+        listed = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise OutputError(
+            f"refusing to replace {name} in {path}: it also holds {len(foreign)} entr"
+            f"{'y' if len(foreign) == 1 else 'ies'} bertflow did not write ({listed}), which the save would "
+            "delete; move them out of the folder or write to a new one"
+        )
 
 
 #: Bytes of the header of the embedding ``.npy`` files bertflow writes (``encode -o``). Fixed, so the row count can
@@ -578,9 +490,16 @@ def folder_lock(folder: str | Path, what: str) -> Iterator[None]:
     folder. The holder writes its host and pid into the file, for the message another run gets: an
     :class:`OutputError`, at once (no waiting). The file is removed when the lock is let go.
     """
+    with _hold_lock(Path(folder) / LOCK_NAME, folder, what):
+        yield
+
+
+@contextlib.contextmanager
+def _hold_lock(path: Path, place: str | Path, what: str) -> Iterator[None]:
+    """Hold the lock file ``path`` for ``what`` on ``place`` (see :func:`folder_lock`); :class:`OutputError` at once
+    when another process holds it."""
     from filelock import FileLock, Timeout
 
-    path = Path(folder) / LOCK_NAME
     lock = FileLock(path, timeout=0)
     try:
         lock.acquire()
@@ -590,7 +509,7 @@ def folder_lock(folder: str | Path, what: str) -> Iterator[None]:
         except OSError:
             owner = ""
         raise OutputError(
-            f"{folder} is in use by another {what} (process {owner or 'unknown'}, lock file {path}); wait for it "
+            f"{place} is in use by another {what} (process {owner or 'unknown'}, lock file {path}); wait for it "
             "to finish"
         ) from None
     try:

@@ -19,6 +19,7 @@ import socket
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,7 +56,9 @@ if TYPE_CHECKING:
     from .shards import ShardWriter
 
 __all__ = [
+    "StorePlan",
     "encode_file_to_store",
+    "plan_store",
 ]
 
 logger = logging.getLogger(__name__)
@@ -205,6 +208,248 @@ def _prepare_store(
     return manifest, done
 
 
+@dataclass(frozen=True)
+class StorePlan:
+    """One rank's part of :func:`encode_file_to_store`, checked before any work.
+
+    Attributes:
+        source: the input (a text file or a table's text column).
+        folder: the store folder.
+        calibrator: applied to every chunk, or ``None`` (raw vectors).
+        identity: the settings the manifest records and a resumed run must repeat (:data:`IDENTITY_KEYS`); ``dim``
+            is the row width D of the store.
+        encode_kwargs: ``chunk_size`` (and ``batch_size`` when given) for the encode loop.
+        shard_size: rows per shard.
+        overwrite: restart an existing store instead of resuming it.
+        id_column: the table column copied beside each embedding (table shards only), or ``None``.
+    """
+
+    source: InputSource
+    folder: Path
+    calibrator: Calibrator | None
+    identity: dict[str, Any]
+    encode_kwargs: dict[str, int]
+    shard_size: int
+    overwrite: bool
+    id_column: str | None
+
+    @property
+    def dim(self) -> int:
+        return int(self.identity["dim"])
+
+
+def plan_store(
+    input_path: str | Path,
+    folder: str | Path,
+    encoder: SentenceEncoder,
+    *,
+    calibrator: Calibrator | None,
+    shard_size: int,
+    chunk_size: int,
+    batch_size: int | None,
+    encoding_errors: str,
+    overwrite: bool,
+    text_column: str | None,
+    input_format: str | None,
+    shard_format: str,
+    id_column: str | None,
+) -> StorePlan:
+    """Check the options of :func:`encode_file_to_store` (same arguments) and open the input; reads no rows.
+
+    Raises:
+        InputError: sizes that are not positive or a shard size that is not a multiple of the chunk size, an unknown
+            ``encoding_errors``, an id column with ``.npy`` shards, an input that cannot be opened.
+    """
+    from ..calibrators import IdentityCalibrator
+
+    if shard_size < 1 or chunk_size < 1 or (batch_size is not None and batch_size < 1):
+        raise InputError("shard_size, chunk_size and batch_size must be positive")
+    if shard_size % chunk_size:
+        raise InputError(
+            f"shard_size ({shard_size}) must be a multiple of chunk_size ({chunk_size}), so that every shard is made "
+            "of whole encoder chunks and the output does not depend on how the input was split"
+        )
+    if encoding_errors not in ("strict", "replace"):
+        raise InputError(f"encoding_errors must be 'strict' or 'replace', got {encoding_errors!r}")
+    if isinstance(calibrator, IdentityCalibrator):
+        calibrator = None
+    if id_column is not None and shard_format == "npy":
+        raise InputError("--id-column needs table shards (--format parquet or arrow): .npy shards hold only vectors")
+    input_path = Path(input_path)
+    source = open_input(
+        input_path,
+        text_column=text_column,
+        input_format_name=input_format,
+        id_column=id_column,
+        encoding_errors=encoding_errors,
+    )
+    identity = {
+        "encoder": encoder.get_config(),
+        "compute_dtype": str(getattr(encoder, "dtype", "unknown")).replace("torch.", ""),
+        "calibrator": calibrator_identity(calibrator) if calibrator is not None else None,
+        "dim": int(calibrator.n_features_out_) if calibrator is not None else int(encoder.dim),
+        "dtype": "float32",
+        "chunk_size": int(chunk_size),
+        "batch_size": batch_size,
+        # The encoder's padded-token budget per forward pass shapes the batches too (None: its device default).
+        "max_tokens": getattr(encoder, "max_tokens", None),
+        "encoding_errors": encoding_errors,
+        # Only when not the default, so that .npy stores keep the manifest (and resume) they always had.
+        **({"shard_format": shard_format} if shard_format != "npy" else {}),
+        **({"id_column": id_column} if id_column is not None else {}),
+    }
+    if not input_path.is_file():
+        raise InputError(f"cannot read {input_path}: no such file")
+    return StorePlan(
+        source=source,
+        folder=Path(folder),
+        calibrator=calibrator,
+        identity=identity,
+        encode_kwargs=_encode_kwargs(batch_size, chunk_size),
+        shard_size=int(shard_size),
+        overwrite=overwrite,
+        id_column=id_column,
+    )
+
+
+def _open_store(plan: StorePlan, lock: contextlib.ExitStack) -> tuple[dict[str, Any], list[int]]:
+    """Rank 0: take the store's lock (held by ``lock`` until the run ends), then :func:`_prepare_store`."""
+    folder = plan.folder
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"{folder} exists and is not a folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    lock.enter_context(folder_lock(folder, "distributed-encode run"))
+    return _prepare_store(plan.source, folder, plan.identity, plan.shard_size, plan.overwrite)
+
+
+def _check_same_as_rank_0(manifest: dict[str, Any], plan: StorePlan, rank: int) -> None:
+    """Every rank must encode with what rank 0 recorded in the manifest: same weights, pooling, precision,
+    calibrator. Raises :class:`CompatibilityError` otherwise."""
+    ours = _normalised(plan.identity)
+    if any(not _same_setting(k, manifest.get(k), ours[k]) for k in ours if k != "dim") or manifest["dim"] != plan.dim:
+        raise CompatibilityError(
+            f"rank {rank}: this rank's encoder or calibrator differs from rank 0's (model files differ between "
+            "nodes, or another dtype was picked); every rank must use the same model and options"
+        )
+
+
+def _encode_shards(
+    encoder: SentenceEncoder, plan: StorePlan, mine: Sequence[ShardSpec], record: dict[str, Any], progress: Any
+) -> list[tuple[int, float]]:
+    """Encode the shards ``mine`` into the store, in order; returns (rows, seconds) per shard.
+
+    One stream through the one encode-then-calibrate loop for all of this rank's shards, so the encoder's pipeline
+    (tokenising ahead, the device busy) does not drain and refill at every shard boundary. Shards are whole chunks,
+    so every forward pass still sees the sentences it would in one process.
+    """
+    from ..embedder import iter_calibrated
+
+    source, dim = plan.source, plan.dim
+
+    def rank_lines() -> Iterator[str]:
+        for spec in mine:
+            yield from source.read(spec.start, spec.stop, spec.offset)
+
+    shard_times = []
+    stream = iter_calibrated(encoder, plan.calibrator, rank_lines(), **plan.encode_kwargs, progress=progress)
+    left = np.empty((0, dim), dtype=np.float32)  # rows of a part that belong to the next shard
+    with ThreadPoolExecutor(1, thread_name_prefix="shard-commit") as committer:
+        # A shard's commit (fsync, rename, record) runs on the committer thread while the next shard is encoded:
+        # done inline it stopped this loop, and with it the launching of forward passes, for each shard's fsync.
+        committing: Future[dict[str, Any]] | None = None
+        for spec in mine:
+            t_shard = time.perf_counter()
+            ids = (plan.id_column, source.read_ids(spec.start, spec.stop)) if plan.id_column is not None else None
+            writer = open_shard_writer(plan.folder, spec, dim, record=record, ids=ids)
+            try:
+                need = spec.rows
+                while need:
+                    part = left if len(left) else next(stream)
+                    writer.write(part[:need])
+                    left, need = part[need:], need - min(need, len(part))
+                if committing is not None:
+                    committing.result()  # one shard commits at a time: bounded memory, errors surface here
+            except BaseException:
+                writer.abort()
+                raise
+            committing = committer.submit(_commit, writer)
+            shard_times.append((spec.rows, time.perf_counter() - t_shard))
+        if committing is not None:
+            committing.result()
+    return shard_times
+
+
+def _run_rank(
+    encoder: SentenceEncoder, plan: StorePlan, mine: Sequence[ShardSpec], *, show_progress: bool
+) -> tuple[dict[str, Any], float]:
+    """This rank's timed phase: warm up, wait for every rank, encode ``mine``. Returns the rank's summary and the
+    ``time.perf_counter()`` at which the timed phase started (the same moment on every rank, after a barrier)."""
+    from tqdm.auto import tqdm
+
+    rank, world = rank_and_world()
+    record = {"rank": rank, "world_size": world, "device": str(getattr(encoder, "device", "unknown"))}
+    warmup = _warm_up(encoder, plan.calibrator, plan.source, mine, plan.encode_kwargs)
+    barrier()  # every rank has its encoder loaded, warmed and its plan: the timed phase starts together
+    t0 = time.perf_counter()
+    total = sum(s.rows for s in mine)
+    with tqdm(
+        total=total, desc=f"encode (rank 0 of {world})", unit="sent", disable=not (show_progress and rank == 0)
+    ) as bar:
+        shard_times = _encode_shards(encoder, plan, mine, record, bar.update)
+    summary = {
+        "rank": rank,
+        "device": record["device"],
+        "shards": len(mine),
+        "rows": sum(r for r, _ in shard_times),
+        "seconds": round(time.perf_counter() - t0, 4),
+        "shard_rows": [r for r, _ in shard_times],
+        "shard_seconds": [round(t, 4) for _, t in shard_times],
+        "warmup_seconds": round(warmup, 4),
+    }
+    return summary, t0
+
+
+def _summarise(
+    folder: Path,
+    shards: int,
+    encoded: int,
+    skipped: int,
+    per_rank: list[dict[str, Any]],
+    *,
+    wall: float,
+    started: float,
+    merge: bool,
+) -> dict[str, Any]:
+    """Rank 0, after every shard is written: complete the manifest, merge if asked, and return the run's summary."""
+    world = len(per_rank)
+    run = {
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "world_size": world,
+        "encoded_shards": encoded,
+        "skipped_shards": skipped,
+        "seconds": round(wall, 4),
+        "host": socket.gethostname(),
+        "bertflow_version": __version__,
+    }
+    final = finalize_manifest(folder, run=run)
+    merged = str(merge_shards(folder)) if merge else None
+    encoded_rows = sum(r["rows"] for r in per_rank)
+    return {
+        "output": str(folder),
+        "rows": final["rows"],
+        "dim": final["dim"],
+        "shards": shards,
+        "encoded_shards": encoded,
+        "skipped_shards": skipped,
+        "encoded_rows": encoded_rows,
+        "world_size": world,
+        "seconds": round(wall, 4),
+        "rows_per_second": round(encoded_rows / wall, 2) if wall > 0 and encoded_rows else None,
+        "merged": merged,
+        "per_rank": per_rank,
+    }
+
+
 def encode_file_to_store(
     input_path: str | Path,
     folder: str | Path,
@@ -261,161 +506,38 @@ def encode_file_to_store(
     Raises:
         InputError: bad input file or options, or a store in ``folder`` made with other settings.
     """
-    from tqdm.auto import tqdm
-
-    from ..calibrators import IdentityCalibrator
-    from ..embedder import iter_calibrated
-
-    if shard_size < 1 or chunk_size < 1 or (batch_size is not None and batch_size < 1):
-        raise InputError("shard_size, chunk_size and batch_size must be positive")
-    if shard_size % chunk_size:
-        raise InputError(
-            f"shard_size ({shard_size}) must be a multiple of chunk_size ({chunk_size}), so that every shard is made "
-            "of whole encoder chunks and the output does not depend on how the input was split"
-        )
-    if encoding_errors not in ("strict", "replace"):
-        raise InputError(f"encoding_errors must be 'strict' or 'replace', got {encoding_errors!r}")
-    if isinstance(calibrator, IdentityCalibrator):
-        calibrator = None
-    if id_column is not None and shard_format == "npy":
-        raise InputError("--id-column needs table shards (--format parquet or arrow): .npy shards hold only vectors")
-    input_path, folder = Path(input_path), Path(folder)
-    source = open_input(
+    plan = plan_store(
         input_path,
-        text_column=text_column,
-        input_format_name=input_format,
-        id_column=id_column,
+        folder,
+        encoder,
+        calibrator=calibrator,
+        shard_size=shard_size,
+        chunk_size=chunk_size,
+        batch_size=batch_size,
         encoding_errors=encoding_errors,
+        overwrite=overwrite,
+        text_column=text_column,
+        input_format=input_format,
+        shard_format=shard_format,
+        id_column=id_column,
     )
     rank, world = rank_and_world()
     started = time.time()
-    dim = int(calibrator.n_features_out_) if calibrator is not None else int(encoder.dim)
-    identity = {
-        "encoder": encoder.get_config(),
-        "compute_dtype": str(getattr(encoder, "dtype", "unknown")).replace("torch.", ""),
-        "calibrator": calibrator_identity(calibrator) if calibrator is not None else None,
-        "dim": dim,
-        "dtype": "float32",
-        "chunk_size": int(chunk_size),
-        "batch_size": batch_size,
-        # The encoder's padded-token budget per forward pass shapes the batches too (None: its device default).
-        "max_tokens": getattr(encoder, "max_tokens", None),
-        "encoding_errors": encoding_errors,
-        # Only when not the default, so that .npy stores keep the manifest (and resume) they always had.
-        **({"shard_format": shard_format} if shard_format != "npy" else {}),
-        **({"id_column": id_column} if id_column is not None else {}),
-    }
-    encode_kwargs = _encode_kwargs(batch_size, chunk_size)
-    if not input_path.is_file():
-        raise InputError(f"cannot read {input_path}: no such file")
     # Rank 0 holds FOLDER/.lock for the whole run: a second run on the same store stops with a clear error instead
     # of deleting this run's temporary files and racing it for the shards.
-    lock = contextlib.ExitStack()
-
-    def prepare() -> tuple[dict[str, Any], list[int]]:
-        if folder.exists() and not folder.is_dir():
-            raise InputError(f"{folder} exists and is not a folder")
-        folder.mkdir(parents=True, exist_ok=True)
-        lock.enter_context(folder_lock(folder, "distributed-encode run"))
-        return _prepare_store(source, folder, identity, shard_size, overwrite)
-
-    with lock:
-        manifest, done = run_on_main(prepare)
-        ours = _normalised(identity)
-        if any(not _same_setting(k, manifest.get(k), ours[k]) for k in ours if k != "dim") or manifest["dim"] != dim:
-            # Every rank must encode with what rank 0 recorded: same weights, pooling, precision, calibrator.
-            raise CompatibilityError(
-                f"rank {rank}: this rank's encoder or calibrator differs from rank 0's (model files differ between "
-                "nodes, or another dtype was picked); every rank must use the same model and options"
-            )
+    with contextlib.ExitStack() as lock:
+        manifest, done = run_on_main(lambda: _open_store(plan, lock))
+        _check_same_as_rank_0(manifest, plan, rank)
         specs = [ShardSpec.from_json(e) for e in manifest["shards"]]
         done_set = set(done)
         todo = [s for s in specs if s.index not in done_set]
         lo, hi = share(len(todo), rank, world)
-        mine = todo[lo:hi]
-        record = {"rank": rank, "world_size": world, "device": str(getattr(encoder, "device", "unknown"))}
-        warmup = _warm_up(encoder, calibrator, source, mine, encode_kwargs)
-        barrier()  # every rank has its encoder loaded, warmed and its plan: the timed phase starts together
-        t0 = time.perf_counter()
-        rows_done, shard_times = 0, []
-        total = sum(s.rows for s in mine)
-        with (
-            tqdm(
-                total=total, desc=f"encode (rank 0 of {world})", unit="sent", disable=not (show_progress and rank == 0)
-            ) as bar,
-            ThreadPoolExecutor(1, thread_name_prefix="shard-commit") as committer,
-        ):
-            # One stream through the one encode-then-calibrate loop for all of this rank's shards, so the encoder's
-            # pipeline (tokenising ahead, the device busy) does not drain and refill at every shard boundary. Shards
-            # are whole chunks, so every forward pass still sees the sentences it would in one process.
-            def rank_lines() -> Iterator[str]:
-                for spec in mine:
-                    yield from source.read(spec.start, spec.stop, spec.offset)
-
-            stream = iter_calibrated(encoder, calibrator, rank_lines(), **encode_kwargs, progress=bar.update)
-            left = np.empty((0, dim), dtype=np.float32)  # rows of a part that belong to the next shard
-            # A shard's commit (fsync, rename, record) runs on the committer thread while the next shard is encoded:
-            # done inline it stopped this loop, and with it the launching of forward passes, for each shard's fsync.
-            committing: Future[dict[str, Any]] | None = None
-            for spec in mine:
-                t_shard = time.perf_counter()
-                ids = (id_column, source.read_ids(spec.start, spec.stop)) if id_column is not None else None
-                writer = open_shard_writer(folder, spec, dim, record=record, ids=ids)
-                try:
-                    need = spec.rows
-                    while need:
-                        part = left if len(left) else next(stream)
-                        writer.write(part[:need])
-                        left, need = part[need:], need - min(need, len(part))
-                    if committing is not None:
-                        committing.result()  # one shard commits at a time: bounded memory, errors surface here
-                except BaseException:
-                    writer.abort()
-                    raise
-                committing = committer.submit(_commit, writer)
-                rows_done += spec.rows
-                shard_times.append((spec.rows, time.perf_counter() - t_shard))
-            if committing is not None:
-                committing.result()
-        seconds = time.perf_counter() - t0
-        mine_summary = {
-            "rank": rank,
-            "device": record["device"],
-            "shards": len(mine),
-            "rows": rows_done,
-            "seconds": round(seconds, 4),
-            "shard_rows": [r for r, _ in shard_times],
-            "shard_seconds": [round(t, 4) for _, t in shard_times],
-            "warmup_seconds": round(warmup, 4),
-        }
+        mine_summary, t0 = _run_rank(encoder, plan, todo[lo:hi], show_progress=show_progress)
         barrier()  # all shards written
         wall = time.perf_counter() - t0
         per_rank = all_gather_object(mine_summary)
         if rank != 0:
             return mine_summary
-        run = {
-            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-            "world_size": world,
-            "encoded_shards": len(todo),
-            "skipped_shards": len(done),
-            "seconds": round(wall, 4),
-            "host": socket.gethostname(),
-            "bertflow_version": __version__,
-        }
-        final = finalize_manifest(folder, run=run)
-        merged = str(merge_shards(folder)) if merge else None
-        encoded_rows = sum(r["rows"] for r in per_rank)
-        return {
-            "output": str(folder),
-            "rows": final["rows"],
-            "dim": final["dim"],
-            "shards": len(specs),
-            "encoded_shards": len(todo),
-            "skipped_shards": len(done),
-            "encoded_rows": encoded_rows,
-            "world_size": world,
-            "seconds": round(wall, 4),
-            "rows_per_second": round(encoded_rows / wall, 2) if wall > 0 and encoded_rows else None,
-            "merged": merged,
-            "per_rank": per_rank,
-        }
+        return _summarise(
+            plan.folder, len(specs), len(todo), len(done), per_rank, wall=wall, started=started, merge=merge
+        )

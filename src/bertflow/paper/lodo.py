@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
-from .datasets import STS_TASKS
+from ..evaluation.datasets import STS_TASKS
 from .results import HARM_MARGIN, PerSetResult, SetSummary, fit_size_label, summarize_sets
 
 __all__ = ["Objective", "LodoFold", "LodoSelection", "leave_one_dataset_out", "select_lodo"]

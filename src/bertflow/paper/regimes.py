@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import InputError
-from .datasets import StsTask
+from ..evaluation.datasets import StsTask
 
 __all__ = ["REGIMES", "DEFAULT_REGIMES", "REGIME_TEXT", "FittingSets", "fitting_sets", "seen_counts"]
 

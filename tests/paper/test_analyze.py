@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 from bertflow import SentenceEncoder, WhiteningCalibrator
 from bertflow.cli import app
 from bertflow.errors import InputError
-from bertflow.evaluation.analyze import (
+from bertflow.evaluation.datasets import load_sts_task
+from bertflow.paper.analyze import (
     analyze_stsb,
     edit_distances,
     geometry,
@@ -26,9 +27,8 @@ from bertflow.evaluation.analyze import (
     spectrum,
     word_tokens,
 )
-from bertflow.evaluation.datasets import load_sts_task
 
-from .test_reproduce import one_torch_thread, working_tiny_bert, write_sts_layout  # noqa: F401 - fixtures
+from ..sts_layout import one_torch_thread, working_tiny_bert, write_sts_layout  # noqa: F401 - fixtures
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -11,7 +11,7 @@ On the STS-B test pairs:
   eigenvalue spectrum.
 * **Plots** (matplotlib, Agg backend; PNG at 200 dpi, optionally PDF or SVG too): eigenvalue spectra,
   pairwise-cosine histograms, predicted similarity against gold, similarity against edit distance with 95%
-  confidence intervals and the number of pairs per distance; drawn by :mod:`bertflow.evaluation.plots`.
+  confidence intervals and the number of pairs per distance; drawn by :mod:`bertflow.paper.plots`.
 
 Other calibrators can be fitted the same way and shown beside the main one (``compare``, e.g. whitening beside the
 flow), so one report holds the paper's comparison.
@@ -39,13 +39,13 @@ from scipy.special import logsumexp
 from ..calibrators import Calibrator, parse_calibrator
 from ..encoding.encoder import SentenceEncoder
 from ..errors import InputError
+from ..evaluation.cache import EmbeddingCache, embed_cached, pooling_key
+from ..evaluation.datasets import StsTask, load_nli_sentences, load_sts_task, resolve_data_dir
+from ..evaluation.sts import cosine_scores
 from ..linalg import unit_rows
 from ..resources import limited_threads, machine_info
-from .cache import EmbeddingCache, embed_cached, pooling_key
-from .datasets import StsTask, load_nli_sentences, load_sts_task, resolve_data_dir
-from .paper import TABLE6, TABLE6_SOURCE
+from .published import TABLE6, TABLE6_SOURCE
 from .regimes import fitting_sets
-from .sts import cosine_scores
 
 __all__ = [
     "SMALL_EDIT_DISTANCE",
@@ -349,16 +349,7 @@ def analyze_stsb(
     """
     say = progress or (lambda _msg: None)
     started = time.perf_counter()
-    for fmt in vector:
-        if fmt not in VECTOR_FORMATS:
-            raise InputError(f"unknown plot format {fmt!r}; use one of {', '.join(VECTOR_FORMATS)}")
-    compare = list(dict.fromkeys(compare))
-    for spec in compare:
-        parse_calibrator(spec)  # unknown specs fail before encoding
-        if spec in ("raw", "calibrated"):
-            raise InputError(f"{spec!r} cannot be compared: it names a column of the report")
-    if compare and isinstance(calibrator, Calibrator):
-        raise InputError("compare needs the calibrator as a spec fitted here, not an already-fitted one")
+    compare = _checked_compare(calibrator, vector, compare)
     pool = pooling_key(pooling if pooling is not None else encoder.pooling.to_spec(), encoder.num_layers)
     if task is None:
         task = load_sts_task("STS-B", resolve_data_dir(data_dir))
@@ -366,92 +357,136 @@ def analyze_stsb(
     if test.scores is None:
         raise InputError("STS-B test pairs have no gold scores")
     eval_sentences = task.eval_sentences()
-    fitted = isinstance(calibrator, Calibrator)
-    fit_sentences: list[str] = []
-    regime_text = "calibrator fitted beforehand (saved model)"
-    seen = "unknown (the calibrator was fitted outside this command)"
-    if not fitted:
+    if isinstance(calibrator, Calibrator):
+        fit_sentences: list[str] = []
+        regime_text = "calibrator fitted beforehand (saved model)"
+        seen = "unknown (the calibrator was fitted outside this command)"
+    else:
         if regime == "nli" and nli is None:
             nli = load_nli_sentences(data_dir)
-        fits = fitting_sets(regime, {task.name: task}, nli=nli, corpus=corpus, corpus_name=corpus_name)
-        fit_sentences = fits.per_task[task.name] or []
-        if not fit_sentences:
-            raise InputError(f"the {regime} regime has no fitting sentences for {task.name}")
-        regime_text = fits.description
-        fit_set = set(fit_sentences)
-        k = sum(1 for s in eval_sentences if s in fit_set)
-        seen = f"{k} of {len(eval_sentences)}" + (" (transductive)" if k == len(eval_sentences) else "")
-    sentences = list(dict.fromkeys([*eval_sentences, *fit_sentences]))
-    say(f"encoding {len(sentences)} distinct sentences with {encoder.model_id} ({pool})")
-    emb = embed_cached(encoder, sentences, [pool], cache=cache, batch_size=batch_size)[pool]
-    index = {s: i for i, s in enumerate(sentences)}
-
-    def rows(items: Sequence[str]) -> np.ndarray:
-        return emb[np.fromiter((index[s] for s in items), dtype=np.int64, count=len(items))]
-
+        fit_sentences, regime_text, seen = _fitting_plan(task, regime, nli, corpus, corpus_name)
+    rows = _row_lookup(encoder, [*eval_sentences, *fit_sentences], pool, cache, batch_size, say)
+    fit = dict(seed=seed, epochs=flow_epochs, device=device)
     with limited_threads(blas_threads=1):  # small matrices; see GridConfig.fit_threads
-        if fitted:
-            cal = calibrator
-            spec = getattr(calibrator, "name", type(calibrator).__name__)
-        else:
-            spec = str(calibrator)
-            cal = parse_calibrator(spec, seed=seed, epochs=flow_epochs, device=device)
-            say(f"fitting {spec} on {len(fit_sentences)} sentences ({regime})")
-            cal.fit(rows(fit_sentences))
-        raw_eval = rows(eval_sentences)
-        spaces = {"raw": raw_eval, "calibrated": cal.transform(raw_eval)}
-        for other in compare:
-            say(f"fitting {other} on {len(fit_sentences)} sentences ({regime})")
-            fitted_other = parse_calibrator(other, seed=seed, epochs=flow_epochs, device=device)
-            spaces[other] = fitted_other.fit(rows(fit_sentences)).transform(raw_eval)
+        spec, spaces = _fitted_spaces(calibrator, compare, rows, fit_sentences, eval_sentences, fit, regime, say)
         geo = {name: geometry(x) for name, x in spaces.items()}
     ev_index = {s: i for i, s in enumerate(eval_sentences)}
     i1 = np.fromiter((ev_index[s] for s in test.sentences1), dtype=np.int64, count=len(test))
     i2 = np.fromiter((ev_index[s] for s in test.sentences2), dtype=np.int64, count=len(test))
     cosines = {name: cosine_scores(x[i1], x[i2]) for name, x in spaces.items()}
     distance = edit_distances(test.sentences1, test.sentences2)
-    lexical = lexical_table(test.scores, cosines, distance)
     meta: dict[str, Any] = {
         "command": command,
-        "model": {
-            "id": encoder.model_id,
-            "fingerprint": encoder.fingerprint(),
-            "dim": encoder.dim,
-            "max_length": encoder.max_length,
-        },
-        "pooling": pool,
-        "calibrator": spec,
-        "compare": compare,
-        "seed": seed,
-        "regime": regime,
-        "regime_text": regime_text,
-        "test_seen": seen,
+        "model": {"id": encoder.model_id, "fingerprint": encoder.fingerprint(), "dim": encoder.dim,
+                  "max_length": encoder.max_length},
+        "pooling": pool, "calibrator": spec, "compare": compare, "seed": seed,
+        "regime": regime, "regime_text": regime_text, "test_seen": seen,
         "edit_distance": "word-level Levenshtein over lowercased \\w+ / punctuation tokens",
         "geometry_on": "L2-normalised embeddings of the distinct STS-B test sentences",
         "machine": machine_info(device),
-    }
-    result = AnalysisResult(meta, lexical, geo)
+    }  # fmt: skip
+    result = AnalysisResult(meta, lexical_table(test.scores, cosines, distance), geo)
     if out_dir is not None:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        if plots:
-            from .plots import plot_analysis  # here, not at the top: plots imports this module's measures
-
-            title = f"{Path(encoder.model_id).name}, {pool} pooling, {regime} regime"
-            label = {"calibrated": spec} if spec not in spaces else {}  # legends name the calibrator
-            result.plots = plot_analysis(
-                out,
-                {label.get(k, k): v for k, v in spaces.items()},
-                {label.get(k, k): v for k, v in cosines.items()},
-                test.scores,
-                distance,
-                title,
-                seed,
-                vector,
-            )
+        title = f"{Path(encoder.model_id).name}, {pool} pooling, {regime} regime"
+        plotted = (spaces, cosines, test.scores, distance, title, seed, vector) if plots else None
+        _write_analysis(result, Path(out_dir), spec, plotted, started)
     meta["seconds"] = round(time.perf_counter() - started, 1)
-    if out_dir is not None:
-        out = Path(out_dir)
-        (out / "analyze.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
-        (out / "analyze.md").write_text(result.to_markdown(), encoding="utf-8")
     return result
+
+
+def _write_analysis(
+    result: AnalysisResult, out: Path, spec: str, plotted: tuple[Any, ...] | None, started: float
+) -> None:
+    """Draw the plots (``plotted``: :func:`~bertflow.paper.plots.plot_analysis`'s arguments after the folder, with
+    the spaces and cosines keyed ``raw`` / ``calibrated`` / compared specs; ``None``: no plots), then write
+    ``analyze.json`` and ``analyze.md`` into ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    if plotted is not None:
+        from .plots import plot_analysis  # here, not at the top: plots imports this module's measures
+
+        spaces, cosines, *rest = plotted
+        label = {"calibrated": spec} if spec not in spaces else {}  # legends name the calibrator
+        named = {label.get(k, k): v for k, v in spaces.items()}
+        result.plots = plot_analysis(out, named, {label.get(k, k): v for k, v in cosines.items()}, *rest)
+    result.meta["seconds"] = round(time.perf_counter() - started, 1)
+    (out / "analyze.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
+    (out / "analyze.md").write_text(result.to_markdown(), encoding="utf-8")
+
+
+def _row_lookup(
+    encoder: SentenceEncoder,
+    sentences: Sequence[str],
+    pool: str,
+    cache: EmbeddingCache | None,
+    batch_size: int | None,
+    say: Callable[[str], None],
+) -> Callable[[Sequence[str]], np.ndarray]:
+    """Encode the distinct ``sentences`` once (through the cache) and return ``rows(items)``: their embeddings [N, D]
+    under ``pool``."""
+    distinct = list(dict.fromkeys(sentences))
+    say(f"encoding {len(distinct)} distinct sentences with {encoder.model_id} ({pool})")
+    emb = embed_cached(encoder, distinct, [pool], cache=cache, batch_size=batch_size)[pool]
+    index = {s: i for i, s in enumerate(distinct)}
+
+    def rows(items: Sequence[str]) -> np.ndarray:
+        return emb[np.fromiter((index[s] for s in items), dtype=np.int64, count=len(items))]
+
+    return rows
+
+
+def _checked_compare(calibrator: str | Calibrator, vector: Sequence[str], compare: Sequence[str]) -> list[str]:
+    """The distinct ``compare`` specs, after every check of the options that needs no encoding."""
+    for fmt in vector:
+        if fmt not in VECTOR_FORMATS:
+            raise InputError(f"unknown plot format {fmt!r}; use one of {', '.join(VECTOR_FORMATS)}")
+    specs = list(dict.fromkeys(compare))
+    for spec in specs:
+        parse_calibrator(spec)  # unknown specs fail before encoding
+        if spec in ("raw", "calibrated"):
+            raise InputError(f"{spec!r} cannot be compared: it names a column of the report")
+    if specs and isinstance(calibrator, Calibrator):
+        raise InputError("compare needs the calibrator as a spec fitted here, not an already-fitted one")
+    return specs
+
+
+def _fitting_plan(
+    task: StsTask, regime: str, nli: Sequence[str] | None, corpus: Sequence[str] | None, corpus_name: str | None
+) -> tuple[list[str], str, str]:
+    """The sentences a calibrator is fitted on under ``regime``, the regime's description and how many of the
+    task's evaluation sentences they contain."""
+    fits = fitting_sets(regime, {task.name: task}, nli=nli, corpus=corpus, corpus_name=corpus_name)
+    fit_sentences = fits.per_task[task.name] or []
+    if not fit_sentences:
+        raise InputError(f"the {regime} regime has no fitting sentences for {task.name}")
+    eval_sentences = task.eval_sentences()
+    fit_set = set(fit_sentences)
+    k = sum(1 for s in eval_sentences if s in fit_set)
+    seen = f"{k} of {len(eval_sentences)}" + (" (transductive)" if k == len(eval_sentences) else "")
+    return fit_sentences, fits.description, seen
+
+
+def _fitted_spaces(
+    calibrator: str | Calibrator,
+    compare: Sequence[str],
+    rows: Callable[[Sequence[str]], np.ndarray],
+    fit_sentences: list[str],
+    eval_sentences: list[str],
+    fit: Mapping[str, Any],
+    regime: str,
+    say: Callable[[str], None],
+) -> tuple[str, dict[str, np.ndarray]]:
+    """The calibrator's name and the evaluation sentences' embeddings in every space: ``raw``, ``calibrated`` and
+    each ``compare`` spec (fitted here on ``fit_sentences`` with the keyword arguments ``fit``)."""
+    if isinstance(calibrator, Calibrator):
+        cal, spec = calibrator, getattr(calibrator, "name", type(calibrator).__name__)
+    else:
+        spec = str(calibrator)
+        cal = parse_calibrator(spec, **fit)
+        say(f"fitting {spec} on {len(fit_sentences)} sentences ({regime})")
+        cal.fit(rows(fit_sentences))
+    raw_eval = rows(eval_sentences)
+    spaces = {"raw": raw_eval, "calibrated": cal.transform(raw_eval)}
+    for other in compare:
+        say(f"fitting {other} on {len(fit_sentences)} sentences ({regime})")
+        spaces[other] = parse_calibrator(other, **fit).fit(rows(fit_sentences)).transform(raw_eval)
+    return spec, spaces

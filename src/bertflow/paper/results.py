@@ -1,7 +1,7 @@
 """Results of the evaluation grid: the scores of each (pooling, calibrator, regime) cell over its seeds, and the
 grid's cells with the run's metadata, and the per-set protocol's cells with their summaries against the raw encoder
 (mean, worst set, sets more than 2 points below raw), as JSON-ready dictionaries (Markdown:
-:mod:`bertflow.evaluation.render`)."""
+:mod:`bertflow.paper.render`)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from .paper import PublishedResult
-from .sts import StsReport
+from ..evaluation.sts import StsReport
+from .published import PublishedResult
 
 __all__ = [
+    "ALL_TASKS",
     "HARM_MARGIN",
     "CellResult",
     "GridResult",
@@ -40,6 +41,10 @@ def mean_std(values: Sequence[float]) -> dict[str, Any]:
     }
 
 
+#: The key of an ``auto`` choice made by one fit that serves every task (the nli and corpus regimes).
+ALL_TASKS = "all tasks"
+
+
 @dataclass
 class CellResult:
     """Scores of one (pooling, calibrator, regime) cell, over one or several seeds.
@@ -53,6 +58,9 @@ class CellResult:
             ``None`` where the task was not evaluated.
         seconds: wall time of fitting and scoring the cell, all seeds.
         error: the message of a failed fit (the cell then has no scores).
+        seen_note: replaces the "test sentences seen" summary (a model fitted elsewhere).
+        auto: an ``auto`` cell's choices, as ``Embedder.fit`` records them (token anisotropy, weighting, the
+            calibration), by task (:data:`ALL_TASKS` for a shared fit); empty for other calibrators.
     """
 
     pooling: str
@@ -65,6 +73,7 @@ class CellResult:
     seconds: float = 0.0
     error: str | None = None
     seen_note: str | None = None
+    auto: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def evaluated(self) -> list[str]:
         """Tasks with scores (all of them unless the regime does not apply to some)."""
@@ -131,6 +140,7 @@ class CellResult:
             "seconds": round(self.seconds, 2),
             "error": self.error,
             "runs": [r.to_dict() for r in self.reports],
+            **({"auto": self.auto} if self.auto else {}),
         }
 
 
@@ -188,7 +198,7 @@ class GridResult:
 
 
 # -------------------------------------------------------------------------------------------------------
-# The per-set protocol (bertflow.evaluation.perset)
+# The per-set protocol (bertflow.paper.perset)
 # -------------------------------------------------------------------------------------------------------
 
 #: A set counts as harmed when its score falls more than this many Spearman x 100 points below its baseline.
@@ -285,6 +295,7 @@ class PerSetCell:
         runs: per set name, one Spearman x 100 per seed (NaN where undefined).
         seconds: wall time of fitting and scoring, all sets and seeds.
         error: the message of a failed fit (the cell then has no scores).
+        auto: an ``auto`` cell's choice per set, as ``Embedder.fit`` records it (empty for other calibrators).
     """
 
     pooling: str
@@ -295,6 +306,7 @@ class PerSetCell:
     runs: dict[str, list[float]] = field(default_factory=dict)
     seconds: float = 0.0
     error: str | None = None
+    auto: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def weighted(self) -> bool:
@@ -325,6 +337,7 @@ class PerSetCell:
             },
             "seconds": round(self.seconds, 2),
             "error": self.error,
+            **({"auto": self.auto} if self.auto else {}),
         }
 
 
@@ -339,7 +352,7 @@ class PerSetResult:
             evaluation sentences were among them (``None`` where the set has too few sentences for the size).
         cells: raw cells (calibrator ``none``) and calibrated cells, in run order.
         margin: the harm margin of every summary (points).
-        lodo: leave-one-dataset-out selections attached by :func:`bertflow.evaluation.lodo.select_lodo`.
+        lodo: leave-one-dataset-out selections attached by :func:`bertflow.paper.lodo.select_lodo`.
     """
 
     meta: dict[str, Any]

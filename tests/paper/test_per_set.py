@@ -1,5 +1,5 @@
-"""The per-set protocol (bertflow.evaluation.perset), its summaries (results.summarize_sets), the leave-one-dataset-out
-selection (bertflow.evaluation.lodo) and `bertflow reproduce/evaluate --regimes per-set`, on a tiny BERT and a
+"""The per-set protocol (bertflow.paper.perset), its summaries (results.summarize_sets), the leave-one-dataset-out
+selection (bertflow.paper.lodo) and `bertflow reproduce/evaluate --regimes per-set`, on a tiny BERT and a
 synthetic STS layout."""
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from bertflow import SentenceEncoder
 from bertflow.cli import app
 from bertflow.errors import BertflowError, InputError
 from bertflow.evaluation import evaluate_pairs
-from bertflow.evaluation import perset as perset_module
 from bertflow.evaluation.datasets import STS_TASKS, load_sts_tasks
-from bertflow.evaluation.grid import GridConfig, run_grid
-from bertflow.evaluation.lodo import Objective, leave_one_dataset_out, select_lodo
-from bertflow.evaluation.perset import evaluation_sets, fitting_sample, run_per_set
-from bertflow.evaluation.results import summarize_sets
+from bertflow.paper import perset as perset_module
+from bertflow.paper.grid import GridConfig, run_grid
+from bertflow.paper.lodo import Objective, leave_one_dataset_out, select_lodo
+from bertflow.paper.perset import evaluation_sets, fitting_sample, run_per_set
+from bertflow.paper.results import summarize_sets
 
-from .test_reproduce import one_torch_thread, working_tiny_bert, write_sts_layout  # noqa: F401 - fixtures
+from ..sts_layout import one_torch_thread, working_tiny_bert, write_sts_layout  # noqa: F401 - fixtures
 
 runner = CliRunner()
 

@@ -1,9 +1,9 @@
 """STS evaluation of an encoder + calibrator, and the grid behind ``bertflow reproduce``.
 
 A *cell* is one (pooling, calibrator, fitting regime) on one encoder. Its calibrator is fitted without labels on
-the regime's sentences (:mod:`bertflow.evaluation.regimes`) and the seven STS tasks are scored by cosine similarity
+the regime's sentences (:mod:`bertflow.paper.regimes`) and the seven STS tasks are scored by cosine similarity
 in the calibrated space, under both the "all" and the "wmean" convention (see :mod:`bertflow.evaluation.sts`).
-Results: :mod:`bertflow.evaluation.results` (JSON) and :mod:`bertflow.evaluation.render` (Markdown).
+Results: :mod:`bertflow.paper.results` (JSON) and :mod:`bertflow.paper.render` (Markdown).
 
 Every sentence is encoded once for all poolings (:func:`bertflow.evaluation.cache.embed_cached`), so a grid costs
 one encoder pass plus the calibrator fits. Each cell records how many evaluation sentences its fitting set
@@ -22,17 +22,21 @@ from typing import Any
 
 import numpy as np
 
+from ..autofit import AutoInputs
 from ..calibrators import Calibrator, parse_calibrator
+from ..calibrators.auto import AutoCalibrator
 from ..encoding.encoder import SentenceEncoder
+from ..encoding.pooling import Pooling
 from ..errors import BertflowError, InputError
+from ..evaluation.cache import EmbeddingCache, embed_cached, pooling_key
+from ..evaluation.datasets import STS_TASKS, StsTask, load_nli_sentences, load_sts_tasks, resolve_data_dir
+from ..evaluation.sts import StsReport, TaskScore, evaluate_task
 from ..resources import limited_threads, machine_info
-from .cache import EmbeddingCache, embed_cached, pooling_key
-from .datasets import STS_TASKS, StsTask, load_nli_sentences, load_sts_tasks, resolve_data_dir
-from .paper import PAPER_MODELS, paper_model_name, published_for, stand_in_caption
+from .autocells import encode_auto_inputs, fit_auto_cell, is_auto
+from .published import PAPER_MODELS, paper_model_name, published_for, stand_in_caption
 from .regimes import DEFAULT_REGIMES, REGIME_TEXT, REGIMES, FittingSets, fitting_sets, seen_counts
 from .render import format_stat
-from .results import CellResult, GridResult
-from .sts import StsReport, TaskScore, evaluate_task
+from .results import ALL_TASKS, CellResult, GridResult
 
 __all__ = [
     "DEFAULT_POOLINGS",
@@ -166,6 +170,23 @@ def score_fitted(
     return StsReport({name: evaluate_task(task, embed) for name, task in tasks.items()})
 
 
+def _fit_on(
+    table: EmbeddingTable,
+    pooling: str,
+    spec: str,
+    kwargs: Mapping[str, Any],
+    sentences: Sequence[str],
+    auto: AutoInputs | None,
+) -> tuple[Calibrator, str, dict[str, Any] | None]:
+    """Fit ``spec`` on the rows of ``sentences``. Returns the calibrator, the table key to score under (``pooling``,
+    or for ``auto`` the pooling its rule chose, as ``Embedder.fit`` would) and ``auto``'s choice (else ``None``)."""
+    cal = parse_calibrator(spec, **kwargs)
+    if auto is not None and isinstance(cal, AutoCalibrator):
+        key, choice = fit_auto_cell(cal, auto, lambda k: table.get(k, sentences))
+        return cal, key, choice
+    return cal.fit(table.get(pooling, sentences)), pooling, None
+
+
 def _run_cell(
     table: EmbeddingTable,
     pooling: str,
@@ -174,8 +195,10 @@ def _run_cell(
     tasks: Mapping[str, StsTask],
     seeds: Sequence[int | None],
     flow_kwargs: Mapping[str, Any],
+    auto: AutoInputs | None = None,
 ) -> CellResult:
-    """Fit ``spec`` under ``fits`` for each seed and score every task it applies to."""
+    """Fit ``spec`` under ``fits`` for each seed and score every task it applies to (``auto``: the inputs of the
+    ``auto`` rule for this pooling, see :mod:`bertflow.paper.autocells`)."""
     started = time.perf_counter()
     cell = CellResult(pooling, spec, fits.regime, list(seeds), list(tasks))
     applicable = {t: task for t, task in tasks.items() if fits.per_task[t] is not None}
@@ -194,12 +217,14 @@ def _run_cell(
             elif fits.shared:
                 # One fit serves every task: fit once, score each task with it.
                 sentences = next(iter(fits.per_task.values())) or []
-                cal = parse_calibrator(spec, **kwargs).fit(table.get(pooling, sentences))
-                scores = score_fitted(table, pooling, cal, applicable).tasks
+                cal, key, choice = _fit_on(table, pooling, spec, kwargs, sentences, auto)
+                cell.auto.update({ALL_TASKS: choice} if choice else {})
+                scores = score_fitted(table, key, cal, applicable).tasks
             else:
                 for t, task in applicable.items():
-                    cal = parse_calibrator(spec, **kwargs).fit(table.get(pooling, fits.per_task[t] or []))
-                    scores[t] = score_fitted(table, pooling, cal, {t: task}).tasks[t]
+                    cal, key, choice = _fit_on(table, pooling, spec, kwargs, fits.per_task[t] or [], auto)
+                    cell.auto.update({t: choice} if choice else {})
+                    scores[t] = score_fitted(table, key, cal, {t: task}).tasks[t]
             cell.reports.append(StsReport(scores))
     except BertflowError as e:
         cell.reports = []
@@ -224,12 +249,14 @@ class GridConfig:
         calibrators: calibrator specs (:func:`bertflow.calibrators.parse_calibrator`); ``None`` uses
             :func:`default_calibrators` for the model's dimension.
         regimes: subset of :data:`REGIMES`, or ``["per-set"]`` alone for
-            :func:`bertflow.evaluation.perset.run_per_set`.
+            :func:`bertflow.paper.perset.run_per_set`.
         tasks: STS task names.
         seeds: flow rows are fitted with seeds ``0 .. seeds-1`` and reported as mean +- std.
         corpus: sentences of the ``corpus`` regime; ``corpus_name`` names them in reports.
         max_length, batch_size, device, dtype: encoder settings.
-        data_dir: STS data folder (see :func:`bertflow.evaluation.datasets.resolve_data_dir`).
+        data_dir: the STS data folder; required unless the tasks (and NLI sentences) are handed to :func:`run_grid` /
+            :func:`~bertflow.paper.perset.run_per_set` (nothing searches for a default: the CLI's ``--data-dir``
+            does, :func:`bertflow.cli.evaluate.find_data_dir`).
         cache_dir: embedding cache folder; ``use_cache=False`` keeps nothing on disk.
         flow_epochs: flow training epochs.
         flow_options: further :class:`~bertflow.calibrators.FlowCalibrator` arguments for every flow cell (``lr``,
@@ -241,7 +268,7 @@ class GridConfig:
             library default). 1 by default: the matrices are small, and when other processes hold the cores a
             multi-threaded SVD waits on thread barriers (measured 11x slower on a busy 2-core machine).
         fit_sizes: per-set regime only: sample sizes fitted besides all of each set's sentences
-            (:mod:`bertflow.evaluation.perset`).
+            (:mod:`bertflow.paper.perset`).
         sample_seed: per-set regime only: the seed of those samples.
         command: the command line that produced the run, for the report.
     """
@@ -306,88 +333,32 @@ def run_grid(
         The cells and the run's metadata. Cells whose fit failed carry an ``error`` instead of scores.
 
     Raises:
-        InputError: unknown pooling, calibrator or regime, ``seeds < 1``, ``corpus`` without sentences.
+        InputError: unknown pooling, calibrator or regime, ``seeds < 1``, ``corpus`` without sentences, no data
+            folder (``config.data_dir``) when ``tasks`` (or ``nli``) are not given.
         DataNotFoundError: the STS (or NLI) data is missing.
     """
     say = progress or (lambda _msg: None)
     started = time.perf_counter()
-    if config.seeds < 1:
-        raise InputError(f"seeds must be at least 1, got {config.seeds}")
-    regimes = list(dict.fromkeys(r.strip().lower() for r in config.regimes))
-    if "per-set" in regimes:
-        raise InputError(
-            "the per-set regime has a report of its own: run it with bertflow.evaluation.perset.run_per_set"
-        )
-    if config.fit_sizes:
-        raise InputError("fit sizes belong to the per-set regime (regimes=['per-set'])")
-    for r in regimes:
-        if r not in REGIMES:
-            raise InputError(f"unknown regime {r!r}; use one of {', '.join(REGIMES)}")
-    if "corpus" in regimes and not config.corpus:
-        raise InputError("the corpus regime needs a corpus file (--corpus FILE)")
-    if config.paper_rows is not None and config.paper_rows not in PAPER_MODELS:
-        raise InputError(f"no published rows for {config.paper_rows!r}; use one of {', '.join(PAPER_MODELS)}")
-    if encoder is None:
-        encoder = load_encoder(config.model, max_length=config.max_length, device=config.device, dtype=config.dtype)
-    poolings = list(dict.fromkeys(pooling_key(p, encoder.num_layers) for p in config.poolings))
-    if not poolings:
-        raise InputError("give at least one pooling")
+    regimes = _checked_regimes(config)
+    encoder, parsed = encoder_and_poolings(config, encoder)
+    poolings = [p.key for p in parsed]
     specs, flow_kwargs = checked_specs(config, encoder.dim)
     if all(is_identity(s) for s in specs):
         regimes = []  # nothing is fitted, so no fitting sentences need encoding
-    data_dir: Path | None = None
-    if tasks is None:
-        data_dir = resolve_data_dir(config.data_dir)
-        tasks = load_sts_tasks(config.tasks, data_dir)
-    # The papers' column order, whatever order the tasks were named in.
-    tasks = dict(sorted(tasks.items(), key=lambda kv: STS_TASKS.index(kv[0]) if kv[0] in STS_TASKS else len(STS_TASKS)))
+    tasks, data_dir = loaded_tasks(config, tasks)
     nli_sentences: list[str] | None = None
     if "nli" in regimes:
         nli_sentences = list(nli) if nli is not None else load_nli_sentences(data_dir or config.data_dir)
     corpus = list(dict.fromkeys(config.corpus)) if config.corpus else None
-
-    # Every sentence any cell needs, encoded once for all poolings.
     fit_by_regime = {
         r: fitting_sets(r, tasks, nli=nli_sentences, corpus=corpus, corpus_name=config.corpus_name) for r in regimes
     }
-    needed: dict[str, None] = {}
-    for task in tasks.values():
-        needed.update(dict.fromkeys(task.eval_sentences()))
-    for fits in fit_by_regime.values():
-        for sentences in fits.per_task.values():
-            needed.update(dict.fromkeys(sentences or []))
-    sentences = list(needed)
-    cache = EmbeddingCache(config.cache_dir) if config.use_cache else None
-    say(f"encoding {len(sentences)} distinct sentences with {encoder.model_id} ({', '.join(poolings)})")
-    t0 = time.perf_counter()
-    embeddings = embed_cached(encoder, sentences, poolings, cache=cache, batch_size=config.batch_size)
-    encode_seconds = time.perf_counter() - t0
-    say(f"encoded in {encode_seconds:.1f} s")
-    table = EmbeddingTable(sentences, embeddings)
-
-    cells: list[CellResult] = []
-    plan: list[tuple[str, str, FittingSets]] = []
-    no_fit = fitting_sets("none", tasks)
-    for pooling in poolings:
-        for spec in specs:
-            if is_identity(spec):
-                plan.append((pooling, spec, no_fit))
-                continue
-            for r in regimes:
-                plan.append((pooling, spec, fit_by_regime[r]))
-    for i, (pooling, spec, fits) in enumerate(plan, start=1):
-        seeds: list[int | None] = list(range(config.seeds)) if is_seeded(spec) else [None]
-        with limited_threads(blas_threads=config.fit_threads):
-            cell = _run_cell(table, pooling, spec, fits, tasks, seeds, flow_kwargs)
-        cells.append(cell)
-        avg = cell.average_stat("all")
-        shown = "error" if cell.error else format_stat(avg)
-        say(f"[{i}/{len(plan)}] {pooling} / {spec} / {fits.regime}: avg all {shown} ({cell.seconds:.1f} s)")
-
+    encoded = _encode_grid(encoder, config, parsed, any(is_auto(s) for s in specs), tasks, fit_by_regime, say)
+    cells = _run_cells(encoded, poolings, specs, regimes, fit_by_regime, tasks, config, flow_kwargs, say)
     meta = {
         "command": config.command,
         "model": model_meta(encoder),
-        "tasks": {t: {"n_pairs": task.n_eval_pairs, "subsets": list(task.eval_subsets)} for t, task in tasks.items()},
+        "tasks": task_meta(tasks),
         "data_dir": str(data_dir) if data_dir else None,
         "poolings": poolings,
         "calibrators": specs,
@@ -401,9 +372,132 @@ def run_grid(
         "published": _published_meta(encoder, config.paper_rows),
         "protocol": _PROTOCOL,
         "machine": machine_info(config.device),
-        **run_record(started, encode_seconds, cells, len(sentences), cache),
+        **run_record(started, encoded.seconds, cells, len(encoded.sentences), encoded.cache),
     }
     return GridResult(meta, cells, published_for(meta["published"]["model"] or ""))
+
+
+def encoder_and_poolings(config: GridConfig, encoder: SentenceEncoder | None) -> tuple[SentenceEncoder, list[Pooling]]:
+    """The run's encoder (``encoder``, else ``config.model`` loaded) and its distinct poolings, parsed on it.
+
+    Raises:
+        InputError: an unknown pooling, or none.
+    """
+    if encoder is None:
+        encoder = load_encoder(config.model, max_length=config.max_length, device=config.device, dtype=config.dtype)
+    poolings = list({p.key: p for p in (Pooling.parse(s, encoder.num_layers) for s in config.poolings)}.values())
+    if not poolings:
+        raise InputError("give at least one pooling")
+    return encoder, poolings
+
+
+def _checked_regimes(config: GridConfig) -> list[str]:
+    """The grid's regimes, lower case and distinct, after every check of ``config`` that needs no encoder."""
+    if config.seeds < 1:
+        raise InputError(f"seeds must be at least 1, got {config.seeds}")
+    regimes = list(dict.fromkeys(r.strip().lower() for r in config.regimes))
+    if "per-set" in regimes:
+        raise InputError("the per-set regime has a report of its own: run it with bertflow.paper.perset.run_per_set")
+    if config.fit_sizes:
+        raise InputError("fit sizes belong to the per-set regime (regimes=['per-set'])")
+    for r in regimes:
+        if r not in REGIMES:
+            raise InputError(f"unknown regime {r!r}; use one of {', '.join(REGIMES)}")
+    if "corpus" in regimes and not config.corpus:
+        raise InputError("the corpus regime needs a corpus file (--corpus FILE)")
+    if config.paper_rows is not None and config.paper_rows not in PAPER_MODELS:
+        raise InputError(f"no published rows for {config.paper_rows!r}; use one of {', '.join(PAPER_MODELS)}")
+    return regimes
+
+
+def loaded_tasks(config: GridConfig, tasks: Mapping[str, StsTask] | None) -> tuple[dict[str, StsTask], Path | None]:
+    """``tasks``, or ``config.tasks`` read from ``config.data_dir`` (then also that folder, else ``None``), in the
+    papers' column order whatever order they were named in."""
+    data_dir: Path | None = None
+    if tasks is None:
+        data_dir = resolve_data_dir(config.data_dir)
+        tasks = load_sts_tasks(config.tasks, data_dir)
+    order = {name: i for i, name in enumerate(STS_TASKS)}
+    return dict(sorted(tasks.items(), key=lambda kv: order.get(kv[0], len(STS_TASKS)))), data_dir
+
+
+def task_meta(tasks: Mapping[str, StsTask]) -> dict[str, Any]:
+    """What a report records about each task: its pair count and subsets."""
+    return {t: {"n_pairs": task.n_eval_pairs, "subsets": list(task.eval_subsets)} for t, task in tasks.items()}
+
+
+@dataclass
+class _Encoded:
+    """The grid's embeddings: every sentence any cell needs, under every pooling (and the ``auto`` rule's inputs)."""
+
+    table: EmbeddingTable
+    sentences: list[str]
+    seconds: float
+    cache: EmbeddingCache | None
+    auto: dict[str, AutoInputs]
+
+
+def _encode_grid(
+    encoder: SentenceEncoder,
+    config: GridConfig,
+    poolings: list[Pooling],
+    auto: bool,
+    tasks: Mapping[str, StsTask],
+    fit_by_regime: Mapping[str, FittingSets],
+    say: Progress,
+) -> _Encoded:
+    """Encode every sentence a cell needs once for all poolings (plus what ``auto`` cells read, when ``auto``)."""
+    needed: dict[str, None] = {}
+    for task in tasks.values():
+        needed.update(dict.fromkeys(task.eval_sentences()))
+    for fits in fit_by_regime.values():
+        for sentences in fits.per_task.values():
+            needed.update(dict.fromkeys(sentences or []))
+    sentences = list(needed)
+    cache = EmbeddingCache(config.cache_dir) if config.use_cache else None
+    say(f"encoding {len(sentences)} distinct sentences with {encoder.model_id} ({', '.join(p.key for p in poolings)})")
+    t0 = time.perf_counter()
+    extra = ["mean"] if auto and "mean" not in {p.key for p in poolings} else []  # auto's token anisotropy, same pass
+    table = EmbeddingTable(
+        sentences, embed_cached(encoder, sentences, [*poolings, *extra], cache=cache, batch_size=config.batch_size)
+    )
+    inputs: dict[str, AutoInputs] = {}
+    if auto:
+        inputs = encode_auto_inputs(encoder, poolings, sentences, table, cache=cache, batch_size=config.batch_size)
+    seconds = time.perf_counter() - t0
+    say(f"encoded in {seconds:.1f} s")
+    return _Encoded(table, sentences, seconds, cache, inputs)
+
+
+def _run_cells(
+    encoded: _Encoded,
+    poolings: Sequence[str],
+    specs: Sequence[str],
+    regimes: Sequence[str],
+    fit_by_regime: Mapping[str, FittingSets],
+    tasks: Mapping[str, StsTask],
+    config: GridConfig,
+    flow_kwargs: Mapping[str, Any],
+    say: Progress,
+) -> list[CellResult]:
+    """Every (pooling, calibrator, regime) cell, in that order (the raw encoder once per pooling, unfitted)."""
+    plan: list[tuple[str, str, FittingSets]] = []
+    no_fit = fitting_sets("none", tasks)
+    for pooling in poolings:
+        for spec in specs:
+            plan += (
+                [(pooling, spec, no_fit)] if is_identity(spec) else [(pooling, spec, fit_by_regime[r]) for r in regimes]
+            )
+    cells: list[CellResult] = []
+    for i, (pooling, spec, fits) in enumerate(plan, start=1):
+        seeds: list[int | None] = list(range(config.seeds)) if is_seeded(spec) else [None]
+        auto = encoded.auto.get(pooling) if is_auto(spec) else None
+        with limited_threads(blas_threads=config.fit_threads):
+            cell = _run_cell(encoded.table, pooling, spec, fits, tasks, seeds, flow_kwargs, auto)
+        cells.append(cell)
+        shown = "error" if cell.error else format_stat(cell.average_stat("all"))
+        say(f"[{i}/{len(plan)}] {pooling} / {spec} / {fits.regime}: avg all {shown} ({cell.seconds:.1f} s)")
+    return cells
 
 
 def _published_meta(encoder: SentenceEncoder, paper_rows: str | None) -> dict[str, Any]:
@@ -490,7 +584,7 @@ def evaluate_embedder(
     meta = {
         "command": command,
         "model": model_meta(encoder),
-        "tasks": {t: {"n_pairs": task.n_eval_pairs, "subsets": list(task.eval_subsets)} for t, task in tasks.items()},
+        "tasks": task_meta(tasks),
         "data_dir": str(root) if root else None,
         "poolings": [pool],
         "calibrators": [embedder.calibrator.name],

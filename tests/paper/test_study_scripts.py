@@ -11,9 +11,9 @@ from types import ModuleType
 import pytest
 
 from bertflow import SentenceEncoder
-from bertflow.evaluation.grid import GridConfig, run_grid
+from bertflow.paper.grid import GridConfig, run_grid
 
-from .test_reproduce import one_torch_thread, working_tiny_bert, write_sts_layout  # noqa: F401 - fixtures
+from ..sts_layout import one_torch_thread, working_tiny_bert, write_sts_layout  # noqa: F401 - fixtures
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 

@@ -11,8 +11,8 @@ the same fitting sample.
 
 Each configuration is summarised against the **raw encoder** (the same encoder and pooling, without weighting or
 calibrator): the mean over sets, the worst set relative to raw and the number of sets more than 2 points below raw
-(:func:`bertflow.evaluation.results.summarize_sets`). Choosing among configurations without tuning on the set
-that is scored: :mod:`bertflow.evaluation.lodo`.
+(:func:`bertflow.paper.results.summarize_sets`). Choosing among configurations without tuning on the set
+that is scored: :mod:`bertflow.paper.lodo`.
 """
 
 from __future__ import annotations
@@ -25,27 +25,32 @@ from typing import Any
 
 import numpy as np
 
+from ..autofit import AutoInputs
 from ..calibrators import parse_calibrator
+from ..calibrators.auto import AutoCalibrator
 from ..encoding.encoder import SentenceEncoder
 from ..encoding.pooling import Pooling
 from ..errors import BertflowError, InputError
+from ..evaluation.cache import EmbeddingCache, embed_cached
+from ..evaluation.datasets import StsTask
+from ..evaluation.sts import evaluate_pairs
 from ..io.text import SentencePairs, distinct
 from ..resources import limited_threads, machine_info
-from .cache import EmbeddingCache, embed_cached
-from .datasets import STS_TASKS, StsTask, load_sts_tasks, resolve_data_dir
+from .autocells import encode_auto_inputs, fit_auto_cell, is_auto
 from .grid import (
     EmbeddingTable,
     GridConfig,
     checked_specs,
+    encoder_and_poolings,
     is_identity,
     is_seeded,
-    load_encoder,
+    loaded_tasks,
     model_meta,
     run_record,
+    task_meta,
 )
 from .regimes import seen_counts
 from .results import HARM_MARGIN, PerSetCell, PerSetResult, fit_size_label
-from .sts import evaluate_pairs
 
 __all__ = ["PER_SET", "PER_SET_TEXT", "EvalSet", "evaluation_sets", "fitting_sample", "run_per_set"]
 
@@ -81,7 +86,7 @@ class EvalSet:
     Attributes:
         name: ``"STS12/MSRpar"`` for a STS12-16 subset, ``"STS-B"`` / ``"SICK-R"`` for their test split.
         dataset: the task it belongs to (``"STS12"`` ... ``"SICK-R"``): the unit left out by
-            :mod:`bertflow.evaluation.lodo`.
+            :mod:`bertflow.paper.lodo`.
         pairs: the scored pairs.
         sentences: the set's own distinct sentences, the fitting pool (for STS-B and SICK-R all splits).
     """
@@ -158,14 +163,21 @@ class _Cells:
         return self.by_key[key]
 
 
+Lookup = Callable[[str, list[str]], np.ndarray]
+"""``lookup(pooling key, sentences)``: their embeddings [N, D] under that pooling (any key of the run's tables)."""
+
+
 def _fit_and_score(
     cell: PerSetCell,
     eval_set: EvalSet,
     sample: list[str],
-    rows: Callable[[list[str]], np.ndarray],
+    lookup: Lookup,
     flow_kwargs: Mapping[str, Any],
+    auto: AutoInputs | None = None,
 ) -> None:
-    """Fit ``cell``'s calibrator on ``sample`` (every seed) and record the set's Spearman; a failure fails the cell."""
+    """Fit ``cell``'s calibrator on ``sample`` (every seed) and record the set's Spearman; a failure fails the cell.
+    ``auto``: the ``auto`` rule's inputs for the cell's pooling (it may then score another pooling, as
+    ``Embedder.fit`` would)."""
     if cell.error:
         return
     started = time.perf_counter()
@@ -173,11 +185,16 @@ def _fit_and_score(
         values = []
         for seed in cell.seeds:
             if cell.calibrator == "none":
-                values.append(_spearman(eval_set, rows))
+                values.append(_spearman(eval_set, lambda s: lookup(cell.pooling, s)))
                 continue
             kwargs = dict(flow_kwargs) if seed is None else {**flow_kwargs, "seed": seed}
-            cal = parse_calibrator(cell.calibrator, **kwargs).fit(rows(sample))
-            values.append(_spearman(eval_set, lambda s, cal=cal: cal.transform(rows(s))))
+            cal = parse_calibrator(cell.calibrator, **kwargs)
+            key = cell.pooling
+            if auto is not None and isinstance(cal, AutoCalibrator):
+                key, cell.auto[eval_set.name] = fit_auto_cell(cal, auto, lambda k: lookup(k, sample))
+            else:
+                cal.fit(lookup(key, sample))
+            values.append(_spearman(eval_set, lambda s, cal=cal, key=key: cal.transform(lookup(key, s))))
         cell.runs[eval_set.name] = values
     except BertflowError as e:
         cell.error = f"{eval_set.name}: {type(e).__name__}: {e}"
@@ -199,31 +216,34 @@ class _Plan:
     flow_kwargs: dict[str, Any]
     cache: EmbeddingCache | None
     cells: _Cells
+    auto: dict[str, AutoInputs]
 
     def score_set(self, es: EvalSet, sample: list[str], size: int | None) -> float:
         """Fit every cell of ``size`` on ``sample`` and score ``es``; returns the seconds spent encoding."""
-        tables = {p.key: self.table for p in self.plain}
+        local: dict[str, EmbeddingTable] = {}  # weighted poolings, counted on this sample: their own table
         seconds = 0.0
         if self.weighted:
             # The token statistics of a weighted pooling come from this fitting sample, as Embedder.fit does.
             t0 = time.perf_counter()
             self.encoder.token_statistics = self.encoder.count_tokens(sample)
-            local = distinct([*es.eval_sentences(), *sample])
-            own = embed_cached(self.encoder, local, self.weighted, cache=self.cache, batch_size=self.config.batch_size)
-            tables.update(dict.fromkeys(own, EmbeddingTable(local, own)))
+            items = distinct([*es.eval_sentences(), *sample])
+            own = embed_cached(self.encoder, items, self.weighted, cache=self.cache, batch_size=self.config.batch_size)
+            local.update(dict.fromkeys(own, EmbeddingTable(items, own)))
             seconds = time.perf_counter() - t0
+
+        def lookup(key: str, items: list[str]) -> np.ndarray:
+            return local.get(key, self.table).get(key, items)
+
         with limited_threads(blas_threads=self.config.fit_threads):
             for p in [*self.plain, *self.weighted]:
                 base = self.base_of.get(p.key, p).key
-
-                def rows(items: list[str], key: str = p.key) -> np.ndarray:
-                    return tables[key].get(key, items)
-
                 if size is None or p.weighting.weighted:  # an unweighted raw row does not depend on the size
-                    _fit_and_score(self.cells.get(p, base, "none", size), es, sample, rows, self.flow_kwargs)
+                    _fit_and_score(self.cells.get(p, base, "none", size), es, sample, lookup, self.flow_kwargs)
                 if p.key in self.base_of:  # a pooling that was asked for (not only a weighted one's base)
                     for spec in self.specs:
-                        _fit_and_score(self.cells.get(p, base, spec, size), es, sample, rows, self.flow_kwargs)
+                        auto = self.auto.get(p.key) if is_auto(spec) else None
+                        cell = self.cells.get(p, base, spec, size)
+                        _fit_and_score(cell, es, sample, lookup, self.flow_kwargs, auto)
         return seconds
 
 
@@ -238,73 +258,37 @@ def run_per_set(
 
     ``config.regimes`` must be ``["per-set"]``; ``config.fit_sizes`` adds sample sizes to "all" and
     ``config.sample_seed`` seeds the samples. The raw encoder of every pooling's unweighted base is always scored
-    (it is the baseline), and every weighted pooling's uncalibrated row at every size.
+    (it is the baseline), and every weighted pooling's uncalibrated row at every size. An ``auto`` cell fits the
+    rule as ``Embedder.fit`` does (:mod:`bertflow.paper.autocells`) and records its choice per set.
 
     Args:
-        config: the run (see :class:`~bertflow.evaluation.grid.GridConfig`).
+        config: the run (see :class:`~bertflow.paper.grid.GridConfig`).
         encoder: an already-built encoder instead of ``config.model``. Its own pooling is ignored, and its token
             statistics are set per fitting sample while a weighted pooling is encoded, then restored.
         tasks: already-loaded tasks instead of reading ``config.tasks`` from ``config.data_dir``.
         progress: called with one line per finished step.
 
     Raises:
-        InputError: another regime, a bad fit size, unknown pooling or calibrator, ``seeds < 1``.
+        InputError: another regime, a bad fit size, unknown pooling or calibrator, ``seeds < 1``, no data folder
+            (``config.data_dir``) when ``tasks`` are not given.
         DataNotFoundError: the STS data is missing.
     """
     say = progress or (lambda _msg: None)
     started = time.perf_counter()
-    regimes = [r.strip().lower() for r in config.regimes]
-    if regimes != [PER_SET]:
-        raise InputError(f"the per-set protocol runs alone: give regimes [{PER_SET!r}], got {list(config.regimes)}")
-    if config.seeds < 1:
-        raise InputError(f"seeds must be at least 1, got {config.seeds}")
-    sizes: list[int | None] = [None, *_check_fit_sizes(config.fit_sizes)]
-    if encoder is None:
-        encoder = load_encoder(config.model, max_length=config.max_length, device=config.device, dtype=config.dtype)
-    poolings = list({p.key: p for p in (Pooling.parse(s, encoder.num_layers) for s in config.poolings)}.values())
-    if not poolings:
-        raise InputError("give at least one pooling")
-    base_of = {p.key: Pooling.parse(p.base_spec(), encoder.num_layers) for p in poolings}
-    plain = list({b.key: b for b in base_of.values()}.values())  # every unweighted pooling: one encoder pass
-    weighted = [p for p in poolings if p.weighting.weighted]
+    sizes = _checked_sizes(config)
+    encoder, poolings = encoder_and_poolings(config, encoder)
     specs, flow_kwargs = checked_specs(config, encoder.dim)
     specs = [s for s in specs if not is_identity(s)]
-    data_dir = None
-    if tasks is None:
-        data_dir = resolve_data_dir(config.data_dir)
-        tasks = load_sts_tasks(config.tasks, data_dir)
-    tasks = dict(sorted(tasks.items(), key=lambda kv: STS_TASKS.index(kv[0]) if kv[0] in STS_TASKS else len(STS_TASKS)))
+    tasks, data_dir = loaded_tasks(config, tasks)
     sets = evaluation_sets(tasks)
-    cache = EmbeddingCache(config.cache_dir) if config.use_cache else None
-
-    everything = distinct(s for es in sets for s in es.sentences)
-    say(f"encoding {len(everything)} distinct sentences with {encoder.model_id} ({', '.join(p.key for p in plain)})")
-    t0 = time.perf_counter()
-    embedded = embed_cached(encoder, everything, plain, cache=cache, batch_size=config.batch_size)
-    table = EmbeddingTable(everything, embedded)
-    encode_seconds = time.perf_counter() - t0
-    cells = _Cells(config.seeds)
-    plan = _Plan(encoder, config, table, plain, weighted, base_of, specs, flow_kwargs, cache, cells)
-    fits: dict[str, dict[str, dict[str, Any] | None]] = {es.name: {} for es in sets}
-    own_stats = encoder.token_statistics
-    try:
-        for size in sizes:
-            for es in sets:
-                sample = fitting_sample(es, size, config.sample_seed)
-                label = fit_size_label(size)
-                fits[es.name][label] = None if sample is None else {
-                    "n_fit": len(sample), "seen": seen_counts(sample, es.eval_sentences())
-                }  # fmt: skip
-                if sample is not None:
-                    encode_seconds += plan.score_set(es, sample, size)
-                    say(f"fit {label}: {es.name} ({len(sample)} sentences) done")
-    finally:
-        encoder.token_statistics = own_stats
-    result_cells = list(cells.by_key.values())
+    plan, everything, encode_seconds = _encode_sets(encoder, config, poolings, specs, flow_kwargs, sets, say)
+    fits, weighted_seconds = _score_sets(plan, sets, sizes, say)
+    encode_seconds += weighted_seconds
+    result_cells = list(plan.cells.by_key.values())
     meta = {
         "command": config.command,
         "model": model_meta(encoder),
-        "tasks": {t: {"n_pairs": task.n_eval_pairs, "subsets": list(task.eval_subsets)} for t, task in tasks.items()},
+        "tasks": task_meta(tasks),
         "data_dir": str(data_dir) if data_dir else None,
         "poolings": [p.key for p in poolings],
         "calibrators": ["none", *specs],
@@ -316,7 +300,71 @@ def run_per_set(
         "fit_threads": config.fit_threads,
         "protocol": _PROTOCOL,
         "machine": machine_info(config.device),
-        **run_record(started, encode_seconds, result_cells, len(everything), cache),
+        **run_record(started, encode_seconds, result_cells, len(everything), plan.cache),
     }
     info = {es.name: {"dataset": es.dataset, "n_pairs": len(es.pairs), "n_sentences": len(es.sentences)} for es in sets}
     return PerSetResult(meta, info, fits, result_cells)
+
+
+def _checked_sizes(config: GridConfig) -> list[int | None]:
+    """The fit sizes of a run, ``None`` (all of a set's sentences) first, after the checks needing no encoder."""
+    regimes = [r.strip().lower() for r in config.regimes]
+    if regimes != [PER_SET]:
+        raise InputError(f"the per-set protocol runs alone: give regimes [{PER_SET!r}], got {list(config.regimes)}")
+    if config.seeds < 1:
+        raise InputError(f"seeds must be at least 1, got {config.seeds}")
+    return [None, *_check_fit_sizes(config.fit_sizes)]
+
+
+def _encode_sets(
+    encoder: SentenceEncoder,
+    config: GridConfig,
+    poolings: list[Pooling],
+    specs: list[str],
+    flow_kwargs: dict[str, Any],
+    sets: list[EvalSet],
+    say: Progress,
+) -> tuple[_Plan, list[str], float]:
+    """Encode every set's sentences once under every unweighted pooling (and what ``auto`` cells read); the plan
+    that scores them, the sentences and the seconds spent."""
+    base_of = {p.key: Pooling.parse(p.base_spec(), encoder.num_layers) for p in poolings}
+    plain = list({b.key: b for b in base_of.values()}.values())  # every unweighted pooling: one encoder pass
+    weighted = [p for p in poolings if p.weighting.weighted]
+    cache = EmbeddingCache(config.cache_dir) if config.use_cache else None
+    everything = distinct(s for es in sets for s in es.sentences)
+    say(f"encoding {len(everything)} distinct sentences with {encoder.model_id} ({', '.join(p.key for p in plain)})")
+    t0 = time.perf_counter()
+    auto = any(is_auto(s) for s in specs)
+    extra = ["mean"] if auto and "mean" not in {p.key for p in plain} else []  # auto's token anisotropy, same pass
+    embedded = embed_cached(encoder, everything, [*plain, *extra], cache=cache, batch_size=config.batch_size)
+    table = EmbeddingTable(everything, embedded)
+    inputs: dict[str, AutoInputs] = {}
+    if auto:
+        inputs = encode_auto_inputs(encoder, poolings, everything, table, cache=cache, batch_size=config.batch_size)
+    cells = _Cells(config.seeds)
+    plan = _Plan(encoder, config, table, plain, weighted, base_of, specs, flow_kwargs, cache, cells, inputs)
+    return plan, everything, time.perf_counter() - t0
+
+
+def _score_sets(
+    plan: _Plan, sets: list[EvalSet], sizes: list[int | None], say: Progress
+) -> tuple[dict[str, dict[str, dict[str, Any] | None]], float]:
+    """Fit and score every set at every size. Returns what each set was fitted on (by set, then size label) and the
+    seconds spent encoding weighted poolings; the encoder's token statistics are restored afterwards."""
+    fits: dict[str, dict[str, dict[str, Any] | None]] = {es.name: {} for es in sets}
+    seconds = 0.0
+    own_stats = plan.encoder.token_statistics
+    try:
+        for size in sizes:
+            for es in sets:
+                sample = fitting_sample(es, size, plan.config.sample_seed)
+                label = fit_size_label(size)
+                fits[es.name][label] = None if sample is None else {
+                    "n_fit": len(sample), "seen": seen_counts(sample, es.eval_sentences())
+                }  # fmt: skip
+                if sample is not None:
+                    seconds += plan.score_set(es, sample, size)
+                    say(f"fit {label}: {es.name} ({len(sample)} sentences) done")
+    finally:
+        plan.encoder.token_statistics = own_stats
+    return fits, seconds

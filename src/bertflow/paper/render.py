@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .datasets import STS_TASKS
-from .paper import PublishedResult, matching
+from ..evaluation.datasets import STS_TASKS
+from .published import PAPER_TASKS, PublishedResult, matching
 from .results import GridResult, PerSetResult, SetSummary, fit_size_label, mean_std
 
 if TYPE_CHECKING:
@@ -88,12 +88,22 @@ def _run_rows(meta: Mapping[str, Any]) -> list[str]:
 
 def render_markdown(result: GridResult, *, title: str, subsets: bool) -> str:
     """The report of ``result`` under the heading ``title`` (``subsets``: also per-subset Spearman per cell)."""
-    meta = result.meta
-    model = meta["model"]
-    tasks = list(meta["tasks"])
-    n_tasks = len(tasks)
+    n_tasks = len(result.meta["tasks"])
     avg_name = "Avg" if n_tasks == len(STS_TASKS) else f"Avg ({n_tasks} tasks)"
-    lines = [f"# {title}: `{model['id']}`", ""]
+    lines = [
+        *_settings_lines(result, title, avg_name),
+        *_summary_lines(result, avg_name),
+        *_task_lines(result, avg_name),
+        *(_subset_lines(result) if subsets else []),
+        *(_published_lines(result) if result.published else []),
+    ]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _settings_lines(result: GridResult, title: str, avg_name: str) -> list[str]:
+    """Heading, command and the settings table of a grid report."""
+    meta = result.meta
+    lines = [f"# {title}: `{meta['model']['id']}`", ""]
     if meta.get("command"):
         lines += ["Command:", "", "```bash", meta["command"], "```", ""]
     lines += [
@@ -103,31 +113,31 @@ def render_markdown(result: GridResult, *, title: str, subsets: bool) -> str:
         f'| "all" | {meta["protocol"]["all"]} |',
         f'| "wmean" | {meta["protocol"]["wmean"]} |',
         f"| {avg_name} | {meta['protocol']['average']} |",
+        *(f"| regime `{regime}` | {text} |" for regime, text in meta["regimes"].items()),
     ]
-    for regime, text in meta["regimes"].items():
-        lines.append(f"| regime `{regime}` | {text} |")
-    lines += [
-        *(
-            [f"| seeds | {meta['seeds']} ({meta['protocol']['seeds']}) |"]
-            if any(c.seeds != [None] for c in result.cells)
-            else []
-        ),
-        *(
-            [f"| flow training | {meta['flow']['epochs']:g} epoch(s), {_flow_options_text(meta['flow'])} |"]
-            if meta["flow"].get("epochs") is not None
-            else []
-        ),
-        *_run_rows(meta),
-        "",
-    ]
+    if any(c.seeds != [None] for c in result.cells):
+        lines.append(f"| seeds | {meta['seeds']} ({meta['protocol']['seeds']}) |")
+    if meta["flow"].get("epochs") is not None:
+        lines.append(f"| flow training | {meta['flow']['epochs']:g} epoch(s), {_flow_options_text(meta['flow'])} |")
+    return [*lines, *_run_rows(meta), ""]
+
+
+def _published_of(result: GridResult) -> tuple[dict[str, Any], str | None]:
+    """Whose published rows the report shows (``meta["published"]``) and their caption."""
+    published = result.meta.get("published") or {"model": result.meta["model"]["id"], "caption": None}
+    return published, published.get("caption")
+
+
+def _summary_lines(result: GridResult, avg_name: str) -> list[str]:
+    """The summary table: one row per cell, its averages and their difference to the raw encoder."""
     beside = bool(result.published)
-    published = meta.get("published") or {"model": model["id"], "caption": None}
-    caption = published.get("caption")
-    lines += [
+    published, caption = _published_of(result)
+    lines = [
         "## Summary",
         "",
-        f"Spearman × 100; {avg_name} is the plain mean over the {n_tasks} tasks. Δ: difference to the raw encoder "
-        'with the same pooling. "test seen": how many evaluation sentences were in the calibrator\'s fitting set.',
+        f"Spearman × 100; {avg_name} is the plain mean over the {len(result.meta['tasks'])} tasks. Δ: difference to "
+        'the raw encoder with the same pooling. "test seen": how many evaluation sentences were in the calibrator\'s '
+        "fitting set.",
         "",
         *([f"Last column: {caption}", ""] if caption and beside else []),
     ]
@@ -139,20 +149,15 @@ def render_markdown(result: GridResult, *, title: str, subsets: bool) -> str:
     lines += [head, sep]
     for c in result.cells:
         raw = result.raw_cell(c.pooling)
-        a_all, a_w = c.average_stat("all"), c.average_stat("wmean")
-        b_all = raw.average_stat("all") if raw and raw is not c else None
-        b_w = raw.average_stat("wmean") if raw and raw is not c else None
-        cells = [
-            c.pooling,
-            c.calibrator,
-            c.regime,
-            c.seen_summary(),
-            "error" if c.error else format_stat(a_all),
-            _delta(a_all, b_all),
-            "error" if c.error else format_stat(a_w),
-            _delta(a_w, b_w),
-            f"{c.seconds:.1f}",
-        ]
+        base = raw if raw and raw is not c else None
+        cells = [c.pooling, c.calibrator, c.regime, c.seen_summary()]
+        for protocol in ("all", "wmean"):
+            ours = c.average_stat(protocol)
+            cells += [
+                "error" if c.error else format_stat(ours),
+                _delta(ours, base.average_stat(protocol) if base else None),
+            ]
+        cells.append(f"{c.seconds:.1f}")
         if beside:
             cells.append(_published_cell(matching(published["model"], c.pooling, c.calibrator, c.regime)))
         lines.append("| " + " | ".join(cells) + " |")
@@ -160,13 +165,20 @@ def render_markdown(result: GridResult, *, title: str, subsets: bool) -> str:
     if errors:
         lines += ["", "Failed cells:", ""]
         lines += [f"- {c.pooling} / {c.calibrator} / {c.regime}: {c.error}" for c in errors]
+    return lines
+
+
+def _task_lines(result: GridResult, avg_name: str) -> list[str]:
+    """Per-task tables under both conventions."""
+    tasks = list(result.meta["tasks"])
+    lines: list[str] = []
     for protocol, text in (
         ("all", "one correlation over each task's concatenated subsets"),
         ("wmean", 'size-weighted mean of per-subset correlations; STS-B and SICK-R are identical to "all"'),
     ):
         lines += ["", f'## Per task, "{protocol}" ({text})', ""]
         lines.append("| pooling | calibrator | regime | " + " | ".join(tasks) + f" | {avg_name} |")
-        lines.append("|---|---|---|" + "---:|" * (n_tasks + 1))
+        lines.append("|---|---|---|" + "---:|" * (len(tasks) + 1))
         for c in result.cells:
             if c.error:
                 continue
@@ -176,46 +188,48 @@ def render_markdown(result: GridResult, *, title: str, subsets: bool) -> str:
                 + " | ".join(vals)
                 + f" | {format_stat(c.average_stat(protocol))} |"
             )
-    if subsets:
-        lines += ["", "## Per subset (Spearman × 100)", ""]
-        for c in result.cells:
-            if c.error:
-                continue
-            lines += [
-                f"### {c.pooling} / {c.calibrator} / {c.regime}",
-                "",
-                "| task | subset | pairs | Spearman |",
-                "|---|---|---:|---:|",
-            ]
-            for t in c.evaluated():
-                first = c.reports[0].tasks[t]
-                for i, s in enumerate(first.subsets):
-                    stat = mean_std([r.tasks[t].subsets[i].spearman for r in c.reports])
-                    lines.append(f"| {t} | {s.name} | {s.n_pairs} | {format_stat(stat)} |")
-            lines.append("")
-    if beside:
-        lines += [
-            "",
-            f"## Published numbers for {result.published[0].model}",
-            "",
-            *([caption, ""] if caption else []),
-            "Transcribed in `bertflow/evaluation/paper.py` from the cited tables. Compare a published row only with "
-            'our row of the same protocol: "wmean" and "all" differ by up to 20 points on STS12.',
-            "",
-            "| published row | protocol | "
-            + " | ".join(STS_TASKS)
-            + " | Avg | ours: pooling / calibrator / regime | source |",
-            "|---|---|" + "---:|" * (len(STS_TASKS) + 1) + "---|---|",
-        ]
-        for r in result.published:
-            vals = [f"{r.scores[t]:.2f}" if t in r.scores else "" for t in STS_TASKS]
-            avg = f"{r.average:.2f}" if r.average is not None else ""
-            ours = f"{r.pooling} / {' or '.join(r.calibrators)} / {r.regime or 'not stated'}"
-            note = f" ({r.note})" if r.note else ""
-            lines.append(
-                f"| {r.label} | {r.protocol} | " + " | ".join(vals) + f" | {avg} | {ours} | {r.source}{note} |"
-            )
-    return "\n".join(lines).rstrip() + "\n"
+    return lines
+
+
+def _subset_lines(result: GridResult) -> list[str]:
+    """Per-subset Spearman of every cell."""
+    lines = ["", "## Per subset (Spearman × 100)", ""]
+    for c in result.cells:
+        if c.error:
+            continue
+        lines += [f"### {c.pooling} / {c.calibrator} / {c.regime}", "", "| task | subset | pairs | Spearman |"]
+        lines.append("|---|---|---:|---:|")
+        for t in c.evaluated():
+            for i, s in enumerate(c.reports[0].tasks[t].subsets):
+                stat = mean_std([r.tasks[t].subsets[i].spearman for r in c.reports])
+                lines.append(f"| {t} | {s.name} | {s.n_pairs} | {format_stat(stat)} |")
+        lines.append("")
+    return lines
+
+
+def _published_lines(result: GridResult) -> list[str]:
+    """The published rows shown beside the grid, in the papers' task columns (:data:`PAPER_TASKS`)."""
+    _, caption = _published_of(result)
+    lines = [
+        "",
+        f"## Published numbers for {result.published[0].model}",
+        "",
+        *([caption, ""] if caption else []),
+        "Transcribed in `bertflow/paper/published.json` from the cited tables. Compare a published row only with "
+        'our row of the same protocol: "wmean" and "all" differ by up to 20 points on STS12.',
+        "",
+        "| published row | protocol | "
+        + " | ".join(PAPER_TASKS)
+        + " | Avg | ours: pooling / calibrator / regime | source |",
+        "|---|---|" + "---:|" * (len(PAPER_TASKS) + 1) + "---|---|",
+    ]
+    for r in result.published:
+        vals = [f"{r.scores[t]:.2f}" if t in r.scores else "" for t in PAPER_TASKS]
+        avg = f"{r.average:.2f}" if r.average is not None else ""
+        ours = f"{r.pooling} / {' or '.join(r.calibrators)} / {r.regime or 'not stated'}"
+        note = f" ({r.note})" if r.note else ""
+        lines.append(f"| {r.label} | {r.protocol} | " + " | ".join(vals) + f" | {avg} | {ours} | {r.source}{note} |")
+    return lines
 
 
 def _summary_cells(summary: SetSummary | None) -> list[str]:
@@ -230,7 +244,7 @@ def _summary_cells(summary: SetSummary | None) -> list[str]:
 
 
 def render_per_set(result: PerSetResult, *, title: str) -> str:
-    """The report of a per-set run (:mod:`bertflow.evaluation.perset`) under the heading ``title``."""
+    """The report of a per-set run (:mod:`bertflow.paper.perset`) under the heading ``title``."""
     meta = result.meta
     protocol = meta["protocol"]
     margin = f"{result.margin:g}"

@@ -1,0 +1,84 @@
+"""``auto`` cells of the grid and the per-set protocol: the rule fitted by :func:`bertflow.autofit.fit_auto`, the
+function ``Embedder.fit`` calls, so a report's ``auto`` row is what ``bertflow fit --calibrator auto`` would give on
+the same sentences (on a raw encoder: the SIF-weighted pooling counted on the shipped prior).
+
+The rule reads poolings besides the cell's own: ``mean`` (the token anisotropy) and the prior-weighted form of the
+pooling. :func:`encode_auto_inputs` adds them to the run's :class:`~bertflow.paper.grid.EmbeddingTable` through the
+embedding cache, the weighted ones under :func:`table_key` (``"<key>@prior"``), apart from a weighted pooling the
+run was asked for, whose token statistics come from the fitting sentences instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..autofit import AutoInputs, auto_inputs, fit_auto
+from ..calibrators.auto import AutoCalibrator
+from ..encoding.encoder import SentenceEncoder
+from ..encoding.pooling import Pooling
+from ..evaluation.cache import EmbeddingCache, embed_cached
+
+if TYPE_CHECKING:
+    from .grid import EmbeddingTable
+
+__all__ = ["PRIOR_SUFFIX", "encode_auto_inputs", "fit_auto_cell", "is_auto", "table_key"]
+
+#: Table keys of prior-weighted poolings end with this (a pooling weighted by other counts has the plain key).
+PRIOR_SUFFIX = "@prior"
+
+
+def is_auto(spec: str) -> bool:
+    """Whether a calibrator spec is the ``auto`` rule."""
+    return spec.strip().lower() == "auto"
+
+
+def table_key(inputs: AutoInputs, pooling: Pooling) -> str:
+    """The table key of one of ``inputs``' poolings (the weighted one's marks its prior counts)."""
+    return pooling.key + PRIOR_SUFFIX if pooling is inputs.weighted else pooling.key
+
+
+def encode_auto_inputs(
+    encoder: SentenceEncoder,
+    poolings: Sequence[Pooling],
+    sentences: Sequence[str],
+    table: EmbeddingTable,
+    *,
+    cache: EmbeddingCache | None,
+    batch_size: int | None,
+) -> dict[str, AutoInputs]:
+    """The :class:`AutoInputs` of each pooling (by key), after adding to ``table`` the rows of ``sentences`` the rule
+    reads that it lacks (``mean``, and each prior-weighted pooling with the encoder's token statistics set to its
+    prior while it encodes, then restored)."""
+    inputs = {p.key: auto_inputs(encoder, p) for p in poolings}
+    plain = {i.mean.key: i.mean for i in inputs.values() if i.mean.key not in table.embeddings}
+    if plain:
+        table.embeddings.update(
+            embed_cached(encoder, sentences, list(plain.values()), cache=cache, batch_size=batch_size)
+        )
+    for i in inputs.values():
+        if i.weighted is None or i.prior is None or table_key(i, i.weighted) in table.embeddings:
+            continue
+        own_stats = encoder.token_statistics
+        encoder.token_statistics = i.prior.statistics
+        try:
+            out = embed_cached(encoder, sentences, [i.weighted], cache=cache, batch_size=batch_size)
+        finally:
+            encoder.token_statistics = own_stats
+        table.embeddings[table_key(i, i.weighted)] = out[i.weighted.key]
+    return inputs
+
+
+def fit_auto_cell(
+    calibrator: AutoCalibrator, inputs: AutoInputs, rows: Callable[[str], np.ndarray]
+) -> tuple[str, dict[str, Any]]:
+    """Fit ``calibrator`` by the ``auto`` rule on the fitting rows ``rows(table key)`` returns.
+
+    Returns:
+        The table key of the pooling it chose (score the evaluation sentences under it) and the choice, as
+        ``Embedder.fit`` records it.
+    """
+    fit = fit_auto(calibrator, inputs, lambda pooling: rows(table_key(inputs, pooling)))
+    return table_key(inputs, fit.pooling), fit.choice

@@ -1,0 +1,19 @@
+"""CLI help texts derive from the single source: ``--pooling`` lists the pooling registry's names."""
+
+from __future__ import annotations
+
+from bertflow.cli.options import declared_poolings
+
+
+def test_pooling_help_lists_every_registered_pooling() -> None:
+    from bertflow.encoding.pooling import registered_poolings
+
+    registered = [name for kind in registered_poolings() for name in kind.names]
+    assert declared_poolings() == registered and {"mean", "cls", "first-last-avg"} <= set(registered)
+    from typer.testing import CliRunner
+
+    from bertflow.cli import app
+
+    out = CliRunner().invoke(app, ["fit", "--help"], env={"COLUMNS": "200", "TERMINAL_WIDTH": "200"}).output
+    flat = " ".join(out.replace("│", " ").split())
+    assert " | ".join(registered) in flat
