@@ -1,4 +1,4 @@
-"""Cost of the encoder fingerprint (bertflow.identity.weights_fingerprint), which hashes every parameter.
+"""Cost of the encoder fingerprint (bertflow.encoding.loading.weights_fingerprint), which hashes every parameter.
 
 Times the fingerprint of a 6-layer 384-wide BERT and of a BERT-base-sized model (random weights, the same
 computation as any checkpoint of that size) on the CPU, best of 3, and prints one Markdown row each.
@@ -16,7 +16,7 @@ import torch
 from transformers import BertConfig, BertModel
 
 from bertflow.encoding.encoder import SentenceEncoder
-from bertflow.identity import weights_fingerprint
+from bertflow.encoding.loading import weights_fingerprint
 
 
 def _best_of(n: int, fn) -> float:  # noqa: ANN001 - a callable

@@ -132,11 +132,11 @@ def test_search_threads_and_quiet(tiny_model_dir, corpus, tmp_path, monkeypatch)
     monkeypatch.setattr(torch, "set_num_threads", seen.append)
     r = invoke("search", "build", corpus, "--model-dir", model, "-o", tmp_path / "idx", "--threads", "2", "-q")
     assert r.exit_code == 0, r.output
-    from bertflow import Embedder
+    from bertflow import EmbeddingIndex
 
     calls = []
-    search = Embedder.search
-    monkeypatch.setattr(Embedder, "search", lambda self, *a, **kw: calls.append(kw) or search(self, *a, **kw))
+    query = EmbeddingIndex.query
+    monkeypatch.setattr(EmbeddingIndex, "query", lambda self, *a, **kw: calls.append(kw) or query(self, *a, **kw))
     for extra, bar in (([], None), (["-q"], False)):  # None: a bar for 4,096 queries or more; -q: never
         r = invoke("search", "query", tmp_path / "idx", "The cat sleeps.", "-k", "1", "--threads", "1", *extra)
         assert r.exit_code == 0, r.output

@@ -20,6 +20,8 @@ from bertflow import (
     SentenceEncoder,
     WhiteningCalibrator,
 )
+from bertflow.card import encoder_license, model_card
+from bertflow.hub import push
 from bertflow.model_folder import CONFIG_FILE
 
 from .conftest import SENTENCES
@@ -50,6 +52,16 @@ def test_unfitted_embedder_refuses(tiny_encoder):
         Embedder(tiny_encoder, FlowCalibrator()).encode("hello")
     # Identity needs no fitting: a raw-encoder pipeline works directly.
     assert Embedder(tiny_encoder, IdentityCalibrator()).encode("hello").shape == (32,)
+
+
+def test_check_fitted_changes_nothing(tiny_encoder):
+    """check_fitted() only checks: an identity calibrator is fitted when the Embedder is made, never by a check."""
+    model = Embedder(tiny_encoder, IdentityCalibrator())
+    assert model.calibrator.is_fitted and model.calibrator.n_features_in_ == 32
+    model.calibrator = IdentityCalibrator()  # swapped in unfitted afterwards
+    with pytest.raises(NotFittedError):
+        model.check_fitted()
+    assert not model.calibrator.is_fitted
 
 
 def test_fit_records_corpus(fitted):
@@ -224,7 +236,7 @@ def test_model_card_is_hub_ready(fitted, tmp_path, monkeypatch):
     # A hub encoder: its id and the commit its files came from (a local folder's provenance is its files' sha256).
     monkeypatch.setattr(fitted.encoder, "model_id", "sentence-transformers/all-MiniLM-L6-v2")
     monkeypatch.setattr(fitted.encoder, "_provenance", {"commit": "0" * 40})
-    assert front_matter(fitted.model_card())["base_model"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert front_matter(model_card(fitted))["base_model"] == "sentence-transformers/all-MiniLM-L6-v2"
 
 
 def test_include_encoder_makes_folder_self_contained(tiny_model_dir, tmp_path):
@@ -281,7 +293,7 @@ def test_card_licence_and_local_encoder_provenance(tiny_model_dir, tmp_path):
     source = shutil.copytree(tiny_model_dir, tmp_path / "encoder-src")
     (source / "README.md").write_text("---\nlanguage: en\nlicense: mit\n---\n# tiny\n", encoding="utf-8")
     model = Embedder(SentenceEncoder(str(source), device="cpu"), WhiteningCalibrator()).fit(CORPUS)
-    assert model.encoder_license() == "mit"
+    assert encoder_license(model) == "mit"
     path = model.save(tmp_path / "model")
     card = (path / "README.md").read_text()
     assert front_matter(card)["license"] == "apache-2.0" and "## Licence" in card and "(`mit`, as its files" in card
@@ -294,9 +306,9 @@ def test_card_licence_and_local_encoder_provenance(tiny_model_dir, tmp_path):
     assert front_matter((bundled / "README.md").read_text())["license"] == "other"
     loaded = Embedder.load(bundled, device="cpu")  # provenance of the original folder, not of the copy's path
     assert loaded.encoder.provenance() == {"weights_sha256": {"model.safetensors": digest}}
-    assert loaded.encoder_license() == "mit"
+    assert encoder_license(loaded) == "mit"
     (source / "README.md").unlink()
-    assert model.encoder_license() is None and "not declared in its files" in model.model_card()
+    assert encoder_license(model) is None and "not declared in its files" in model_card(model)
 
 
 def test_hub_encoder_is_pinned_to_its_commit(tiny_model_dir, other_tiny_model_dir, tmp_path, monkeypatch):
@@ -349,17 +361,17 @@ def test_push_to_hub_uploads_the_saved_folder(tiny_encoder, tmp_path, monkeypatc
     monkeypatch.setattr(HfApi, "create_branch", lambda self, repo_id, **kw: calls.append(("create_branch", kw)))
     monkeypatch.setattr(HfApi, "upload_folder", upload_folder)
     with pytest.raises(NotFittedError):
-        Embedder(tiny_encoder, WhiteningCalibrator()).push_to_hub("me/flow")
+        push(Embedder(tiny_encoder, WhiteningCalibrator()), "me/flow")
     assert calls == []
     model = Embedder(tiny_encoder, WhiteningCalibrator()).fit(CORPUS)
     with pytest.raises(InputError, match="repo_id"):
-        model.push_to_hub("../flow")
+        push(model, "../flow")
     # A local encoder folder names nothing on the Hub: it is pushed only bundled.
     with pytest.raises(InputError, match="include_encoder=True"):
-        model.push_to_hub("me/flow")
+        push(model, "me/flow")
     assert calls == []
-    url = model.push_to_hub(
-        "me/flow", private=True, token="hf_x", revision="v1", commit_message="first", include_encoder=True
+    url = push(
+        model, "me/flow", private=True, token="hf_x", revision="v1", commit_message="first", include_encoder=True
     )
     assert url.endswith("/commit/123")
     assert [name for name, _ in calls] == ["create_repo", "create_branch", "upload_folder"]

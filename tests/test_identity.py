@@ -1,4 +1,5 @@
-"""bertflow.identity: one record of what fitted a model, one fingerprint of a calibrator, one compatibility check; and
+"""The encoder record (model_folder.encoder_record), the weights fingerprint (encoding.loading, memoised), one
+fingerprint of a calibrator, one compatibility check; and
 io.formats.check_format, the one format-version check of every loader."""
 
 from __future__ import annotations
@@ -13,9 +14,8 @@ from bertflow.calibrators import Calibrator
 from bertflow.calibrators.base import calibrator_fingerprint
 from bertflow.cli import app
 from bertflow.errors import CompatibilityError, ModelFileError
-from bertflow.identity import ENCODER_KEYS, check_fitted_on
 from bertflow.io.formats import check_format
-from bertflow.model_folder import FIT_RECORD_KEYS, corpus_digest
+from bertflow.model_folder import ENCODER_KEYS, FIT_RECORD_KEYS, check_fitted_on, corpus_digest
 
 from .conftest import SENTENCES
 from .test_imports import HEAVY, loaded_after
@@ -101,8 +101,8 @@ def test_check_fitted_on_refuses_another_encoder_but_not_an_unknown_value(anisot
     check_fitted_on(cal, {**ours, "fingerprint": None}, recorded)  # not computable at hand: not compared
     with pytest.raises(CompatibilityError, match="pooling='mean' .* this encoder has pooling='cls'"):
         check_fitted_on(cal, {**ours, "pooling": "cls"}, recorded)
-    recorded["fingerprint"] = "0123456789abcdef"  # an earlier scheme's fingerprint
-    with pytest.raises(CompatibilityError, match="earlier scheme"):
+    recorded["fingerprint"] = "0123456789abcdef"  # another encoder's
+    with pytest.raises(CompatibilityError, match="fingerprint='0123456789abcdef'.*refit \\(fingerprint was"):
         check_fitted_on(cal, ours, recorded, advice=lambda key, recorded: f"refit ({key} was {recorded})")
 
 
@@ -126,7 +126,30 @@ def test_a_calibrator_of_a_newer_format_is_refused_as_a_model_file_error(anisotr
         Calibrator.load(tmp_path / "cal")
 
 
-def test_the_identity_and_format_modules_are_light():
+def test_the_format_modules_are_light():
     """Stores, indexes and the CLI's early checks import these without loading torch or scikit-learn."""
-    code = "import bertflow.identity, bertflow.typing, bertflow.hub, bertflow.io.formats"
+    code = "import bertflow.typing, bertflow.hub, bertflow.io.formats"
     assert loaded_after(code) == dict.fromkeys(HEAVY, False)
+
+
+def test_the_weights_fingerprint_is_hashed_once_per_process_per_checkpoint(tiny_model_dir, tmp_path, monkeypatch):
+    """Loading the same checkpoint files again reuses the fingerprint (memo keyed by the files' stat); a changed
+    file is hashed again; an encoder built from a model object is always hashed."""
+    import os
+    import shutil
+
+    from bertflow.encoding import loading
+
+    calls = []
+    real = loading._hash_weights
+    monkeypatch.setattr(loading, "_hash_weights", lambda *a: calls.append(1) or real(*a))
+    folder = shutil.copytree(tiny_model_dir, tmp_path / "enc")
+    first = SentenceEncoder(str(folder), device="cpu").fingerprint()
+    second = SentenceEncoder(str(folder), device="cpu").fingerprint()
+    assert first == second and len(calls) == 1
+    config = folder / "config.json"
+    os.utime(config, ns=(config.stat().st_atime_ns, config.stat().st_mtime_ns + 10**9))  # touched: hashed again
+    assert SentenceEncoder(str(folder), device="cpu").fingerprint() == first and len(calls) == 2
+    built = SentenceEncoder(str(folder), device="cpu")
+    in_memory = SentenceEncoder(model=built.model, tokenizer=built.tokenizer, device="cpu")
+    assert in_memory.fingerprint() == first and len(calls) == 3

@@ -58,11 +58,11 @@ def test_the_registry_finds_every_builtin_calibrator_in_a_fresh_process():
 
 
 def test_embedder_does_not_import_mteb_or_sentence_transformers():
-    """The MTEB and sentence-transformers bridges load on first use (to_mteb, to_sentence_transformer), so
+    """The MTEB and sentence-transformers bridges are separate modules taking an Embedder, so
     bertflow works without either installed."""
     code = (
         "import sys\nimport bertflow.embedder\nfrom bertflow import Embedder\n"
-        "assert Embedder.to_mteb and Embedder.to_sentence_transformer\n"
+        "assert Embedder.encode and Embedder.similarity\n"
         "bad = [m for m in ('mteb', 'sentence_transformers', 'datasets') if m in sys.modules]\n"
         "assert not bad, bad\n"
     )
@@ -85,3 +85,154 @@ def test_no_module_imports_another_modules_private_names():
                     if a.name.startswith("_") and not a.name.startswith("__")
                 ]
     assert offenders == []
+
+
+# -- the layers: no import circle, no upward import ------------------------------------------------------------
+
+#: Each module's floor, top first (docs/architecture.md, "The layers"). A module imports only floors below its own,
+#: or modules of its own group on its floor (the product modules import one another; the package groups of one
+#: floor never do). Anything not named here is a product module (``bertflow.<name>``, floor 4).
+FLOORS: dict[str, tuple[int, str]] = {
+    "bertflow": (8, "package"),
+    "bertflow.__main__": (8, "package"),
+    "bertflow.cli": (7, "cli"),
+    "bertflow.paper": (6, "paper"),
+    "bertflow.integrations": (5, "integrations"),
+    "bertflow.scale": (5, "scale"),
+    "bertflow.evaluation": (5, "evaluation"),
+    "bertflow.encoding": (3, "encoding"),
+    "bertflow.calibrators": (3, "calibrators"),
+    "bertflow.io": (2, "io"),
+    "bertflow.flows": (2, "flows"),
+    "bertflow.validation": (1, "base"),
+    "bertflow.linalg": (1, "base"),
+    "bertflow.resources": (1, "base"),
+    "bertflow.typing": (1, "base"),
+    "bertflow.errors": (0, "errors"),
+    "bertflow._version": (0, "errors"),
+}
+
+
+def floor_of(module: str) -> tuple[int, str]:
+    """(floor, group) of a module: its longest prefix in :data:`FLOORS`, else a product module."""
+    parts = module.split(".")
+    for n in range(len(parts), 0, -1):
+        found = FLOORS.get(".".join(parts[:n]))
+        if found is not None and (n > 1 or module == "bertflow"):
+            return found
+    return (4, "product")
+
+
+def package_imports() -> dict[str, set[str]]:
+    """Every bertflow module -> the bertflow modules it imports, at module level AND inside functions (imports
+    under ``if TYPE_CHECKING:`` are not run, so not counted). ``from . import name`` counts the submodule ``name``
+    where there is one, else the package."""
+    import ast
+
+    root = Path(SRC) / "bertflow"
+    files = {}
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root.parent).with_suffix("")
+        parts = list(rel.parts[:-1]) if rel.name == "__init__" else list(rel.parts)
+        files[".".join(parts)] = (path, rel.name == "__init__")
+    modules = set(files)
+
+    def skip_type_checking(tree: ast.AST) -> list[ast.AST]:
+        nodes, stack = [], [tree]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                stack.extend(node.orelse)
+                continue
+            nodes.append(node)
+            stack.extend(ast.iter_child_nodes(node))
+        return nodes
+
+    graph: dict[str, set[str]] = {}
+    for module, (path, is_package) in files.items():
+        package = module if is_package else module.rpartition(".")[0]
+        targets = set()
+        for node in skip_type_checking(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets |= {a.name for a in node.names if a.name.split(".")[0] == "bertflow"}
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                elif (node.module or "").split(".")[0] == "bertflow":
+                    target = node.module
+                else:
+                    continue
+                subs = {f"{target}.{a.name}" for a in node.names} & modules
+                targets |= subs or {target}
+        resolved = set()
+        for target in targets:
+            while target not in modules and "." in target:  # a name inside a module: the module
+                target = target.rpartition(".")[0]
+            if target != module:
+                resolved.add(target)
+        graph[module] = resolved
+    return graph
+
+
+#: The paper harness's two circles (results -> render -> results, analyze -> plots -> analyze), left for the move of
+#: the harness out of ``evaluation/`` (issue 22 item 4), which is under way; named by module, in either package.
+PENDING_CIRCLES = ({"results", "render"}, {"analyze", "plots"})
+
+
+def test_no_import_circle_not_even_through_a_function_level_import():
+    graph = package_imports()
+    # Tarjan's strongly connected components: any component of more than one module is a circle.
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    import sys
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    pending = [c for c in circles if {m.rpartition(".")[2] for m in c} in PENDING_CIRCLES]
+    assert [c for c in circles if c not in pending] == []
+
+
+def test_no_upward_import():
+    """No module imports a floor above its own, nor another group of its own floor (encoding <-> calibrators,
+    integrations / scale / evaluation), at module level or inside a function."""
+    upward = []
+    for module, targets in package_imports().items():
+        floor, group = floor_of(module)
+        for target in targets:
+            their_floor, their_group = floor_of(target)
+            if their_floor > floor or (their_floor == floor and their_group != group):
+                upward.append(f"{module} -> {target}")
+    assert sorted(upward) == []
+
+
+def test_the_import_walk_sees_function_level_imports():
+    """The walk is not blind: this very rule flags an upward import hidden inside a function."""
+    graph = package_imports()
+    assert "bertflow.encoding.encoder" in graph["bertflow.model_folder"]  # module level
+    assert "bertflow.calibrators.device" in graph["bertflow.embedder"]  # inside device_transform()
+    assert floor_of("bertflow.scale.encode") > floor_of("bertflow.embedder") > floor_of("bertflow.encoding.loading")

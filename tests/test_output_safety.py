@@ -168,7 +168,7 @@ def test_python_api_saves_follow_the_same_rule(tiny_encoder, model_a, tmp_path, 
     assert snapshot(model_a) == before
     emb.save(model_a, overwrite=True)
     assert Embedder.load(model_a).calibrator.name == "standard-norm"
-    index = emb.build_index(CORPUS[:10])
+    index = EmbeddingIndex.from_sentences(emb, CORPUS[:10])
     with pytest.raises(OutputError, match="bertflow model"):
         index.save(model_a, overwrite=True)
     path = index.save(tmp_path / "idx")

@@ -15,6 +15,8 @@ from bertflow import Embedder
 from bertflow.calibrators import StandardNormCalibrator
 from bertflow.cli import app
 from bertflow.errors import OutputError
+from bertflow.hub import push
+from bertflow.search import EmbeddingIndex
 
 from .conftest import SENTENCES, invoke, one_line_error, snapshot
 
@@ -62,7 +64,7 @@ def test_overwrite_refuses_a_model_folder_holding_foreign_files(tiny_model_dir, 
 
 
 def test_overwrite_refuses_an_index_folder_holding_foreign_files(tiny_encoder, model, tmp_path):
-    index = Embedder.load(model).build_index(CORPUS[:6])
+    index = EmbeddingIndex.from_sentences(Embedder.load(model), CORPUS[:6])
     path = index.save(tmp_path / "idx")
     (path / "README.txt").write_text("what this index is for", encoding="utf-8")
     with pytest.raises(OutputError, match="README.txt"):
@@ -439,6 +441,43 @@ def test_load_calibrated_refuses_an_edited_module_list(tiny_model_dir, tmp_path,
     np.testing.assert_array_equal(load_calibrated(str(saved), device="cpu").encode(CORPUS[:3]), expected)
 
 
+def test_load_calibrated_checks_the_checksums_the_export_wrote(tiny_model_dir, tmp_path):
+    """The export's save writes the sha256 of every file it wrote; a Dense weight edited x1e30 (which would give
+    1e29-sized vectors) is refused with one line naming the file; the clean folder loads, also without bertflow."""
+    import json
+    import shutil
+
+    pytest.importorskip("sentence_transformers")
+    from safetensors.torch import load_file, save_file
+    from sentence_transformers import SentenceTransformer
+
+    from bertflow import SentenceEncoder, WhiteningCalibrator
+    from bertflow.errors import ModelFileError
+    from bertflow.integrations.sentence_transformers import CHECKSUM_FILE, from_embedder, load_calibrated
+
+    embedder = Embedder(SentenceEncoder(str(tiny_model_dir), device="cpu"), WhiteningCalibrator(8)).fit(CORPUS)
+    saved = tmp_path / "st"
+    from_embedder(embedder).save(str(saved))
+    listed = json.loads((saved / CHECKSUM_FILE).read_text())["files"]
+    (dense,) = [p for p in saved.glob("*_Dense")]
+    weights = f"{dense.name}/model.safetensors"
+    assert weights in listed and "modules.json" in listed and "model.safetensors" in listed
+    clean = load_calibrated(str(saved), device="cpu").encode(CORPUS[:3])
+    np.testing.assert_allclose(clean, embedder.encode(CORPUS[:3]), atol=1e-4)
+    assert SentenceTransformer(str(saved), device="cpu").encode(CORPUS[:1]).shape == (1, 8)  # plain ST ignores it
+    tampered = tmp_path / "tampered"
+    shutil.copytree(saved, tampered)
+    state = load_file(tampered / weights)
+    save_file({k: v * 1e30 if v.ndim == 2 else v for k, v in state.items()}, tampered / weights)
+    with pytest.raises(ModelFileError, match="model.safetensors does not match its checksum") as caught:
+        load_calibrated(str(tampered), device="cpu")
+    assert "\n" not in str(caught.value) and dense.name in str(caught.value)
+    # A listed file deleted is refused too, naming it.
+    (tampered / weights).unlink()
+    with pytest.raises(ModelFileError, match="is missing"):
+        load_calibrated(str(tampered), device="cpu")
+
+
 # -- 8. messages that named the wrong thing ------------------------------------------------------------------------
 
 
@@ -473,7 +512,7 @@ def test_utf16_advice_names_the_byte_order_and_the_mark(tmp_path, encoding, bom,
 
 
 def test_search_query_does_not_blame_the_index_for_a_bad_backend_or_a_model_folder(model, tmp_path):
-    index = Embedder.load(model).build_index(CORPUS[:6]).save(tmp_path / "idx")
+    index = EmbeddingIndex.from_sentences(Embedder.load(model), CORPUS[:6]).save(tmp_path / "idx")
     one_line_error(invoke("search", "query", index, "a man", "--backend", "bogus", "-q"), "--backend", "'bogus'")
     line = one_line_error(invoke("search", "query", model, "a man", "-q"), "model folder, not a search index")
     assert "damaged" not in line and "missing" not in line
@@ -486,7 +525,7 @@ def test_push_to_hub_offline_is_one_error_naming_hf_hub_offline(tiny_encoder, mo
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
     model = Embedder(tiny_encoder, StandardNormCalibrator()).fit(CORPUS)
     with pytest.raises(OutputError, match="HF_HUB_OFFLINE") as caught:
-        model.push_to_hub("someone/my-flow", include_encoder=True)  # a local encoder is pushed only bundled
+        push(model, "someone/my-flow", include_encoder=True)  # a local encoder is pushed only bundled
     assert "\n" not in str(caught.value)
 
 

@@ -1,8 +1,9 @@
-"""EmbeddingIndex (exact top-k, save/load, model identity) and Embedder.build_index / search, API and CLI."""
+"""EmbeddingIndex (exact top-k, save/load, model identity), built and queried with an Embedder, API and CLI."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -180,52 +181,51 @@ def test_faiss_backend_matches_torch(vectors, tmp_path):
     np.testing.assert_array_equal(reloaded.topk(queries, 10)[1], r_t)
 
 
-# -- Embedder.build_index / search --------------------------------------------------------------------------
+# -- EmbeddingIndex.from_sentences / query (with an Embedder) ----------------------------------------------
 
 
 def test_embedder_search_finds_the_sentence_itself(model):
-    index = model.build_index(CORPUS)
-    assert model.index is index and len(index) == len(CORPUS) and index.dim == 32
-    hits = model.search(CORPUS[10], top_k=3)
+    index = EmbeddingIndex.from_sentences(model, CORPUS)
+    assert len(index) == len(CORPUS) and index.dim == 32
+    hits = index.query(model, CORPUS[10], top_k=3)[0]
     assert hits[0].id == 10 and hits[0].text == CORPUS[10] and hits[0].score == pytest.approx(1.0, abs=1e-5)
-    batch = model.search(CORPUS[:5], top_k=2)
+    batch = index.query(model, CORPUS[:5], top_k=2)
     assert [h[0].id for h in batch] == [0, 1, 2, 3, 4]
     # The index scores are the Embedder's own cosine similarities.
     sims = model.similarity(CORPUS[3], CORPUS)[0]
-    assert [h.id for h in model.search(CORPUS[3], top_k=5)] == list(np.argsort(-sims, kind="stable")[:5])
+    assert [h.id for h in index.query(model, [CORPUS[3]], top_k=5)[0]] == list(np.argsort(-sims, kind="stable")[:5])
 
 
 def test_embedder_search_errors(tiny_encoder):
     fresh = Embedder(tiny_encoder, StandardNormCalibrator()).fit(CORPUS)
-    with pytest.raises(InputError, match="build_index"):
-        fresh.search("The cat sleeps.")
-    with pytest.raises(InputError, match="build_index_from_file"):
-        fresh.build_index("corpus.txt")  # a string is not a corpus
+    with pytest.raises(InputError, match="from_file"):
+        EmbeddingIndex.from_sentences(fresh, "corpus.txt")  # a string is not a corpus
     with pytest.raises(InputError, match="sentence 1"):
-        fresh.build_index(["fine", "  "])
+        EmbeddingIndex.from_sentences(fresh, ["fine", "  "])
     with pytest.raises(InputError, match="one id per sentence"):
-        fresh.build_index(CORPUS[:3], ids=["a"])
+        EmbeddingIndex.from_sentences(fresh, CORPUS[:3], ids=["a"])
 
 
 def test_build_index_from_file_ids_are_line_numbers(model, tmp_path):
     path = tmp_path / "corpus.txt"
     path.write_text("The cat sleeps.\n\nA dog runs across the park.\nThe cat sleeps.\n", encoding="utf-8")
-    index = model.build_index_from_file(path)
+    index = EmbeddingIndex.from_file(model, path)
     assert index.ids == [1, 3, 4] and index.texts[1] == "A dog runs across the park."
-    assert model.build_index_from_file(path, unique=True).ids == [1, 3]
+    assert EmbeddingIndex.from_file(model, path, unique=True).ids == [1, 3]
     tsv = tmp_path / "docs.tsv"
     tsv.write_text("id\ttext\nx\tThe cat sleeps.\ny\tA man is playing a guitar.\n", encoding="utf-8")
-    index = model.build_index_from_file(tsv, column="text")
-    assert index.ids == [1, 2] and model.search("A man is playing a guitar.", top_k=1)[0].id == 2
+    index = EmbeddingIndex.from_file(model, tsv, column="text")
+    assert index.ids == [1, 2] and index.query(model, "A man is playing a guitar.", top_k=1)[0][0].id == 2
 
 
 def test_index_refused_by_another_model(model, tiny_encoder, other_tiny_model_dir, tmp_path):
-    path = model.build_index(CORPUS).save(tmp_path / "idx")
+    built = EmbeddingIndex.from_sentences(model, CORPUS)
+    path = built.save(tmp_path / "idx")
     # The same model, saved and loaded: accepted (its identity survives the round trip).
     reloaded = Embedder.load(model.save(tmp_path / "model"), device="cpu")
     assert reloaded.identity() == model.identity()
-    assert reloaded.load_index(path).model == model.identity()
-    assert reloaded.search(CORPUS[5], top_k=1)[0].id == 5
+    loaded = EmbeddingIndex.load(path)
+    assert loaded.query(reloaded, CORPUS[5], top_k=1)[0][0].id == 5
     others = {
         "calibrator type": Embedder(tiny_encoder, WhiteningCalibrator(8)).fit(CORPUS),
         "calibrator fingerprint": Embedder(tiny_encoder, StandardNormCalibrator()).fit(CORPUS[:40]),
@@ -235,11 +235,32 @@ def test_index_refused_by_another_model(model, tiny_encoder, other_tiny_model_di
     }
     for difference, other in others.items():
         with pytest.raises(CompatibilityError, match=difference):
-            other.load_index(path)
+            loaded.query(other, "The cat sleeps.")
         with pytest.raises(CompatibilityError, match="rebuild the index"):
-            other.search("The cat sleeps.", index=model.index)
+            built.add_sentences(other, ["The cat sleeps."])
     with pytest.raises(CompatibilityError, match="bare vectors"):
-        model.search("The cat sleeps.", index=EmbeddingIndex.build(np.ones((2, 32), np.float32)))
+        EmbeddingIndex.build(np.ones((2, 32), np.float32)).query(model, "The cat sleeps.")
+
+
+def test_moved_model_and_index_folders_still_find_each_other(model, tmp_path, monkeypatch):
+    """The index records its model portably (a path relative to the index folder, the encoder by name), so the two
+    folders moved together still work, and the index file holds no absolute path of this machine."""
+    import json
+    import shutil
+
+    home = tmp_path / "home"
+    saved = Embedder.load(model.save(home / "model"), device="cpu")
+    EmbeddingIndex.from_sentences(saved, CORPUS).save(home / "idx")
+    recorded = (home / "idx" / "index.json").read_text(encoding="utf-8")
+    assert str(tmp_path) not in recorded
+    assert json.loads(recorded)["model_local_path"] == "../model"
+    moved = tmp_path / "elsewhere"
+    shutil.move(str(home), str(moved))
+    monkeypatch.chdir(tmp_path)
+    index = EmbeddingIndex.load(moved / "idx")
+    assert Path(index.model_source) == (moved / "model").resolve()
+    again = Embedder.load(index.model_source, device="cpu")
+    assert index.query(again, CORPUS[7], top_k=1)[0][0].id == 7
 
 
 def test_flow_identity_is_stable_and_seed_sensitive(tiny_encoder, tmp_path):

@@ -23,6 +23,7 @@ from bertflow.calibrators import (
     IdentityCalibrator,
     parse_calibrator,
 )
+from bertflow.search import EmbeddingIndex
 
 from .conftest import SENTENCES
 
@@ -307,8 +308,7 @@ def test_saved_model_and_index_follow_the_umask(tiny_encoder, tmp_path, umask):
         assert current_umask() == umask
         model = Embedder(tiny_encoder, StandardNormCalibrator()).fit(CORPUS)
         folders = [model.save(tmp_path / "model", include_encoder=True)]
-        model.build_index(SENTENCES)
-        folders.append(model.index.save(tmp_path / "index"))
+        folders.append(EmbeddingIndex.from_sentences(model, SENTENCES).save(tmp_path / "index"))
         atomic_write_text(tmp_path / "note.txt", "hello")
     finally:
         os.umask(previous)

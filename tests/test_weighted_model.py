@@ -10,6 +10,7 @@ import pytest
 
 from bertflow import Embedder, InputError, SentenceEncoder
 from bertflow.calibrators import WhiteningCalibrator
+from bertflow.card import model_card
 from bertflow.errors import CompatibilityError, ModelFileError
 
 from .conftest import SENTENCES
@@ -72,7 +73,7 @@ def test_token_options_are_checked_before_work(tiny_model_dir, pooling, kwargs, 
 
 
 def test_encode_multi_device_carries_the_statistics(encoder):
-    from bertflow.scale.encode import encode_multi_device
+    from bertflow.encoding.multiprocess import encode_multi_device
 
     encoder.token_statistics = encoder.count_tokens(SENTENCES)
     got = encode_multi_device(SENTENCES, encoder, ["cpu", "cpu"], threads_per_process=1, chunk_size=4)
@@ -103,14 +104,14 @@ def test_cli_fit_with_weighting_and_token_stats(tiny_model_dir, tmp_path):
 
 def test_card_records_the_statistics_and_export(encoder, tmp_path):
     model = Embedder(encoder, WhiteningCalibrator(n_components=4)).fit(SENTENCES * 3)
-    card = model.model_card()
+    card = model_card(model)
     assert f"| token statistics (digest) | `{encoder.token_statistics.digest()}` |" in card
     assert "token_statistics/" in card
-    export = "| sentence-transformers export | `Embedder.to_sentence_transformer()`: the pooling and the calibrator"
+    export = "| sentence-transformers export | `from_embedder(model)`: the pooling and the calibrator"
     assert export in card
     assert "without bertflow |" in card
     pooler = Embedder(SentenceEncoder(encoder.model_id, pooling="pooler", device="cpu"), WhiteningCalibrator())
-    assert "| sentence-transformers export | not possible" in pooler.fit(SENTENCES * 3).model_card()
+    assert "| sentence-transformers export | not possible" in model_card(pooler.fit(SENTENCES * 3))
 
 
 def test_distributed_encode_refuses_a_weighted_raw_encoder_before_any_rank(tiny_model_dir, tmp_path):

@@ -3,23 +3,28 @@ Hugging Face Hub reads (licence, library, tags, base model), and a table of how 
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 from .calibrators.base import calibrator_fingerprint
 from .hub import is_hub_id
 from .io.formats import FORMAT_VERSION
-from .model_folder import CALIBRATOR_DIR, CONFIG_FILE, ENCODER_DIR
+from .model_folder import CALIBRATOR_DIR, CONFIG_FILE, ENCODER_DIR, pinned_encoder_config
 
 if TYPE_CHECKING:
     from .calibrators import Calibrator
+    from .embedder import Embedder
 
-__all__ = ["encoder_reference", "model_card", "on_hub"]
+__all__ = ["encoder_license", "encoder_reference", "model_card", "on_hub"]
 
 
 def _export_note(enc: Mapping[str, Any], cal: Calibrator) -> str:
-    """What ``Embedder.to_sentence_transformer()`` makes of this model, and whether that loads without bertflow."""
+    """What ``integrations.sentence_transformers.from_embedder`` makes of this model, and whether that loads without
+    bertflow."""
     from .encoding.pooling import parse_without_model
     from .portability import calibrator_needs_bertflow
 
@@ -32,11 +37,11 @@ def _export_note(enc: Mapping[str, Any], cal: Calibrator) -> str:
     needs = calibrator_needs_bertflow(cal, str(enc["pooling"]))
     if needs is None:
         return (
-            "`Embedder.to_sentence_transformer()`: the pooling and the calibrator with sentence-transformers' own "
+            "`from_embedder(model)`: the pooling and the calibrator with sentence-transformers' own "
             "modules; loads with plain `SentenceTransformer(path)`, without bertflow"
         )
     return (
-        "`Embedder.to_sentence_transformer()`: the pooling with sentence-transformers' own modules, the calibrator "
+        "`from_embedder(model)`: the pooling with sentence-transformers' own modules, the calibrator "
         f"as bertflow's `Calibration` module, which needs bertflow and `trust_remote_code=True` to load: {needs}"
     )
 
@@ -62,13 +67,53 @@ def _auto_rows(auto: Mapping[str, Any] | None) -> list[tuple[str, str]]:
     if not auto:
         return []
     weighting = auto.get("weighting", "none")
-    why = (
-        f"SIF with {auto['token_statistics']}" if weighting != "none" else "none (a sentence encoder, or no prior)"
-    )
+    why = f"SIF with {auto['token_statistics']}" if weighting != "none" else "none (a sentence encoder, or no prior)"
     return [("auto: token weighting chosen", why), ("auto: rule", str(auto.get("calibrator", "")))]
 
 
-def model_card(
+def encoder_license(embedder: Embedder) -> str | None:
+    """The licence identifier of ``embedder``'s encoder as its own files declare it (``license:`` in its README's
+    front matter, else a ``license`` key in its config.json), or ``None`` where neither is at hand."""
+    return _declared_license(embedder.encoder_dir or embedder.encoder.source_dir)
+
+
+def _declared_license(folder: Path | None) -> str | None:
+    """The licence identifier that the HF checkpoint in ``folder`` declares (``license:`` in its README's front
+    matter, else a ``license`` key in its config.json), or ``None`` where neither is at hand."""
+    if folder is None:
+        return None
+    readme, config = folder / "README.md", folder / "config.json"
+    if readme.is_file():
+        text = readme.read_text(encoding="utf-8", errors="replace")
+        front = re.match(r"---[ \t]*\r?\n(.*?)\r?\n---", text, re.S)
+        found = front and re.search(r"^license:[ \t]*['\"]?([\w.+-]+)['\"]?[ \t]*$", front.group(1), re.M)
+        if found:
+            return found.group(1)
+    if config.is_file():
+        try:
+            value = json.loads(config.read_text(encoding="utf-8")).get("license")
+        except (ValueError, AttributeError):
+            value = None
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return None
+
+
+def model_card(embedder: Embedder, *, include_encoder: bool = False) -> str:
+    """A Markdown model card with YAML front matter (read by the Hugging Face Hub) for a fitted ``embedder``: what
+    was fitted, on what, with which library version and licence, and how to load, search and publish it.
+    ``Embedder.save`` writes it as the folder's ``README.md``; ``include_encoder``: whether the folder bundles the
+    encoder's files (changes the licence statement)."""
+    return _card(
+        pinned_encoder_config(embedder.encoder),
+        embedder.calibrator,
+        embedder.fit_records()[0],
+        encoder_license=encoder_license(embedder),
+        include_encoder=include_encoder,
+    )
+
+
+def _card(
     encoder: Mapping[str, Any],
     calibrator: Calibrator,
     fitting: Mapping[str, Any],
@@ -76,8 +121,7 @@ def model_card(
     encoder_license: str | None,
     include_encoder: bool = False,
 ) -> str:
-    """A Markdown model card: what was fitted, on what, with which library version and licence, and how to load,
-    search and publish it.
+    """The card's text from its parts.
 
     Args:
         encoder: the encoder's config as saved (``bertflow_config.json`` ``encoder``: pinned revision, provenance).
@@ -162,11 +206,11 @@ def model_card(
         "## Use",
         "",
         "```python",
-        "from bertflow import Embedder",
+        "from bertflow import Embedder, EmbeddingIndex",
         'model = Embedder.load("PATH_OR_HUB_ID")',
         'model.similarity("A man is playing a guitar.", "Someone plays an instrument.")',
-        'model.build_index(["A man is playing a guitar.", "The stock market fell."])',
-        'model.search("someone making music", top_k=1)',
+        'index = EmbeddingIndex.from_sentences(model, ["A man is playing a guitar.", "The stock market fell."])',
+        'index.query(model, "someone making music", top_k=1)',
         "```",
         "",
         "```bash",
@@ -175,7 +219,7 @@ def model_card(
         'bertflow search query my-index "someone making music" --top-k 5',
         "```",
         "",
-        'Publish it with `model.push_to_hub("user/name")`, or upload this folder as it is '
+        'Publish it with `bertflow.hub.push(model, "user/name")`, or upload this folder as it is '
         "(`huggingface_hub.HfApi().upload_folder(folder_path=PATH, repo_id=ID)`).",
         "",
         "## Licence",

@@ -22,9 +22,8 @@ from .encoding.encoder import SentenceEncoder
 from .encoding.pooling import Pooling
 from .encoding.token_stats import TokenStatistics
 from .errors import InputError
-from .identity import LATER_ENCODER_KEYS, check_fitted_on
 from .linalg import pair_cosines
-from .model_folder import load_encoder, load_model_folder, load_token_statistics
+from .model_folder import LATER_ENCODER_KEYS, check_fitted_on, load_encoder, load_model_folder, load_token_statistics
 
 __all__ = ["FittedModel", "ModelComparison", "PairScores"]
 

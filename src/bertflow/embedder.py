@@ -2,12 +2,13 @@
 
 :meth:`Embedder.save` writes, and :meth:`Embedder.load` reads back (from a folder or its hub id), the folder that
 :mod:`bertflow.model_folder` describes and verifies. :meth:`Embedder.encode` and :meth:`Embedder.similarity` take
-sentence-transformers' keywords and embedding inputs (:mod:`bertflow.outputs`), so code written for a
+sentence-transformers' keywords and embedding inputs (:mod:`bertflow.encode_outputs`), so code written for a
 ``SentenceTransformer`` runs unchanged.
 
-The Embedder also searches: :meth:`Embedder.build_index` embeds a corpus into an
-:class:`~bertflow.search.EmbeddingIndex` and :meth:`Embedder.search` queries it; a saved index records this
-model's :meth:`Embedder.identity` and is refused by any other model.
+Everything else takes an Embedder: search (:class:`bertflow.search.EmbeddingIndex`), hub upload
+(:func:`bertflow.hub.push`), the model card (:func:`bertflow.card.model_card`), the sentence-transformers export
+(:func:`bertflow.integrations.sentence_transformers.from_embedder`) and MTEB
+(:class:`bertflow.integrations.mteb.MTEBEncoder`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import Any, Literal, get_args
 
 import numpy as np
 import torch
@@ -25,23 +26,8 @@ from .autofit import auto_inputs, fit_auto
 from .calibrators import Calibrator, FlowCalibrator, IdentityCalibrator
 from .calibrators.auto import AutoCalibrator, no_harm_warning
 from .calibrators.base import calibrator_fingerprint, calibrator_identity
-from .encoding.encoder import SentenceEncoder
-from .encoding.token_stats import TokenStatistics
-from .errors import InputError
-from .hub import check_repo_id, upload_folder
-from .identity import check_dimension, check_fitted_on, encoder_record
-from .linalg import pair_cosines, unit_rows
-from .model_folder import (
-    corpus_digest,
-    encoder_license,
-    fit_record,
-    load_encoder,
-    load_model_folder,
-    local_encoder_dir,
-    pinned_encoder_config,
-    save_model_folder,
-)
-from .outputs import (
+from .card import model_card
+from .encode_outputs import (
     EvaluationRecord,
     are_embeddings,
     check_encode_keywords,
@@ -49,10 +35,22 @@ from .outputs import (
     convert_embeddings,
     embedding_cosine,
 )
-from .validation import is_blank, validate_sentences
-
-if TYPE_CHECKING:
-    from .search import EmbeddingIndex, SearchHit
+from .encoding.encoder import SentenceEncoder
+from .encoding.multiprocess import encode_multi_device
+from .encoding.token_stats import TokenStatistics
+from .errors import InputError
+from .linalg import pair_cosines, unit_rows
+from .model_folder import (
+    check_dimension,
+    check_fitted_on,
+    corpus_digest,
+    encoder_record,
+    fit_record,
+    load_encoder,
+    load_model_folder,
+    save_model_folder,
+)
+from .validation import validate_sentences
 
 __all__ = [
     "Embedder",
@@ -150,17 +148,17 @@ class Embedder:
         calibrator: an unfitted or fitted calibrator; ``None`` uses BERT-flow (:class:`FlowCalibrator`).
         truncate_dim: keep the first ``truncate_dim`` calibrated dimensions in :meth:`encode` (sentence-transformers'
             ``truncate_dim``); ``None`` keeps all.
-        fitted_on: for a calibrator fitted elsewhere, the :func:`~bertflow.identity.encoder_record` of the encoder
+        fitted_on: for a calibrator fitted elsewhere, the :func:`~bertflow.model_folder.encoder_record` of the encoder
             it was fitted on (as a saved folder keeps it): checked against ``encoder`` now.
 
     Attributes:
         fit_info: how the calibrator was fitted (:func:`~bertflow.model_folder.fit_record`), saved with the model;
             empty when unknown.
         fitted_on: the record of the encoder whose embeddings the calibrator was fitted on
-            (:func:`~bertflow.identity.encoder_record`), saved with the model and checked when it is loaded;
+            (:func:`~bertflow.model_folder.encoder_record`), saved with the model and checked when it is loaded;
             ``None`` when unknown (a calibrator fitted elsewhere and handed in: then only its dimension is checked).
-        index: the :class:`~bertflow.search.EmbeddingIndex` that :meth:`search` uses, set by :meth:`build_index`
-            or :meth:`load_index` (``None`` before).
+        encoder_dir: the local folder holding the encoder's Hugging Face files when loaded from a self-contained
+            save (copied again by :meth:`save`), else ``None``.
         source: the folder or hub id this model was loaded from or last saved to (``None`` otherwise).
         truncate_dim: as the argument; may be changed.
         model_card_data: where sentence-transformers' evaluators record their metrics (:class:`EvaluationRecord`).
@@ -171,9 +169,9 @@ class Embedder:
         0.71
         >>> emb.save("my-flow"); Embedder.load("my-flow").encode("hello").shape
         (384,)
-        >>> emb.build_index(["A man plays guitar.", "The cat sleeps."])
-        >>> emb.search("someone making music", top_k=1)
-        [SearchHit(id=0, score=0.62, text='A man plays guitar.', row=0)]
+        >>> index = EmbeddingIndex.from_sentences(emb, ["A man plays guitar.", "The cat sleeps."])
+        >>> index.query(emb, "someone making music", top_k=1)
+        [[SearchHit(id=0, score=0.62, text='A man plays guitar.', row=0)]]
     """
 
     def __init__(
@@ -209,10 +207,10 @@ class Embedder:
         # calibrator_fingerprint of the calibrator that fit_info and fitted_on describe: a calibrator refitted
         # behind the Embedder's back (calibrator.fit(X) on other embeddings) no longer matches, and they are dropped.
         self._recorded_for: str | None = None
-        self.index: EmbeddingIndex | None = None
         self.source: str | None = None
-        # Local folder holding the encoder's HF files when loaded from a self-contained save (copied on re-save).
-        self._encoder_dir: Path | None = None
+        self.encoder_dir: Path | None = None
+        if isinstance(self.calibrator, IdentityCalibrator) and not self.calibrator.is_fitted:
+            self.calibrator.fit(np.zeros((1, self.encoder.dim)))  # needs no data: fitted now, never by a check
         if self.calibrator.is_fitted:
             # Without a record (a calibrator fitted with plain .fit(X)) only the dimension can be checked: a warning.
             check_fitted_on(self.calibrator, self.encoder.get_config(), fitted_on)
@@ -361,24 +359,18 @@ class Embedder:
             device: ``None`` or the encoder's own device (the encoder is placed once, when built:
                 ``SentenceEncoder(..., device=...)``), or a list of devices (``["cuda:0", "cuda:1"]``, ``"cpu"`` may
                 repeat): one spawned process per entry encodes a contiguous part
-                (:func:`~bertflow.scale.encode.encode_multi_device`), and the calibrator maps the result here.
+                (:func:`~bertflow.encoding.multiprocess.encode_multi_device`), and the calibrator maps the result here.
             truncate_dim: keep the first ``truncate_dim`` dimensions (before ``normalize_embeddings``); ``None``: the
                 Embedder's :attr:`truncate_dim`.
             prompt, prompt_name: refused unless ``None``: the calibrator was fitted on embeddings of sentences
                 without a prompt, and a prompt would change what it is applied to.
             output_value: only ``"sentence_embedding"`` (token embeddings are not calibrated).
 
-        ``sentences`` may also be the ``DataLoader`` that ``mteb.evaluate(embedder, ...)`` passes, with MTEB's
-        keywords: see :class:`bertflow.integrations.mteb.MTEBEncoder`.
-
         Raises:
             TypeError: a keyword that neither bertflow nor sentence-transformers' ``encode`` knows (all named).
             InputError: a prompt, another device, an unknown precision, a ``truncate_dim`` outside [1, D'], an
                 ``output_value`` other than ``"sentence_embedding"``.
         """
-        if isinstance(sentences, torch.utils.data.DataLoader):  # called by mteb.evaluate(embedder, ...)
-            st_kwargs = {"batch_size": batch_size, "show_progress_bar": show_progress_bar, "precision": precision}
-            return self.to_mteb().encode(sentences, **unknown, **{k: v for k, v in st_kwargs.items() if v is not None})
         precision = "float32" if precision is None else precision  # sentence-transformers' evaluators pass None
         check_encode_keywords(
             unknown,
@@ -393,7 +385,13 @@ class Embedder:
         truncate_dim = self.truncate_dim if truncate_dim is None else truncate_dim
         check_truncate_dim(truncate_dim, self.calibrator_dim())
         if isinstance(device, (list, tuple)):
-            out = self._encode_on_devices(sentences, [str(d) for d in device], batch_size=batch_size)
+            # One spawned process per device gives the raw vectors; the calibrator maps them here.
+            items = [sentences] if isinstance(sentences, str) else list(sentences)
+            raw = encode_multi_device(
+                items, self.encoder, [str(d) for d in device], dtype=self.encoder.dtype, batch_size=batch_size
+            )
+            out = np.asarray(self.calibrator.transform(raw), dtype=np.float32)
+            out = out[0] if isinstance(sentences, str) else out
         else:
             transform = self._device_transform()
             out = self.encoder.encode(
@@ -409,19 +407,6 @@ class Embedder:
             convert_to_tensor=convert_to_tensor,
             convert_to_numpy=convert_to_numpy,
         )
-
-    def _encode_on_devices(
-        self, sentences: str | Sequence[str], devices: list[str], *, batch_size: int | None
-    ) -> np.ndarray:
-        """``encode`` with one spawned process per device: raw vectors from
-        :func:`~bertflow.scale.encode.encode_multi_device`, calibrated in this process (float32 [N, D'] or [D'])."""
-        from .scale.encode import encode_multi_device
-
-        single = isinstance(sentences, str)
-        items = [sentences] if single else list(sentences)
-        raw = encode_multi_device(items, self.encoder, devices, dtype=self.encoder.dtype, batch_size=batch_size)
-        out = np.asarray(self.calibrator.transform(raw), dtype=np.float32)
-        return out[0] if single else out
 
     def encode_query(self, sentences: str | Sequence[str], **kwargs: Any) -> Any:
         """sentence-transformers' ``encode_query``: :meth:`encode` (same keywords). The calibrated space is
@@ -455,46 +440,6 @@ class Embedder:
     def get_sentence_embedding_dimension(self) -> int:
         """As :meth:`get_embedding_dimension` (sentence-transformers' older name)."""
         return self.get_embedding_dimension()
-
-    def to_sentence_transformer(self, *, normalize: bool = False, portable: bool = True) -> Any:
-        """This model as a ``sentence_transformers.SentenceTransformer`` whose ``encode`` gives the same vectors.
-
-        Transformer -> Pooling -> the calibrator (``Dense`` if affine and ``portable``, else bertflow's
-        ``Calibration`` module) [-> ``Normalize`` with ``normalize=True``]; needs ``pip install 'bertflow[st]'``.
-        See :func:`bertflow.integrations.sentence_transformers.from_embedder`.
-        """
-        from .integrations.sentence_transformers import from_embedder
-
-        return from_embedder(self, normalize=normalize, portable=portable)
-
-    def to_mteb(self, *, name: str | None = None) -> Any:
-        """This model as an MTEB encoder: ``mteb.evaluate(model.to_mteb(), tasks)`` (needs ``pip install mteb``).
-
-        See :class:`bertflow.integrations.mteb.MTEBEncoder`.
-        """
-        from .integrations.mteb import MTEBEncoder
-
-        return MTEBEncoder(self, name=name)
-
-    @property
-    def mteb_model_meta(self) -> Any:
-        """MTEB's ``ModelMeta`` for this model (as :meth:`to_mteb`): what lets ``mteb.evaluate(embedder, tasks)``
-        take the Embedder itself as its encoder.
-
-        Raises:
-            AttributeError: mteb is not installed (so ``hasattr(embedder, "mteb_model_meta")`` is just ``False``).
-            InputError: the calibrator is not fitted. Not the ``NotFittedError`` (an ``AttributeError``) that
-                MTEB's ``hasattr`` would swallow, leaving only its "No model implementation is available".
-        """
-        try:
-            from .integrations.mteb import MTEBEncoder
-        except ImportError as e:
-            raise AttributeError(f"Embedder.mteb_model_meta needs mteb ({e})") from None
-        try:
-            self.check_fitted()
-        except AttributeError as e:
-            raise InputError(f"{e} (MTEB needs a fitted Embedder)") from None
-        return MTEBEncoder(self).mteb_model_meta
 
     def _device_transform(self) -> Callable[[torch.Tensor], torch.Tensor] | None:
         return device_transform(self.encoder, self.calibrator)
@@ -560,17 +505,13 @@ class Embedder:
         return za, zb
 
     def check_fitted(self) -> None:
-        """Raise :class:`~bertflow.errors.NotFittedError` unless the calibrator is fitted (an identity calibrator
-        needs no data and is fitted here on first use), and :class:`~bertflow.errors.CompatibilityError` when it
-        was fitted, after this Embedder was made, on embeddings of another width than the encoder's."""
-        if not self.calibrator.is_fitted:
-            if isinstance(self.calibrator, IdentityCalibrator):
-                self.calibrator.fit(np.zeros((1, self.encoder.dim)))
-                return
-            self.calibrator.check_fitted()
+        """Raise :class:`~bertflow.errors.NotFittedError` unless the calibrator is fitted, and
+        :class:`~bertflow.errors.CompatibilityError` when it was fitted, after this Embedder was made, on embeddings
+        of another width than the encoder's. Changes nothing."""
+        self.calibrator.check_fitted()
         check_dimension(self.calibrator, self.encoder.dim, self.encoder.model_id)
 
-    # -- identity and search -----------------------------------------------------------------------------
+    # -- identity -------------------------------------------------------------------------------------
 
     def identity(self) -> dict[str, Any]:
         """What makes this model's vectors what they are: the encoder config (with its weight fingerprint) and the
@@ -595,146 +536,10 @@ class Embedder:
                 self.encoder, self.calibrator, sentences, batch_size=batch_size, progress=bar.update
             )
 
-    def build_index(
-        self,
-        corpus: Sequence[str],
-        ids: Sequence[str | int] | None = None,
-        *,
-        backend: Literal["torch", "faiss"] = "torch",
-        device: str = "cpu",
-        batch_size: int | None = None,
-        show_progress_bar: bool | None = None,
-        approximate: Literal["auto", "exact", "hnsw", "ivf"] = "auto",
-    ) -> EmbeddingIndex:
-        """Embed ``corpus`` into a new cosine :class:`~bertflow.search.EmbeddingIndex` that :meth:`search` will use.
-
-        Args:
-            corpus: the sentences to search (a list; for a file use :meth:`build_index_from_file`).
-            ids: one str or int id per sentence, unique; default: positions 0..N-1.
-            backend: ``"torch"`` (exact, blockwise) or ``"faiss"`` (exact ``IndexFlatIP``; needs ``faiss-cpu``).
-            device: where the index keeps its vectors and computes scores.
-            approximate: ``"auto"`` (exact below ``search.AUTO_APPROXIMATE_MIN_ROWS`` rows, else HNSW when faiss is
-                installed and its recall@10 measured on held-out rows reaches ``search.AUTO_MIN_RECALL``),
-                ``"exact"``, ``"hnsw"`` or ``"ivf"``; see :class:`~bertflow.search.EmbeddingIndex`.
-            show_progress_bar: ``None`` shows one for 4,096 sentences or more.
-
-        Returns:
-            the index (also stored as :attr:`index`); ``index.save(path)`` writes it with this model's identity.
-        """
-        from .search import EmbeddingIndex
-
-        if isinstance(corpus, str):
-            raise InputError("build_index takes a list of sentences; to index a file use build_index_from_file(path)")
-        items = validate_sentences(corpus)
-        if not items:
-            raise InputError("the corpus is empty: nothing to index")
-        index = EmbeddingIndex(
-            self.calibrator_dim(), backend=backend, device=device, model=self.identity(), approximate=approximate
-        )
-        index.model_source = self.source
-        self.index = index
-        self.add_to_index(items, ids, batch_size=batch_size, show_progress_bar=show_progress_bar)
-        logger.info("indexed %d sentences (%s backend)", len(index), backend)
-        return index
-
-    def build_index_from_file(
-        self,
-        path: str | Path,
-        *,
-        column: str | int | None = None,
-        unique: bool = False,
-        errors: Literal["strict", "replace"] = "strict",
-        **kwargs: Any,
-    ) -> EmbeddingIndex:
-        """:meth:`build_index` on a UTF-8 file: one sentence per line, or one ``column`` of a TSV with a header.
-
-        Ids are 1-based line numbers for a text file and 1-based data-row numbers for a TSV. ``unique`` drops
-        repeated sentences (keeping the first); ``kwargs`` go to :meth:`build_index`.
-        """
-        from .io.text import iter_lines, read_tsv_column
-
-        if column is None:
-            rows = [(number, text) for number, text in iter_lines(path, errors=errors) if not is_blank(text)]
-        else:
-            rows = list(enumerate(read_tsv_column(path, column, errors=errors, refuse_blank=True), start=1))
-        if unique:
-            first: dict[str, int] = {}
-            for number, text in rows:
-                first.setdefault(text, number)
-            rows = [(number, text) for text, number in first.items()]
-        if not rows:
-            raise InputError(f"no sentences in {path}")
-        return self.build_index([t for _, t in rows], [n for n, _ in rows], **kwargs)
-
-    def add_to_index(
-        self,
-        sentences: Sequence[str],
-        ids: Sequence[str | int] | None = None,
-        *,
-        batch_size: int | None = None,
-        show_progress_bar: bool | None = None,
-    ) -> None:
-        """Embed ``sentences`` and append them to :attr:`index` (with their texts), streaming chunk by chunk."""
-        index = self._require_index()
-        items = validate_sentences(sentences)
-        if ids is not None and len(ids) != len(items):
-            raise InputError(f"got {len(ids)} ids for {len(items)} sentences; give one id per sentence")
-        start = 0
-        for part in self.iter_encode(items, batch_size=batch_size, show_progress_bar=show_progress_bar):
-            stop = start + len(part)
-            index.add(part, None if ids is None else list(ids[start:stop]), items[start:stop])
-            start = stop
-
-    def load_index(self, path: str | Path, *, backend: Literal["torch", "faiss"] | None = None) -> EmbeddingIndex:
-        """Load an index saved by ``EmbeddingIndex.save`` for :meth:`search`, refusing one built by another model.
-
-        Raises:
-            CompatibilityError: the index was built with another encoder, pooling, truncation or calibrator.
-        """
-        from .search import EmbeddingIndex
-
-        index = EmbeddingIndex.load(path, backend=backend)
-        index.check_model(self.identity())
-        self.index = index
-        return index
-
-    def search(
-        self,
-        queries: str | Sequence[str],
-        top_k: int = 10,
-        *,
-        index: EmbeddingIndex | None = None,
-        show_progress_bar: bool | None = None,
-    ) -> list[SearchHit] | list[list[SearchHit]]:
-        """The ``top_k`` corpus sentences closest to each query (cosine in the calibrated space).
-
-        Args:
-            queries: one sentence, or a list of them.
-            top_k: hits per query.
-            index: search this index instead of :attr:`index` (checked against this model first).
-            show_progress_bar: for embedding the queries, as in :meth:`encode`.
-
-        Returns:
-            for one string, a list of :class:`~bertflow.search.SearchHit` (``id``, ``score``, ``text``, ``row``),
-            best first; for a list, one such list per query.
-
-        Raises:
-            InputError: no index built or loaded yet.
-            CompatibilityError: the index was built with another model.
-        """
-        target = index if index is not None else self._require_index()
-        target.check_model(self.identity())
-        return target.search(self.encode(queries, show_progress_bar=show_progress_bar), top_k=top_k)
-
     def calibrator_dim(self) -> int:
         """Dimension D' of the calibrated vectors."""
         self.check_fitted()
         return int(self.calibrator.n_features_out_)
-
-    def _require_index(self) -> EmbeddingIndex:
-        if self.index is None:
-            raise InputError("no index to search: call build_index(corpus) or load_index(path) first, or pass index=")
-        return self.index
 
     # -- persistence -------------------------------------------------------------------------------------
 
@@ -762,9 +567,9 @@ class Embedder:
             self.calibrator,
             fit_info,
             fitted_on=fitted_on,
-            card=lambda: self.model_card(include_encoder=include_encoder),
+            card=lambda: model_card(self, include_encoder=include_encoder),
             include_encoder=include_encoder,
-            encoder_dir=self._encoder_dir,
+            encoder_dir=self.encoder_dir,
             overwrite=overwrite,
         )
         self.source = str(Path(path).expanduser().resolve())
@@ -797,79 +602,10 @@ class Embedder:
             embedder.fit_info = config.get("fitting", {})
             embedder._recorded_for = calibrator_fingerprint(calibrator)
             embedder.source = source
-            embedder._encoder_dir = encoder_dir
+            embedder.encoder_dir = encoder_dir
             return embedder
 
         return load_model_folder(path, assemble, revision=revision)
-
-    def encoder_license(self) -> str | None:
-        """The encoder's licence identifier as its own files declare it (``license:`` in its README's front
-        matter, else a ``license`` key in its config.json), or ``None`` where neither is at hand."""
-        return encoder_license(self._encoder_dir or self.encoder.source_dir)
-
-    def push_to_hub(
-        self,
-        repo_id: str,
-        *,
-        private: bool | None = None,
-        token: str | None = None,
-        revision: str | None = None,
-        commit_message: str = "Upload bertflow model",
-        include_encoder: bool = False,
-    ) -> str:
-        """Publish this model on the Hugging Face Hub, where :meth:`load` (and ``--model-dir``) can fetch it.
-
-        The model is saved as by :meth:`save` into a temporary folder, which ``huggingface_hub`` uploads in one
-        commit (``HfApi.create_repo`` with ``exist_ok``, then ``HfApi.upload_folder``); nothing is written here.
-
-        Args:
-            repo_id: ``"user/name"`` or ``"org/name"``.
-            private: visibility of a repo created now (``None``: the Hub's default); an existing repo keeps its own.
-            token: a Hugging Face token (``None``: the one ``hf auth login`` stored, or ``HF_TOKEN``).
-            revision: a branch to commit to, created if missing (``None``: the default branch).
-            commit_message: the commit's message.
-            include_encoder: bundle the encoder's files too (see :meth:`save`; mind the encoder's licence).
-
-        Returns:
-            the URL of the commit.
-
-        Raises:
-            NotFittedError: the calibrator is not fitted (checked before anything is created on the Hub).
-            InputError: ``repo_id`` is not a hub repo id; the encoder is a local folder and ``include_encoder`` is
-                off (the saved folder names a local encoder only by a path relative to itself).
-            OutputError: the Hub could not be reached (``HF_HUB_OFFLINE``, no network) or refused the upload.
-        """
-        import tempfile
-
-        self.check_fitted()
-        check_repo_id(repo_id)
-        if not include_encoder and local_encoder_dir(self.encoder) is not None:
-            raise InputError(
-                f"the encoder is the local folder {self.encoder.model_id!r}, which a model on the Hub cannot name: "
-                "push with include_encoder=True (mind the encoder's licence) or fit on a Hub id"
-            )
-        source = self.source  # save() records where it wrote; a temporary folder is no origin worth keeping
-        with tempfile.TemporaryDirectory(prefix="bertflow-push-") as tmp:
-            folder = self.save(Path(tmp) / "model", include_encoder=include_encoder)
-            self.source = source
-            url = upload_folder(
-                folder, repo_id, private=private, token=token, revision=revision, commit_message=commit_message
-            )
-        logger.info("pushed %r to %s", self, repo_id)
-        return url
-
-    def model_card(self, *, include_encoder: bool = False) -> str:
-        """A Markdown model card with YAML front matter (read by the Hugging Face Hub): what was fitted, on what,
-        with which library version and licence, and how to load, search and publish it (:mod:`bertflow.card`)."""
-        from .card import model_card
-
-        return model_card(
-            pinned_encoder_config(self.encoder),
-            self.calibrator,
-            self.fit_records()[0],
-            encoder_license=self.encoder_license(),
-            include_encoder=include_encoder,
-        )
 
     def close(self) -> None:
         """Stop the encoder's tokenisation worker processes, if any (see :meth:`SentenceEncoder.close`)."""

@@ -10,8 +10,12 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import InputError, ModelFileError, OutputError
+
+if TYPE_CHECKING:
+    from .embedder import Embedder
 
 __all__ = [
     "is_hub_id",
@@ -21,6 +25,7 @@ __all__ = [
     "did_you_mean",
     "check_repo_id",
     "upload_folder",
+    "push",
 ]
 
 
@@ -162,6 +167,61 @@ def upload_folder(
             f"cannot push to {repo_id!r} on the Hugging Face Hub ({type(e).__name__}: {detail}); {hint}"
         ) from None
     return str(getattr(info, "commit_url", info))
+
+
+def push(
+    embedder: Embedder,
+    repo_id: str,
+    *,
+    private: bool | None = None,
+    token: str | None = None,
+    revision: str | None = None,
+    commit_message: str = "Upload bertflow model",
+    include_encoder: bool = False,
+) -> str:
+    """Publish a fitted ``embedder`` on the Hugging Face Hub, where ``Embedder.load`` (and ``--model-dir``) fetch it.
+
+    The model is saved as by ``Embedder.save`` into a temporary folder, which :func:`upload_folder` sends in one
+    commit; nothing is written elsewhere, and ``embedder.source`` is left as it was.
+
+    Args:
+        repo_id: ``"user/name"`` or ``"org/name"``.
+        private: visibility of a repo created now (``None``: the Hub's default); an existing repo keeps its own.
+        token: a Hugging Face token (``None``: the one ``hf auth login`` stored, or ``HF_TOKEN``).
+        revision: a branch to commit to, created if missing (``None``: the default branch).
+        commit_message: the commit's message.
+        include_encoder: bundle the encoder's files too (see ``Embedder.save``; mind the encoder's licence).
+
+    Returns:
+        the URL of the commit.
+
+    Raises:
+        NotFittedError: the calibrator is not fitted (checked before anything is created on the Hub).
+        InputError: ``repo_id`` is not a hub repo id; the encoder is a local folder and ``include_encoder`` is
+            off (the saved folder names a local encoder only by a path relative to itself).
+        OutputError: the Hub could not be reached (``HF_HUB_OFFLINE``, no network) or refused the upload.
+    """
+    import tempfile
+
+    from .encoding.loading import local_encoder_dir
+
+    embedder.check_fitted()
+    check_repo_id(repo_id)
+    if not include_encoder and local_encoder_dir(embedder.encoder) is not None:
+        raise InputError(
+            f"the encoder is the local folder {embedder.encoder.model_id!r}, which a model on the Hub cannot name: "
+            "push with include_encoder=True (mind the encoder's licence) or fit on a Hub id"
+        )
+    source = embedder.source  # save() records where it wrote; a temporary folder is no origin worth keeping
+    with tempfile.TemporaryDirectory(prefix="bertflow-push-") as tmp:
+        try:
+            folder = embedder.save(Path(tmp) / "model", include_encoder=include_encoder)
+        finally:
+            embedder.source = source
+        url = upload_folder(
+            folder, repo_id, private=private, token=token, revision=revision, commit_message=commit_message
+        )
+    return url
 
 
 def _offline() -> bool:

@@ -24,7 +24,7 @@ the calibrator's ``fitted_on`` and the card) with the sha256 of its weight files
 ``encoder.local_path``: its path *relative to the model folder* (``../models/my-bert``). Loading resolves it
 from the model folder, whatever the working directory, so the two folders can move together; when it is missing,
 a folder of the encoder's name in the working directory is taken, else loading stops with one line saying so.
-:meth:`Embedder.push_to_hub <bertflow.embedder.Embedder.push_to_hub>` refuses such a model unless the encoder is
+:func:`bertflow.hub.push` refuses such a model unless the encoder is
 bundled (``include_encoder=True``): on the Hub, a path on the author's disk names nothing.
 
 Either way the folder is a complete Hugging Face-style repository that ``huggingface_hub.upload_folder`` can
@@ -39,28 +39,32 @@ checksums, format version, the encoder's fingerprint and dimension against the c
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import platform
-import re
 import shutil
 import time
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 from ._version import __version__
 from .calibrators import Calibrator
 from .encoding.encoder import SentenceEncoder
-from .encoding.loading import portable_model_name, resolve_model
+from .encoding.loading import local_encoder_dir, portable_model_name, resolve_model
 from .encoding.token_stats import TokenStatistics
-from .errors import InputError, ModelFileError
+from .errors import CompatibilityError, InputError, ModelFileError
 from .hub import download_model, snapshot
 from .io.files import FOLDER_KINDS, atomic_directory, check_output_folder, moved_aside, read_folder
 from .io.formats import FORMAT_VERSION, check_format, path_inside, read_json, sha256_file, verify_checksums, write_json
 
 __all__ = [
+    "ENCODER_KEYS",
+    "LATER_ENCODER_KEYS",
+    "check_dimension",
+    "check_fitted_on",
+    "encoder_record",
     "CALIBRATOR_DIR",
     "CONFIG_FILE",
     "ENCODER_DIR",
@@ -71,12 +75,10 @@ __all__ = [
     "bundles_encoder",
     "copy_encoder_files",
     "corpus_digest",
-    "encoder_license",
     "fit_record",
     "load_encoder",
     "load_model_folder",
     "load_token_statistics",
-    "local_encoder_dir",
     "pinned_encoder_config",
     "read_model_folder",
     "save_model_folder",
@@ -120,6 +122,111 @@ PROVENANCE_KEYS = ("commit", "weights_sha256", "packaged_as")
 
 #: Keys of every fitting record (:func:`fit_record`), whichever route fitted the model.
 FIT_RECORD_KEYS = ("n_sentences", "corpus_sha256", "corpus_file_sha256", "regime", "seconds", "fitted_at", "machine")
+
+
+# -- the encoder record (fitted_on) and its checks ---------------------------------------------------------
+
+
+#: What a ``fitted_on`` record keeps of the encoder whose embeddings a calibrator was fitted on (plus ``framework``:
+#: ``"bertflow"`` for a :class:`~bertflow.encoding.encoder.SentenceEncoder`, ``"sentence-transformers"`` for a model
+#: of that library).
+ENCODER_KEYS = ("model", "revision", "pooling", "max_length", "dim", "fingerprint", "tokenizer_fingerprint")
+#: Keys that records written by an earlier bertflow lack: such a record is not compared on them (a folder saved
+#: before the tokenizer was fingerprinted still loads; its tokenizer cannot be checked).
+LATER_ENCODER_KEYS = ("tokenizer_fingerprint",)
+#: The fields compared with a calibrator's ``fitted_on`` before it is applied (the dimension is checked apart);
+#: each only where both sides record it.
+_CHECKED_KEYS = ("fingerprint", "pooling", "max_length", "token_statistics", "tokenizer_fingerprint")
+
+
+def encoder_record(encoder: Any, *, framework: str = "bertflow") -> dict[str, Any]:
+    """The record of an encoder (``fitted_on``) kept by whatever holds a calibrator fitted on its embeddings.
+
+    Args:
+        encoder: a :class:`~bertflow.encoding.encoder.SentenceEncoder` (its ``get_config()`` is read), or a mapping
+            with at least :data:`ENCODER_KEYS` (the sentence-transformers integration builds one from its model).
+        framework: the library that computed the embeddings.
+
+    Returns:
+        ``{key: value for key in ENCODER_KEYS}`` plus ``framework``: the same keys whichever route fitted the
+        calibrator (``Embedder.fit``, ``bertflow distributed-fit``, ``fit_calibrator``).
+
+    Raises:
+        ValueError: a mapping without one of :data:`ENCODER_KEYS` (a programming error, not a user's).
+    """
+    config = encoder if isinstance(encoder, Mapping) else encoder.get_config()
+    missing = [key for key in ENCODER_KEYS if key not in config]
+    if missing:
+        raise ValueError(f"an encoder record needs {', '.join(missing)}")
+    # A weighted pooling's vectors also depend on the token statistics its weights come from (their digest).
+    extra = {"token_statistics": config["token_statistics"]} if config.get("token_statistics") else {}
+    record = {**{key: config[key] for key in ENCODER_KEYS}, **extra, "framework": framework}
+    # The record is saved and published with the calibrator: a local folder's name, never its absolute path.
+    record["model"] = portable_model_name(str(record["model"]))
+    return record
+
+
+def check_fitted_on(
+    calibrator: Calibrator,
+    ours: Mapping[str, Any],
+    fitted_on: Mapping[str, Any] | None = None,
+    *,
+    subject: str = "this encoder",
+    advice: Callable[[str, Any], str] | None = None,
+) -> None:
+    """Refuse to apply ``calibrator`` to embeddings of an encoder other than the one it was fitted on.
+
+    Args:
+        calibrator: a fitted calibrator; its input dimension is compared.
+        ours: the record of the encoder at hand (its ``get_config()``, or the integration's equivalent); a value it
+            gives as ``None`` (not computable there) is not compared.
+        fitted_on: the :func:`encoder_record` of the encoder it was fitted on, where its holder kept one; ``None``
+            (unknown) compares the dimension only.
+        subject: how the messages name the encoder at hand.
+        advice: ``(key, recorded value) -> what to do``; default: refit, or load the matching encoder.
+
+    Raises:
+        CompatibilityError: another dimension, weight fingerprint, pooling or truncation length.
+    """
+    check_dimension(calibrator, ours.get("dim"), ours.get("model"))
+    if not fitted_on:
+        if calibrator.name != "identity":  # nothing fitted that another encoder could make wrong
+            # Fitted with plain .fit(X): only the dimension can be checked. Python shows this once per place.
+            warnings.warn(
+                f"the {calibrator.name} calibrator records no encoder (fitted with plain .fit(X)), so only its "
+                f"dimension can be checked against {subject}; make sure X came from this encoder, pooling and "
+                "max_length, or fit through Embedder.fit / fit_embeddings, which record it",
+                UserWarning,
+                stacklevel=3,
+            )
+        return
+    for key in _CHECKED_KEYS:
+        if key in fitted_on and ours.get(key) is not None and fitted_on[key] != ours[key]:
+            todo = advice(key, fitted_on[key]) if advice else "refit it or load the matching encoder"
+            raise CompatibilityError(
+                f"the calibrator was fitted with {key}={fitted_on[key]!r} (encoder {fitted_on.get('model')}), but "
+                f"{subject} has {key}={ours[key]!r}; {todo}"
+                + (
+                    " (the tokenizer gives other token ids than at the fit: its tokenizer.json or "
+                    "tokenizer_config.json changed, e.g. lowercasing, special tokens or truncation side)"
+                    if key == "tokenizer_fingerprint"
+                    else ""
+                )
+            )
+
+
+def check_dimension(calibrator: Calibrator, dim: int | None, model: object = None) -> None:
+    """Refuse a fitted ``calibrator`` whose input width is not ``dim``, the width of the encoder ``model``'s
+    embeddings (``None``: not known, not checked).
+
+    Raises:
+        CompatibilityError: naming both widths.
+    """
+    if dim is not None and int(calibrator.n_features_in_) != int(dim):
+        raise CompatibilityError(
+            f"the calibrator was fitted on {calibrator.n_features_in_}-dimensional embeddings, but "
+            f"{model} gives {dim}; refit it for this encoder"
+        )
 
 
 def corpus_digest(sentences: Sequence[str]) -> str:
@@ -256,15 +363,6 @@ def pinned_encoder_config(encoder: SentenceEncoder, *, folder: Path | None = Non
     return {**config, **provenance}
 
 
-def local_encoder_dir(encoder: SentenceEncoder) -> Path | None:
-    """The local folder ``encoder`` was loaded from, resolved, when it was named by a path (not a hub id, not the
-    packaged default model, which loads by its hub id anywhere); else ``None``."""
-    named = Path(encoder.model_id).expanduser()
-    if not (named.is_absolute() or named.is_dir()) or encoder.source_dir is None:
-        return None
-    return encoder.source_dir.resolve()
-
-
 def copy_encoder_files(encoder: SentenceEncoder, dest: Path, *, source: Path | None = None) -> int:
     """Copy the encoder's HF checkpoint files (see :data:`ENCODER_FILE_PATTERNS`) into the new folder ``dest``;
     returns how many. ``source``: the folder holding them (default: where the encoder was loaded from, or the
@@ -288,28 +386,6 @@ def copy_encoder_files(encoder: SentenceEncoder, dest: Path, *, source: Path | N
     for file in sorted(files):
         shutil.copy2(file, dest / file.name)
     return len(files)
-
-
-def encoder_license(folder: Path | None) -> str | None:
-    """The licence identifier that the HF checkpoint in ``folder`` declares (``license:`` in its README's front
-    matter, else a ``license`` key in its config.json), or ``None`` where neither is at hand."""
-    if folder is None:
-        return None
-    readme, config = folder / "README.md", folder / "config.json"
-    if readme.is_file():
-        text = readme.read_text(encoding="utf-8", errors="replace")
-        front = re.match(r"---[ \t]*\r?\n(.*?)\r?\n---", text, re.S)
-        found = front and re.search(r"^license:[ \t]*['\"]?([\w.+-]+)['\"]?[ \t]*$", front.group(1), re.M)
-        if found:
-            return found.group(1)
-    if config.is_file():
-        try:
-            value = json.loads(config.read_text(encoding="utf-8")).get("license")
-        except (ValueError, AttributeError):
-            value = None
-        if isinstance(value, str) and value.strip():
-            return value.strip()
-    return None
 
 
 # -- reading ---------------------------------------------------------------------------------------------------

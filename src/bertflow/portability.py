@@ -1,6 +1,6 @@
 """What a fitted model becomes in sentence-transformers' own modules, and why the rest needs bertflow.
 
-``Embedder.to_sentence_transformer()`` (:mod:`bertflow.integrations.sentence_transformers`) writes a
+``from_embedder(embedder)`` (:mod:`bertflow.integrations.sentence_transformers`) writes a
 ``SentenceTransformer`` folder. It loads with plain ``SentenceTransformer(path)``, without bertflow, exactly when
 both the pooling and the calibrator are expressed by sentence-transformers' built-in modules:
 
@@ -31,7 +31,7 @@ _CLS = (
     "module besides Pooling's cls mode selects, and that mode is taken by the other block"
 )
 _OWN_POOLING = (
-    "exported with sentence-transformers' modules only by Embedder.to_sentence_transformer(), which knows the "
+    "exported with sentence-transformers' modules only by from_embedder(embedder), which knows the "
     "pooling; fit_calibrator keeps bertflow's Calibration module after the model's own pooling"
 )
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from ._version import __version__
 
-__all__ = ["usable_cpus", "set_torch_threads", "limited_threads", "machine_info"]
+__all__ = ["usable_cpus", "set_torch_threads", "limited_threads", "machine_info", "share", "share_cpu_threads"]
 
 
 def usable_cpus() -> int:
@@ -59,6 +59,22 @@ def limited_threads(torch_threads: int | None = None, blas_threads: int | None =
             previous = set_torch_threads(torch_threads)
             stack.callback(set_torch_threads, previous)
         yield
+
+
+def share(n: int, rank: int, world: int) -> tuple[int, int]:
+    """Contiguous row range ``[lo, hi)`` of rank ``rank`` when ``n`` rows are split as evenly as possible."""
+    return n * rank // world, n * (rank + 1) // world
+
+
+def share_cpu_threads(devices: Sequence[str], index: int, threads: int | None = None) -> None:
+    """Set the torch threads of rank ``index`` of ``devices``: ``threads`` if given, else the usable cores split
+    evenly between the CPU ranks (several CPU ranks each running torch's default thread pool would oversubscribe
+    the cores many times over)."""
+    n_cpu = sum(1 for d in devices if str(d).startswith("cpu"))
+    if threads is not None:
+        set_torch_threads(threads)
+    elif str(devices[index]).startswith("cpu") and n_cpu > 1:
+        set_torch_threads(usable_cpus() // n_cpu)
 
 
 def machine_info(device: str | None = None) -> dict[str, Any]:

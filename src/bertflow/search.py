@@ -39,7 +39,9 @@ A saved index is a folder::
                                  model that embedded the rows (encoder config + fingerprint, calibrator type +
                                  fingerprint), sha256 of the embeddings file, and the sha256 of all the rest of
                                  index.json (``content_sha256``), so an edited id or text is refused on load;
-                                 the kind of search (``approximate``) and its ``ann_params``
+                                 the kind of search (``approximate``) and its ``ann_params``; where the model
+                                 came from: a hub id (``model_source``) or a local folder's path relative to
+                                 the index folder (``model_local_path``), never an absolute path
       embeddings.safetensors     float32 [N, D] (unit rows for cosine)
       ann.faiss                  only for an approximate search: the faiss HNSW / IVF index (faiss.write_index)
 
@@ -52,21 +54,26 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
 
 from ._version import __version__
+from .encoding.loading import portable_model_name
 from .errors import CompatibilityError, InputError, ModelFileError
-from .identity import describe_model, fingerprint_hint, identity_differences
 from .io.files import FOLDER_KINDS, atomic_directory, check_output_folder, read_folder
 from .io.formats import FORMAT_VERSION, check_format, load_arrays, read_json, save_arrays, sha256_file, write_json
 from .linalg import unit_rows
-from .validation import check_finite
+from .model_folder import LATER_ENCODER_KEYS
+from .validation import check_finite, is_blank, validate_sentences
+
+if TYPE_CHECKING:
+    from .embedder import Embedder
 
 __all__ = [
     "SearchHit",
@@ -173,6 +180,47 @@ def _check_ids(ids: Sequence[Any], n: int, taken: set[ItemId]) -> list[ItemId]:
             raise InputError(f"id {item!r} (row {i}) is used twice; ids must be unique")
         seen.add(item)
     return out
+
+
+def identity_differences(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """What differs between two model identities (``Embedder.identity()``: an encoder config and a
+    :func:`calibrator_identity`), e.g. ``["encoder fingerprint", "calibrator type"]``; empty for the same model."""
+    differences = []
+    for part, keys in (
+        ("encoder", ("fingerprint", "pooling", "max_length", "dim", "token_statistics", *LATER_ENCODER_KEYS)),
+        ("calibrator", ("type", "fingerprint")),
+    ):
+        for key in keys:
+            old, new = (recorded.get(part) or {}).get(key), (current.get(part) or {}).get(key)
+            if key in LATER_ENCODER_KEYS and (old is None or new is None):
+                continue  # recorded before bertflow kept it: nothing to compare
+            if old != new:
+                differences.append(f"{part} {key}")
+    return differences
+
+
+def describe_model(identity: Mapping[str, Any] | None) -> str:
+    """One line naming an encoder + calibrator identity (as in :meth:`bertflow.Embedder.identity`)."""
+    if not identity:
+        return "an unknown model"
+    enc, cal = identity.get("encoder", {}), identity.get("calibrator", {})
+    return (
+        f"encoder {enc.get('model')} (pooling {enc.get('pooling')}, max_length {enc.get('max_length')}, "
+        f"fingerprint {enc.get('fingerprint')}) + {cal.get('type')} calibrator (fingerprint {cal.get('fingerprint')})"
+    )
+
+
+def _portable_model(model: dict[str, Any] | None, source: str | None, folder: Path) -> dict[str, Any]:
+    """What ``index.json`` records of the model: its identity with the encoder named as a saved model names it (a
+    local folder by its name, :func:`~bertflow.encoding.loading.portable_model_name`), and where it came from: a hub
+    id as ``model_source``, a local folder as ``model_local_path``, relative to the index ``folder``, so that no
+    absolute path of this machine is written and the two folders can move together."""
+    if model and isinstance(model.get("encoder"), dict) and model["encoder"].get("model") is not None:
+        model = {**model, "encoder": {**model["encoder"], "model": portable_model_name(str(model["encoder"]["model"]))}}
+    if source is not None and Path(source).expanduser().is_dir():
+        local = os.path.relpath(Path(source).expanduser().resolve(), folder.expanduser().resolve())
+        return {"model": model, "model_source": None, "model_local_path": Path(local).as_posix()}
+    return {"model": model, "model_source": source}
 
 
 class EmbeddingIndex:
@@ -310,6 +358,100 @@ class EmbeddingIndex:
         )
         index.add(arr, ids=ids, texts=texts)
         return index
+
+    @classmethod
+    def from_sentences(
+        cls,
+        embedder: Embedder,
+        sentences: Sequence[str],
+        ids: Sequence[ItemId] | None = None,
+        *,
+        batch_size: int | None = None,
+        show_progress_bar: bool | None = None,
+        backend: Backend = "torch",
+        device: str | torch.device = "cpu",
+        approximate: Approximate = "auto",
+        **ann_params: int | None,
+    ) -> EmbeddingIndex:
+        """A cosine index of ``sentences`` embedded by ``embedder`` (a fitted :class:`~bertflow.embedder.Embedder`),
+        recording its :meth:`~bertflow.embedder.Embedder.identity` so that :meth:`query` and a saved copy refuse
+        any other model.
+
+        Args:
+            sentences: the sentences to search (a list; for a file use :meth:`from_file`).
+            ids: one str or int id per sentence, unique; default: positions 0..N-1.
+            batch_size, show_progress_bar: as in :meth:`Embedder.encode` (``None`` shows a bar from 4,096 sentences).
+            backend, device, approximate, ann_params: see the class.
+        """
+        if isinstance(sentences, str):
+            raise InputError("from_sentences takes a list of sentences; to index a file use from_file(embedder, path)")
+        items = validate_sentences(sentences)
+        if not items:
+            raise InputError("the corpus is empty: nothing to index")
+        index = cls(
+            embedder.calibrator_dim(),
+            backend=backend,
+            device=device,
+            model=embedder.identity(),
+            approximate=approximate,
+            **ann_params,  # type: ignore[arg-type]
+        )
+        index.model_source = embedder.source
+        index.add_sentences(embedder, items, ids, batch_size=batch_size, show_progress_bar=show_progress_bar)
+        logger.info("indexed %d sentences (%s backend)", len(index), backend)
+        return index
+
+    @classmethod
+    def from_file(
+        cls,
+        embedder: Embedder,
+        path: str | Path,
+        *,
+        column: str | int | None = None,
+        unique: bool = False,
+        errors: Literal["strict", "replace"] = "strict",
+        **kwargs: Any,
+    ) -> EmbeddingIndex:
+        """:meth:`from_sentences` on a UTF-8 file: one sentence per line, or one ``column`` of a TSV with a header.
+
+        Ids are 1-based line numbers for a text file and 1-based data-row numbers for a TSV. ``unique`` drops
+        repeated sentences (keeping the first); ``kwargs`` go to :meth:`from_sentences`.
+        """
+        from .io.text import iter_lines, read_tsv_column
+
+        if column is None:
+            rows = [(number, text) for number, text in iter_lines(path, errors=errors) if not is_blank(text)]
+        else:
+            rows = list(enumerate(read_tsv_column(path, column, errors=errors, refuse_blank=True), start=1))
+        if unique:
+            first: dict[str, int] = {}
+            for number, text in rows:
+                first.setdefault(text, number)
+            rows = [(number, text) for text, number in first.items()]
+        if not rows:
+            raise InputError(f"no sentences in {path}")
+        return cls.from_sentences(embedder, [t for _, t in rows], [n for n, _ in rows], **kwargs)
+
+    def add_sentences(
+        self,
+        embedder: Embedder,
+        sentences: Sequence[str],
+        ids: Sequence[ItemId] | None = None,
+        *,
+        batch_size: int | None = None,
+        show_progress_bar: bool | None = None,
+    ) -> None:
+        """Embed ``sentences`` with ``embedder`` (checked against the model of the index first) and append them
+        with their texts, streaming chunk by chunk (:meth:`Embedder.iter_encode`)."""
+        self.check_model(embedder.identity())
+        items = validate_sentences(sentences)
+        if ids is not None and len(ids) != len(items):
+            raise InputError(f"got {len(ids)} ids for {len(items)} sentences; give one id per sentence")
+        start = 0
+        for part in embedder.iter_encode(items, batch_size=batch_size, show_progress_bar=show_progress_bar):
+            stop = start + len(part)
+            self.add(part, None if ids is None else list(ids[start:stop]), items[start:stop])
+            start = stop
 
     def _vectors(self, x: object, what: str) -> np.ndarray:
         """``x`` as float32 [n, dim]: numeric, 2-D, of this index's dimension (else CompatibilityError), finite."""
@@ -573,6 +715,34 @@ class EmbeddingIndex:
         ]
         return hits[0] if single else hits
 
+    def query(
+        self,
+        embedder: Embedder,
+        queries: str | Sequence[str],
+        top_k: int = 10,
+        *,
+        show_progress_bar: bool | None = None,
+    ) -> list[list[SearchHit]]:
+        """The ``top_k`` rows closest to each query sentence, embedded by ``embedder`` (cosine in its calibrated
+        space).
+
+        Args:
+            embedder: the model the index was built with (checked first: :meth:`check_model`).
+            queries: a list of sentences (one string counts as a list of one).
+            top_k: hits per query.
+            show_progress_bar: for embedding the queries, as in :meth:`Embedder.encode`.
+
+        Returns:
+            one list of :class:`SearchHit` per query, best first.
+
+        Raises:
+            CompatibilityError: the index was built with another model (or from bare vectors).
+        """
+        self.check_model(embedder.identity())
+        items = [queries] if isinstance(queries, str) else list(queries)
+        vectors = np.atleast_2d(embedder.encode(items, show_progress_bar=show_progress_bar))
+        return self.search(vectors, top_k=top_k)  # type: ignore[return-value]  # a matrix: one list per query
+
     # -- model identity ----------------------------------------------------------------------------------
 
     def check_model(self, identity: dict[str, Any]) -> None:
@@ -587,7 +757,8 @@ class EmbeddingIndex:
         if not self.model:
             raise CompatibilityError(
                 "this index records no model (it was built from bare vectors), so queries from a model cannot be "
-                "checked against it; search it with index.search(vectors), or rebuild it with Embedder.build_index"
+                "checked against it; search it with index.search(vectors), or rebuild it with "
+                "EmbeddingIndex.from_sentences"
             )
         mine, theirs = self.model, identity
         differences = identity_differences(mine, theirs)
@@ -595,8 +766,7 @@ class EmbeddingIndex:
             raise CompatibilityError(
                 f"this index was built with {describe_model(mine)}, but the model used now is "
                 f"{describe_model(theirs)} (different {', '.join(differences)}): rebuild the index with this model "
-                "(Embedder.build_index, `bertflow search build`) or load the model it was built with"
-                + fingerprint_hint(mine.get("encoder", {}).get("fingerprint"))
+                "(EmbeddingIndex.from_sentences, `bertflow search build`) or load the model it was built with"
             )
 
     # -- persistence -------------------------------------------------------------------------------------
@@ -634,8 +804,7 @@ class EmbeddingIndex:
                 "backend": self.backend,
                 "approximate": self.approximate,
                 "ann_params": self.ann_params,
-                "model": self.model,
-                "model_source": self.model_source,
+                **_portable_model(self.model, self.model_source, Path(path)),
                 "ids": self.ids,
                 "texts": self.texts,
                 "recall": self.recall,
@@ -725,7 +894,9 @@ class EmbeddingIndex:
         except (KeyError, TypeError, ValueError) as e:
             raise ModelFileError(f"{folder} is inconsistent ({type(e).__name__}: {e}); was it edited?") from None
         index.model = config.get("model")
-        index.model_source = config.get("model_source")
+        local = config.get("model_local_path")
+        # A local model is recorded relative to the index folder: the two folders may move together.
+        index.model_source = str((folder / local).resolve()) if local else config.get("model_source")
         # The stored rows are already prepared (normalised for cosine); add them as they are.
         index._add_prepared(matrix.astype(np.float32), _check_ids(ids, len(ids), set()), texts)
         index.recall = config.get("recall")

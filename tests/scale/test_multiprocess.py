@@ -26,7 +26,7 @@ import torch.multiprocessing as mp
 
 from bertflow import FlowCalibrator, SentenceEncoder, WhiteningCalibrator
 from bertflow.errors import InputError
-from bertflow.scale.encode import encode_multi_device
+from bertflow.encoding.multiprocess import encode_multi_device
 from bertflow.scale.launch import launch_local
 from bertflow.scale.layout import read_manifest
 from bertflow.scale.reader import open_embeddings

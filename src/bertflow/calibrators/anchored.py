@@ -82,6 +82,8 @@ class AnchoredWhiteningCalibrator(Calibrator):
         n_features_in_: D. The output has ``n_features_out_ = D + k`` columns.
     """
 
+    rescales_variance = True
+
     specs = {
         "anchored": "anchored whitening: raw cosine mixed with Sigma^-1/4-whitened cosine, weight = anisotropy",
         "anchored-P": "anchored whitening with whitening strength alpha = P/100 (anchored-100: full whitening)",

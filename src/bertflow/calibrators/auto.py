@@ -42,7 +42,7 @@ import numpy as np
 
 from ..errors import InputError
 from .anchored import AnchoredWhiteningCalibrator, anisotropy
-from .registry import register
+from .registry import calibrator_names, get_calibrator_class, register
 
 __all__ = ["AutoCalibrator", "WEIGHTING", "no_harm_warning", "reliability"]
 
@@ -55,10 +55,6 @@ WEIGHTING = "sif"
 def reliability(n: int, d: int) -> float:
     """``min(1, n / d)``: how much of the calibrated cosine a fit on ``n`` sentences of ``d`` dimensions earns."""
     return float(min(1.0, n / max(d, 1)))
-
-
-#: Calibrators that rescale directions by their fitted variance (whitening-type): unreliable with few sentences.
-_WHITENING_TYPES = ("whitening", "flow", "anchored", "standard-norm", "chain")
 
 
 def no_harm_warning(calibrator: Any, n: int, d: int) -> str | None:
@@ -79,7 +75,10 @@ def no_harm_warning(calibrator: Any, n: int, d: int) -> str | None:
             "Fit on more sentences than dimensions for a fuller calibration"
         )
     name = getattr(calibrator, "name", "")
-    if n >= 2 * d or not any(name.startswith(t) for t in _WHITENING_TYPES):
+    if n >= 2 * d or name not in calibrator_names():
+        return None
+    # Whitening-type: the registered class itself declares it (Calibrator.rescales_variance), never inherited.
+    if not vars(get_calibrator_class(name)).get("rescales_variance", False):
         return None
     return (
         f"{name}: {n} fitting sentences for {d} dimensions: its calibrated space is likely worse than the raw "

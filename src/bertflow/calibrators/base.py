@@ -103,6 +103,10 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
     #: Whether ``transform`` is exactly ``x -> (x - mean) @ W`` (exported as sentence-transformers' ``Dense``). Read
     #: from the class itself, never inherited: a subclass may add a non-linear step.
     affine: ClassVar[bool] = False
+    #: Whether the map rescales directions by their fitted variance (whitening-type): such a calibrator fitted on
+    #: fewer than 2 D sentences is likely worse than the raw encoder, and the fit warns
+    #: (:func:`~bertflow.calibrators.auto.no_harm_warning`). Read from the class itself, never inherited.
+    rescales_variance: ClassVar[bool] = False
     #: dtype of the array ``_fit`` receives. float64 for the closed-form calibrators; the flow trains in float32
     #: and takes float32 so that fitting a million embeddings does not start with a 6 GB float64 copy.
     _fit_dtype: ClassVar[type] = np.float64

@@ -35,6 +35,8 @@ class ChainCalibrator(Calibrator):
         >>> ChainCalibrator([StandardNormCalibrator(), AllButTheTopCalibrator(6)])  # "SN + NATSV k=6"
     """
 
+    rescales_variance = True
+
     def __init__(self, steps: Sequence[Calibrator] = ()) -> None:
         self.steps = steps
 

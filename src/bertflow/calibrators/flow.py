@@ -78,6 +78,8 @@ class FlowCalibrator(Calibrator):
         Li et al., "On the Sentence Embeddings from Pre-trained Language Models", EMNLP 2020, arXiv:2011.05864.
     """
 
+    rescales_variance = True
+
     specs = {
         "flow": "BERT-flow, the official code's Glow (3 levels x 3 steps, additive, reverse)",
         "flow-paper": "BERT-flow, the paper's Glow (2 levels x 3 steps, additive, random permutation)",

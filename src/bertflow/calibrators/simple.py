@@ -74,11 +74,14 @@ class StandardNormCalibrator(Calibrator):
         scale_: [D] per-dimension std, floored (see :func:`floored_std`).
     """
 
+    rescales_variance = True
+
     _one_to_one = True  # output column i is input column i transformed
 
     specs = {"standard-norm": "per-dimension z-score (SN)"}
     aliases = {"sn": "standard-norm"}
     affine = True
+
     def __init__(self) -> None:
         pass
 

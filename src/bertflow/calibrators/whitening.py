@@ -144,6 +144,8 @@ class WhiteningCalibrator(Calibrator):
         arXiv:2103.15316.
     """
 
+    rescales_variance = True
+
     specs = {
         "whitening": "BERT-whitening keeping every direction",
         "whitening-K": "BERT-whitening keeping the top K directions (e.g. whitening-256)",

@@ -1,97 +1,16 @@
-"""The ``bertflow`` command. Each subcommand group lives in its own module and registers on :data:`app`."""
+"""The ``bertflow`` command. Each subcommand group lives in its own module and registers on :data:`app`
+(``cli/_app.py``); importing this package imports them all."""
 
 from __future__ import annotations
 
 import logging
 import os
 import sys
-from typing import Annotated
 
-import click
-import typer
-from typer.core import TyperGroup
+from . import core, distributed, evaluate, search  # noqa: F401 - importing the modules registers their commands
+from ._app import EXIT_BROKEN_PIPE, EXIT_RUNTIME, EXIT_USAGE, app, end_on_broken_pipe
 
 __all__ = ["EXIT_BROKEN_PIPE", "EXIT_RUNTIME", "EXIT_USAGE", "app", "main"]
-
-#: Exit statuses (README, "Command line"). 0: done.
-#: A usage error: the command asked for something wrong (an unknown option or value, a missing or malformed input
-#: file, a model folder that does not load, an output path that may not be written); fix the command and rerun.
-EXIT_USAGE = 2
-#: A runtime error: the command was fine but the run failed (disk full, an I/O or permission error from the
-#: system, a flow that diverged); the same command may succeed on another machine or another try.
-EXIT_RUNTIME = 1
-#: The reader of standard output went away (``bertflow ... | head``): the command ends quietly, with 128 + SIGPIPE
-#: as a Unix tool killed by that signal.
-EXIT_BROKEN_PIPE = 141
-
-
-def _end_on_broken_pipe() -> None:
-    """Point standard output at /dev/null, so the interpreter's last flush cannot fail again with a traceback."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-
-
-class _Group(TyperGroup):
-    """Turns bertflow's own errors into one clear line on stderr and exit status :data:`EXIT_USAGE` or
-    :data:`EXIT_RUNTIME`, never a traceback; a closed standard output ends quietly (:data:`EXIT_BROKEN_PIPE`)."""
-
-    def invoke(self, ctx: click.Context):  # noqa: ANN201
-        try:
-            return super().invoke(ctx)
-        except BrokenPipeError:
-            _end_on_broken_pipe()
-            ctx.exit(EXIT_BROKEN_PIPE)
-        except Exception as e:  # OSError included
-            # Imported here, on the error path only: bertflow.errors loads scikit-learn (NotFittedError's base),
-            # which `bertflow --help` should not pay for.
-            from ..errors import BertflowError, DivergenceError, describe_os_error
-
-            if isinstance(e, DivergenceError):
-                click.echo(f"bertflow: error: {e}", err=True)
-                ctx.exit(EXIT_RUNTIME)
-            elif isinstance(e, BertflowError):
-                click.echo(f"bertflow: error: {e}", err=True)
-            elif isinstance(e, OSError):
-                # Disk full, a folder turned read-only mid-run...: what the system said, about which file, one line.
-                click.echo(f"bertflow: error: {describe_os_error(e)}", err=True)
-                ctx.exit(EXIT_RUNTIME)
-            else:
-                raise
-            ctx.exit(EXIT_USAGE)
-
-
-app = typer.Typer(
-    cls=_Group,
-    name="bertflow",
-    help="Label-free calibration of transformer sentence embeddings (BERT-flow, whitening and friends).",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-
-
-def _print_version(value: bool) -> None:
-    if value:
-        from .._version import __version__
-
-        typer.echo(f"bertflow {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def _root(
-    version: Annotated[
-        bool,
-        typer.Option(
-            "--version", metavar="", callback=_print_version, is_eager=True, help="Print bertflow's version and exit."
-        ),
-    ] = False,
-) -> None:
-    pass
-
-
-# Importing the modules registers their commands on `app`.
-from . import core, distributed, evaluate, search  # noqa: E402,F401
 
 
 def main() -> None:
@@ -106,5 +25,5 @@ def main() -> None:
         try:
             sys.stdout.flush()
         except BrokenPipeError:
-            _end_on_broken_pipe()
+            end_on_broken_pipe()
             sys.exit(EXIT_BROKEN_PIPE)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import numpy as np
 import typer
 
-from . import app
+from ._app import app
 from .options import (
     STDIO,
     BatchOpt,

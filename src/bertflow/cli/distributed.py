@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
-from . import app
+from ._app import app
 from .options import (
     BatchOpt,
     DtypeOpt,
@@ -331,7 +331,6 @@ def _fit_worker_body(device: str | None, args: dict[str, Any]) -> None:
     from ..embedder import Embedder
     from ..encoding.encoder import SentenceEncoder
     from ..errors import CompatibilityError, InputError
-    from ..identity import FINGERPRINT_SCHEME
     from ..model_folder import fit_record
     from ..scale.fit import fit_flow_distributed, fit_whitening_distributed
     from ..scale.launch import current_topology
@@ -348,13 +347,6 @@ def _fit_worker_body(device: str | None, args: dict[str, Any]) -> None:
         raise InputError(f"{args['store']} holds calibrated embeddings; fit on raw ones (encode without --model-dir)")
     if not manifest.get("encoder"):
         raise InputError(f"{args['store']} does not record its encoder, so the fitted model could not be used")
-    recorded = manifest["encoder"].get("fingerprint")
-    if isinstance(recorded, str) and not recorded.startswith(FINGERPRINT_SCHEME):  # refused before the fit, not after
-        raise CompatibilityError(
-            f"{args['store']} was encoded by an earlier bertflow, whose encoder fingerprint ({recorded!r}) did not "
-            "cover the transformer weights, so the fitted model could not be checked against its encoder; re-encode "
-            "the store with this bertflow (distributed-encode --overwrite)"
-        )
     cal = parse_calibrator(
         args["calibrator"],
         seed=args["seed"],

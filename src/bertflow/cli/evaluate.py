@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from ..evaluation.datasets import DATA_DIR_ENV, DEFAULT_CACHE_DIR, STS_TASKS
-from . import app
+from ._app import app
 from .options import (
     BatchOpt,
     CalibratorOpt,

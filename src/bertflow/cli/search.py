@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from . import app
+from ._app import app
 from .options import (
     BatchOpt,
     DeviceOpt,
@@ -101,7 +101,8 @@ def build(
     quiet_libraries()
     started = time.perf_counter()
     embedder = load_embedder(model_dir, device, dtype)
-    index = embedder.build_index_from_file(
+    index = EmbeddingIndex.from_file(
+        embedder,
         corpus,
         column=None if column is None else column_key(column),
         unique=unique,
@@ -198,7 +199,7 @@ def query(
     if not source:
         raise InputError(f"{index} does not record the model it was built with; pass --model-dir")
     embedder = load_embedder(source, device, dtype)
-    results = embedder.search(items, top_k=top_k, index=idx, show_progress_bar=False if quiet else None)
+    results = idx.query(embedder, items, top_k=top_k, show_progress_bar=False if quiet else None)
     for text, hits in zip(items, results, strict=True):
         if json_output:
             rows = [{"id": h.id, "score": round(h.score, 6), "text": h.text, "row": h.row} for h in hits]

@@ -40,7 +40,6 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..identity import weights_fingerprint
 from ..typing import DeviceTransform
 from ..validation import sentence_list
 from .batching import EncodeStats, Prefetcher, PreparedChunk, cut_chunks, prepare_chunk
@@ -53,6 +52,7 @@ from .loading import (
     load_pretrained,
     resolve_model,
     tokenizer_fingerprint,
+    weights_fingerprint,
 )
 from .pooling import Pooling
 from .settings import DEFAULT_CHUNK, EncodeSettings, device_kind
@@ -290,10 +290,13 @@ class SentenceEncoder:
         Saved next to a fitted calibrator (and used as the key of the evaluation cache) so that loading it onto
         another encoder is refused. See :func:`weights_fingerprint`: every parameter is hashed, so two checkpoints
         that differ in any weight of any layer get different values, and the same checkpoint gets the same value
-        in float32 or bfloat16, on CPU or GPU. Computed once per encoder.
+        in float32 or bfloat16, on CPU or GPU. Computed once per encoder, and once per process for the same
+        checkpoint files (memoised by their stat or hub commit).
         """
         if self._fingerprint is None:
-            self._fingerprint = weights_fingerprint(self.model, self.tokenizer)
+            self._fingerprint = weights_fingerprint(
+                self.model, self.tokenizer, load_path=self._load_path, revision=self.revision
+            )
         return self._fingerprint
 
     def tokenizer_fingerprint(self) -> str:

@@ -19,16 +19,20 @@ from .pooling import Pooling
 
 __all__ = [
     "DEFAULT_MODEL",
+    "FINGERPRINT_SCHEME",
     "WEIGHT_PATTERNS",
     "cached_hub_file",
     "check_max_length",
     "check_model_source",
+    "checkpoint_key",
     "checkpoint_provenance",
     "load_pretrained",
+    "local_encoder_dir",
     "packaged_default_revision",
     "portable_model_name",
     "resolve_model",
     "tokenizer_fingerprint",
+    "weights_fingerprint",
 ]
 
 logger = logging.getLogger(__name__)
@@ -72,6 +76,15 @@ def portable_model_name(model_id: str) -> str:
     if path.is_absolute() or path.is_dir():
         return path.resolve().name or model_id
     return model_id
+
+
+def local_encoder_dir(encoder: Any) -> Path | None:
+    """The local folder ``encoder`` was loaded from, resolved, when it was named by a path (not a hub id, not the
+    packaged default model, which loads by its hub id anywhere); else ``None``."""
+    named = Path(encoder.model_id).expanduser()
+    if not (named.is_absolute() or named.is_dir()) or encoder.source_dir is None:
+        return None
+    return encoder.source_dir.resolve()
 
 
 def resolve_model(name_or_path: str | None) -> tuple[str, str]:
@@ -341,3 +354,89 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
     for text, full in zip(_PROBE_TEXTS, rust.encode_batch(list(_PROBE_TEXTS)), strict=True):
         h.update(f"{text}\0{full.ids}\0{full.type_ids}\n".encode())
     return TOKENIZER_FINGERPRINT_SCHEME + h.hexdigest()[:16]
+
+
+#: Prefix of every weight fingerprint (:func:`weights_fingerprint`).
+FINGERPRINT_SCHEME = "w2-"
+#: Config fields that change what a checkpoint computes, hashed with its weights.
+_FINGERPRINT_CONFIG_KEYS = (
+    "model_type",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "hidden_act",
+    "layer_norm_eps",
+    "max_position_embeddings",
+    "position_embedding_type",
+    "vocab_size",
+)
+
+
+def weights_fingerprint(
+    model: torch.nn.Module, tokenizer: Any, *, load_path: str | None = None, revision: str | None = None
+) -> str:
+    """``FINGERPRINT_SCHEME`` + 16 hex digits of a sha256 over the architecture, the vocabulary and every parameter.
+
+    Each parameter (by name, shape and value) is hashed after rounding to bfloat16, so the same checkpoint loaded
+    in float32, float16 or bfloat16, on any device, gives the same value, while any change of a weight larger
+    than bfloat16's resolution (relative 2^-9) changes it; retraining or fine-tuning moves many weights that far.
+    Cost: one pass over the weights (a bfloat16 copy of one tensor at a time, then sha256), once per encoder:
+    0.5 s for the 22.7M parameters of a 6-layer 384-wide BERT and 1.0 s for the 109.5M of BERT-base on a 2-core
+    Xeon shared with other jobs (``benchmarks/fingerprint_cost.py``; on a GPU the rounding runs there and only
+    bfloat16 bytes are copied).
+    Hashing the parameters rather than the checkpoint files gives the same value whether the model came from a
+    local folder, the hub cache, a bundled copy or an object built in memory.
+
+    Memoised once per process by what ``from_pretrained`` read (``load_path``, ``revision``): a local folder by the
+    (name, size, mtime_ns) of its files, a hub checkpoint by the commit its cached files belong to
+    (:func:`checkpoint_key`); so a second load of the same files costs nothing, while an edited or replaced file
+    is hashed again. A model without ``load_path`` (an object built in memory) is hashed every time.
+    """
+    key = checkpoint_key(load_path, revision)
+    if key is not None and key in _FINGERPRINTS:
+        return _FINGERPRINTS[key]
+    value = _hash_weights(model, tokenizer)
+    if key is not None:
+        _FINGERPRINTS[key] = value
+    return value
+
+
+#: :func:`weights_fingerprint`'s memo: :func:`checkpoint_key` -> fingerprint.
+_FINGERPRINTS: dict[tuple[str, ...], str] = {}
+
+
+def checkpoint_key(load_path: str | None, revision: str | None) -> tuple[str, ...] | None:
+    """What identifies the checkpoint files ``from_pretrained(load_path, revision=...)`` read, without reading
+    them: ``("files", folder, name:size:mtime_ns:inode ...)`` for a local folder, ``("hub", repo id, commit)`` for a hub
+    id found in the huggingface_hub cache (a commit's files never change); ``None`` when unknown."""
+    if load_path is None:
+        return None
+    folder = Path(load_path).expanduser()
+    if folder.is_dir():
+        stats = []
+        for path in sorted(folder.iterdir()):
+            if path.is_file():
+                st = path.stat()
+                stats.append(f"{path.name}:{st.st_size}:{st.st_mtime_ns}:{st.st_ino}")
+        return ("files", str(folder.resolve()), *stats)
+    cached = cached_hub_file(load_path, "config.json", revision)
+    return None if cached is None else ("hub", load_path, cached.parent.name)
+
+
+def _hash_weights(model: torch.nn.Module, tokenizer: Any) -> str:
+    """The sha256 behind :func:`weights_fingerprint` (one pass over every parameter)."""
+    import torch
+
+    h = hashlib.sha256()
+    cfg = model.config
+    for key in _FINGERPRINT_CONFIG_KEYS:
+        h.update(f"{key}={getattr(cfg, key, None)};".encode())
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+    h.update("\n".join(tok for tok, _ in vocab).encode("utf-8"))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            h.update(f"{name}:{tuple(param.shape)};".encode())
+            rounded = param.detach().to(torch.bfloat16).contiguous().to("cpu")
+            h.update(rounded.view(torch.int16).numpy())  # the buffer itself, no bytes copy
+    return FINGERPRINT_SCHEME + h.hexdigest()[:16]

@@ -5,16 +5,17 @@
 
     import mteb
     from bertflow import Embedder
+    from bertflow.integrations.mteb import MTEBEncoder
 
     model = Embedder.load("my-flow")
-    results = mteb.evaluate(model.to_mteb(), mteb.get_tasks(tasks=["STSBenchmark"]))
+    results = mteb.evaluate(MTEBEncoder(model), mteb.get_tasks(tasks=["STSBenchmark"]))
 
 :func:`sts_task` builds an MTEB STS task from pairs already on disk (``SentencePairs``, e.g. bertflow's STS
 data), with no hub download, so the MTEB numbers can be set beside bertflow's own (:mod:`bertflow.evaluation`)::
 
     from bertflow.evaluation.datasets import load_sts_task
     task = sts_task("STSB-local", load_sts_task("STSB", "path/to/sts").eval_subsets["test"])
-    mteb.evaluate(model.to_mteb(), [task], cache=None)
+    mteb.evaluate(MTEBEncoder(model), [task], cache=None)
 
 The Embedder is symmetric and has no prompts: MTEB's ``prompt_type`` (query/document) and task instructions are
 ignored, as they are for a ``SentenceTransformer`` without prompts. Similarity is cosine, as in bertflow.
@@ -48,7 +49,7 @@ __all__ = ["MTEBEncoder", "sts_task"]
 
 
 class MTEBEncoder:
-    """mteb 2.x's ``EncoderProtocol`` over a fitted :class:`~bertflow.Embedder` (``Embedder.to_mteb()``).
+    """mteb 2.x's ``EncoderProtocol`` over a fitted :class:`~bertflow.Embedder`: ``MTEBEncoder(embedder)``.
 
     ``encode`` gathers the texts of every batch MTEB hands it and embeds them with one ``Embedder.encode`` call
     (bertflow's own length-sorted batching; MTEB's ``batch_size`` caps sentences per forward pass).

@@ -81,25 +81,27 @@ except ImportError:  # pragma: no cover - sentence-transformers 5
     from sentence_transformers.model_card import SentenceTransformerModelCardData
 
 from ..calibrators import Calibrator, parse_calibrator
-from ..card import encoder_reference, on_hub
+from ..card import encoder_license, encoder_reference, on_hub
 from ..embedder import Embedder
 from ..encoding.encoder import SentenceEncoder
-from ..encoding.loading import portable_model_name, tokenizer_fingerprint
+from ..encoding.loading import portable_model_name, tokenizer_fingerprint, weights_fingerprint
 from ..encoding.pooling import Pooling as BertflowPooling
 from ..encoding.pooling.layers import LayerMeanPooling
 from ..errors import CompatibilityError, InputError, ModelFileError
-from ..identity import check_fitted_on, encoder_record, weights_fingerprint
-from ..io.formats import read_json, write_json
-from ..model_folder import corpus_digest, fit_record, pinned_encoder_config
+from ..io.formats import read_json, sha256_file, verify_checksums, write_json
+from ..model_folder import check_fitted_on, corpus_digest, encoder_record, fit_record, pinned_encoder_config
 from ..portability import calibrator_needs_bertflow
 from ..validation import output_limit, raise_calibrated, validate_sentences
 from .st_anchored import anchored_modules
 
 __all__ = [
+    "CHECKSUM_FILE",
     "Calibration",
+    "CalibratedSentenceTransformer",
     "affine_map",
     "as_dense",
     "check_module_list",
+    "verify_export_checksums",
     "encoder_config",
     "fit_calibrator",
     "from_embedder",
@@ -112,6 +114,55 @@ logger = logging.getLogger(__name__)
 FITTING_FILE = "fitting.json"
 #: The record of the encoder the module's calibrator was fitted on (identity.encoder_record), beside its config.
 FITTED_ON_FILE = "fitted_on.json"
+#: The sha256 of every file a bertflow export's ``save`` wrote (:class:`CalibratedSentenceTransformer`), at the top of
+#: its folder; :func:`load_calibrated` checks them.
+CHECKSUM_FILE = "bertflow_checksums.json"
+_CHECKSUM_FORMAT = "bertflow-st-checksums"
+
+
+def _file_stats(folder: Path) -> dict[Path, tuple[int, int, int]]:
+    """(size, mtime_ns, inode) of every file under ``folder`` (empty if it does not exist)."""
+    if not folder.is_dir():
+        return {}
+    return {
+        f: (st.st_size, st.st_mtime_ns, st.st_ino)
+        for f in folder.rglob("*")
+        if f.is_file() and f.name != CHECKSUM_FILE
+        for st in [f.stat()]
+    }
+
+
+class CalibratedSentenceTransformer(SentenceTransformer):
+    """The ``SentenceTransformer`` that :func:`from_embedder` and :func:`fit_calibrator` return: a plain one, whose
+    ``save`` (and so ``save_pretrained`` / ``push_to_hub``) also writes :data:`CHECKSUM_FILE`, the sha256 of every
+    file that save wrote, so that :func:`load_calibrated` refuses a folder whose weights were edited afterwards (a
+    ``Dense`` weight scaled by 1e30 would otherwise give 1e29-sized vectors without a word). The saved folder still
+    loads with plain ``SentenceTransformer(path)``, which ignores the file."""
+
+    def save(self, path: str, *args: Any, **kwargs: Any) -> None:
+        folder = Path(path)
+        before = _file_stats(folder)
+        super().save(path, *args, **kwargs)
+        written = {f: stat for f, stat in _file_stats(folder).items() if before.get(f) != stat}
+        files = {f.relative_to(folder).as_posix(): sha256_file(f) for f in sorted(written)}
+        write_json(folder / CHECKSUM_FILE, {"format": _CHECKSUM_FORMAT, "files": files})
+
+
+def verify_export_checksums(folder: str | Path) -> None:
+    """Check a saved export against its :data:`CHECKSUM_FILE`, where it has one (a folder saved by plain
+    sentence-transformers has none and is not checked).
+
+    Raises:
+        ModelFileError: one line naming the first file that is missing or does not match its checksum.
+    """
+    root = Path(folder)
+    config = root / CHECKSUM_FILE
+    if not config.exists():
+        return
+    record = read_json(config)
+    if record.get("format") != _CHECKSUM_FORMAT:
+        raise ModelFileError(f"{config} is not a bertflow checksum file; was it edited? Export the model again")
+    verify_checksums(root, record.get("files"), [], config=config)
 
 
 def affine_map(calibrator: Calibrator) -> tuple[np.ndarray, np.ndarray] | None:
@@ -320,7 +371,7 @@ class Calibration(Module):
         calibrator: a fitted bertflow calibrator (flow, whitening, ...), fitted on this model's pooled embeddings.
         fitting: optional record of how it was fitted (``n_sentences``, ``corpus_sha256``, ``regime``), saved in
             ``fitting.json``.
-        fitted_on: optional record of the encoder it was fitted on (:func:`~bertflow.identity.encoder_record`),
+        fitted_on: optional record of the encoder it was fitted on (:func:`~bertflow.model_folder.encoder_record`),
             saved in ``fitted_on.json`` and compared with the model the module is loaded into.
 
     Example:
@@ -532,7 +583,7 @@ def fit_calibrator(
     card.base_model_revision = getattr(model.model_card_data, "base_model_revision", None)
     common["model_card_data"] = card
     # Cosine in the calibrated space is bertflow's similarity, whatever the base model declared.
-    calibrated = SentenceTransformer(modules=new_modules, similarity_fn_name="cosine", **common)
+    calibrated = CalibratedSentenceTransformer(modules=new_modules, similarity_fn_name="cosine", **common)
     add_tags = getattr(calibrated.model_card_data, "add_tags", None)
     if callable(add_tags):
         add_tags(["bertflow", f"calibrator-{cal.name}"])
@@ -540,7 +591,7 @@ def fit_calibrator(
 
 
 def from_embedder(embedder: Embedder, *, normalize: bool = False, portable: bool = True) -> SentenceTransformer:
-    """A ``SentenceTransformer`` computing what ``embedder.encode`` computes (``Embedder.to_sentence_transformer``).
+    """A ``SentenceTransformer`` computing what ``embedder.encode`` computes.
 
     The pipeline is ``Transformer`` (the encoder's checkpoint, ``max_seq_length`` = its ``max_length``) -> the
     pooling as sentence-transformers' own modules (:func:`pooling_modules`) -> the calibrator (a ``Dense`` for an
@@ -610,7 +661,7 @@ def from_embedder(embedder: Embedder, *, normalize: bool = False, portable: bool
     if on_hub(enc):  # the Hub links base_model to the encoder's page; a local folder has none
         card.base_model = enc["model"]
         card.base_model_revision = enc.get("revision")
-    model = SentenceTransformer(
+    model = CalibratedSentenceTransformer(
         modules=modules, device=str(encoder.device), similarity_fn_name="cosine", model_card_data=card
     )
     add_tags = getattr(model.model_card_data, "add_tags", None)
@@ -623,7 +674,7 @@ def _embedder_facts(embedder: Embedder) -> list[tuple[str, str]]:
     """The card's rows for an exported Embedder: encoder (publishable name, revision), pooling, fit record,
     licences."""
     enc = pinned_encoder_config(embedder.encoder)
-    licence = embedder.encoder_license()
+    licence = encoder_license(embedder)
     return [
         ("encoder", encoder_reference(enc)),
         ("pooling", f"`{enc['pooling']}`"),
@@ -641,7 +692,7 @@ def _licence_and_source(embedder: Embedder) -> dict[str, Any]:
     """The card's ``license`` (the folder holds the encoder's weights, so its licence governs unless it is
     Apache-2.0 like the calibration: ``other`` then; ``None`` when undeclared) and, for a local encoder,
     ``local_files_only`` (sentence-transformers would otherwise look up its folder's name on the Hub)."""
-    licence = embedder.encoder_license()
+    licence = encoder_license(embedder)
     return {
         "license": None if licence is None else ("apache-2.0" if licence == "apache-2.0" else "other"),
         "local_files_only": not on_hub(pinned_encoder_config(embedder.encoder)),
@@ -796,8 +847,8 @@ def load_calibrated(
 
     Raises:
         ModelFileError: the folder holds code, an ``auto_map`` or a foreign module class; a module it lists is
-            missing, or a calibration module is there but not listed (see :func:`check_module_list`); the Hub
-            repo cannot be fetched.
+            missing, or a calibration module is there but not listed (see :func:`check_module_list`); a file the
+            export wrote is missing or altered (:func:`verify_export_checksums`); the Hub repo cannot be fetched.
     """
     folder = Path(model_name_or_path).expanduser()
     if not folder.is_dir():
@@ -806,5 +857,6 @@ def load_calibrated(
         folder = snapshot(model_name_or_path, revision, token=token)  # one-line errors: offline, not found ...
     check_no_code(folder)
     check_module_list(folder)
+    verify_export_checksums(folder)
     kwargs.pop("trust_remote_code", None)
     return SentenceTransformer(str(folder), trust_remote_code=True, token=token, **kwargs)

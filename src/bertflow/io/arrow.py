@@ -30,6 +30,7 @@ import numpy as np
 from ..errors import InputError, ModelFileError
 from ..validation import is_blank
 from .formats import sha256_file
+from .text import index_lines, read_lines
 
 __all__ = [
     "TABLE_SUFFIXES",
@@ -88,7 +89,7 @@ class InputIndex:
 
 
 class InputSource(Protocol):
-    """What a sharded run reads: a text file (:class:`bertflow.io.text.TextLines`) or a table (:class:`TableColumn`)."""
+    """What a sharded run reads: a text file (:class:`TextLines`) or a table (:class:`TableColumn`)."""
 
     path: Path
 
@@ -279,6 +280,28 @@ class TableColumn:
         return pa.concat_arrays(chunks) if chunks else pa.array([], type=kind.field(self.id_column).type)
 
 
+@dataclass(frozen=True)
+class TextLines:
+    """A text file as the input of a sharded run: one sentence per line, read by byte offset.
+
+    The text counterpart of :class:`TableColumn` (same ``index`` / ``read`` methods).
+    """
+
+    path: Path
+    errors: str = "strict"
+
+    def index(self, every: int) -> InputIndex:
+        """Count the lines and record every shard's byte offset and the file's sha256 (:func:`index_lines`)."""
+        found = index_lines(self.path, every)
+        return InputIndex(
+            found.lines, found.offsets, {"bytes": found.bytes, "sha256": found.sha256, "lines": found.lines}
+        )
+
+    def read(self, start: int, stop: int, offset: int = 0) -> list[str]:
+        """Lines ``start + 1 .. stop`` (rows ``[start, stop)``), the first beginning at byte ``offset``."""
+        return read_lines(self.path, offset, stop - start, first_line=start + 1, errors=self.errors)
+
+
 def open_input(
     path: str | Path,
     *,
@@ -297,8 +320,6 @@ def open_input(
         id_column: a table column copied into Parquet/Arrow output shards; refused for a text file.
         encoding_errors: for text files, as in :func:`bertflow.io.text.read_lines`.
     """
-    from .text import TextLines
-
     kind = input_format(path, input_format_name)
     if kind == "text":
         for option, value in (("--text-column", text_column), ("--id-column", id_column)):

@@ -20,15 +20,12 @@ import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import numpy as np
 
 from bertflow.errors import InputError
 from bertflow.validation import is_blank
-
-if TYPE_CHECKING:
-    from .arrow import InputIndex
 
 __all__ = [
     "EncodingErrors",
@@ -561,27 +558,3 @@ def read_lines(path: str | Path, offset: int, count: int, *, first_line: int = 1
             f"{first_line}: the file changed since it was indexed"
         )
     return out
-
-
-@dataclass(frozen=True)
-class TextLines:
-    """A text file as the input of a sharded run: one sentence per line, read by byte offset.
-
-    The text counterpart of :class:`bertflow.io.arrow.TableColumn` (same ``index`` / ``read`` methods).
-    """
-
-    path: Path
-    errors: str = "strict"
-
-    def index(self, every: int) -> InputIndex:
-        """Count the lines and record every shard's byte offset and the file's sha256 (:func:`index_lines`)."""
-        from .arrow import InputIndex
-
-        found = index_lines(self.path, every)
-        return InputIndex(
-            found.lines, found.offsets, {"bytes": found.bytes, "sha256": found.sha256, "lines": found.lines}
-        )
-
-    def read(self, start: int, stop: int, offset: int = 0) -> list[str]:
-        """Lines ``start + 1 .. stop`` (rows ``[start, stop)``), the first beginning at byte ``offset``."""
-        return read_lines(self.path, offset, stop - start, first_line=start + 1, errors=self.errors)

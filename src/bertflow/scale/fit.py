@@ -15,7 +15,8 @@ import torch
 import torch.distributed as dist
 
 from ..errors import InputError
-from .launch import broadcast_object, default_device, rank_and_world, share
+from ..resources import share
+from .launch import broadcast_object, default_device, rank_and_world
 
 if TYPE_CHECKING:
     from ..calibrators import FlowCalibrator, WhiteningCalibrator

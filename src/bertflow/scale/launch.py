@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from .. import errors
 from ..errors import BertflowError, InputError, describe_os_error
-from ..resources import set_torch_threads, usable_cpus
+from ..resources import share_cpu_threads
 
 if TYPE_CHECKING:
     pass
@@ -171,11 +171,6 @@ def all_gather_object(obj: Any) -> list[Any]:
     return out
 
 
-def share(n: int, rank: int, world: int) -> tuple[int, int]:
-    """Contiguous row range ``[lo, hi)`` of rank ``rank`` when ``n`` rows are split as evenly as possible."""
-    return n * rank // world, n * (rank + 1) // world
-
-
 def run_on_main(fn: Callable[[], Any]) -> Any:
     """Run ``fn`` on rank 0 and hand its result, or its bertflow error, to every rank.
 
@@ -260,14 +255,3 @@ def _local_entry(
         fn(devices[index], *args)
     finally:
         dist.destroy_process_group()
-
-
-def share_cpu_threads(devices: Sequence[str], index: int, threads: int | None = None) -> None:
-    """Set the torch threads of rank ``index`` of ``devices``: ``threads`` if given, else the usable cores split
-    evenly between the CPU ranks (several CPU ranks each running torch's default thread pool would oversubscribe
-    the cores many times over)."""
-    n_cpu = sum(1 for d in devices if str(d).startswith("cpu"))
-    if threads is not None:
-        set_torch_threads(threads)
-    elif str(devices[index]).startswith("cpu") and n_cpu > 1:
-        set_torch_threads(usable_cpus() // n_cpu)

@@ -1,0 +1,112 @@
+"""Encoding in memory with one spawned process per local device (``["cuda:0", "cuda:1"]``, or ``"cpu"`` repeated).
+
+:func:`encode_multi_device` is what ``Embedder.encode(..., device=[...])`` runs; for files, and for several
+machines, ``bertflow distributed-encode`` (:mod:`bertflow.scale.encode`) writes a sharded store instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import CompatibilityError, InputError
+from ..resources import share, share_cpu_threads
+from ..validation import validate_sentences
+from .encoder import SentenceEncoder
+
+__all__ = ["encode_multi_device"]
+
+
+def encode_multi_device(
+    sentences: Sequence[str],
+    encoder: SentenceEncoder | dict[str, Any],
+    devices: Sequence[str],
+    *,
+    dtype: str = "auto",
+    batch_size: int | None = None,
+    chunk_size: int = 16384,
+    threads_per_process: int | None = None,
+) -> np.ndarray:
+    """Encode in memory with one spawned process per local device (e.g. ``["cuda:0", "cuda:1"]``), no torchrun.
+
+    The sentences are cut into contiguous, chunk-aligned parts, one per device; each process loads the encoder
+    on its device and writes its rows into a shared-memory result. The result equals
+    ``np.concatenate(list(encoder.iter_encode(sentences, batch_size=..., chunk_size=...)))`` computed on one
+    device of the same kind, bit for bit. Each process loads the model once, so this pays off from a few tens
+    of thousands of sentences; for files and for several machines use
+    :func:`bertflow.scale.encode.encode_file_to_store`.
+
+    Args:
+        sentences: non-blank strings.
+        encoder: a :class:`~bertflow.encoding.encoder.SentenceEncoder` or its ``get_config()``; its model must load by
+            id or path (not a model object given directly).
+        devices: one entry per process; ``"cpu"`` may repeat (the cores are then split between them).
+        dtype: compute precision on every device (``"auto"``: bfloat16 on CUDA, float32 on CPU).
+        batch_size, chunk_size: as in ``SentenceEncoder.iter_encode``.
+        threads_per_process: torch CPU threads in each process; default: the usable cores split between the CPU
+            processes (CPU results are bit-identical to one process only at the same thread count).
+
+    Returns:
+        float32 [N, D] in input order.
+    """
+    import torch.multiprocessing as mp
+
+    items = validate_sentences(sentences)
+    config = encoder.get_config() if hasattr(encoder, "get_config") else dict(encoder)
+    # A token budget set on the encoder object is not part of its config, but shapes the batches: carry it over.
+    overrides = {"max_tokens": encoder.max_tokens} if getattr(encoder, "max_tokens", None) is not None else {}
+    # A weighted pooling's token statistics are not in the config either (only their digest): they travel too.
+    if getattr(encoder, "token_statistics", None) is not None:
+        overrides["token_statistics"] = encoder.token_statistics
+    if not devices:
+        raise InputError("encode_multi_device needs at least one device")
+    if chunk_size < 1 or (batch_size is not None and batch_size < 1):
+        raise InputError("batch_size and chunk_size must be positive")
+    n, dim = len(items), int(config["dim"])
+    if n == 0:
+        return np.empty((0, dim), dtype=np.float32)
+    # Whole chunks per device: each process then length-sorts exactly the chunks one process would.
+    n_chunks = -(-n // chunk_size)
+    bounds = [
+        (min(n, a * chunk_size), min(n, b * chunk_size))
+        for a, b in (share(n_chunks, i, len(devices)) for i in range(len(devices)))
+    ]
+    out = torch.empty((n, dim), dtype=torch.float32).share_memory_()
+    mp.spawn(
+        _encode_part,
+        args=(config, overrides, list(devices), dtype, batch_size, chunk_size, threads_per_process, bounds, items, out),
+        nprocs=len(devices),
+        join=True,
+    )
+    return out.numpy().copy()
+
+
+def _encode_part(
+    index: int,
+    config: dict[str, Any],
+    overrides: dict[str, Any],
+    devices: list[str],
+    dtype: str,
+    batch_size: int | None,
+    chunk_size: int,
+    threads: int | None,
+    bounds: list[tuple[int, int]],
+    sentences: list[str],
+    out: torch.Tensor,
+) -> None:
+    start, stop = bounds[index]
+    if start == stop:
+        return
+    share_cpu_threads(devices, index, threads)
+    encoder = SentenceEncoder.from_config(config, device=devices[index], dtype=dtype, **overrides)
+    if encoder.get_config().get("fingerprint") != config.get("fingerprint"):
+        raise CompatibilityError(f"{config['model']} on {devices[index]} has other weights than the encoder given")
+    row = start
+    for part in encoder.iter_encode(
+        sentences[start:stop], chunk_size=chunk_size, **({} if batch_size is None else {"batch_size": batch_size})
+    ):
+        out[row : row + len(part)] = torch.from_numpy(part)
+        row += len(part)
