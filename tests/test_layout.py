@@ -36,7 +36,11 @@ TESTED_ELSEWHERE: dict[str, tuple[str, ...]] = {
     "linalg.py": ("test_encode_kwargs.py", "evaluation/test_sts.py"),
     "model_folder.py": ("test_embedder.py", "test_identity.py", "test_output_safety.py"),
     # encode's normalize / precision / output types, through Embedder.encode.
-    "outputs.py": ("test_encode_kwargs.py",),
+    "encode_outputs.py": ("test_encode_kwargs.py",),
+    # The typer app and its global options (--version, --help, exit statuses).
+    "cli/_app.py": ("test_cli.py", "test_cli_conventions.py", "test_imports.py"),
+    # encode_multi_device: two CPU workers equal one process; the weighted pooling's statistics reach the workers.
+    "encoding/multiprocess.py": ("scale/test_multiprocess.py", "test_weighted_model.py"),
     "portability.py": ("integrations/test_portable_exports.py",),
     # is_blank / validate_sentences, with the readers that apply them.
     "validation.py": ("io/test_text.py",),

@@ -409,7 +409,9 @@ def load_model_folder(
             a path that is neither a local folder nor a hub repo that can be fetched (e.g. offline and not cached).
     """
     folder = Path(path).expanduser()
-    if not (folder.is_dir() or moved_aside(folder)):
+    # is_dir() twice: a save moves the old folder aside, renames the new one in, then deletes the old one, so a
+    # folder missing at the first look and without an aside at the second is in place again at the third.
+    if not (folder.is_dir() or moved_aside(folder) or folder.is_dir()):
         folder = download_model(str(path), revision)
         config, calibrator = read_model_folder(folder)
         return assemble(folder, config, calibrator, str(path))
