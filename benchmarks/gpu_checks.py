@@ -18,7 +18,9 @@ Subcommands (each prints one JSON object and writes it to ``--json``):
     ``bertflow distributed-encode`` under ``torchrun --nproc_per_node=1`` vs ``Embedder.encode`` on the same lines,
     same card, same calibrator (whitening): rows/s of each (the store job's own timed phase: barrier after the
     model load to barrier after the last shard, reading, tokenising, encoding, calibrating and writing
-    included), and whether the store equals ``Embedder.encode``'s vectors.
+    included), and whether the store equals ``Embedder.encode``'s vectors. ``Embedder.encode`` is timed with its
+    default chunking (the ratio) and with the store's chunk size; ``--baseline-src OTHER/src`` runs each round's job
+    on that checkout too, interleaved (its rate, its ratio, and whether its store equals this one's).
 ``unpadded``
     The unpadded forward (``EncodeSettings(unpadded=True)``: encoding/packed.py) with each of ``--attentions``
     against the padded one (``unpadded=False``) in one process, per architecture: first pass of each (its own
@@ -192,12 +194,26 @@ def scaleout(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
     emb.encoder.settings = dataclasses.replace(emb.encoder.settings, chunk_size=args.chunk_size)
     same_chunks = emb.encode(lines, show_progress_bar=False)
+    same_times = []
+    for _ in range(args.rounds):
+        sync()
+        t = time.perf_counter()
+        emb.encode(lines, show_progress_bar=False)
+        sync()
+        same_times.append(time.perf_counter() - t)
     jobs = []
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if args.omp_threads:  # torchrun sets OMP_NUM_THREADS=1 in every rank unless it is set already
         env["OMP_NUM_THREADS"] = str(args.omp_threads)
-    for r in range(args.rounds):
-        out = work / f"store{r}"
+    # --baseline-src: every round also runs the job on another checkout's src (interleaved, same input and model)
+    variants = [("new", env)]
+    if args.baseline_src:
+        here = [str(Path(p).resolve()) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        own = [p for p in here if (Path(p) / "bertflow").is_dir()]
+        rest = [p for p in here if p not in own]
+        variants.append(("baseline", {**env, "PYTHONPATH": os.pathsep.join([str(args.baseline_src.resolve()), *rest])}))
+    for r, (name, job_env) in ((r, v) for r in range(args.rounds) for v in variants):
+        out = work / (f"store{r}" if name == "new" else f"baseline{r}")
         cmd = [
             sys.executable,
             "-m",
@@ -221,15 +237,29 @@ def scaleout(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             *(["--device", "cpu"] if args.device == "cpu" else []),
         ]
         t = time.perf_counter()
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        proc = subprocess.run(cmd, env=job_env, capture_output=True, text=True)
         wall = time.perf_counter() - t
         if proc.returncode != 0:
-            return {"error": proc.stderr[-3000:], "cmd": " ".join(cmd)}
+            return {"error": proc.stderr[-3000:], "cmd": " ".join(cmd), "code": name}
         summary = json.loads([line for line in proc.stdout.splitlines() if line.startswith("{")][-1])
-        jobs.append({"wall_s": round(wall, 2), "summary": summary})
+        jobs.append({"code": name, "wall_s": round(wall, 2), "summary": summary})
     store = np.asarray(open_embeddings(work / "store0"))
-    rates = [j["summary"].get("rows_per_second") for j in jobs if j["summary"].get("rows_per_second")]
-    store_rate = statistics.median(rates) if rates else None
+
+    def median_rate(code: str) -> float | None:
+        rates = [j["summary"]["rows_per_second"] for j in jobs if j["code"] == code and j["summary"]["rows_per_second"]]
+        return statistics.median(rates) if rates else None
+
+    store_rate = median_rate("new")
+    same_rate = args.rows / statistics.median(same_times)
+    baseline: dict[str, Any] = {}
+    if args.baseline_src:
+        base_rate = median_rate("baseline")
+        baseline = {
+            "baseline_src": str(args.baseline_src),
+            "baseline_distributed_encode_rows_per_s": round(base_rate) if base_rate else None,
+            "baseline_ratio_distributed_over_embedder": round(base_rate / embedder_rate, 4) if base_rate else None,
+            "store_equals_baseline_store": bool(np.array_equal(store, np.asarray(open_embeddings(work / "baseline0")))),
+        }
     return {
         "card": card(),
         "arch": args.scale_arch,
@@ -238,6 +268,9 @@ def scaleout(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "embedder_encode_seconds": [round(t, 3) for t in times],
         "distributed_encode_rows_per_s": round(store_rate) if store_rate else None,
         "ratio_distributed_over_embedder": round(store_rate / embedder_rate, 4) if store_rate else None,
+        "embedder_encode_same_chunks_rows_per_s": round(same_rate),
+        "ratio_distributed_over_embedder_same_chunks": round(store_rate / same_rate, 4) if store_rate else None,
+        **baseline,
         "jobs": jobs,
         "chunk_size": args.chunk_size,
         "omp_threads": args.omp_threads or "unset (torchrun: 1)",
@@ -424,6 +457,12 @@ def main() -> None:
     parser.add_argument("--chunk-size", type=int, default=16384, help="scaleout: distributed-encode --chunk-size")
     parser.add_argument("--omp-threads", type=int, default=0, help="scaleout: OMP_NUM_THREADS for torchrun (0: unset)")
     parser.add_argument("--shard-size", type=int, default=131072, help="scaleout: distributed-encode --shard-size")
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        default=None,
+        help="scaleout: also run every round's job on this src folder (another checkout), interleaved",
+    )
     parser.add_argument("--device", default="cuda", help="cuda; cpu only to smoke-test the script")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()

@@ -383,3 +383,55 @@ def test_read_lines_names_the_line_of_a_blank_or_undecodable_line(tmp_path):
     assert read_lines(path, 0, 2, errors="replace")[1] == "bad \ufffd byte"
     with pytest.raises(InputError, match="changed since it was indexed"):
         read_lines(path, 0, 5, errors="replace")
+
+
+def test_read_lines_decodes_a_plain_block_at_once(tmp_path, monkeypatch):
+    # A shard of ordinary UTF-8 lines (CRLF ends and a BOM included) is decoded as one block, not line by line in
+    # Python (which fed the encoder at about 6 us a line): the per-line decoder is not called for it.
+    import bertflow.io.text as text_module
+
+    path = tmp_path / "in.txt"
+    content = b"\xef\xbb\xbfcaf\xc3\xa9 one\r\n  two \xe2\x80\xa8\nthree\r\nfour"  # U+2028 splits no line
+    path.write_bytes(content)
+    monkeypatch.setattr(text_module, "decode_line", lambda *a, **k: pytest.fail("decoded line by line"))
+    assert read_lines(path, 0, 4) == ["caf\u00e9 one", "  two \u2028", "three", "four"]
+    assert read_lines(path, content.index(b"\n") + 1, 2, first_line=2) == ["  two \u2028", "three"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"a\nb\n",
+        b"a\r\nb",
+        b"\xef\xbb\xbf\na\n",  # a BOM alone on line 1: blank
+        b"a\n \t\nb\n",
+        b"a\n\xe2\x80\x8b\nb\n",  # a zero-width space alone: blank
+        b"a\n\xe2\x80\x8bx\nb\n",
+        b"a\rb\nc\n",  # a lone CR
+        b"a\nb\r",
+        b"a\nx\x00y\x00z\x00w\x00\n",  # UTF-16
+        b"a\nbad \xff\nc\n",
+        b"a\n\r\nb\n",
+        b"a\n",
+    ],
+)
+def test_read_lines_equals_the_line_by_line_reader(tmp_path, content):
+    # The block reader gives the same lines, or the same error naming the same line, as decoding each line.
+    from bertflow.io.text import _read_lines_one_by_one
+
+    path = tmp_path / "in.txt"
+    path.write_bytes(content)
+    starts = [0] + [i + 1 for i, byte in enumerate(content) if byte == 10]
+    for k, offset in enumerate(starts):
+        for count in range(4):
+            for errors in ("strict", "replace"):
+                outcomes = []
+                for read in (read_lines, _read_lines_one_by_one):
+                    try:
+                        if read is read_lines:
+                            outcomes.append(read(path, offset, count, first_line=k + 1, errors=errors))
+                        else:
+                            outcomes.append(read(path, offset, count, k + 1, errors))
+                    except InputError as e:
+                        outcomes.append(str(e))
+                assert outcomes[0] == outcomes[1], (offset, count, errors)
