@@ -19,9 +19,9 @@ from bertflow import Embedder
 from bertflow.cli import EXIT_BROKEN_PIPE, EXIT_RUNTIME, EXIT_USAGE, app
 from bertflow.errors import DivergenceError
 
-from .conftest import SENTENCES
+from ..conftest import SENTENCES
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 CORPUS = [f"{a} {b}" for a in SENTENCES for b in SENTENCES]
 runner = CliRunner()
 
