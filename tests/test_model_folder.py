@@ -1,24 +1,25 @@
-"""The encoder record (model_folder.encoder_record), the weights fingerprint (encoding.loading, memoised), one
-fingerprint of a calibrator, one compatibility check; and
-io.formats.check_format, the one format-version check of every loader."""
+"""The encoder record (model_folder.encoder_record) and the one compatibility check (check_fitted_on); the
+calibrator fingerprint's tests are in calibrators/test_base.py, check_format's in io/test_formats.py."""
 
 from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from bertflow import Embedder, SentenceEncoder, WhiteningCalibrator
-from bertflow.calibrators import Calibrator
-from bertflow.calibrators.base import calibrator_fingerprint
+from bertflow import (
+    CompatibilityError,
+    Embedder,
+    SentenceEncoder,
+    WhiteningCalibrator,
+)
 from bertflow.cli import app
-from bertflow.errors import CompatibilityError, ModelFileError
-from bertflow.io.formats import check_format
-from bertflow.model_folder import ENCODER_KEYS, FIT_RECORD_KEYS, check_fitted_on, corpus_digest
+from bertflow.model_folder import CONFIG_FILE, ENCODER_KEYS, FIT_RECORD_KEYS, check_fitted_on, corpus_digest
 
 from .conftest import SENTENCES
-from .test_imports import HEAVY, loaded_after
+from .test_embedder import fitted  # noqa: F401 - the fixture
 
 CORPUS = [f"{s} ({i})" for i, s in enumerate(SENTENCES * 8)]
 
@@ -74,21 +75,6 @@ def test_the_three_fitting_routes_record_the_same_keys(tiny_model_dir, tmp_path)
     assert fitted_on["fit_calibrator"]["framework"] == "sentence-transformers"
 
 
-def test_calibrator_fingerprint_ignores_runtime_and_versions_not_fitted_numbers(
-    anisotropic_data, tmp_path, monkeypatch
-):
-    import bertflow.calibrators.base
-
-    cal = WhiteningCalibrator(4).fit(anisotropic_data)
-    before = calibrator_fingerprint(cal)
-    cal.save(tmp_path / "cal")
-    assert calibrator_fingerprint(Calibrator.load(tmp_path / "cal")) == before
-    monkeypatch.setattr(bertflow.calibrators.base, "__version__", "99.0.0")  # to_config records the version
-    assert calibrator_fingerprint(cal) == before
-    cal.mean_ = cal.mean_ + 1e-9  # one fitted number
-    assert calibrator_fingerprint(cal) != before
-
-
 def test_check_fitted_on_refuses_another_encoder_but_not_an_unknown_value(anisotropic_data):
     cal = WhiteningCalibrator().fit(anisotropic_data)
     dim = anisotropic_data.shape[1]
@@ -106,50 +92,34 @@ def test_check_fitted_on_refuses_another_encoder_but_not_an_unknown_value(anisot
         check_fitted_on(cal, ours, recorded, advice=lambda key, recorded: f"refit ({key} was {recorded})")
 
 
-def test_check_format_names_the_file_and_the_way_out(tmp_path):
-    path = tmp_path / "config.json"
-    assert check_format({"format_version": 1}, path, kind="model") == 1
-    with pytest.raises(ModelFileError, match=r"config.json is a model written by bertflow 9.9 in format 2; .* upgrade"):
-        check_format({"format_version": 2, "bertflow_version": "9.9"}, path, kind="model")
-    assert check_format({"format_version": 2}, path, kind="embedding store", current=2) == 2
-    for edited in ({}, {"format_version": "1"}, {"format_version": True}, {"format_version": 1.0}):
-        with pytest.raises(ModelFileError, match="config.json has no valid format_version .* was it edited"):
-            check_format(edited, path, kind="model")
+def test_source_is_recorded(fitted, tmp_path):  # noqa: F811
+    path = fitted.save(tmp_path / "model")
+    assert fitted.source == str(path.resolve())
+    assert Embedder.load(path, device="cpu").source == str(path.resolve())
 
 
-def test_a_calibrator_of_a_newer_format_is_refused_as_a_model_file_error(anisotropic_data, tmp_path):
-    WhiteningCalibrator().fit(anisotropic_data).save(tmp_path / "cal")
-    config_path = tmp_path / "cal" / "config.json"
-    config = json.loads(config_path.read_text())
-    config_path.write_text(json.dumps({**config, "format_version": 99}))
-    with pytest.raises(ModelFileError, match=r"cal/config.json is a calibrator written by .* upgrade bertflow"):
-        Calibrator.load(tmp_path / "cal")
-
-
-def test_the_format_modules_are_light():
-    """Stores, indexes and the CLI's early checks import these without loading torch or scikit-learn."""
-    code = "import bertflow.typing, bertflow.hub, bertflow.io.formats"
-    assert loaded_after(code) == dict.fromkeys(HEAVY, False)
-
-
-def test_the_weights_fingerprint_is_hashed_once_per_process_per_checkpoint(tiny_model_dir, tmp_path, monkeypatch):
-    """Loading the same checkpoint files again reuses the fingerprint (memo keyed by the files' stat); a changed
-    file is hashed again; an encoder built from a model object is always hashed."""
-    import os
+def test_hub_encoder_is_pinned_to_its_commit(tiny_model_dir, other_tiny_model_dir, tmp_path, monkeypatch):
+    """An encoder from the hub cache is saved with the commit it was loaded from, and loading uses that commit
+    even after the repo's main branch moves to other weights (offline, a hand-made huggingface_hub cache)."""
     import shutil
 
-    from bertflow.encoding import loading
+    from huggingface_hub import constants
 
-    calls = []
-    real = loading._hash_weights
-    monkeypatch.setattr(loading, "_hash_weights", lambda *a: calls.append(1) or real(*a))
-    folder = shutil.copytree(tiny_model_dir, tmp_path / "enc")
-    first = SentenceEncoder(str(folder), device="cpu").fingerprint()
-    second = SentenceEncoder(str(folder), device="cpu").fingerprint()
-    assert first == second and len(calls) == 1
-    config = folder / "config.json"
-    os.utime(config, ns=(config.stat().st_atime_ns, config.stat().st_mtime_ns + 10**9))  # touched: hashed again
-    assert SentenceEncoder(str(folder), device="cpu").fingerprint() == first and len(calls) == 2
-    built = SentenceEncoder(str(folder), device="cpu")
-    in_memory = SentenceEncoder(model=built.model, tokenizer=built.tokenizer, device="cpu")
-    assert in_memory.fingerprint() == first and len(calls) == 3
+    repo = tmp_path / "cache" / "models--bertflow-test--tiny"
+    first, second = "a" * 40, "b" * 40
+    shutil.copytree(tiny_model_dir, repo / "snapshots" / first)
+    shutil.copytree(other_tiny_model_dir, repo / "snapshots" / second)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(first)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    model = Embedder(SentenceEncoder("bertflow-test/tiny", device="cpu"), WhiteningCalibrator()).fit(CORPUS)
+    assert model.encoder.provenance() == {"commit": first}
+    path = model.save(tmp_path / "model")
+    saved = json.loads((path / CONFIG_FILE).read_text())["encoder"]
+    assert saved["revision"] == first and saved["commit"] == first and "weights_sha256" not in saved
+    (repo / "refs" / "main").write_text(second)  # main moves on to other weights
+    assert SentenceEncoder("bertflow-test/tiny", device="cpu").fingerprint() != model.encoder.fingerprint()
+    loaded = Embedder.load(path, device="cpu")  # a moved encoder would be refused (fingerprint); pinned, it loads
+    assert loaded.encoder.revision == first
+    np.testing.assert_array_equal(loaded.encode(SENTENCES), model.encode(SENTENCES))

@@ -3,6 +3,8 @@ calibrator does beyond it is in test_<its module>.py."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -17,6 +19,8 @@ from bertflow import (
     WhiteningCalibrator,
 )
 from bertflow.calibrators import Calibrator
+from bertflow.calibrators.base import calibrator_fingerprint
+from bertflow.errors import ModelFileError
 
 from .examples import registry_instances
 
@@ -144,3 +148,27 @@ def test_rejects_bad_input(calibrator, anisotropic_data):
 def test_repr_shows_non_defaults():
     assert repr(WhiteningCalibrator(256)) == "WhiteningCalibrator(n_components=256)"
     assert repr(FlowCalibrator()) == "FlowCalibrator()"
+
+
+def test_calibrator_fingerprint_ignores_runtime_and_versions_not_fitted_numbers(
+    anisotropic_data, tmp_path, monkeypatch
+):
+    import bertflow.calibrators.base
+
+    cal = WhiteningCalibrator(4).fit(anisotropic_data)
+    before = calibrator_fingerprint(cal)
+    cal.save(tmp_path / "cal")
+    assert calibrator_fingerprint(Calibrator.load(tmp_path / "cal")) == before
+    monkeypatch.setattr(bertflow.calibrators.base, "__version__", "99.0.0")  # to_config records the version
+    assert calibrator_fingerprint(cal) == before
+    cal.mean_ = cal.mean_ + 1e-9  # one fitted number
+    assert calibrator_fingerprint(cal) != before
+
+
+def test_a_calibrator_of_a_newer_format_is_refused_as_a_model_file_error(anisotropic_data, tmp_path):
+    WhiteningCalibrator().fit(anisotropic_data).save(tmp_path / "cal")
+    config_path = tmp_path / "cal" / "config.json"
+    config = json.loads(config_path.read_text())
+    config_path.write_text(json.dumps({**config, "format_version": 99}))
+    with pytest.raises(ModelFileError, match=r"cal/config.json is a calibrator written by .* upgrade bertflow"):
+        Calibrator.load(tmp_path / "cal")
