@@ -21,6 +21,7 @@ from bertflow import (
     SentenceEncoder,
     WhiteningCalibrator,
 )
+from bertflow.calibrators import AnchoredWhiteningCalibrator, parse_calibrator
 from bertflow.model_folder import CONFIG_FILE
 
 from .conftest import SENTENCES
@@ -312,3 +313,57 @@ def test_token_options_are_checked_before_work(tiny_model_dir, pooling, kwargs, 
     enc = SentenceEncoder(str(tiny_model_dir), pooling=pooling, device="cpu")
     with pytest.raises(InputError, match=match):
         Embedder(enc, WhiteningCalibrator()).fit(SENTENCES, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("calibrator", "width"),
+    [(WhiteningCalibrator(5), 5), (AnchoredWhiteningCalibrator(), None), (IdentityCalibrator(), None)],
+)
+def test_encoding_no_sentences_has_the_calibrated_width(tiny_encoder, calibrator, width):
+    model = Embedder(tiny_encoder, calibrator).fit(CORPUS)
+    expected = model.calibrator_dim()
+    assert width is None or expected == width
+    assert model.encode([]).shape == (0, expected) == (0, model.encode(SENTENCES[:2]).shape[1])
+
+
+def test_a_corrupted_calibrator_weight_is_caught_not_scored(tiny_encoder):
+    """One bad weight makes every vector point along one axis (every similarity 1.000000): refused instead,
+    on the encoder's device path (Embedder.encode / iter_encode) and in Calibrator.transform."""
+    model = Embedder(tiny_encoder, WhiteningCalibrator()).fit(CORPUS)
+    cal = model.calibrator
+    healthy, pooled = model.encode(SENTENCES), tiny_encoder.encode(SENTENCES)
+    assert np.abs(healthy).max() < 1e3
+    original = cal.components_[3, 1]
+    # 1e35; what flipping the 6th exponent bit of a float does (x 2^32); NaN.
+    for corrupted in (1e35, original * 2.0**32, np.nan):
+        cal.components_[3, 1] = corrupted
+        with pytest.raises(InputError, match=r"transform \(calibrator\) turned finite embeddings from .* column 1"):
+            model.encode(SENTENCES)
+        with pytest.raises(InputError, match="turned finite embeddings"):
+            list(model.iter_encode(SENTENCES))
+        with pytest.raises(InputError, match="WhiteningCalibrator turned finite embeddings into .* column 1"):
+            cal.transform(pooled)
+    cal.components_[3, 1] = original
+    np.testing.assert_array_equal(model.encode(SENTENCES), healthy)
+
+
+@pytest.mark.parametrize(
+    "spec", ["whitening", "whitening-4", "standard-norm", "natsv-1", "anchored", "anchored-100", "sn+whitening"]
+)
+def test_fitting_on_identical_sentences_is_refused(tiny_encoder, spec):
+    """The same sentence 50 times has no variance: whitening used to save a 0-dimensional model (every similarity
+    0), standard-norm scored unrelated pairs 0.32. Now a clear error before anything is saved."""
+    with pytest.raises(InputError, match="50 fitting embeddings are all equal"):
+        Embedder(tiny_encoder, parse_calibrator(spec)).fit(["A man is playing a guitar."] * 50)
+
+
+def test_same_seed_same_files_and_embeddings(tiny_encoder, tmp_path):
+    corpus = [f"{a} {b}" for a in SENTENCES for b in SENTENCES]
+    paths = []
+    for name in ("a", "b"):
+        paths.append(Embedder(tiny_encoder, FlowCalibrator(max_steps=25, seed=7)).fit(corpus).save(tmp_path / name))
+    weights = [(p / "calibrator" / "model.safetensors").read_bytes() for p in paths]
+    assert weights[0] == weights[1]
+    a, b = (Embedder.load(p).encode(SENTENCES) for p in paths)
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(tiny_encoder.encode(SENTENCES), tiny_encoder.encode(SENTENCES))

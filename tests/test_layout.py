@@ -33,15 +33,23 @@ TESTED_ELSEWHERE: dict[str, tuple[str, ...]] = {
     # The typer app and its global options (--version, --help, exit statuses).
     "cli/_app.py": ("test_cli.py", "cli/test_conventions.py", "test_imports.py"),
     "portability.py": ("integrations/test_portable_exports.py",),
-    # is_blank / validate_sentences, with the readers that apply them.
-    "validation.py": ("io/test_text.py",),
     # The commands: end-to-end tests are still in the top-level CLI files (/tmp/h/tests_plan.md moves them to
     # tests/cli/test_<command>.py).
-    "cli/core.py": ("test_cli.py", "cli/test_conventions.py", "test_output_safety.py", "cli/test_encode.py"),
-    "cli/distributed.py": ("scale/test_encode.py", "scale/test_multiprocess.py", "test_output_safety.py"),
+    "cli/core.py": (
+        "test_cli.py",
+        "cli/test_conventions.py",
+        "cli/test_fit.py",
+        "test_output_safety.py",
+        "cli/test_encode.py",
+    ),
+    "cli/distributed.py": (
+        "scale/test_encode.py",
+        "scale/test_multiprocess.py",
+        "test_output_safety.py",
+        "cli/test_distributed_encode.py",
+    ),
     "cli/evaluate.py": ("cli/test_data_dir.py", "paper/test_reproduce.py", "paper/test_per_set.py"),
     "cli/options.py": ("cli/test_help.py", "test_cli.py"),
-    "cli/search.py": ("test_search.py", "test_cli.py"),
     # The fused layer kernels (QKV GEMM, add + LayerNorm, GELU epilogue), against the padded HF forward.
     "encoding/fused.py": ("encoding/test_packed.py",),
     # The forward pass (layer capture, 4-D mask, hooks), through SentenceEncoder and the packed forward.

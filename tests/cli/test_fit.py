@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
-from bertflow import Embedder
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from bertflow import (
+    Embedder,
+)
+from bertflow.cli import app
 
 from ..conftest import SENTENCES
 from ..test_embedder import OTHER
+from .conftest import CORPUS
+from .test_conventions import cli
+
+runner = CliRunner()
 
 
 def test_cli_fit_with_weighting_and_token_stats(tiny_model_dir, tmp_path):
@@ -42,3 +55,36 @@ def test_cli_fit_with_weighting_and_token_stats(tiny_model_dir, tmp_path):
     bad = runner.invoke(app, [*common, "-o", str(tmp_path / "x"), "--pooling", "sif:mean", "--weighting", "idf"])
     assert bad.exit_code == 2 and "give the weighting once" in bad.output
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.slow
+def test_fit_reads_standard_input(tiny_model_dir, corpus, tmp_path):
+    proc = cli("fit", "-", "-o", tmp_path / "m", "--model", tiny_model_dir, "--calibrator", "standard-norm", "-q",
+               stdin=corpus.read_bytes())  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.decode().splitlines()[-1])["sentences"] == len(CORPUS)
+    from_file = runner.invoke(
+        app, ["fit", str(corpus), "-o", str(tmp_path / "f"), "--model", str(tiny_model_dir), "--calibrator",
+              "standard-norm", "-q"]
+    )  # fmt: skip
+    assert from_file.exit_code == 0
+    # The same fit (two processes, whose thread counts may differ: float32 sums in another order, 1e-7 apart).
+    np.testing.assert_allclose(Embedder.load(tmp_path / "m").encode(CORPUS[:5]),
+                               Embedder.load(tmp_path / "f").encode(CORPUS[:5]), atol=1e-5)  # fmt: skip
+    assert Embedder.load(tmp_path / "m").fit_info["regime"] == "corpus <stdin>"
+
+
+def test_blank_lines_and_duplicates_in_a_corpus(tiny_model_dir, tmp_path):
+    corpus = tmp_path / "c.txt"
+    lines = SENTENCES * 8 + ["", "   "]  # 64 lines with duplicates, then blank lines
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    common = ["--model", str(tiny_model_dir), "--calibrator", "standard-norm", "-q"]
+    r = runner.invoke(app, ["fit", str(corpus), "-o", str(tmp_path / "a"), *common])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout.splitlines()[-1])["sentences"] == 64  # blanks skipped, duplicates kept
+    r = runner.invoke(app, ["fit", str(corpus), "-o", str(tmp_path / "b"), "--unique", *common])
+    assert json.loads(r.stdout.splitlines()[-1])["sentences"] == len(SENTENCES)
+    # encode keeps one row per line, so a blank line is an error naming it, and no partial .npy is left.
+    r = runner.invoke(app, ["encode", str(corpus), "-o", str(tmp_path / "x.npy"), "--model", str(tiny_model_dir)])
+    assert r.exit_code == 2 and "line 65 is blank" in r.stderr
+    assert not list(tmp_path.glob("x.npy*"))

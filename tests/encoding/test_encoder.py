@@ -8,10 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from bertflow import InputError, SentenceEncoder
+from bertflow import (
+    InputError,
+    SentenceEncoder,
+)
+from bertflow.encoding.loading import FINGERPRINT_SCHEME
 from bertflow.encoding.pooling import masked_mean
 from bertflow.errors import CompatibilityError
-from bertflow.encoding.loading import FINGERPRINT_SCHEME
 
 from ..conftest import SENTENCES
 
@@ -331,3 +334,34 @@ def test_progress_moves_per_batch_within_a_chunk(tiny_model_dir, monkeypatch):
     updates.clear()
     np.testing.assert_array_equal(enc.encode(sentences, progress=updates.append), first)
     assert len(updates) >= 4 and sum(updates) == len(sentences)
+
+
+def test_one_megabyte_line_is_truncated_not_fatal(tiny_encoder):
+    line = "guitar music " * 80_000  # ~1 MB
+    assert len(line) > 1_000_000
+    v = tiny_encoder.encode(line)
+    assert v.shape == (tiny_encoder.dim,) and np.isfinite(v).all()
+
+
+@pytest.mark.slow
+def test_emoji_cjk_and_rtl_text(default_encoder):
+    texts = ["I love pizza 🍕🔥", "我喜欢吃披萨。", "אני אוהב פיצה", "أنا أحب البيتزا", "I love pizza."]
+    z = default_encoder.encode(texts)
+    assert np.isfinite(z).all()
+    # Non-Latin scripts are not collapsed to one [UNK] vector: the vectors differ from one another.
+    sims = (z / np.linalg.norm(z, axis=1, keepdims=True)) @ (z / np.linalg.norm(z, axis=1, keepdims=True)).T
+    assert sims[np.triu_indices(len(texts), 1)].max() < 0.999
+
+
+def test_nan_from_a_broken_model_is_reported(tiny_model_dir):
+    enc = SentenceEncoder(str(tiny_model_dir), device="cpu")
+    with torch.no_grad():
+        enc.model.encoder.layer[0].output.dense.weight.fill_(float("nan"))
+    with pytest.raises(InputError, match="NaN or Inf .*row 0"):
+        enc.encode(SENTENCES)
+
+
+def test_an_overflowing_transform_is_not_blamed_on_the_model(tiny_model_dir):
+    enc = SentenceEncoder(str(tiny_model_dir), device="cpu")
+    with pytest.raises(InputError, match="transform .* turned finite embeddings .* into NaN or Inf"):
+        enc.encode(SENTENCES, transform=lambda x: x * float("inf"))

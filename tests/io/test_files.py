@@ -13,8 +13,16 @@ from pathlib import Path
 
 import pytest
 
+from bertflow import (
+    Embedder,
+    StandardNormCalibrator,
+)
 from bertflow.errors import OutputError
 from bertflow.io.files import LOCK_NAME, TMP_MARK, atomic_file, atomic_write_text, folder_lock, temporary_name
+from bertflow.search import EmbeddingIndex
+
+from ..conftest import SENTENCES
+from ..test_embedder import CORPUS
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 HOLD = "import sys, time; from bertflow.io.files import folder_lock\n" \
@@ -101,3 +109,26 @@ def test_read_folder_names_a_save_that_replaced_the_folder_during_the_read(tmp_p
 
     with pytest.raises(ModelFileError, match="its own error"):  # nothing changed: the folder's own error, as is
         read_folder(folder, broken)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_saved_model_and_index_follow_the_umask(tiny_encoder, tmp_path, umask):
+    import os
+    import stat
+
+    from bertflow.io.files import atomic_write_text, current_umask
+
+    previous = os.umask(umask)
+    try:
+        assert current_umask() == umask
+        model = Embedder(tiny_encoder, StandardNormCalibrator()).fit(CORPUS)
+        folders = [model.save(tmp_path / "model", include_encoder=True)]
+        folders.append(EmbeddingIndex.from_sentences(model, SENTENCES).save(tmp_path / "index"))
+        atomic_write_text(tmp_path / "note.txt", "hello")
+    finally:
+        os.umask(previous)
+    paths = [p for folder in folders for p in [folder, *folder.rglob("*")]] + [tmp_path / "note.txt"]
+    assert len(paths) > 8
+    for path in paths:
+        expected = (0o777 if path.is_dir() else 0o666) & ~umask
+        assert stat.S_IMODE(path.stat().st_mode) == expected, path
