@@ -24,6 +24,8 @@ SENTENCES = [
     "The cat sleeps.",
     "A plane is taking off from the airport runway while people watch.",
 ]
+#: 64 distinct two-sentence lines: the corpus of the CLI files and of ``saved_model``.
+CORPUS = [f"{a} {b}" for a in SENTENCES for b in SENTENCES]
 
 
 def _write_vocab(folder: Path) -> None:
@@ -153,3 +155,12 @@ def one_line_error(result, *needles: str, status: int = 2) -> str:
 def snapshot(folder: Path) -> dict[str, bytes]:
     """Every file under ``folder`` and its bytes (to show that a refused command left it as it was)."""
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.fixture()
+def saved_model(tiny_encoder, tmp_path) -> Path:
+    """A standard-norm model fitted on ``CORPUS``, saved to ``tmp_path / "model"``: its folder."""
+    from bertflow import Embedder
+    from bertflow.calibrators import StandardNormCalibrator
+
+    return Embedder(tiny_encoder, StandardNormCalibrator()).fit(CORPUS).save(tmp_path / "model")

@@ -21,7 +21,7 @@ from bertflow import (
     SentenceEncoder,
     WhiteningCalibrator,
 )
-from bertflow.calibrators import AnchoredWhiteningCalibrator, parse_calibrator
+from bertflow.calibrators import AnchoredWhiteningCalibrator, StandardNormCalibrator, parse_calibrator
 from bertflow.model_folder import CONFIG_FILE
 
 from .conftest import SENTENCES
@@ -367,3 +367,48 @@ def test_same_seed_same_files_and_embeddings(tiny_encoder, tmp_path):
     a, b = (Embedder.load(p).encode(SENTENCES) for p in paths)
     np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(tiny_encoder.encode(SENTENCES), tiny_encoder.encode(SENTENCES))
+
+
+def test_a_plain_fitted_calibrator_warns_and_a_width_mismatch_is_refused(tiny_encoder):
+    import warnings
+
+    from bertflow.calibrators import IdentityCalibrator, WhiteningCalibrator
+    from bertflow.errors import CompatibilityError
+
+    X = np.random.default_rng(0).normal(size=(200, tiny_encoder.dim)).astype(np.float32)
+    with pytest.warns(UserWarning, match="records no encoder"):
+        Embedder(tiny_encoder, WhiteningCalibrator().fit(X))
+    with pytest.raises(CompatibilityError, match="16-dimensional"):
+        Embedder(tiny_encoder, WhiteningCalibrator().fit(X[:, :16]))
+    # Fitted after the Embedder was made: the width is checked before encoding, not a shape error inside torch.
+    late = WhiteningCalibrator()
+    model = Embedder(tiny_encoder, late)
+    late.fit(X[:, :16])
+    with pytest.raises(CompatibilityError, match="16-dimensional"):
+        model.encode(["A man is playing a guitar."])
+    # Fitted through an Embedder, the encoder is recorded there (fitted_on): no warning when the record is handed on
+    # with the calibrator; nor for the identity (nothing fitted).
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fitted = Embedder(tiny_encoder, WhiteningCalibrator()).fit(CORPUS)
+        Embedder(tiny_encoder, fitted.calibrator, fitted_on=fitted.fitted_on)
+        Embedder(tiny_encoder, IdentityCalibrator().fit(X))
+
+
+def test_bad_inputs_that_were_tracebacks_are_input_errors(tiny_encoder):
+    from bertflow import SentenceEncoder
+    from bertflow.calibrators import WhiteningCalibrator
+    from bertflow.errors import InputError
+
+    model = Embedder(tiny_encoder, StandardNormCalibrator()).fit(CORPUS)
+    with pytest.raises(InputError, match="lone surrogate"):
+        model.encode(["fine", "broken \ud800 text"])
+    with pytest.raises(InputError, match="unknown device"):
+        SentenceEncoder("unused", device="bogus")
+    with pytest.raises(InputError, match="overflow"):
+        WhiteningCalibrator().fit(np.random.default_rng(0).normal(size=(50, 8)) * 1e200)
+    with pytest.raises(InputError, match="one width"):
+        model.similarity(np.ones((2, tiny_encoder.dim), np.float32), np.ones((3, 16), np.float32))
+    with pytest.raises(InputError, match="at least 2 sentences"):
+        model.encode("one sentence", precision="int8")
+    assert model.encode(CORPUS[:3], precision="int8").dtype == np.int8

@@ -11,6 +11,8 @@ from bertflow import (
     NotFittedError,
     WhiteningCalibrator,
 )
+from bertflow.calibrators import StandardNormCalibrator
+from bertflow.errors import OutputError
 from bertflow.hub import push
 
 from .conftest import SENTENCES
@@ -62,3 +64,12 @@ def test_push_to_hub_uploads_the_saved_folder(tiny_encoder, tmp_path, monkeypatc
     pushed = Embedder.load(upload["folder_path"], device="cpu")
     np.testing.assert_array_equal(pushed.encode(SENTENCES), model.encode(SENTENCES))
     assert model.source is None
+
+
+def test_push_to_hub_offline_is_one_error_naming_hf_hub_offline(tiny_encoder, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    model = Embedder(tiny_encoder, StandardNormCalibrator()).fit(CORPUS)
+    with pytest.raises(OutputError, match="HF_HUB_OFFLINE") as caught:
+        push(model, "someone/my-flow", include_encoder=True)  # a local encoder is pushed only bundled
+    assert "\n" not in str(caught.value)

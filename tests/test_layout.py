@@ -23,8 +23,6 @@ NO_TEST_FILE: dict[str, str] = {
 TESTED_ELSEWHERE: dict[str, tuple[str, ...]] = {
     # The entry point: run as ``python -m bertflow`` by the end-to-end safety tests and by torchrun.
     "__main__.py": ("test_output_safety.py", "scale/test_multiprocess.py"),
-    # Embedder.fit's automatic choice and the paper grid's auto cells.
-    "autofit.py": ("calibrators/test_auto.py", "paper/test_autocells.py"),
     # The exception classes and describe_os_error: no direct test; exercised wherever an error is raised, the exit
     # codes by tests/cli/test_conventions.py.
     "errors.py": ("cli/test_conventions.py", "test_output_safety.py"),

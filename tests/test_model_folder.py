@@ -15,6 +15,7 @@ from bertflow import (
     SentenceEncoder,
     WhiteningCalibrator,
 )
+from bertflow.calibrators import StandardNormCalibrator
 from bertflow.cli import app
 from bertflow.model_folder import CONFIG_FILE, ENCODER_KEYS, FIT_RECORD_KEYS, check_fitted_on, corpus_digest
 
@@ -123,3 +124,42 @@ def test_hub_encoder_is_pinned_to_its_commit(tiny_model_dir, other_tiny_model_di
     loaded = Embedder.load(path, device="cpu")  # a moved encoder would be refused (fingerprint); pinned, it loads
     assert loaded.encoder.revision == first
     np.testing.assert_array_equal(loaded.encode(SENTENCES), model.encode(SENTENCES))
+
+
+def test_an_edited_tokenizer_is_refused_like_changed_weights(tmp_path):
+    import json
+    import shutil
+
+    from bertflow import SentenceEncoder
+    from bertflow.errors import CompatibilityError
+
+    from .conftest import make_tiny_bert
+
+    enc_dir = make_tiny_bert(tmp_path / "enc")
+    encoder = SentenceEncoder(str(enc_dir), pooling="mean")
+    saved = Embedder(encoder, StandardNormCalibrator()).fit(CORPUS).save(tmp_path / "model")
+    before = encoder.tokenizer_fingerprint()
+    assert before.startswith("t1-") and SentenceEncoder(str(enc_dir)).tokenizer_fingerprint() == before
+    # Lowercasing off: the same weights and vocabulary, other token ids for "Hello WORLD".
+    config_file = enc_dir / "tokenizer_config.json"
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    config["do_lower_case"] = False
+    config_file.write_text(json.dumps(config), encoding="utf-8")
+    tok_file = enc_dir / "tokenizer.json"
+    tok = json.loads(tok_file.read_text(encoding="utf-8"))
+    tok["normalizer"]["lowercase"] = False
+    tok_file.write_text(json.dumps(tok), encoding="utf-8")
+    edited = SentenceEncoder(str(enc_dir), pooling="mean")
+    assert edited.fingerprint() == encoder.fingerprint()  # the weights did not change ...
+    assert edited.tokenizer_fingerprint() != before  # ... the pipeline did
+    with pytest.raises(CompatibilityError, match="tokenizer_fingerprint"):
+        Embedder.load(saved)
+    # A folder saved before the tokenizer was recorded (no tokenizer_fingerprint) still loads: nothing to compare.
+    old = tmp_path / "old"
+    shutil.copytree(saved, old)
+    # The encoder record lives in bertflow_config.json (the model folder's own config, not a checksummed file).
+    top = json.loads((old / "bertflow_config.json").read_text(encoding="utf-8"))
+    assert top["calibrator"]["fitted_on"].pop("tokenizer_fingerprint")
+    top["encoder"].pop("tokenizer_fingerprint", None)
+    (old / "bertflow_config.json").write_text(json.dumps(top), encoding="utf-8")
+    assert Embedder.load(old).encoder.tokenizer_fingerprint() == edited.tokenizer_fingerprint()

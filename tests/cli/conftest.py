@@ -6,9 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import SENTENCES
-
-CORPUS = [f"{a} {b}" for a in SENTENCES for b in SENTENCES]
+from ..conftest import CORPUS
 
 
 @pytest.fixture()

@@ -10,12 +10,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from bertflow import Embedder
 from bertflow.cli import EXIT_BROKEN_PIPE, EXIT_RUNTIME, EXIT_USAGE, app
 from bertflow.errors import DivergenceError
+
+from ..conftest import invoke, one_line_error
+from .conftest import CORPUS
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 runner = CliRunner()
@@ -65,3 +69,37 @@ def test_a_closed_pipe_ends_quietly(tiny_model_dir, tmp_path):
     stderr = proc.stderr.read().decode()
     assert proc.wait(timeout=300) == EXIT_BROKEN_PIPE
     assert stderr == "", stderr  # no traceback, no "Exception ignored", no error line
+
+
+def test_encode_and_similarity_refuse_to_replace_a_file_bertflow_did_not_write(tiny_model_dir, corpus, tmp_path):
+    notes = tmp_path / "notes.npy"
+    notes.write_text("my notes", encoding="utf-8")
+    one_line_error(invoke("encode", corpus, "-o", notes, "--model", tiny_model_dir, "-q"), "--overwrite", "notes.npy")
+    assert notes.read_text(encoding="utf-8") == "my notes"
+    # A matrix saved by numpy is not bertflow's output either (its header is numpy's 128 bytes, not bertflow's).
+    mine = tmp_path / "mine.npy"
+    np.save(mine, np.ones((3, 4), dtype=np.float32))
+    one_line_error(invoke("encode", corpus, "-o", mine, "--model", tiny_model_dir, "-q"), "--overwrite")
+    assert np.array_equal(np.load(mine), np.ones((3, 4), dtype=np.float32))
+
+    out = tmp_path / "vectors.npy"
+    assert invoke("encode", corpus, "-o", out, "--model", tiny_model_dir, "-q").exit_code == 0
+    first = np.load(out)
+    assert first.shape[0] == len(CORPUS)
+    assert invoke("encode", corpus, "-o", out, "--model", tiny_model_dir, "-q").exit_code == 0  # its own: replaced
+    assert np.array_equal(np.load(out), first)
+    assert invoke("encode", corpus, "-o", notes, "--model", tiny_model_dir, "-q", "--overwrite").exit_code == 0
+    assert np.array_equal(np.load(notes), first)
+
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("sentence1\tsentence2\tscore\n" + "".join(f"{a}\t{b}\t1\n" for a, b in zip(CORPUS, CORPUS[3:])))
+    diary = tmp_path / "diary.tsv"
+    diary.write_text("date\tentry\n2026-01-01\tnew year\n", encoding="utf-8")
+    args = ["similarity", "--pairs", pairs, "--model", tiny_model_dir, "-q", "-o"]
+    one_line_error(invoke(*args, diary), "--overwrite", "diary.tsv")
+    assert diary.read_text(encoding="utf-8") == "date\tentry\n2026-01-01\tnew year\n"
+    scores = tmp_path / "scores.tsv"
+    assert invoke(*args, scores).exit_code == 0
+    assert invoke(*args, scores).exit_code == 0  # its own output: replaced
+    assert invoke(*args, diary, "--overwrite").exit_code == 0
+    assert diary.read_text(encoding="utf-8") == scores.read_text(encoding="utf-8")

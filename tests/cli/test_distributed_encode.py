@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..conftest import SENTENCES
+from ..conftest import SENTENCES, invoke, one_line_error
 
 
 def test_distributed_encode_refuses_a_weighted_raw_encoder_before_any_rank(tiny_model_dir, tmp_path):
@@ -27,3 +27,22 @@ def test_distributed_encode_refuses_a_weighted_raw_encoder_before_any_rank(tiny_
     )
     assert result.exit_code == 2 and "needs token statistics" in result.output
     assert not (tmp_path / "store").exists()
+
+
+def test_a_store_encoded_before_the_tokenizer_fingerprint_still_resumes(tiny_model_dir, corpus, tmp_path):
+    import json
+
+    from bertflow.scale.layout import MANIFEST_NAME
+
+    store = tmp_path / "emb"
+    args = ["distributed-encode", corpus, "-o", store, "--model", tiny_model_dir, "-q", "--chunk-size", "16"]
+    args += ["--shard-size", "32"]
+    assert invoke(*args).exit_code == 0
+    manifest = json.loads((store / MANIFEST_NAME).read_text(encoding="utf-8"))
+    assert manifest["encoder"].pop("tokenizer_fingerprint").startswith("t1-")
+    (store / MANIFEST_NAME).write_text(json.dumps(manifest), encoding="utf-8")
+    r = invoke(*args)  # the earlier record lacks the key: resumed, not "encoder differs"
+    assert r.exit_code == 0, r.stderr
+    manifest["encoder"]["tokenizer_fingerprint"] = "t1-0000000000000000"
+    (store / MANIFEST_NAME).write_text(json.dumps(manifest), encoding="utf-8")
+    one_line_error(invoke(*args), "encoder")  # a recorded, different tokenizer is another encoder

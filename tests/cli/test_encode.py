@@ -1,5 +1,5 @@
-"""``bertflow encode`` reads Parquet / Arrow tables and writes .parquet / .arrow / .npy (issue 25 item 1): streamed,
-ids carried over, the same vectors as the text path."""
+"""``bertflow encode`` end to end: what it reads (text, standard input, FIFOs; Parquet / Arrow tables, streamed, ids
+carried over, the same vectors as the text path: issue 25 item 1), what it refuses, what it writes."""
 
 from __future__ import annotations
 
@@ -8,22 +8,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pa = pytest.importorskip("pyarrow")
-import pyarrow.feather as feather  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
-from typer.testing import CliRunner  # noqa: E402
+from bertflow import Embedder, WhiteningCalibrator
+from bertflow.cli import EXIT_USAGE
 
-from bertflow import Embedder, WhiteningCalibrator  # noqa: E402
-from bertflow.cli import EXIT_USAGE, app  # noqa: E402
+from ..conftest import SENTENCES, invoke, one_line_error
+from .conftest import CORPUS
 
-from ..conftest import SENTENCES  # noqa: E402
+try:
+    import pyarrow as pa
+    import pyarrow.feather as feather
+    import pyarrow.parquet as pq
+except ImportError:  # the arrow extra: the table tests skip, the text ones still run
+    pa = feather = pq = None
+
+needs_pyarrow = pytest.mark.skipif(pa is None, reason="pyarrow is not installed (the arrow extra)")
 
 LINES = [f"{a} {b}" for a in SENTENCES for b in SENTENCES][:50]
-runner = CliRunner()
-
-
-def invoke(*args: object):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +40,7 @@ def inputs(tmp_path: Path) -> dict[str, Path]:
     return {"text": tmp_path / "lines.txt", "parquet": tmp_path / "data.parquet", "arrow": tmp_path / "data.arrow"}
 
 
+@needs_pyarrow
 def test_tables_in_and_out_give_the_text_paths_vectors_with_ids(model_dir, inputs, tmp_path):
     r = invoke("encode", inputs["text"], "-o", tmp_path / "want.npy", "--model-dir", model_dir, "-q")
     assert r.exit_code == 0, r.output
@@ -64,6 +65,7 @@ def test_tables_in_and_out_give_the_text_paths_vectors_with_ids(model_dir, input
     np.testing.assert_array_equal(np.stack(got.column("embedding").to_numpy(zero_copy_only=False)), want)
 
 
+@needs_pyarrow
 def test_table_options_that_do_not_fit_are_usage_errors(model_dir, inputs, tmp_path):
     base = ["--model-dir", model_dir, "-q"]
     parquet, text = inputs["parquet"], inputs["text"]
@@ -83,3 +85,46 @@ def test_table_options_that_do_not_fit_are_usage_errors(model_dir, inputs, tmp_p
     r = invoke("encode", nulls, "-o", tmp_path / "y.parquet", *base)
     assert r.exit_code == EXIT_USAGE and "1 null value(s), the first at row 1" in r.stderr
     assert not (tmp_path / "y.parquet").exists()
+
+
+def test_cr_only_line_ends_are_refused_not_read_as_one_sentence(tiny_model_dir, tmp_path):
+    from bertflow.errors import InputError
+    from bertflow.io.text import read_pairs, read_sentences, read_tsv_column
+
+    mac = tmp_path / "mac.txt"
+    mac.write_bytes("\r".join(CORPUS[:60]).encode() + b"\r")
+    out = tmp_path / "v.npy"
+    one_line_error(invoke("encode", mac, "-o", out, "--model", tiny_model_dir, "-q"), "line 1", "carriage return")
+    assert not out.exists()
+    with pytest.raises(InputError, match="CR-only"):
+        read_sentences(mac)
+    tsv = tmp_path / "mac.tsv"
+    tsv.write_bytes(b"sentence1\tsentence2\tscore\ra\tb\t1\r")
+    for read in (lambda: read_tsv_column(tsv, "sentence1"), lambda: read_pairs(tsv)):
+        with pytest.raises(InputError, match="carriage return"):
+            read()
+    # CRLF, and a lone CR that only ends the file, are line ends.
+    ok = tmp_path / "ok.txt"
+    ok.write_bytes(b"one\r\ntwo\r")
+    assert read_sentences(ok) == ["one", "two"]
+
+
+def test_a_mistyped_model_path_or_an_offline_hub_id_is_one_line_at_once(corpus, tmp_path, monkeypatch):
+    from bertflow import SentenceEncoder
+    from bertflow.errors import InputError
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    out = tmp_path / "v.npy"
+    cases = {
+        "../no/such/bert-folder": "no such folder",
+        str(tmp_path / "bert-typo"): "no such folder",
+        str(corpus): "it is a file",
+        "bert-gutenbrg": "HF_HUB_OFFLINE",
+        "someone/no-such-model": "HF_HUB_OFFLINE",
+    }
+    for name, needle in cases.items():
+        one_line_error(invoke("encode", corpus, "-o", out, "-m", name, "-q"), repr(name), needle)
+        with pytest.raises(InputError, match=needle):
+            SentenceEncoder(name)
+    assert not out.exists()

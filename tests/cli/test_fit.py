@@ -12,8 +12,9 @@ from bertflow import (
     Embedder,
 )
 from bertflow.cli import app
+from bertflow.errors import OutputError
 
-from ..conftest import SENTENCES
+from ..conftest import SENTENCES, invoke, one_line_error, snapshot
 from ..test_embedder import OTHER
 from .conftest import CORPUS
 from .test_conventions import cli
@@ -88,3 +89,69 @@ def test_blank_lines_and_duplicates_in_a_corpus(tiny_model_dir, tmp_path):
     r = runner.invoke(app, ["encode", str(corpus), "-o", str(tmp_path / "x.npy"), "--model", str(tiny_model_dir)])
     assert r.exit_code == 2 and "line 65 is blank" in r.stderr
     assert not list(tmp_path.glob("x.npy*"))
+
+
+def test_overwrite_refuses_a_model_folder_holding_foreign_files(tiny_model_dir, corpus, saved_model):
+    loaded = Embedder.load(saved_model)
+    (saved_model / "scores.tsv").write_text("cosine\tscore\n0.5\t3\n", encoding="utf-8")
+    (saved_model / "notes").mkdir()
+    (saved_model / "notes" / "todo.txt").write_text("mine", encoding="utf-8")
+    (saved_model / "calibrator" / "extra.txt").write_text("mine too", encoding="utf-8")
+    before = snapshot(saved_model)
+    args = ["fit", corpus, "-o", saved_model, "--model", tiny_model_dir, "--calibrator", "standard-norm", "-q"]
+    args.append("--overwrite")
+    line = one_line_error(invoke(*args), "did not write", "calibrator/extra.txt", "notes/", "scores.tsv")
+    assert "todo.txt" not in line  # a foreign sub-folder is named once
+    assert snapshot(saved_model) == before
+    with pytest.raises(OutputError, match="scores.tsv"):
+        loaded.save(saved_model, overwrite=True)
+    assert snapshot(saved_model) == before
+    # Once they are moved out, --overwrite replaces the model (its README, bundled encoder and lock are its own).
+    for name in ("scores.tsv", "notes/todo.txt", "calibrator/extra.txt"):
+        (saved_model / name).unlink()
+    (saved_model / "notes").rmdir()
+    assert invoke(*args).exit_code == 0
+    Embedder.load(saved_model).save(saved_model, overwrite=True, include_encoder=True)
+    Embedder.load(saved_model).save(saved_model, overwrite=True)
+
+
+def test_a_full_disk_inside_the_safetensors_write_is_one_line(tiny_model_dir, corpus, tmp_path, monkeypatch):
+    import builtins
+    import errno
+
+    import bertflow.io.formats as formats
+
+    class FullDisk:
+        def __init__(self, fh):
+            self.fh = fh
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.fh.close()
+
+        def write(self, data):
+            self.fh.write(data[: len(data) // 2])  # part of it fits, then the disk is full
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    def open_on_a_full_disk(path, mode="r", *args, **kwargs):
+        fh = builtins.open(path, mode, *args, **kwargs)
+        return FullDisk(fh) if str(path).endswith(".safetensors") and "w" in mode else fh
+
+    monkeypatch.setattr(formats, "open", open_on_a_full_disk, raising=False)
+    out = tmp_path / "m"
+    args = ["fit", corpus, "-o", out, "--model", tiny_model_dir, "--calibrator", "standard-norm", "-q"]
+    one_line_error(invoke(*args), "disk full", status=1)
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".m.")]
+
+
+def test_an_empty_tsv_cell_is_named_by_file_line_and_column(tiny_model_dir, tmp_path):
+    tsv = tmp_path / "train.tsv"
+    rows = [f"{a}\t{b}" for a, b in zip(CORPUS[:10], CORPUS[10:20], strict=True)]
+    rows[6] = f"{CORPUS[6]}\t   "
+    tsv.write_text("sentence1\tsentence2\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    out = tmp_path / "m"
+    args = ["fit", tsv, "-c", "sentence1", "-c", "sentence2", "-o", out, "--model", tiny_model_dir, "-q"]
+    one_line_error(invoke(*args), "train.tsv: line 8, column 'sentence2' is empty")
+    assert not out.exists()

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typer.testing import CliRunner
+
+from bertflow.cli import app
 from bertflow.cli.options import declared_poolings
+
+runner = CliRunner()
 
 
 def test_pooling_help_lists_every_registered_pooling() -> None:
@@ -17,3 +22,10 @@ def test_pooling_help_lists_every_registered_pooling() -> None:
     out = CliRunner().invoke(app, ["fit", "--help"], env={"COLUMNS": "200", "TERMINAL_WIDTH": "200"}).output
     flat = " ".join(out.replace("│", " ").split())
     assert " | ".join(registered) in flat
+
+
+def test_help_shows_no_bool_metavar_after_flags():
+    for command in (["encode", "--help"], ["fit", "--help"], ["--help"]):
+        text = runner.invoke(app, command).stdout
+        flagged = [line for line in text.splitlines() if "<bool>" in line and "--help" not in line]
+        assert not flagged, flagged

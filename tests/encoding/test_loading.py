@@ -26,3 +26,36 @@ def test_the_weights_fingerprint_is_hashed_once_per_process_per_checkpoint(tiny_
     built = SentenceEncoder(str(folder), device="cpu")
     in_memory = SentenceEncoder(model=built.model, tokenizer=built.tokenizer, device="cpu")
     assert in_memory.fingerprint() == first and len(calls) == 3
+
+
+def test_a_raw_mlm_checkpoint_loads_quietly_with_one_line_about_its_head(tmp_path, capfd, caplog):
+    import logging
+
+    import torch
+    from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
+    from transformers.utils import logging as hf_logging
+
+    from bertflow import SentenceEncoder
+
+    from ..conftest import _write_vocab
+
+    folder = tmp_path / "mlm"
+    folder.mkdir()
+    _write_vocab(folder)
+    vocab = (folder / "vocab.txt").read_text().split()
+    config = BertConfig(
+        vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64
+    )
+    torch.manual_seed(0)
+    BertForMaskedLM(config).save_pretrained(folder)  # weights of a bert.* encoder plus a cls.predictions.* head
+    BertTokenizerFast(vocab=str(folder / "vocab.txt")).save_pretrained(folder)
+    capfd.readouterr()
+    verbosity = hf_logging.get_verbosity()
+    with caplog.at_level(logging.INFO, logger="bertflow"):
+        encoder = SentenceEncoder(str(folder), pooling="cls")
+    err = capfd.readouterr().err
+    assert "Loading weights" not in err and "LOAD REPORT" not in err and "UNEXPECTED" not in err, err
+    lines = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+    assert len(lines) == 1 and "cls.predictions.*" in lines[0] and "pre-training head" in lines[0], lines
+    assert hf_logging.get_verbosity() == verbosity  # transformers' own settings are given back
+    assert encoder.encode(["A man is playing a guitar."]).shape == (1, 32)

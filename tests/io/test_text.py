@@ -459,3 +459,22 @@ def test_tsv_readers_fuzz(tmp_path_factory, raw):
             read()
         except InputError:
             pass
+
+
+@pytest.mark.parametrize(
+    ("encoding", "bom", "expected"),
+    [
+        ("utf-16-le", b"", "UTF-16LE without a byte-order mark"),
+        ("utf-16-be", b"", "UTF-16BE without a byte-order mark"),
+        ("utf-16-le", b"\xff\xfe", "UTF-16LE with a byte-order mark"),
+        ("utf-16-be", b"\xfe\xff", "UTF-16BE with a byte-order mark"),
+    ],
+)
+def test_utf16_advice_names_the_byte_order_and_the_mark(tmp_path, encoding, bom, expected):
+    from bertflow.errors import InputError
+    from bertflow.io.text import read_sentences
+
+    path = tmp_path / "u16.txt"
+    path.write_bytes(bom + "A man plays a guitar.\nA dog runs.\n".encode(encoding))
+    with pytest.raises(InputError, match=expected):
+        read_sentences(path)
