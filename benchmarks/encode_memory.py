@@ -119,14 +119,16 @@ def main() -> None:
             peak = max(peak, now)
             rows = rows_written(out, args.hidden)
             if rows >= mark:
-                print(f"{rows:>9,} rows  RSS {now:>5} MB  peak so far {peak:>5} MB  {time.perf_counter() - start:6.0f} s",
-                      flush=True)
+                seconds = time.perf_counter() - start
+                print(f"{rows:>9,} rows  RSS {now:>5} MB  peak so far {peak:>5} MB  {seconds:6.0f} s", flush=True)
                 mark = (rows // args.every + 1) * args.every
             time.sleep(0.2)
         if proc.returncode != 0:
             sys.exit(f"bertflow encode failed with status {proc.returncode}")
-        print(f"{rows_written(out, args.hidden):>9,} rows  done; peak RSS {peak} MB, "
-              f"{time.perf_counter() - start:.0f} s", flush=True)
+        print(
+            f"{rows_written(out, args.hidden):>9,} rows  done; peak RSS {peak} MB, {time.perf_counter() - start:.0f} s",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -65,8 +65,18 @@ def _glibc_with_mallinfo2():  # noqa: ANN202
     class Mallinfo2(ctypes.Structure):
         _fields_ = [
             (name, ctypes.c_size_t)
-            for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
-                         "keepcost")
+            for name in (
+                "arena",
+                "ordblks",
+                "smblks",
+                "hblks",
+                "hblkhd",
+                "usmblks",
+                "fsmblks",
+                "uordblks",
+                "fordblks",
+                "keepcost",
+            )
         ]
 
     libc.mallinfo2.restype = Mallinfo2

@@ -18,9 +18,10 @@ from ._version import __version__
 __all__ = ["MMAP_THRESHOLD", "bound_heap_growth", "usable_cpus", "set_torch_threads", "limited_threads", "machine_info"]
 
 #: Bytes from which glibc gives an allocation its own memory mapping, returned to the system when freed
-#: (:func:`bound_heap_growth`): 1 MiB. Activations of a CPU forward pass (4,096 tokens x 384 x 4 bytes = 6 MiB and
-#: more) are all above it; Python objects and token arrays of a few sentences stay in the heap.
-MMAP_THRESHOLD = 1 << 20
+#: (:func:`bound_heap_growth`): 128 KiB, glibc's own starting value, kept fixed. The activations of a CPU forward
+#: pass (4,096 tokens x 32 to 384 wide x 4 bytes: 0.5 to 6 MiB and more) are all above it; Python objects stay in
+#: the heap.
+MMAP_THRESHOLD = 128 << 10
 
 _heap_bounded: bool | None = None
 
@@ -40,9 +41,9 @@ def bound_heap_growth() -> bool:
     freed it raises that threshold to the block's size (up to 32 MiB). After the first few forward passes on CPU
     every activation (MBs, a new size for each batch shape) then comes from the heap, whose free holes are
     neither reused for the next, differently sized batch nor returned to the system: ``bertflow encode`` of 200k
-    sentences grew from 1.27 to 1.96 GB (issue 24, item 9), a 1-layer 384-wide BERT's bare forward loop from 0.44
-    to 1.4 GB in 300 batches. A fixed threshold turns the adjustment off (``mallopt(M_MMAP_THRESHOLD)``), so each
-    large buffer is unmapped when freed and the resident memory stays flat (``benchmarks/encode_memory.py``).
+    sentences grew from 1.27 to 1.96 GB (issue 24, item 9). A fixed threshold (glibc's starting value) turns the
+    adjustment off (``mallopt(M_MMAP_THRESHOLD)``), so each large buffer is unmapped when freed and the resident
+    memory stays flat (``benchmarks/encode_memory.py``, docs/robustness.md).
 
     Nothing is changed where the user set ``MALLOC_MMAP_THRESHOLD_`` (glibc applied it already), off glibc (macOS,
     Windows, musl), or if ``mallopt`` refuses.
