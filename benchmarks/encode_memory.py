@@ -83,7 +83,14 @@ def rows_written(folder: Path, dim: int) -> int:
     for f in folder.iterdir():
         if f.name.startswith(".") or f.suffix == ".npy":
             try:
-                rows = max(rows, (f.stat().st_size - 128) // (4 * dim))
+                with f.open("rb") as fh:
+                    start = fh.read(12)
+                    if len(start) < 12:
+                        continue
+                    # .npy: magic (6 bytes), version (2), header length (2 bytes in version 1, else 4), header.
+                    width = 2 if start[6] == 1 else 4
+                    header = 8 + width + int.from_bytes(start[8 : 8 + width], "little")
+                    rows = max(rows, (f.stat().st_size - header) // (4 * dim))
             except OSError:
                 pass
     return rows
