@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
+from ..resources import bound_heap_growth
 from ..typing import DeviceTransform
 from ..validation import sentence_list
 from .batching import EncodeStats, Prefetcher, PreparedChunk, cut_chunks, prepare_chunk
@@ -511,6 +512,10 @@ class SentenceEncoder:
         budget = max_tokens or self.token_budget
         if budget < 1:
             raise InputError(f"max_tokens must be positive, got {budget}")
+        if self.device.type == "cpu":
+            # Each batch shape's activations are MBs of another size: without this, glibc keeps the freed ones in
+            # a growing heap and a long stream's resident memory climbs chunk by chunk (issue 24, item 9).
+            bound_heap_growth()
         sizes = self._chunk_sizes(chunk_size)
         chunks = _cut_tokens(sentences, sizes) if isinstance(sentences, TokenArrays) else cut_chunks(sentences, sizes)
 
