@@ -15,8 +15,7 @@ from bertflow.calibrators import StandardNormCalibrator
 from bertflow.errors import OutputError
 from bertflow.hub import push
 
-from .conftest import SENTENCES
-from .test_embedder import CORPUS
+from .conftest import CORPUS, SENTENCES
 
 
 def test_push_to_hub_uploads_the_saved_folder(tiny_encoder, tmp_path, monkeypatch):

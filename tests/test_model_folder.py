@@ -1,5 +1,7 @@
-"""The encoder record (model_folder.encoder_record) and the one compatibility check (check_fitted_on); the
-calibrator fingerprint's tests are in calibrators/test_base.py, check_format's in io/test_formats.py."""
+"""What a model folder records about its encoder (model_folder.encoder_record: the same keys on every fitting route,
+the hub commit it is pinned to, its source, the tokenizer as part of its identity) and the one compatibility check
+(check_fitted_on). The calibrator fingerprint's tests are in calibrators/test_base.py, check_format's in
+io/test_formats.py."""
 
 from __future__ import annotations
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +25,7 @@ from bertflow.errors import OutputError
 from bertflow.search import INDEX_CONFIG, INDEX_EMBEDDINGS, EmbeddingIndex, SearchHit, _content_digest, faiss_available
 
 from .conftest import SENTENCES, invoke
+from .safety import _WRITER_SCRIPT, SRC, clear_race_error
 
 # Sentences of 1..64 words. Under transformers 5 the tiny fixture's tokenizer maps every word to [UNK] (its vocab
 # file is not read), so for the tiny model only the token count tells sentences apart: make every count distinct.
@@ -463,3 +467,31 @@ def test_overwrite_refuses_an_index_folder_holding_foreign_files(tiny_encoder, s
     assert (path / "README.txt").read_text(encoding="utf-8") == "what this index is for"
     (path / "README.txt").unlink()
     index.save(path, overwrite=True)
+
+
+def test_index_loads_during_concurrent_saves(tiny_encoder, tmp_path):
+    a = EmbeddingIndex.build(np.eye(8, dtype=np.float32)).save(tmp_path / "a")
+    b = EmbeddingIndex.build(np.ones((5, 8), dtype=np.float32) + np.eye(5, 8, dtype=np.float32)).save(tmp_path / "b")
+    import shutil
+
+    target = tmp_path / "idx"
+    shutil.copytree(a, target)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", _WRITER_SCRIPT.format(src=SRC), str(a), str(b), str(target), "6"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    loads = 0
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                idx = EmbeddingIndex.load(target)
+            except ModelFileError as e:
+                assert clear_race_error(e), e
+                continue
+            assert len(idx) in (8, 5)
+            loads += 1
+    finally:
+        writer.communicate(timeout=60)
+    assert writer.returncode == 0 and loads > 0

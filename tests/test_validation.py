@@ -11,7 +11,7 @@ from bertflow import (
 )
 
 from .calibrators.examples import _data
-from .test_embedder import CORPUS
+from .conftest import CORPUS
 
 
 def test_large_but_plausible_outputs_pass(tiny_encoder):

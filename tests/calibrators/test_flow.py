@@ -209,3 +209,12 @@ def test_flow_transform_is_finite_and_invertible(d, seed, scale):
     z = cal.transform(x)
     assert np.isfinite(z).all()
     np.testing.assert_allclose(cal.inverse_transform(z), x, rtol=1e-3, atol=1e-3 * scale)
+
+
+@pytest.mark.parametrize("epochs", [float("inf"), float("nan"), 0, -1])
+def test_the_flow_refuses_non_finite_or_non_positive_epochs(anisotropic_data, epochs):
+    from bertflow.calibrators import FlowCalibrator
+    from bertflow.errors import InputError
+
+    with pytest.raises(InputError, match="epochs"):
+        FlowCalibrator(epochs=epochs).fit(anisotropic_data)

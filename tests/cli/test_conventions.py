@@ -1,6 +1,8 @@
-"""Unix conventions of the `bertflow` command (issue 25 item 7): ``-`` is standard input for ``fit``, ``search
-build`` and ``search query``; a reader that closes the pipe early (``| head``) ends the command quietly; usage errors
-and runtime errors exit with different statuses."""
+"""Rules every `bertflow` command follows: usage errors and runtime errors exit with different statuses (issue 25
+item 7); a reader that closes the pipe early (``| head``) ends the command quietly; ``--version``, ``-q`` and
+``--threads``; unwritable destinations, bad bytes on the command line and options a model folder fixes are one line
+before any work; the first status line comes before the model loads. (``-`` as standard input: tests/cli/test_fit.py,
+test_search.py, test_encode.py.)"""
 
 from __future__ import annotations
 
@@ -18,10 +20,9 @@ from bertflow import Embedder
 from bertflow.cli import EXIT_BROKEN_PIPE, EXIT_RUNTIME, EXIT_USAGE, app
 from bertflow.errors import DivergenceError
 
-from ..conftest import invoke, one_line_error
-from .conftest import CORPUS
+from ..conftest import CORPUS, invoke, one_line_error
+from ..safety import SRC, fit_args
 
-SRC = str(Path(__file__).resolve().parents[2] / "src")
 runner = CliRunner()
 
 
@@ -128,3 +129,81 @@ def test_the_first_status_line_comes_before_the_model_loads(command, tiny_model_
     assert invoke(*args, "-q").stderr.splitlines() == ["bertflow: error: the loader ran"]
     monkeypatch.setattr(options, "stderr_is_terminal", lambda: False)
     assert invoke(*args).stderr.splitlines() == ["bertflow: error: the loader ran"]
+
+
+def test_version():
+    from bertflow import __version__
+
+    r = invoke("--version")
+    assert r.exit_code == 0 and r.stdout.strip() == f"bertflow {__version__}"
+
+
+def test_user_errors_exit_2(tiny_model_dir, tmp_path, corpus):
+    r = invoke("similarity", "only one", "--model", tiny_model_dir)
+    assert r.exit_code == 2 and "exactly two" in r.stderr
+    r = invoke("fit", corpus, "-o", tmp_path / "m", "--model", tiny_model_dir, "--pooling", "max")
+    assert r.exit_code == 2 and "unknown pooling" in r.stderr
+    r = invoke("encode", corpus, "-o", tmp_path / "x.npy", "--model-dir", tmp_path / "missing")
+    assert r.exit_code == 2
+
+
+def test_every_command_has_quiet_and_the_encoding_ones_threads():
+    """The README promises -q on every command; --threads goes with every command that encodes sentences."""
+    import typer
+
+    def walk(command, path):
+        if hasattr(command, "commands"):
+            for name, sub in command.commands.items():
+                yield from walk(sub, [*path, name])
+        else:
+            yield " ".join(path), {opt for p in command.params for opt in getattr(p, "opts", [])}
+
+    commands = dict(walk(typer.main.get_command(app), []))
+    assert len(commands) >= 11
+    assert [name for name, opts in commands.items() if "-q" not in opts or "--quiet" not in opts] == []
+    for name in ("fit", "encode", "similarity", "search build", "search query", "evaluate", "reproduce", "analyze"):
+        assert "--threads" in commands[name], name
+
+
+def test_unwritable_destinations_fail_before_any_work(tiny_model_dir, corpus, tmp_path, no_model_loading):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    one_line_error(invoke(*fit_args(corpus, blocker / "model", tiny_model_dir)), "is not a folder")
+    one_line_error(invoke(*fit_args(corpus, blocker, tiny_model_dir)), "not a folder")
+    one_line_error(
+        invoke("encode", corpus, "-o", tmp_path / "missing" / "x.npy", "--model", tiny_model_dir), "does not exist"
+    )
+    one_line_error(invoke("encode", corpus, "-o", tmp_path, "--model", tiny_model_dir), "is a folder")
+    one_line_error(
+        invoke("search", "build", corpus, "--model-dir", tmp_path / "m", "-o", blocker / "i"), "is not a folder"
+    )
+    # Report folders (evaluate, reproduce, analyze) are checked before the evaluation runs.
+    one_line_error(invoke("evaluate", "--model", tiny_model_dir, "-o", blocker), "not a folder")
+    one_line_error(invoke("reproduce", "--model", tiny_model_dir, "-o", blocker / "r"), "is not a folder")
+    one_line_error(invoke("analyze", "--model", tiny_model_dir, "-o", blocker / "r"), "is not a folder")
+
+
+def test_invalid_utf8_on_the_command_line(tiny_model_dir, no_model_loading):
+    bad = b"caf\xe9".decode("utf-8", "surrogateescape")  # what Python makes of a Latin-1 argument
+    one_line_error(invoke("similarity", bad, "fine", "--model", tiny_model_dir), "not valid UTF-8", "0xe9")
+    one_line_error(invoke("search", "query", tiny_model_dir, bad), "query 1", "not valid UTF-8")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["encode", "IN", "-o", "OUT.npy", "--pooling", "cls"],
+        ["encode", "IN", "-o", "OUT.npy", "--max-length", "32"],
+        ["similarity", "a b", "c d", "--model", "other"],
+        ["evaluate", "--calibrator", "whitening"],
+        ["analyze", "--pooling", "cls", "-o", "OUT"],
+    ],
+    ids=["encode-pooling", "encode-max-length", "similarity-model", "evaluate-calibrator", "analyze-pooling"],
+)
+def test_options_a_model_folder_fixes_are_refused_with_model_dir(argv, tmp_path, no_model_loading):
+    """--pooling, --max-length, --model (and the fitting options) would be silently ignored with --model-dir."""
+    corpus = tmp_path / "in.txt"
+    corpus.write_text("a sentence\n", encoding="utf-8")
+    argv = [str(corpus) if a == "IN" else str(tmp_path / a) if a.startswith("OUT") else a for a in argv]
+    one_line_error(invoke(*argv, "--model-dir", tmp_path / "some-model"), "cannot be combined with --model-dir")
+    assert not (tmp_path / "OUT.npy").exists()

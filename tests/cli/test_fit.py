@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 
 import numpy as np
 import pytest
@@ -14,9 +16,9 @@ from bertflow import (
 from bertflow.cli import app
 from bertflow.errors import OutputError
 
-from ..conftest import SENTENCES, invoke, one_line_error, snapshot
+from ..conftest import CORPUS, SENTENCES, invoke, one_line_error, snapshot
+from ..safety import fit_args
 from ..test_embedder import OTHER
-from .conftest import CORPUS
 from .test_conventions import cli
 
 runner = CliRunner()
@@ -155,3 +157,141 @@ def test_an_empty_tsv_cell_is_named_by_file_line_and_column(tiny_model_dir, tmp_
     args = ["fit", tsv, "-c", "sentence1", "-c", "sentence2", "-o", out, "--model", tiny_model_dir, "-q"]
     one_line_error(invoke(*args), "train.tsv: line 8, column 'sentence2' is empty")
     assert not out.exists()
+
+
+def test_fit_encode_similarity(tiny_model_dir, corpus, tmp_path):
+    out = tmp_path / "model"
+    r = invoke("fit", corpus, "-o", out, "--model", tiny_model_dir, "--calibrator", "standard-norm", "-q")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout.strip().splitlines()[-1])["sentences"] == 64
+    r = invoke("encode", corpus, "-o", tmp_path / "z.npy", "--model-dir", out, "-q")
+    assert r.exit_code == 0, r.output
+    z = np.load(tmp_path / "z.npy")
+    assert z.shape == (64, 32) and np.isfinite(z).all()
+    from bertflow import Embedder
+
+    lines = corpus.read_text().splitlines()
+    np.testing.assert_allclose(z, Embedder.load(out).encode(lines), atol=1e-5)
+    r = invoke("similarity", "The cat sleeps.", "The cat sleeps.", "--model-dir", out)
+    assert r.exit_code == 0 and float(r.stdout) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_fit_from_tsv_columns(tiny_model_dir, tmp_path):
+    tsv = tmp_path / "train.tsv"
+    tsv.write_text(
+        "score\tsentence1\tsentence2\n" + "".join(f"1\t{a} {b}\t{b} {a}\n" for a in SENTENCES for b in SENTENCES[:5]),
+        encoding="utf-8",
+    )
+    r = invoke(
+        "fit",
+        tsv,
+        "-c",
+        "sentence1",
+        "-c",
+        "sentence2",
+        "-o",
+        tmp_path / "m",
+        "--model",
+        tiny_model_dir,
+        "--calibrator",
+        "standard-norm",
+        "-q",
+    )
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout.strip().splitlines()[-1])["sentences"] == 80
+    r = invoke("fit", tsv, "-c", "nope", "-o", tmp_path / "m2", "--model", tiny_model_dir)
+    assert r.exit_code == 2 and "nope" in r.stderr
+
+
+def test_fit_refuses_the_folder_holding_its_corpus(tiny_model_dir, corpus):
+    before = snapshot(corpus.parent)
+    one_line_error(invoke(*fit_args(corpus, corpus.parent, tiny_model_dir)), "holds the input")
+    one_line_error(invoke(*fit_args(corpus, corpus.parent, tiny_model_dir), "--overwrite"), "holds the input")
+    assert snapshot(corpus.parent) == before
+
+
+def test_fit_refuses_the_working_directory(tiny_model_dir, corpus, tmp_path, monkeypatch):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "notes.txt").write_text("mine")
+    monkeypatch.chdir(work)
+    for out in (".", str(work), ".."):
+        one_line_error(invoke(*fit_args(corpus, out, tiny_model_dir), "--overwrite"), "working directory")
+    assert (work / "notes.txt").read_text() == "mine"
+
+
+def test_fit_refuses_a_foreign_folder_and_replaces_a_model_only_with_overwrite(tiny_model_dir, corpus, tmp_path):
+    foreign = tmp_path / "photos"
+    foreign.mkdir()
+    (foreign / "cat.jpg").write_bytes(b"\xff\xd8")
+    one_line_error(invoke(*fit_args(corpus, foreign, tiny_model_dir), "--overwrite"), "not empty", "cat.jpg")
+    assert (foreign / "cat.jpg").read_bytes() == b"\xff\xd8"
+
+    out = tmp_path / "model"
+    assert invoke(*fit_args(corpus, out, tiny_model_dir)).exit_code == 0
+    first = snapshot(out)
+    one_line_error(invoke(*fit_args(corpus, out, tiny_model_dir)), "already holds a bertflow model", "--overwrite")
+    assert snapshot(out) == first
+    r = invoke(*fit_args(corpus, out, tiny_model_dir), "--overwrite")
+    assert r.exit_code == 0, r.output
+    assert Embedder.load(out).calibrator.name == "standard-norm"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert invoke(*fit_args(corpus, empty, tiny_model_dir)).exit_code == 0  # an empty folder is fine
+
+
+def test_a_read_only_destination_fails_before_the_fit(tiny_model_dir, corpus, tmp_path, monkeypatch, no_model_loading):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    real_open = os.open
+
+    def read_only_fs(path, flags, *args, **kwargs):
+        if str(path).startswith(str(ro)) and flags & os.O_CREAT:
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", read_only_fs)
+    one_line_error(invoke(*fit_args(corpus, ro / "model", tiny_model_dir)), "not writable", "Read-only")
+    one_line_error(invoke("encode", corpus, "-o", ro / "x.npy", "--model", tiny_model_dir), "not writable")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_a_read_only_folder_fails_before_the_fit(tiny_model_dir, corpus, tmp_path, no_model_loading):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        one_line_error(invoke(*fit_args(corpus, ro / "model", tiny_model_dir)), "not writable")
+    finally:
+        ro.chmod(0o755)
+
+
+@pytest.mark.parametrize(
+    ("options", "needle"),
+    [
+        pytest.param(
+            ["--device", "cuda"],
+            "CUDA is not available",
+            id="device-cuda",
+            marks=pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA"),
+        ),
+        pytest.param(["--device", "bogus"], "unknown device", id="device-bogus"),
+        pytest.param(["--epochs", "inf"], "epochs", id="epochs-inf"),
+        pytest.param(["--epochs", "nan"], "epochs", id="epochs-nan"),
+        pytest.param(["--epochs", "0"], "epochs", id="epochs-0"),
+        pytest.param(["--epochs", "-1"], "epochs", id="epochs-negative"),
+        pytest.param(["--max-length", "100000"], "max_length 100000", id="max-length-above-positions"),
+        pytest.param(["-c", "²"], "²", id="column-superscript-two"),
+        pytest.param(["--pooling", "max"], "unknown pooling", id="pooling-unknown"),
+        pytest.param(["--pooling", "1,99"], "out of range", id="pooling-layer-out-of-range"),
+    ],
+)
+def test_bad_options_are_one_line_before_loading_the_model(
+    tiny_model_dir, corpus, tmp_path, options, needle, no_model_loading
+):
+    target = corpus
+    if options[0] == "-c":
+        target = tmp_path / "t.tsv"
+        target.write_text("score\tsentence1\n1\tA man plays.\n", encoding="utf-8")
+    one_line_error(invoke(*fit_args(target, tmp_path / "m", tiny_model_dir), *options), needle)
+    assert not (tmp_path / "m").exists()

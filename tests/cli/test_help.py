@@ -29,3 +29,21 @@ def test_help_shows_no_bool_metavar_after_flags():
         text = runner.invoke(app, command).stdout
         flagged = [line for line in text.splitlines() if "<bool>" in line and "--help" not in line]
         assert not flagged, flagged
+
+
+def test_calibrator_help_lists_every_spec():
+    import typer
+
+    from bertflow.calibrators import calibrator_specs
+
+    commands = typer.main.get_command(app).commands
+    for name, option in (("fit", "calibrator"), ("evaluate", "calibrator")):
+        (param,) = [p for p in commands[name].params if p.name == option]
+        listed = param.help.split(",")[0].split(" | ")
+        assert listed == list(calibrator_specs()), name  # "anchored", "anchored-P", "auto" among them
+
+
+def test_help_has_examples():
+    for cmd in ("fit", "encode", "similarity"):
+        r = runner.invoke(app, [cmd, "--help"])
+        assert r.exit_code == 0 and "Examples" in r.stdout

@@ -14,10 +14,10 @@ from bertflow import (
 from bertflow.cli import EXIT_USAGE, app
 from bertflow.search import EmbeddingIndex
 
-from ..conftest import invoke, one_line_error
+from ..conftest import CORPUS, invoke, one_line_error, snapshot
+from ..safety import fit_args
 from ..test_search import CORPUS as SEARCH_CORPUS  # the prefixes corpus of the index tests
 from ..test_search import model, needs_faiss  # noqa: F401 - the fixture
-from .conftest import CORPUS
 from .test_conventions import cli
 
 runner = CliRunner()
@@ -107,3 +107,38 @@ def test_search_query_does_not_blame_the_index_for_a_bad_backend_or_a_model_fold
     assert "damaged" not in line and "missing" not in line
     r = invoke("search", "query", index, "a man", "-q", "--top-k", "2")
     assert r.exit_code == 0, r.output
+
+
+def test_search_threads_and_quiet(tiny_model_dir, corpus, tmp_path, monkeypatch):
+    import torch
+
+    model = tmp_path / "model"  # noqa: F811
+    r = invoke("fit", corpus, "-o", model, "--model", tiny_model_dir, "--calibrator", "whitening", "-q")
+    assert r.exit_code == 0, r.output
+    seen = []
+    monkeypatch.setattr(torch, "set_num_threads", seen.append)
+    r = invoke("search", "build", corpus, "--model-dir", model, "-o", tmp_path / "idx", "--threads", "2", "-q")
+    assert r.exit_code == 0, r.output
+    from bertflow import EmbeddingIndex
+
+    calls = []
+    query = EmbeddingIndex.query
+    monkeypatch.setattr(EmbeddingIndex, "query", lambda self, *a, **kw: calls.append(kw) or query(self, *a, **kw))
+    for extra, bar in (([], None), (["-q"], False)):  # None: a bar for 4,096 queries or more; -q: never
+        r = invoke("search", "query", tmp_path / "idx", "The cat sleeps.", "-k", "1", "--threads", "1", *extra)
+        assert r.exit_code == 0, r.output
+        assert r.stdout.startswith("# The cat sleeps.\n1\t") and calls[-1]["show_progress_bar"] is bar
+    assert seen == [2, 1, 1]
+
+
+def test_search_build_refuses_to_replace_the_model(model_a, corpus, tmp_path):
+    before = snapshot(model_a)
+    r = invoke("search", "build", corpus, "--model-dir", model_a, "-o", model_a, "-q", "--overwrite")
+    one_line_error(r, "holds the input")
+    assert snapshot(model_a) == before
+    # An index is not a model and a model is not an index, whatever --overwrite says.
+    idx = tmp_path / "idx"
+    assert invoke("search", "build", corpus, "--model-dir", model_a, "-o", idx, "-q").exit_code == 0
+    one_line_error(invoke("search", "build", corpus, "--model-dir", model_a, "-o", idx, "-q"), "--overwrite")
+    assert invoke("search", "build", corpus, "--model-dir", model_a, "-o", idx, "-q", "--overwrite").exit_code == 0
+    one_line_error(invoke(*fit_args(corpus, idx, model_a), "--overwrite"), "search index")

@@ -365,3 +365,13 @@ def test_an_overflowing_transform_is_not_blamed_on_the_model(tiny_model_dir):
     enc = SentenceEncoder(str(tiny_model_dir), device="cpu")
     with pytest.raises(InputError, match="transform .* turned finite embeddings .* into NaN or Inf"):
         enc.encode(SENTENCES, transform=lambda x: x * float("inf"))
+
+
+def test_the_encoder_checks_device_and_max_length_before_loading_weights(tiny_model_dir, no_model_loading):
+    from bertflow import SentenceEncoder
+    from bertflow.errors import InputError
+
+    with pytest.raises(InputError, match="unknown device"):
+        SentenceEncoder(str(tiny_model_dir), device="bogus")
+    with pytest.raises(InputError, match="at most 128"):
+        SentenceEncoder(str(tiny_model_dir), max_length=129, device="cpu")

@@ -12,7 +12,7 @@ from bertflow import (
 from bertflow.errors import ModelFileError
 from bertflow.io.formats import check_format
 
-from ..test_embedder import CORPUS
+from ..conftest import CORPUS
 
 
 def test_check_format_names_the_file_and_the_way_out(tmp_path):
