@@ -1,9 +1,5 @@
 from __future__ import annotations
 
-import json
-import shutil
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -12,9 +8,7 @@ from bertflow import (
     InputError,
     SentenceEncoder,
 )
-from bertflow.encoding.loading import FINGERPRINT_SCHEME
 from bertflow.encoding.pooling import masked_mean
-from bertflow.errors import CompatibilityError
 
 from ..conftest import SENTENCES
 
@@ -80,13 +74,6 @@ def test_max_length_truncates(tiny_model_dir):
     assert max(len(ids) for ids in enc.tokenize(SENTENCES)) == 8
     long = "word " * 2000  # far past the model's 128 positions: truncation keeps it valid
     assert np.isfinite(enc.encode(long)).all()
-
-
-def test_fingerprint_identifies_weights_not_precision(tiny_model_dir, other_tiny_model_dir):
-    a = SentenceEncoder(str(tiny_model_dir), device="cpu")
-    b = SentenceEncoder(str(tiny_model_dir), device="cpu", dtype="bfloat16")
-    c = SentenceEncoder(str(other_tiny_model_dir), device="cpu")
-    assert a.fingerprint() == b.fingerprint() != c.fingerprint()
 
 
 def test_bf16_close_to_fp32(tiny_model_dir):
@@ -271,48 +258,6 @@ def test_device_transform_runs_before_the_copy(tiny_encoder):
     np.testing.assert_allclose(out, (ref - 1.0) @ weight.numpy(), atol=1e-4)
     parts = list(tiny_encoder.iter_encode(iter(SENTENCES), chunk_size=3, transform=lambda x: x[:, :2]))
     np.testing.assert_allclose(np.concatenate(parts), ref[:, :2], atol=1e-6)
-
-
-def test_missing_model_is_a_clear_error(tmp_path):
-    with pytest.raises(InputError, match="cannot load the encoder"):
-        SentenceEncoder(str(tmp_path / "no-such-model"))
-
-
-def _retrain_one_deep_layer(source: Path, dest: Path) -> Path:
-    """Copy the tiny BERT in ``source`` to ``dest`` with only the last layer's feed-forward weights changed (same
-    config, vocabulary and embedding matrix: what the first fingerprint scheme hashed)."""
-    from transformers import BertModel
-
-    shutil.copytree(source, dest)
-    model = BertModel.from_pretrained(str(source))
-    with torch.no_grad():
-        model.encoder.layer[-1].output.dense.weight.mul_(1.5)
-    model.save_pretrained(str(dest))
-    return dest
-
-
-def test_fingerprint_covers_every_layer(tiny_model_dir, tmp_path):
-    """Two encoders that differ only in one deep layer's weights (same config, vocabulary and embeddings) get
-    different fingerprints, so a calibrator fitted on one is refused on the other."""
-    other = _retrain_one_deep_layer(tiny_model_dir, tmp_path / "retrained")
-    a = SentenceEncoder(str(tiny_model_dir), device="cpu")
-    b = SentenceEncoder(str(other), device="cpu")
-    torch.testing.assert_close(a.model.get_input_embeddings().weight, b.model.get_input_embeddings().weight)
-    assert not np.allclose(a.encode(SENTENCES), b.encode(SENTENCES))
-    assert a.fingerprint().startswith(FINGERPRINT_SCHEME) and b.fingerprint().startswith(FINGERPRINT_SCHEME)
-    assert a.fingerprint() != b.fingerprint()
-
-
-def test_a_folder_recording_another_fingerprint_is_refused(tiny_encoder, tmp_path):
-    """A folder whose calibrator was fitted on an encoder of another fingerprint is refused, naming it."""
-    from bertflow import Embedder, StandardNormCalibrator
-
-    folder = Embedder(tiny_encoder, StandardNormCalibrator()).fit(SENTENCES).save(tmp_path / "m")
-    top = json.loads((folder / "bertflow_config.json").read_text())
-    top["calibrator"]["fitted_on"]["fingerprint"] = "0123456789abcdef"
-    (folder / "bertflow_config.json").write_text(json.dumps(top))
-    with pytest.raises(CompatibilityError, match="fingerprint='0123456789abcdef'.*refit"):
-        Embedder.load(folder)
 
 
 def test_progress_moves_per_batch_within_a_chunk(tiny_model_dir, monkeypatch):

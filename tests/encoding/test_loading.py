@@ -2,7 +2,22 @@
 
 from __future__ import annotations
 
-from bertflow import SentenceEncoder
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bertflow import (
+    InputError,
+    SentenceEncoder,
+)
+from bertflow.encoding.loading import FINGERPRINT_SCHEME
+from bertflow.errors import CompatibilityError
+
+from ..conftest import SENTENCES
 
 
 def test_the_weights_fingerprint_is_hashed_once_per_process_per_checkpoint(tiny_model_dir, tmp_path, monkeypatch):
@@ -59,3 +74,52 @@ def test_a_raw_mlm_checkpoint_loads_quietly_with_one_line_about_its_head(tmp_pat
     assert len(lines) == 1 and "cls.predictions.*" in lines[0] and "pre-training head" in lines[0], lines
     assert hf_logging.get_verbosity() == verbosity  # transformers' own settings are given back
     assert encoder.encode(["A man is playing a guitar."]).shape == (1, 32)
+
+
+def test_fingerprint_identifies_weights_not_precision(tiny_model_dir, other_tiny_model_dir):
+    a = SentenceEncoder(str(tiny_model_dir), device="cpu")
+    b = SentenceEncoder(str(tiny_model_dir), device="cpu", dtype="bfloat16")
+    c = SentenceEncoder(str(other_tiny_model_dir), device="cpu")
+    assert a.fingerprint() == b.fingerprint() != c.fingerprint()
+
+
+def test_missing_model_is_a_clear_error(tmp_path):
+    with pytest.raises(InputError, match="cannot load the encoder"):
+        SentenceEncoder(str(tmp_path / "no-such-model"))
+
+
+def test_fingerprint_covers_every_layer(tiny_model_dir, tmp_path):
+    """Two encoders that differ only in one deep layer's weights (same config, vocabulary and embeddings) get
+    different fingerprints, so a calibrator fitted on one is refused on the other."""
+    other = _retrain_one_deep_layer(tiny_model_dir, tmp_path / "retrained")
+    a = SentenceEncoder(str(tiny_model_dir), device="cpu")
+    b = SentenceEncoder(str(other), device="cpu")
+    torch.testing.assert_close(a.model.get_input_embeddings().weight, b.model.get_input_embeddings().weight)
+    assert not np.allclose(a.encode(SENTENCES), b.encode(SENTENCES))
+    assert a.fingerprint().startswith(FINGERPRINT_SCHEME) and b.fingerprint().startswith(FINGERPRINT_SCHEME)
+    assert a.fingerprint() != b.fingerprint()
+
+
+def test_a_folder_recording_another_fingerprint_is_refused(tiny_encoder, tmp_path):
+    """A folder whose calibrator was fitted on an encoder of another fingerprint is refused, naming it."""
+    from bertflow import Embedder, StandardNormCalibrator
+
+    folder = Embedder(tiny_encoder, StandardNormCalibrator()).fit(SENTENCES).save(tmp_path / "m")
+    top = json.loads((folder / "bertflow_config.json").read_text())
+    top["calibrator"]["fitted_on"]["fingerprint"] = "0123456789abcdef"
+    (folder / "bertflow_config.json").write_text(json.dumps(top))
+    with pytest.raises(CompatibilityError, match="fingerprint='0123456789abcdef'.*refit"):
+        Embedder.load(folder)
+
+
+def _retrain_one_deep_layer(source: Path, dest: Path) -> Path:
+    """Copy the tiny BERT in ``source`` to ``dest`` with only the last layer's feed-forward weights changed (same
+    config, vocabulary and embedding matrix: what the first fingerprint scheme hashed)."""
+    from transformers import BertModel
+
+    shutil.copytree(source, dest)
+    model = BertModel.from_pretrained(str(source))
+    with torch.no_grad():
+        model.encoder.layer[-1].output.dense.weight.mul_(1.5)
+    model.save_pretrained(str(dest))
+    return dest
