@@ -50,8 +50,6 @@ TESTED_ELSEWHERE: dict[str, tuple[str, ...]] = {
     "encoding/fused.py": ("encoding/test_packed.py",),
     # The forward pass (layer capture, 4-D mask, hooks), through SentenceEncoder and the packed forward.
     "encoding/forward.py": ("encoding/test_encoder.py", "encoding/test_packed.py"),
-    # MapEncoder in a process pool (with the table helpers) and under Ray Data.
-    "integrations/map_step.py": ("scale/test_arrow.py", "integrations/test_ray.py"),
     "integrations/st_anchored.py": ("integrations/test_portable_exports.py",),
     # The paper harness, through its end-to-end runs.
     "paper/grid.py": ("paper/test_reproduce.py", "paper/test_published.py", "paper/test_autocells.py"),
