@@ -39,7 +39,6 @@ TESTED_ELSEWHERE: dict[str, tuple[str, ...]] = {
         "cli/test_encode.py",
     ),
     "cli/distributed.py": (
-        "scale/test_encode.py",
         "scale/test_multiprocess.py",
         "cli/test_distributed_encode.py",
         "cli/test_distributed_fit.py",
