@@ -11,6 +11,8 @@ from typing import Annotated, Any
 import typer
 
 from ..evaluation.datasets import DATA_DIR_ENV, DEFAULT_CACHE_DIR, STS_TASKS
+from ..paper.published import PAPER_MODELS
+from ..paper.regimes import REGIME_TEXT, REGIMES
 from ._app import app
 from .options import (
     BatchOpt,
@@ -40,9 +42,10 @@ from .options import (
 RegimeOpt = Annotated[
     str,
     typer.Option(
-        help="What the calibrator is fitted on: target (each task's own sentences, transductive) | train "
-        "(STS-B/SICK-R train split) | nli (SNLI dev+test sentences) | corpus (--corpus FILE) | per-set (every "
-        "STS12-16 subset, STS-B, SICK-R scored alone, each fitted on its own sentences; with --fit-sizes)."
+        help="What the calibrator is fitted on: "
+        + " | ".join(f"{name} ({REGIME_TEXT[name]})" for name in REGIMES)
+        + " | per-set (every STS12-16 subset, STS-B, SICK-R scored alone, each fitted on its own "
+        "sentences; with --fit-sizes)."
     ),
 ]
 CorpusOpt = Annotated[
@@ -94,7 +97,7 @@ CalibratorsOpt = Annotated[
 RegimesOpt = Annotated[
     str,
     typer.Option(
-        help="Comma-separated: target, train, nli, corpus; or per-set alone (every STS12-16 subset, STS-B, "
+        help=f"Comma-separated: {', '.join(REGIMES)}; or per-set alone (every STS12-16 subset, STS-B, "
         "SICK-R scored on its own, each fitted on its own sentences: mean, worst set and count below raw)."
     ),
 ]
@@ -109,7 +112,7 @@ PaperRowsOpt = Annotated[
     str | None,
     typer.Option(
         "--paper-rows",
-        help="Show this paper model's published rows (bert-base-uncased or bert-large-uncased) beside another "
+        help=f"Show this paper model's published rows ({' or '.join(PAPER_MODELS)}) beside another "
         "encoder's, captioned with how the two differ.",
     ),
 ]
