@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -324,6 +325,12 @@ def evaluate(
     _publish(output, "evaluate", result.to_markdown(title="bertflow evaluate", subsets=True), result.to_dict())
 
 
+def _unless_default(command: Callable[..., Any], o: Mapping[str, Any], name: str) -> Any:
+    """``o[name]`` for a command echo, or ``None`` (left out) where it equals ``command``'s default for it: the
+    defaults are read from the command's signature, never re-typed."""
+    return None if o[name] == inspect.signature(command).parameters[name].default else o[name]
+
+
 def _tasks_echo(tasks: str) -> str | None:
     """``--tasks`` as the command echo shows it: omitted when it is the default (every task)."""
     return tasks if tasks != _ALL_TASKS else None
@@ -341,11 +348,11 @@ def _evaluate_command(o: dict[str, Any]) -> str:
             ("--corpus", o["corpus"]),
             ("--column", o["column"]),
             ("--tasks", _tasks_echo(o["tasks"])),
-            ("--seeds", o["seeds"] if o["seeds"] != 1 else None),
-            ("--epochs", o["epochs"] if o["epochs"] != 1.0 else None),
+            ("--seeds", _unless_default(evaluate, o, "seeds")),
+            ("--epochs", _unless_default(evaluate, o, "epochs")),
             ("--fit-sizes", o["fit_sizes"]),
-            ("--sample-seed", o["sample_seed"] if o["sample_seed"] else None),
-            ("--max-length", o["max_length"] if o["max_length"] != 64 else None),
+            ("--sample-seed", _unless_default(evaluate, o, "sample_seed")),
+            ("--max-length", _unless_default(evaluate, o, "max_length")),
             ("--data-dir", o["data_dir"]),
             ("--threads", o["threads"]),
         ],
@@ -482,11 +489,11 @@ def _reproduce_command(o: dict[str, Any], regimes: list[str]) -> str:
             ("--column", o["column"]),
             ("--tasks", _tasks_echo(o["tasks"])),
             ("--fit-sizes", o["fit_sizes"]),
-            ("--sample-seed", o["sample_seed"] if o["sample_seed"] else None),
+            ("--sample-seed", _unless_default(reproduce, o, "sample_seed")),
             ("--select", o["select"]),
             ("--seeds", o["seeds"]),
-            ("--epochs", o["epochs"] if o["epochs"] != 1.0 else None),
-            ("--max-length", o["max_length"] if o["max_length"] != 64 else None),
+            ("--epochs", _unless_default(reproduce, o, "epochs")),
+            ("--max-length", _unless_default(reproduce, o, "max_length")),
             ("--data-dir", o["data_dir"]),
             ("--threads", o["threads"]),
             ("--paper-rows", o["paper_rows"]),
