@@ -234,6 +234,31 @@ def test_a_mistyped_model_path_or_an_offline_hub_id_is_one_line_at_once(corpus, 
 # -- 10. similarity --pairs encodes once ---------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("command", ["similarity", "encode"])
+def test_the_first_status_line_comes_before_the_model_loads(command, tiny_model_dir, tmp_path, monkeypatch):
+    """Item 10: ``bertflow: loading MODEL ...`` on a terminal's stderr before torch and the weights load (16 s of
+    silence before); none with -q, none on a pipe (stderr keeps its one-line error)."""
+    from bertflow.cli import core, options
+    from bertflow.errors import InputError
+
+    def loader(*args, **kwargs):
+        raise InputError("the loader ran")
+
+    monkeypatch.setattr(core, "build_encoder", loader)
+    monkeypatch.setattr(options, "stderr_is_terminal", lambda: True)
+    text = tmp_path / "in.txt"
+    text.write_text("A man plays a guitar.\n")
+    args = {
+        "similarity": ["similarity", "One sentence.", "Another one.", "-m", tiny_model_dir],
+        "encode": ["encode", text, "-o", tmp_path / "out.npy", "-m", tiny_model_dir],
+    }[command]
+    lines = invoke(*args).stderr.splitlines()
+    assert lines == [f"bertflow: loading {tiny_model_dir} ...", "bertflow: error: the loader ran"]
+    assert invoke(*args, "-q").stderr.splitlines() == ["bertflow: error: the loader ran"]
+    monkeypatch.setattr(options, "stderr_is_terminal", lambda: False)
+    assert invoke(*args).stderr.splitlines() == ["bertflow: error: the loader ran"]
+
+
 def test_similarity_pairs_scores_raw_and_calibrated_from_one_pass(tiny_model_dir, tmp_path, monkeypatch):
     from scipy.stats import spearmanr
 

@@ -49,3 +49,63 @@ def test_machine_info_names_the_machine() -> None:
     info = resources.machine_info("cpu")
     assert info["device"] == "cpu" and info["usable_cpus"] == resources.usable_cpus() >= 1
     assert info["torch"] == torch.__version__ and "gpu" not in info
+
+
+def _glibc_with_mallinfo2():  # noqa: ANN202
+    """glibc as a ctypes library with ``mallinfo2`` (2.33+) set up, or None."""
+    import ctypes
+    import platform
+
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return None
+    libc = ctypes.CDLL("libc.so.6")
+    if not hasattr(libc, "mallinfo2"):
+        return None
+
+    class Mallinfo2(ctypes.Structure):
+        _fields_ = [
+            (name, ctypes.c_size_t)
+            for name in (
+                "arena",
+                "ordblks",
+                "smblks",
+                "hblks",
+                "hblkhd",
+                "usmblks",
+                "fsmblks",
+                "uordblks",
+                "fordblks",
+                "keepcost",
+            )
+        ]
+
+    libc.mallinfo2.restype = Mallinfo2
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    return libc
+
+
+def test_cpu_encoding_keeps_large_buffers_out_of_the_heap(tiny_encoder) -> None:
+    """Issue 24, item 9: after a CPU encode, a freed multi-MB buffer goes back to the system (its own mapping),
+    whatever sizes were freed before; glibc's dynamic threshold would have put it in the ever-growing heap."""
+    libc = _glibc_with_mallinfo2()
+    if libc is None:
+        pytest.skip("needs glibc 2.33+ (mallinfo2)")
+    # A freed 24 MB mapping raises glibc's dynamic threshold to 24 MB, as the first activations of a forward did.
+    libc.free(libc.malloc(24 << 20))
+    tiny_encoder.encode(["A man plays a guitar.", "Someone plays music."])
+    before = libc.mallinfo2().hblkhd
+    block = libc.malloc(4 << 20)
+    try:
+        mapped = libc.mallinfo2().hblkhd - before
+    finally:
+        libc.free(block)
+    assert mapped >= 4 << 20, f"a 4 MB block came from the heap ({mapped} bytes newly mapped)"
+    assert resources.bound_heap_growth() is True
+
+
+def test_bound_heap_growth_leaves_a_users_threshold_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(resources, "_heap_bounded", None)
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
+    assert resources.bound_heap_growth() is False

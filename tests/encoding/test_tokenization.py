@@ -331,3 +331,20 @@ def test_tokenize_arrays_with_shortcut_equals_without(tiny_model_dir):
     fast = tokenize_arrays(tok, sentences, WordPieceShortcut.from_tokenizer(tok))
     np.testing.assert_array_equal(fast.offsets, plain.offsets)
     np.testing.assert_array_equal(fast.ids, plain.ids)
+
+
+def test_word_memo_stays_within_its_bound(tiny_model_dir, monkeypatch):
+    """Issue 24, item 9: the shortcut's word memo never holds more than MEMO_LIMIT words plus one sentence's,
+    however many distinct words stream through it."""
+    from bertflow.encoding import tokenization
+
+    monkeypatch.setattr(tokenization, "MEMO_LIMIT", 50)
+    shortcut = WordPieceShortcut.from_tokenizer(_rust(tiny_model_dir))
+    assert shortcut is not None
+    seeded = len(shortcut._seed)  # the vocabulary's whole words, remembered from the start, never dropped
+    largest = 0
+    for i in range(40):
+        sentence = " ".join(f"w{i}x{j}" for j in range(7))
+        shortcut.ids([sentence])
+        largest = max(largest, len(shortcut._memo) - seeded)
+    assert 50 < largest <= 50 + 1 + 7

@@ -35,12 +35,14 @@ from .options import (
     TokenStatsOpt,
     ValidationFractionOpt,
     WeightingOpt,
+    announce,
     build_encoder,
     check_device,
     check_model_dir_options,
     check_text_arguments,
     limit_threads,
     load_embedder,
+    model_label,
     quiet_libraries,
     read_corpus,
     weighted_pooling,
@@ -198,6 +200,7 @@ def encode(
     table, out_kind = _table_options(input, output, column, text_column, id_column)
     check_device(device)
     check_model_dir_options(ctx, model_dir)
+    announce(f"loading {model_label([model_dir] if model_dir else [], model)} ...", quiet)
     limit_threads(threads)
     quiet_libraries()
     if model_dir:
@@ -381,7 +384,6 @@ def similarity(
 ) -> None:
     """Cosine similarity in the calibrated space: of two sentences, or of every pair in a TSV (raw encoder and one
     or several fitted models side by side)."""
-    from ..comparison import ModelComparison
     from ..errors import InputError
     from ..io.files import PAIRS_TSV_FIRST_COLUMN, atomic_write_text, check_output_file
     from ..io.text import read_pairs
@@ -401,6 +403,10 @@ def similarity(
         check_output_file(output, inputs=[pairs] if pairs is not None else [], overwrite=overwrite)
     check_device(device)
     check_model_dir_options(ctx, ", ".join(model_dirs))
+    # Every check above is cheap; what follows (torch, transformers, the weights and their fingerprint) takes seconds.
+    announce(f"loading {model_label(model_dirs, model)} ...", quiet)
+    from ..comparison import ModelComparison
+
     limit_threads(threads)
     quiet_libraries()
     if len(model_dirs) == 1 and sentences:

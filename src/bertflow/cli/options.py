@@ -107,6 +107,34 @@ class EncodingErrors(str, enum.Enum):
     replace = "replace"
 
 
+def stderr_is_terminal() -> bool:
+    """Whether standard error is a terminal (a person watching), not a pipe or a file."""
+    import sys
+
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced by an object without isatty, or closed
+        return False
+
+
+def announce(message: str, quiet: bool) -> None:
+    """``bertflow: MESSAGE`` on stderr at once, before a step that is silent for seconds (importing torch and
+    loading a model took ~16 s on a busy 2-core machine before the first bar; issue 24, item 10).
+
+    Only on a terminal and without ``--quiet``: on a pipe or a file, stderr stays free for the one-line error the
+    README promises.
+    """
+    if not quiet and stderr_is_terminal():
+        typer.echo(f"bertflow: {message}", err=True)
+
+
+def model_label(model_dirs: Sequence[str], model: str | None) -> str:
+    """What a command is about to load, for :func:`announce`: the model folders, or the encoder."""
+    if model_dirs:
+        return ", ".join(model_dirs)
+    return model or "the default encoder (all-MiniLM-L6-v2)"
+
+
 def quiet_libraries() -> None:
     """Silence transformers' per-load progress bars and info logs; bertflow shows its own progress."""
     import transformers
