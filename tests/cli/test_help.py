@@ -110,3 +110,10 @@ def test_command_echoes_leave_out_exactly_the_signature_defaults() -> None:
         changed = echo({**o, "epochs": 2.0, "sample_seed": 3, "max_length": 128, "seeds": 5})
         assert "--epochs 2.0" in changed and "--sample-seed 3" in changed and "--max-length 128" in changed
         assert "--seeds 5" in changed
+
+
+def test_text_column_help_names_the_readers_default() -> None:
+    from bertflow.io.arrow import DEFAULT_TEXT_COLUMN
+
+    for command in ("encode", "distributed-encode"):
+        assert f"(default: {DEFAULT_TEXT_COLUMN})" in _option_help(command, "text_column"), command

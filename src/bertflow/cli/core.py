@@ -45,6 +45,7 @@ from .options import (
     model_label,
     quiet_libraries,
     read_corpus,
+    source_constant,
     weighted_pooling,
 )
 
@@ -172,7 +173,11 @@ def encode(
     max_length: MaxLenOpt = 64,
     column: ColumnOpt = None,
     text_column: Annotated[
-        str | None, typer.Option(help="The text column of a Parquet / Arrow input (default: text).")
+        str | None,
+        typer.Option(
+            help="The text column of a Parquet / Arrow input "
+            f"(default: {source_constant('io/arrow', 'DEFAULT_TEXT_COLUMN')})."
+        ),
     ] = None,
     id_column: Annotated[
         str | None, typer.Option(help="A Parquet / Arrow input column copied beside each embedding (table output).")
@@ -282,7 +287,7 @@ def _table_options(
     """``encode``'s table input (a :class:`~bertflow.io.arrow.TableColumn`, or None for text) and output kind
     (``"npy"``, ``"parquet"`` or ``"arrow"``, from the suffix), refusing options that do not fit them."""
     from ..errors import InputError
-    from ..io.arrow import TABLE_SUFFIXES, TableColumn
+    from ..io.arrow import DEFAULT_TEXT_COLUMN, TABLE_SUFFIXES, TableColumn
 
     in_kind = "text" if str(input) == STDIO else TABLE_SUFFIXES.get(input.suffix.lower(), "text")
     out_kind = "npy" if str(output) == STDIO else TABLE_SUFFIXES.get(output.suffix.lower(), "npy")
@@ -292,7 +297,7 @@ def _table_options(
         raise InputError(f"--column is for a TSV input; name the text column of {input} with --text-column")
     if id_column and out_kind == "npy":
         raise InputError("--id-column needs a table output (-o x.parquet or x.arrow): a .npy holds only vectors")
-    table = TableColumn(input, text_column or "text", in_kind, id_column) if in_kind != "text" else None
+    table = TableColumn(input, text_column or DEFAULT_TEXT_COLUMN, in_kind, id_column) if in_kind != "text" else None
     return table, out_kind
 
 

@@ -33,6 +33,7 @@ from .options import (
     SeedOpt,
     ValidationFractionOpt,
     quiet_libraries,
+    source_constant,
 )
 
 _EPILOG_ENCODE = """Examples:
@@ -231,7 +232,13 @@ ShardSizeOpt = Annotated[int, typer.Option(help="Rows per shard file (a multiple
 ChunkSizeOpt = Annotated[int, typer.Option(help="Sentences length-sorted together by the encoder.")]
 MergeOpt = Annotated[bool, typer.Option(metavar="", help="Also write OUTPUT/embeddings.npy, all rows in one array.")]
 RestartOpt = Annotated[bool, typer.Option(metavar="", help="Delete a store already in OUTPUT instead of resuming it.")]
-TextColumnOpt = Annotated[str | None, typer.Option(help="The text column of a Parquet/Arrow input (default: text).")]
+TextColumnOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="The text column of a Parquet/Arrow input "
+        f"(default: {source_constant('io/arrow', 'DEFAULT_TEXT_COLUMN')})."
+    ),
+]
 InputFormatOpt = Annotated[
     InputFormat | None,
     typer.Option(help=f"{' | '.join(f.value for f in InputFormat)}; default: from the input's suffix."),
