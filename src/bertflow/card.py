@@ -113,24 +113,10 @@ def model_card(embedder: Embedder, *, include_encoder: bool = False) -> str:
     )
 
 
-def _card(
-    encoder: Mapping[str, Any],
-    calibrator: Calibrator,
-    fitting: Mapping[str, Any],
-    *,
-    encoder_license: str | None,
-    include_encoder: bool = False,
-) -> str:
-    """The card's text from its parts.
-
-    Args:
-        encoder: the encoder's config as saved (``bertflow_config.json`` ``encoder``: pinned revision, provenance).
-        calibrator: the fitted calibrator.
-        fitting: the fitting record (:func:`bertflow.model_folder.fit_record`; older records may lack keys).
-        encoder_license: the licence the encoder's own files declare, or ``None``.
-        include_encoder: whether the folder bundles the encoder's files (changes the licence statement).
-    """
-    enc, cal, info = encoder, calibrator, fitting
+def _front_matter(
+    enc: Mapping[str, Any], cal: Calibrator, *, encoder_license: str | None, include_encoder: bool
+) -> list[str]:
+    """The card's YAML front matter lines (licence, library, tags, base model), fences included."""
     tags = ["bertflow", "sentence-embeddings", "sentence-similarity", f"calibrator-{cal.name}"]
     if cal.name == "flow":
         tags.append("bert-flow")
@@ -146,7 +132,19 @@ def _card(
         # The hub links base_model to the encoder's page; a local folder's name there would link elsewhere.
         front += [f"base_model: {enc['model']}", "base_model_relation: adapter"]
     front.append("---")
-    fitted = [
+    return front
+
+
+def _fitting_rows(
+    enc: Mapping[str, Any],
+    cal: Calibrator,
+    info: Mapping[str, Any],
+    *,
+    encoder_license: str | None,
+    include_encoder: bool,
+) -> list[tuple[str, Any]]:
+    """The rows (key, value) of the card's "How it was fitted" table."""
+    return [
         ("encoder", encoder_reference(enc)),
         ("encoder weights", "bundled in `encoder/`" if include_encoder else "referenced by id, not copied"),
         ("pooling", f"`{enc['pooling']}`"),
@@ -171,8 +169,71 @@ def _card(
         ("bertflow version", __version__),
         ("format version", FORMAT_VERSION),
     ]
+
+
+def _file_lines(enc: Mapping[str, Any], *, include_encoder: bool) -> list[str]:
+    """The card's "Files" section: one bullet per file or folder the saved model holds."""
     lines = [
-        *front,
+        "## Files",
+        "",
+        f"- `{CONFIG_FILE}`: encoder reference, calibrator type, fitting record, sha256 of every other file",
+        f"- `{CALIBRATOR_DIR}/config.json`, `{CALIBRATOR_DIR}/model.safetensors`: the calibrator (no pickles)",
+    ]
+    if enc.get("token_statistics"):
+        lines.append(
+            "- `token_statistics/`: the token counts the pooling's weights come from (JSON + safetensors, counted "
+            "on unlabeled text)"
+        )
+    if include_encoder:
+        lines.append(f"- `{ENCODER_DIR}/`: the encoder's own Hugging Face files (its licence applies to them)")
+    return lines
+
+
+#: The card's "Use" section (same for every model).
+_USE = [
+    "## Use",
+    "",
+    "```python",
+    "from bertflow import Embedder, EmbeddingIndex",
+    'model = Embedder.load("PATH_OR_HUB_ID")',
+    'model.similarity("A man is playing a guitar.", "Someone plays an instrument.")',
+    'index = EmbeddingIndex.from_sentences(model, ["A man is playing a guitar.", "The stock market fell."])',
+    'index.query(model, "someone making music", top_k=1)',
+    "```",
+    "",
+    "```bash",
+    'bertflow similarity "A man plays a guitar." "Someone plays an instrument." --model-dir PATH_OR_HUB_ID',
+    "bertflow search build corpus.txt --model-dir PATH_OR_HUB_ID -o my-index",
+    'bertflow search query my-index "someone making music" --top-k 5',
+    "```",
+    "",
+    'Publish it with `bertflow.hub.push(model, "user/name")`, or upload this folder as it is '
+    "(`huggingface_hub.HfApi().upload_folder(folder_path=PATH, repo_id=ID)`).",
+]
+
+
+def _card(
+    encoder: Mapping[str, Any],
+    calibrator: Calibrator,
+    fitting: Mapping[str, Any],
+    *,
+    encoder_license: str | None,
+    include_encoder: bool = False,
+) -> str:
+    """The card's text from its parts.
+
+    Args:
+        encoder: the encoder's config as saved (``bertflow_config.json`` ``encoder``: pinned revision, provenance).
+        calibrator: the fitted calibrator.
+        fitting: the fitting record (:func:`bertflow.model_folder.fit_record`; older records may lack keys).
+        encoder_license: the licence the encoder's own files declare, or ``None``.
+        include_encoder: whether the folder bundles the encoder's files (changes the licence statement).
+    """
+    enc, cal = encoder, calibrator
+    licence = {"encoder_license": encoder_license, "include_encoder": include_encoder}
+    fitted = _fitting_rows(enc, cal, fitting, **licence)
+    lines = [
+        *_front_matter(enc, cal, **licence),
         f"# bertflow calibrator for `{enc['model']}`",
         "",
         f"A `{cal.name}` calibrator fitted **without labels** on sentence embeddings of `{enc['model']}`, with "
@@ -189,38 +250,9 @@ def _card(
         "`corpus_sha256` is the sha256 of the fitting sentences joined by newlines (each followed by `\\n`), "
         "so the corpus can be verified without being published.",
         "",
-        "## Files",
+        *_file_lines(enc, include_encoder=include_encoder),
         "",
-        f"- `{CONFIG_FILE}`: encoder reference, calibrator type, fitting record, sha256 of every other file",
-        f"- `{CALIBRATOR_DIR}/config.json`, `{CALIBRATOR_DIR}/model.safetensors`: the calibrator (no pickles)",
-    ]
-    if enc.get("token_statistics"):
-        lines.append(
-            "- `token_statistics/`: the token counts the pooling's weights come from (JSON + safetensors, counted "
-            "on unlabeled text)"
-        )
-    if include_encoder:
-        lines.append(f"- `{ENCODER_DIR}/`: the encoder's own Hugging Face files (its licence applies to them)")
-    lines += [
-        "",
-        "## Use",
-        "",
-        "```python",
-        "from bertflow import Embedder, EmbeddingIndex",
-        'model = Embedder.load("PATH_OR_HUB_ID")',
-        'model.similarity("A man is playing a guitar.", "Someone plays an instrument.")',
-        'index = EmbeddingIndex.from_sentences(model, ["A man is playing a guitar.", "The stock market fell."])',
-        'index.query(model, "someone making music", top_k=1)',
-        "```",
-        "",
-        "```bash",
-        'bertflow similarity "A man plays a guitar." "Someone plays an instrument." --model-dir PATH_OR_HUB_ID',
-        "bertflow search build corpus.txt --model-dir PATH_OR_HUB_ID -o my-index",
-        'bertflow search query my-index "someone making music" --top-k 5',
-        "```",
-        "",
-        'Publish it with `bertflow.hub.push(model, "user/name")`, or upload this folder as it is '
-        "(`huggingface_hub.HfApi().upload_folder(folder_path=PATH, repo_id=ID)`).",
+        *_USE,
         "",
         "## Licence",
         "",

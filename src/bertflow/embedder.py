@@ -385,13 +385,7 @@ class Embedder:
         truncate_dim = self.truncate_dim if truncate_dim is None else truncate_dim
         check_truncate_dim(truncate_dim, self.calibrator_dim())
         if isinstance(device, (list, tuple)):
-            # One spawned process per device gives the raw vectors; the calibrator maps them here.
-            items = [sentences] if isinstance(sentences, str) else list(sentences)
-            raw = encode_multi_device(
-                items, self.encoder, [str(d) for d in device], dtype=self.encoder.dtype, batch_size=batch_size
-            )
-            out = np.asarray(self.calibrator.transform(raw), dtype=np.float32)
-            out = out[0] if isinstance(sentences, str) else out
+            out = self._encode_on_devices(sentences, device, batch_size)
         else:
             transform = self._device_transform()
             out = self.encoder.encode(
@@ -407,6 +401,18 @@ class Embedder:
             convert_to_tensor=convert_to_tensor,
             convert_to_numpy=convert_to_numpy,
         )
+
+    def _encode_on_devices(
+        self, sentences: str | Sequence[str], devices: Sequence[str | torch.device], batch_size: int | None
+    ) -> np.ndarray:
+        """Calibrated float32 [N, D'] (or [D'] for one string): one spawned process per entry of ``devices`` gives
+        the raw vectors of a contiguous part; the calibrator maps them here."""
+        items = [sentences] if isinstance(sentences, str) else list(sentences)
+        raw = encode_multi_device(
+            items, self.encoder, [str(d) for d in devices], dtype=self.encoder.dtype, batch_size=batch_size
+        )
+        out = np.asarray(self.calibrator.transform(raw), dtype=np.float32)
+        return out[0] if isinstance(sentences, str) else out
 
     def encode_query(self, sentences: str | Sequence[str], **kwargs: Any) -> Any:
         """sentence-transformers' ``encode_query``: :meth:`encode` (same keywords). The calibrated space is

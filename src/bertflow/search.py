@@ -58,7 +58,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 import torch
@@ -94,6 +94,8 @@ _FORMAT_NAME = FOLDER_KINDS["index"][2]  # "bertflow-index"
 
 Metric = Literal["cosine", "dot"]
 Backend = Literal["torch", "faiss"]
+#: The backends, as the CLI lists and checks them.
+BACKENDS: tuple[str, ...] = get_args(Backend)
 Approximate = Literal["auto", "exact", "hnsw", "ivf"]
 APPROXIMATE_KINDS = ("auto", "exact", "hnsw", "ivf")
 
@@ -271,8 +273,8 @@ class EmbeddingIndex:
             raise InputError(f"dim must be positive, got {dim}")
         if metric not in ("cosine", "dot"):
             raise InputError(f"metric must be 'cosine' or 'dot', got {metric!r}")
-        if backend not in ("torch", "faiss"):
-            raise InputError(f"backend must be 'torch' or 'faiss', got {backend!r}")
+        if backend not in BACKENDS:
+            raise InputError(f"backend must be {' or '.join(map(repr, BACKENDS))}, got {backend!r}")
         if query_chunk_size < 1 or corpus_chunk_size < 1:
             raise InputError("query_chunk_size and corpus_chunk_size must be positive")
         if approximate not in APPROXIMATE_KINDS:

@@ -45,11 +45,12 @@ from .options import (
     model_label,
     quiet_libraries,
     read_corpus,
+    source_constant,
     weighted_pooling,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Iterator, Sequence
 
     from ..comparison import ModelComparison, PairScores
 
@@ -172,7 +173,11 @@ def encode(
     max_length: MaxLenOpt = 64,
     column: ColumnOpt = None,
     text_column: Annotated[
-        str | None, typer.Option(help="The text column of a Parquet / Arrow input (default: text).")
+        str | None,
+        typer.Option(
+            help="The text column of a Parquet / Arrow input "
+            f"(default: {source_constant('io/arrow', 'DEFAULT_TEXT_COLUMN')})."
+        ),
     ] = None,
     id_column: Annotated[
         str | None, typer.Option(help="A Parquet / Arrow input column copied beside each embedding (table output).")
@@ -187,20 +192,18 @@ def encode(
 ) -> None:
     """Embed every line (or table row) of a file into a .npy, .parquet or .arrow (streamed: memory stays bounded
     for any file size)."""
-    from tqdm.auto import tqdm
-
-    from ..embedder import iter_calibrated
-    from ..errors import InputError
-    from ..io.files import check_output_file, embeddings_npy_header
-
     to_stdout = str(output) == STDIO
     check_input_file(input)
     if not to_stdout:
+        from ..io.files import check_output_file
+
         check_output_file(output, inputs=[input, *([model_dir] if model_dir else [])], overwrite=overwrite)
     table, out_kind = _table_options(input, output, column, text_column, id_column)
     check_device(device)
     check_model_dir_options(ctx, model_dir)
     announce(f"loading {model_label([model_dir] if model_dir else [], model)} ...", quiet)
+    from ..embedder import iter_calibrated
+
     limit_threads(threads)
     quiet_libraries()
     if model_dir:
@@ -208,48 +211,70 @@ def encode(
         encoder, calibrator = embedder.encoder, embedder.calibrator
     else:
         encoder, calibrator = build_encoder(model, pooling, max_length, device, dtype), None
-    n: int | None
-    if table is not None:
-        from ..io.arrow import iter_table_sentences
-
-        n, stream = table.check(), iter_table_sentences(table)
-    elif column:
-        sentences = read_corpus(input, column, encoding_errors.value, False)
-        n, stream = len(sentences), iter(sentences)
-    elif _is_regular_file(input):
-        # A first pass counts rows and finds bad lines (bytes, blanks) before any encoding work is spent.
-        n = sum(1 for _ in _nonblank_lines(input, encoding_errors.value))
-        stream = _nonblank_lines(input, encoding_errors.value)
-    else:
-        # A pipe, FIFO or terminal can be read only once: stream it, and write the row count into the header last.
-        n, stream = None, _nonblank_lines(input, encoding_errors.value)
+    n, stream = _input_stream(input, table, column, encoding_errors.value)
     dim = calibrator.n_features_out_ if calibrator is not None else encoder.dim
-    if out_kind != "npy":
-        from ..io.arrow import write_embedding_file
+    with _progress_bar(n, quiet) as bar:
+        # Calibrated on the device, checked once there (NaN, Inf, overflow), as Embedder.encode does.
+        parts = iter_calibrated(encoder, calibrator, stream, batch_size=batch_size, progress=bar.update)
+        if out_kind != "npy":
+            from ..io.arrow import write_embedding_file
 
-        with tqdm(total=n, desc="encode", unit="sent", disable=quiet) as bar:
-            parts = iter_calibrated(encoder, calibrator, stream, batch_size=batch_size, progress=bar.update)
             ids = table.read_ids if id_column else None
             id_field = table.id_field() if id_column else None
             row = write_embedding_file(output, out_kind, dim, parts, ids=ids, id_field=id_field)
-        typer.echo(json.dumps({"output": str(output), "rows": row, "dim": dim}))
-        return
-    # Written under a temporary name (or spooled, for standard output) and published at the end: a failure never
-    # leaves a half-filled .npy behind. Plain appends after the header, not a memory map: the written rows leave
-    # memory as they go, so peak RSS stays that of one chunk whatever the file size.
+        else:
+            row = _write_npy(output, input, parts, n, dim)
+    typer.echo(json.dumps({"output": str(output), "rows": row, "dim": dim}), err=to_stdout)
+
+
+def _progress_bar(n: int | None, quiet: bool) -> Any:
+    """``encode``'s bar on stderr: sentences, out of ``n`` where known; disabled with ``--quiet``."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=n, desc="encode", unit="sent", disable=quiet)
+
+
+def _input_stream(input: Path, table: Any, column: list[str] | None, errors: str) -> tuple[int | None, Iterator[str]]:  # noqa: A002
+    """``encode``'s sentences as ``(count, stream)``: a table's column, a TSV's columns, or a text file's non-blank
+    lines (counted and checked in a first pass where the file can be read twice; ``None`` for a pipe)."""
+    if table is not None:
+        from ..io.arrow import iter_table_sentences
+
+        return table.check(), iter_table_sentences(table)
+    if column:
+        sentences = read_corpus(input, column, errors, False)
+        return len(sentences), iter(sentences)
+    if _is_regular_file(input):
+        # A first pass counts rows and finds bad lines (bytes, blanks) before any encoding work is spent.
+        return sum(1 for _ in _nonblank_lines(input, errors)), _nonblank_lines(input, errors)
+    # A pipe, FIFO or terminal can be read only once: stream it, and write the row count into the header last.
+    return None, _nonblank_lines(input, errors)
+
+
+def _write_npy(output: Path, input: Path, parts: Iterable[np.ndarray], n: int | None, dim: int) -> int:  # noqa: A002
+    """Write the float32 [N, ``dim``] ``parts`` as one .npy at ``output`` (``-``: standard output); return N.
+
+    Written under a temporary name (or spooled, for standard output) and published at the end: a failure never
+    leaves a half-filled .npy behind. Plain appends after the header, not a memory map: the written rows leave
+    memory as they go, so peak RSS stays that of one chunk whatever the file size.
+
+    Raises:
+        InputError: ``n`` rows were counted in ``input`` but another number came (the file changed meanwhile).
+    """
+    from ..errors import InputError
+    from ..io.files import embeddings_npy_header
+
     with _npy_destination(output) as out:
         out.write(embeddings_npy_header(n or 0, dim))
         row = 0
-        with tqdm(total=n, desc="encode", unit="sent", disable=quiet) as bar:
-            # Calibrated on the device, checked once there (NaN, Inf, overflow), as Embedder.encode does.
-            for part in iter_calibrated(encoder, calibrator, stream, batch_size=batch_size, progress=bar.update):
-                out.write(np.ascontiguousarray(part, dtype=np.float32).tobytes())
-                row += len(part)
+        for part in parts:
+            out.write(np.ascontiguousarray(part, dtype=np.float32).tobytes())
+            row += len(part)
         if n is not None and row != n:
             raise InputError(f"{input} changed while it was being encoded ({n} lines counted, {row} encoded)")
         out.seek(0)
         out.write(embeddings_npy_header(row, dim))
-    typer.echo(json.dumps({"output": str(output), "rows": row, "dim": dim}), err=to_stdout)
+    return row
 
 
 def _table_options(
@@ -262,7 +287,7 @@ def _table_options(
     """``encode``'s table input (a :class:`~bertflow.io.arrow.TableColumn`, or None for text) and output kind
     (``"npy"``, ``"parquet"`` or ``"arrow"``, from the suffix), refusing options that do not fit them."""
     from ..errors import InputError
-    from ..io.arrow import TABLE_SUFFIXES, TableColumn
+    from ..io.arrow import DEFAULT_TEXT_COLUMN, TABLE_SUFFIXES, TableColumn
 
     in_kind = "text" if str(input) == STDIO else TABLE_SUFFIXES.get(input.suffix.lower(), "text")
     out_kind = "npy" if str(output) == STDIO else TABLE_SUFFIXES.get(output.suffix.lower(), "npy")
@@ -272,7 +297,7 @@ def _table_options(
         raise InputError(f"--column is for a TSV input; name the text column of {input} with --text-column")
     if id_column and out_kind == "npy":
         raise InputError("--id-column needs a table output (-o x.parquet or x.arrow): a .npy holds only vectors")
-    table = TableColumn(input, text_column or "text", in_kind, id_column) if in_kind != "text" else None
+    table = TableColumn(input, text_column or DEFAULT_TEXT_COLUMN, in_kind, id_column) if in_kind != "text" else None
     return table, out_kind
 
 
@@ -384,23 +409,11 @@ def similarity(
 ) -> None:
     """Cosine similarity in the calibrated space: of two sentences, or of every pair in a TSV (raw encoder and one
     or several fitted models side by side)."""
-    from ..errors import InputError
-    from ..io.files import PAIRS_TSV_FIRST_COLUMN, atomic_write_text, check_output_file
+    from ..io.files import atomic_write_text
     from ..io.text import read_pairs
 
     model_dirs = model_dir or []
-    if (pairs is None) == (not sentences):
-        raise InputError("give either two sentences or --pairs FILE")
-    if sentences:
-        if len(sentences) != 2:
-            raise InputError(f"similarity takes exactly two sentences, got {len(sentences)}")
-        check_text_arguments(sentences)
-    if pairs is not None:
-        check_input_file(pairs)
-    if output is not None and str(output) == STDIO:
-        output = None
-    if output is not None:
-        check_output_file(output, inputs=[pairs] if pairs is not None else [], overwrite=overwrite)
+    output = _check_similarity_inputs(sentences, pairs, output, overwrite)
     check_device(device)
     check_model_dir_options(ctx, ", ".join(model_dirs))
     # Every check above is cheap; what follows (torch, transformers, the weights and their fingerprint) takes seconds.
@@ -426,27 +439,55 @@ def similarity(
     # A bar on stderr for any file (a few hundred pairs take seconds on CPU), none with -q. Raw and calibrated
     # cosines come from the same pass (no second, silent encoding).
     result = comparison.score_pairs(data.sentences1, data.sentences2, show_progress_bar=not quiet)
-    # One column per model: "cosine" alone for one model or the raw encoder (so scripts and the "bertflow wrote
-    # this file" rule of io/files.py see the same file as ever), "cosine:NAME" for several.
-    cosines = result.calibrated or result.raw
-    if len(cosines) == 1:
-        names = [PAIRS_TSV_FIRST_COLUMN]
-    else:
-        names = [f"{PAIRS_TSV_FIRST_COLUMN}:{name}" for name in cosines]
-    # The input's columns, every one and in its order, after the cosines: ids and scores travel with their pair.
-    columns = data.columns or {}
-    lines = ["\t".join([*names, *columns])]
-    lines += [
-        "\t".join([*(f"{c:.6f}" for c in row[: len(names)]), *row[len(names) :]])
-        for row in zip(*cosines.values(), *columns.values(), strict=True)
-    ]
-    text = "\n".join(lines) + "\n"
+    text = _pairs_tsv(result.calibrated or result.raw, data.columns or {})
     if output:
         atomic_write_text(output, text)
     else:
         typer.echo(text, nl=False)
     if data.scores is not None:
         typer.echo(_spearman_line(comparison, result, data.scores), err=True)
+
+
+def _check_similarity_inputs(
+    sentences: list[str] | None, pairs: Path | None, output: Path | None, overwrite: bool
+) -> Path | None:
+    """``similarity``'s checks before anything loads: two sentences or ``--pairs`` (not both), a readable pairs
+    file, an output file that may be written. Returns the output file, ``None`` for standard output (``-``)."""
+    from ..errors import InputError
+    from ..io.files import check_output_file
+
+    if (pairs is None) == (not sentences):
+        raise InputError("give either two sentences or --pairs FILE")
+    if sentences:
+        if len(sentences) != 2:
+            raise InputError(f"similarity takes exactly two sentences, got {len(sentences)}")
+        check_text_arguments(sentences)
+    if pairs is not None:
+        check_input_file(pairs)
+    if output is not None and str(output) == STDIO:
+        output = None
+    if output is not None:
+        check_output_file(output, inputs=[pairs] if pairs is not None else [], overwrite=overwrite)
+    return output
+
+
+def _pairs_tsv(cosines: dict[str, Sequence[float]], columns: dict[str, Sequence[str]]) -> str:
+    """The TSV ``similarity --pairs`` writes: one cosine column per model (6 decimals), then the input's columns,
+    every one and in its order (ids and scores travel with their pair)."""
+    from ..io.files import PAIRS_TSV_FIRST_COLUMN
+
+    # One column per model: "cosine" alone for one model or the raw encoder (so scripts and the "bertflow wrote
+    # this file" rule of io/files.py see the same file as ever), "cosine:NAME" for several.
+    if len(cosines) == 1:
+        names = [PAIRS_TSV_FIRST_COLUMN]
+    else:
+        names = [f"{PAIRS_TSV_FIRST_COLUMN}:{name}" for name in cosines]
+    lines = ["\t".join([*names, *columns])]
+    lines += [
+        "\t".join([*(f"{c:.6f}" for c in row[: len(names)]), *row[len(names) :]])
+        for row in zip(*cosines.values(), *columns.values(), strict=True)
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def _spearman_line(comparison: ModelComparison, result: PairScores, gold: Sequence[float]) -> str:

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ..calibrators.registry import catalogue
 from ._app import app
 from .options import (
     BatchOpt,
@@ -32,6 +33,7 @@ from .options import (
     SeedOpt,
     ValidationFractionOpt,
     quiet_libraries,
+    source_constant,
 )
 
 _EPILOG_ENCODE = """Examples:
@@ -54,6 +56,16 @@ _EPILOG_FIT = """Examples:
 
   bertflow distributed-fit emb -o my-white --calibrator whitening-256
 """
+
+#: Registry names of the calibrators that ``distributed-fit`` fits across ranks (:mod:`bertflow.scale.fit` has a
+#: distributed fit for these two only); their specs, read from the registry, are the help and the refusal.
+DISTRIBUTED_CALIBRATORS = ("flow", "whitening")
+
+
+def distributed_specs() -> list[str]:
+    """The calibrator specs ``distributed-fit`` accepts (``flow``, ``whitening-K`` ...), from the registry."""
+    return [spec for entry in catalogue() if entry.name in DISTRIBUTED_CALIBRATORS for spec in entry.specs]
+
 
 DevicesOpt = Annotated[
     str | None,
@@ -220,9 +232,16 @@ ShardSizeOpt = Annotated[int, typer.Option(help="Rows per shard file (a multiple
 ChunkSizeOpt = Annotated[int, typer.Option(help="Sentences length-sorted together by the encoder.")]
 MergeOpt = Annotated[bool, typer.Option(metavar="", help="Also write OUTPUT/embeddings.npy, all rows in one array.")]
 RestartOpt = Annotated[bool, typer.Option(metavar="", help="Delete a store already in OUTPUT instead of resuming it.")]
-TextColumnOpt = Annotated[str | None, typer.Option(help="The text column of a Parquet/Arrow input (default: text).")]
+TextColumnOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="The text column of a Parquet/Arrow input "
+        f"(default: {source_constant('io/arrow', 'DEFAULT_TEXT_COLUMN')})."
+    ),
+]
 InputFormatOpt = Annotated[
-    InputFormat | None, typer.Option(help="text | parquet | arrow; default: from the input's suffix.")
+    InputFormat | None,
+    typer.Option(help=f"{' | '.join(f.value for f in InputFormat)}; default: from the input's suffix."),
 ]
 ShardFormatOpt = Annotated[
     ShardFormat,
@@ -361,7 +380,7 @@ def _fit_worker_body(device: str | None, args: dict[str, Any]) -> None:
         fit_whitening_distributed(store, cal, device=device if device.startswith("cuda") else None)
     else:
         raise InputError(
-            f"distributed-fit supports flow, flow-paper, whitening and whitening-K, not {args['calibrator']!r}; "
+            f"distributed-fit supports {', '.join(distributed_specs())}, not {args['calibrator']!r}; "
             "fit other calibrators with `bertflow fit`"
         )
     seconds = time.perf_counter() - started
@@ -408,7 +427,7 @@ def distributed_fit(
         typer.Argument(help="A store written by distributed-encode (raw embeddings).", exists=True, file_okay=False),
     ],
     output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write the fitted model to (rank 0).")],
-    calibrator: Annotated[str, typer.Option(help="flow | flow-paper | whitening | whitening-K.")] = "flow",
+    calibrator: Annotated[str, typer.Option(help=f"{' | '.join(distributed_specs())}.")] = "flow",
     seed: SeedOpt = 0,
     epochs: EpochsOpt = 1.0,
     validation_fraction: ValidationFractionOpt = 0.0,

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from ..evaluation.datasets import DATA_DIR_ENV, DEFAULT_CACHE_DIR, STS_TASKS
+from ..paper.published import PAPER_MODELS
+from ..paper.regimes import REGIME_TEXT, REGIMES
 from ._app import app
 from .options import (
     BatchOpt,
@@ -40,9 +43,10 @@ from .options import (
 RegimeOpt = Annotated[
     str,
     typer.Option(
-        help="What the calibrator is fitted on: target (each task's own sentences, transductive) | train "
-        "(STS-B/SICK-R train split) | nli (SNLI dev+test sentences) | corpus (--corpus FILE) | per-set (every "
-        "STS12-16 subset, STS-B, SICK-R scored alone, each fitted on its own sentences; with --fit-sizes)."
+        help="What the calibrator is fitted on: "
+        + " | ".join(f"{name} ({REGIME_TEXT[name]})" for name in REGIMES)
+        + " | per-set (every STS12-16 subset, STS-B, SICK-R scored alone, each fitted on its own "
+        "sentences; with --fit-sizes)."
     ),
 ]
 CorpusOpt = Annotated[
@@ -94,7 +98,7 @@ CalibratorsOpt = Annotated[
 RegimesOpt = Annotated[
     str,
     typer.Option(
-        help="Comma-separated: target, train, nli, corpus; or per-set alone (every STS12-16 subset, STS-B, "
+        help=f"Comma-separated: {', '.join(REGIMES)}; or per-set alone (every STS12-16 subset, STS-B, "
         "SICK-R scored on its own, each fitted on its own sentences: mean, worst set and count below raw)."
     ),
 ]
@@ -109,7 +113,7 @@ PaperRowsOpt = Annotated[
     str | None,
     typer.Option(
         "--paper-rows",
-        help="Show this paper model's published rows (bert-base-uncased or bert-large-uncased) beside another "
+        help=f"Show this paper model's published rows ({' or '.join(PAPER_MODELS)}) beside another "
         "encoder's, captioned with how the two differ.",
     ),
 ]
@@ -321,6 +325,12 @@ def evaluate(
     _publish(output, "evaluate", result.to_markdown(title="bertflow evaluate", subsets=True), result.to_dict())
 
 
+def _unless_default(command: Callable[..., Any], o: Mapping[str, Any], name: str) -> Any:
+    """``o[name]`` for a command echo, or ``None`` (left out) where it equals ``command``'s default for it: the
+    defaults are read from the command's signature, never re-typed."""
+    return None if o[name] == inspect.signature(command).parameters[name].default else o[name]
+
+
 def _tasks_echo(tasks: str) -> str | None:
     """``--tasks`` as the command echo shows it: omitted when it is the default (every task)."""
     return tasks if tasks != _ALL_TASKS else None
@@ -338,11 +348,11 @@ def _evaluate_command(o: dict[str, Any]) -> str:
             ("--corpus", o["corpus"]),
             ("--column", o["column"]),
             ("--tasks", _tasks_echo(o["tasks"])),
-            ("--seeds", o["seeds"] if o["seeds"] != 1 else None),
-            ("--epochs", o["epochs"] if o["epochs"] != 1.0 else None),
+            ("--seeds", _unless_default(evaluate, o, "seeds")),
+            ("--epochs", _unless_default(evaluate, o, "epochs")),
             ("--fit-sizes", o["fit_sizes"]),
-            ("--sample-seed", o["sample_seed"] if o["sample_seed"] else None),
-            ("--max-length", o["max_length"] if o["max_length"] != 64 else None),
+            ("--sample-seed", _unless_default(evaluate, o, "sample_seed")),
+            ("--max-length", _unless_default(evaluate, o, "max_length")),
             ("--data-dir", o["data_dir"]),
             ("--threads", o["threads"]),
         ],
@@ -479,11 +489,11 @@ def _reproduce_command(o: dict[str, Any], regimes: list[str]) -> str:
             ("--column", o["column"]),
             ("--tasks", _tasks_echo(o["tasks"])),
             ("--fit-sizes", o["fit_sizes"]),
-            ("--sample-seed", o["sample_seed"] if o["sample_seed"] else None),
+            ("--sample-seed", _unless_default(reproduce, o, "sample_seed")),
             ("--select", o["select"]),
             ("--seeds", o["seeds"]),
-            ("--epochs", o["epochs"] if o["epochs"] != 1.0 else None),
-            ("--max-length", o["max_length"] if o["max_length"] != 64 else None),
+            ("--epochs", _unless_default(reproduce, o, "epochs")),
+            ("--max-length", _unless_default(reproduce, o, "max_length")),
             ("--data-dir", o["data_dir"]),
             ("--threads", o["threads"]),
             ("--paper-rows", o["paper_rows"]),

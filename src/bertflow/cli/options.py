@@ -8,7 +8,7 @@ import enum
 import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -17,6 +17,7 @@ from ..calibrators import calibrator_specs
 __all__ = [
     "STDIO",
     "CALIBRATOR_HELP",
+    "source_constant",
     "ThreadsOpt",
     "ModelOpt",
     "ModelDirOpt",
@@ -254,6 +255,34 @@ ModelDirOpt = Annotated[
 ]
 
 
+def source_constant(module: str, name: str) -> Any:
+    """The value of the module-level constant ``name`` of bertflow's ``module`` (a path below the package without
+    ``.py``: ``"encoding/device"``), read from its source without importing it, so the CLI's help quotes the owner's
+    list without loading torch. A ``Literal["a", "b"]`` alias gives its arguments, ``("a", "b")``.
+
+    Raises:
+        LookupError: no such constant, or one whose value is not a literal (a bug in bertflow, not in the input).
+    """
+    import ast
+
+    source = (Path(__file__).resolve().parents[1] / f"{module}.py").read_text(encoding="utf-8")
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            target, value = node.target, node.value
+        else:
+            continue
+        if isinstance(target, ast.Name) and target.id == name:
+            if isinstance(value, ast.Subscript) and getattr(value.value, "id", None) == "Literal":
+                value = value.slice
+            try:
+                return ast.literal_eval(value)
+            except ValueError:
+                break
+    raise LookupError(f"bertflow/{module}.py has no literal constant {name}")
+
+
 def declared_poolings() -> list[str]:
     """Every name a pooling class of ``bertflow.encoding.pooling`` declares (``names = (...)``), read from the sources
     as the registry discovers them (module order), so the CLI's help lists a new pooling without importing torch."""
@@ -278,8 +307,10 @@ PoolingOpt = Annotated[
 WeightingOpt = Annotated[
     str | None,
     typer.Option(
-        help="Frequency weighting of the tokens inside an averaging pooling: sif (a=1e-3) | sif-<a> | usif | idf | "
-        "none; the same as the pooling prefix (--weighting sif --pooling mean = --pooling sif:mean)."
+        help="Frequency weighting of the tokens inside an averaging pooling: "
+        f"{' | '.join(source_constant('encoding/pooling/weighting', 'WEIGHTING_NAMES'))} | sif-<a> (sif: "
+        f"a={source_constant('encoding/pooling/weighting', 'SIF_A')}); the same as the pooling prefix "
+        "(--weighting sif --pooling mean = --pooling sif:mean)."
     ),
 ]
 TokenStatsOpt = Annotated[
@@ -302,7 +333,12 @@ TokenSourceOpt = Annotated[
 MaxLenOpt = Annotated[int, typer.Option(help="Tokens per sentence after truncation (the paper used 64).")]
 CalibratorOpt = Annotated[str, typer.Option(help=CALIBRATOR_HELP)]
 DeviceOpt = Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 ...; default: CUDA when available.")]
-DtypeOpt = Annotated[str, typer.Option(help="auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16.")]
+DtypeOpt = Annotated[
+    str,
+    typer.Option(
+        help=f"auto (bf16 on CUDA, fp32 on CPU), {', '.join(source_constant('encoding/device', 'DTYPE_NAMES'))}."
+    ),
+]
 BatchOpt = Annotated[
     int | None,
     typer.Option(help="Cap on sentences per forward pass; default: the encoder's token budget (same results)."),

@@ -26,6 +26,7 @@ from .options import (
     limit_threads,
     load_embedder,
     quiet_libraries,
+    source_constant,
 )
 
 logger = logging.getLogger(__name__)
@@ -158,7 +159,10 @@ def query(
         typer.Option(help="The model to embed queries with; default: the one the index was built with (recorded)."),
     ] = None,
     json_output: Annotated[bool, typer.Option("--json", metavar="", help="One JSON object per query.")] = False,
-    backend: Annotated[str | None, typer.Option(help="Override the index's backend: torch or faiss.")] = None,
+    backend: Annotated[
+        str | None,
+        typer.Option(help=f"Override the index's backend: {' or '.join(source_constant('search', 'Backend'))}."),
+    ] = None,
     encoding_errors: ErrorsOpt = EncodingErrors.strict,
     device: DeviceOpt = None,
     dtype: DtypeOpt = "auto",
@@ -169,15 +173,15 @@ def query(
     from ..errors import InputError
     from ..io.files import folder_kind
     from ..io.text import read_sentences
-    from ..search import EmbeddingIndex
+    from ..search import BACKENDS, EmbeddingIndex
 
     given = list(texts or [])
     if given.count("-") > 1:
         raise InputError("- (standard input) may be given once among the queries")
     check_text_arguments([t for t in given if t != "-"], what="query")
     # Options and the kind of folder first: neither is the index's fault, and neither needs it loaded.
-    if backend is not None and backend not in ("torch", "faiss"):
-        raise InputError(f"--backend must be torch or faiss, got {backend!r}")
+    if backend is not None and backend not in BACKENDS:
+        raise InputError(f"--backend must be {' or '.join(BACKENDS)}, got {backend!r}")
     kind = folder_kind(Path(index))
     if kind is not None and kind != "index":
         raise InputError(

@@ -132,6 +132,15 @@ class EncodeStats:
     uniform_batches: int = 0
     chunk_sizes: list[int] = field(default_factory=list)
 
+    def add(self, chunk: PreparedChunk) -> None:
+        """Count ``chunk`` (launched on the device) into these totals."""
+        self.sentences += chunk.n
+        self.real_tokens += chunk.real_tokens
+        self.padded_tokens += chunk.padded_tokens
+        self.batches += len(chunk.batches)
+        self.uniform_batches += sum(b.uniform for b in chunk.batches)
+        self.chunk_sizes.append(chunk.n)
+
     @property
     def padding_efficiency(self) -> float:
         """real / padded tokens (1.0: no compute spent on padding)."""

@@ -38,6 +38,11 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     return dev
 
 
+#: The dtype names :func:`resolve_dtype` accepts besides ``auto`` (torch's names), and their short spellings.
+DTYPE_NAMES = ("float32", "bfloat16", "float16")
+DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
 def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
     """The torch dtype for ``dtype`` (``"auto"``: bfloat16 on CUDA, float32 elsewhere).
 
@@ -48,17 +53,10 @@ def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype
         return dtype
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
-    table = {
-        "float32": torch.float32,
-        "fp32": torch.float32,
-        "bfloat16": torch.bfloat16,
-        "bf16": torch.bfloat16,
-        "float16": torch.float16,
-        "fp16": torch.float16,
-    }
-    if dtype not in table:
-        raise InputError(f"unknown dtype {dtype!r}: use auto, float32, bfloat16 or float16")
-    return table[dtype]
+    name = DTYPE_ALIASES.get(dtype, dtype)
+    if name not in DTYPE_NAMES:
+        raise InputError(f"unknown dtype {dtype!r}: use auto, {', '.join(DTYPE_NAMES[:-1])} or {DTYPE_NAMES[-1]}")
+    return getattr(torch, name)
 
 
 def attention_backends(device: torch.device, cudnn: bool = False) -> contextlib.AbstractContextManager[Any]:

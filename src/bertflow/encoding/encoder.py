@@ -505,39 +505,12 @@ class SentenceEncoder:
         host is collected (chunks start at 4,096 and take well under a second; per-batch updates there would
         need a sync).
         """
-        if (batch_size is not None and batch_size < 1) or (chunk_size is not None and chunk_size < 1):
-            raise InputError("batch_size and chunk_size must be positive")
-        if transform is not None and len(plan.poolings) > 1:
-            raise InputError("a transform (calibrator) applies to one pooling; ask for one pooling with it")
-        budget = max_tokens or self.token_budget
-        if budget < 1:
-            raise InputError(f"max_tokens must be positive, got {budget}")
+        budget = self._check_encode_args(batch_size, chunk_size, max_tokens, plan, transform)
         if self.device.type == "cpu":
             # Each batch shape's activations are MBs of another size: without this, glibc keeps the freed ones in
             # a growing heap and a long stream's resident memory climbs chunk by chunk (issue 24, item 9).
             bound_heap_growth()
-        sizes = self._chunk_sizes(chunk_size)
-        chunks = _cut_tokens(sentences, sizes) if isinstance(sentences, TokenArrays) else cut_chunks(sentences, sizes)
-
-        # One chunk in all (a query, a small batch): nothing to overlap, so no threads, and tokenised here, where
-        # it costs less than the round trip to a worker process.
-        sized = isinstance(sentences, (Sequence, TokenArrays))
-        single = sized and len(sentences) <= next(self._chunk_sizes(chunk_size))
-
-        def prepare(item: tuple[int, Sequence[str] | TokenArrays]) -> PreparedChunk:
-            return self._prepare(item, budget, batch_size, pooled=not single)
-
-        if not single:
-            self._start_pool()  # before our threads start: the workers are forked from this thread
-        prefetcher = None
-        threads = self.tokenize_workers
-        if threads is None:
-            threads = 2 if self._token_pool is not None else 1
-        if threads > 0 and not single:
-            prefetcher = Prefetcher(chunks, prepare, threads, depth=threads + 1)
-            prepared: Iterator[PreparedChunk] = iter(prefetcher)
-        else:
-            prepared = map(prepare, chunks)
+        prepared, prefetcher = self._prepared_chunks(sentences, budget, batch_size, chunk_size)
         stats = self.last_stats = EncodeStats()
         # On CUDA, a chunk is handed out only after the next one is queued on the device, so the GPU keeps
         # working while the caller consumes the result (writes it to a file, runs a calibrator ...).
@@ -558,12 +531,7 @@ class SentenceEncoder:
                 launched = self._runner.launch(
                     chunk, plan, transform, on_batch, self._settings.cudnn_attention, self._settings.unpadded
                 )
-                stats.sentences += chunk.n
-                stats.real_tokens += chunk.real_tokens
-                stats.padded_tokens += chunk.padded_tokens
-                stats.batches += len(chunk.batches)
-                stats.uniform_batches += sum(b.uniform for b in chunk.batches)
-                stats.chunk_sizes.append(chunk.n)
+                stats.add(chunk)
                 if pending is not None:
                     yield self._collect(pending, on_chunk)
                 pending = launched
@@ -577,6 +545,54 @@ class SentenceEncoder:
                 prefetcher.close()
         if error is not None:
             raise error
+
+    def _check_encode_args(
+        self,
+        batch_size: int | None,
+        chunk_size: int | None,
+        max_tokens: int | None,
+        plan: PoolingPlan,
+        transform: DeviceTransform | None,
+    ) -> int:
+        """Refuse bad sizes, or a transform with several poolings; return the token budget per forward batch."""
+        if (batch_size is not None and batch_size < 1) or (chunk_size is not None and chunk_size < 1):
+            raise InputError("batch_size and chunk_size must be positive")
+        if transform is not None and len(plan.poolings) > 1:
+            raise InputError("a transform (calibrator) applies to one pooling; ask for one pooling with it")
+        budget = max_tokens or self.token_budget
+        if budget < 1:
+            raise InputError(f"max_tokens must be positive, got {budget}")
+        return budget
+
+    def _prepared_chunks(
+        self,
+        sentences: Iterable[str],
+        budget: int,
+        batch_size: int | None,
+        chunk_size: int | None,
+    ) -> tuple[Iterator[PreparedChunk], Prefetcher | None]:
+        """The stream's chunks, tokenised and batched in order: on ``tokenize_workers`` background threads (the
+        returned :class:`Prefetcher`, which the caller closes) unless the input is one chunk in all."""
+        sizes = self._chunk_sizes(chunk_size)
+        chunks = _cut_tokens(sentences, sizes) if isinstance(sentences, TokenArrays) else cut_chunks(sentences, sizes)
+
+        # One chunk in all (a query, a small batch): nothing to overlap, so no threads, and tokenised here, where
+        # it costs less than the round trip to a worker process.
+        sized = isinstance(sentences, (Sequence, TokenArrays))
+        single = sized and len(sentences) <= next(self._chunk_sizes(chunk_size))
+
+        def prepare(item: tuple[int, Sequence[str] | TokenArrays]) -> PreparedChunk:
+            return self._prepare(item, budget, batch_size, pooled=not single)
+
+        if not single:
+            self._start_pool()  # before our threads start: the workers are forked from this thread
+        threads = self.tokenize_workers
+        if threads is None:
+            threads = 2 if self._token_pool is not None else 1
+        if threads > 0 and not single:
+            prefetcher = Prefetcher(chunks, prepare, threads, depth=threads + 1)
+            return iter(prefetcher), prefetcher
+        return map(prepare, chunks), None
 
     def _collect(self, pending: Pending, on_chunk: Callable[[int], None] | None) -> tuple[int, np.ndarray]:
         part = self._runner.finish(pending)

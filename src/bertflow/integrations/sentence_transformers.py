@@ -500,6 +500,39 @@ def check_compatible(calibrator: Calibrator, model: SentenceTransformer, fitted_
     check_fitted_on(calibrator, encoder_config(model), fitted_on, subject="this model", advice=advice)
 
 
+def _resolve_calibrator(calibrator: str | Calibrator, calibrator_kwargs: dict[str, Any]) -> Calibrator:
+    """The calibrator :func:`fit_calibrator` fits: a spec string parsed with ``calibrator_kwargs``, or the given
+    unfitted :class:`Calibrator` (then without extra arguments)."""
+    if isinstance(calibrator, str):
+        return parse_calibrator(calibrator, **calibrator_kwargs)
+    if isinstance(calibrator, Calibrator):
+        if calibrator_kwargs:
+            raise InputError("extra calibrator arguments only apply to a spec string; set them on the calibrator")
+        return calibrator
+    raise InputError(f"calibrator must be a spec string or a Calibrator, got {type(calibrator).__name__}")
+
+
+def _calibration_module(
+    cal: Calibrator, *, portable: bool, fitting: dict[str, Any], fitted_on: dict[str, Any] | None
+) -> Module:
+    """The module applying the fitted ``cal``: sentence-transformers' own ``Dense`` for an affine calibrator when
+    ``portable``, else a :class:`Calibration` carrying the fitting record and what it was fitted on."""
+    if portable and cal.is_affine():
+        return as_dense(cal)
+    return Calibration(cal, fitting=fitting, fitted_on=fitted_on)
+
+
+def _calibrated_model(modules: list[Module], cal: Calibrator, **kwargs: Any) -> CalibratedSentenceTransformer:
+    """The calibrated ``SentenceTransformer`` of ``modules`` (``kwargs``: device, card data, prompts), with cosine
+    similarity and the ``bertflow`` and ``calibrator-<name>`` tags on its card."""
+    # Cosine in the calibrated space is bertflow's similarity, whatever the base model declared.
+    model = CalibratedSentenceTransformer(modules=modules, similarity_fn_name="cosine", **kwargs)
+    add_tags = getattr(model.model_card_data, "add_tags", None)
+    if callable(add_tags):
+        add_tags(["bertflow", f"calibrator-{cal.name}"])
+    return model
+
+
 def fit_calibrator(
     model: SentenceTransformer,
     corpus: Sequence[str],
@@ -544,15 +577,7 @@ def fit_calibrator(
         raise InputError("this model already has a Calibration module; fit on the uncalibrated model")
     had_normalize = bool(modules) and isinstance(modules[-1], Normalize)
     base_modules = modules[:-1] if had_normalize else modules
-    if isinstance(calibrator, str):
-        cal = parse_calibrator(calibrator, **calibrator_kwargs)
-    elif isinstance(calibrator, Calibrator):
-        if calibrator_kwargs:
-            raise InputError("extra calibrator arguments only apply to a spec string; set them on the calibrator")
-        cal = calibrator
-    else:
-        raise InputError(f"calibrator must be a spec string or a Calibrator, got {type(calibrator).__name__}")
-
+    cal = _resolve_calibrator(calibrator, calibrator_kwargs)
     common: dict[str, Any] = {
         "device": str(model.device),
         "prompts": dict(model.prompts),
@@ -573,7 +598,7 @@ def fit_calibrator(
         device=model.device,
     )
     keep_normalize = had_normalize if normalize is None else normalize
-    module = as_dense(cal) if portable and cal.is_affine() else Calibration(cal, fitting=fitting, fitted_on=fitted_on)
+    module = _calibration_module(cal, portable=portable, fitting=fitting, fitted_on=fitted_on)
     new_modules = [*base_modules, module]
     if keep_normalize:
         new_modules.append(Normalize())
@@ -582,12 +607,7 @@ def fit_calibrator(
     card.base_model = getattr(model.model_card_data, "base_model", None)
     card.base_model_revision = getattr(model.model_card_data, "base_model_revision", None)
     common["model_card_data"] = card
-    # Cosine in the calibrated space is bertflow's similarity, whatever the base model declared.
-    calibrated = CalibratedSentenceTransformer(modules=new_modules, similarity_fn_name="cosine", **common)
-    add_tags = getattr(calibrated.model_card_data, "add_tags", None)
-    if callable(add_tags):
-        add_tags(["bertflow", f"calibrator-{cal.name}"])
-    return calibrated
+    return _calibrated_model(new_modules, cal, **common)
 
 
 def from_embedder(embedder: Embedder, *, normalize: bool = False, portable: bool = True) -> SentenceTransformer:
@@ -641,9 +661,7 @@ def from_embedder(embedder: Embedder, *, normalize: bool = False, portable: bool
     if anchored is not None:
         calibration = anchored  # sentence-transformers' own modules (st_anchored)
     else:
-        calibration = [
-            as_dense(cal) if portable and cal.is_affine() else Calibration(cal, fitting=fitting, fitted_on=fitted_on)
-        ]
+        calibration = [_calibration_module(cal, portable=portable, fitting=fitting, fitted_on=fitted_on)]
     module = calibration[-1]
     kwargs: dict[str, Any] = {"model_kwargs": {"dtype": encoder.dtype}}
     if len(pooling) > 1 or anchored is not None:
@@ -661,13 +679,7 @@ def from_embedder(embedder: Embedder, *, normalize: bool = False, portable: bool
     if on_hub(enc):  # the Hub links base_model to the encoder's page; a local folder has none
         card.base_model = enc["model"]
         card.base_model_revision = enc.get("revision")
-    model = CalibratedSentenceTransformer(
-        modules=modules, device=str(encoder.device), similarity_fn_name="cosine", model_card_data=card
-    )
-    add_tags = getattr(model.model_card_data, "add_tags", None)
-    if callable(add_tags):
-        add_tags(["bertflow", f"calibrator-{cal.name}"])
-    return model
+    return _calibrated_model(modules, cal, device=str(encoder.device), model_card_data=card)
 
 
 def _embedder_facts(embedder: Embedder) -> list[tuple[str, str]]:

@@ -48,6 +48,8 @@ __all__ = [
 
 #: File name suffixes read as tables, and their format.
 TABLE_SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow"}
+#: The text column of a table input when none is named (``--text-column``).
+DEFAULT_TEXT_COLUMN = "text"
 #: Column names of an embedding table.
 ROW_COLUMN, EMBEDDING_COLUMN = "row", "embedding"
 
@@ -329,7 +331,7 @@ def open_input(
                     "line; pass --input-format parquet or arrow if it is a table)"
                 )
         return TextLines(Path(path), encoding_errors)
-    return TableColumn(Path(path), text_column or "text", kind, id_column)
+    return TableColumn(Path(path), text_column or DEFAULT_TEXT_COLUMN, kind, id_column)
 
 
 def iter_table_sentences(source: TableColumn, block_rows: int = 65536) -> Iterator[str]:
