@@ -24,6 +24,8 @@ SENTENCES = [
     "The cat sleeps.",
     "A plane is taking off from the airport runway while people watch.",
 ]
+#: 64 distinct two-sentence lines: the corpus of the CLI files and of ``saved_model``.
+CORPUS = [f"{a} {b}" for a in SENTENCES for b in SENTENCES]
 
 
 def _write_vocab(folder: Path) -> None:
@@ -153,3 +155,50 @@ def one_line_error(result, *needles: str, status: int = 2) -> str:
 def snapshot(folder: Path) -> dict[str, bytes]:
     """Every file under ``folder`` and its bytes (to show that a refused command left it as it was)."""
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.fixture()
+def corpus(tmp_path: Path) -> Path:
+    """``CORPUS`` as a text file, one sentence a line."""
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n".join(CORPUS) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture()
+def saved_model(tiny_encoder, tmp_path) -> Path:
+    """A standard-norm model fitted on ``CORPUS``, saved to ``tmp_path / "model"``: its folder."""
+    from bertflow import Embedder
+    from bertflow.calibrators import StandardNormCalibrator
+
+    return Embedder(tiny_encoder, StandardNormCalibrator()).fit(CORPUS).save(tmp_path / "model")
+
+
+@pytest.fixture()
+def model_a(tiny_encoder, tmp_path) -> Path:
+    """A whitening model (fit_info regime "A") saved to ``tmp_path / "model-a"``; ``model_b`` is another one."""
+    from bertflow import Embedder, WhiteningCalibrator
+
+    emb = Embedder(tiny_encoder, WhiteningCalibrator()).fit(CORPUS)
+    emb.fit_info["regime"] = "A"
+    return emb.save(tmp_path / "model-a")
+
+
+@pytest.fixture()
+def model_b(tiny_encoder, tmp_path) -> Path:
+    from bertflow import Embedder, StandardNormCalibrator
+
+    emb = Embedder(tiny_encoder, StandardNormCalibrator()).fit(CORPUS)
+    emb.fit_info["regime"] = "B"
+    return emb.save(tmp_path / "model-b")
+
+
+@pytest.fixture()
+def no_model_loading(monkeypatch):
+    """Fail the test if a command gets as far as loading weights."""
+    import transformers
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was loaded before the bad option was reported")
+
+    monkeypatch.setattr(transformers.AutoModel, "from_pretrained", refuse)

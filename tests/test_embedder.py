@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 import pytest
+import torch
 
 from bertflow import (
     Calibrator,
@@ -20,13 +21,13 @@ from bertflow import (
     SentenceEncoder,
     WhiteningCalibrator,
 )
-from bertflow.card import encoder_license, model_card
-from bertflow.hub import push
+from bertflow.calibrators import AnchoredWhiteningCalibrator, StandardNormCalibrator, parse_calibrator
 from bertflow.model_folder import CONFIG_FILE
 
 from .conftest import SENTENCES
 
 CORPUS = [f"{a} {b}" for a in SENTENCES for b in SENTENCES]  # 64 distinct sentences
+OTHER = ["the dog plays on the guitar", "a cat is the music", "the man", "the woman is playing"]
 
 
 @pytest.fixture()
@@ -206,39 +207,6 @@ def test_end_to_end_default_model_on_stsb(default_encoder, data_dir, tmp_path):
 # -- hub-ready folders ----------------------------------------------------------------------------------------
 
 
-def front_matter(card: str) -> dict:
-    import yaml
-
-    assert card.startswith("---\n")
-    return yaml.safe_load(card.split("---\n")[1])
-
-
-def test_model_card_is_hub_ready(fitted, tmp_path, monkeypatch):
-    from bertflow import __version__
-    from bertflow.calibrators.base import calibrator_fingerprint
-
-    path = fitted.save(tmp_path / "model")
-    card = (path / "README.md").read_text()
-    meta = front_matter(card)
-    assert meta["library_name"] == "bertflow" and meta["pipeline_tag"] == "sentence-similarity"
-    assert "calibrator-flow" in meta["tags"] and "bert-flow" in meta["tags"]
-    assert "base_model" not in meta  # a local encoder path is no hub id
-    info = fitted.fit_info
-    for fact in (
-        f"| corpus size (sentences) | {info['n_sentences']} |",
-        f"| corpus_sha256 | `{info['corpus_sha256']}` |",
-        "| regime (fitting corpus) | test |",
-        "| pooling | `mean` |",
-        f"| bertflow version | {__version__} |",
-        f"`{calibrator_fingerprint(fitted.calibrator)}`",
-    ):
-        assert fact in card
-    # A hub encoder: its id and the commit its files came from (a local folder's provenance is its files' sha256).
-    monkeypatch.setattr(fitted.encoder, "model_id", "sentence-transformers/all-MiniLM-L6-v2")
-    monkeypatch.setattr(fitted.encoder, "_provenance", {"commit": "0" * 40})
-    assert front_matter(model_card(fitted))["base_model"] == "sentence-transformers/all-MiniLM-L6-v2"
-
-
 def test_include_encoder_makes_folder_self_contained(tiny_model_dir, tmp_path):
     import shutil
 
@@ -277,109 +245,170 @@ def test_load_explains_missing_paths_and_offline_hub(fitted, tmp_path):
         Embedder.load(tmp_path / "file")
 
 
-def test_source_is_recorded(fitted, tmp_path):
-    path = fitted.save(tmp_path / "model")
-    assert fitted.source == str(path.resolve())
-    assert Embedder.load(path, device="cpu").source == str(path.resolve())
+def test_similarity_of_embeddings_as_sentence_transformers(fitted):
+    """Two embedding matrices (arrays or tensors) in: their cosine as a float32 tensor, as
+    SentenceTransformer.similarity; sentences in: bertflow's float / ndarray, unchanged."""
+    z = fitted.encode(SENTENCES)
+    expected = fitted.similarity(SENTENCES[:3], SENTENCES)
+    assert isinstance(expected, np.ndarray)
+    sims = fitted.similarity(z[:3], torch.from_numpy(z))
+    assert isinstance(sims, torch.Tensor) and sims.dtype == torch.float32 and sims.shape == (3, len(SENTENCES))
+    np.testing.assert_allclose(sims.numpy(), expected, atol=1e-6)
+    pairs = fitted.similarity_pairwise(z[:3], z[3:6])
+    assert isinstance(pairs, torch.Tensor) and pairs.shape == (3,)
+    np.testing.assert_allclose(pairs.numpy(), fitted.similarity_pairwise(SENTENCES[:3], SENTENCES[3:6]), atol=1e-6)
+    with pytest.raises(InputError, match="one shape"):
+        fitted.similarity_pairwise(z[:3], z[:4])
 
 
-def test_card_licence_and_local_encoder_provenance(tiny_model_dir, tmp_path):
-    """Apache-2.0 for the calibrator; the encoder's licence read from its README; its weight files' sha256."""
-    import hashlib
-    import shutil
-
-    from bertflow.model_folder import CONFIG_FILE
-
-    source = shutil.copytree(tiny_model_dir, tmp_path / "encoder-src")
-    (source / "README.md").write_text("---\nlanguage: en\nlicense: mit\n---\n# tiny\n", encoding="utf-8")
-    model = Embedder(SentenceEncoder(str(source), device="cpu"), WhiteningCalibrator()).fit(CORPUS)
-    assert encoder_license(model) == "mit"
-    path = model.save(tmp_path / "model")
-    card = (path / "README.md").read_text()
-    assert front_matter(card)["license"] == "apache-2.0" and "## Licence" in card and "(`mit`, as its files" in card
-    digest = hashlib.sha256((source / "model.safetensors").read_bytes()).hexdigest()
-    enc = json.loads((path / CONFIG_FILE).read_text())["encoder"]
-    assert enc["weights_sha256"] == {"model.safetensors": digest} and enc["revision"] is None
-    assert f"`{digest}`" in card
-    # Bundled, the folder holds MIT files too: the card may not claim Apache-2.0 for all of it.
-    bundled = model.save(tmp_path / "bundled", include_encoder=True)
-    assert front_matter((bundled / "README.md").read_text())["license"] == "other"
-    loaded = Embedder.load(bundled, device="cpu")  # provenance of the original folder, not of the copy's path
-    assert loaded.encoder.provenance() == {"weights_sha256": {"model.safetensors": digest}}
-    assert encoder_license(loaded) == "mit"
-    (source / "README.md").unlink()
-    assert encoder_license(model) is None and "not declared in its files" in model_card(model)
+@pytest.fixture()
+def encoder(tiny_model_dir) -> SentenceEncoder:
+    return SentenceEncoder(str(tiny_model_dir), pooling="sif:first-last-avg", device="cpu")
 
 
-def test_hub_encoder_is_pinned_to_its_commit(tiny_model_dir, other_tiny_model_dir, tmp_path, monkeypatch):
-    """An encoder from the hub cache is saved with the commit it was loaded from, and loading uses that commit
-    even after the repo's main branch moves to other weights (offline, a hand-made huggingface_hub cache)."""
-    import shutil
+def test_fit_counts_the_fitting_sentences_and_the_folder_keeps_them(encoder, tmp_path):
+    model = Embedder(encoder, WhiteningCalibrator(n_components=4)).fit(SENTENCES * 3)
+    assert encoder.token_statistics == encoder.count_tokens(SENTENCES * 3)
+    assert model.fitted_on["token_statistics"] == encoder.token_statistics.digest()
+    before = model.encode(OTHER)
+    model.save(tmp_path / "m")
+    config = json.loads((tmp_path / "m" / "bertflow_config.json").read_text())
+    assert config["encoder"]["pooling"] == "sif:first-last-avg"
+    assert "token_statistics/token_statistics.safetensors" in config["files"]  # checksummed like the rest
+    back = Embedder.load(tmp_path / "m")
+    assert back.encoder.token_statistics == encoder.token_statistics
+    assert np.array_equal(back.encode(OTHER), before)
+    assert back.similarity(OTHER[0], OTHER[1]) == pytest.approx(model.similarity(OTHER[0], OTHER[1]), abs=1e-6)
 
-    from huggingface_hub import constants
-
-    repo = tmp_path / "cache" / "models--bertflow-test--tiny"
-    first, second = "a" * 40, "b" * 40
-    shutil.copytree(tiny_model_dir, repo / "snapshots" / first)
-    shutil.copytree(other_tiny_model_dir, repo / "snapshots" / second)
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(first)
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    model = Embedder(SentenceEncoder("bertflow-test/tiny", device="cpu"), WhiteningCalibrator()).fit(CORPUS)
-    assert model.encoder.provenance() == {"commit": first}
-    path = model.save(tmp_path / "model")
-    saved = json.loads((path / CONFIG_FILE).read_text())["encoder"]
-    assert saved["revision"] == first and saved["commit"] == first and "weights_sha256" not in saved
-    (repo / "refs" / "main").write_text(second)  # main moves on to other weights
-    assert SentenceEncoder("bertflow-test/tiny", device="cpu").fingerprint() != model.encoder.fingerprint()
-    loaded = Embedder.load(path, device="cpu")  # a moved encoder would be refused (fingerprint); pinned, it loads
-    assert loaded.encoder.revision == first
-    np.testing.assert_array_equal(loaded.encode(SENTENCES), model.encode(SENTENCES))
+    with open(tmp_path / "m" / "token_statistics" / "token_statistics.safetensors", "r+b") as f:
+        f.seek(-4, 2)
+        f.write(b"\x01\x02\x03\x04")
+    with pytest.raises(ModelFileError, match="checksum"):
+        Embedder.load(tmp_path / "m")
 
 
-def test_push_to_hub_uploads_the_saved_folder(tiny_encoder, tmp_path, monkeypatch):
-    """create_repo + create_branch + upload_folder of a folder Embedder.load accepts; nothing leaves the machine
-    (HfApi's methods are replaced by recorders) and an unfitted model is refused before any call."""
-    from types import SimpleNamespace
+def test_token_corpus_or_both(encoder):
+    corpus_only = Embedder(encoder, WhiteningCalibrator(n_components=4)).fit(SENTENCES * 3, token_corpus=OTHER)
+    assert encoder.token_statistics == encoder.count_tokens(OTHER)
+    both = Embedder(encoder, WhiteningCalibrator(n_components=4))
+    both.fit(SENTENCES * 3, token_corpus=OTHER, token_source="both")
+    assert encoder.token_statistics == encoder.count_tokens(SENTENCES * 3 + OTHER)
+    assert corpus_only.fitted_on["token_statistics"] != both.fitted_on["token_statistics"]
+    # The first model's calibrator (with its encoder record) met the second's statistics: refused, not applied to
+    # other weights.
+    with pytest.raises(CompatibilityError, match="token_statistics"):
+        Embedder(encoder, corpus_only.calibrator, fitted_on=corpus_only.fitted_on)
 
-    from huggingface_hub import HfApi
 
-    calls: list[tuple[str, dict]] = []
+@pytest.mark.parametrize(
+    ("pooling", "kwargs", "match"),
+    [
+        ("first-last-avg", {"token_corpus": OTHER}, "not one"),
+        ("sif:mean", {"token_source": "corpus"}, "needs a token corpus"),
+        ("sif:mean", {"token_source": "fit", "token_corpus": OTHER}, "'corpus' or 'both'"),
+        ("sif:mean", {"token_source": "all"}, "token_source must be"),
+    ],
+)
+def test_token_options_are_checked_before_work(tiny_model_dir, pooling, kwargs, match):
+    enc = SentenceEncoder(str(tiny_model_dir), pooling=pooling, device="cpu")
+    with pytest.raises(InputError, match=match):
+        Embedder(enc, WhiteningCalibrator()).fit(SENTENCES, **kwargs)
 
-    def upload_folder(self, **kw):
-        import shutil
 
-        kept = tmp_path / "uploaded"
-        shutil.copytree(kw["folder_path"], kept)  # the temporary folder is gone after the call
-        calls.append(("upload_folder", {**kw, "folder_path": kept}))
-        return SimpleNamespace(commit_url="https://huggingface.co/me/flow/commit/123")
+@pytest.mark.parametrize(
+    ("calibrator", "width"),
+    [(WhiteningCalibrator(5), 5), (AnchoredWhiteningCalibrator(), None), (IdentityCalibrator(), None)],
+)
+def test_encoding_no_sentences_has_the_calibrated_width(tiny_encoder, calibrator, width):
+    model = Embedder(tiny_encoder, calibrator).fit(CORPUS)
+    expected = model.calibrator_dim()
+    assert width is None or expected == width
+    assert model.encode([]).shape == (0, expected) == (0, model.encode(SENTENCES[:2]).shape[1])
 
-    monkeypatch.setattr(
-        HfApi, "create_repo", lambda self, repo_id, **kw: calls.append(("create_repo", {**kw, "repo_id": repo_id}))
-    )
-    monkeypatch.setattr(HfApi, "create_branch", lambda self, repo_id, **kw: calls.append(("create_branch", kw)))
-    monkeypatch.setattr(HfApi, "upload_folder", upload_folder)
-    with pytest.raises(NotFittedError):
-        push(Embedder(tiny_encoder, WhiteningCalibrator()), "me/flow")
-    assert calls == []
+
+def test_a_corrupted_calibrator_weight_is_caught_not_scored(tiny_encoder):
+    """One bad weight makes every vector point along one axis (every similarity 1.000000): refused instead,
+    on the encoder's device path (Embedder.encode / iter_encode) and in Calibrator.transform."""
     model = Embedder(tiny_encoder, WhiteningCalibrator()).fit(CORPUS)
-    with pytest.raises(InputError, match="repo_id"):
-        push(model, "../flow")
-    # A local encoder folder names nothing on the Hub: it is pushed only bundled.
-    with pytest.raises(InputError, match="include_encoder=True"):
-        push(model, "me/flow")
-    assert calls == []
-    url = push(
-        model, "me/flow", private=True, token="hf_x", revision="v1", commit_message="first", include_encoder=True
-    )
-    assert url.endswith("/commit/123")
-    assert [name for name, _ in calls] == ["create_repo", "create_branch", "upload_folder"]
-    expected = {"repo_id": "me/flow", "token": "hf_x", "private": True, "repo_type": "model", "exist_ok": True}
-    assert calls[0][1] == expected
-    assert calls[1][1]["branch"] == "v1" and calls[2][1]["revision"] == "v1"
-    upload = calls[2][1]
-    assert upload["repo_id"] == "me/flow" and upload["commit_message"] == "first" and upload["token"] == "hf_x"
-    pushed = Embedder.load(upload["folder_path"], device="cpu")
-    np.testing.assert_array_equal(pushed.encode(SENTENCES), model.encode(SENTENCES))
-    assert model.source is None
+    cal = model.calibrator
+    healthy, pooled = model.encode(SENTENCES), tiny_encoder.encode(SENTENCES)
+    assert np.abs(healthy).max() < 1e3
+    original = cal.components_[3, 1]
+    # 1e35; what flipping the 6th exponent bit of a float does (x 2^32); NaN.
+    for corrupted in (1e35, original * 2.0**32, np.nan):
+        cal.components_[3, 1] = corrupted
+        with pytest.raises(InputError, match=r"transform \(calibrator\) turned finite embeddings from .* column 1"):
+            model.encode(SENTENCES)
+        with pytest.raises(InputError, match="turned finite embeddings"):
+            list(model.iter_encode(SENTENCES))
+        with pytest.raises(InputError, match="WhiteningCalibrator turned finite embeddings into .* column 1"):
+            cal.transform(pooled)
+    cal.components_[3, 1] = original
+    np.testing.assert_array_equal(model.encode(SENTENCES), healthy)
+
+
+@pytest.mark.parametrize(
+    "spec", ["whitening", "whitening-4", "standard-norm", "natsv-1", "anchored", "anchored-100", "sn+whitening"]
+)
+def test_fitting_on_identical_sentences_is_refused(tiny_encoder, spec):
+    """The same sentence 50 times has no variance: whitening used to save a 0-dimensional model (every similarity
+    0), standard-norm scored unrelated pairs 0.32. Now a clear error before anything is saved."""
+    with pytest.raises(InputError, match="50 fitting embeddings are all equal"):
+        Embedder(tiny_encoder, parse_calibrator(spec)).fit(["A man is playing a guitar."] * 50)
+
+
+def test_same_seed_same_files_and_embeddings(tiny_encoder, tmp_path):
+    corpus = [f"{a} {b}" for a in SENTENCES for b in SENTENCES]
+    paths = []
+    for name in ("a", "b"):
+        paths.append(Embedder(tiny_encoder, FlowCalibrator(max_steps=25, seed=7)).fit(corpus).save(tmp_path / name))
+    weights = [(p / "calibrator" / "model.safetensors").read_bytes() for p in paths]
+    assert weights[0] == weights[1]
+    a, b = (Embedder.load(p).encode(SENTENCES) for p in paths)
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(tiny_encoder.encode(SENTENCES), tiny_encoder.encode(SENTENCES))
+
+
+def test_a_plain_fitted_calibrator_warns_and_a_width_mismatch_is_refused(tiny_encoder):
+    import warnings
+
+    from bertflow.calibrators import IdentityCalibrator, WhiteningCalibrator
+    from bertflow.errors import CompatibilityError
+
+    X = np.random.default_rng(0).normal(size=(200, tiny_encoder.dim)).astype(np.float32)
+    with pytest.warns(UserWarning, match="records no encoder"):
+        Embedder(tiny_encoder, WhiteningCalibrator().fit(X))
+    with pytest.raises(CompatibilityError, match="16-dimensional"):
+        Embedder(tiny_encoder, WhiteningCalibrator().fit(X[:, :16]))
+    # Fitted after the Embedder was made: the width is checked before encoding, not a shape error inside torch.
+    late = WhiteningCalibrator()
+    model = Embedder(tiny_encoder, late)
+    late.fit(X[:, :16])
+    with pytest.raises(CompatibilityError, match="16-dimensional"):
+        model.encode(["A man is playing a guitar."])
+    # Fitted through an Embedder, the encoder is recorded there (fitted_on): no warning when the record is handed on
+    # with the calibrator; nor for the identity (nothing fitted).
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fitted = Embedder(tiny_encoder, WhiteningCalibrator()).fit(CORPUS)
+        Embedder(tiny_encoder, fitted.calibrator, fitted_on=fitted.fitted_on)
+        Embedder(tiny_encoder, IdentityCalibrator().fit(X))
+
+
+def test_bad_inputs_that_were_tracebacks_are_input_errors(tiny_encoder):
+    from bertflow import SentenceEncoder
+    from bertflow.calibrators import WhiteningCalibrator
+    from bertflow.errors import InputError
+
+    model = Embedder(tiny_encoder, StandardNormCalibrator()).fit(CORPUS)
+    with pytest.raises(InputError, match="lone surrogate"):
+        model.encode(["fine", "broken \ud800 text"])
+    with pytest.raises(InputError, match="unknown device"):
+        SentenceEncoder("unused", device="bogus")
+    with pytest.raises(InputError, match="overflow"):
+        WhiteningCalibrator().fit(np.random.default_rng(0).normal(size=(50, 8)) * 1e200)
+    with pytest.raises(InputError, match="one width"):
+        model.similarity(np.ones((2, tiny_encoder.dim), np.float32), np.ones((3, 16), np.float32))
+    with pytest.raises(InputError, match="at least 2 sentences"):
+        model.encode("one sentence", precision="int8")
+    assert model.encode(CORPUS[:3], precision="int8").dtype == np.int8

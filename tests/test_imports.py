@@ -236,3 +236,9 @@ def test_the_import_walk_sees_function_level_imports():
     assert "bertflow.encoding.encoder" in graph["bertflow.model_folder"]  # module level
     assert "bertflow.calibrators.device" in graph["bertflow.embedder"]  # inside device_transform()
     assert floor_of("bertflow.scale.encode") > floor_of("bertflow.embedder") > floor_of("bertflow.encoding.loading")
+
+
+def test_the_format_modules_are_light():
+    """Stores, indexes and the CLI's early checks import these without loading torch or scikit-learn."""
+    code = "import bertflow.typing, bertflow.hub, bertflow.io.formats"
+    assert loaded_after(code) == dict.fromkeys(HEAVY, False)

@@ -22,48 +22,34 @@ NO_TEST_FILE: dict[str, str] = {
 #: To do: modules tested only through other test files (listed), which should get ``test_<module>.py``.
 TESTED_ELSEWHERE: dict[str, tuple[str, ...]] = {
     # The entry point: run as ``python -m bertflow`` by the end-to-end safety tests and by torchrun.
-    "__main__.py": ("test_output_safety.py", "scale/test_multiprocess.py"),
-    # Embedder.fit's automatic choice and the paper grid's auto cells.
-    "autofit.py": ("calibrators/test_auto.py", "paper/test_autocells.py"),
-    # The model card, through Embedder.model_card.
-    "card.py": ("test_embedder.py", "test_weighted_model.py"),
+    "__main__.py": ("cli/test_conventions.py", "cli/test_encode.py", "scale/test_multiprocess.py"),
     # The exception classes and describe_os_error: no direct test; exercised wherever an error is raised, the exit
-    # codes by tests/test_cli_conventions.py.
-    "errors.py": ("test_cli_conventions.py", "test_output_safety.py"),
-    # Uploads through Embedder.push_to_hub (HfApi replaced by recorders); downloads through loading a hub name.
-    "hub.py": ("test_embedder.py", "test_reliability.py"),
+    # codes by tests/cli/test_conventions.py.
+    "errors.py": ("cli/test_conventions.py", "cli/test_fit.py"),
     # unit_rows and pair_cosines, through encode(normalize=True) and the STS cosines.
-    "linalg.py": ("test_encode_kwargs.py", "evaluation/test_sts.py"),
-    "model_folder.py": ("test_embedder.py", "test_identity.py", "test_output_safety.py"),
-    # encode's normalize / precision / output types, through Embedder.encode.
-    "encode_outputs.py": ("test_encode_kwargs.py",),
+    "linalg.py": ("test_encode_outputs.py", "evaluation/test_sts.py"),
     # The typer app and its global options (--version, --help, exit statuses).
-    "cli/_app.py": ("test_cli.py", "test_cli_conventions.py", "test_imports.py"),
-    # encode_multi_device: two CPU workers equal one process; the weighted pooling's statistics reach the workers.
-    "encoding/multiprocess.py": ("scale/test_multiprocess.py", "test_weighted_model.py"),
+    "cli/_app.py": ("cli/test_conventions.py", "test_imports.py"),
     "portability.py": ("integrations/test_portable_exports.py",),
-    # is_blank / validate_sentences, with the readers that apply them.
-    "validation.py": ("io/test_text.py",),
-    # The commands: end-to-end tests are still in the top-level CLI files (/tmp/h/tests_plan.md moves them to
-    # tests/cli/test_<command>.py).
-    "cli/core.py": ("test_cli.py", "test_cli_conventions.py", "test_output_safety.py", "cli/test_encode.py"),
-    "cli/distributed.py": ("scale/test_encode.py", "scale/test_multiprocess.py", "test_output_safety.py"),
+    # The commands: their end-to-end tests are tests/cli/test_<command>.py.
+    "cli/core.py": (
+        "cli/test_conventions.py",
+        "cli/test_similarity.py",
+        "cli/test_fit.py",
+        "cli/test_encode.py",
+    ),
+    "cli/distributed.py": (
+        "scale/test_multiprocess.py",
+        "cli/test_distributed_encode.py",
+        "cli/test_distributed_fit.py",
+    ),
     "cli/evaluate.py": ("cli/test_data_dir.py", "paper/test_reproduce.py", "paper/test_per_set.py"),
-    "cli/options.py": ("cli/test_help.py", "test_cli.py"),
-    "cli/search.py": ("test_search.py", "test_cli.py"),
+    "cli/options.py": ("cli/test_help.py", "cli/test_conventions.py"),
     # The fused layer kernels (QKV GEMM, add + LayerNorm, GELU epilogue), against the padded HF forward.
     "encoding/fused.py": ("encoding/test_packed.py",),
     # The forward pass (layer capture, 4-D mask, hooks), through SentenceEncoder and the packed forward.
     "encoding/forward.py": ("encoding/test_encoder.py", "encoding/test_packed.py"),
-    # Missing models and fingerprints through SentenceEncoder; the packaged default and checkpoint provenance.
-    "encoding/loading.py": ("encoding/test_encoder.py", "integrations/test_portable_exports.py"),
-    # The shipped prior (test_the_shipped_prior_matches_the_bert_uncased_vocabulary) and a tiny one.
-    "encoding/token_prior.py": ("calibrators/test_auto.py",),
-    # MapEncoder in a process pool (with the table helpers) and under Ray Data.
-    "integrations/map_step.py": ("scale/test_arrow.py", "integrations/test_ray.py"),
     "integrations/st_anchored.py": ("integrations/test_portable_exports.py",),
-    # check_format (tests/test_identity.py::test_check_format_names_the_file_and_the_way_out), sha256_file.
-    "io/formats.py": ("test_identity.py", "evaluation/test_download.py"),
     # The paper harness, through its end-to-end runs.
     "paper/grid.py": ("paper/test_reproduce.py", "paper/test_published.py", "paper/test_autocells.py"),
     "paper/lodo.py": ("paper/test_per_set.py",),

@@ -6,11 +6,17 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import numpy as np
+from hypothesis import HealthCheck, settings
+
 from bertflow.calibrators import Calibrator, parse_calibrator
 from bertflow.calibrators.registry import catalogue
 
 #: How to spell a calibrator that declares no spec of its own (the chain is spelled by joining specs with '+').
 UNSPELLED = {"chain": "standard-norm+natsv-1"}
+
+#: The hypothesis settings of the property-based calibrator tests (test_base.py, test_flow.py).
+PROPERTY = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 def example_specs() -> list[str]:
@@ -26,3 +32,9 @@ def registry_instances(settings: dict[str, dict[str, Any]] | None = None) -> lis
         cal = parse_calibrator(spec)
         out.append(cal.set_params(**(settings or {}).get(cal.name, {})))
     return out
+
+
+def _data(n: int = 200, d: int = 16, seed: int = 0) -> np.ndarray:
+    """``n`` rows of ``d`` correlated, shifted Gaussian features (float64), fixed by ``seed``."""
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, d)) @ rng.normal(size=(d, d)) + rng.normal(size=d)

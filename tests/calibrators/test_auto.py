@@ -145,14 +145,6 @@ def test_embedder_fit_weights_a_raw_encoder_with_the_prior_in_one_pass(tiny_mode
     assert "auto: token weighting chosen" in (tmp_path / "m" / "README.md").read_text()
 
 
-def test_the_shipped_prior_matches_the_bert_uncased_vocabulary(tiny_model_dir):
-    priors = token_prior.available_priors()
-    assert priors and all(p.statistics.n_sentences == 100_000 for p in priors)
-    # A tokenizer with another vocabulary gets none (the tiny test model's vocabulary is not BERT's).
-    encoder = SentenceEncoder(str(tiny_model_dir), pooling="mean", device="cpu")
-    assert token_prior.prior_for(encoder.tokenizer) is None
-
-
 def test_whitening_type_is_declared_by_the_registered_class():
     """no_harm_warning reads ``rescales_variance`` from the class the registry holds, not a list of names."""
     from bertflow.calibrators.registry import calibrator_classes

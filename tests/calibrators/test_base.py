@@ -3,9 +3,13 @@ calibrator does beyond it is in test_<its module>.py."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bertflow import (
     AllButTheTopCalibrator,
@@ -16,9 +20,11 @@ from bertflow import (
     StandardNormCalibrator,
     WhiteningCalibrator,
 )
-from bertflow.calibrators import Calibrator
+from bertflow.calibrators import AnchoredWhiteningCalibrator, Calibrator, ChainCalibrator
+from bertflow.calibrators.base import calibrator_fingerprint
+from bertflow.errors import ModelFileError
 
-from .examples import registry_instances
+from .examples import PROPERTY, _data, registry_instances
 
 
 def make_all():
@@ -144,3 +150,92 @@ def test_rejects_bad_input(calibrator, anisotropic_data):
 def test_repr_shows_non_defaults():
     assert repr(WhiteningCalibrator(256)) == "WhiteningCalibrator(n_components=256)"
     assert repr(FlowCalibrator()) == "FlowCalibrator()"
+
+
+def test_calibrator_fingerprint_ignores_runtime_and_versions_not_fitted_numbers(
+    anisotropic_data, tmp_path, monkeypatch
+):
+    import bertflow.calibrators.base
+
+    cal = WhiteningCalibrator(4).fit(anisotropic_data)
+    before = calibrator_fingerprint(cal)
+    cal.save(tmp_path / "cal")
+    assert calibrator_fingerprint(Calibrator.load(tmp_path / "cal")) == before
+    monkeypatch.setattr(bertflow.calibrators.base, "__version__", "99.0.0")  # to_config records the version
+    assert calibrator_fingerprint(cal) == before
+    cal.mean_ = cal.mean_ + 1e-9  # one fitted number
+    assert calibrator_fingerprint(cal) != before
+
+
+def test_a_calibrator_of_a_newer_format_is_refused_as_a_model_file_error(anisotropic_data, tmp_path):
+    WhiteningCalibrator().fit(anisotropic_data).save(tmp_path / "cal")
+    config_path = tmp_path / "cal" / "config.json"
+    config = json.loads(config_path.read_text())
+    config_path.write_text(json.dumps({**config, "format_version": 99}))
+    with pytest.raises(ModelFileError, match=r"cal/config.json is a calibrator written by .* upgrade bertflow"):
+        Calibrator.load(tmp_path / "cal")
+
+
+@pytest.mark.parametrize(
+    "calibrator",
+    [
+        IdentityCalibrator(),
+        StandardNormCalibrator(),
+        WhiteningCalibrator(),
+        ChainCalibrator([StandardNormCalibrator(), WhiteningCalibrator()]),
+        FlowCalibrator(max_steps=3),
+    ],
+    ids=lambda c: type(c).__name__,
+)
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_inverse_transform_refuses_nan_and_inf(calibrator, bad):
+    x = _data(100, 8)
+    z = calibrator.fit(x).transform(x[:3]).astype(np.float64)
+    assert np.isfinite(calibrator.inverse_transform(z)).all()
+    z[1, 2] = bad
+    with pytest.raises(InputError, match="Z contain NaN or Inf .*row 1, column 2"):
+        calibrator.inverse_transform(z)
+
+
+@pytest.mark.parametrize(
+    "calibrator",
+    [
+        WhiteningCalibrator(shrinkage=float("nan")),
+        WhiteningCalibrator(shrinkage=float("inf")),
+        WhiteningCalibrator(rcond=float("nan")),
+        AnchoredWhiteningCalibrator(alpha=float("nan")),
+        AnchoredWhiteningCalibrator(weight=float("nan")),
+        FlowCalibrator(lr=float("nan")),
+        FlowCalibrator(epochs=float("inf")),
+        FlowCalibrator(weight_decay=float("nan")),
+        ChainCalibrator([StandardNormCalibrator(), WhiteningCalibrator(shrinkage=float("nan"))]),
+    ],
+    ids=repr,
+)
+def test_nan_and_inf_hyperparameters_are_refused(calibrator):
+    with pytest.raises(InputError, match="must be a finite number, got (nan|inf)"):
+        calibrator.fit(_data(100, 8))
+
+
+@pytest.mark.parametrize("noise", [0.0, 1e-7])
+def test_identical_rows_are_refused_by_every_calibrator(noise):
+    """Rows equal up to float32 rounding count as equal; the moments (distributed) path refuses them too."""
+    rng = np.random.default_rng(0)
+    x = np.tile(rng.normal(size=(1, 16)), (64, 1)) * (1 + noise * rng.normal(size=(64, 16)))
+    for cal in (WhiteningCalibrator(), StandardNormCalibrator(), AllButTheTopCalibrator(2), FlowCalibrator()):
+        with pytest.raises(InputError, match="all equal"):
+            cal.fit(x)
+    with pytest.raises(InputError, match="all equal"):
+        WhiteningCalibrator().fit_from_moments(len(x), x.sum(0), x.T @ x)
+    assert IdentityCalibrator().fit(x).transform(x).shape == x.shape  # the identity needs no variance
+
+
+@given(n=st.integers(40, 120), d=st.integers(2, 12), scale=st.floats(1e-3, 1e3), seed=st.integers(0, 10_000))
+@PROPERTY
+def test_linear_calibrators_invert(n, d, scale, seed):
+    rng = np.random.default_rng(seed)
+    x = (rng.normal(size=(n, d)) @ rng.normal(size=(d, d)) + rng.normal(size=d)) * scale
+    for cal in (StandardNormCalibrator(), WhiteningCalibrator(rcond=1e-9)):
+        z = cal.fit_transform(x)
+        if z.shape[1] == d:
+            np.testing.assert_allclose(cal.inverse_transform(z), x, rtol=1e-3, atol=1e-3 * scale)

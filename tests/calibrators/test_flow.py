@@ -5,8 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
-from bertflow import DivergenceError, FlowCalibrator, InputError
+from bertflow import (
+    DivergenceError,
+    FlowCalibrator,
+    InputError,
+    WhiteningCalibrator,
+)
+
+from .examples import PROPERTY
 
 
 def test_fitting_raises_likelihood_and_isotropises(anisotropic_data):
@@ -156,3 +165,56 @@ def test_cuda_graph_replays_the_eager_steps_exactly(anisotropic_data):
     for va, vb in zip(eager.flow_.state_dict().values(), graph.flow_.state_dict().values(), strict=True):
         assert torch.equal(va, vb)
     assert eager.history_ == graph.history_
+
+
+def test_too_small_corpus_whitening_warns_and_flow_refuses(caplog):
+    x = np.random.default_rng(0).normal(size=(20, 64))
+    z = WhiteningCalibrator().fit_transform(x)
+    assert "20 sentences for 64 dimensions" in caplog.text and np.isfinite(z).all()
+    with pytest.raises(InputError, match="minimum of 32"):
+        FlowCalibrator().fit(x)
+
+
+def test_flow_refuses_identical_rows():
+    x = np.tile(np.random.default_rng(0).normal(size=(1, 16)), (100, 1))
+    with pytest.raises(InputError, match="duplicates"):
+        FlowCalibrator(max_steps=5).fit(x)
+
+
+@pytest.mark.parametrize(
+    ("preset", "kwargs"),
+    [("code", {}), ("paper", {}), ("code", {"coupling": "affine"}), ("code", {"permutation": "lu"})],
+)
+@pytest.mark.parametrize("case", ["duplicated_rows", "constant_dimension", "huge_norms"])
+def test_flow_on_degenerate_inputs_stays_finite(preset, kwargs, case):
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(300, 24)) @ rng.normal(size=(24, 24))
+    if case == "duplicated_rows":
+        x = np.repeat(x[:30], 10, axis=0)
+    elif case == "constant_dimension":
+        x[:, 5] = 3.0
+    else:
+        x = x * 1e6
+    cal = FlowCalibrator(preset, max_steps=40, **kwargs).fit(x)
+    z = cal.transform(x)
+    assert np.isfinite(z).all() and np.isfinite(cal.history_["train_bpd"]).all()
+    assert np.isfinite(cal.score_samples(x)).all()
+
+
+@given(d=st.integers(8, 20), seed=st.integers(0, 10_000), scale=st.sampled_from([1e-3, 1.0, 1e3]))
+@PROPERTY
+def test_flow_transform_is_finite_and_invertible(d, seed, scale):
+    x = np.random.default_rng(seed).normal(size=(64, d)) * scale
+    cal = FlowCalibrator(max_steps=3, seed=seed).fit(x)
+    z = cal.transform(x)
+    assert np.isfinite(z).all()
+    np.testing.assert_allclose(cal.inverse_transform(z), x, rtol=1e-3, atol=1e-3 * scale)
+
+
+@pytest.mark.parametrize("epochs", [float("inf"), float("nan"), 0, -1])
+def test_the_flow_refuses_non_finite_or_non_positive_epochs(anisotropic_data, epochs):
+    from bertflow.calibrators import FlowCalibrator
+    from bertflow.errors import InputError
+
+    with pytest.raises(InputError, match="epochs"):
+        FlowCalibrator(epochs=epochs).fit(anisotropic_data)

@@ -1,17 +1,14 @@
 from __future__ import annotations
 
-import json
-import shutil
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 
-from bertflow import InputError, SentenceEncoder
+from bertflow import (
+    InputError,
+    SentenceEncoder,
+)
 from bertflow.encoding.pooling import masked_mean
-from bertflow.errors import CompatibilityError
-from bertflow.encoding.loading import FINGERPRINT_SCHEME
 
 from ..conftest import SENTENCES
 
@@ -77,13 +74,6 @@ def test_max_length_truncates(tiny_model_dir):
     assert max(len(ids) for ids in enc.tokenize(SENTENCES)) == 8
     long = "word " * 2000  # far past the model's 128 positions: truncation keeps it valid
     assert np.isfinite(enc.encode(long)).all()
-
-
-def test_fingerprint_identifies_weights_not_precision(tiny_model_dir, other_tiny_model_dir):
-    a = SentenceEncoder(str(tiny_model_dir), device="cpu")
-    b = SentenceEncoder(str(tiny_model_dir), device="cpu", dtype="bfloat16")
-    c = SentenceEncoder(str(other_tiny_model_dir), device="cpu")
-    assert a.fingerprint() == b.fingerprint() != c.fingerprint()
 
 
 def test_bf16_close_to_fp32(tiny_model_dir):
@@ -270,48 +260,6 @@ def test_device_transform_runs_before_the_copy(tiny_encoder):
     np.testing.assert_allclose(np.concatenate(parts), ref[:, :2], atol=1e-6)
 
 
-def test_missing_model_is_a_clear_error(tmp_path):
-    with pytest.raises(InputError, match="cannot load the encoder"):
-        SentenceEncoder(str(tmp_path / "no-such-model"))
-
-
-def _retrain_one_deep_layer(source: Path, dest: Path) -> Path:
-    """Copy the tiny BERT in ``source`` to ``dest`` with only the last layer's feed-forward weights changed (same
-    config, vocabulary and embedding matrix: what the first fingerprint scheme hashed)."""
-    from transformers import BertModel
-
-    shutil.copytree(source, dest)
-    model = BertModel.from_pretrained(str(source))
-    with torch.no_grad():
-        model.encoder.layer[-1].output.dense.weight.mul_(1.5)
-    model.save_pretrained(str(dest))
-    return dest
-
-
-def test_fingerprint_covers_every_layer(tiny_model_dir, tmp_path):
-    """Two encoders that differ only in one deep layer's weights (same config, vocabulary and embeddings) get
-    different fingerprints, so a calibrator fitted on one is refused on the other."""
-    other = _retrain_one_deep_layer(tiny_model_dir, tmp_path / "retrained")
-    a = SentenceEncoder(str(tiny_model_dir), device="cpu")
-    b = SentenceEncoder(str(other), device="cpu")
-    torch.testing.assert_close(a.model.get_input_embeddings().weight, b.model.get_input_embeddings().weight)
-    assert not np.allclose(a.encode(SENTENCES), b.encode(SENTENCES))
-    assert a.fingerprint().startswith(FINGERPRINT_SCHEME) and b.fingerprint().startswith(FINGERPRINT_SCHEME)
-    assert a.fingerprint() != b.fingerprint()
-
-
-def test_a_folder_recording_another_fingerprint_is_refused(tiny_encoder, tmp_path):
-    """A folder whose calibrator was fitted on an encoder of another fingerprint is refused, naming it."""
-    from bertflow import Embedder, StandardNormCalibrator
-
-    folder = Embedder(tiny_encoder, StandardNormCalibrator()).fit(SENTENCES).save(tmp_path / "m")
-    top = json.loads((folder / "bertflow_config.json").read_text())
-    top["calibrator"]["fitted_on"]["fingerprint"] = "0123456789abcdef"
-    (folder / "bertflow_config.json").write_text(json.dumps(top))
-    with pytest.raises(CompatibilityError, match="fingerprint='0123456789abcdef'.*refit"):
-        Embedder.load(folder)
-
-
 def test_progress_moves_per_batch_within_a_chunk(tiny_model_dir, monkeypatch):
     """On CPU a chunk holds 16,384 sentences (minutes for a real model): progress is told after every forward
     batch, before the chunk is handed out, and the counts add up to the input."""
@@ -331,3 +279,44 @@ def test_progress_moves_per_batch_within_a_chunk(tiny_model_dir, monkeypatch):
     updates.clear()
     np.testing.assert_array_equal(enc.encode(sentences, progress=updates.append), first)
     assert len(updates) >= 4 and sum(updates) == len(sentences)
+
+
+def test_one_megabyte_line_is_truncated_not_fatal(tiny_encoder):
+    line = "guitar music " * 80_000  # ~1 MB
+    assert len(line) > 1_000_000
+    v = tiny_encoder.encode(line)
+    assert v.shape == (tiny_encoder.dim,) and np.isfinite(v).all()
+
+
+@pytest.mark.slow
+def test_emoji_cjk_and_rtl_text(default_encoder):
+    texts = ["I love pizza 🍕🔥", "我喜欢吃披萨。", "אני אוהב פיצה", "أنا أحب البيتزا", "I love pizza."]
+    z = default_encoder.encode(texts)
+    assert np.isfinite(z).all()
+    # Non-Latin scripts are not collapsed to one [UNK] vector: the vectors differ from one another.
+    sims = (z / np.linalg.norm(z, axis=1, keepdims=True)) @ (z / np.linalg.norm(z, axis=1, keepdims=True)).T
+    assert sims[np.triu_indices(len(texts), 1)].max() < 0.999
+
+
+def test_nan_from_a_broken_model_is_reported(tiny_model_dir):
+    enc = SentenceEncoder(str(tiny_model_dir), device="cpu")
+    with torch.no_grad():
+        enc.model.encoder.layer[0].output.dense.weight.fill_(float("nan"))
+    with pytest.raises(InputError, match="NaN or Inf .*row 0"):
+        enc.encode(SENTENCES)
+
+
+def test_an_overflowing_transform_is_not_blamed_on_the_model(tiny_model_dir):
+    enc = SentenceEncoder(str(tiny_model_dir), device="cpu")
+    with pytest.raises(InputError, match="transform .* turned finite embeddings .* into NaN or Inf"):
+        enc.encode(SENTENCES, transform=lambda x: x * float("inf"))
+
+
+def test_the_encoder_checks_device_and_max_length_before_loading_weights(tiny_model_dir, no_model_loading):
+    from bertflow import SentenceEncoder
+    from bertflow.errors import InputError
+
+    with pytest.raises(InputError, match="unknown device"):
+        SentenceEncoder(str(tiny_model_dir), device="bogus")
+    with pytest.raises(InputError, match="at most 128"):
+        SentenceEncoder(str(tiny_model_dir), max_length=129, device="cpu")

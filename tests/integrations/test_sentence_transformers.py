@@ -353,3 +353,76 @@ def test_embedder_to_sentence_transformer_refusals(tiny_model_dir, tiny_encoder)
         from_embedder(Embedder(built, WhiteningCalibrator()).fit(CORPUS))
     with pytest.raises(NotFittedError):
         from_embedder(Embedder(SentenceEncoder(str(tiny_model_dir), device="cpu"), FlowCalibrator()))
+
+
+def test_load_calibrated_refuses_an_edited_module_list(tiny_model_dir, tmp_path, monkeypatch):
+    import json
+    import shutil
+
+    pytest.importorskip("sentence_transformers")
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+
+    from bertflow.errors import ModelFileError
+    from bertflow.integrations.sentence_transformers import fit_calibrator, load_calibrated
+
+    base = SentenceTransformer(modules=[Transformer(str(tiny_model_dir)), Pooling(32, "mean")], device="cpu")
+    saved = tmp_path / "st"
+    fit_calibrator(base, CORPUS, "whitening-8", portable=False).save(str(saved))
+    expected = load_calibrated(str(saved), device="cpu").encode(CORPUS[:3])
+    # The Calibration entry deleted from modules.json: the uncalibrated model would load without a word.
+    dropped = tmp_path / "dropped"
+    shutil.copytree(saved, dropped)
+    modules = json.loads((dropped / "modules.json").read_text())
+    (dropped / "modules.json").write_text(json.dumps([m for m in modules if "Calibration" not in m["type"]]))
+    with pytest.raises(ModelFileError, match="does not list"):
+        load_calibrated(str(dropped), device="cpu")
+    # The Calibration folder deleted: a one-line error, not sentence-transformers' traceback.
+    missing = tmp_path / "missing"
+    shutil.copytree(saved, missing)
+    shutil.rmtree(missing / "2_Calibration")
+    with pytest.raises(ModelFileError, match="missing"):
+        load_calibrated(str(missing), device="cpu")
+    # A hub id offline and not cached: one line naming HF_HUB_OFFLINE.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelFileError, match="HF_HUB_OFFLINE"):
+        load_calibrated("someone/no-such-calibrated-model")
+    np.testing.assert_array_equal(load_calibrated(str(saved), device="cpu").encode(CORPUS[:3]), expected)
+
+
+def test_load_calibrated_checks_the_checksums_the_export_wrote(tiny_model_dir, tmp_path):
+    """The export's save writes the sha256 of every file it wrote; a Dense weight edited x1e30 (which would give
+    1e29-sized vectors) is refused with one line naming the file; the clean folder loads, also without bertflow."""
+    import json
+    import shutil
+
+    pytest.importorskip("sentence_transformers")
+    from safetensors.torch import load_file, save_file
+    from sentence_transformers import SentenceTransformer
+
+    from bertflow import SentenceEncoder, WhiteningCalibrator
+    from bertflow.errors import ModelFileError
+    from bertflow.integrations.sentence_transformers import CHECKSUM_FILE, from_embedder, load_calibrated
+
+    embedder = Embedder(SentenceEncoder(str(tiny_model_dir), device="cpu"), WhiteningCalibrator(8)).fit(CORPUS)
+    saved = tmp_path / "st"
+    from_embedder(embedder).save(str(saved))
+    listed = json.loads((saved / CHECKSUM_FILE).read_text())["files"]
+    (dense,) = [p for p in saved.glob("*_Dense")]
+    weights = f"{dense.name}/model.safetensors"
+    assert weights in listed and "modules.json" in listed and "model.safetensors" in listed
+    clean = load_calibrated(str(saved), device="cpu").encode(CORPUS[:3])
+    np.testing.assert_allclose(clean, embedder.encode(CORPUS[:3]), atol=1e-4)
+    assert SentenceTransformer(str(saved), device="cpu").encode(CORPUS[:1]).shape == (1, 8)  # plain ST ignores it
+    tampered = tmp_path / "tampered"
+    shutil.copytree(saved, tampered)
+    state = load_file(tampered / weights)
+    save_file({k: v * 1e30 if v.ndim == 2 else v for k, v in state.items()}, tampered / weights)
+    with pytest.raises(ModelFileError, match="model.safetensors does not match its checksum") as caught:
+        load_calibrated(str(tampered), device="cpu")
+    assert "\n" not in str(caught.value) and dense.name in str(caught.value)
+    # A listed file deleted is refused too, naming it.
+    (tampered / weights).unlink()
+    with pytest.raises(ModelFileError, match="is missing"):
+        load_calibrated(str(tampered), device="cpu")

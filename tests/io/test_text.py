@@ -10,7 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bertflow.errors import InputError
+from bertflow import (
+    InputError,
+)
 from bertflow.io import text
 from bertflow.io.text import (
     SentencePairs,
@@ -435,3 +437,44 @@ def test_read_lines_equals_the_line_by_line_reader(tmp_path, content):
                     except InputError as e:
                         outcomes.append(str(e))
                 assert outcomes[0] == outcomes[1], (offset, count, errors)
+
+
+def test_tsv_with_missing_columns(tmp_path):
+    tsv = tmp_path / "pairs.tsv"
+    tsv.write_text("score\tsentence1\tsentence2\n3.0\tA man.\tA woman.\n2.0\tonly one sentence\n", encoding="utf-8")
+    with pytest.raises(InputError, match="line 3"):
+        read_pairs(tsv)
+    with pytest.raises(InputError, match="line 3"):
+        read_tsv_column(tsv, "sentence2")
+
+
+@given(st.binary(max_size=400))
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_tsv_readers_fuzz(tmp_path_factory, raw):
+    """Arbitrary bytes: the TSV readers either return data or raise InputError, nothing else."""
+    path = tmp_path_factory.mktemp("fuzz") / "f.tsv"
+    path.write_bytes(b"score\tsentence1\tsentence2\n" + raw)
+    for read in (lambda: read_pairs(path), lambda: read_tsv_column(path, "sentence1", errors="replace")):
+        try:
+            read()
+        except InputError:
+            pass
+
+
+@pytest.mark.parametrize(
+    ("encoding", "bom", "expected"),
+    [
+        ("utf-16-le", b"", "UTF-16LE without a byte-order mark"),
+        ("utf-16-be", b"", "UTF-16BE without a byte-order mark"),
+        ("utf-16-le", b"\xff\xfe", "UTF-16LE with a byte-order mark"),
+        ("utf-16-be", b"\xfe\xff", "UTF-16BE with a byte-order mark"),
+    ],
+)
+def test_utf16_advice_names_the_byte_order_and_the_mark(tmp_path, encoding, bom, expected):
+    from bertflow.errors import InputError
+    from bertflow.io.text import read_sentences
+
+    path = tmp_path / "u16.txt"
+    path.write_bytes(bom + "A man plays a guitar.\nA dog runs.\n".encode(encoding))
+    with pytest.raises(InputError, match=expected):
+        read_sentences(path)

@@ -26,7 +26,6 @@ import torch.multiprocessing as mp
 
 from bertflow import FlowCalibrator, SentenceEncoder, WhiteningCalibrator
 from bertflow.errors import InputError
-from bertflow.encoding.multiprocess import encode_multi_device
 from bertflow.scale.launch import launch_local
 from bertflow.scale.layout import read_manifest
 from bertflow.scale.reader import open_embeddings
@@ -114,10 +113,3 @@ def test_torchrun_resumes_the_killed_job_bit_for_bit(job):
     np.testing.assert_array_equal(np.load(store / "embeddings.npy"), expected)
     assert not [p for p in (store / "shards").iterdir() if ".tmp-" in p.name]
     assert read_manifest(store)["complete"]
-
-
-def test_encode_multi_device_equals_one_process(tiny_model_dir):
-    encoder = SentenceEncoder(str(tiny_model_dir), pooling="mean", device="cpu")
-    lines = make_lines(150, seed=2)
-    got = encode_multi_device(lines, encoder, ["cpu", "cpu"], batch_size=8, chunk_size=16, threads_per_process=1)
-    np.testing.assert_array_equal(got, reference(encoder, lines, batch_size=8, chunk_size=16))

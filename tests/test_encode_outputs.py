@@ -111,19 +111,3 @@ def test_checks_come_before_the_work(tiny_encoder):
         unfitted.encode(SENTENCES, colour="red")
     with pytest.raises(InputError, match="takes no prompt"):
         unfitted.encode(SENTENCES, prompt="query: ")
-
-
-def test_similarity_of_embeddings_as_sentence_transformers(fitted):
-    """Two embedding matrices (arrays or tensors) in: their cosine as a float32 tensor, as
-    SentenceTransformer.similarity; sentences in: bertflow's float / ndarray, unchanged."""
-    z = fitted.encode(SENTENCES)
-    expected = fitted.similarity(SENTENCES[:3], SENTENCES)
-    assert isinstance(expected, np.ndarray)
-    sims = fitted.similarity(z[:3], torch.from_numpy(z))
-    assert isinstance(sims, torch.Tensor) and sims.dtype == torch.float32 and sims.shape == (3, len(SENTENCES))
-    np.testing.assert_allclose(sims.numpy(), expected, atol=1e-6)
-    pairs = fitted.similarity_pairwise(z[:3], z[3:6])
-    assert isinstance(pairs, torch.Tensor) and pairs.shape == (3,)
-    np.testing.assert_allclose(pairs.numpy(), fitted.similarity_pairwise(SENTENCES[:3], SENTENCES[3:6]), atol=1e-6)
-    with pytest.raises(InputError, match="one shape"):
-        fitted.similarity_pairwise(z[:3], z[:4])

@@ -1,0 +1,22 @@
+"""`bertflow analyze` end to end: its checks come before any work."""
+
+from __future__ import annotations
+
+from ..conftest import invoke, one_line_error
+
+
+def test_analyze_without_matplotlib_fails_before_any_work(tmp_path, monkeypatch):
+    import importlib.util
+
+    import bertflow.paper.grid as grid
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the encoder was loaded before the missing dependency was reported")
+
+    monkeypatch.setattr(grid, "load_encoder", no_loading)
+    out = tmp_path / "analysis"
+    one_line_error(invoke("analyze", "-o", out, "-q"), "matplotlib", "--no-plots")
+    assert not out.exists()
