@@ -16,8 +16,7 @@ from typing import Any
 from ._version import __version__
 
 __all__ = [
-    "MMAP_THRESHOLD",
-    "bound_heap_growth",
+    "return_free_memory",
     "usable_cpus",
     "set_torch_threads",
     "limited_threads",
@@ -26,13 +25,7 @@ __all__ = [
     "share_cpu_threads",
 ]
 
-#: Bytes from which glibc gives an allocation its own memory mapping, returned to the system when freed
-#: (:func:`bound_heap_growth`): 128 KiB, glibc's own starting value, kept fixed. The activations of a CPU forward
-#: pass (4,096 tokens x 32 to 384 wide x 4 bytes: 0.5 to 6 MiB and more) are all above it; Python objects stay in
-#: the heap.
-MMAP_THRESHOLD = 128 << 10
-
-_heap_bounded: bool | None = None
+_libc: Any = None  # glibc's handle once looked up; False off glibc
 
 
 def usable_cpus() -> int:
@@ -43,35 +36,31 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def bound_heap_growth() -> bool:
-    """Fix glibc's mmap threshold at :data:`MMAP_THRESHOLD` for this process (once; later calls do nothing).
+def return_free_memory() -> bool:
+    """Give the free pages of glibc's heap back to the system (``malloc_trim(0)``); a no-op off glibc.
 
-    Why: glibc starts by mapping every allocation of 128 KiB or more on its own, but each time such a block is
-    freed it raises that threshold to the block's size (up to 32 MiB). After the first few forward passes on CPU
-    every activation (MBs, a new size for each batch shape) then comes from the heap, whose free holes are
-    neither reused for the next, differently sized batch nor returned to the system: ``bertflow encode`` of 200k
-    sentences grew from 1.27 to 1.96 GB (issue 24, item 9). A fixed threshold (glibc's starting value) turns the
-    adjustment off (``mallopt(M_MMAP_THRESHOLD)``), so each large buffer is unmapped when freed and the resident
-    memory stays flat (``benchmarks/encode_memory.py``, docs/robustness.md).
-
-    Nothing is changed where the user set ``MALLOC_MMAP_THRESHOLD_`` (glibc applied it already), off glibc (macOS,
-    Windows, musl), or if ``mallopt`` refuses.
+    Why: glibc maps each allocation of 128 KiB or more on its own at first, but every time such a block is freed it
+    raises that threshold to the block's size (up to 32 MiB). After the first forward passes on CPU, activations
+    (MBs, a new size for each batch shape) come from the heap, whose free holes glibc neither reuses for the next,
+    differently sized batch nor returns: ``bertflow encode`` of 200k sentences grew from 1.27 to 1.96 GB (issue 24,
+    item 9). The encoder calls this once per chunk (thousands of sentences, seconds of work), so resident memory
+    stays bounded by one chunk's worth while each batch keeps the heap's fast reuse (fixing the threshold instead
+    made every activation a fresh mapping and STS-length encoding ~21% slower: ``benchmarks/heap_policy_ab.py``).
 
     Returns:
-        Whether the threshold is fixed by this process (by this call or an earlier one).
+        Whether memory could be returned (glibc's ``malloc_trim`` ran and released at least one page).
     """
-    global _heap_bounded
-    if _heap_bounded is None:
-        _heap_bounded = False
-        if os.environ.get("MALLOC_MMAP_THRESHOLD_"):
-            return False
+    global _libc
+    if _libc is None:
+        _libc = False
         if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
             import ctypes
 
             with contextlib.suppress(OSError, AttributeError):
-                m_mmap_threshold = -3  # <malloc.h>
-                _heap_bounded = ctypes.CDLL("libc.so.6").mallopt(m_mmap_threshold, MMAP_THRESHOLD) == 1
-    return _heap_bounded
+                libc = ctypes.CDLL("libc.so.6")
+                libc.malloc_trim.argtypes = [ctypes.c_size_t]
+                _libc = libc
+    return bool(_libc and _libc.malloc_trim(0))
 
 
 def set_torch_threads(n: int) -> int:

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..resources import bound_heap_growth
+from ..resources import return_free_memory
 from ..typing import DeviceTransform
 from ..validation import sentence_list
 from .batching import EncodeStats, Prefetcher, PreparedChunk, cut_chunks, prepare_chunk
@@ -506,10 +506,6 @@ class SentenceEncoder:
         need a sync).
         """
         budget = self._check_encode_args(batch_size, chunk_size, max_tokens, plan, transform)
-        if self.device.type == "cpu":
-            # Each batch shape's activations are MBs of another size: without this, glibc keeps the freed ones in
-            # a growing heap and a long stream's resident memory climbs chunk by chunk (issue 24, item 9).
-            bound_heap_growth()
         prepared, prefetcher = self._prepared_chunks(sentences, budget, batch_size, chunk_size)
         stats = self.last_stats = EncodeStats()
         # On CUDA, a chunk is handed out only after the next one is queued on the device, so the GPU keeps
@@ -596,6 +592,10 @@ class SentenceEncoder:
 
     def _collect(self, pending: Pending, on_chunk: Callable[[int], None] | None) -> tuple[int, np.ndarray]:
         part = self._runner.finish(pending)
+        if self.device.type == "cpu":
+            # The chunk's activations, MBs of another size per batch shape, are freed now; glibc would keep them
+            # in a growing heap and a long stream's resident memory would climb chunk by chunk (issue 24, item 9).
+            return_free_memory()
         if on_chunk is not None:
             on_chunk(len(part))
         return pending.offset, part

@@ -1,8 +1,11 @@
-"""CPU encoding speed with and without ``resources.bound_heap_growth`` (the fixed glibc mmap threshold).
+"""CPU encoding speed under three glibc heap policies (issue 24 item 9's memory fix, issue 23 goal 5's speed).
 
-Run it alternately in separate processes (the threshold is process-wide and cannot be undone):
+``trim``: bertflow's own, ``malloc_trim(0)`` once per chunk (``resources.return_free_memory``); ``none``: that call
+disabled (glibc's defaults: fast, but resident memory climbs over a long stream); ``fixed``: the mmap threshold fixed
+at glibc's starting 128 KiB (``mallopt``), the first fix tried, which bounds memory by mapping every activation anew.
+Run the variants alternately in separate processes (a threshold is process-wide and cannot be undone):
 
-    for v in off on off on off on; do python benchmarks/heap_threshold_ab.py $v; done
+    for v in none trim fixed none trim fixed none trim fixed; do python benchmarks/heap_policy_ab.py $v; done
 
 Prints sentences/s of the embedded default model on 1,000 STS-B sentences and 100 paragraph-length texts, and the
 peak RSS. ``--data-dir`` is the STS folder (default ../shared/data/sts).
@@ -20,15 +23,18 @@ from pathlib import Path
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("variant", choices=["on", "off"])
+    parser.add_argument("variant", choices=["trim", "none", "fixed"])
     parser.add_argument("--data-dir", type=Path, default=Path("../shared/data/sts"))
     args = parser.parse_args()
     import bertflow.encoding.encoder as encoder_module
-    import bertflow.resources as resources
 
-    if args.variant == "off":  # the encoder calls the name it imported, so both names are replaced
-        resources.bound_heap_growth = lambda: False
-        encoder_module.bound_heap_growth = lambda: False
+    if args.variant != "trim":  # the encoder calls the name it imported
+        encoder_module.return_free_memory = lambda: False
+    if args.variant == "fixed":
+        import ctypes
+
+        m_mmap_threshold = -3  # <malloc.h>
+        assert ctypes.CDLL("libc.so.6").mallopt(m_mmap_threshold, 128 << 10) == 1
     from bertflow import SentenceEncoder
 
     with open(args.data_dir / "STSBenchmark" / "train.tsv", encoding="utf-8") as f:
