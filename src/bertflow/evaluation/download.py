@@ -355,14 +355,20 @@ def _check_checksums(target: Path, files: Sequence[str]) -> None:
         )
 
 
+def _unpacked(what: str, url: str, tmp: Path, name: str, read_timeout: float) -> Path:
+    """Download the archive ``url`` (``what`` in the log) as ``tmp/name`` and unpack it into a folder ``tmp/what``."""
+    logger.info("downloading %s from %s", what, url)
+    folder = tmp / what
+    folder.mkdir()
+    _safe_extract(_download(url, tmp / name, read_timeout), folder)
+    return folder
+
+
 def _build_semeval(tmp: Path, target: Path, read_timeout: float) -> dict[str, int]:
     """Download and convert the SemEval STS 2012-2016 packages into ``target/STS1x``; scored pairs per year."""
     counts: dict[str, int] = {}
     for year, (url, input_pattern, gs_pattern, subsets) in _SEMEVAL_YEARS.items():
-        logger.info("downloading %s from %s", year, url)
-        unpacked = tmp / year
-        unpacked.mkdir()
-        _safe_extract(_download(url, tmp / f"{year}.zip", read_timeout), unpacked)
+        unpacked = _unpacked(year, url, tmp, f"{year}.zip", read_timeout)
         per_subset = _convert_semeval_year(unpacked, target / year, subsets, input_pattern, gs_pattern)
         counts[year] = sum(per_subset.values())
     return counts
@@ -370,10 +376,7 @@ def _build_semeval(tmp: Path, target: Path, read_timeout: float) -> dict[str, in
 
 def _build_stsb(tmp: Path, target: Path, read_timeout: float) -> int:
     """Download and convert the STS Benchmark into ``target/STSBenchmark``; the test split's scored pairs."""
-    logger.info("downloading STS Benchmark from %s", _STSB_URL)
-    stsb = tmp / "stsb"
-    stsb.mkdir()
-    _safe_extract(_download(_STSB_URL, tmp / "stsb.tar.gz", read_timeout), stsb)
+    stsb = _unpacked("STS Benchmark", _STSB_URL, tmp, "stsb.tar.gz", read_timeout)
     counts = {}
     for split in ("train", "dev", "test"):
         csv_path = _find_file(stsb, f"sts-{split}.csv")
@@ -392,10 +395,7 @@ def _build_sick(tmp: Path, target: Path, read_timeout: float) -> int:
 
 def _build_snli(tmp: Path, target: Path, read_timeout: float) -> None:
     """Download SNLI 1.0 and write its dev and test pairs into ``target/NLI``."""
-    logger.info("downloading SNLI 1.0 from %s", _SNLI_URL)
-    snli = tmp / "snli"
-    snli.mkdir()
-    _safe_extract(_download(_SNLI_URL, tmp / "snli.zip", read_timeout), snli)
+    snli = _unpacked("SNLI 1.0", _SNLI_URL, tmp, "snli.zip", read_timeout)
     for split in ("dev", "test"):
         jsonl = _find_file(snli, f"snli_1.0_{split}.jsonl")
         _convert_snli_jsonl(jsonl, target / "NLI" / f"snli_{split}.tsv")
