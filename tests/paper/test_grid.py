@@ -18,12 +18,7 @@ from bertflow.evaluation.datasets import STS_TASKS, load_nli_sentences, load_sts
 from bertflow.paper.grid import GridConfig, default_calibrators, run_grid
 from bertflow.paper.render import render_grid
 
-from ..sts_layout import layout, one_torch_thread, working_tiny_bert  # noqa: F401 - fixtures
-
-
-@pytest.fixture(scope="module")
-def encoder(working_tiny_bert: Path) -> SentenceEncoder:
-    return SentenceEncoder(str(working_tiny_bert), pooling="mean", device="cpu")
+from ..sts_layout import encoder, layout, one_torch_thread, working_tiny_bert  # noqa: F401 - fixtures
 
 
 def _close(a: float, b: float) -> bool:

@@ -12,11 +12,10 @@ import pytest
 
 from bertflow import SentenceEncoder
 from bertflow.errors import InputError
-from bertflow.paper.grid import GridConfig
 from bertflow.paper.lodo import Objective, leave_one_dataset_out, select_lodo
 from bertflow.paper.perset import run_per_set
 
-from ..sts_layout import layout, one_torch_thread, working_tiny_bert  # noqa: F401 - fixtures
+from ..sts_layout import encoder, layout, one_torch_thread, per_set_config, working_tiny_bert  # noqa: F401 - fixtures
 
 DATASET_OF = {"A/1": "STS12", "A/2": "STS12", "B": "STS13", "C": "STS14", "D": "STS-B"}
 
@@ -86,19 +85,11 @@ def test_lodo_penalty_and_errors() -> None:
         leave_one_dataset_out(scores, raw, {"A/1": "STS12", "A/2": "STS12"})
 
 
-@pytest.fixture(scope="module")
-def encoder(working_tiny_bert: Path) -> SentenceEncoder:  # noqa: F811 - the imported fixture
-    return SentenceEncoder(str(working_tiny_bert), pooling="mean", device="cpu")
-
-
-def _config(layout: Path, **kwargs: object) -> GridConfig:
-    base: dict[str, object] = {"regimes": ["per-set"], "data_dir": layout, "use_cache": False}
-    return GridConfig(**{**base, **kwargs})  # type: ignore[arg-type]
-
-
 def test_select_lodo_on_a_run(encoder: SentenceEncoder, layout: Path) -> None:
     result = run_per_set(
-        _config(layout, poolings=["mean", "cls"], calibrators=["none", "whitening", "standard-norm"], fit_sizes=[30]),
+        per_set_config(
+            layout, poolings=["mean", "cls"], calibrators=["none", "whitening", "standard-norm"], fit_sizes=[30]
+        ),
         encoder=encoder,
     )
     selections = select_lodo(result)

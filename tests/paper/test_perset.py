@@ -21,17 +21,7 @@ from bertflow.paper.perset import evaluation_sets, fitting_sample, run_per_set
 from bertflow.paper.render import render_per_set
 from bertflow.paper.results import summarize_sets
 
-from ..sts_layout import layout, one_torch_thread, working_tiny_bert  # noqa: F401 - fixtures
-
-
-@pytest.fixture(scope="module")
-def encoder(working_tiny_bert: Path) -> SentenceEncoder:  # noqa: F811 - the imported fixture
-    return SentenceEncoder(str(working_tiny_bert), pooling="mean", device="cpu")
-
-
-def _config(layout: Path, **kwargs: object) -> GridConfig:
-    base: dict[str, object] = {"regimes": ["per-set"], "data_dir": layout, "use_cache": False}
-    return GridConfig(**{**base, **kwargs})  # type: ignore[arg-type]
+from ..sts_layout import encoder, layout, one_torch_thread, per_set_config, working_tiny_bert  # noqa: F401 - fixtures
 
 
 def test_sets_are_subsets_with_their_own_fitting_sentences(layout: Path) -> None:
@@ -81,7 +71,7 @@ def test_each_set_is_fitted_on_its_own_sample_only(
         return cal
 
     monkeypatch.setattr(grid_module, "parse_calibrator", spying)  # every fit goes through fit_cell
-    config = _config(layout, poolings=["mean"], calibrators=["standard-norm"], fit_sizes=[30])
+    config = per_set_config(layout, poolings=["mean"], calibrators=["standard-norm"], fit_sizes=[30])
     result = run_per_set(config, encoder=encoder)
     sets = evaluation_sets(load_sts_tasks(STS_TASKS, layout))
     expected = []
@@ -105,7 +95,7 @@ def test_scores_and_summaries_equal_direct_computation(encoder: SentenceEncoder,
     from bertflow import WhiteningCalibrator
 
     result = run_per_set(
-        _config(layout, poolings=["mean"], calibrators=["none", "whitening"], fit_sizes=[30]), encoder=encoder
+        per_set_config(layout, poolings=["mean"], calibrators=["none", "whitening"], fit_sizes=[30]), encoder=encoder
     )
     sets = {s.name: s for s in evaluation_sets(load_sts_tasks(STS_TASKS, layout))}
     # One raw row: it does not depend on the fitting size.
@@ -148,7 +138,7 @@ def test_weighted_pooling_counts_tokens_in_the_fitting_sample(
     monkeypatch.setattr(encoder, "count_tokens", spying)
     assert encoder.token_statistics is None
     tasks = load_sts_tasks(["STS13", "STS-B"], layout)
-    config = _config(layout, poolings=["sif:mean"], calibrators=["standard-norm"], fit_sizes=[20])
+    config = per_set_config(layout, poolings=["sif:mean"], calibrators=["standard-norm"], fit_sizes=[20])
     result = run_per_set(config, encoder=encoder, tasks=tasks)
     assert encoder.token_statistics is None  # the caller's encoder is left as it was
     sets = evaluation_sets(tasks)
@@ -176,9 +166,9 @@ def test_weighted_pooling_counts_tokens_in_the_fitting_sample(
 
 def test_bad_per_set_arguments(encoder: SentenceEncoder, layout: Path) -> None:
     with pytest.raises(InputError, match="runs alone"):
-        run_per_set(_config(layout, regimes=["per-set", "target"]), encoder=encoder)
+        run_per_set(per_set_config(layout, regimes=["per-set", "target"]), encoder=encoder)
     with pytest.raises(InputError, match="at least 2"):
-        run_per_set(_config(layout, fit_sizes=[1]), encoder=encoder)
+        run_per_set(per_set_config(layout, fit_sizes=[1]), encoder=encoder)
     with pytest.raises(InputError, match="per-set"):
         run_grid(GridConfig(regimes=["per-set"], data_dir=layout), encoder=encoder)
     with pytest.raises(InputError, match="fit sizes"):

@@ -13,14 +13,8 @@ from bertflow import SentenceEncoder
 from bertflow.errors import InputError
 from bertflow.paper.analyze import analyze_stsb
 
-from ..sts_layout import one_torch_thread, working_tiny_bert, write_sts_layout  # noqa: F401 - fixtures
-
-PNG = b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.fixture(scope="module")
-def layout(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_sts_layout(tmp_path_factory.mktemp("sts-analyze"), n=40)
+from ..sts_layout import one_torch_thread, working_tiny_bert  # noqa: F401 - fixtures
+from .test_analyze import PNG, layout  # noqa: F401 - the analysis layout (40 pairs a file)
 
 
 def test_analyze_compares_calibrators_and_writes_vector_plots(
