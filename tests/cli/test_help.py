@@ -127,21 +127,6 @@ def test_regime_and_paper_model_help_come_from_the_paper_package() -> None:
     assert " or ".join(PAPER_MODELS) in _option_help("reproduce", "paper_rows")
 
 
-def test_command_echoes_leave_out_exactly_the_signature_defaults() -> None:
-    import inspect
-
-    from bertflow.cli.evaluate import _evaluate_command, _reproduce_command, evaluate, reproduce
-
-    for command, echo in ((evaluate, _evaluate_command), (reproduce, lambda o: _reproduce_command(o, ["target"]))):
-        o = {name: p.default for name, p in inspect.signature(command).parameters.items()}
-        o.update(model=None, calibrator="flow", calibrators=None, output=None, data_dir=None, threads=None)
-        line = echo(o)
-        assert not any(flag in line for flag in ("--epochs", "--sample-seed", "--max-length")), line
-        changed = echo({**o, "epochs": 2.0, "sample_seed": 3, "max_length": 128, "seeds": 5})
-        assert "--epochs 2.0" in changed and "--sample-seed 3" in changed and "--max-length 128" in changed
-        assert "--seeds 5" in changed
-
-
 def test_text_column_help_names_the_readers_default() -> None:
     from bertflow.io.arrow import DEFAULT_TEXT_COLUMN
 
