@@ -586,7 +586,8 @@ class SentenceEncoder:
         if threads is None:
             threads = 2 if self._token_pool is not None else 1
         if threads > 0 and not single:
-            prefetcher = Prefetcher(chunks, prepare, threads, depth=threads + 1)
+            cuda = self.device.type == "cuda"
+            prefetcher = Prefetcher(chunks, prepare, threads, depth=threads + 1, fast_switch=cuda)
             return iter(prefetcher), prefetcher
         return map(prepare, chunks), None
 
