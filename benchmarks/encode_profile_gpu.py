@@ -279,8 +279,17 @@ def traced_pass(enc: Any, text: list[str]) -> dict[str, Any]:
         t = time.perf_counter()
         out = originals["prepare"](item, *a, **k)
         with lock:
-            events.append({"what": "prepare", "row": item[0], "n": out.n, "batches": len(out.batches), "t0": t,
-                           "t1": time.perf_counter(), "thread": threading.current_thread().name})
+            events.append(
+                {
+                    "what": "prepare",
+                    "row": item[0],
+                    "n": out.n,
+                    "batches": len(out.batches),
+                    "t0": t,
+                    "t1": time.perf_counter(),
+                    "thread": threading.current_thread().name,
+                }
+            )
         return out
 
     def launch(chunk: Any, *a: Any, **k: Any) -> Any:
@@ -289,8 +298,17 @@ def traced_pass(enc: Any, text: list[str]) -> dict[str, Any]:
         start.record()
         out = originals["launch"](chunk, *a, **k)
         end.record()
-        events.append({"what": "launch", "row": chunk.offset, "n": chunk.n, "batches": len(chunk.batches), "t0": t,
-                       "t1": time.perf_counter(), "ev": (start, end)})
+        events.append(
+            {
+                "what": "launch",
+                "row": chunk.offset,
+                "n": chunk.n,
+                "batches": len(chunk.batches),
+                "t0": t,
+                "t1": time.perf_counter(),
+                "ev": (start, end),
+            }
+        )
         return out
 
     def finish(pending: Any) -> Any:
@@ -358,8 +376,17 @@ def roundtrip(enc: Any, text: list[str]) -> dict[str, Any]:
             tokenize_arrays(enc._rust_tokenizer, part, shortcut)
             times["in_process"].append(time.perf_counter() - t)
             t = time.perf_counter()
-            prepare_chunk(0, tokens, max_tokens=enc.token_budget, max_rows=None, uniform_fill=enc.settings.uniform_fill,
-                          min_length_ratio=enc.settings.min_length_ratio, min_tokens=32768, pad_id=0, pinned=True)
+            prepare_chunk(
+                0,
+                tokens,
+                max_tokens=enc.token_budget,
+                max_rows=None,
+                uniform_fill=enc.settings.uniform_fill,
+                min_length_ratio=enc.settings.min_length_ratio,
+                min_tokens=32768,
+                pad_id=0,
+                pinned=True,
+            )
             times["prepare"].append(time.perf_counter() - t)
         out[str(n)] = {k: round(statistics.median(v), 5) for k, v in times.items()}
     return out
@@ -396,12 +423,22 @@ def timeline(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 "warm_min_median_max": [min(rates[1:]), statistics.median(rates[1:]), max(rates[1:])],
                 "passes": passes,
             }
-            print(json.dumps({"arch": arch, "settings": spec, **{k: v for k, v in res.items() if k != "passes"},
-                              "batches": passes[-1]["batches"], "fill": [p["first_launch_s"] for p in passes],
-                              "launch_host": [p["launch_host_s"] for p in passes],
-                              "gpu_busy": [p["gpu_busy_s"] for p in passes], "wall": [p["wall_s"] for p in passes],
-                              "allocs": [p["allocations"] for p in passes if any(p["allocations"].values())]}),
-                  flush=True)
+            print(
+                json.dumps(
+                    {
+                        "arch": arch,
+                        "settings": spec,
+                        **{k: v for k, v in res.items() if k != "passes"},
+                        "batches": passes[-1]["batches"],
+                        "fill": [p["first_launch_s"] for p in passes],
+                        "launch_host": [p["launch_host_s"] for p in passes],
+                        "gpu_busy": [p["gpu_busy_s"] for p in passes],
+                        "wall": [p["wall_s"] for p in passes],
+                        "allocs": [p["allocations"] for p in passes if any(p["allocations"].values())],
+                    }
+                ),
+                flush=True,
+            )
             if args.cprofile and spec == args.settings.split(";")[0]:
                 # The main thread in one more warm pass, then queueing one 65,536-sentence chunk with nothing else
                 # running (the launch cost without the tokenisation threads).
@@ -409,15 +446,15 @@ def timeline(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 plan = enc._plan(None)
                 for _ in range(2):
                     enc._runner.finish(enc._runner.launch(chunk, plan, unpadded=enc.settings.unpadded))
-                for label, call in (
-                    ("encode", lambda: enc.encode(text, show_progress_bar=False)),
-                    ("launch", lambda: enc._runner.launch(chunk, plan, unpadded=enc.settings.unpadded)),
-                ):
+                for label in ("encode", "launch"):
                     torch.cuda.synchronize()
                     prof = cProfile.Profile()
                     t = time.perf_counter()
                     prof.enable()
-                    call()
+                    if label == "encode":
+                        enc.encode(text, show_progress_bar=False)
+                    else:
+                        enc._runner.launch(chunk, plan, unpadded=enc.settings.unpadded)
                     prof.disable()
                     host_s = time.perf_counter() - t
                     torch.cuda.synchronize()
@@ -432,8 +469,14 @@ def timeline(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 torch.cuda.synchronize()
                 res["launch_65536_total_s"] = round(time.perf_counter() - t, 4)
                 res["launch_65536_batches"] = len(chunk.batches)
-                print(arch, "launch of one 65,536 chunk: host", res["launch_65536_host_s"], "with device",
-                      res["launch_65536_total_s"], flush=True)
+                print(
+                    arch,
+                    "launch of one 65,536 chunk: host",
+                    res["launch_65536_host_s"],
+                    "with device",
+                    res["launch_65536_total_s"],
+                    flush=True,
+                )
             if args.roundtrip and spec == args.settings.split(";")[0]:
                 res["roundtrip"] = roundtrip(enc, text)
                 print(arch, "tokeniser round trip", json.dumps(res["roundtrip"]), flush=True)
@@ -464,7 +507,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--settings", default="default", help="timeline: ';'-separated EncodeSettings variants")
     parser.add_argument("--cprofile", action="store_true", help="timeline: cProfile the main thread (first variant)")
-    parser.add_argument("--roundtrip", action="store_true", help="timeline: time the tokeniser round trip (first variant)")
+    parser.add_argument(
+        "--roundtrip", action="store_true", help="timeline: time the tokeniser round trip (first variant)"
+    )
     parser.add_argument("--sentences", type=int, default=40000)
     parser.add_argument("--out-dir", type=Path, default=Path("."))
     parser.add_argument("--json", type=Path, default=None)
