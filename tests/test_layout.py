@@ -49,7 +49,6 @@ TESTED_ELSEWHERE: dict[str, tuple[str, ...]] = {
     "encoding/fused.py": ("encoding/test_packed.py",),
     # The forward pass (layer capture, 4-D mask, hooks), through SentenceEncoder and the packed forward.
     "encoding/forward.py": ("encoding/test_encoder.py", "encoding/test_packed.py"),
-    "integrations/st_anchored.py": ("integrations/test_portable_exports.py",),
     # The paper harness, through its end-to-end runs.
     "paper/grid.py": ("paper/test_reproduce.py", "paper/test_published.py", "paper/test_autocells.py"),
     "paper/lodo.py": ("paper/test_per_set.py",),

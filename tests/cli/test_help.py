@@ -81,7 +81,7 @@ def test_source_constant_reads_what_the_owner_module_holds() -> None:
 def test_dtype_weighting_and_backend_help_list_the_owners_names() -> None:
     from bertflow.encoding.device import DTYPE_NAMES
     from bertflow.encoding.pooling.weighting import SIF_A, WEIGHTING_NAMES
-    from bertflow.search import BACKENDS
+    from bertflow.search.ann import BACKENDS
 
     for command in ("fit", "encode", "search build", "distributed-encode"):
         assert ", ".join(DTYPE_NAMES) in _option_help(command, "dtype"), command
