@@ -6,17 +6,15 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
 
-pytest.importorskip("sentence_transformers")
+from ..conftest import SENTENCES
 
-from sentence_transformers import SentenceTransformer  # noqa: E402
-from sentence_transformers.base.modules import Normalize, Transformer  # noqa: E402
-from sentence_transformers.sentence_transformer.modules import Pooling  # noqa: E402
-
-from ..conftest import SENTENCES  # noqa: E402
+if TYPE_CHECKING:  # imported where used: the other integrations' tests run without sentence-transformers
+    from sentence_transformers import SentenceTransformer
 
 # Distinct token counts: the tiny fixture's tokenizer maps every word to [UNK] under transformers 5.
 WORDS = " ".join(SENTENCES * 2).split()
@@ -65,6 +63,10 @@ def worst_without_bertflow(loads: list[tuple[str, np.ndarray]], tmp_path: Path) 
 
 
 def tiny_st(folder, normalize: bool = True, max_seq_length: int = 64) -> SentenceTransformer:
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Normalize, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+
     modules = [Transformer(str(folder), max_seq_length=max_seq_length), Pooling(32, "mean")]
     return SentenceTransformer(modules=[*modules, Normalize()] if normalize else modules, device="cpu")
 
@@ -76,6 +78,8 @@ def base(tiny_model_dir) -> SentenceTransformer:
 
 def pooled(model: SentenceTransformer) -> np.ndarray:
     """The base model's embeddings before its final Normalize: what the calibrator must see."""
+    from sentence_transformers import SentenceTransformer
+
     return SentenceTransformer(modules=list(model)[:2], device="cpu").encode(CORPUS[:10])
 
 

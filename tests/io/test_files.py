@@ -23,6 +23,7 @@ from bertflow.io.files import (
     atomic_write_text,
     check_output_folder,
     folder_lock,
+    folder_present,
     temporary_name,
 )
 from bertflow.search.sentences import index_sentences
@@ -314,6 +315,23 @@ def test_loads_during_concurrent_saves_see_one_complete_save_or_a_clear_error(
     assert saves > 10  # the writer really replaced the folder many times meanwhile
     assert len(regimes) > 10  # and loads succeeded
     assert Embedder.load(tmp_path / "model").fit_info["regime"] in ("A", "B")
+
+
+def test_folder_present_counts_a_folder_between_the_two_renames_of_a_save(tmp_path, monkeypatch):
+    """The one double-check of model and index loads: a folder missing while its save is between the two renames
+    counts as there (the load then names the moved-aside copy), and a folder back in place by the second look is
+    found at the third."""
+    target = tmp_path / "idx"
+    assert not folder_present(target)
+    (tmp_path / ".idx.bertflow-old").mkdir()
+    assert folder_present(target)
+    with pytest.raises(ModelFileError, match=r"previous version is in .*\.idx\.bertflow-old") as caught:
+        EmbeddingIndex.load(target)  # not "is not a folder"
+    assert "\n" not in str(caught.value)
+    (tmp_path / ".idx.bertflow-old").rmdir()
+    looks = iter([False, True])  # missing at the first look, in place by the time the aside is checked
+    monkeypatch.setattr(Path, "is_dir", lambda self: next(looks) if self == target else Path.exists(self))
+    assert folder_present(target)
 
 
 def test_check_output_folder_accepts_new_and_empty_folders(tmp_path):

@@ -154,7 +154,7 @@ def test_approximate_kind_survives_save_and_load(unit_cloud, kind, tmp_path, mon
     monkeypatch.undo()
     ann = (path / INDEX_ANN).read_bytes()
     (path / INDEX_ANN).write_bytes(ann[:-10])  # a truncated faiss file is refused, not half-read
-    with pytest.raises(ModelFileError, match="ann.faiss is missing or does not match its checksum"):
+    with pytest.raises(ModelFileError, match="ann.faiss does not match its checksum"):
         EmbeddingIndex.load(path)
     (path / INDEX_ANN).write_bytes(ann)
     config["approximate"] = "exact"  # an edited kind is caught by the content checksum

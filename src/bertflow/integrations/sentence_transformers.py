@@ -1,24 +1,18 @@
-"""A calibrated sentence-transformers model: the :class:`Calibration` module, its encoder check, and loading a saved
-folder safely (:func:`load_calibrated`). Building and exporting one is :mod:`.st_export`.
+"""A calibrated sentence-transformers model: the :class:`Calibration` module, its encoder check, and the guarded
+loader of a saved one (:func:`load_calibrated`). Building one is :mod:`.st_export`.
 
-**The module.** :class:`Calibration` maps the pooled (unnormalised) vectors through a fitted bertflow calibrator, as
-a float32 torch function on the embeddings' device (:meth:`~bertflow.calibrators.Calibrator.torch_transform`);
-inference only (no gradients flow through it: fine-tune the model first, then calibrate). ``model.save(path)``
-writes its folder ``{idx}_Calibration/``: the calibrator's ``config.json`` + ``model.safetensors``
-(:meth:`bertflow.calibrators.Calibrator.save`; never a pickle), ``fitting.json`` (corpus size and sha256, regime)
-and ``fitted_on.json``. ``modules.json`` names the class by its dotted path,
-``bertflow.integrations.sentence_transformers.Calibration``, which saved models keep: hence this module's name.
+:class:`Calibration` applies a fitted bertflow calibrator to the pooled (unnormalised) vectors, as a float32 torch
+function on their device; inference only (fine-tune first, then calibrate). It saves as ``{idx}_Calibration/``: the
+calibrator's ``config.json`` + ``model.safetensors`` (never a pickle), ``fitting.json`` (corpus size and sha256,
+regime) and ``fitted_on.json``, which :meth:`Calibration.on_model_ready` compares with the transformer's weight
+fingerprint, pooling and ``max_seq_length``. ``modules.json`` names it by its dotted path,
+``bertflow.integrations.sentence_transformers.Calibration`` (hence this module's name, kept by saved models).
 
-**Loading** it needs ``trust_remote_code=True``: sentence-transformers >= 6 imports no module class outside its own
-namespace without it, and offers no allow-list. With the flag it imports the installed bertflow (no code is read
-from the model folder: the class path has more than one dot, which transformers' dynamic-module loader rejects). But
-the flag also lets a repository's own modeling code run, so :func:`load_calibrated` first refuses a folder holding
-code, an ``auto_map`` or a foreign module class (:func:`check_no_code`).
-
-**Checks.** The calibrator records what it was fitted on (the transformer's weight fingerprint, the pooling mode,
-``max_seq_length``, dimension). When a model is built or loaded, :meth:`Calibration.on_model_ready` refuses
-another transformer, pooling or truncation with a :class:`~bertflow.errors.CompatibilityError`; ``forward``
-refuses embeddings of another dimension.
+Loading it needs ``trust_remote_code=True``: sentence-transformers >= 6 imports no class outside its namespace
+without it (and has no allow-list); with it, the installed bertflow is imported (the class path has more than one
+dot, which transformers' dynamic-module loader rejects: no code is read from the folder). But the flag also lets a
+repository's own modeling code run, so :func:`load_calibrated` first refuses a folder holding code, an ``auto_map``
+or a foreign module class (:func:`check_no_code`), and checks the module list and the export's checksums.
 """
 
 from __future__ import annotations
@@ -93,9 +87,8 @@ def encoder_config(model: SentenceTransformer) -> dict[str, Any]:
     Returns:
         ``{"model", "revision", "pooling", "max_length", "dim", "fingerprint", "tokenizer_fingerprint",
         "framework"}``; the fingerprints are ``None`` when the first module is not a Hugging Face transformer with a
-        (fast) tokenizer. ``model`` is the Hub id,
-        or for a local checkpoint the Hub id sentence-transformers recognised or else the folder's name: never an
-        absolute local path.
+        (fast) tokenizer. ``model`` is the Hub id, or for a local checkpoint the Hub id sentence-transformers
+        recognised or else the folder's name: never an absolute local path.
     """
     first = model[0]
     hf_model = getattr(first, "auto_model", None)
@@ -170,14 +163,10 @@ class Calibration(Module):
         fitted_on: optional record of the encoder it was fitted on (:func:`~bertflow.model_folder.encoder_record`),
             saved in ``fitted_on.json`` and compared with the model the module is loaded into.
 
-    Example:
-        >>> from sentence_transformers import SentenceTransformer
-        >>> from sentence_transformers.base.modules import Normalize
-        >>> base = SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")
+    Example (what :func:`~.st_export.fit_calibrator` does for you):
         >>> pooled = SentenceTransformer(modules=list(base)[:-1])          # without the trailing Normalize
         >>> cal = WhiteningCalibrator(256).fit(pooled.encode(sentences))
-        >>> model = SentenceTransformer(modules=[*pooled, Calibration(cal), Normalize()])
-        >>> model.encode(["A man plays a guitar."]).shape
+        >>> SentenceTransformer(modules=[*pooled, Calibration(cal), Normalize()]).encode(["A man plays."]).shape
         (1, 256)
     """
 
@@ -239,8 +228,16 @@ class Calibration(Module):
         return int(self.calibrator.n_features_out_)
 
     def on_model_ready(self, model: Any) -> None:
-        """Refuse a model whose transformer, pooling or truncation differs from what the calibrator was fitted on."""
-        check_compatible(self.calibrator, model, self.fitted_on)
+        """Refuse (:class:`CompatibilityError`) a model whose transformer, pooling or truncation differs from what the
+        calibrator was fitted on, where that is recorded (the dimension is checked by :meth:`forward`)."""
+        if not self.fitted_on:
+            return
+
+        def advice(key: str, recorded: Any) -> str:
+            fix = f"set model.max_seq_length = {recorded}" if key == "max_length" else "refit with fit_calibrator"
+            return f"{fix}, or use the model it was fitted on"
+
+        check_fitted_on(self.calibrator, encoder_config(model), self.fitted_on, subject="this model", advice=advice)
 
     def save(self, output_path: str, *args: Any, safe_serialization: bool = True, **kwargs: Any) -> None:
         """Write ``config.json`` + ``model.safetensors`` (always safetensors), ``fitting.json`` and, when known,
@@ -261,39 +258,17 @@ class Calibration(Module):
         local_files_only: bool = False,
         **kwargs: Any,
     ) -> Calibration:
-        """Load the module folder (local, or a hub repo's subfolder) written by :meth:`save`.
-
-        The calibrator class comes from bertflow's registry, named in its ``config.json``; nothing is imported
-        from the folder.
-        """
-        folder = cls.load_dir_path(
-            model_name_or_path,
-            subfolder=subfolder,
-            token=token,
-            cache_folder=cache_folder,
-            revision=revision,
-            local_files_only=local_files_only,
+        """Load the module folder (local, or a hub repo's subfolder) written by :meth:`save`. The calibrator class
+        comes from bertflow's registry, named in its ``config.json``; nothing is imported from the folder."""
+        where = {"subfolder": subfolder, "token": token, "cache_folder": cache_folder, "revision": revision}
+        folder = Path(cls.load_dir_path(model_name_or_path, local_files_only=local_files_only, **where))
+        fitting, fitted_on = (
+            read_json(folder / f) if (folder / f).is_file() else None for f in (FITTING_FILE, FITTED_ON_FILE)
         )
-        folder_path = Path(folder)
-        fitting = read_json(folder_path / FITTING_FILE) if (folder_path / FITTING_FILE).is_file() else {}
-        fitted_on = read_json(folder_path / FITTED_ON_FILE) if (folder_path / FITTED_ON_FILE).is_file() else None
-        return cls(Calibrator.load(folder_path), fitting=fitting, fitted_on=fitted_on)
+        return cls(Calibrator.load(folder), fitting=fitting, fitted_on=fitted_on)
 
     def __repr__(self) -> str:
         return f"Calibration({self.calibrator!r})"
-
-
-def check_compatible(calibrator: Calibrator, model: SentenceTransformer, fitted_on: dict[str, Any] | None) -> None:
-    """Raise :class:`CompatibilityError` if ``calibrator`` was fitted (as ``fitted_on`` records) on another encoder,
-    pooling or truncation than ``model``'s."""
-    if not fitted_on:
-        return  # nothing recorded to check (the dimension is checked by Calibration.forward)
-
-    def advice(key: str, recorded: Any) -> str:
-        fix = f"set model.max_seq_length = {recorded}" if key == "max_length" else "refit with fit_calibrator"
-        return f"{fix}, or use the model it was fitted on"
-
-    check_fitted_on(calibrator, encoder_config(model), fitted_on, subject="this model", advice=advice)
 
 
 CALIBRATION_TYPE = f"{__name__}.Calibration"

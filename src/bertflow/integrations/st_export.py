@@ -1,32 +1,21 @@
-"""Exporting to sentence-transformers: a ``SentenceTransformer`` whose pipeline ends in a bertflow calibration.
+"""Exporting to sentence-transformers: a ``SentenceTransformer`` whose pipeline ends in a bertflow calibration, from
+a ``SentenceTransformer`` and a corpus (:func:`fit_calibrator`) or from a fitted Embedder (:func:`from_embedder`)::
 
-:func:`fit_calibrator` embeds a corpus with a ``SentenceTransformer``, fits a calibrator on it (no labels) and
-returns the calibrated model; :func:`from_embedder` converts a fitted :class:`~bertflow.Embedder`::
-
-    from sentence_transformers import SentenceTransformer
-    from bertflow.integrations.sentence_transformers import load_calibrated
     from bertflow.integrations.st_export import fit_calibrator
-
-    base = SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")
     model = fit_calibrator(base, my_sentences, calibrator="whitening-256")  # Transformer, Pooling, Dense, Normalize
-    model.save("minilm-whitening")
-    model = SentenceTransformer("minilm-whitening")             # plain sentence-transformers, bertflow not needed
-    model = fit_calibrator(base, my_sentences, calibrator="flow")   # Transformer, Pooling, Calibration, Normalize
-    model.save("minilm-flow")
-    model = load_calibrated("minilm-flow")                      # refuses a folder with code, then loads
+    model.save("minilm-whitening")                  # loads with plain SentenceTransformer(path), no bertflow
+    fit_calibrator(base, my_sentences, calibrator="flow").save("minilm-flow")  # ..., Calibration, Normalize:
+    # bertflow.integrations.sentence_transformers.load_calibrated("minilm-flow")
 
-**Where the calibration goes.** A calibrator is fitted on, and must be applied to, the *unnormalised* pooled
-vectors: BERT-flow's density and whitening's covariance are those of the raw embeddings. So it goes after Pooling
-(and any Dense layers) and *before* a trailing ``Normalize``, which ``fit_calibrator`` keeps by default when the
-model had one (cosine is unchanged by it, and dot product then equals cosine); ``normalize=False`` drops it (e.g. to
-read the flow's Gaussian latents), ``normalize=True`` adds one.
+**Where.** A calibrator is fitted on, and applied to, the *unnormalised* pooled vectors (BERT-flow's density and
+whitening's covariance are those of the raw embeddings): after Pooling (and any Dense), before a trailing
+``Normalize``, which ``fit_calibrator`` keeps when the model had one (cosine is unchanged by it, and dot product
+then equals cosine); ``normalize=False`` drops it (e.g. to read the flow's Gaussian latents).
 
-**Which module.** Affine calibrators (whitening, whitening-k, standard-norm, all-but-the-top, identity, chains of
-them) become sentence-transformers' own ``Dense`` (:func:`as_dense`); anchored whitening and auto exported from an
-Embedder after a token-averaging pooling become a chain of its built-in modules (:mod:`.st_anchored`): both load
-with plain ``SentenceTransformer(path)``, without bertflow or ``trust_remote_code``. The others (the flow; anchored
-and auto after cls pooling or in :func:`fit_calibrator`) become bertflow's
-:class:`~bertflow.integrations.sentence_transformers.Calibration` module, loaded with :func:`load_calibrated`.
+**Which module.** Affine calibrators (whitening(-k), standard-norm, all-but-the-top, identity, their chains) become
+sentence-transformers' own ``Dense`` (:func:`as_dense`); anchored whitening and auto exported from an Embedder after
+a token-averaging pooling, a chain of its built-in modules (:mod:`.st_anchored`): both load without bertflow or
+``trust_remote_code``. The others become bertflow's :class:`~.sentence_transformers.Calibration` module.
 """
 
 from __future__ import annotations
@@ -239,18 +228,6 @@ def _fit_facts(fitting: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
-def _resolve_calibrator(calibrator: str | Calibrator, calibrator_kwargs: dict[str, Any]) -> Calibrator:
-    """The calibrator :func:`fit_calibrator` fits: a spec string parsed with ``calibrator_kwargs``, or the given
-    unfitted :class:`Calibrator` (then without extra arguments)."""
-    if isinstance(calibrator, str):
-        return parse_calibrator(calibrator, **calibrator_kwargs)
-    if isinstance(calibrator, Calibrator):
-        if calibrator_kwargs:
-            raise InputError("extra calibrator arguments only apply to a spec string; set them on the calibrator")
-        return calibrator
-    raise InputError(f"calibrator must be a spec string or a Calibrator, got {type(calibrator).__name__}")
-
-
 def _calibration_module(
     cal: Calibrator, *, portable: bool, fitting: dict[str, Any], fitted_on: dict[str, Any] | None
 ) -> Module:
@@ -284,26 +261,19 @@ def fit_calibrator(
     portable: bool = True,
     **calibrator_kwargs: Any,
 ) -> SentenceTransformer:
-    """Fit a calibrator on ``model``'s embeddings of ``corpus`` (no labels) and return the calibrated model.
+    """Fit a calibrator on ``model``'s pooled embeddings of ``corpus`` (no labels) and return the calibrated model:
+    ``model``'s modules up to pooling/Dense (shared, not copied; ``model`` is not modified), the calibration module,
+    and ``Normalize`` if asked; cosine similarity; ``model``'s prompts.
 
     Args:
-        model: a ``SentenceTransformer`` without a Calibration module. It is not modified; the returned model
-            shares its modules (no weights are copied).
         corpus: unlabeled sentences to fit on (a list; duplicates weight the density).
-        calibrator: a spec such as ``"flow"``, ``"flow-paper"``, ``"whitening"``, ``"whitening-256"`` (see
-            :func:`bertflow.calibrators.parse_calibrator`), or an unfitted :class:`Calibrator`.
+        calibrator: a spec (``"flow"``, ``"whitening-256"`` ...: :func:`bertflow.calibrators.parse_calibrator`, with
+            ``calibrator_kwargs`` such as ``seed=1``), or an unfitted :class:`Calibrator`.
         normalize: end the pipeline with ``Normalize``; ``None`` keeps what ``model`` had.
         batch_size, show_progress_bar: for embedding the corpus (``None`` shows a bar for large corpora).
         regime: a label for the fitting corpus, saved in ``fitting.json``.
-        portable: export an affine calibrator (see :func:`affine_map`) as sentence-transformers' own ``Dense``
-            module, so the saved model reloads with plain ``SentenceTransformer(path)``, without bertflow and without
-            ``trust_remote_code``. It then carries no fitting record and no encoder check. ``False`` keeps the
-            :class:`Calibration` module. Non-affine calibrators (flow, anchored, auto) always use Calibration.
-        calibrator_kwargs: extra arguments for a spec string, e.g. ``seed=1`` or ``verbose=True`` for the flow.
-
-    Returns:
-        A new ``SentenceTransformer``: ``model``'s modules up to pooling/Dense, :class:`Calibration` (or, for a
-        portable affine calibrator, a ``Dense``), and ``Normalize`` if asked; cosine similarity; ``model``'s prompts.
+        portable: an affine calibrator becomes sentence-transformers' own ``Dense`` (:func:`as_dense`: loads without
+            bertflow, but carries no fitting record and no encoder check); ``False`` keeps :class:`Calibration`.
 
     Raises:
         InputError: blank or non-string sentences, a model that is already calibrated, a bad spec.
@@ -316,7 +286,10 @@ def fit_calibrator(
         raise InputError("this model already has a Calibration module; fit on the uncalibrated model")
     had_normalize = bool(modules) and isinstance(modules[-1], Normalize)
     base_modules = modules[:-1] if had_normalize else modules
-    cal = _resolve_calibrator(calibrator, calibrator_kwargs)
+    cal = parse_calibrator(calibrator, **calibrator_kwargs) if isinstance(calibrator, str) else calibrator
+    if not isinstance(cal, Calibrator) or (calibrator_kwargs and cal is calibrator):
+        extra = " with extra arguments (set them on the calibrator)" if calibrator_kwargs else ""
+        raise InputError(f"calibrator must be a spec string or a Calibrator, got {type(calibrator).__name__}{extra}")
     common: dict[str, Any] = {
         "device": str(model.device),
         "prompts": dict(model.prompts),
@@ -350,26 +323,13 @@ def fit_calibrator(
 
 
 def from_embedder(embedder: Embedder, *, normalize: bool = False, portable: bool = True) -> SentenceTransformer:
-    """A ``SentenceTransformer`` computing what ``embedder.encode`` computes.
+    """A ``SentenceTransformer`` computing what ``embedder.encode`` computes (to float32 rounding of the two
+    libraries' poolings, about 1e-5 in cosine), on the encoder's device, with cosine similarity.
 
     The pipeline is ``Transformer`` (the encoder's checkpoint, ``max_seq_length`` = its ``max_length``) -> the
-    pooling as sentence-transformers' own modules (:func:`pooling_modules`) -> the calibrator (a ``Dense`` for an
-    affine one when ``portable``; anchored whitening or auto after a token-averaging pooling as built-in modules,
-    :mod:`.st_anchored`; else a :class:`Calibration` module) [-> ``Normalize``], on the encoder's device,
-    with cosine similarity. The calibrator is copied, so refitting the Embedder later leaves the model alone. The
-    module's construction check (:meth:`Calibration.on_model_ready`) compares the checkpoint's weight fingerprint,
-    pooling and truncation with what the calibrator was fitted on.
-
-    Args:
-        embedder: a fitted :class:`~bertflow.Embedder` whose encoder was loaded from a checkpoint (a hub id or a
-            folder).
-        normalize: end with ``Normalize`` (unit vectors; cosine unchanged). ``False`` returns exactly the
-            Embedder's vectors.
-        portable: export an affine calibrator as sentence-transformers' own ``Dense`` (see :func:`fit_calibrator`).
-
-    Returns:
-        the new model; ``model.encode(s)`` equals ``embedder.encode(s)`` to float32 rounding of the two libraries'
-        poolings (about 1e-5 in cosine).
+    pooling as sentence-transformers' own modules (:func:`pooling_modules`) -> the calibrator (module docstring;
+    copied, so refitting the Embedder later leaves the model alone) [-> ``Normalize`` with ``normalize``: unit
+    vectors, cosine unchanged]. ``portable=False`` keeps bertflow's :class:`Calibration` for every calibrator.
 
     Raises:
         InputError: a pooling sentence-transformers' modules cannot express (``pooler``, a pooling added to
@@ -394,7 +354,6 @@ def from_embedder(embedder: Embedder, *, normalize: bool = False, portable: bool
         calibration = anchored  # sentence-transformers' own modules (st_anchored)
     else:
         calibration = [_calibration_module(cal, portable=portable, fitting=fitting, fitted_on=fitted_on)]
-    module = calibration[-1]
     kwargs: dict[str, Any] = {"model_kwargs": {"dtype": encoder.dtype}}
     if len(pooling) > 1 or anchored is not None:
         # WeightedLayerPooling reads every layer (all_layer_embeddings); WordWeights and the anchored modules need
@@ -405,42 +364,29 @@ def from_embedder(embedder: Embedder, *, normalize: bool = False, portable: bool
             kwargs.update(config_kwargs={"output_hidden_states": True})
     transformer = Transformer(str(folder), max_seq_length=encoder.max_length, **kwargs)
     modules = [transformer, *pooling, *calibration, *([Normalize()] if normalize else [])]
-    facts, extra = _embedder_facts(embedder), _licence_and_source(embedder)
-    card = _card_data(module, cal, encoder.pooling.name, facts, **extra)
-    enc = pinned_encoder_config(encoder)
-    if on_hub(enc):  # the Hub links base_model to the encoder's page; a local folder has none
-        card.base_model = enc["model"]
-        card.base_model_revision = enc.get("revision")
+    card = _embedder_card(embedder, calibration[-1], cal)
     return _calibrated_model(modules, cal, device=str(encoder.device), model_card_data=card)
 
 
-def _embedder_facts(embedder: Embedder) -> list[tuple[str, str]]:
-    """The card's rows for an exported Embedder: encoder (publishable name, revision), pooling, fit record,
-    licences."""
-    enc = pinned_encoder_config(embedder.encoder)
-    licence = encoder_license(embedder)
-    return [
+def _embedder_card(embedder: Embedder, module: Module, cal: Calibrator) -> BertflowModelCardData:
+    """The card of an exported Embedder: rows for the encoder (publishable name, revision), pooling, fit record and
+    licences; ``license`` (the folder holds the encoder's weights, so their licence governs unless it is Apache-2.0
+    like the calibration: ``other`` then; none when undeclared); a Hub encoder as ``base_model``, a local one with
+    ``local_files_only`` (sentence-transformers would otherwise look its folder's name up on the Hub)."""
+    enc, licence = pinned_encoder_config(embedder.encoder), encoder_license(embedder)
+    declared = f"`{licence}` (as its files declare)" if licence else "not declared in its files (see its own card)"
+    facts = [
         ("encoder", encoder_reference(enc)),
         ("pooling", f"`{enc['pooling']}`"),
         ("max_length (tokens)", str(enc["max_length"])),
         *_fit_facts(embedder.fit_info),
-        (
-            "licence",
-            "calibration: Apache-2.0 (bertflow); the encoder's weights in this folder: "
-            + (f"`{licence}` (as its files declare)" if licence else "not declared in its files (see its own card)"),
-        ),
+        ("licence", f"calibration: Apache-2.0 (bertflow); the encoder's weights in this folder: {declared}"),
     ]
-
-
-def _licence_and_source(embedder: Embedder) -> dict[str, Any]:
-    """The card's ``license`` (the folder holds the encoder's weights, so its licence governs unless it is
-    Apache-2.0 like the calibration: ``other`` then; ``None`` when undeclared) and, for a local encoder,
-    ``local_files_only`` (sentence-transformers would otherwise look up its folder's name on the Hub)."""
-    licence = encoder_license(embedder)
-    return {
-        "license": None if licence is None else ("apache-2.0" if licence == "apache-2.0" else "other"),
-        "local_files_only": not on_hub(pinned_encoder_config(embedder.encoder)),
-    }
+    spdx = None if licence is None else ("apache-2.0" if licence == "apache-2.0" else "other")
+    card = _card_data(module, cal, embedder.encoder.pooling.name, facts, license=spdx, local_files_only=not on_hub(enc))
+    if on_hub(enc):  # the Hub links base_model to the encoder's page
+        card.base_model, card.base_model_revision = enc["model"], enc.get("revision")
+    return card
 
 
 def pooling_modules(encoder: SentenceEncoder) -> list[Module]:

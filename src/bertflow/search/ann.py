@@ -1,17 +1,13 @@
-"""The query side of a search index: top-k over stored rows, exact or approximate (faiss HNSW / IVF).
-
-:class:`VectorSearch` holds float32 rows [N, D] (unit rows for cosine) and answers top-k queries:
+"""Top-k over stored float32 rows [N, D] (unit rows for cosine), exact or approximate: :class:`VectorSearch`.
 
 - exact, ``backend="torch"``: scores in blocks of ``query_chunk_size`` x ``corpus_chunk_size``, each block's top-k
   merged into a running top-k, so memory stays one block whatever N (as sentence-transformers'
-  ``util.semantic_search``); ``backend="faiss"``: a ``faiss.IndexFlatIP`` (same results, faster for many queries).
-- approximate (needs faiss): ``"hnsw"`` (``faiss.IndexHNSWFlat``, ``hnsw_m`` links per node, ``ef_search``
-  candidates per query) or ``"ivf"`` (``faiss.IndexIVFFlat``, ``nlist = round(sqrt(N))`` k-means lists, ``nprobe``
-  visited per query; ``nprobe >= nlist`` is exact), built from the rows at the first query after rows were added.
+  ``util.semantic_search``); ``backend="faiss"``: a ``faiss.IndexFlatIP``, same results, faster for many queries.
+- approximate (needs faiss), built from the rows at the first query after rows were added: ``"hnsw"``
+  (``IndexHNSWFlat``) or ``"ivf"`` (``IndexIVFFlat``, k-means lists; ``nprobe >= nlist`` is exact).
 - ``"auto"``: exact below :data:`AUTO_APPROXIMATE_MIN_ROWS` rows; from there, with faiss, HNSW only if its recall@10
-  on held-out rows of the index (:meth:`VectorSearch.measure_recall`) reaches :data:`AUTO_MIN_RECALL`. Calibrated
-  (whitened, flow) embeddings are close to isotropic, the hard case for HNSW, so a fixed switch could silently lose
-  most true neighbours.
+  on held-out rows (:meth:`VectorSearch.measure_recall`) reaches :data:`AUTO_MIN_RECALL`: calibrated embeddings are
+  close to isotropic, the hard case for HNSW, so a fixed switch could silently lose most true neighbours.
 """
 
 from __future__ import annotations
@@ -78,14 +74,12 @@ class VectorSearch:
     """Top-k search over rows of dimension ``dim`` (module docstring).
 
     Args:
-        dim: dimension D of the vectors.
         metric: ``"cosine"`` (rows and queries are L2-normalised; bertflow's similarity) or ``"dot"``.
-        backend: exact search by ``"torch"`` (blockwise, no extra dependency) or ``"faiss"`` (``IndexFlatIP``).
-        device: where the torch backend keeps the vectors and computes scores (``"cpu"``, ``"cuda"`` ...).
-        query_chunk_size, corpus_chunk_size: block sizes of the torch backend (results do not depend on them).
+        backend: exact search by ``"torch"`` or ``"faiss"``; ``device``: where torch keeps the rows and scores.
+        query_chunk_size, corpus_chunk_size: the torch backend's blocks (results do not depend on them).
         approximate: ``"auto"``, ``"exact"``, ``"hnsw"`` or ``"ivf"`` (the last two need faiss).
-        hnsw_m, ef_search, ef_construction: HNSW links per node, candidates per query (at least ``k`` is used) and
-            while inserting (faiss ``M``, ``efSearch``, ``efConstruction``).
+        hnsw_m, ef_search, ef_construction: HNSW links per node, candidates per query (at least ``k``) and while
+            inserting (faiss ``M``, ``efSearch``, ``efConstruction``).
         nlist, nprobe: IVF lists (``None``: ``round(sqrt(N))`` at build time) and lists visited per query.
     """
 

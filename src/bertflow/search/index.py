@@ -1,25 +1,18 @@
 """:class:`EmbeddingIndex`: the rows of a search index (vectors, ids, texts), the identity of the model that
-embedded them, and its folder.
-
-A saved index is a folder::
+embedded them (checked by :meth:`EmbeddingIndex.check_model`: scores between two embedding spaces are meaningless),
+and its folder::
 
     my-index/
-      index.json                 format and library version, metric, dimension, ids, texts, the identity of the
-                                 model that embedded the rows (encoder config + fingerprint, calibrator type +
-                                 fingerprint), sha256 of the other files, and the sha256 of all the rest of
-                                 index.json (``content_sha256``), so an edited id or text is refused on load;
-                                 the kind of search (``approximate``), its ``ann_params`` and measured ``recall``;
-                                 where the model came from: a hub id (``model_source``) or a local folder's path
-                                 relative to the index folder (``model_local_path``), never an absolute path
-      embeddings.safetensors     float32 [N, D] (unit rows for cosine)
-      ann.faiss                  only for an approximate search: the faiss HNSW / IVF index (faiss.write_index)
+      index.json               format and version, metric, dim, ids, texts, the model identity (encoder config +
+                               fingerprint, calibrator type + fingerprint), its source (hub id ``model_source``, or
+                               ``model_local_path`` relative to the index folder: never an absolute path), the kind
+                               of search with its ``ann_params`` and measured ``recall``, the sha256 of the other
+                               files and ``content_sha256`` of the rest of index.json (an edited id is refused)
+      embeddings.safetensors   float32 [N, D] (unit rows for cosine)
+      ann.faiss                an approximate search's faiss index, so that a query need not rebuild it (HNSW over
+                               100k x 384 rows: ~40 s on 2 CPU cores); a faiss that cannot read it rebuilds it
 
-The faiss index is saved so that a CLI query reads it instead of rebuilding it (HNSW over 100k x 384 rows takes ~40 s
-to build on 2 CPU cores); a faiss that cannot read the file rebuilds it from the vectors, with a warning. Where faiss
-is missing, an index saved with the faiss backend or an approximate kind loads as torch / exact, with a warning.
-
-Searching a saved index with a different model is refused (:meth:`EmbeddingIndex.check_model`): scores between
-vectors of two embedding spaces are meaningless, and nothing else would reveal the mistake.
+Where faiss is missing, an index saved with the faiss backend or an approximate kind loads as torch / exact.
 """
 
 from __future__ import annotations
@@ -40,7 +33,16 @@ from .._version import __version__
 from ..encoding.loading import portable_model_name
 from ..errors import CompatibilityError, InputError, ModelFileError
 from ..io.files import FOLDER_KINDS, atomic_directory, check_output_folder, folder_present, read_folder
-from ..io.formats import FORMAT_VERSION, check_format, load_arrays, read_json, save_arrays, sha256_file, write_json
+from ..io.formats import (
+    FORMAT_VERSION,
+    check_format,
+    load_arrays,
+    read_json,
+    save_arrays,
+    sha256_file,
+    verify_checksums,
+    write_json,
+)
 from ..model_folder import LATER_ENCODER_KEYS
 from .ann import Approximate, Backend, VectorSearch, faiss_available, import_faiss
 
@@ -215,14 +217,9 @@ class EmbeddingIndex(VectorSearch):
         )
 
     def search(self, queries: np.ndarray, top_k: int = 10) -> list[list[SearchHit]]:
-        """The ``top_k`` hits (fewer if the index is smaller) of each query vector, best first.
-
-        Args:
-            queries: float [M, D] query vectors; one vector [D] counts as a matrix of one row.
-
-        Returns:
-            one list of :class:`SearchHit` per query row (places an approximate search could not fill left out).
-        """
+        """The ``top_k`` hits (fewer if the index is smaller) of each query vector of ``queries`` [M, D] (one vector
+        [D] counts as one row): one list of :class:`SearchHit` per query, best first (:meth:`topk`'s unfilled places
+        left out)."""
         scores, rows = self.topk(np.atleast_2d(np.asarray(queries)), top_k)
         texts = self.texts
         return [
@@ -258,10 +255,8 @@ class EmbeddingIndex(VectorSearch):
     # -- persistence -------------------------------------------------------------------------------------
 
     def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
-        """Write the folder described in the module docstring, atomically. Returns its path.
-
-        Args:
-            path: a new or empty folder, or (with ``overwrite``) a bertflow index, replaced whole.
+        """Write the folder of the module docstring at ``path`` (a new or empty folder, or with ``overwrite`` a
+        bertflow index, replaced whole), atomically; an approximate search's recall is measured first. Returns it.
 
         Raises:
             OutputError: ``path`` may not be written (see :func:`~bertflow.io.files.check_output_folder`).
@@ -310,14 +305,8 @@ class EmbeddingIndex(VectorSearch):
         device: str | torch.device = "cpu",
         approximate: Approximate | None = None,
     ) -> EmbeddingIndex:
-        """Load a folder written by :meth:`save`.
-
-        Args:
-            backend: override the saved backend (the files are the same for both); by default the saved one, or
-                torch when the index was saved with faiss and faiss is not installed.
-            device: where the torch backend keeps the vectors.
-            approximate: override the saved kind of search (``"exact"`` always works); by default the saved one, or
-                exact when it needs faiss and faiss is not installed (with a warning).
+        """Load a folder written by :meth:`save`, searching with the saved ``backend`` and ``approximate`` kind unless
+        given (``"exact"`` always works; where faiss is missing, torch and exact, with a warning), on ``device``.
 
         Raises:
             ModelFileError: a missing, truncated, edited or inconsistent index, or one written by a newer bertflow.
@@ -347,9 +336,9 @@ class EmbeddingIndex(VectorSearch):
                 f"{folder / INDEX_CONFIG} does not match its checksum: its ids, texts or settings were edited or "
                 "corrupted; rebuild the index (bertflow search build)"
             )
-        file = _checked_file(folder, config, INDEX_EMBEDDINGS)
+        verify_checksums(folder, config.get("files"), [], config=folder / INDEX_CONFIG)
         try:
-            matrix = load_arrays(file)["embeddings"]
+            matrix = load_arrays(folder / INDEX_EMBEDDINGS)["embeddings"]
             ids, texts, dim = config["ids"], config["texts"], int(config["dim"])
             if matrix.ndim != 2 or matrix.shape != (int(config["count"]), dim) or len(ids) != len(matrix):
                 raise ValueError(f"embeddings of shape {matrix.shape} for {len(ids)} ids and dim {dim}")
@@ -380,7 +369,7 @@ class EmbeddingIndex(VectorSearch):
         index.recall = config.get("recall")
         saved = config.get("ann_file")
         if saved:
-            index._read_ann(_checked_file(folder, config, INDEX_ANN), saved["kind"])
+            index._read_ann(folder / INDEX_ANN, saved["kind"])
         return index
 
     def _read_ann(self, file: Path, kind: str) -> None:
@@ -397,11 +386,3 @@ class EmbeddingIndex(VectorSearch):
         if ann.ntotal != len(self) or ann.d != self.dim:
             raise ModelFileError(f"{file} holds {ann.ntotal} x {ann.d} vectors, not {len(self)} x {self.dim}")
         self._ann = (kind, ann)
-
-
-def _checked_file(folder: Path, config: dict[str, Any], name: str) -> Path:
-    """``folder / name``, present and matching the sha256 that ``config`` records, else a ModelFileError."""
-    file = folder / name
-    if not file.is_file() or sha256_file(file) != config.get("files", {}).get(name):
-        raise ModelFileError(f"{file} is missing or does not match its checksum: it is truncated, corrupted or edited")
-    return file
