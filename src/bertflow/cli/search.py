@@ -73,8 +73,10 @@ def build(
     approximate: Annotated[
         str,
         typer.Option(
-            help="auto (exact below 100,000 rows; from there HNSW only if its recall@10, measured on held-out "
-            "rows of the index, is at least 0.95, else exact), exact, hnsw or ivf (approximate: faster on large "
+            help=f"{', '.join(source_constant('search/ann', 'Approximate'))}. auto: exact below "
+            f"{source_constant('search/ann', 'AUTO_APPROXIMATE_MIN_ROWS'):,} rows; from there HNSW only if its "
+            f"recall@10, measured on held-out rows of the index, is at least "
+            f"{source_constant('search/ann', 'AUTO_MIN_RECALL')}, else exact. hnsw, ivf: approximate (faster on large "
             "corpora, recall below 1; need faiss-cpu). Recorded in the index with the recall measured."
         ),
     ] = "auto",
