@@ -475,30 +475,20 @@ class Embedder:
         ``show_progress_bar`` as in :meth:`encode`.
         """
         if not are_embeddings(a, b):
+            if len(a) != len(b):
+                raise ValueError(f"need as many first as second sentences, got {len(a)} and {len(b)}")
             self.check_fitted()
-            a, b = self._encode_pair_sides(a, b, self._device_transform(), show_progress_bar)
+            from tqdm.auto import tqdm
+
+            transform = self._device_transform()
+            show = 2 * len(a) >= 4096 if show_progress_bar is None else show_progress_bar
+            # One bar over both sides, moving per forward batch on CPU (SentenceEncoder.iter_encode's progress).
+            with tqdm(total=2 * len(a), desc="similarity", unit="sent", disable=not show) as bar:
+                a, b = (
+                    self.encoder.encode(list(side), show_progress_bar=False, transform=transform, progress=bar.update)
+                    for side in (a, b)
+                )
         return embedding_cosine(a, b, pairwise=True)
-
-    def _encode_pair_sides(
-        self,
-        a: Sequence[str],
-        b: Sequence[str],
-        transform: Callable[[torch.Tensor], torch.Tensor] | None,
-        show_progress_bar: bool | None,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Both sides of sentence pairs encoded (through ``transform`` where given): float32 [N, D'] each."""
-        if len(a) != len(b):
-            raise ValueError(f"need as many first as second sentences, got {len(a)} and {len(b)}")
-        from tqdm.auto import tqdm
-
-        show = 2 * len(a) >= 4096 if show_progress_bar is None else show_progress_bar
-        # One bar over both sides, moving per forward batch on CPU (SentenceEncoder.iter_encode's progress).
-        with tqdm(total=2 * len(a), desc="similarity", unit="sent", disable=not show) as bar:
-            za, zb = (
-                self.encoder.encode(list(side), show_progress_bar=False, transform=transform, progress=bar.update)
-                for side in (a, b)
-            )
-        return za, zb
 
     def check_fitted(self) -> None:
         """Raise :class:`~bertflow.errors.NotFittedError` unless the calibrator is fitted, and
