@@ -25,7 +25,7 @@ import logging
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +151,7 @@ def as_dense(calibrator: Calibrator) -> Dense:
     )
 
 
+@dataclass
 class BertflowModelCardData(SentenceTransformerModelCardData):
     """Model card data of a model that ends in a bertflow calibration.
 
