@@ -103,19 +103,25 @@ class CalibratedSentenceTransformer(SentenceTransformer):
         write_json(folder / CHECKSUM_FILE, {"format": CHECKSUM_FORMAT, "files": files})
 
 
-def affine_map(calibrator: Calibrator) -> tuple[np.ndarray, np.ndarray] | None:
-    """The fitted ``calibrator`` as one affine map ``x -> x @ W + b`` (float64), or ``None`` if it is not affine.
+def affine_map(calibrator: Calibrator) -> tuple[np.ndarray, np.ndarray]:
+    """The fitted ``calibrator`` as one affine map ``x -> x @ W + b`` (float64).
 
     Affine: identity, standard-norm, all-but-the-top, whitening (any ``n_components``) and chains of these (the
     fitted steps, ``steps_``, composed into one matrix). The flow is non-linear; the anchored and auto calibrators
     normalise two blocks separately, which no single affine map does.
 
     Returns:
-        ``(W [D, D'], b [D'])`` with ``b = -mean @ W`` (the mean folded into the bias), or ``None``.
+        ``(W [D, D'], b [D'])`` with ``b = -mean @ W`` (the mean folded into the bias).
+
+    Raises:
+        InputError: the calibrator is not affine (``calibrator.is_affine()``: flow, anchored, auto).
     """
     calibrator.check_fitted()
     if not calibrator.is_affine():
-        return None
+        raise InputError(
+            f"{type(calibrator).__name__} is not an affine map, so it has no Dense equivalent; use the Calibration "
+            "module (loading then needs bertflow and trust_remote_code=True)"
+        )
     # Each step's map is affine and computes in float64 (transform64), so probing it at 0 and at the unit vectors reads
     # off b and W exactly (to float64 rounding), the same way for every class and for the composition.
     d = calibrator.n_features_in_
@@ -134,13 +140,7 @@ def as_dense(calibrator: Calibrator) -> Dense:
     Raises:
         InputError: the calibrator is not affine (flow, anchored, auto): see :func:`affine_map`.
     """
-    mapping = affine_map(calibrator)
-    if mapping is None:
-        raise InputError(
-            f"{type(calibrator).__name__} is not an affine map, so it has no Dense equivalent; use the Calibration "
-            "module (loading then needs bertflow and trust_remote_code=True)"
-        )
-    W, b = mapping
+    W, b = affine_map(calibrator)
     return Dense(
         W.shape[0],
         W.shape[1],
