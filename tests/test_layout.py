@@ -48,7 +48,6 @@ TESTED_ELSEWHERE: dict[str, tuple[str, ...]] = {
     "encoding/fused.py": ("encoding/test_packed.py",),
     # The forward pass (layer capture, 4-D mask, hooks), through SentenceEncoder and the packed forward.
     "encoding/forward.py": ("encoding/test_encoder.py", "encoding/test_packed.py"),
-    "integrations/st_anchored.py": ("integrations/test_portable_exports.py",),
 }
 
 

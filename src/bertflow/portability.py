@@ -1,6 +1,6 @@
 """What a fitted model becomes in sentence-transformers' own modules, and why the rest needs bertflow.
 
-``from_embedder(embedder)`` (:mod:`bertflow.integrations.sentence_transformers`) writes a
+``from_embedder(embedder)`` (:mod:`bertflow.integrations.st_export`) writes a
 ``SentenceTransformer`` folder. It loads with plain ``SentenceTransformer(path)``, without bertflow, exactly when
 both the pooling and the calibrator are expressed by sentence-transformers' built-in modules:
 

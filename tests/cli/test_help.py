@@ -81,13 +81,16 @@ def test_source_constant_reads_what_the_owner_module_holds() -> None:
 def test_dtype_weighting_and_backend_help_list_the_owners_names() -> None:
     from bertflow.encoding.device import DTYPE_NAMES
     from bertflow.encoding.pooling.weighting import SIF_A, WEIGHTING_NAMES
-    from bertflow.search import BACKENDS
+    from bertflow.search.ann import APPROXIMATE_KINDS, AUTO_APPROXIMATE_MIN_ROWS, AUTO_MIN_RECALL, BACKENDS
 
     for command in ("fit", "encode", "search build", "distributed-encode"):
         assert ", ".join(DTYPE_NAMES) in _option_help(command, "dtype"), command
     assert " | ".join(WEIGHTING_NAMES) in _option_help("fit", "weighting")
     assert f"a={SIF_A}" in _option_help("fit", "weighting")
     assert BACKENDS == ("torch", "faiss") and " or ".join(BACKENDS) in _option_help("search query", "backend")
+    approximate = _option_help("search build", "approximate")
+    assert ", ".join(APPROXIMATE_KINDS) in approximate and f"{AUTO_APPROXIMATE_MIN_ROWS:,} rows" in approximate
+    assert f"at least {AUTO_MIN_RECALL}," in approximate
 
 
 def test_every_dtype_name_and_alias_resolves() -> None:
