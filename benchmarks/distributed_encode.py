@@ -52,6 +52,7 @@ import torch  # noqa: E402
 
 from bertflow import __version__  # noqa: E402
 from bertflow.resources import usable_cpus  # noqa: E402
+from bertflow.scale.layout import DEFAULT_SHARD_SIZE  # noqa: E402
 from bertflow.scale.reader import open_embeddings  # noqa: E402
 
 BERT_BASE = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072}
@@ -194,10 +195,12 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true", help="A 2-layer, 64-wide BERT (CPU smoke test).")
     parser.add_argument("--batch-size", type=int, default=None, help="Cap per forward pass (default: token budget).")
     parser.add_argument("--chunk-size", type=int, default=16384)
-    parser.add_argument("--shard-size", type=int, default=65536)
+    parser.add_argument("--shard-size", type=int, default=None, help="default: distributed-encode's own")
     parser.add_argument("--max-length", type=int, default=64)
     parser.add_argument("--dtype", default="auto")
     args = parser.parse_args()
+    if args.shard_size is None:
+        args.shard_size = DEFAULT_SHARD_SIZE
     counts = sorted({int(c) for c in args.nprocs.split(",")})
     if args.device == "cuda" and max(counts) > torch.cuda.device_count():
         raise SystemExit(f"--nprocs asks for {max(counts)} GPUs but {torch.cuda.device_count()} are visible")

@@ -261,7 +261,7 @@ def distributed_encode(
     model: ModelOpt = None,
     pooling: PoolingOpt = "mean",
     max_length: MaxLenOpt = 64,
-    shard_size: ShardSizeOpt = 131072,
+    shard_size: ShardSizeOpt = source_constant("scale/layout", "DEFAULT_SHARD_SIZE"),
     chunk_size: ChunkSizeOpt = 16384,
     batch_size: BatchOpt = None,
     dtype: DtypeOpt = "auto",

@@ -35,6 +35,7 @@ from ..model_folder import LATER_ENCODER_KEYS
 from ..resources import share
 from .launch import all_gather_object, barrier, rank_and_world, run_on_main
 from .layout import (
+    DEFAULT_SHARD_SIZE,
     MANIFEST_NAME,
     MERGED_NAME,
     SHARD_DIR,
@@ -456,7 +457,7 @@ def encode_file_to_store(
     encoder: SentenceEncoder,
     *,
     calibrator: Calibrator | None = None,
-    shard_size: int = 131072,
+    shard_size: int = DEFAULT_SHARD_SIZE,
     chunk_size: int = 16384,
     batch_size: int | None = None,
     encoding_errors: str = "strict",

@@ -24,6 +24,7 @@ from ..io.formats import check_format, json_text
 __all__ = [
     "MANIFEST_NAME",
     "SHARD_DIR",
+    "DEFAULT_SHARD_SIZE",
     "MERGED_NAME",
     "STORE_FORMAT",
     "STORE_FORMAT_VERSION",
@@ -48,6 +49,11 @@ STORE_FORMAT = FOLDER_KINDS["store"][2]  # "bertflow-embeddings"
 STORE_FORMAT_VERSION = 2
 #: Shard file formats and their suffixes (``npy`` is the default and memory-maps; the others are for other tools).
 SHARD_SUFFIXES = {"npy": ".npy", "parquet": ".parquet", "arrow": ".arrow"}
+#: Rows per shard unless asked otherwise: two chunks of the default 16,384. Shards are the unit a rank takes, so
+#: their size bounds the imbalance between ranks (1M rows in shards of 65,536 left one of 2 ranks 1.1x the other's
+#: rows, and the job waits for the slower) and what a killed rank loses; the encode loop streams through all of a
+#: rank's shards, so smaller ones cost only their commits (issue 23 goal 3).
+DEFAULT_SHARD_SIZE = 32768
 
 # -- small file helpers ---------------------------------------------------------------------------------------
 

@@ -45,6 +45,7 @@ import numpy as np
 from ..errors import InputError
 from ..io.files import atomic_file
 from .layout import (
+    DEFAULT_SHARD_SIZE,
     MANIFEST_NAME,
     MERGED_NAME,
     finalize_manifest,
@@ -63,7 +64,7 @@ def write_store(
     X: np.ndarray,
     folder: str | Path,
     *,
-    shard_size: int = 131072,
+    shard_size: int = DEFAULT_SHARD_SIZE,
     info: dict[str, Any] | None = None,
 ) -> ShardedEmbeddings:
     """Save an in-memory embedding matrix [N, D] as a store (for tests, or to fit distributed on it).
