@@ -469,58 +469,37 @@ def encode_file_to_store(
     id_column: str | None = None,
 ) -> dict[str, Any]:
     """Encode every line of a text file (or every row of a table's text column) into an embedding store, this
-    process being one rank of the job.
+    process being one rank of the job; call it on every rank (inside :func:`process_group`, or alone).
 
-    Call it on every rank (inside :func:`process_group`, or alone for one process). Rank 0 indexes the file and
-    writes the manifest; the shards not yet complete are split into contiguous blocks, one per rank; each rank
-    reads its shards' lines by byte offset and writes each shard atomically; after a barrier rank 0 checks every
-    shard, completes the manifest and optionally merges. Re-running the same call resumes: complete shards are
-    skipped, so a killed rank costs at most the shard it was encoding.
+    Rank 0 indexes the input and writes the manifest; the shards not yet complete are split into contiguous
+    blocks, one per rank, each written atomically; after a barrier rank 0 completes the manifest and optionally
+    merges. Re-running the same call resumes: complete shards are skipped.
 
     Args:
-        input_path: UTF-8 text, one sentence per line (blank lines are an error: row ``i`` is line ``i + 1``), or
-            a Parquet / Arrow IPC (Feather v2) file (``.parquet``, ``.arrow``, ``.feather``...: row ``i`` is row
-            ``i`` of ``text_column``; null and blank rows are an error), read by row group (:mod:`bertflow.io.arrow`).
-        folder: the store folder (see :mod:`bertflow.scale.store`).
-        encoder: this rank's encoder, on this rank's device.
-        calibrator: a fitted calibrator applied to every chunk (the store then holds calibrated vectors).
-        shard_size: rows per shard file; a multiple of ``chunk_size``.
-        chunk_size: sentences the encoder length-sorts together (as in ``iter_encode``); with the same
-            ``chunk_size`` and ``batch_size`` every forward pass holds the same sentences as in one process, so the
-            output is bit-identical to ``encoder.iter_encode`` on the same kind of device.
-        batch_size: cap on sentences per forward pass; ``None`` leaves batching to the encoder (its token budget).
+        input_path: UTF-8 text, one sentence per line (a blank line is an error: row ``i`` is line ``i + 1``), or a
+            Parquet / Arrow IPC file whose ``text_column`` is encoded row by row (:mod:`bertflow.io.arrow`).
+        folder: the store folder (:mod:`bertflow.scale.store`).
+        encoder, calibrator: this rank's encoder on its device; a fitted calibrator applied to every chunk, or None.
+        shard_size: rows per shard, a multiple of ``chunk_size``.
+        chunk_size, batch_size: as in ``iter_encode`` (``batch_size`` None: the encoder's token budget); with the
+            same values the store is bit-identical to ``encoder.iter_encode`` on the same kind of device.
         encoding_errors: ``"strict"`` or ``"replace"`` for bytes that are not UTF-8.
-        overwrite: delete an existing store in ``folder`` first, instead of resuming it.
-        merge: also write ``embeddings.npy`` (rank 0, after the barrier).
-        show_progress: progress bar on rank 0 (counting rank 0's rows).
-        text_column: the text column of a table input (default ``"text"``).
-        input_format: ``"text"``, ``"parquet"`` or ``"arrow"``; default: from the input's suffix.
-        shard_format: ``"npy"`` (memory-mapped shards), ``"parquet"`` or ``"arrow"`` (tables of ``row``, the id
-            column, ``embedding``); a store is resumed only in the format it was started in.
-        id_column: a column of a table input copied into Parquet/Arrow shards beside each embedding.
+        overwrite: start an existing store afresh instead of resuming it.
+        merge: also write ``embeddings.npy`` (rank 0). show_progress: a progress bar on rank 0.
+        text_column, input_format: a table's text column; ``"text"``, ``"parquet"`` or ``"arrow"`` (default: suffix).
+        shard_format: ``"npy"``, ``"parquet"`` or ``"arrow"``; id_column: a table column copied beside each vector.
 
     Returns:
-        A JSON-ready summary: on rank 0 of the whole run (rows, shards encoded and skipped, seconds, rows per
-        second, per-rank figures), on other ranks of this rank's work.
+        A JSON-ready summary: of the whole run on rank 0, of this rank's work on the others.
 
     Raises:
         InputError: bad input file or options, or a store in ``folder`` made with other settings.
     """
     plan = plan_store(
-        input_path,
-        folder,
-        encoder,
-        calibrator=calibrator,
-        shard_size=shard_size,
-        chunk_size=chunk_size,
-        batch_size=batch_size,
-        encoding_errors=encoding_errors,
-        overwrite=overwrite,
-        text_column=text_column,
-        input_format=input_format,
-        shard_format=shard_format,
-        id_column=id_column,
-    )
+        input_path, folder, encoder, calibrator=calibrator, shard_size=shard_size, chunk_size=chunk_size,
+        batch_size=batch_size, encoding_errors=encoding_errors, overwrite=overwrite, text_column=text_column,
+        input_format=input_format, shard_format=shard_format, id_column=id_column,
+    )  # fmt: skip
     rank, world = rank_and_world()
     started = time.time()
     # Rank 0 holds FOLDER/.lock for the whole run: a second run on the same store stops with a clear error instead
