@@ -56,18 +56,9 @@ class ActNorm(Transform):
 
     @torch.no_grad()
     def initialize(self, x: Tensor) -> None:
-        """Sets ``bias`` and ``log_scale`` so that the output on ``x`` has zero mean and unit std per feature.
-
-        The std used is floored: ``std_used = max(std, max(1e-6, 1e-3 * median(std over features)))``, so a
-        near-constant feature gets a large but bounded scale instead of ~1e6 (its output std stays below 1).
-        Statistics are computed in float64 whatever the dtype of ``x``. Runs under ``torch.no_grad``.
-
-        Args:
-            x: A batch of inputs, shape ``[N, C]`` with ``N >= 2``, all finite.
-
-        Raises:
-            InputError: If ``x`` has the wrong shape, fewer than two rows, or non-finite values.
-        """
+        """Sets ``bias`` and ``log_scale`` so that the output on ``x`` (``[N, C]``, ``N >= 2``, finite; else
+        InputError) has zero mean and unit std per feature, in float64. The std is floored at
+        ``max(1e-6, 1e-3 * median std)``, so a near-constant feature gets a large but bounded scale."""
         self._fit(x)
 
     @torch.no_grad()
@@ -90,15 +81,7 @@ class ActNorm(Transform):
         return std < floor
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Normalises ``x``.
-
-        Args:
-            x: Inputs, shape ``[B, C]``.
-
-        Returns:
-            ``(y, ladj)``: outputs ``[B, C]`` and ``log|det dy/dx| = logscale_factor * sum(log_scale)``
-            broadcast to shape ``[B]`` (nats).
-        """
+        """Normalises ``x``."""
         floored = self._fit(x) if self._data_init is not None else None
         logs = self.logscale_factor * self.log_scale
         y = (x + self.bias) * torch.exp(logs)
@@ -111,14 +94,7 @@ class ActNorm(Transform):
         return y, ladj
 
     def inverse(self, y: Tensor) -> tuple[Tensor, Tensor]:
-        """Undoes the normalisation.
-
-        Args:
-            y: Outputs, shape ``[B, C]``.
-
-        Returns:
-            ``(x, ladj_inv)``: inputs ``[B, C]`` and ``-logscale_factor * sum(log_scale)`` as shape ``[B]``.
-        """
+        """Undoes the normalisation."""
         logs = self.logscale_factor * self.log_scale
         x = y * torch.exp(-logs) - self.bias
         return x, (-logs.sum()).expand(y.shape[0])

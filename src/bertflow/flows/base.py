@@ -32,26 +32,11 @@ class Transform(nn.Module):
     """
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Maps data to latent.
-
-        Args:
-            x: Inputs, shape ``[B, D]``.
-
-        Returns:
-            ``(y, ladj)``: outputs of shape ``[B, D]`` and ``log|det dy/dx|`` of shape ``[B]`` (nats).
-        """
+        """Maps data to latent."""
         raise NotImplementedError
 
     def inverse(self, y: Tensor) -> tuple[Tensor, Tensor]:
-        """Maps latent back to data.
-
-        Args:
-            y: Latent values, shape ``[B, D]``.
-
-        Returns:
-            ``(x, ladj_inv)``: inputs of shape ``[B, D]`` and ``log|det dx/dy|`` of shape ``[B]`` (nats),
-            i.e. minus the forward log-determinant.
-        """
+        """Maps latent back to data."""
         raise NotImplementedError
 
 
@@ -79,14 +64,7 @@ class Composite(Transform):
         return self.transforms[index]  # type: ignore[return-value]
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Applies every transform in order.
-
-        Args:
-            x: Inputs, shape ``[B, D]``.
-
-        Returns:
-            ``(y, ladj)``: outputs ``[B, D]`` and the summed ``log|det dy/dx|`` ``[B]`` (nats).
-        """
+        """Applies every transform in order."""
         ladj = x.new_zeros(x.shape[0])
         for t in self.transforms:
             x, ld = t(x)
@@ -94,14 +72,7 @@ class Composite(Transform):
         return x, ladj
 
     def inverse(self, y: Tensor) -> tuple[Tensor, Tensor]:
-        """Undoes every transform, last one first.
-
-        Args:
-            y: Latent values, shape ``[B, D]``.
-
-        Returns:
-            ``(x, ladj_inv)``: inputs ``[B, D]`` and the summed ``log|det dx/dy|`` ``[B]`` (nats).
-        """
+        """Undoes every transform, last one first."""
         ladj = y.new_zeros(y.shape[0])
         for t in reversed(self.transforms):
             y, ld = t.inverse(y)  # type: ignore[operator]

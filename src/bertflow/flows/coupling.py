@@ -46,14 +46,7 @@ class ZeroLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}"
 
     def forward(self, h: Tensor) -> Tensor:
-        """Applies the layer.
-
-        Args:
-            h: Hidden activations, shape ``[B, in_features]``.
-
-        Returns:
-            Outputs, shape ``[B, out_features]``.
-        """
+        """Applies the layer."""
         return F.linear(h, self.weight, self.bias) * torch.exp(self.logscale_factor * self.logs)
 
 
@@ -94,14 +87,7 @@ class CouplingNet(nn.Module):
                 lin.weight.copy_(w * _HIDDEN_INIT_STD)
 
     def forward(self, x: Tensor) -> Tensor:
-        """Computes the coupling parameters from the conditioning half.
-
-        Args:
-            x: Conditioning input, shape ``[B, n_in]``.
-
-        Returns:
-            Raw coupling parameters, shape ``[B, n_out]``.
-        """
+        """Computes the coupling parameters from the conditioning half."""
         h = F.relu(self.norm1(self.linear1(x))[0])
         h = F.relu(self.norm2(self.linear2(h))[0])
         return self.out(h)
@@ -158,27 +144,13 @@ class AdditiveCoupling(_Coupling):
         super().__init__(num_features, 1, hidden, generator)
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Shifts the second half by a function of the first.
-
-        Args:
-            x: Inputs, shape ``[B, n]``.
-
-        Returns:
-            ``(y, zeros[B])`` with ``y`` of shape ``[B, n]``.
-        """
+        """Shifts the second half by a function of the first."""
         x_a, x_b = x[:, : self.n_a], x[:, self.n_a :]
         y_b = x_b + self.net(x_a)
         return torch.cat([x_a, y_b], dim=1), x.new_zeros(x.shape[0])
 
     def inverse(self, y: Tensor) -> tuple[Tensor, Tensor]:
-        """Subtracts the shift (``y_a = x_a``, so the network sees the same input as in forward).
-
-        Args:
-            y: Latent values, shape ``[B, n]``.
-
-        Returns:
-            ``(x, zeros[B])`` with ``x`` of shape ``[B, n]``.
-        """
+        """Subtracts the shift (``y_a = x_a``, so the network sees the same input as in forward)."""
         y_a, y_b = y[:, : self.n_a], y[:, self.n_a :]
         x_b = y_b - self.net(y_a)
         return torch.cat([y_a, x_b], dim=1), y.new_zeros(y.shape[0])
@@ -207,28 +179,14 @@ class AffineCoupling(_Coupling):
         return out[:, 0::2], F.logsigmoid(out[:, 1::2] + 2.0)
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Shifts then scales the second half by functions of the first.
-
-        Args:
-            x: Inputs, shape ``[B, n]``.
-
-        Returns:
-            ``(y, ladj)``: outputs ``[B, n]`` and ``sum(log scale)`` of shape ``[B]`` (nats).
-        """
+        """Shifts then scales the second half by functions of the first."""
         x_a, x_b = x[:, : self.n_a], x[:, self.n_a :]
         shift, log_scale = self._shift_logscale(x_a)
         y_b = (x_b + shift) * torch.exp(log_scale)
         return torch.cat([x_a, y_b], dim=1), log_scale.sum(dim=1)
 
     def inverse(self, y: Tensor) -> tuple[Tensor, Tensor]:
-        """Unscales then unshifts the second half.
-
-        Args:
-            y: Latent values, shape ``[B, n]``.
-
-        Returns:
-            ``(x, ladj_inv)``: inputs ``[B, n]`` and ``-sum(log scale)`` of shape ``[B]`` (nats).
-        """
+        """Unscales then unshifts the second half."""
         y_a, y_b = y[:, : self.n_a], y[:, self.n_a :]
         shift, log_scale = self._shift_logscale(y_a)
         x_b = y_b * torch.exp(-log_scale) - shift

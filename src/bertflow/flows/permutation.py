@@ -36,25 +36,11 @@ class ReversePermutation(Transform):
         return str(self.num_features)
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Reverses the features.
-
-        Args:
-            x: Inputs, shape ``[B, C]``.
-
-        Returns:
-            ``(x[:, ::-1], zeros[B])``.
-        """
+        """Reverses the features."""
         return x.flip(1), x.new_zeros(x.shape[0])
 
     def inverse(self, y: Tensor) -> tuple[Tensor, Tensor]:
-        """Reverses the features back (reversal is its own inverse).
-
-        Args:
-            y: Latent values, shape ``[B, C]``.
-
-        Returns:
-            ``(y[:, ::-1], zeros[B])``.
-        """
+        """Reverses the features back (reversal is its own inverse)."""
         return y.flip(1), y.new_zeros(y.shape[0])
 
 
@@ -79,25 +65,11 @@ class RandomPermutation(Transform):
         return str(self.num_features)
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Permutes the features.
-
-        Args:
-            x: Inputs, shape ``[B, C]``.
-
-        Returns:
-            ``(x[:, perm], zeros[B])``.
-        """
+        """Permutes the features."""
         return x[:, self.perm], x.new_zeros(x.shape[0])
 
     def inverse(self, y: Tensor) -> tuple[Tensor, Tensor]:
-        """Applies the inverse permutation.
-
-        Args:
-            y: Latent values, shape ``[B, C]``.
-
-        Returns:
-            ``(y[:, argsort(perm)], zeros[B])``.
-        """
+        """Applies the inverse permutation."""
         # Derived on the fly rather than cached so it can never go stale after load_state_dict.
         return y[:, torch.argsort(self.perm)], y.new_zeros(y.shape[0])
 
@@ -166,14 +138,7 @@ class InvertibleLinearLU(Transform):
         return (lower @ upper)[self.perm]
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Mixes the features with ``W``.
-
-        Args:
-            x: Inputs, shape ``[B, C]``.
-
-        Returns:
-            ``(x @ W.T, sum(log_abs_s))`` with the log-det broadcast to shape ``[B]``.
-        """
+        """Mixes the features with ``W``."""
         lower, upper = self._factors()
         if x.shape[0] < self.num_features:
             # Applying the factors one by one costs O(B C^2) instead of the O(C^3) of forming W: ~10x less
@@ -184,14 +149,7 @@ class InvertibleLinearLU(Transform):
         return y, self.log_abs_s.sum().expand(x.shape[0])
 
     def inverse(self, y: Tensor) -> tuple[Tensor, Tensor]:
-        """Solves ``y = x @ W.T`` for ``x`` with two triangular solves (no explicit inverse).
-
-        Args:
-            y: Latent values, shape ``[B, C]``.
-
-        Returns:
-            ``(x, -sum(log_abs_s))`` with the log-det broadcast to shape ``[B]``.
-        """
+        """Solves ``y = x @ W.T`` for ``x`` with two triangular solves (no explicit inverse)."""
         lower, upper = self._factors()
         # Column form: y.T = P L U x.T, so x.T = U^-1 L^-1 P^T y.T; P^T picks rows by the inverse permutation.
         rhs = y.T[torch.argsort(self.perm)]
