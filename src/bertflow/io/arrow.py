@@ -46,7 +46,8 @@ __all__ = [
     "write_embedding_file",
 ]
 
-#: File name suffixes read as tables, and their format.
+#: Table formats read (``--input-format``), and the file name suffixes read as each.
+TABLE_FORMATS = ("parquet", "arrow")
 TABLE_SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow"}
 #: The text column of a table input when none is named (``--text-column``).
 DEFAULT_TEXT_COLUMN = "text"
@@ -68,7 +69,7 @@ def pyarrow() -> Any:
 def input_format(path: str | Path, explicit: str | None = None) -> str:
     """``"text"``, ``"parquet"`` or ``"arrow"``: ``explicit`` if given, else from the suffix (text otherwise)."""
     if explicit is not None:
-        if explicit not in ("text", "parquet", "arrow"):
+        if explicit not in ("text", *TABLE_FORMATS):
             raise InputError(f"input format must be text, parquet or arrow, got {explicit!r}")
         return explicit
     return TABLE_SUFFIXES.get(Path(path).suffix.lower(), "text")
