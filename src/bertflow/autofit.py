@@ -28,8 +28,6 @@ from .encoding.encoder import SentenceEncoder
 from .encoding.pooling import Pooling
 from .encoding.token_prior import TokenPrior, prior_for
 
-__all__ = ["AutoFit", "AutoInputs", "auto_inputs", "fit_auto"]
-
 logger = logging.getLogger(__name__)
 
 

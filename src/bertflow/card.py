@@ -19,8 +19,6 @@ if TYPE_CHECKING:
     from .calibrators import Calibrator
     from .embedder import Embedder
 
-__all__ = ["encoder_license", "encoder_reference", "model_card", "on_hub"]
-
 
 def _export_note(enc: Mapping[str, Any], cal: Calibrator) -> str:
     """What ``integrations.sentence_transformers.from_embedder`` makes of this model, and whether that loads without

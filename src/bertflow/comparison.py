@@ -25,8 +25,6 @@ from .errors import InputError
 from .linalg import pair_cosines
 from .model_folder import LATER_ENCODER_KEYS, check_fitted_on, load_encoder, load_model_folder, load_token_statistics
 
-__all__ = ["FittedModel", "ModelComparison", "PairScores"]
-
 #: What the models of one comparison must share, read from their configs before any encoder is loaded.
 SHARED_ENCODER_KEYS = ("fingerprint", "tokenizer_fingerprint", "max_length", "dim")
 

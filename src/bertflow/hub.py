@@ -17,17 +17,6 @@ from .errors import InputError, ModelFileError, OutputError
 if TYPE_CHECKING:
     from .embedder import Embedder
 
-__all__ = [
-    "is_hub_id",
-    "snapshot",
-    "download_model",
-    "means_local",
-    "did_you_mean",
-    "check_repo_id",
-    "upload_folder",
-    "push",
-]
-
 
 def is_hub_id(name: str) -> bool:
     """Whether ``name`` reads as a hub repo id (``org/name`` or ``name``) rather than a local path."""

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["pair_cosines", "unit_rows"]
-
 
 def unit_rows(x: np.ndarray) -> np.ndarray:
     """Rows of ``x`` [N, D] scaled to unit L2 norm, as float64; zero rows stay zero.

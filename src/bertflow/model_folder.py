@@ -51,31 +51,6 @@ from .hub import download_model, snapshot
 from .io.files import FOLDER_KINDS, atomic_directory, check_output_folder, moved_aside, read_folder
 from .io.formats import FORMAT_VERSION, check_format, path_inside, read_json, sha256_file, verify_checksums, write_json
 
-__all__ = [
-    "ENCODER_KEYS",
-    "LATER_ENCODER_KEYS",
-    "check_dimension",
-    "check_fitted_on",
-    "encoder_record",
-    "CALIBRATOR_DIR",
-    "CONFIG_FILE",
-    "ENCODER_DIR",
-    "ENCODER_FILE_PATTERNS",
-    "FIT_RECORD_KEYS",
-    "PROVENANCE_KEYS",
-    "TORCH_BIN_PATTERNS",
-    "bundles_encoder",
-    "copy_encoder_files",
-    "corpus_digest",
-    "fit_record",
-    "load_encoder",
-    "load_model_folder",
-    "load_token_statistics",
-    "pinned_encoder_config",
-    "read_model_folder",
-    "save_model_folder",
-]
-
 T = TypeVar("T")
 
 logger = logging.getLogger(__name__)

@@ -21,8 +21,6 @@ import numpy as np
 
 from .calibrators import AnchoredWhiteningCalibrator, Calibrator
 
-__all__ = ["anchored_parts", "calibrator_needs_bertflow", "is_affine"]
-
 _FLOW = "a normalizing flow (Glow: non-linear coupling networks), which no sentence-transformers module computes"
 _CLS = (
     "not affine: its output [sqrt(1-b) x/|x|, sqrt(b) z/|z|] (z = (x - mean) W) normalises two blocks of one vector "

@@ -15,16 +15,6 @@ from typing import Any
 
 from ._version import __version__
 
-__all__ = [
-    "return_free_memory",
-    "usable_cpus",
-    "set_torch_threads",
-    "limited_threads",
-    "machine_info",
-    "share",
-    "share_cpu_threads",
-]
-
 _libc: Any = None  # glibc's handle once looked up; False off glibc
 
 

@@ -15,21 +15,6 @@ import numpy as np
 
 from .errors import InputError, InputTypeError
 
-__all__ = [
-    "OUTPUT_LIMIT",
-    "INVISIBLE",
-    "check_sentence",
-    "is_blank",
-    "check_sentences",
-    "sentence_list",
-    "validate_sentences",
-    "check_finite",
-    "check_array",
-    "check_calibrated",
-    "check_epochs",
-    "output_limit",
-]
-
 #: Largest plausible magnitude of a calibrated coordinate, in units of the input's scale (see :func:`output_limit`).
 #: Whitening, standard-norm and the flow give coordinates of unit variance on the fitting data, so by Chebyshev's
 #: inequality a coordinate beyond 1e6 has probability at most 1e-12 for data like it; the other maps (identity,

@@ -25,8 +25,6 @@ from .base import Calibrator, as_tensor
 from .registry import register
 from .whitening import check_variance, descending_eigh, mean_and_covariance, read_projection, singular_shrinkage
 
-__all__ = ["AnchoredWhiteningCalibrator", "anisotropy"]
-
 logger = logging.getLogger(__name__)
 
 

@@ -28,17 +28,6 @@ from ..typing import TorchTransform
 from ..validation import check_array, check_calibrated
 from .registry import get_calibrator_class
 
-__all__ = [
-    "Calibrator",
-    "calibrator_fingerprint",
-    "calibrator_identity",
-    "CONFIG_NAME",
-    "WEIGHTS_NAME",
-    "check_latents",
-    "check_spread",
-    "SPREAD_RTOL",
-]
-
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 

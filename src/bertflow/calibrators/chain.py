@@ -14,8 +14,6 @@ from ..typing import TorchTransform
 from .base import Calibrator, check_latents
 from .registry import register
 
-__all__ = ["ChainCalibrator"]
-
 
 @register("chain")
 class ChainCalibrator(Calibrator):

@@ -21,8 +21,6 @@ from .base import Calibrator, as_tensor, check_latents, expect_shape
 from .flow_trainer import FlowFit, FlowTrainer, column_moments, shuffled_batches
 from .registry import register
 
-__all__ = ["FlowCalibrator"]
-
 
 @register("flow")
 class FlowCalibrator(Calibrator):

@@ -24,8 +24,6 @@ from .simple import floored_std
 if TYPE_CHECKING:
     from .flow import FlowCalibrator
 
-__all__ = ["DEGENERATE_RTOL", "DivergenceGuard", "FlowFit", "FlowTrainer", "column_moments", "shuffled_batches"]
-
 # The trainer's messages are FlowCalibrator's: they keep the logger they had before the trainer got its own module.
 logger = logging.getLogger("bertflow.calibrators.flow")
 

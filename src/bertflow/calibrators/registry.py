@@ -37,18 +37,6 @@ from ..errors import CompatibilityError, InputError
 if TYPE_CHECKING:
     from .base import Calibrator
 
-__all__ = [
-    "ENTRY_POINT_GROUP",
-    "CatalogueEntry",
-    "calibrator_classes",
-    "calibrator_names",
-    "calibrator_specs",
-    "catalogue",
-    "get_calibrator_class",
-    "parse_calibrator",
-    "register",
-]
-
 #: Entry-point group through which other packages add calibrator modules.
 ENTRY_POINT_GROUP = "bertflow.calibrators"
 #: Modules of this package that hold no calibrator (the contract, this registry, the flow's trainer and the

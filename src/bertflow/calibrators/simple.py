@@ -12,8 +12,6 @@ from ..typing import TorchTransform
 from .base import Calibrator, as_tensor, check_latents, expect_shape
 from .registry import register
 
-__all__ = ["IdentityCalibrator", "StandardNormCalibrator", "AllButTheTopCalibrator", "floored_std"]
-
 
 def floored_std(std: np.ndarray) -> np.ndarray:
     """Per-dimension std with a floor of 1e-3 x the median std (and 1e-12), so constant dimensions stay finite.

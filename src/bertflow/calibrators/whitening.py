@@ -20,8 +20,6 @@ from .base import (
 )
 from .registry import register
 
-__all__ = ["WhiteningCalibrator", "oas_shrinkage", "singular_shrinkage"]
-
 logger = logging.getLogger(__name__)
 
 

@@ -11,8 +11,6 @@ from torch import Tensor, nn
 from bertflow.errors import InputError
 from bertflow.flows.base import Transform
 
-__all__ = ["ActNorm", "data_init_mode", "initialize_actnorms"]
-
 # Absolute and relative floors on the per-feature std used by the data-dependent init. Real sentence-embedding
 # checkpoints have (near-)constant dimensions; dividing by their raw std gives scales around 1e6 and the
 # flow diverges on the first step.

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-__all__ = ["Transform", "Composite"]
-
 
 class Transform(nn.Module):
     """An invertible map on batches of feature vectors, with its log-determinant.

@@ -14,8 +14,6 @@ from bertflow.errors import InputError
 from bertflow.flows.actnorm import ActNorm
 from bertflow.flows.base import Transform
 
-__all__ = ["ZeroLinear", "CouplingNet", "coupling_network", "AdditiveCoupling", "AffineCoupling"]
-
 # Std of the normal init of the hidden Linear weights (Glow's default initializer). The ActNorm that follows
 # each of them is data-initialised, so this only matters before `initialize` is called.
 _HIDDEN_INIT_STD = 0.05

@@ -22,8 +22,6 @@ from bertflow.flows.base import Composite, Transform
 from bertflow.flows.coupling import AdditiveCoupling, AffineCoupling
 from bertflow.flows.permutation import InvertibleLinearLU, RandomPermutation, ReversePermutation
 
-__all__ = ["FlowStep", "Glow", "GLOW_PRESETS", "COUPLINGS", "PERMUTATIONS"]
-
 CouplingName = Literal["additive", "affine"]
 PermutationName = Literal["reverse", "random", "lu"]
 

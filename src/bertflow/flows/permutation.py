@@ -12,8 +12,6 @@ from torch import Tensor, nn
 from bertflow.errors import InputError
 from bertflow.flows.base import Transform
 
-__all__ = ["ReversePermutation", "RandomPermutation", "InvertibleLinearLU"]
-
 
 def _check_features(name: str, n: int) -> int:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:

@@ -32,20 +32,6 @@ from ..validation import is_blank
 from .formats import sha256_file
 from .text import index_lines, read_lines
 
-__all__ = [
-    "TABLE_SUFFIXES",
-    "InputIndex",
-    "InputSource",
-    "TableColumn",
-    "EmbeddingTableWriter",
-    "input_format",
-    "open_input",
-    "iter_table_sentences",
-    "read_embedding_table",
-    "embedding_table_rows",
-    "write_embedding_file",
-]
-
 #: Table formats read (``--input-format``), and the file name suffixes read as each.
 TABLE_FORMATS = ("parquet", "arrow")
 TABLE_SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow"}

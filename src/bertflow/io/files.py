@@ -21,26 +21,6 @@ import numpy as np
 
 from ..errors import BertflowError, ModelFileError, OutputError
 
-__all__ = [
-    "TMP_MARK",
-    "atomic_directory",
-    "atomic_file",
-    "atomic_write_text",
-    "check_output_file",
-    "check_output_folder",
-    "embeddings_npy_header",
-    "written_by_bertflow",
-    "folder_kind",
-    "folder_lock",
-    "foreign_entries",
-    "moved_aside",
-    "read_folder",
-    "apply_umask",
-    "current_umask",
-    "fsync_dir",
-    "temporary_name",
-]
-
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 

@@ -16,20 +16,6 @@ import numpy as np
 from .._version import __version__
 from ..errors import ModelFileError
 
-__all__ = [
-    "FORMAT_VERSION",
-    "check_format",
-    "json_text",
-    "write_json",
-    "read_json",
-    "save_arrays",
-    "load_arrays",
-    "sha256_file",
-    "path_inside",
-    "verify_checksums",
-]
-
-
 #: Version of the on-disk layout. Loading refuses folders written with a larger number.
 FORMAT_VERSION = 1
 

@@ -27,15 +27,6 @@ import numpy as np
 from bertflow.errors import InputError
 from bertflow.validation import INVISIBLE, is_blank
 
-__all__ = [
-    "EncodingErrors",
-    "SentencePairs",
-    "iter_lines",
-    "read_sentences",
-    "read_tsv_column",
-    "read_pairs",
-]
-
 logger = logging.getLogger(__name__)
 
 

@@ -55,12 +55,6 @@ if TYPE_CHECKING:
     from ..encoding.encoder import SentenceEncoder
     from .shards import ShardWriter
 
-__all__ = [
-    "StorePlan",
-    "encode_file_to_store",
-    "plan_store",
-]
-
 logger = logging.getLogger(__name__)
 
 

@@ -21,14 +21,6 @@ from .launch import broadcast_object, default_device, rank_and_world
 if TYPE_CHECKING:
     from ..calibrators import FlowCalibrator, WhiteningCalibrator
 
-__all__ = [
-    "Moments",
-    "all_reduce_moments",
-    "fit_whitening_distributed",
-    "fit_flow_distributed",
-    "GradientAllReduce",
-]
-
 
 # -- distributed fitting -------------------------------------------------------------------------------------------
 

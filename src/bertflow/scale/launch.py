@@ -23,14 +23,6 @@ from ..resources import share_cpu_threads
 if TYPE_CHECKING:
     pass
 
-__all__ = [
-    "Topology",
-    "current_topology",
-    "process_group",
-    "default_device",
-    "launch_local",
-]
-
 
 # -- topology and process group ---------------------------------------------------------------------------------
 

@@ -21,25 +21,6 @@ from ..errors import InputError, ModelFileError
 from ..io.files import FOLDER_KINDS, TMP_MARK, atomic_write_text
 from ..io.formats import check_format, json_text
 
-__all__ = [
-    "MANIFEST_NAME",
-    "SHARD_DIR",
-    "MERGED_NAME",
-    "STORE_FORMAT",
-    "STORE_FORMAT_VERSION",
-    "SHARD_SUFFIXES",
-    "ShardSpec",
-    "plan_shards",
-    "shard_record",
-    "remove_temporary_files",
-    "read_manifest",
-    "write_manifest",
-    "new_manifest",
-    "finalize_manifest",
-    "read_record",
-    "short_list",
-]
-
 MANIFEST_NAME = FOLDER_KINDS["store"][0]  # "manifest.json"
 SHARD_DIR = "shards"
 MERGED_NAME = "embeddings.npy"

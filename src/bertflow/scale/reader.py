@@ -14,11 +14,6 @@ from ..errors import InputError, ModelFileError
 from ..io.formats import sha256_file
 from .layout import SHARD_DIR, ShardSpec, read_manifest, read_record, shard_record, short_list
 
-__all__ = [
-    "ShardedEmbeddings",
-    "open_embeddings",
-]
-
 
 class ShardedEmbeddings:
     """A read-only ``[N, D]`` view of a store's shards in input order, indexed like a numpy array.

@@ -23,12 +23,6 @@ from ..io.files import atomic_file, atomic_write_text, fsync_dir, temporary_name
 from ..io.formats import json_text
 from .layout import SHARD_DIR, ShardSpec
 
-__all__ = [
-    "ShardWriter",
-    "TableShardWriter",
-    "open_shard_writer",
-]
-
 
 class ShardWriter:
     """Write one shard: a ``.npy`` header, the rows as they come, then fsync, rename and the completion record.

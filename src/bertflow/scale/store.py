@@ -56,8 +56,6 @@ from .layout import (
 from .reader import ShardedEmbeddings, open_embeddings
 from .shards import ShardWriter
 
-__all__ = ["merge_shards", "write_store"]
-
 
 def write_store(
     X: np.ndarray,
