@@ -199,16 +199,9 @@ class FlowCalibrator(Calibrator):
         self._assign(result)
 
     def fit_from_result(self, result: FlowFit, n_features: int) -> FlowCalibrator:
-        """Fit from a :class:`~bertflow.calibrators.flow_trainer.FlowFit` that a :class:`FlowTrainer` of this
-        calibrator produced (distributed fitting, whose rows are never in one array). Returns ``self``, fitted.
-
-        Args:
-            result: the trainer's result.
-            n_features: D, the width of the rows it was fitted on.
-
-        Raises:
-            InputError: the result does not cover ``n_features`` dimensions.
-        """
+        """Fit from the :class:`~bertflow.calibrators.flow_trainer.FlowFit` a :class:`FlowTrainer` of this
+        calibrator produced on rows of width ``n_features`` (distributed fitting); returns ``self``. InputError if
+        the result does not cover ``n_features`` dimensions."""
         covered = len(result.active) + len(result.passthrough)
         if covered != int(n_features):
             raise InputError(f"the flow result covers {covered} dimensions, not the {n_features} given")
