@@ -34,12 +34,6 @@ _OWN_POOLING = (
 )
 
 
-def is_affine(calibrator: Calibrator) -> bool:
-    """Whether ``calibrator``'s transform is one affine map ``x -> x W + b`` (a ``Dense`` computes it): what its
-    class declares to the registry (``affine``; a chain when every step is)."""
-    return calibrator.is_affine()
-
-
 def anchored_parts(calibrator: Calibrator) -> tuple[np.ndarray, np.ndarray, float] | None:
     """``(mean [D], W [D, k], b)`` of a fitted calibrator whose transform is the anchored mix
     ``[sqrt(1-b) x/|x|, sqrt(b) z/|z|]``, ``z = (x - mean) W`` (anchored whitening, auto), checked against its own
@@ -66,7 +60,7 @@ def calibrator_needs_bertflow(calibrator: Calibrator, pooling: str | None) -> st
     ``"sif:first-last-avg"`` ...; ``None`` for a sentence-transformers model's own pooling, ``fit_calibrator``)
     exports as sentence-transformers' own modules (loads without bertflow); else why it is bertflow's
     ``Calibration`` module, in one sentence."""
-    if is_affine(calibrator):
+    if calibrator.is_affine():  # x -> x W + b: a Dense computes it
         return None
     if anchored_parts(calibrator) is not None:
         if pooling is None:
