@@ -25,16 +25,10 @@ _STAND_IN_SEED = 0
 class ActNorm(Transform):
     """Per-feature affine normalisation ``y = (x + bias) * exp(logscale_factor * log_scale)``.
 
-    Both parameters start at zero, so a fresh ActNorm is the identity. Data-dependent initialisation is
-    always explicit (:meth:`initialize`, or :func:`initialize_actnorms` for all ActNorms of a model in the
-    order data reaches them); ``forward`` never initialises on its own, so loading a ``state_dict`` can never
-    be overwritten by a later batch. Whether it has happened is stored in the boolean buffer
-    ``initialized``, which travels with the ``state_dict``.
-
-    Args:
-        num_features: Number of features ``C`` of the ``[B, C]`` inputs.
-        logscale_factor: Multiplier of ``log_scale`` (Glow uses 3); it makes the effective learning rate of
-            the scale larger than that of the bias.
+    Both parameters start at zero (the identity). Data-dependent initialisation is always explicit
+    (:meth:`initialize`, :func:`initialize_actnorms`), never in ``forward``, so a loaded ``state_dict`` is never
+    overwritten; the buffer ``initialized`` records it. ``logscale_factor`` (Glow: 3) raises the scale's effective
+    learning rate over the bias's.
     """
 
     def __init__(self, num_features: int, logscale_factor: float = 3.0) -> None:
@@ -107,17 +101,10 @@ def data_init_mode(module: nn.Module) -> Iterator[None]:
     ones see the normalised outputs of earlier ones, as in Glow). The mode is switched off on exit, even on
     error.
 
-    One deliberate difference from a plain forward pass: a feature that an ActNorm had to floor (std below
-    ``max(1e-6, 1e-3 * median std)``) is passed on to the rest of the pass as seeded standard-normal noise
-    instead of its normalised values, which are nearly constant. Otherwise every ActNorm downstream sees the
-    same near-constant feature, floors it again and multiplies in another gain of up to ~1e3: after two or
-    three steps the total gain is the naive ``1 / std`` the floor was meant to prevent (~1e9 for a feature
-    with std 1e-9), and the first training step diverges. With the stand-in, downstream ActNorms leave such
-    a feature at gain ~1, so its total gain is bounded by the single floor. The returned outputs of the init
-    pass are therefore not meaningful; only the initialised parameters are.
-
-    Args:
-        module: Any module; its ActNorm descendants (and itself, if it is one) are affected.
+    One deliberate difference from a plain forward pass: a feature an ActNorm had to floor is passed on as seeded
+    standard-normal noise. Otherwise every ActNorm downstream floors it again, multiplying gains of up to ~1e3
+    until the total is the naive ``1 / std`` the floor prevents (~1e9), and the first training step diverges. The
+    pass's outputs are therefore not meaningful; only the initialised parameters are.
     """
     norms = [m for m in module.modules() if isinstance(m, ActNorm)]
     gen = torch.Generator().manual_seed(_STAND_IN_SEED)
@@ -131,14 +118,7 @@ def data_init_mode(module: nn.Module) -> Iterator[None]:
 
 
 def initialize_actnorms(transform: Transform, x: Tensor) -> None:
-    """Data-dependent initialisation of every ActNorm in ``transform`` with one forward pass on ``x``.
-
-    Args:
-        transform: The transform to initialise (e.g. a FlowStep, a coupling or a whole Glow).
-        x: A batch of data, shape ``[N, D]`` with ``N >= 2``.
-
-    Raises:
-        InputError: If the batch is unusable (see :meth:`ActNorm.initialize`).
-    """
+    """Data-dependent initialisation of every ActNorm in ``transform`` with one forward pass on ``x`` [N >= 2, D]
+    (InputError if unusable, see :meth:`ActNorm.initialize`)."""
     with torch.no_grad(), data_init_mode(transform):
         transform(x)

@@ -39,14 +39,8 @@ class Transform(nn.Module):
 
 
 class Composite(Transform):
-    """Chains transforms: ``forward`` applies them in order, ``inverse`` in reverse order.
-
-    The log-determinants of the parts are summed in the same single pass.
-
-    Args:
-        *transforms: The transforms, in data -> latent order. They are registered as submodules under
-            ``transforms.0``, ``transforms.1``, ... (so they appear in the ``state_dict`` with those names).
-    """
+    """Chains transforms (data -> latent order, submodules ``transforms.0``, ``transforms.1`` ...): ``forward``
+    applies them in order, ``inverse`` in reverse, summing the log-determinants."""
 
     def __init__(self, *transforms: Transform) -> None:
         super().__init__()

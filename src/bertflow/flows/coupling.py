@@ -24,11 +24,6 @@ class ZeroLinear(nn.Module):
 
     ``out = (h @ weight.T + bias) * exp(logscale_factor * logs)``; ``weight``, ``bias`` and ``logs`` all start
     at zero, so the coupling that uses it starts as (close to) the identity.
-
-    Args:
-        in_features: Width of the ``[B, in_features]`` input.
-        out_features: Width of the ``[B, out_features]`` output.
-        logscale_factor: Multiplier of ``logs`` (3, as in Glow).
     """
 
     def __init__(self, in_features: int, out_features: int, logscale_factor: float = 3.0) -> None:
@@ -51,15 +46,8 @@ class ZeroLinear(nn.Module):
 class CouplingNet(nn.Module):
     """``Linear -> ActNorm -> ReLU -> Linear -> ActNorm -> ReLU -> ZeroLinear``, from ``n_in`` to ``n_out``.
 
-    The hidden Linear layers have no bias because the ActNorm right after them has one (this is also what
-    makes the parameter count match the official code). The two ActNorms take part in the explicit
-    data-dependent initialisation of the model they belong to.
-
-    Args:
-        in_features: Width ``n_in`` of the conditioning input.
-        out_features: Width ``n_out`` of the output.
-        hidden: Hidden width ``h`` (32 in the official BERT-flow code).
-        generator: Optional private generator for the hidden weights' init (the global RNG is used if None).
+    The hidden Linear layers have no bias: the ActNorm right after them has one (the official code's parameter
+    count). ``hidden``: 32 in the official code; ``generator`` draws the hidden weights (default: the global RNG).
     """
 
     def __init__(
@@ -94,17 +82,7 @@ class CouplingNet(nn.Module):
 def coupling_network(
     in_features: int, out_features: int, hidden: int = 32, *, generator: torch.Generator | None = None
 ) -> CouplingNet:
-    """Builds the coupling network ``n_in -> n_out`` (see :class:`CouplingNet`).
-
-    Args:
-        in_features: Width of the conditioning input.
-        out_features: Width of the output.
-        hidden: Hidden width.
-        generator: Optional private generator for the weight init.
-
-    Returns:
-        A fresh :class:`CouplingNet` whose output is exactly zero until it is trained.
-    """
+    """A fresh :class:`CouplingNet` ``n_in -> n_out``, whose output is exactly zero until it is trained."""
     return CouplingNet(in_features, out_features, hidden, generator=generator)
 
 
@@ -131,11 +109,6 @@ class AdditiveCoupling(_Coupling):
     """NICE additive coupling ``y_b = x_b + net(x_a)``, ``y_a = x_a``; volume preserving (log-det 0).
 
     The official BERT-flow default.
-
-    Args:
-        num_features: Number of features ``n >= 2`` of the ``[B, n]`` inputs.
-        hidden: Hidden width of the coupling network.
-        generator: Optional private generator for the network's weight init.
     """
 
     def __init__(self, num_features: int, hidden: int = 32, *, generator: torch.Generator | None = None) -> None:
@@ -161,11 +134,6 @@ class AffineCoupling(_Coupling):
     ``out[:, 0::2]`` and ``raw`` is ``out[:, 1::2]``. The sigmoid keeps the scale in ``(0, 1)`` and the ``+2``
     makes it start near 0.88 rather than 0.5 with a zero-initialised network. The log-determinant is
     ``sum(log scale)`` over the ``n_b`` transformed features.
-
-    Args:
-        num_features: Number of features ``n >= 2`` of the ``[B, n]`` inputs.
-        hidden: Hidden width of the coupling network.
-        generator: Optional private generator for the network's weight init.
     """
 
     def __init__(self, num_features: int, hidden: int = 32, *, generator: torch.Generator | None = None) -> None:

@@ -20,11 +20,7 @@ def _check_features(name: str, n: int) -> int:
 
 
 class ReversePermutation(Transform):
-    """Reverses the order of the features (the official BERT-flow code's default; log-det 0).
-
-    Args:
-        num_features: Number of features ``C`` of the ``[B, C]`` inputs.
-    """
+    """Reverses the order of the features (the official BERT-flow code's default; log-det 0)."""
 
     def __init__(self, num_features: int) -> None:
         super().__init__()
@@ -47,10 +43,6 @@ class RandomPermutation(Transform):
 
     The permutation is drawn once from ``seed`` and stored as the long buffer ``perm`` (output feature ``i``
     is input feature ``perm[i]``), so a loaded ``state_dict`` restores it exactly even if the seed changed.
-
-    Args:
-        num_features: Number of features ``C`` of the ``[B, C]`` inputs.
-        seed: Seed of the private generator that draws the permutation (the global RNG is untouched).
     """
 
     def __init__(self, num_features: int, seed: int = 0) -> None:
@@ -82,10 +74,6 @@ class InvertibleLinearLU(Transform):
     The log-determinant is ``sum(log_abs_s)`` for every sample, so it costs nothing to evaluate.
 
     ``W`` starts as a random orthogonal matrix drawn from ``seed`` (log-det 0 at initialisation).
-
-    Args:
-        num_features: Number of features ``C`` of the ``[B, C]`` inputs.
-        seed: Seed of the private generator that draws the initial orthogonal matrix.
     """
 
     def __init__(self, num_features: int, seed: int = 0) -> None:
