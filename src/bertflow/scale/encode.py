@@ -107,12 +107,9 @@ def _warm_up(
     mine: Sequence[ShardSpec],
     encode_kwargs: dict[str, int],
 ) -> float:
-    """On CUDA, run the first chunks of the rank's first shard through the encode loop before the timed phase.
-
-    A cold rank starts its tokenisation workers, CUDA kernels and the calibrator's CUDA graph for the chunk shape
-    during its first shard (which ran at under half the later shards' speed); that start-up belongs to loading, as
-    the model load does. The vectors are discarded: the shard is encoded again, in the timed loop. Returns seconds.
-    """
+    """On CUDA, run the first chunks of the rank's first shard through the encode loop (vectors discarded) before
+    the timed phase: a cold rank's start-up (tokeniser workers, kernels, the calibrator's CUDA graph) made its first
+    shard run at under half speed, and belongs to loading. Returns seconds."""
     if not mine or getattr(encoder, "device", torch.device("cpu")).type != "cuda":
         return 0.0
     from ..embedder import iter_calibrated
@@ -145,11 +142,10 @@ def _same_setting(key: str, recorded: Any, current: Any) -> bool:
 def _prepare_store(
     source: InputSource, folder: Path, identity: dict[str, Any], shard_size: int, overwrite: bool
 ) -> tuple[dict[str, Any], list[int]]:
-    """Rank 0: index the input, create or check the manifest, clear stale temporaries; return (manifest, done)."""
-    if folder.exists() and not folder.is_dir():
-        raise InputError(f"{folder} exists and is not a folder")
+    """Rank 0, under the store's lock: index the input, create or check the manifest, clear stale temporaries;
+    return (manifest, indices of the shards done)."""
     has_manifest = (folder / MANIFEST_NAME).is_file()
-    if folder.is_dir() and not has_manifest:
+    if not has_manifest:
         # Not a store: --overwrite does not change that (it replaces a store, never somebody else's files).
         strangers = [p.name for p in folder.iterdir() if p.name not in (SHARD_DIR, LOCK_NAME)]
         if strangers:
@@ -157,7 +153,7 @@ def _prepare_store(
                 f"{folder} is not empty and holds no embedding store ({', '.join(sorted(strangers)[:5])}...); "
                 "write to a new or empty folder"
             )
-    if overwrite and folder.is_dir():
+    if overwrite:
         for name in (MANIFEST_NAME, MERGED_NAME):
             (folder / name).unlink(missing_ok=True)
         shutil.rmtree(folder / SHARD_DIR, ignore_errors=True)
@@ -204,19 +200,9 @@ def _prepare_store(
 
 @dataclass(frozen=True)
 class StorePlan:
-    """One rank's part of :func:`encode_file_to_store`, checked before any work.
-
-    Attributes:
-        source: the input (a text file or a table's text column).
-        folder: the store folder.
-        calibrator: applied to every chunk, or ``None`` (raw vectors).
-        identity: the settings the manifest records and a resumed run must repeat (:data:`IDENTITY_KEYS`); ``dim``
-            is the row width D of the store.
-        encode_kwargs: ``chunk_size`` (and ``batch_size`` when given) for the encode loop.
-        shard_size: rows per shard.
-        overwrite: restart an existing store instead of resuming it.
-        id_column: the table column copied beside each embedding (table shards only), or ``None``.
-    """
+    """One rank's part of :func:`encode_file_to_store` (same names), checked before any work. ``identity``: the
+    settings the manifest records and a resumed run must repeat (:data:`IDENTITY_KEYS`), ``dim`` the row width;
+    ``encode_kwargs``: ``chunk_size`` (and ``batch_size`` when given) for the encode loop."""
 
     source: InputSource
     folder: Path
@@ -248,12 +234,8 @@ def plan_store(
     shard_format: str,
     id_column: str | None,
 ) -> StorePlan:
-    """Check the options of :func:`encode_file_to_store` (same arguments) and open the input; reads no rows.
-
-    Raises:
-        InputError: sizes that are not positive or a shard size that is not a multiple of the chunk size, an unknown
-            ``encoding_errors``, an id column with ``.npy`` shards, an input that cannot be opened.
-    """
+    """Check the options of :func:`encode_file_to_store` (same arguments) and open the input, reading no rows;
+    InputError naming the first bad one."""
     from ..calibrators import IdentityCalibrator
 
     if shard_size < 1 or chunk_size < 1 or (batch_size is not None and batch_size < 1):
@@ -330,12 +312,8 @@ def _check_same_as_rank_0(manifest: dict[str, Any], plan: StorePlan, rank: int) 
 def _encode_shards(
     encoder: SentenceEncoder, plan: StorePlan, mine: Sequence[ShardSpec], record: dict[str, Any], progress: Any
 ) -> list[tuple[int, float]]:
-    """Encode the shards ``mine`` into the store, in order; returns (rows, seconds) per shard.
-
-    One stream through the one encode-then-calibrate loop for all of this rank's shards, so the encoder's pipeline
-    (tokenising ahead, the device busy) does not drain and refill at every shard boundary. Shards are whole chunks,
-    so every forward pass still sees the sentences it would in one process.
-    """
+    """Encode the shards ``mine`` into the store, in order, as one stream through the encode-then-calibrate loop
+    (the pipeline does not drain at shard boundaries); returns (rows, seconds) per shard."""
     from ..embedder import iter_calibrated
 
     source, dim = plan.source, plan.dim
