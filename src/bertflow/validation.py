@@ -147,20 +147,10 @@ def check_array(
     owner: str = "this calibrator",
     max_magnitude: float | None = MAX_INPUT_MAGNITUDE,
 ) -> np.ndarray:
-    """Validate an embedding matrix: dense, 2-D, numeric, finite, with ``n_features`` columns if given, and no value
-    beyond ``max_magnitude`` in size (default :data:`MAX_INPUT_MAGNITUDE`, which calibrators need; ``None``: any).
-
-    The messages use scikit-learn's wording for the same faults (``"0 sample(s) (shape=(0, 3)) while a minimum of
-    2 is required"``, ``"X has 3 features, but WhiteningCalibrator is expecting 4 features as input"``), so code
-    and tests written against scikit-learn estimators recognise them; ``owner`` names the object in the latter.
-
-    Returns:
-        the array as ``dtype`` [N, D] (float64 by default: calibrators compute in float64 and return float32),
-        without a copy when it already has that dtype.
-
-    Raises:
-        InputTypeError: for items that are not numbers (a ``TypeError`` as well as an :class:`InputError`).
-        InputError: for everything else.
+    """An embedding matrix as ``dtype`` [N, D] (no copy if it has it), checked: dense, 2-D, numeric, finite, with
+    ``n_features`` columns if given, and nothing beyond ``max_magnitude`` (``None``: any). Messages use
+    scikit-learn's wording for the same faults (``owner`` names the estimator), so code written against it
+    recognises them. InputTypeError (also a ``TypeError``) for items that are not numbers, else InputError.
     """
     import scipy.sparse
 
