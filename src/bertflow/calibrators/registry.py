@@ -7,15 +7,9 @@ short specs it is built from (``specs``: spec -> one line of help; ``-K`` / ``-P
 ``whitening-K``), spellings that mean the same (``aliases``) and whether its map is affine (``affine``, read by
 the sentence-transformers export). Nothing else lists calibrators.
 
-Two views of the same modules:
-
-* :func:`catalogue` reads the modules' *source* (no import: the CLI builds its help without loading torch or
-  scikit-learn): which classes they register under which names, with which specs. The declarations it reads must
-  therefore be literals (a string in ``@register("...")``, dict literals for ``specs`` and ``aliases``).
-* :func:`get_calibrator_class` / :func:`parse_calibrator` import the module a name or spec needs, and use the
-  class itself; :func:`register` is what a module's import runs.
-
-Loading a saved calibrator goes through this registry, never through importing a dotted path named in a file, so a
+:func:`catalogue` reads the modules' *source* (no import: the CLI's help loads neither torch nor scikit-learn), so
+those declarations are literals; :func:`get_calibrator_class` / :func:`parse_calibrator` import the module a name
+or spec needs. Loading a saved calibrator goes through this registry, never a dotted path named in a file, so a
 saved folder cannot make bertflow import arbitrary code.
 """
 

@@ -1,17 +1,13 @@
 """Parquet and Arrow IPC files: a text column read by row range, and embedding tables written in a stream.
 
 Input. :class:`TableColumn` reads one string column of a Parquet file (by row group) or an Arrow IPC / Feather v2
-file (by record batch, memory-mapped), only the groups that overlap the rows asked for, never the whole file. The
-rules are those of the text readers: every row becomes one embedding row (row ``i`` of a store is row ``i`` of the
-table), so a null or blank row (:func:`bertflow.validation.is_blank`) is an :class:`~bertflow.errors.InputError`
-naming the row, not skipped. Nulls are found when the input is indexed (before anything is encoded); blank strings
-when their shard is read, as blank lines of a text file are.
+file (by record batch, memory-mapped), only the groups that overlap the rows asked for. Row ``i`` of a store is row
+``i`` of the table, so a null or blank row is an :class:`~bertflow.errors.InputError` naming it, not skipped: nulls
+when the input is indexed, blank strings when their shard is read (as blank lines of a text file).
 
-Output. :class:`EmbeddingTableWriter` writes an embedding table (``row`` int64, an optional id column copied from
-the input, ``embedding`` fixed_size_list<float32>[D]) to an open binary file, one record batch or row group per
-block, hashing the bytes as they go; :func:`read_embedding_table` and :func:`embedding_table_rows` read one back.
-``bertflow.scale.store`` uses them for ``--format parquet|arrow`` stores, and ``bertflow encode`` for a ``.parquet`` /
-``.arrow`` output (:func:`write_embedding_file`, fed by :func:`iter_table_sentences`: both streamed).
+Output. :class:`EmbeddingTableWriter` streams an embedding table (``row`` int64, an optional id column copied from
+the input, ``embedding`` fixed_size_list<float32>[D]), hashing the bytes as they go: the shards of ``--format
+parquet|arrow`` stores, and ``bertflow encode``'s ``.parquet`` / ``.arrow`` output (:func:`write_embedding_file`).
 
 pyarrow is imported when first needed (``pip install 'bertflow[arrow]'``).
 """
