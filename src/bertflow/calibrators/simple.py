@@ -14,11 +14,8 @@ from .registry import register
 
 
 def floored_std(std: np.ndarray) -> np.ndarray:
-    """Per-dimension std with a floor of 1e-3 x the median std (and 1e-12), so constant dimensions stay finite.
-
-    Checkpoints such as all-MiniLM-L6-v2 have output dimensions that are constant for every sentence; dividing
-    by their std (0 or 1e-9) would turn rounding noise into huge values.
-    """
+    """Per-dimension std floored at 1e-3 x the median std (and 1e-12): all-MiniLM-L6-v2 has constant dimensions,
+    whose std (0 or 1e-9) would turn rounding noise into huge values."""
     floor = max(1e-12, 1e-3 * float(np.median(std)))
     return np.maximum(std, floor)
 
@@ -109,10 +106,8 @@ class StandardNormCalibrator(Calibrator):
 @register("all-but-the-top")
 class AllButTheTopCalibrator(Calibrator):
     """All-but-the-top (Mu & Viswanath 2018; "NATSV" in the BERT-flow paper): centre, then null the top-k
-    principal directions, which in raw transformer embeddings encode word frequency rather than meaning.
-
-    Args:
-        n_components: k, the number of dominant directions removed (the paper tries 1 to 10).
+    principal directions (``n_components``; the paper tries 1 to 10), which in raw transformer embeddings encode
+    word frequency rather than meaning.
 
     Attributes:
         mean_: [D] mean.

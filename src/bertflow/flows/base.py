@@ -16,25 +16,15 @@ from torch import Tensor, nn
 
 
 class Transform(nn.Module):
-    """An invertible map on batches of feature vectors, with its log-determinant.
-
-    Subclasses implement :meth:`forward` (data -> latent) and :meth:`inverse` (latent -> data) on tensors of
-    shape ``[B, D]`` and return the per-sample log absolute Jacobian determinant alongside the output:
-
-    * ``forward(x) -> (y, log|det dy/dx|)``;
-    * ``inverse(y) -> (x, log|det dx/dy|)``, which equals minus the forward log-determinant.
-
-    Log-determinants are natural logarithms (nats) with shape ``[B]``. Transforms never change the number of
-    features and never mix samples of a batch, so a batch gives the same results as its rows one at a time
-    (up to floating-point rounding).
-    """
+    """An invertible map on ``[B, D]`` batches with its log-determinant (the module's sign convention; ``[B]``, in
+    nats). Transforms keep the number of features and never mix the samples of a batch."""
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Maps data to latent."""
+        """Maps data to latent: ``(y, log|det dy/dx|)``."""
         raise NotImplementedError
 
     def inverse(self, y: Tensor) -> tuple[Tensor, Tensor]:
-        """Maps latent back to data."""
+        """Maps latent back to data: ``(x, log|det dx/dy|)``, minus the forward log-determinant."""
         raise NotImplementedError
 
 
