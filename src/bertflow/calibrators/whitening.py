@@ -130,12 +130,9 @@ class WhiteningCalibrator(Calibrator):
             scaling their rounding noise up to unit variance would add pure-noise coordinates to the cosine.
 
     Attributes:
-        mean_: [D] mean of the fitting embeddings.
-        components_: [D, k] the whitening matrix W, so ``transform(X) = (X - mean_) @ components_``.
+        mean_: [D]; components_: [D, k] W, ``transform(X) = (X - mean_) @ components_``; n_components_: k kept.
         explained_variance_: [k] eigenvalues (after shrinkage) of the kept directions, descending.
-        n_components_: k actually kept.
         shrinkage_: :math:`\lambda` actually used (``shrinkage``, or the automatic value for N <= D).
-        n_features_in_: D.
 
     References:
         Su et al., "Whitening Sentence Representations for Better Semantics and Faster Retrieval", 2021,
