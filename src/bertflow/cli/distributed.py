@@ -7,6 +7,7 @@ with ``--devices cuda:0,cuda:1`` and no launcher, this process spawns one rank p
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import os
 import sys
@@ -97,8 +98,9 @@ def _rank_device(device: str | None) -> str:
     return device
 
 
-def _run(worker: Any, devices: str | None, backend: str, timeout_minutes: float, args: dict[str, Any]) -> None:
-    """Run ``worker(device, args)`` on every rank: spawned per ``--devices``, or as this launcher's rank."""
+def _run(body: Any, devices: str | None, backend: str, timeout_minutes: float, args: dict[str, Any]) -> None:
+    """Run ``body(device, args)`` (module level, so spawned ranks can import it) on every rank, through
+    :func:`_guarded`: spawned per ``--devices``, or as this launcher's rank."""
     from ..scale.launch import Topology, launch_local, process_group
 
     if devices:
@@ -108,7 +110,9 @@ def _run(worker: Any, devices: str | None, backend: str, timeout_minutes: float,
         import torch.multiprocessing as mp
 
         try:
-            launch_local(worker, names, args, backend=backend, timeout_minutes=timeout_minutes)
+            launch_local(
+                functools.partial(_guarded, body), names, args, backend=backend, timeout_minutes=timeout_minutes
+            )
         except mp.ProcessRaisedException as e:
             # An unexpected error: the message carries the rank's traceback, which nobody has printed yet.
             typer.echo(f"bertflow: error: a rank failed:\n{e}", err=True)
@@ -119,7 +123,7 @@ def _run(worker: Any, devices: str | None, backend: str, timeout_minutes: float,
             raise typer.Exit(2) from None
         return
     with process_group(backend, timeout_minutes=timeout_minutes):
-        worker(None, args)
+        _guarded(body, None, args)
 
 
 def _check_device_option(device: str | None, devices: str | None) -> None:
@@ -196,11 +200,6 @@ def _encode_worker_body(device: str | None, args: dict[str, Any]) -> None:
         print(json.dumps(summary), flush=True)
 
 
-def _encode_worker(device: str | None, args: dict[str, Any]) -> None:
-    """One rank of ``distributed-encode`` (module level, so spawned ranks can import it)."""
-    _guarded(_encode_worker_body, device, args)
-
-
 InputFileArg = Annotated[
     Path,
     typer.Argument(
@@ -273,7 +272,7 @@ def distributed_encode(
     _check_input_options(input, text_column, input_format, shard_format, id_column)
     args |= {"input": str(input), "output": str(output), "encoding_errors": encoding_errors.value}
     args |= {"input_format": input_format and input_format.value, "shard_format": shard_format.value}
-    _run(_encode_worker, devices, backend, timeout_minutes, args)
+    _run(_encode_worker_body, devices, backend, timeout_minutes, args)
 
 
 def _check_model_options(model_dir: Path | None, model: str | None, pooling: str) -> None:
@@ -380,11 +379,6 @@ def _fit_worker_body(device: str | None, args: dict[str, Any]) -> None:
     print(json.dumps(summary), flush=True)
 
 
-def _fit_worker(device: str | None, args: dict[str, Any]) -> None:
-    """One rank of ``distributed-fit`` (module level, so spawned ranks can import it)."""
-    _guarded(_fit_worker_body, device, args)
-
-
 @app.command("distributed-fit", epilog=_EPILOG_FIT)
 def distributed_fit(
     store: Annotated[
@@ -412,4 +406,4 @@ def distributed_fit(
     check_output_folder(output, "model", overwrite=overwrite, inputs=[store])
     check_epochs(epochs)
     _check_device_option(device, devices)
-    _run(_fit_worker, devices, backend, timeout_minutes, args)
+    _run(_fit_worker_body, devices, backend, timeout_minutes, args)
