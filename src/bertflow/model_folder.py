@@ -15,17 +15,14 @@ A saved folder::
       encoder/                  only with ``save(..., include_encoder=True)``: the encoder's own HF files
                                 (config, safetensors weights, tokenizer, its README/licence)
 
-By default the encoder's weights are referenced by id and revision, not copied; with
-``include_encoder=True`` the folder is self-contained and loading uses the copy.
-
 **No absolute local paths**: the folder may be published as it is. A local encoder is recorded by its folder's
 name with the sha256 of its weight files, and by ``encoder.local_path``, its path relative to the model folder
 (``../models/my-bert``), so the two folders can move together; failing that, a folder of the encoder's name in the
 working directory is taken. :func:`bertflow.hub.push` refuses such a model unless the encoder is bundled.
 Loading re-checks checksums, format version, and the encoder's fingerprint and dimension against the calibrator's.
 
-:meth:`Embedder.save <bertflow.embedder.Embedder.save>` and :meth:`Embedder.load
-<bertflow.embedder.Embedder.load>` are thin calls into :func:`save_model_folder` and :func:`load_model_folder`.
+:meth:`Embedder.save <bertflow.embedder.Embedder.save>` and ``Embedder.load`` call :func:`save_model_folder` and
+:func:`load_model_folder`.
 """
 
 from __future__ import annotations

@@ -214,17 +214,10 @@ def read_tsv_column(
     errors: EncodingErrors = "strict",
     refuse_blank: bool = False,
 ) -> list[str]:
-    """The values of one column of a TAB-separated file, one per data row, in file order.
+    """The values of ``column`` (a header name, or a 0-based index) of a TAB-separated file, one per data row.
 
-    Split on TAB only (no quoting, no stripping); empty lines are skipped; rows may have more fields than needed.
-
-    Args:
-        column: header name (needs ``header``) or 0-based index.
-        header: the first line is a header (not returned).
-        refuse_blank: raise, naming file, line and column, at a blank cell (:func:`is_blank`).
-
-    Raises:
-        InputError: unknown column (the header listed), a negative index, a row too short, or no data rows.
+    Split on TAB only (no quoting, no stripping); empty lines skipped. ``refuse_blank``: raise at a blank cell.
+    InputError: unknown column (the header listed), a negative index, a row too short, or no data rows.
     """
     p = Path(path)
     rows = _iter_tsv_rows(p, errors)

@@ -4,19 +4,15 @@ Written by :func:`bertflow.scale.encode.encode_file_to_store` (``bertflow distri
 time by whichever rank encoded it, or by :func:`write_store` from an in-memory matrix. Layout::
 
     OUTDIR/
-      manifest.json            what was encoded and how (input file size, sha256 and line count; encoder model id,
-                               fingerprint, pooling, max_length and compute dtype; calibrator identity, if any;
-                               output dim and dtype; bertflow version) and the shard plan: the row range
-                               [start, stop) and input byte offset of every shard
+      manifest.json            what was encoded and how (input identity, encoder record and compute dtype,
+                               calibrator identity, dim, dtype) and the shard plan (rows, input byte offsets)
       shards/part-000000.npy   float32 [rows, D]: input rows [start, stop), in input order
       shards/part-000000.json  the shard's completion record: rows, bytes, sha256, rank, device, seconds
       embeddings.npy           only after a merge (``--merge`` or :func:`merge_shards`): every row in one array
 
-A store may hold Parquet or Arrow IPC shards instead (``shard_format`` in the manifest, ``--format parquet|arrow``):
-``shards/part-000000.parquet`` (or ``.arrow``) is a table of ``row`` (int64), an optional id column copied from the
-input, and ``embedding`` (fixed_size_list<float32>[D]), written and completed the same way (see
-:mod:`bertflow.io.arrow`). Such a store has ``format_version`` 2, so a bertflow that only reads ``.npy`` shards
-refuses it by name instead of reporting missing shards.
+A store may hold Parquet or Arrow IPC shards instead (``--format parquet|arrow``): tables of ``row``, an optional id
+column and ``embedding`` (:mod:`bertflow.io.arrow`), written and completed the same way, in ``format_version`` 2
+(so a bertflow that reads only ``.npy`` shards refuses it by name).
 
 Shards are numbered over the whole input, not per rank, so a run resumed with other ranks reuses every finished
 one. A shard is written under a temporary name, fsynced and renamed, and only then is its record written, so a
