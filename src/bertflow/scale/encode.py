@@ -393,17 +393,10 @@ def _summarise(
     merge: bool,
 ) -> dict[str, Any]:
     """Rank 0, after every shard is written: complete the manifest, merge if asked, and return the run's summary."""
-    world = len(per_rank)
-    run = {
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-        "world_size": world,
-        "encoded_shards": encoded,
-        "skipped_shards": skipped,
-        "seconds": round(wall, 4),
-        "host": socket.gethostname(),
-        "bertflow_version": __version__,
-    }
-    final = finalize_manifest(folder, run=run)
+    counts = {"encoded_shards": encoded, "skipped_shards": skipped}
+    run = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)), "world_size": len(per_rank)}
+    run |= {**counts, "seconds": round(wall, 4)}
+    final = finalize_manifest(folder, run={**run, "host": socket.gethostname(), "bertflow_version": __version__})
     merged = str(merge_shards(folder)) if merge else None
     encoded_rows = sum(r["rows"] for r in per_rank)
     return {
@@ -411,10 +404,9 @@ def _summarise(
         "rows": final["rows"],
         "dim": final["dim"],
         "shards": shards,
-        "encoded_shards": encoded,
-        "skipped_shards": skipped,
+        **counts,
         "encoded_rows": encoded_rows,
-        "world_size": world,
+        "world_size": len(per_rank),
         "seconds": round(wall, 4),
         "rows_per_second": round(encoded_rows / wall, 2) if wall > 0 and encoded_rows else None,
         "merged": merged,
