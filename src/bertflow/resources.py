@@ -103,13 +103,11 @@ def machine_info(device: str | None = None) -> dict[str, Any]:
     import transformers
 
     cpu_model = platform.processor() or platform.machine()
-    try:
+    with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 cpu_model = line.split(":", 1)[1].strip()
                 break
-    except OSError:
-        pass
     dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
     info: dict[str, Any] = {
         "platform": platform.platform(),

@@ -38,16 +38,12 @@ def temporary_name(path: Path) -> Path:
 
 def fsync_dir(folder: Path) -> None:
     """Make a rename inside ``folder`` durable (a no-op where directories cannot be opened, e.g. Windows)."""
-    try:
+    with contextlib.suppress(OSError):
         fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 @contextlib.contextmanager
@@ -459,12 +455,10 @@ def _hold_lock(path: Path, place: str | Path, what: str) -> Iterator[None]:
 
 def current_umask() -> int:
     """The process's umask, read from /proc where possible (``os.umask`` must set one to read it, racing threads)."""
-    try:
+    with contextlib.suppress(OSError, ValueError, IndexError):
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("Umask:"):
                 return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
