@@ -54,11 +54,8 @@ class CatalogueEntry:
 
 
 def register(name: str):  # noqa: ANN201 - decorator
-    """Class decorator: make a calibrator loadable by ``name`` (the ``type`` field of its saved config).
-
-    Raises:
-        ValueError: another class is registered under ``name`` already (two modules claiming one name).
-    """
+    """Class decorator: make a calibrator loadable by ``name`` (the ``type`` field of its saved config);
+    ValueError if another class holds ``name`` already."""
 
     def wrap(cls: type[Calibrator]) -> type[Calibrator]:
         known = _REGISTRY.get(name)
@@ -142,11 +139,7 @@ def _load(entry: CatalogueEntry) -> type[Calibrator]:
 
 
 def get_calibrator_class(name: str) -> type[Calibrator]:
-    """The calibrator class registered as ``name`` (its module is imported on first use).
-
-    Raises:
-        CompatibilityError: no calibrator module registers ``name``.
-    """
+    """The calibrator class registered as ``name``, its module imported on first use; CompatibilityError if none."""
     if name in _REGISTRY:
         return _REGISTRY[name]
     entry = next((e for e in catalogue() if e.name == name), None)
@@ -188,16 +181,9 @@ def _match(part: str) -> tuple[CatalogueEntry, str, int | None]:
 
 
 def parse_calibrator(spec: str, **options: Any) -> Calibrator:
-    """Build an (unfitted) calibrator from a short spec; see :func:`calibrator_specs`.
-
-    Args:
-        spec: e.g. ``"flow"``, ``"flow-paper"``, ``"whitening-256"``, ``"standard-norm+natsv-6"`` (``+`` chains).
-        options: extra constructor arguments for the calibrators that take them (the flow's ``seed``,
-            ``epochs``, ``device`` ...); the others ignore them.
-
-    Raises:
-        InputError: an unknown spec, or a number out of the spec's range.
-    """
+    """An unfitted calibrator from a short ``spec`` (:func:`calibrator_specs`: ``"flow"``, ``"whitening-256"``,
+    ``"standard-norm+natsv-6"``: ``+`` chains); ``options`` go to the calibrators that take them (the flow's
+    ``seed``, ``epochs``, ``device`` ...). InputError for an unknown spec or a number out of its range."""
     parts = [p.strip().lower() for p in spec.split("+")]
     if len(parts) > 1:
         chain = get_calibrator_class("chain")

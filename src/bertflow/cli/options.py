@@ -212,11 +212,8 @@ ModelDirOpt = Annotated[
 def source_constant(module: str, name: str) -> Any:
     """The value of the module-level constant ``name`` of bertflow's ``module`` (a path below the package without
     ``.py``: ``"encoding/device"``), read from its source without importing it, so the CLI's help quotes the owner's
-    list without loading torch. A ``Literal["a", "b"]`` alias gives its arguments, ``("a", "b")``.
-
-    Raises:
-        LookupError: no such constant, or one whose value is not a literal (a bug in bertflow, not in the input).
-    """
+    list without loading torch. A ``Literal["a", "b"]`` alias gives its arguments, ``("a", "b")``. LookupError (a
+    bug in bertflow) for no such literal constant."""
     import ast
 
     source = (Path(__file__).resolve().parents[1] / f"{module}.py").read_text(encoding="utf-8")

@@ -153,16 +153,9 @@ def read_sentences(
     skip_blank: bool = True,
     unique: bool = False,
 ) -> list[str]:
-    """The sentences of a file with one per line (:func:`iter_lines`), in file order, kept as written.
-
-    Args:
-        skip_blank: skip (and count at INFO) lines that :func:`bertflow.validation.is_blank` calls blank; if False,
-            such a line raises InputError naming its line number.
-        unique: drop repeated sentences, keeping the first occurrence.
-
-    Raises:
-        InputError: unreadable or undecodable file, a blank line with ``skip_blank=False``, or no sentences.
-    """
+    """The sentences of a file with one per line (:func:`iter_lines`), in file order, kept as written; blank lines
+    (:func:`bertflow.validation.is_blank`) skipped and counted at INFO (``skip_blank=False``: InputError naming
+    it), repeats dropped with ``unique``. InputError for an unreadable file or no sentences."""
     p = Path(path)
     sentences: list[str] = []
     seen: set[str] = set()

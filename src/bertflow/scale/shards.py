@@ -110,11 +110,7 @@ class ShardWriter:
             self._pending.pop(0).result()
 
     def commit(self) -> dict[str, Any]:
-        """Finish the shard: wait for the writes, fsync, rename to the final name, write the record; return it.
-
-        Raises:
-            InputError: fewer rows were written than the shard holds.
-        """
+        """Finish the shard (InputError if short): wait for the writes, fsync, rename, write the record; return it."""
         if self._done:
             raise RuntimeError("this shard was already committed or aborted")
         for future in self._pending:
