@@ -62,11 +62,8 @@ class StandardNormCalibrator(Calibrator):
 
     This is ``sklearn.preprocessing.StandardScaler()`` (population std, ddof 0), except that a (near-)constant
     dimension is divided by a floored std (:func:`floored_std`) where StandardScaler divides by 1; the output is
-    float32. ``tests/calibrators/test_simple.py`` checks the equality.
-
-    Attributes:
-        mean_: [D] per-dimension mean.
-        scale_: [D] per-dimension std, floored (see :func:`floored_std`).
+    float32 (``tests/calibrators/test_simple.py`` checks it). Fitted: ``mean_`` [D] and ``scale_`` [D], the
+    floored std.
     """
 
     rescales_variance = True
@@ -107,11 +104,8 @@ class StandardNormCalibrator(Calibrator):
 class AllButTheTopCalibrator(Calibrator):
     """All-but-the-top (Mu & Viswanath 2018; "NATSV" in the BERT-flow paper): centre, then null the top-k
     principal directions (``n_components``; the paper tries 1 to 10), which in raw transformer embeddings encode
-    word frequency rather than meaning.
-
-    Attributes:
-        mean_: [D] mean.
-        components_: [k, D] orthonormal top principal directions that are projected out.
+    word frequency rather than meaning. Fitted: ``mean_`` [D] and ``components_`` [k, D], the orthonormal
+    directions projected out.
     """
 
     specs = {"natsv-K": "all-but-the-top: null the top K principal directions (NATSV)"}

@@ -158,12 +158,8 @@ class ShardedEmbeddings:
 
 def open_embeddings(folder: str | Path, *, verify: bool = False) -> ShardedEmbeddings:
     """Open a store (``bertflow distributed-encode``, :func:`write_store`) as a :class:`ShardedEmbeddings`;
-    ``verify`` also recomputes every shard's sha256 (reads everything once).
-
-    Raises:
-        InputError: some shard is not complete yet (re-run the same command to finish it).
-        ModelFileError: the manifest is missing, garbled or newer than this bertflow.
-    """
+    ``verify`` also recomputes every shard's sha256 (reads everything once). InputError while some shard is not
+    complete (re-run the same command); ModelFileError for a missing, garbled or newer manifest."""
     manifest = read_manifest(folder)
     store = ShardedEmbeddings(folder, manifest)
     missing = [s.index for s in store.specs if shard_record(folder, s, store.shape[1], store.dtype.name) is None]
