@@ -203,7 +203,9 @@ class TableShardWriter(ShardWriter):
 
     def _finish(self) -> tuple[int, str]:
         digest = self._table.close()
-        return super()._finish()[0], digest
+        size = self._fh.tell()
+        self._stack.close()
+        return size, digest
 
     def _discard(self) -> None:
         # Close the table writer while its file is open (pyarrow would write to a closed file when it is collected).
