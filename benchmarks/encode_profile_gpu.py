@@ -12,6 +12,13 @@
     MiniLM-L6 ``SentenceEncoder.encode`` on STS text, first pass then ``--rounds`` warm passes, each split into:
     chunk preparation on the tokenisation threads (worker round trip vs sorting and packing), queueing on the
     main thread, waiting for results, and Python's garbage collections in the main process.
+``timeline``
+    ``SentenceEncoder.encode`` per architecture and per ``--settings`` variant (``;``-separated
+    ``field=value,...`` of ``EncodeSettings``, ``default`` for none; ``switch=S`` sets ``sys.setswitchinterval``),
+    each its own encoder (so a cold word memo): first pass then ``--rounds`` warm passes on STS text, each with
+    a timeline per chunk (preparation on its thread, queueing on the main thread, the device's start and end of
+    the chunk from CUDA events, the wait for the result), the device's idle time, CUDA / pinned allocations made
+    during the pass, and a cProfile of the main thread in one more warm pass (``--out-dir``).
 
     PYTHONPATH=src python3 benchmarks/encode_profile_gpu.py forward --tokenizer-dir TOK --data-dir STS --json out.json
 """
@@ -225,9 +232,269 @@ def host(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     }
 
 
+def _setting_variant(spec: str) -> tuple[dict[str, Any], float | None]:
+    """``field=value,...`` (or ``default``) -> (EncodeSettings keywords, switch interval or None)."""
+    kwargs: dict[str, Any] = {}
+    switch = None
+    for item in filter(None, spec.split(",")):
+        if item == "default":
+            continue
+        key, _, value = item.partition("=")
+        if key == "switch":  # sys.setswitchinterval before the encoder is made
+            switch = float(value)
+        elif key == "fast_switch":  # the interval the encoder's prefetcher sets on CUDA (null: none)
+            kwargs["_fast_switch"] = json.loads(value)
+        else:
+            kwargs[key] = json.loads(value)
+    return kwargs, switch
+
+
+def _counters() -> dict[str, int]:
+    """CUDA segments allocated (cudaMalloc calls) and pinned host allocations so far."""
+    stats = torch.cuda.memory_stats()
+    out = {"cuda_segments": int(stats.get("segment.all.allocated", 0))}
+    try:
+        host = torch.cuda.host_memory_stats()
+        out["host_allocs"] = int(host.get("num_host_alloc", host.get("allocations.allocated", 0)))
+    except (AttributeError, RuntimeError):
+        pass
+    return out
+
+
+def traced_pass(enc: Any, text: list[str]) -> dict[str, Any]:
+    """One ``enc.encode(text)`` with a per-chunk timeline (seconds from the call; device times from CUDA events)."""
+    events: list[dict[str, Any]] = []
+    lock = threading.Lock()
+    originals = {"prepare": enc._prepare, "launch": enc._runner.launch, "finish": enc._runner.finish}
+    originals["tokenize"] = enc._tokenize_arrays
+
+    def tokenize(sentences: Any, *a: Any, **k: Any) -> Any:
+        t = time.perf_counter()
+        out = originals["tokenize"](sentences, *a, **k)
+        with lock:
+            events.append({"what": "tokenize", "n": len(sentences), "t0": t, "t1": time.perf_counter()})
+        return out
+
+    def prepare(item: Any, *a: Any, **k: Any) -> Any:
+        t = time.perf_counter()
+        out = originals["prepare"](item, *a, **k)
+        with lock:
+            events.append(
+                {
+                    "what": "prepare",
+                    "row": item[0],
+                    "n": out.n,
+                    "batches": len(out.batches),
+                    "t0": t,
+                    "t1": time.perf_counter(),
+                    "thread": threading.current_thread().name,
+                }
+            )
+        return out
+
+    def launch(chunk: Any, *a: Any, **k: Any) -> Any:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t = time.perf_counter()
+        start.record()
+        out = originals["launch"](chunk, *a, **k)
+        end.record()
+        events.append(
+            {
+                "what": "launch",
+                "row": chunk.offset,
+                "n": chunk.n,
+                "batches": len(chunk.batches),
+                "t0": t,
+                "t1": time.perf_counter(),
+                "ev": (start, end),
+            }
+        )
+        return out
+
+    def finish(pending: Any) -> Any:
+        t = time.perf_counter()
+        out = originals["finish"](pending)
+        events.append({"what": "finish", "row": pending.offset, "t0": t, "t1": time.perf_counter()})
+        return out
+
+    enc._prepare, enc._runner.launch, enc._runner.finish = prepare, launch, finish
+    enc._tokenize_arrays = tokenize
+    try:
+        before = _counters()
+        torch.cuda.synchronize()
+        base = torch.cuda.Event(enable_timing=True)
+        t0 = time.perf_counter()
+        base.record()
+        enc.encode(text, show_progress_bar=False)
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+        after = _counters()
+    finally:
+        del enc._prepare, enc._runner.launch, enc._runner.finish, enc._tokenize_arrays
+    rows = []
+    busy = 0.0
+    last_end = 0.0
+    for e in events:
+        row = {k: v for k, v in e.items() if k not in ("t0", "t1", "ev")}
+        row["t0"], row["t1"] = round(e["t0"] - t0, 4), round(e["t1"] - t0, 4)
+        if "ev" in e:
+            g0, g1 = (base.elapsed_time(x) / 1000 for x in e["ev"])
+            row["gpu0"], row["gpu1"] = round(g0, 4), round(g1, 4)
+            busy += g1 - max(g0, last_end)
+            last_end = g1
+        rows.append(row)
+    launches = [r for r in rows if r["what"] == "launch"]
+    return {
+        "wall_s": round(wall, 4),
+        "sentences_per_s": round(len(text) / wall),
+        "batches": sum(r["batches"] for r in launches),
+        "first_launch_s": launches[0]["t0"] if launches else None,
+        "launch_host_s": round(sum(r["t1"] - r["t0"] for r in launches), 4),
+        "gpu_busy_s": round(busy, 4),
+        "gpu_last_end_s": round(last_end, 4),
+        "allocations": {k: after[k] - before.get(k, 0) for k in after},
+        "timeline": rows,
+    }
+
+
+def roundtrip(enc: Any, text: list[str]) -> dict[str, Any]:
+    """Median seconds (of 5, warm) to tokenise the first n sentences of ``text``: through the encoder's worker
+    processes, in this process with the same WordPiece shortcut, and to prepare (sort, pack) them once tokenised."""
+    from bertflow.encoding.batching import prepare_chunk
+    from bertflow.encoding.tokenization import WordPieceShortcut, tokenize_arrays
+
+    shortcut = WordPieceShortcut.from_tokenizer(enc._rust_tokenizer)
+    out: dict[str, Any] = {}
+    for n in (512, 2048, 4096, 16384):
+        part = text[:n]
+        times: dict[str, list[float]] = {"pool": [], "in_process": [], "prepare": []}
+        for _ in range(5):
+            t = time.perf_counter()
+            tokens = enc._token_pool.tokenize(part)
+            times["pool"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            tokenize_arrays(enc._rust_tokenizer, part, shortcut)
+            times["in_process"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            prepare_chunk(
+                0,
+                tokens,
+                max_tokens=enc.token_budget,
+                max_rows=None,
+                uniform_fill=enc.settings.uniform_fill,
+                min_length_ratio=enc.settings.min_length_ratio,
+                min_tokens=32768,
+                pad_id=0,
+                pinned=True,
+            )
+            times["prepare"].append(time.perf_counter() - t)
+        out[str(n)] = {k: round(statistics.median(v), 5) for k, v in times.items()}
+    return out
+
+
+def timeline(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    import cProfile
+    import io
+    import pstats
+
+    from bertflow import SentenceEncoder
+    from bertflow.encoding.settings import EncodeSettings
+
+    text = sts_text(args.data_dir, args.sentences)
+    warm = synthetic(args.tokenizer_dir, 20000)
+    out: dict[str, Any] = {"card": torch.cuda.get_device_name(0), "torch": torch.__version__, "runs": {}}
+    default_switch = sys.getswitchinterval()
+    for arch in args.archs.split(","):
+        model = random_model(arch, args.tokenizer_dir, work / arch)
+        for spec in args.settings.split(";"):
+            kwargs, switch = _setting_variant(spec)
+            sys.setswitchinterval(switch or default_switch)
+            import bertflow.encoding.batching as batching
+
+            fast = getattr(batching, "FAST_SWITCH_INTERVAL", None)
+            if "_fast_switch" in kwargs:
+                batching.FAST_SWITCH_INTERVAL = kwargs.pop("_fast_switch")
+            enc = SentenceEncoder(str(model), pooling="mean", device="cuda", settings=EncodeSettings(**kwargs))
+            enc.encode(warm, show_progress_bar=False)
+            passes = [traced_pass(enc, text) for _ in range(1 + args.rounds)]
+            rates = [p["sentences_per_s"] for p in passes]
+            res = {
+                "first_pass": rates[0],
+                "warm_min_median_max": [min(rates[1:]), statistics.median(rates[1:]), max(rates[1:])],
+                "passes": passes,
+            }
+            print(
+                json.dumps(
+                    {
+                        "arch": arch,
+                        "settings": spec,
+                        **{k: v for k, v in res.items() if k != "passes"},
+                        "batches": passes[-1]["batches"],
+                        "fill": [p["first_launch_s"] for p in passes],
+                        "launch_host": [p["launch_host_s"] for p in passes],
+                        "gpu_busy": [p["gpu_busy_s"] for p in passes],
+                        "wall": [p["wall_s"] for p in passes],
+                        "allocs": [p["allocations"] for p in passes if any(p["allocations"].values())],
+                    }
+                ),
+                flush=True,
+            )
+            if args.cprofile and spec == args.settings.split(";")[0]:
+                # The main thread in one more warm pass, then queueing one 65,536-sentence chunk with nothing else
+                # running (the launch cost without the tokenisation threads).
+                chunk = enc._prepare((0, sts_text(args.data_dir, 65536)), enc.token_budget, None, pooled=False)
+                plan = enc._plan(None)
+                for _ in range(2):
+                    enc._runner.finish(enc._runner.launch(chunk, plan, unpadded=enc.settings.unpadded))
+                for label in ("encode", "launch"):
+                    torch.cuda.synchronize()
+                    prof = cProfile.Profile()
+                    t = time.perf_counter()
+                    prof.enable()
+                    if label == "encode":
+                        enc.encode(text, show_progress_bar=False)
+                    else:
+                        enc._runner.launch(chunk, plan, unpadded=enc.settings.unpadded)
+                    prof.disable()
+                    host_s = time.perf_counter() - t
+                    torch.cuda.synchronize()
+                    buf = io.StringIO()
+                    buf.write(f"{label}: host {host_s:.4f} s (profiled), {len(chunk.batches)} batches in the chunk\n")
+                    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(40)
+                    (args.out_dir / f"cprofile_{label}_{arch}.txt").write_text(buf.getvalue())
+                torch.cuda.synchronize()
+                t = time.perf_counter()
+                enc._runner.launch(chunk, plan, unpadded=enc.settings.unpadded)
+                res["launch_65536_host_s"] = round(time.perf_counter() - t, 4)
+                torch.cuda.synchronize()
+                res["launch_65536_total_s"] = round(time.perf_counter() - t, 4)
+                res["launch_65536_batches"] = len(chunk.batches)
+                print(
+                    arch,
+                    "launch of one 65,536 chunk: host",
+                    res["launch_65536_host_s"],
+                    "with device",
+                    res["launch_65536_total_s"],
+                    flush=True,
+                )
+            if args.roundtrip and spec == args.settings.split(";")[0]:
+                res["roundtrip"] = roundtrip(enc, text)
+                print(arch, "tokeniser round trip", json.dumps(res["roundtrip"]), flush=True)
+            while f"{arch} {spec}" in out["runs"]:  # a variant named twice keeps both
+                spec += " (again)"
+            out["runs"][f"{arch} {spec}"] = res
+            if hasattr(batching, "FAST_SWITCH_INTERVAL"):
+                batching.FAST_SWITCH_INTERVAL = fast
+            enc.close()
+            del enc
+            torch.cuda.empty_cache()
+    sys.setswitchinterval(default_switch)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("what", choices=["forward", "host"])
+    parser.add_argument("what", choices=["forward", "host", "timeline"])
     parser.add_argument("--tokenizer-dir", type=Path, required=True)
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--archs", default="bert-base,minilm-l6")
@@ -238,12 +505,17 @@ def main() -> None:
     )
     parser.add_argument("--profile", default="padded,grouped:fused", help="forward: variants to profile")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--settings", default="default", help="timeline: ';'-separated EncodeSettings variants")
+    parser.add_argument("--cprofile", action="store_true", help="timeline: cProfile the main thread (first variant)")
+    parser.add_argument(
+        "--roundtrip", action="store_true", help="timeline: time the tokeniser round trip (first variant)"
+    )
     parser.add_argument("--sentences", type=int, default=40000)
     parser.add_argument("--out-dir", type=Path, default=Path("."))
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bertflow-prof-") as tmp:
-        result = {"forward": forward, "host": host}[args.what](args, Path(tmp))
+        result = {"forward": forward, "host": host, "timeline": timeline}[args.what](args, Path(tmp))
     result["command"] = " ".join(sys.argv)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2, default=str) + "\n")

@@ -8,7 +8,7 @@ Protocol (also written into the report):
 - Hit: the partner is among the top k of the whole corpus, the query sentence itself excluded. recall@k is the
   share of queries with a hit; MRR@10 the mean reciprocal rank of the partner (0 when below rank 10).
 - Embeddings: the embedded default encoder (all-MiniLM-L6-v2, mean pooling, max_length 64, float32 on CPU);
-  similarity is the cosine of the (calibrated) vectors, searched exactly with :class:`bertflow.search.EmbeddingIndex`.
+  similarity is the cosine of the (calibrated) vectors, searched exactly with :class:`bertflow.EmbeddingIndex`.
 - Calibrators, fitted without labels on STS-B sentences in three regimes: ``corpus`` = the searched sentences
   themselves (what a search user does: fit on the collection); ``train`` = the train split only (held out: the
   test sentences are never seen); ``target`` = train + dev + test (BERT-flow's transductive default). Flow: the
@@ -43,7 +43,7 @@ from bertflow.encoding.encoder import SentenceEncoder
 from bertflow.evaluation.datasets import load_sts_task
 from bertflow.io.text import SentencePairs
 from bertflow.model_folder import corpus_digest
-from bertflow.search import EmbeddingIndex
+from bertflow import EmbeddingIndex
 
 logger = logging.getLogger("bertflow.benchmarks.retrieval")
 

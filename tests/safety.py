@@ -3,13 +3,18 @@ shared by tests/cli/, tests/io/test_files.py and tests/test_search.py; a plain m
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from bertflow.errors import ModelFileError
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
+T = TypeVar("T")
 
 #: A writer process: saves one of two folders into a target over and over for some seconds (the concurrent-load tests).
 _WRITER_SCRIPT = """
@@ -63,3 +68,28 @@ def clear_race_error(e: ModelFileError) -> bool:
     text = str(e)
     clear = ("replaced by another save while it was being read", "previous version is in")
     return "\n" not in text and any(c in text for c in clear)
+
+
+def loads_during_saves(
+    load: Callable[[Path], T], a: Path, b: Path, target: Path, seconds: float = 5
+) -> tuple[list[T], int]:
+    """Copy the folder ``a`` to ``target``, then call ``load(target)`` for ``seconds`` while a writer process saves
+    ``a`` and ``b`` into ``target`` in turn: every load returns, or fails with one of the clear lines
+    (:func:`clear_race_error`; never a checksum error from a mix of two saves). Returns what the loads that succeeded
+    returned, and how many saves the writer made (it runs 2 s longer than the loads)."""
+    shutil.copytree(a, target)
+    script = _WRITER_SCRIPT.format(src=SRC)
+    command = [sys.executable, "-c", script, str(a), str(b), str(target), str(seconds + 2)]
+    writer = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    results: list[T] = []
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            try:
+                results.append(load(target))
+            except ModelFileError as e:
+                assert clear_race_error(e), e
+    finally:
+        out, err = writer.communicate(timeout=60)
+    assert writer.returncode == 0, err.decode()
+    return results, int(out)

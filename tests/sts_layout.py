@@ -118,6 +118,21 @@ def layout(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_sts_layout(tmp_path_factory.mktemp("sts"))
 
 
+@pytest.fixture(scope="module")
+def encoder(working_tiny_bert: Path):  # noqa: ANN201 - a SentenceEncoder
+    """The working tiny BERT, mean pooling, on the CPU."""
+    from bertflow import SentenceEncoder
+
+    return SentenceEncoder(str(working_tiny_bert), pooling="mean", device="cpu")
+
+
+def per_set_config(layout: Path, **kwargs: object):  # noqa: ANN201 - a GridConfig
+    """A GridConfig of the per-set protocol on ``layout`` without the embedding cache, changed by ``kwargs``."""
+    from bertflow.paper.grid import GridConfig
+
+    return GridConfig(**{"regimes": ["per-set"], "data_dir": layout, "use_cache": False, **kwargs})  # type: ignore[arg-type]
+
+
 def _invoke(*args: object):
     from bertflow.errors import BertflowError
 

@@ -39,13 +39,17 @@ def test_encode_and_similarity_shapes(fitted):
     z = fitted.encode(SENTENCES)
     assert z.shape == (len(SENTENCES), 32) and z.dtype == np.float32
     assert fitted.encode("The cat sleeps.").shape == (32,)
+    # One return type each, as sentence-transformers: a float32 tensor [N1, N2] (two strings: [1, 1]) and [N].
     s = fitted.similarity("The cat sleeps.", "The cat sleeps.")
-    assert isinstance(s, float) and s == pytest.approx(1.0, abs=1e-5)
+    assert isinstance(s, torch.Tensor) and s.dtype == torch.float32 and s.shape == (1, 1)
+    assert float(s) == pytest.approx(1.0, abs=1e-5)
     m = fitted.similarity(SENTENCES[:3], SENTENCES)
-    assert m.shape == (3, len(SENTENCES))
-    np.testing.assert_allclose(np.diag(m[:, :3]), 1.0, atol=1e-5)
+    assert isinstance(m, torch.Tensor) and m.dtype == torch.float32 and m.shape == (3, len(SENTENCES))
+    assert fitted.similarity("The cat sleeps.", SENTENCES).shape == (1, len(SENTENCES))
+    np.testing.assert_allclose(np.diag(m[:, :3].numpy()), 1.0, atol=1e-5)
     pw = fitted.similarity_pairwise(SENTENCES[:3], SENTENCES[3:6])
-    np.testing.assert_allclose(pw, [m[i, 3 + i] for i in range(3)], atol=1e-5)
+    assert isinstance(pw, torch.Tensor) and pw.dtype == torch.float32 and pw.shape == (3,)
+    np.testing.assert_allclose(pw.numpy(), [m[i, 3 + i] for i in range(3)], atol=1e-5)
 
 
 def test_unfitted_embedder_refuses(tiny_encoder):
@@ -247,16 +251,17 @@ def test_load_explains_missing_paths_and_offline_hub(fitted, tmp_path):
 
 def test_similarity_of_embeddings_as_sentence_transformers(fitted):
     """Two embedding matrices (arrays or tensors) in: their cosine as a float32 tensor, as
-    SentenceTransformer.similarity; sentences in: bertflow's float / ndarray, unchanged."""
+    SentenceTransformer.similarity; sentences in: the same type and the same numbers."""
     z = fitted.encode(SENTENCES)
     expected = fitted.similarity(SENTENCES[:3], SENTENCES)
-    assert isinstance(expected, np.ndarray)
     sims = fitted.similarity(z[:3], torch.from_numpy(z))
     assert isinstance(sims, torch.Tensor) and sims.dtype == torch.float32 and sims.shape == (3, len(SENTENCES))
-    np.testing.assert_allclose(sims.numpy(), expected, atol=1e-6)
+    np.testing.assert_allclose(sims.numpy(), expected.numpy(), atol=1e-6)
     pairs = fitted.similarity_pairwise(z[:3], z[3:6])
     assert isinstance(pairs, torch.Tensor) and pairs.shape == (3,)
-    np.testing.assert_allclose(pairs.numpy(), fitted.similarity_pairwise(SENTENCES[:3], SENTENCES[3:6]), atol=1e-6)
+    np.testing.assert_allclose(
+        pairs.numpy(), fitted.similarity_pairwise(SENTENCES[:3], SENTENCES[3:6]).numpy(), atol=1e-6
+    )
     with pytest.raises(InputError, match="one shape"):
         fitted.similarity_pairwise(z[:3], z[:4])
 
@@ -278,7 +283,9 @@ def test_fit_counts_the_fitting_sentences_and_the_folder_keeps_them(encoder, tmp
     back = Embedder.load(tmp_path / "m")
     assert back.encoder.token_statistics == encoder.token_statistics
     assert np.array_equal(back.encode(OTHER), before)
-    assert back.similarity(OTHER[0], OTHER[1]) == pytest.approx(model.similarity(OTHER[0], OTHER[1]), abs=1e-6)
+    torch.testing.assert_close(
+        back.similarity(OTHER[0], OTHER[1]), model.similarity(OTHER[0], OTHER[1]), atol=1e-6, rtol=0
+    )
 
     with open(tmp_path / "m" / "token_statistics" / "token_statistics.safetensors", "r+b") as f:
         f.seek(-4, 2)

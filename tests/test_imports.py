@@ -175,11 +175,6 @@ def package_imports() -> dict[str, set[str]]:
     return graph
 
 
-#: The paper harness's two circles (results -> render -> results, analyze -> plots -> analyze), left for the move of
-#: the harness out of ``evaluation/`` (issue 22 item 4), which is under way; named by module, in either package.
-PENDING_CIRCLES = ({"results", "render"}, {"analyze", "plots"})
-
-
 def test_no_import_circle_not_even_through_a_function_level_import():
     graph = package_imports()
     # Tarjan's strongly connected components: any component of more than one module is a circle.
@@ -213,8 +208,7 @@ def test_no_import_circle_not_even_through_a_function_level_import():
     for v in sorted(graph):
         if v not in index:
             visit(v)
-    pending = [c for c in circles if {m.rpartition(".")[2] for m in c} in PENDING_CIRCLES]
-    assert [c for c in circles if c not in pending] == []
+    assert circles == []
 
 
 def test_no_upward_import():

@@ -43,21 +43,11 @@ TESTED_ELSEWHERE: dict[str, tuple[str, ...]] = {
         "cli/test_distributed_encode.py",
         "cli/test_distributed_fit.py",
     ),
-    "cli/evaluate.py": ("cli/test_data_dir.py", "paper/test_reproduce.py", "paper/test_per_set.py"),
     "cli/options.py": ("cli/test_help.py", "cli/test_conventions.py"),
     # The fused layer kernels (QKV GEMM, add + LayerNorm, GELU epilogue), against the padded HF forward.
     "encoding/fused.py": ("encoding/test_packed.py",),
     # The forward pass (layer capture, 4-D mask, hooks), through SentenceEncoder and the packed forward.
     "encoding/forward.py": ("encoding/test_encoder.py", "encoding/test_packed.py"),
-    "integrations/st_anchored.py": ("integrations/test_portable_exports.py",),
-    # The paper harness, through its end-to-end runs.
-    "paper/grid.py": ("paper/test_reproduce.py", "paper/test_published.py", "paper/test_autocells.py"),
-    "paper/lodo.py": ("paper/test_per_set.py",),
-    "paper/perset.py": ("paper/test_per_set.py", "paper/test_autocells.py"),
-    "paper/plots.py": ("paper/test_analyze.py", "paper/test_per_set.py"),
-    "paper/regimes.py": ("paper/test_reproduce.py",),
-    "paper/render.py": ("paper/test_reproduce.py", "paper/test_published.py", "paper/test_per_set.py"),
-    "paper/results.py": ("paper/test_per_set.py",),
 }
 
 

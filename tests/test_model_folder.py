@@ -34,7 +34,7 @@ def test_the_three_fitting_routes_record_the_same_keys(tiny_model_dir, tmp_path)
     from sentence_transformers.base.modules import Transformer
     from sentence_transformers.sentence_transformer.modules import Pooling
 
-    from bertflow.integrations.sentence_transformers import fit_calibrator
+    from bertflow.integrations.st_export import fit_calibrator
 
     encoder = SentenceEncoder(str(tiny_model_dir), device="cpu", pooling="mean", max_length=64)
     local = Embedder(encoder, WhiteningCalibrator(8)).fit(CORPUS, regime="target")

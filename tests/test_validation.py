@@ -21,3 +21,24 @@ def test_large_but_plausible_outputs_pass(tiny_encoder):
     far = cal.mean_ + 10 * (x[:5] - cal.mean_)
     assert np.isfinite(cal.transform(far)).all()
     assert np.isfinite(Embedder(tiny_encoder, StandardNormCalibrator()).fit(CORPUS[:8]).encode(CORPUS)).all()
+
+
+def test_check_sentences_fast_path_agrees_with_the_item_rule():
+    """The joined C-loop pass of check_sentences accepts exactly what the per-item rule accepts, and a refused
+    list names the first bad item, whatever else the list holds (ASCII, other scripts, surrogates, non-strings)."""
+    import pytest
+
+    from bertflow.errors import InputError
+    from bertflow.validation import _BLANK, _strip_blank, check_sentence, check_sentences
+
+    # The strip set is exactly what the blank rule matches, over every code point.
+    assert all((_BLANK.fullmatch(chr(c)) is not None) == (_strip_blank(chr(c)) == "") for c in range(0x110000))
+    good = ["A man plays.", "Ünïcödé text", "日本語", " padded\u3000", "x\u200b"]
+    check_sentences(good)
+    for bad in ["", " \t", "\u200b\ufeff", "\x00", "\u3000\u2028", "ok \ud800 no", None, 3, b"bytes"]:
+        items = [*good, bad, "later"]
+        with pytest.raises(InputError) as caught:
+            check_sentences(items, offset=10)
+        with pytest.raises(InputError) as expected:
+            check_sentence(10 + len(good), bad)
+        assert str(caught.value) == str(expected.value)

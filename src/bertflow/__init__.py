@@ -25,8 +25,8 @@ _EXPORTS = {
     "DEFAULT_MODEL": "encoding.loading",
     "SentenceEncoder": "encoding.encoder",
     "Embedder": "embedder",
-    "EmbeddingIndex": "search",
-    "SearchHit": "search",
+    "EmbeddingIndex": "search.index",
+    "SearchHit": "search.index",
     "parse_calibrator": "calibrators",
     "BertflowError": "errors",
     "InputError": "errors",
@@ -53,7 +53,7 @@ if TYPE_CHECKING:  # what static tools and IDEs see
         ModelFileError,
         NotFittedError,
     )
-    from .search import EmbeddingIndex, SearchHit
+    from .search.index import EmbeddingIndex, SearchHit
 
 
 def __getattr__(name: str) -> Any:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 def _export_note(enc: Mapping[str, Any], cal: Calibrator) -> str:
-    """What ``integrations.sentence_transformers.from_embedder`` makes of this model, and whether that loads without
+    """What ``integrations.st_export.from_embedder`` makes of this model, and whether that loads without
     bertflow."""
     from .encoding.pooling import parse_without_model
     from .portability import calibrator_needs_bertflow
@@ -186,11 +186,12 @@ _USE = [
     "## Use",
     "",
     "```python",
-    "from bertflow import Embedder, EmbeddingIndex",
+    "from bertflow import Embedder",
+    "from bertflow.search.sentences import index_sentences, query",
     'model = Embedder.load("PATH_OR_HUB_ID")',
     'model.similarity("A man is playing a guitar.", "Someone plays an instrument.")',
-    'index = EmbeddingIndex.from_sentences(model, ["A man is playing a guitar.", "The stock market fell."])',
-    'index.query(model, "someone making music", top_k=1)',
+    'index = index_sentences(model, ["A man is playing a guitar.", "The stock market fell."])',
+    'query(index, model, "someone making music", top_k=1)',
     "```",
     "",
     "```bash",

@@ -5,9 +5,9 @@
 sentence-transformers' keywords and embedding inputs (:mod:`bertflow.encode_outputs`), so code written for a
 ``SentenceTransformer`` runs unchanged.
 
-Everything else takes an Embedder: search (:class:`bertflow.search.EmbeddingIndex`), hub upload
+Everything else takes an Embedder: search (:mod:`bertflow.search.sentences`), hub upload
 (:func:`bertflow.hub.push`), the model card (:func:`bertflow.card.model_card`), the sentence-transformers export
-(:func:`bertflow.integrations.sentence_transformers.from_embedder`) and MTEB
+(:func:`bertflow.integrations.st_export.from_embedder`) and MTEB
 (:class:`bertflow.integrations.mteb.MTEBEncoder`).
 """
 
@@ -39,7 +39,6 @@ from .encoding.encoder import SentenceEncoder
 from .encoding.multiprocess import encode_multi_device
 from .encoding.token_stats import TokenStatistics
 from .errors import InputError
-from .linalg import pair_cosines, unit_rows
 from .model_folder import (
     check_dimension,
     check_fitted_on,
@@ -166,11 +165,11 @@ class Embedder:
     Example:
         >>> emb = Embedder().fit(open("corpus.txt").read().splitlines())
         >>> emb.similarity("A man plays guitar.", "Someone plays an instrument.")
-        0.71
+        tensor([[0.7100]])
         >>> emb.save("my-flow"); Embedder.load("my-flow").encode("hello").shape
         (384,)
-        >>> index = EmbeddingIndex.from_sentences(emb, ["A man plays guitar.", "The cat sleeps."])
-        >>> index.query(emb, "someone making music", top_k=1)
+        >>> index = index_sentences(emb, ["A man plays guitar.", "The cat sleeps."])  # bertflow.search.sentences
+        >>> query(index, emb, "someone making music", top_k=1)
         [[SearchHit(id=0, score=0.62, text='A man plays guitar.', row=0)]]
     """
 
@@ -452,24 +451,17 @@ class Embedder:
 
     def similarity(
         self, a: str | Sequence[str] | np.ndarray | torch.Tensor, b: str | Sequence[str] | np.ndarray | torch.Tensor
-    ) -> float | np.ndarray | torch.Tensor:
-        """Cosine similarity in the calibrated space.
+    ) -> torch.Tensor:
+        """Cosine similarity in the calibrated space, as ``SentenceTransformer.similarity`` returns it: always a
+        float32 CPU ``torch.Tensor`` [len(a), len(b)] (computed in float64); ``float(model.similarity(s1, s2))`` for
+        one pair.
 
-        ``a`` and ``b`` may instead both be embeddings (arrays or tensors [N, D'], e.g. from :meth:`encode`): then,
-        as ``SentenceTransformer.similarity`` (which MTEB calls), the result is their cosine matrix as a float32
-        ``torch.Tensor`` [N1, N2].
-
-        Returns:
-            a float for two strings, else a float32 matrix [len(a), len(b)] (a string counts as one row).
+        ``a`` and ``b`` are sentences (a string counts as one row) or both embeddings (arrays or tensors [N, D'] or
+        [D'], e.g. from :meth:`encode`, as MTEB passes them).
         """
-        if are_embeddings(a, b):
-            return embedding_cosine(a, b, pairwise=False)
-        za = np.atleast_2d(self.encode(a)).astype(np.float64)
-        zb = np.atleast_2d(self.encode(b)).astype(np.float64)
-        sims = unit_rows(za) @ unit_rows(zb).T
-        if isinstance(a, str) and isinstance(b, str):
-            return float(sims[0, 0])
-        return sims.astype(np.float32)
+        if not are_embeddings(a, b):
+            a, b = self.encode(a), self.encode(b)
+        return embedding_cosine(a, b, pairwise=False)
 
     def similarity_pairwise(
         self,
@@ -477,38 +469,26 @@ class Embedder:
         b: Sequence[str] | np.ndarray | torch.Tensor,
         *,
         show_progress_bar: bool | None = None,
-    ) -> np.ndarray | torch.Tensor:
-        """Cosine of each pair ``(a[i], b[i])``: float32 [N]. ``show_progress_bar`` as in :meth:`encode`.
-
-        For two embedding matrices (arrays or tensors [N, D']) the cosine of each pair of rows, as a float32
-        ``torch.Tensor`` [N], as in sentence-transformers (which MTEB calls).
+    ) -> torch.Tensor:
+        """Cosine of each pair ``(a[i], b[i])`` of sentences, or of rows of two embedding matrices [N, D'], as
+        ``SentenceTransformer.similarity_pairwise`` returns it: a float32 CPU ``torch.Tensor`` [N].
+        ``show_progress_bar`` as in :meth:`encode`.
         """
-        if are_embeddings(a, b):
-            return embedding_cosine(a, b, pairwise=True)
-        self.check_fitted()
-        za, zb = self._encode_pair_sides(a, b, self._device_transform(), show_progress_bar)
-        return pair_cosines(za, zb)
+        if not are_embeddings(a, b):
+            if len(a) != len(b):
+                raise ValueError(f"need as many first as second sentences, got {len(a)} and {len(b)}")
+            self.check_fitted()
+            from tqdm.auto import tqdm
 
-    def _encode_pair_sides(
-        self,
-        a: Sequence[str],
-        b: Sequence[str],
-        transform: Callable[[torch.Tensor], torch.Tensor] | None,
-        show_progress_bar: bool | None,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Both sides of sentence pairs encoded (through ``transform`` where given): float32 [N, D'] each."""
-        if len(a) != len(b):
-            raise ValueError(f"need as many first as second sentences, got {len(a)} and {len(b)}")
-        from tqdm.auto import tqdm
-
-        show = 2 * len(a) >= 4096 if show_progress_bar is None else show_progress_bar
-        # One bar over both sides, moving per forward batch on CPU (SentenceEncoder.iter_encode's progress).
-        with tqdm(total=2 * len(a), desc="similarity", unit="sent", disable=not show) as bar:
-            za, zb = (
-                self.encoder.encode(list(side), show_progress_bar=False, transform=transform, progress=bar.update)
-                for side in (a, b)
-            )
-        return za, zb
+            transform = self._device_transform()
+            show = 2 * len(a) >= 4096 if show_progress_bar is None else show_progress_bar
+            # One bar over both sides, moving per forward batch on CPU (SentenceEncoder.iter_encode's progress).
+            with tqdm(total=2 * len(a), desc="similarity", unit="sent", disable=not show) as bar:
+                a, b = (
+                    self.encoder.encode(list(side), show_progress_bar=False, transform=transform, progress=bar.update)
+                    for side in (a, b)
+                )
+        return embedding_cosine(a, b, pairwise=True)
 
     def check_fitted(self) -> None:
         """Raise :class:`~bertflow.errors.NotFittedError` unless the calibrator is fitted, and

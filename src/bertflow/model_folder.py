@@ -45,7 +45,7 @@ from .encoding.loading import local_encoder_dir, portable_model_name, resolve_mo
 from .encoding.token_stats import TokenStatistics
 from .errors import CompatibilityError, InputError, ModelFileError
 from .hub import download_model, snapshot
-from .io.files import FOLDER_KINDS, atomic_directory, check_output_folder, moved_aside, read_folder
+from .io.files import FOLDER_KINDS, atomic_directory, check_output_folder, folder_present, read_folder
 from .io.formats import FORMAT_VERSION, check_format, path_inside, read_json, sha256_file, verify_checksums, write_json
 
 T = TypeVar("T")
@@ -322,9 +322,7 @@ def load_model_folder(
     neither a folder nor a hub repo that can be fetched.
     """
     folder = Path(path).expanduser()
-    # is_dir() twice: a save moves the old folder aside, renames the new one in, then deletes the old one, so a
-    # folder missing at the first look and without an aside at the second is in place again at the third.
-    if not (folder.is_dir() or moved_aside(folder) or folder.is_dir()):
+    if not folder_present(folder):
         folder = download_model(str(path), revision)
         config, calibrator = read_model_folder(folder)
         return assemble(folder, config, calibrator, str(path))

@@ -1,7 +1,7 @@
 """What a fitted model becomes in sentence-transformers' own modules, and why the rest needs bertflow.
 
-``from_embedder(embedder)`` (:mod:`bertflow.integrations.sentence_transformers`) writes a folder that loads with
-plain ``SentenceTransformer(path)`` exactly when sentence-transformers' built-in modules express both:
+``from_embedder(embedder)`` (:mod:`bertflow.integrations.st_export`) writes a folder that loads with plain
+``SentenceTransformer(path)`` exactly when sentence-transformers' built-in modules express both:
 
 * the pooling: ``cls``, ``mean``, layer averages and their sif/usif/idf weightings (``Pooling``,
   ``WeightedLayerPooling``, ``WordWeights``); not ``pooler`` (no module applies BERT's pooler head);

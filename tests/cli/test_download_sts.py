@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from ..conftest import invoke
 
 
@@ -15,3 +19,15 @@ def test_download_sts_quiet(tmp_path):
     assert "already downloaded" in r.stderr
     r = invoke("download-sts", "-o", tmp_path, "-q")
     assert r.exit_code == 0 and r.stdout.strip() == str(tmp_path) and r.stderr == ""
+
+
+def test_cli_download_sts_fails_fast_with_advice(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from bertflow.errors import DataNotFoundError
+    from bertflow.evaluation import download as data
+
+    def offline(*_a: object, **_k: object) -> Path:
+        raise DataNotFoundError("cannot download the STS data: network unreachable. Use --data-dir PATH")
+
+    monkeypatch.setattr(data, "download_sts", offline)
+    r = invoke("download-sts", "-o", tmp_path / "sts")
+    assert r.exit_code == 2 and "--data-dir" in r.stderr

@@ -81,13 +81,16 @@ def test_source_constant_reads_what_the_owner_module_holds() -> None:
 def test_dtype_weighting_and_backend_help_list_the_owners_names() -> None:
     from bertflow.encoding.device import DTYPE_NAMES
     from bertflow.encoding.pooling.weighting import SIF_A, WEIGHTING_NAMES
-    from bertflow.search import BACKENDS
+    from bertflow.search.ann import APPROXIMATE_KINDS, AUTO_APPROXIMATE_MIN_ROWS, AUTO_MIN_RECALL, BACKENDS
 
     for command in ("fit", "encode", "search build", "distributed-encode"):
         assert ", ".join(DTYPE_NAMES) in _option_help(command, "dtype"), command
     assert " | ".join(WEIGHTING_NAMES) in _option_help("fit", "weighting")
     assert f"a={SIF_A}" in _option_help("fit", "weighting")
     assert BACKENDS == ("torch", "faiss") and " or ".join(BACKENDS) in _option_help("search query", "backend")
+    approximate = _option_help("search build", "approximate")
+    assert ", ".join(APPROXIMATE_KINDS) in approximate and f"{AUTO_APPROXIMATE_MIN_ROWS:,} rows" in approximate
+    assert f"at least {AUTO_MIN_RECALL}," in approximate
 
 
 def test_every_dtype_name_and_alias_resolves() -> None:
@@ -125,21 +128,6 @@ def test_regime_and_paper_model_help_come_from_the_paper_package() -> None:
     assert all(f"{name} ({REGIME_TEXT[name]})" in regime for name in REGIMES) and "per-set" in regime
     assert ", ".join(REGIMES) in _option_help("reproduce", "regimes")
     assert " or ".join(PAPER_MODELS) in _option_help("reproduce", "paper_rows")
-
-
-def test_command_echoes_leave_out_exactly_the_signature_defaults() -> None:
-    import inspect
-
-    from bertflow.cli.evaluate import _evaluate_command, _reproduce_command, evaluate, reproduce
-
-    for command, echo in ((evaluate, _evaluate_command), (reproduce, lambda o: _reproduce_command(o, ["target"]))):
-        o = {name: p.default for name, p in inspect.signature(command).parameters.items()}
-        o.update(model=None, calibrator="flow", calibrators=None, output=None, data_dir=None, threads=None)
-        line = echo(o)
-        assert not any(flag in line for flag in ("--epochs", "--sample-seed", "--max-length")), line
-        changed = echo({**o, "epochs": 2.0, "sample_seed": 3, "max_length": 128, "seeds": 5})
-        assert "--epochs 2.0" in changed and "--sample-seed 3" in changed and "--max-length 128" in changed
-        assert "--seeds 5" in changed
 
 
 def test_text_column_help_names_the_readers_default() -> None:

@@ -7,17 +7,14 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from bertflow import (
-    Embedder,
-    WhiteningCalibrator,
-)
+from bertflow import Embedder, EmbeddingIndex, WhiteningCalibrator
 from bertflow.cli import EXIT_USAGE, app
-from bertflow.search import EmbeddingIndex
+from bertflow.search.sentences import index_sentences
 
 from ..conftest import CORPUS, invoke, one_line_error, snapshot
 from ..safety import fit_args
-from ..test_search import CORPUS as SEARCH_CORPUS  # the prefixes corpus of the index tests
-from ..test_search import model, needs_faiss  # noqa: F401 - the fixture
+from ..search.conftest import CORPUS as SEARCH_CORPUS  # the prefixes corpus of the index tests
+from ..search.conftest import model, needs_faiss  # noqa: F401 - the fixture
 from .test_conventions import cli
 
 runner = CliRunner()
@@ -75,6 +72,9 @@ def test_cli_errors_exit_2(model, tiny_encoder, tmp_path):  # noqa: F811
     assert r.exit_code == 2 and "rebuild the index" in r.stderr
     r = invoke("search", "build", corpus, "--model-dir", model_dir, "-o", tmp_path / "i2", "--backend", "annoy")
     assert r.exit_code == 2 and "backend" in r.stderr
+    r = invoke("search", "build", corpus, "--model-dir", model_dir, "-o", tmp_path / "i3", "--approximate", "lsh")
+    assert r.exit_code == 2 and "approximate must be one of" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "i3").exists()
 
 
 def test_cli_help_has_examples():
@@ -101,7 +101,7 @@ def test_cli_build_records_approximate(model, tmp_path):  # noqa: F811
 
 
 def test_search_query_does_not_blame_the_index_for_a_bad_backend_or_a_model_folder(saved_model, tmp_path):
-    index = EmbeddingIndex.from_sentences(Embedder.load(saved_model), CORPUS[:6]).save(tmp_path / "idx")
+    index = index_sentences(Embedder.load(saved_model), CORPUS[:6]).save(tmp_path / "idx")
     one_line_error(invoke("search", "query", index, "a man", "--backend", "bogus", "-q"), "--backend", "'bogus'")
     line = one_line_error(invoke("search", "query", saved_model, "a man", "-q"), "model folder, not a search index")
     assert "damaged" not in line and "missing" not in line
@@ -119,11 +119,11 @@ def test_search_threads_and_quiet(tiny_model_dir, corpus, tmp_path, monkeypatch)
     monkeypatch.setattr(torch, "set_num_threads", seen.append)
     r = invoke("search", "build", corpus, "--model-dir", model, "-o", tmp_path / "idx", "--threads", "2", "-q")
     assert r.exit_code == 0, r.output
-    from bertflow import EmbeddingIndex
+    from bertflow.search import sentences
 
     calls = []
-    query = EmbeddingIndex.query
-    monkeypatch.setattr(EmbeddingIndex, "query", lambda self, *a, **kw: calls.append(kw) or query(self, *a, **kw))
+    query = sentences.query
+    monkeypatch.setattr(sentences, "query", lambda *a, **kw: calls.append(kw) or query(*a, **kw))
     for extra, bar in (([], None), (["-q"], False)):  # None: a bar for 4,096 queries or more; -q: never
         r = invoke("search", "query", tmp_path / "idx", "The cat sleeps.", "-k", "1", "--threads", "1", *extra)
         assert r.exit_code == 0, r.output

@@ -40,3 +40,26 @@ def test_min_tokens_keeps_small_batches_from_forming():
     assert strict == [(0, 3), (3, 6), (6, 9), (9, 209)]  # the 90% length rule alone: three tiny batches
     filled = plan_batches(lengths, 4000, None, 0.5, 0.9, 1000)
     assert filled == [(0, 25), (25, 209)]  # topped up to >= 1000 padded tokens, accepting padding
+
+
+def test_prefetcher_fast_switch_is_counted_and_restored():
+    """``fast_switch`` lowers Python's switch interval while any such prefetcher runs and restores it after the last
+    one closes (two at once, closed in either order); without it the interval is left alone."""
+    import sys
+
+    from bertflow.encoding.batching import FAST_SWITCH_INTERVAL, Prefetcher
+
+    before = sys.getswitchinterval()
+    plain = Prefetcher(iter(range(3)), lambda x: x, 1, 2)
+    assert list(plain) == [0, 1, 2] and sys.getswitchinterval() == before
+    plain.close()
+    a = Prefetcher(iter(range(3)), lambda x: x * 2, 2, 3, fast_switch=True)
+    b = Prefetcher(iter(range(2)), lambda x: x, 1, 2, fast_switch=True)
+    assert sys.getswitchinterval() == min(before, FAST_SWITCH_INTERVAL)
+    assert list(a) == [0, 2, 4]
+    a.close()
+    a.close()  # twice: counted once
+    assert sys.getswitchinterval() == min(before, FAST_SWITCH_INTERVAL)
+    assert list(b) == [0, 1]
+    b.close()
+    assert sys.getswitchinterval() == before

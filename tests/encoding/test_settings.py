@@ -41,6 +41,17 @@ def test_device_defaults_fill_the_none_fields():
     assert dataclasses.replace(s, min_tokens=7).min_batch_tokens("cuda") == 7
 
 
+def test_cuda_batch_floor_grows_for_narrow_models():
+    """A model narrower than BERT-base gets a larger CUDA floor (up to the token budget); CPU and wide models don't."""
+    s = EncodeSettings()
+    assert s.min_batch_tokens("cuda", 768) == s.min_batch_tokens("cuda", 1024) == 32768
+    assert dataclasses.replace(s, max_tokens=262144).min_batch_tokens("cuda", 512) == 73728  # 2.25x
+    assert s.min_batch_tokens("cuda", 384) == s.token_budget("cuda") == 65536  # 4x 32,768, capped
+    assert dataclasses.replace(s, max_tokens=262144).min_batch_tokens("cuda", 384) == 131072
+    assert s.min_batch_tokens("cpu", 384) == 0
+    assert dataclasses.replace(s, min_tokens=7).min_batch_tokens("cuda", 384) == 7
+
+
 def test_keyword_shortcuts_and_settings_meet(tiny_model_dir):
     base = EncodeSettings(max_tokens=64, uniform_fill=0.25)
     enc = SentenceEncoder(str(tiny_model_dir), device="cpu", settings=base, tokenize_workers=0)

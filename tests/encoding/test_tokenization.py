@@ -272,6 +272,19 @@ def test_shortcut_gives_the_tokenizers_ids(tiny_model_dir, max_length, direction
         assert "tab\there" in handled and "" in handled
 
 
+def test_shortcut_scans_a_clean_list_once(tiny_model_dir):
+    """A list with nothing unsafe in it is handled whole after one scan of the joined list; an unsafe sentence
+    among clean ones (an added token, a control character, non-ASCII) still goes to the tokenizer, alone."""
+    tok = _rust(tiny_model_dir)
+    unsafe = WordPieceShortcut.from_tokenizer(tok)._unsafe.search
+    clean = [s for s in _fuzz(300) if s.isascii() and unsafe(s) is None]
+    _, got = _check_exact(tok, clean)
+    assert len(clean) > 100 and all(g is not None for g in got)
+    for bad in ("a [MASK] b", "ab\x01cd", "café"):
+        _, got = _check_exact(tok, [*clean[:10], bad, *clean[10:20]])
+        assert [g is None for g in got] == [False] * 10 + [True] + [False] * 10
+
+
 def test_shortcut_variants_of_the_pipeline(tiny_model_dir):
     tok = _rust(tiny_model_dir, 12)
     sentences = _fuzz(400)

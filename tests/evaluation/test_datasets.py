@@ -34,7 +34,7 @@ def test_resolve_data_dir_takes_the_folder_and_searches_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The library has no default folder: no environment, no ``../shared`` relative to the working directory (the
-    CLI's ``--data-dir`` default does that search, tests/cli/test_data_dir.py)."""
+    CLI's ``--data-dir`` default does that search, tests/cli/test_evaluate.py)."""
     explicit = tmp_path / "explicit"
     explicit.mkdir()
     assert resolve_data_dir(explicit) == explicit.resolve()

@@ -19,7 +19,7 @@ from bertflow import Embedder, FlowCalibrator, InputError, NotFittedError, White
 from bertflow.evaluation.datasets import load_sts_task  # noqa: E402
 from bertflow.evaluation.sts import evaluate_pairs  # noqa: E402
 from bertflow.integrations.mteb import MTEBEncoder, sts_task  # noqa: E402
-from bertflow.integrations.sentence_transformers import from_embedder  # noqa: E402
+from bertflow.integrations.st_export import from_embedder  # noqa: E402
 from bertflow.io.text import SentencePairs  # noqa: E402
 
 N_PAIRS = 200

@@ -420,7 +420,7 @@ def similarity(
     quiet_libraries()
     if len(model_dirs) == 1 and sentences:
         embedder = load_embedder(model_dirs[0], device, dtype)
-        typer.echo(f"{embedder.similarity(sentences[0], sentences[1]):.6f}")
+        typer.echo(f"{float(embedder.similarity(sentences[0], sentences[1])):.6f}")
         return
     if model_dirs:
         comparison = ModelComparison.load(model_dirs, device=device, dtype=dtype)

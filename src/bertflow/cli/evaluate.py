@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import shlex
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from ..evaluation.datasets import DATA_DIR_ENV, DEFAULT_CACHE_DIR, STS_TASKS
+from ..errors import DataNotFoundError, InputError, OutputError
+from ..evaluation.datasets import DATA_DIR_ENV, DEFAULT_CACHE_DIR, HOW_TO_GET_DATA, STS_TASKS, resolve_data_dir
 from ..paper.published import PAPER_MODELS
 from ..paper.regimes import REGIME_TEXT, REGIMES
 from ._app import app
@@ -137,11 +139,6 @@ def find_data_dir(data_dir: Path | None) -> Path:
         DataNotFoundError: the named folder does not exist, or none of the defaults does; the message says how to
             point at a local copy and how to download the data.
     """
-    import os
-
-    from ..errors import DataNotFoundError
-    from ..evaluation.datasets import HOW_TO_GET_DATA, resolve_data_dir
-
     if data_dir is not None:
         return resolve_data_dir(data_dir)
     env = os.environ.get(DATA_DIR_ENV)
@@ -157,26 +154,29 @@ def find_data_dir(data_dir: Path | None) -> Path:
     raise DataNotFoundError(f"no STS data folder found (looked in {tried}). {HOW_TO_GET_DATA}")
 
 
-def _command(name: str, options: Sequence[tuple[str, Any]]) -> str:
-    """A re-runnable command line from the options that differ from the defaults (``None`` / False omitted)."""
-    parts = ["bertflow", name]
-    for flag, value in options:
-        if value is None or value is False:
+#: Options a report's command line leaves out: how the run is done and where it is shown, not what it measures.
+NOT_ECHOED = ("ctx", "cache_dir", "no_cache", "batch_size", "device", "dtype", "encoding_errors", "quiet")
+
+
+def echo_command(command: Callable[..., Any], options: Mapping[str, Any]) -> str:
+    """The re-runnable ``bertflow <command>`` line of ``options`` (the command's arguments): every option that
+    differs from its default, in the command's order, but :data:`NOT_ECHOED`. The defaults are read from the
+    command's signature, never re-typed."""
+    parts = ["bertflow", command.__name__]
+    for name, param in inspect.signature(command).parameters.items():
+        value = None if name in NOT_ECHOED else options[name]
+        if value is None or value == param.default:
             continue
-        if value is True:
-            parts.append(flag)
-        elif isinstance(value, list):
-            for v in value:
-                parts += [flag, str(v)]
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            parts.append(flag if value else flag.replace("--", "--no-", 1))
         else:
-            parts += [flag, str(value)]
+            parts += [str(v) for item in (value if isinstance(value, list) else [value]) for v in (flag, item)]
     return shlex.join(parts)
 
 
 def _fit_sizes(text: str | None, per_set: bool) -> list[int]:
     """``--fit-sizes 100,300,1000`` as integers, checked before any work (only with the per-set regime)."""
-    from ..errors import InputError
-
     if text is None:
         return []
     if not per_set:
@@ -210,31 +210,35 @@ def _check_report(output: Path | None, stem: str) -> None:
 
     if output is not None:
         if output.exists() and not output.is_dir():
-            _raise_output(f"cannot write the report to {output}: it exists and is not a folder")
+            raise OutputError(f"cannot write the report to {output}: it exists and is not a folder")
         for suffix in (".md", ".json"):
             check_output_file(output / f"{stem}{suffix}", create_parents=True)
 
 
-def _raise_input(message: str) -> None:
-    from ..errors import InputError
-
-    raise InputError(message)
-
-
-def _raise_output(message: str) -> None:
-    from ..errors import OutputError
-
-    raise OutputError(message)
-
-
-def _write(output: Path | None, stem: str, markdown: str, data: dict[str, Any]) -> None:
+def _publish(output: Path | None, stem: str, markdown: str, data: dict[str, Any]) -> None:
+    """Write the report files ``OUTPUT/STEM.md`` and ``.json`` (when ``output`` is given) and print the Markdown."""
     from ..io.files import atomic_write_text
 
-    if output is None:
-        return
-    output.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(output / f"{stem}.md", markdown)
-    atomic_write_text(output / f"{stem}.json", json.dumps(data, indent=2, allow_nan=False) + "\n")
+    if output is not None:
+        output.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(output / f"{stem}.md", markdown)
+        atomic_write_text(output / f"{stem}.json", json.dumps(data, indent=2, allow_nan=False) + "\n")
+    typer.echo(markdown, nl=False)
+
+
+def _grid_config(o: dict[str, Any], data_dir: Path, **grid: Any) -> Any:
+    """The :class:`~bertflow.paper.grid.GridConfig` of a command's options ``o`` (its arguments), the data folder
+    found for it and the grid's own fields (``poolings``, ``calibrators``, ``regimes``, ``fit_sizes``, ``command``)."""
+    from ..paper.grid import GridConfig
+
+    corpus = o["corpus"]
+    return GridConfig(
+        model=o["model"], tasks=_split(o["tasks"]), seeds=o["seeds"],
+        corpus=_corpus(corpus, o["column"], o["encoding_errors"]), corpus_name=corpus.name if corpus else None,
+        max_length=o["max_length"], batch_size=o["batch_size"], device=o["device"], dtype=o["dtype"],
+        data_dir=data_dir, cache_dir=o["cache_dir"], use_cache=not o["no_cache"], flow_epochs=o["epochs"],
+        sample_seed=o["sample_seed"], **grid,
+    )  # fmt: skip
 
 
 @app.command(
@@ -285,109 +289,47 @@ def evaluate(
     regime = options["regime"] = regime.strip().lower()
     sizes = _fit_sizes(fit_sizes, regime == "per-set" and not model_dir)
     if regime == "per-set" and corpus is not None:
-        _raise_input("--corpus has no role in the per-set regime: each set is fitted on its own sentences")
+        raise InputError("--corpus has no role in the per-set regime: each set is fitted on its own sentences")
     quiet_libraries()
     limit_threads(threads)
     root = find_data_dir(data_dir)
+    if corpus is not None and regime == "target":
+        options["regime"] = "corpus"  # --corpus alone means: fit on it
+    command = echo_command(evaluate, options)
     if model_dir:
         from ..paper.grid import evaluate_embedder
+        from ..paper.render import render_grid
 
-        echo = [("--model-dir", model_dir), ("--tasks", _tasks_echo(tasks)), ("--data-dir", data_dir)]
-        result = evaluate_embedder(
-            load_embedder(model_dir, device, dtype),
-            task_names=_split(tasks),
-            data_dir=root,
-            cache=_cache(cache_dir, no_cache),
-            batch_size=batch_size,
-            command=_command("evaluate", echo),
-        )
+        embedder = load_embedder(model_dir, device, dtype)
+        result = evaluate_embedder(embedder, task_names=_split(tasks), data_dir=root, cache=_cache(cache_dir, no_cache),
+                                   batch_size=batch_size, command=command)  # fmt: skip
+        _publish(output, "evaluate", render_grid(result, title="bertflow evaluate", subsets=True), result.to_dict())
+        return
+    calibrators = ["none", calibrator] if calibrator != "none" else ["none"]
+    config = _grid_config(options, root, poolings=[pooling], calibrators=calibrators, regimes=[options["regime"]],
+                          fit_sizes=sizes, command=command)  # fmt: skip
+    _run_and_publish(config, output, "evaluate", title="bertflow evaluate", progress=_progress(quiet))
+
+
+def _run_and_publish(config: Any, output: Path | None, stem: str, *, title: str, select: str | None = None,
+                     progress: Any = None) -> None:  # fmt: skip
+    """Run the grid, or the per-set protocol (with the ``lodo`` selection when ``select`` says so), and publish its
+    report as ``OUTPUT/STEM.md`` and ``.json`` (``bertflow evaluate`` adds the per-subset tables of a grid)."""
+    from ..paper.render import render_grid, render_per_set
+
+    if "per-set" in config.regimes:
+        from ..paper.lodo import select_lodo
+        from ..paper.perset import run_per_set
+
+        per_set = run_per_set(config, progress=progress)
+        if select == "lodo":
+            per_set.lodo = select_lodo(per_set)
+        _publish(output, stem, render_per_set(per_set, title=title), per_set.to_dict())
     else:
-        if corpus is not None and regime == "target":
-            options["regime"] = "corpus"  # --corpus alone means: fit on it
-        config = _grid_config(
-            options,
-            root,
-            poolings=[pooling],
-            calibrators=["none", calibrator] if calibrator != "none" else ["none"],
-            regimes=[options["regime"]],
-            fit_sizes=sizes,
-            command=_evaluate_command(options),
-        )
-        if options["regime"] == "per-set":
-            from ..paper.perset import run_per_set
-
-            per_set = run_per_set(config, progress=_progress(quiet))
-            _publish(output, "evaluate", per_set.to_markdown(title="bertflow evaluate"), per_set.to_dict())
-            return
         from ..paper.grid import run_grid
 
-        result = run_grid(config, progress=_progress(quiet))
-    _publish(output, "evaluate", result.to_markdown(title="bertflow evaluate", subsets=True), result.to_dict())
-
-
-def _unless_default(command: Callable[..., Any], o: Mapping[str, Any], name: str) -> Any:
-    """``o[name]`` for a command echo, or ``None`` (left out) where it equals ``command``'s default for it: the
-    defaults are read from the command's signature, never re-typed."""
-    return None if o[name] == inspect.signature(command).parameters[name].default else o[name]
-
-
-def _tasks_echo(tasks: str) -> str | None:
-    """``--tasks`` as the command echo shows it: omitted when it is the default (every task)."""
-    return tasks if tasks != _ALL_TASKS else None
-
-
-def _evaluate_command(o: dict[str, Any]) -> str:
-    """The re-runnable ``bertflow evaluate`` line of a grid run (options at their defaults omitted)."""
-    return _command(
-        "evaluate",
-        [
-            ("--model", o["model"]),
-            ("--pooling", o["pooling"]),
-            ("--calibrator", o["calibrator"]),
-            ("--regime", None if o["calibrator"] == "none" and o["regime"] != "per-set" else o["regime"]),
-            ("--corpus", o["corpus"]),
-            ("--column", o["column"]),
-            ("--tasks", _tasks_echo(o["tasks"])),
-            ("--seeds", _unless_default(evaluate, o, "seeds")),
-            ("--epochs", _unless_default(evaluate, o, "epochs")),
-            ("--fit-sizes", o["fit_sizes"]),
-            ("--sample-seed", _unless_default(evaluate, o, "sample_seed")),
-            ("--max-length", _unless_default(evaluate, o, "max_length")),
-            ("--data-dir", o["data_dir"]),
-            ("--threads", o["threads"]),
-        ],
-    )
-
-
-def _grid_config(o: dict[str, Any], data_dir: Path, **grid: Any) -> Any:
-    """The :class:`~bertflow.paper.grid.GridConfig` of a command's options ``o`` (its locals), the data folder found
-    for it and the grid's own fields (``poolings``, ``calibrators``, ``regimes``, ``fit_sizes``, ``command``)."""
-    from ..paper.grid import GridConfig
-
-    corpus = o["corpus"]
-    return GridConfig(
-        model=o["model"],
-        tasks=_split(o["tasks"]),
-        seeds=o["seeds"],
-        corpus=_corpus(corpus, o["column"], o["encoding_errors"]),
-        corpus_name=corpus.name if corpus else None,
-        max_length=o["max_length"],
-        batch_size=o["batch_size"],
-        device=o["device"],
-        dtype=o["dtype"],
-        data_dir=data_dir,
-        cache_dir=o["cache_dir"],
-        use_cache=not o["no_cache"],
-        flow_epochs=o["epochs"],
-        sample_seed=o["sample_seed"],
-        **grid,
-    )
-
-
-def _publish(output: Path | None, stem: str, markdown: str, data: dict[str, Any]) -> None:
-    """Write the report files (when ``output`` is given) and print the Markdown."""
-    _write(output, stem, markdown, data)
-    typer.echo(markdown, nl=False)
+        result = run_grid(config, progress=progress)
+        _publish(output, stem, render_grid(result, title=title, subsets=stem == "evaluate"), result.to_dict())
 
 
 @app.command(
@@ -446,7 +388,8 @@ def reproduce(
     per_set = "per-set" in regime_list
     sizes = _fit_sizes(fit_sizes, per_set)
     if select is not None and (select != "lodo" or not per_set):
-        _raise_input(f"--select takes 'lodo', with --regimes per-set (got --select {select!r}, --regimes {regimes})")
+        got = f"got --select {select!r}, --regimes {regimes}"
+        raise InputError(f"--select takes 'lodo', with --regimes per-set ({got})")
     config = _grid_config(
         options,
         find_data_dir(data_dir),
@@ -456,50 +399,11 @@ def reproduce(
         regimes=regime_list,
         paper_rows=paper_rows,
         fit_sizes=sizes,
-        command=_reproduce_command(options, regime_list),
+        command=echo_command(reproduce, options),
     )
-    if per_set:
-        from ..paper.lodo import select_lodo
-        from ..paper.perset import run_per_set
-
-        per_set_result = run_per_set(config, progress=_progress(quiet))
-        if select == "lodo":
-            per_set_result.lodo = select_lodo(per_set_result)
-        markdown, data = per_set_result.to_markdown(), per_set_result.to_dict()
-    else:
-        from ..paper.grid import run_grid
-
-        result = run_grid(config, progress=_progress(quiet))
-        markdown, data = result.to_markdown(), result.to_dict()
-    _publish(output, "reproduce", markdown, data)
+    _run_and_publish(config, output, "reproduce", title="bertflow reproduce", select=select, progress=_progress(quiet))
     if not quiet:
         typer.echo(f"wrote {output / 'reproduce.md'} and {output / 'reproduce.json'}", err=True)
-
-
-def _reproduce_command(o: dict[str, Any], regimes: list[str]) -> str:
-    """The re-runnable ``bertflow reproduce`` line (options at their defaults omitted)."""
-    return _command(
-        "reproduce",
-        [
-            ("--model", o["model"]),
-            ("--poolings", o["poolings"]),
-            ("--calibrators", o["calibrators"]),
-            ("--regimes", ",".join(regimes)),
-            ("--corpus", o["corpus"]),
-            ("--column", o["column"]),
-            ("--tasks", _tasks_echo(o["tasks"])),
-            ("--fit-sizes", o["fit_sizes"]),
-            ("--sample-seed", _unless_default(reproduce, o, "sample_seed")),
-            ("--select", o["select"]),
-            ("--seeds", o["seeds"]),
-            ("--epochs", _unless_default(reproduce, o, "epochs")),
-            ("--max-length", _unless_default(reproduce, o, "max_length")),
-            ("--data-dir", o["data_dir"]),
-            ("--threads", o["threads"]),
-            ("--paper-rows", o["paper_rows"]),
-            ("--output", o["output"]),
-        ],
-    )
 
 
 @app.command(
@@ -552,6 +456,7 @@ def analyze(
     check_device(device)
     check_model_dir_options(ctx, model_dir)
     from ..paper.analyze import analyze_stsb
+    from ..paper.render import render_analysis
 
     quiet_libraries()
     limit_threads(threads)
@@ -561,58 +466,21 @@ def analyze(
     if model_dir:
         embedder = load_embedder(model_dir, device, dtype)
         encoder, cal, label = embedder.encoder, embedder.calibrator, str(embedder.fit_info.get("regime", "unknown"))
-        command = _command("analyze", [("--model-dir", model_dir), ("--data-dir", data_dir), ("--output", output)])
     else:
         from ..paper.grid import load_encoder
 
         encoder = load_encoder(model, pooling=pooling, max_length=max_length, device=device, dtype=dtype)
-        cal, label, command = calibrator, regime, _analyze_command(options)
+        cal, label = calibrator, regime
     result = analyze_stsb(
-        encoder,
-        calibrator=cal,
-        regime=label,
-        data_dir=root,
-        corpus=_corpus(corpus, column, encoding_errors),
-        corpus_name=corpus.name if corpus else None,
-        seed=seed,
-        flow_epochs=epochs,
-        device=device,
-        cache=_cache(cache_dir, no_cache),
-        batch_size=batch_size,
-        out_dir=output,
-        plots=plots,
-        vector=_split(vector) if vector else (),
-        compare=_split(compare) if compare else (),
-        command=command,
-        progress=_progress(quiet),
-    )
-    typer.echo(result.to_markdown(), nl=False)
+        encoder, calibrator=cal, regime=label, data_dir=root, corpus=_corpus(corpus, column, encoding_errors),
+        corpus_name=corpus.name if corpus else None, seed=seed, flow_epochs=epochs, device=device,
+        cache=_cache(cache_dir, no_cache), batch_size=batch_size, out_dir=output, plots=plots,
+        vector=_split(vector) if vector else (), compare=_split(compare) if compare else (),
+        command=echo_command(analyze, options), progress=_progress(quiet),
+    )  # fmt: skip
+    typer.echo(render_analysis(result), nl=False)
     if not quiet:
         typer.echo(f"wrote {output / 'analyze.md'}, {output / 'analyze.json'} and {len(result.plots)} plots", err=True)
-
-
-def _analyze_command(o: dict[str, Any]) -> str:
-    """The re-runnable ``bertflow analyze`` line of a model built from options (options at their defaults omitted)."""
-    return _command(
-        "analyze",
-        [
-            ("--model", o["model"]),
-            ("--pooling", o["pooling"]),
-            ("--calibrator", o["calibrator"]),
-            ("--compare", o["compare"]),
-            ("--regime", o["regime"]),
-            ("--corpus", o["corpus"]),
-            ("--column", o["column"]),
-            ("--seed", o["seed"] if o["seed"] else None),
-            ("--epochs", o["epochs"] if o["epochs"] != 1.0 else None),
-            ("--max-length", o["max_length"] if o["max_length"] != 64 else None),
-            ("--data-dir", o["data_dir"]),
-            ("--threads", o["threads"]),
-            ("--output", o["output"]),
-            ("--no-plots", not o["plots"]),
-            ("--vector", o["vector"]),
-        ],
-    )
 
 
 @app.command("download-sts")

@@ -73,8 +73,10 @@ def build(
     approximate: Annotated[
         str,
         typer.Option(
-            help="auto (exact below 100,000 rows; from there HNSW only if its recall@10, measured on held-out "
-            "rows of the index, is at least 0.95, else exact), exact, hnsw or ivf (approximate: faster on large "
+            help=f"{', '.join(source_constant('search/ann', 'Approximate'))}. auto: exact below "
+            f"{source_constant('search/ann', 'AUTO_APPROXIMATE_MIN_ROWS'):,} rows; from there HNSW only if its "
+            f"recall@10, measured on held-out rows of the index, is at least "
+            f"{source_constant('search/ann', 'AUTO_MIN_RECALL')}, else exact. hnsw, ivf: approximate (faster on large "
             "corpora, recall below 1; need faiss-cpu). Recorded in the index with the recall measured."
         ),
     ] = "auto",
@@ -94,21 +96,22 @@ def build(
     # Before the model loads and the corpus is embedded: the index may not replace the model, the corpus, or a
     # folder of another kind, and an existing index only with --overwrite.
     check_output_folder(output, "index", overwrite=overwrite, inputs=[corpus, model_dir])
-    from ..search import EmbeddingIndex
+    from ..search.ann import VectorSearch
+    from ..search.sentences import index_file
 
-    EmbeddingIndex(1, approximate=approximate)  # type: ignore[arg-type]  # a bad value fails before the model loads
+    VectorSearch(1, approximate=approximate)  # type: ignore[arg-type]  # a bad value fails before the model loads
     check_device(device)
     limit_threads(threads)
     quiet_libraries()
     started = time.perf_counter()
     embedder = load_embedder(model_dir, device, dtype)
-    index = EmbeddingIndex.from_file(
+    index = index_file(
         embedder,
         corpus,
         column=None if column is None else column_key(column),
         unique=unique,
         errors=encoding_errors.value,
-        backend=backend,  # type: ignore[arg-type]  # validated by EmbeddingIndex
+        backend=backend,  # type: ignore[arg-type]  # validated by VectorSearch
         approximate=approximate,  # type: ignore[arg-type]
         batch_size=batch_size,
         show_progress_bar=not quiet,
@@ -161,7 +164,7 @@ def query(
     json_output: Annotated[bool, typer.Option("--json", metavar="", help="One JSON object per query.")] = False,
     backend: Annotated[
         str | None,
-        typer.Option(help=f"Override the index's backend: {' or '.join(source_constant('search', 'Backend'))}."),
+        typer.Option(help=f"Override the index's backend: {' or '.join(source_constant('search/ann', 'Backend'))}."),
     ] = None,
     encoding_errors: ErrorsOpt = EncodingErrors.strict,
     device: DeviceOpt = None,
@@ -173,7 +176,9 @@ def query(
     from ..errors import InputError
     from ..io.files import folder_kind
     from ..io.text import read_sentences
-    from ..search import BACKENDS, EmbeddingIndex
+    from ..search.ann import BACKENDS
+    from ..search.index import EmbeddingIndex
+    from ..search.sentences import query as query_index
 
     given = list(texts or [])
     if given.count("-") > 1:
@@ -203,7 +208,7 @@ def query(
     if not source:
         raise InputError(f"{index} does not record the model it was built with; pass --model-dir")
     embedder = load_embedder(source, device, dtype)
-    results = idx.query(embedder, items, top_k=top_k, show_progress_bar=False if quiet else None)
+    results = query_index(idx, embedder, items, top_k=top_k, show_progress_bar=False if quiet else None)
     for text, hits in zip(items, results, strict=True):
         if json_output:
             rows = [{"id": h.id, "score": round(h.score, 6), "text": h.text, "row": h.row} for h in hits]

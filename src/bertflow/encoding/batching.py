@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import queue
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -149,21 +150,57 @@ class EncodeStats:
 
 _END = object()
 
+#: Python's thread switch interval (seconds) while a :class:`Prefetcher` feeds a CUDA encode (``fast_switch``).
+#: The thread that launches the kernels holds the GIL almost all the time; each time a preparing thread takes it,
+#: the launching thread waited up to Python's default 5 ms to get it back, with the GPU idle when it is ahead
+#: (MiniLM-L6 on an H200: docs/performance.md). ``None`` leaves the interval alone.
+FAST_SWITCH_INTERVAL: float | None = 0.0005
+
+
+class _SwitchInterval:
+    """Process-wide ``sys.setswitchinterval`` for as long as any user holds it (counted), then restored."""
+
+    lock = threading.Lock()
+    users = 0
+    saved = 0.0
+
+    @classmethod
+    def enter(cls, interval: float) -> None:
+        with cls.lock:
+            if cls.users == 0:
+                cls.saved = sys.getswitchinterval()
+                sys.setswitchinterval(min(interval, cls.saved))
+            cls.users += 1
+
+    @classmethod
+    def exit(cls) -> None:
+        with cls.lock:
+            cls.users -= 1
+            if cls.users == 0:
+                sys.setswitchinterval(cls.saved)
+
 
 class Prefetcher:
     """Runs ``prepare`` on the items of an iterator on background threads; hands results back in order.
 
     A feeder thread pulls items (so a slow reader, such as a file, is off the main thread too) and submits
     them to ``workers`` threads; at most ``depth`` results wait, which bounds memory. Exceptions reach the
-    consumer at the position where they happened, after every earlier result.
+    consumer at the position where they happened, after every earlier result. ``fast_switch``: until
+    :meth:`close`, Python switches threads every :data:`FAST_SWITCH_INTERVAL` seconds (for a consumer that
+    launches GPU work and must not wait for the GIL).
     """
 
-    def __init__(self, items: Iterator[Any], prepare: Callable[[Any], Any], workers: int, depth: int) -> None:
+    def __init__(
+        self, items: Iterator[Any], prepare: Callable[[Any], Any], workers: int, depth: int, fast_switch: bool = False
+    ) -> None:
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bertflow-tokenize")
         self._thread = threading.Thread(target=self._feed, args=(items, prepare), name="bertflow-feed", daemon=True)
         self._thread.start()
+        self._switch = fast_switch and FAST_SWITCH_INTERVAL is not None
+        if self._switch:
+            _SwitchInterval.enter(FAST_SWITCH_INTERVAL)  # type: ignore[arg-type]
 
     def _put(self, obj: Any) -> bool:
         while not self._stop.is_set():
@@ -200,6 +237,9 @@ class Prefetcher:
         # interpreter exits aborts the process ("terminate called without an active exception").
         self._thread.join(timeout=10)
         self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._switch:
+            self._switch = False
+            _SwitchInterval.exit()
 
 
 def cut_chunks(sentences: Iterable[str], sizes: Iterator[int]) -> Iterator[tuple[int, list[str]]]:

@@ -455,7 +455,7 @@ class SentenceEncoder:
             max_rows=max_rows,
             uniform_fill=settings.uniform_fill,
             min_length_ratio=settings.min_length_ratio,
-            min_tokens=settings.min_batch_tokens(self.device.type),
+            min_tokens=settings.min_batch_tokens(self.device.type, self.dim),
             pad_id=self._pad_id,
             pinned=self.device.type == "cuda",
         )
@@ -586,7 +586,8 @@ class SentenceEncoder:
         if threads is None:
             threads = 2 if self._token_pool is not None else 1
         if threads > 0 and not single:
-            prefetcher = Prefetcher(chunks, prepare, threads, depth=threads + 1)
+            cuda = self.device.type == "cuda"
+            prefetcher = Prefetcher(chunks, prepare, threads, depth=threads + 1, fast_switch=cuda)
             return iter(prefetcher), prefetcher
         return map(prepare, chunks), None
 

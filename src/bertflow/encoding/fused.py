@@ -16,6 +16,7 @@ Everything falls back to plain torch where Triton or CUDA is missing (the CPU te
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -28,7 +29,13 @@ _KERNEL: Any = None
 
 def triton_available(device: torch.device) -> bool:
     """Whether :func:`add_layer_norm` runs its Triton kernel here (CUDA and an importable Triton)."""
-    if device.type != "cuda" or not torch.cuda.is_available():
+    return device.type == "cuda" and _triton_importable()
+
+
+@functools.cache
+def _triton_importable() -> bool:
+    """Whether CUDA is usable and Triton imports (asked once: :func:`add_layer_norm` runs twice a layer)."""
+    if not torch.cuda.is_available():
         return False
     try:
         import triton  # noqa: F401

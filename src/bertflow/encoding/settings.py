@@ -14,6 +14,7 @@ __all__ = [
     "DEFAULT_CHUNK",
     "DEFAULT_MAX_TOKENS",
     "DEFAULT_MIN_TOKENS",
+    "FLOOR_HIDDEN",
     "FIRST_CUDA_CHUNK",
     "MIN_LENGTH_RATIO",
     "UNIFORM_FILL",
@@ -40,7 +41,13 @@ MIN_LENGTH_RATIO = 0.9
 #: 4 ms of host time to launch whatever its size (measured on an H200, docs/performance.md), so on a GPU a batch
 #: must be large to keep the device busy. On a CPU the launch cost is small and padding is paid in full, so the
 #: length rule alone decides (on 2 quiet cores a 4,096-token floor cost 16% on STS sentences and 10% on paragraphs).
+#: The CUDA floor is for a model of :data:`FLOOR_HIDDEN` width; a narrower one gets ``(FLOOR_HIDDEN / hidden)^2``
+#: times as much (up to the token budget): a token's work per layer grows with the square of the width, the
+#: launch cost per layer does not, so MiniLM-L6 (384 wide) needs batches 4x larger than BERT-base to cover it
+#: (on an H200: 285k vs 237k sentences/s with a 65,536-token floor; BERT-base lost 10% to the padding such a floor
+#: adds, docs/performance.md).
 DEFAULT_MIN_TOKENS = {"cuda": 32768, "cpu": 0}
+FLOOR_HIDDEN = 768
 
 
 def device_kind(device_type: str) -> str:
@@ -63,7 +70,8 @@ class EncodeSettings:
         uniform_fill: share of a batch that a run of equal lengths must fill to end the batch there (mask-free);
             see :func:`bertflow.encoding.batching.plan_batches`.
         min_length_ratio: shortest sentence a batch takes, as a share of its width (bounds padding).
-        min_tokens: padded tokens below which a batch is filled up anyway; ``None``: 32,768 on CUDA, 0 on CPU.
+        min_tokens: padded tokens below which a batch is filled up anyway; ``None``: 32,768 on CUDA (more for
+            models narrower than BERT-base: :meth:`min_batch_tokens`), 0 on CPU.
         first_chunk: size of the first chunk on CUDA (the ramp's start) when ``chunk_size`` is ``None``.
         cudnn_attention: let torch pick cuDNN attention on CUDA (off by default: it plans every new shape).
         unpadded: run the model on real tokens only (:mod:`bertflow.encoding.packed`: no padding in any layer,
@@ -113,6 +121,12 @@ class EncodeSettings:
         """Padded tokens per forward pass on a device of this type (``max_tokens`` or the default)."""
         return self.max_tokens or DEFAULT_MAX_TOKENS[device_kind(device_type)]
 
-    def min_batch_tokens(self, device_type: str) -> int:
-        """``min_tokens`` or the device's default."""
-        return DEFAULT_MIN_TOKENS[device_kind(device_type)] if self.min_tokens is None else self.min_tokens
+    def min_batch_tokens(self, device_type: str, hidden: int | None = None) -> int:
+        """``min_tokens`` or the device's default; on CUDA, for a model ``hidden`` wide, raised for narrow models
+        (see :data:`DEFAULT_MIN_TOKENS`) up to :meth:`token_budget`."""
+        if self.min_tokens is not None:
+            return self.min_tokens
+        floor = DEFAULT_MIN_TOKENS[device_kind(device_type)]
+        if floor and hidden is not None and hidden < FLOOR_HIDDEN:
+            floor = min(self.token_budget(device_type), int(floor * (FLOOR_HIDDEN / hidden) ** 2))
+        return floor

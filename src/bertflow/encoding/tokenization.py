@@ -43,7 +43,8 @@ __all__ = ["TokenArrays", "TokenizerPool", "WordPieceShortcut", "auto_processes"
 logger = logging.getLogger(__name__)
 
 #: Fewest sentences one worker process is sent at a time: below that, the round trip costs more than it saves.
-MIN_PART = 1024
+#: Small enough that the first chunk on CUDA (4,096 sentences, which the GPU waits for) is spread over 8 workers.
+MIN_PART = 256
 #: Distinct words a :class:`WordPieceShortcut` remembers before it starts afresh (about 150 bytes each, so ~30 MB
 #: per worker process at most; relearning a word costs one call of the WordPiece model, about 2 us).
 MEMO_LIMIT = 200_000
@@ -101,16 +102,16 @@ def tokenize_arrays(tokenizer: Any, sentences: Sequence[str], shortcut: WordPiec
     are the same either way.
     """
     items = list(sentences)
-    ids: list[Any] = shortcut.ids(items) if shortcut is not None else []
-    rest = [i for i, v in enumerate(ids) if v is None]
-    if shortcut is None or rest:
-        # encode_batch_fast skips character offsets, which are never used (about 25% less tokenisation time).
-        encode = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
-        encodings = encode([items[i] for i in rest] if shortcut is not None else items, add_special_tokens=True)
-        # One Python list per sentence: tens of thousands of allocations, which set off the cyclic garbage
-        # collector, whose full passes over a large heap took up to 5x as long as the read-out itself (measured
-        # on the GPU host). Lists of ints cannot form cycles, so collection is paused for this loop only.
-        with _gc_paused():
+    # One Python list per sentence (and per word, in the shortcut): tens of thousands of allocations, which set off
+    # the cyclic garbage collector, whose full passes over a large heap took up to 5x as long as the read-out itself
+    # (measured on the GPU host). Lists of ints and strings cannot form cycles, so collection is paused here.
+    with _gc_paused():
+        ids: list[Any] = shortcut.ids(items) if shortcut is not None else []
+        rest = [i for i, v in enumerate(ids) if v is None]
+        if shortcut is None or rest:
+            # encode_batch_fast skips character offsets, which are never used (about 25% less tokenisation time).
+            encode = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
+            encodings = encode([items[i] for i in rest] if shortcut is not None else items, add_special_tokens=True)
             if shortcut is None:
                 ids = [e.ids for e in encodings]
             else:
@@ -220,18 +221,22 @@ class WordPieceShortcut:
         """Token ids per sentence, special tokens included and truncated as the tokenizer would; ``None`` for
         each sentence the shortcut does not handle (give those to the tokenizer)."""
         out: list[list[int] | None] = []
-        findall, unsafe, memo = _ASCII_WORD.findall, self._unsafe.search, self._memo
+        findall, unsafe, get = _ASCII_WORD.findall, self._unsafe.search, self._memo.__getitem__
         prefix, suffix, keep, left = self._prefix, self._suffix, self._keep, self._left
+        flat = itertools.chain.from_iterable
+        # One scan of the whole list: where it holds nothing unsafe, neither does any sentence (a match across the
+        # joining newline only sends the list to the per-sentence scans). ``isascii`` is a flag lookup.
+        safe = unsafe("\n".join(sentences)) is None
         for sentence in sentences:
-            if not sentence.isascii() or unsafe(sentence) is not None:
+            if not sentence.isascii() or (not safe and unsafe(sentence) is not None):
                 out.append(None)
                 continue
             words = findall(sentence.lower() if self._lowercase else sentence)
             try:
-                ids = [i for w in words for i in memo[w]]
+                ids = list(flat(map(get, words)))
             except KeyError:
                 self._learn(words)
-                ids = [i for w in words for i in memo[w]]
+                ids = list(flat(map(get, words)))
             if keep is not None and len(ids) > keep:
                 ids = ids[len(ids) - keep :] if left else ids[:keep]
             out.append(prefix + ids + suffix)

@@ -199,29 +199,12 @@ def encode_poolings(
     batch_size: int | None = None,
     show_progress_bar: bool | None = None,
 ) -> dict[str, np.ndarray]:
-    """Embed sentences under several poolings with ONE forward pass of the encoder per batch.
-
-    The encoder's own path (:meth:`SentenceEncoder.encode` with ``poolings``): ``mean``, ``cls``, ``pooler``,
-    ``first-last-avg``, ``last2avg`` and layer lists are all read from the same forward pass, each pooled in
-    float32, so every result equals ``SentenceEncoder(..., pooling=p).encode(sentences)`` (same batches, same
-    arithmetic) and a grid of poolings costs one encoder pass.
-
-    Args:
-        encoder: the encoder (its own pooling is ignored; its model, tokenizer, max_length, device and settings
-            are used).
-        sentences: N non-blank strings.
-        poolings: pooling names or layer lists (see :class:`bertflow.encoding.pooling.Pooling`).
-        batch_size: optional cap on sentences per forward pass; results do not depend on it.
-        show_progress_bar: ``None`` shows a bar for 4,096 sentences or more.
-
-    Returns:
-        ``{pooling_key: float32 [N, D]}`` (keys from :func:`pooling_key`).
-    """
-    # The encoder checks the sentences and the poolings (one-line InputErrors) before any work.
-    out: dict[str, np.ndarray] = encoder.encode(
+    """Embed N sentences under several poolings with ONE forward pass of the encoder per batch: ``{pooling_key:
+    float32 [N, D]}``. It is :meth:`SentenceEncoder.encode` with ``poolings`` (the encoder's own pooling is ignored),
+    so every result equals ``SentenceEncoder(..., pooling=p).encode(sentences)``; the encoder checks the input."""
+    return encoder.encode(  # type: ignore[no-any-return]
         list(sentences), poolings=list(poolings), batch_size=batch_size, show_progress_bar=show_progress_bar
     )
-    return out
 
 
 def _spec(p: str | Sequence[int] | Pooling) -> str | Sequence[int]:
@@ -301,23 +284,13 @@ def embed_cached(
     chunk_size: int = 8192,
     show_progress_bar: bool | None = None,
 ) -> dict[str, np.ndarray]:
-    """Embeddings of ``sentences`` under each pooling, encoding only what the cache lacks, in one pass.
+    """Embeddings of N ``sentences`` (duplicates allowed) under each pooling, ``{pooling_key: float32 [N, D]}``,
+    encoding only what ``cache`` lacks (``None``: everything, nothing stored), in one pass.
 
     Sentences missing under *any* requested pooling are encoded once with every pooling that lacks them, in
     chunks of ``chunk_size`` that are written to the cache as they finish (an interrupted run resumes where it
-    stopped).
-
-    Args:
-        encoder: the frozen encoder.
-        sentences: N non-blank strings (duplicates allowed; each distinct one is encoded at most once).
-        poolings: pooling names or layer lists.
-        cache: the on-disk cache; ``None`` encodes everything and stores nothing.
-        batch_size: optional cap on sentences per forward pass (default: the encoder's token budget).
-        chunk_size: sentences encoded between two cache writes.
-        show_progress_bar: ``None`` shows a bar for 4,096 sentences or more to encode.
-
-    Returns:
-        ``{pooling_key: float32 [N, D]}`` with rows in the order of ``sentences``.
+    stopped). ``batch_size`` caps sentences per forward pass (default: the encoder's token budget);
+    ``show_progress_bar=None`` shows a bar for 4,096 sentences or more to encode.
     """
     items = validate_sentences(sentences)
     keys = [pooling_key(_spec(p), encoder.num_layers) for p in poolings]
@@ -331,13 +304,8 @@ def embed_cached(
         union |= mask
     todo = np.flatnonzero(union)
     if len(todo):
-        logger.info(
-            "encoding %d of %d distinct sentences (%s) with %s",
-            len(todo),
-            len(distinct),
-            ", ".join(keys),
-            encoder.model_id,
-        )
+        logger.info("encoding %d of %d distinct sentences (%s) with %s", len(todo), len(distinct), ", ".join(keys),
+                    encoder.model_id)  # fmt: skip
         show = len(todo) >= 4096 if show_progress_bar is None else show_progress_bar
         _encode_missing(encoder, distinct, todo, spec_of, result, missing, cache, batch_size, chunk_size, show)
     rows = np.fromiter((position[s] for s in items), dtype=np.int64, count=len(items))

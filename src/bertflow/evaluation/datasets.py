@@ -32,11 +32,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# STS benchmark data
-# ---------------------------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class TaskSpec:
     """Everything bertflow knows about one STS data set, in one record.
@@ -167,17 +162,10 @@ class StsTask:
         return task_spec(self.name).split_files is not None
 
     def fit_sentences(self, regime: Literal["target", "train"] = "target") -> list[str]:
-        """Distinct unlabelled sentences to fit a calibrator (flow, whitening) on.
-
-        Args:
-            regime: ``"target"``: every sentence of the task, i.e. train + dev + test for STS-B and SICK-R and
-                all subsets for STS12-16. This is BERT-flow's transductive default (it sees the test
-                sentences, never the scores). ``"train"``: the train split only (STS-B and SICK-R).
-                The "nli" regime is :func:`load_nli_sentences`.
-
-        Returns:
-            Distinct sentences in order of first occurrence (split by split, pair by pair, ``s1`` before
-            ``s2``).
+        """Distinct unlabelled sentences to fit a calibrator on, in order of first occurrence (split by split, pair by
+        pair, ``s1`` before ``s2``). ``"target"``: every sentence of the task (train + dev + test for STS-B and SICK-R,
+        all subsets for STS12-16), BERT-flow's transductive default (it sees the test sentences, never the scores);
+        ``"train"``: the train split only (STS-B and SICK-R). The "nli" regime is :func:`load_nli_sentences`.
 
         Raises:
             InputError: Unknown regime, or ``"train"`` for a task without a train split (STS12-16).
@@ -207,18 +195,11 @@ def _read_data_file(path: Path, errors: EncodingErrors = "strict") -> SentencePa
 
 
 def load_sts_task(name: str, data_dir: str | Path) -> StsTask:
-    """Load one STS task from the TSV layout.
+    """Load one STS task (a name or alias, :func:`task_spec`) from the TSV layout in ``data_dir``.
 
     STS12-16 subsets are every ``*.tsv`` in the year's folder, ordered case-insensitively by name (which is
     SentEval's order). A pair count that differs from the official one is logged as a warning, since
     results would then not be comparable with published numbers.
-
-    Args:
-        name: Task name from :data:`STS_TASKS` or an alias accepted by :func:`canonical_task_name`.
-        data_dir: the data folder (see :func:`resolve_data_dir`).
-
-    Returns:
-        The task with its evaluation subsets and splits.
 
     Raises:
         InputError: Unknown task name or malformed file.
@@ -241,14 +222,8 @@ def load_sts_task(name: str, data_dir: str | Path) -> StsTask:
         splits = dict(subsets)
     result = StsTask(task, subsets, splits)
     if result.n_eval_pairs != spec.official_pairs:
-        logger.warning(
-            "%s has %d evaluation pairs in %s, the official count is %d: scores are not comparable with "
-            "published results",
-            task,
-            result.n_eval_pairs,
-            folder,
-            spec.official_pairs,
-        )
+        logger.warning("%s has %d evaluation pairs in %s, the official count is %d: scores are not comparable with "
+                       "published results", task, result.n_eval_pairs, folder, spec.official_pairs)  # fmt: skip
     return result
 
 
@@ -264,18 +239,13 @@ def load_sts_tasks(names: Sequence[str] = STS_TASKS, data_dir: str | Path | None
 
 
 def load_nli_sentences(data_dir: str | Path) -> list[str]:
-    """Distinct sentences of SNLI dev + test (``NLI/snli_dev.tsv``, ``NLI/snli_test.tsv``): the "nli" regime.
+    """Distinct sentences of SNLI dev + test (``NLI/snli_dev.tsv``, ``NLI/snli_test.tsv`` in ``data_dir``) in order
+    of first occurrence: the "nli" regime.
 
     BERT-flow's NLI setting fits the flow on the sentences of full SNLI + MultiNLI (about 1M pairs). Those
     corpora are not available in the shipped data folder, so SNLI dev+test (19,666 pairs, about 25.7k
     distinct sentences, SentEval-tokenized text) is a stand-in: good for a generic, non-target fitting
     corpus, but not the paper's exact setting.
-
-    Args:
-        data_dir: the data folder (see :func:`resolve_data_dir`).
-
-    Returns:
-        Distinct sentences in order of first occurrence (dev before test, pair by pair).
 
     Raises:
         DataNotFoundError: The NLI files are missing.

@@ -35,41 +35,26 @@ logger = logging.getLogger(__name__)
 # Downloader
 # ---------------------------------------------------------------------------------------------------------
 
-# The original release archives SentEval's data script downloads (see its get_transfer_data.bash).
-# Each year: archive URL, name pattern of the sentence and gold files, subsets (STS13 without the
-# LDC-licensed SMT subset, as SentEval and BERT-flow).
+
+def _year(path: str, prefix: str, *subsets: str) -> tuple[str, str, str, tuple[str, ...]]:
+    """A SemEval year's archive URL, the name patterns of its sentence and gold files, its subsets."""
+    url = f"http://ixa2.si.ehu.es/stswiki/images/{path}"
+    return url, f"{prefix}.input.{{}}.txt", f"{prefix}.gs.{{}}.txt", subsets
+
+
+# The original release archives SentEval's data script downloads (see its get_transfer_data.bash); STS13 without the
+# LDC-licensed SMT subset, as SentEval and BERT-flow.
 _SEMEVAL_YEARS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
-    "STS12": (
-        "http://ixa2.si.ehu.es/stswiki/images/4/40/STS2012-en-test.zip",
-        "STS.input.{}.txt",
-        "STS.gs.{}.txt",
-        ("MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"),
-    ),
-    "STS13": (
-        "http://ixa2.si.ehu.es/stswiki/images/2/2f/STS2013-en-test.zip",
-        "STS.input.{}.txt",
-        "STS.gs.{}.txt",
-        ("FNWN", "headlines", "OnWN"),
-    ),
-    "STS14": (
-        "http://ixa2.si.ehu.es/stswiki/images/8/8c/STS2014-en-test.zip",
-        "STS.input.{}.txt",
-        "STS.gs.{}.txt",
-        ("deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news"),
-    ),
-    "STS15": (
-        "http://ixa2.si.ehu.es/stswiki/images/d/da/STS2015-en-test.zip",
-        "STS.input.{}.txt",
-        "STS.gs.{}.txt",
-        ("answers-forums", "answers-students", "belief", "headlines", "images"),
-    ),
-    "STS16": (
-        "http://ixa2.si.ehu.es/stswiki/images/9/98/STS2016-en-test.zip",
-        "STS2016.input.{}.txt",
-        "STS2016.gs.{}.txt",
-        ("answer-answer", "headlines", "plagiarism", "postediting", "question-question"),
-    ),
-}
+    "STS12": _year("4/40/STS2012-en-test.zip", "STS", "MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN",
+                   "surprise.SMTnews"),
+    "STS13": _year("2/2f/STS2013-en-test.zip", "STS", "FNWN", "headlines", "OnWN"),
+    "STS14": _year("8/8c/STS2014-en-test.zip", "STS", "deft-forum", "deft-news", "headlines", "images", "OnWN",
+                   "tweet-news"),
+    "STS15": _year("d/da/STS2015-en-test.zip", "STS", "answers-forums", "answers-students", "belief", "headlines",
+                   "images"),
+    "STS16": _year("9/98/STS2016-en-test.zip", "STS2016", "answer-answer", "headlines", "plagiarism", "postediting",
+                   "question-question"),
+}  # fmt: skip
 _STSB_URL = "http://ixa2.si.ehu.es/stswiki/images/4/48/Stsbenchmark.tar.gz"
 _SICK_URLS: dict[str, str] = {
     "train.tsv": "https://raw.githubusercontent.com/alvations/stasis/master/SICK-data/SICK_train.txt",
@@ -370,14 +355,20 @@ def _check_checksums(target: Path, files: Sequence[str]) -> None:
         )
 
 
+def _unpacked(what: str, url: str, tmp: Path, name: str, read_timeout: float) -> Path:
+    """Download the archive ``url`` (``what`` in the log) as ``tmp/name`` and unpack it into a folder ``tmp/what``."""
+    logger.info("downloading %s from %s", what, url)
+    folder = tmp / what
+    folder.mkdir()
+    _safe_extract(_download(url, tmp / name, read_timeout), folder)
+    return folder
+
+
 def _build_semeval(tmp: Path, target: Path, read_timeout: float) -> dict[str, int]:
     """Download and convert the SemEval STS 2012-2016 packages into ``target/STS1x``; scored pairs per year."""
     counts: dict[str, int] = {}
     for year, (url, input_pattern, gs_pattern, subsets) in _SEMEVAL_YEARS.items():
-        logger.info("downloading %s from %s", year, url)
-        unpacked = tmp / year
-        unpacked.mkdir()
-        _safe_extract(_download(url, tmp / f"{year}.zip", read_timeout), unpacked)
+        unpacked = _unpacked(year, url, tmp, f"{year}.zip", read_timeout)
         per_subset = _convert_semeval_year(unpacked, target / year, subsets, input_pattern, gs_pattern)
         counts[year] = sum(per_subset.values())
     return counts
@@ -385,10 +376,7 @@ def _build_semeval(tmp: Path, target: Path, read_timeout: float) -> dict[str, in
 
 def _build_stsb(tmp: Path, target: Path, read_timeout: float) -> int:
     """Download and convert the STS Benchmark into ``target/STSBenchmark``; the test split's scored pairs."""
-    logger.info("downloading STS Benchmark from %s", _STSB_URL)
-    stsb = tmp / "stsb"
-    stsb.mkdir()
-    _safe_extract(_download(_STSB_URL, tmp / "stsb.tar.gz", read_timeout), stsb)
+    stsb = _unpacked("STS Benchmark", _STSB_URL, tmp, "stsb.tar.gz", read_timeout)
     counts = {}
     for split in ("train", "dev", "test"):
         csv_path = _find_file(stsb, f"sts-{split}.csv")
@@ -407,10 +395,7 @@ def _build_sick(tmp: Path, target: Path, read_timeout: float) -> int:
 
 def _build_snli(tmp: Path, target: Path, read_timeout: float) -> None:
     """Download SNLI 1.0 and write its dev and test pairs into ``target/NLI``."""
-    logger.info("downloading SNLI 1.0 from %s", _SNLI_URL)
-    snli = tmp / "snli"
-    snli.mkdir()
-    _safe_extract(_download(_SNLI_URL, tmp / "snli.zip", read_timeout), snli)
+    snli = _unpacked("SNLI 1.0", _SNLI_URL, tmp, "snli.zip", read_timeout)
     for split in ("dev", "test"):
         jsonl = _find_file(snli, f"snli_1.0_{split}.jsonl")
         _convert_snli_jsonl(jsonl, target / "NLI" / f"snli_{split}.tsv")
@@ -424,34 +409,21 @@ def download_sts(
     connect_timeout: float = 5.0,
     read_timeout: float = 60.0,
 ) -> Path:
-    """Download the original STS12-16, STS Benchmark and SICK releases and build the TSV layout.
+    """Download the original STS12-16, STS Benchmark and SICK releases and build the TSV layout in ``cache_dir``
+    (default ``~/.cache/bertflow/sts``, one of the folders the CLI's ``--data-dir`` default looks in); returns it.
 
-    Sources are the archives SentEval's data script uses: the SemEval STS 2012-2016 English test packages
-    (``STS.input.*`` / ``STS.gs.*``; STS13 without the LDC-licensed SMT subset), the STS Benchmark tarball
-    (columns score, sentence1, sentence2 of ``sts-{train,dev,test}.csv``) and SICK (``SICK_train``,
-    ``SICK_trial``, ``SICK_test_annotated``; relatedness score). Only scored pairs are kept, text is raw
-    (not SentEval's tokenized and lowercased copy), and the pair counts are checked against the official
-    ones. The reachability of every host is probed first, so without network the call fails within about
-    ``connect_timeout`` seconds.
-
-    Args:
-        cache_dir: Output folder (default ``~/.cache/bertflow/sts``, one of the folders the CLI's ``--data-dir``
-            default looks in, :func:`bertflow.cli.evaluate.find_data_dir`). Existing files of the layout are
-            overwritten; nothing else in the folder is touched.
-        include_nli: Also build ``NLI/snli_{dev,test}.tsv`` from the SNLI 1.0 zip (about 90 MB download).
-            Its text is raw SNLI, not the SentEval-tokenized text of the shipped copy.
-        force: Rebuild even if a previous download completed.
-        connect_timeout: Seconds allowed for reaching the hosts.
-        read_timeout: Seconds allowed for any single network read.
-
-    Returns:
-        The data folder, ready for ``load_sts_tasks(data_dir=...)``.
+    Sources are the archives SentEval's data script uses (SemEval STS 2012-2016 English test packages, STS13 without
+    the LDC-licensed SMT subset; the STS Benchmark tarball; SICK train, trial and annotated test, relatedness score).
+    Only scored pairs are kept, text is raw (not SentEval's tokenized copy), and the pair counts and the sha256 of
+    every built file are checked against the pinned ones. Existing files of the layout are overwritten, nothing
+    else in the folder is touched; a completed download is not repeated unless ``force``. ``include_nli`` also
+    builds ``NLI/snli_{dev,test}.tsv`` from the SNLI 1.0 zip (about 90 MB; raw SNLI text). Every host is probed
+    first, so without network the call fails within about ``connect_timeout`` seconds; ``read_timeout`` bounds
+    any single network read.
 
     Raises:
-        DataNotFoundError: A host is unreachable or a download fails; the message says how to use a local
-            copy instead.
-        InputError: A downloaded file does not have the expected content: pair counts, or the sha256 of a built
-            file (each is pinned; NLI aside).
+        DataNotFoundError: A host is unreachable or a download fails; the message says how to use a local copy.
+        InputError: A downloaded file does not have the expected pair counts or sha256 (NLI aside).
     """
     target = Path(cache_dir).expanduser() if cache_dir is not None else DEFAULT_CACHE_DIR.expanduser()
     marker = target / _COMPLETE_MARKER

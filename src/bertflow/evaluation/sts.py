@@ -62,17 +62,9 @@ def _as_2d_float(x: Any, name: str) -> np.ndarray:
 
 
 def cosine_scores(emb1: np.ndarray, emb2: np.ndarray) -> np.ndarray:
-    """Row-wise cosine similarity of two embedding matrices.
-
-    Computed in float64 whatever the input dtype. A pair involving a zero vector gets cosine 0 (no
-    direction, hence no similarity) instead of NaN.
-
-    Args:
-        emb1: Embeddings of the first sentences, shape (N, D).
-        emb2: Embeddings of the second sentences, shape (N, D).
-
-    Returns:
-        float64 array of shape (N,), values in [-1, 1].
+    """Row-wise cosine similarity of two embedding matrices (N, D): float64 (N,) in [-1, 1], computed in float64
+    whatever the input dtype. A pair involving a zero vector gets cosine 0 (no direction, hence no similarity)
+    instead of NaN.
 
     Raises:
         InputError: Shapes differ or are not 2-D, or the input has NaN/inf.
@@ -85,16 +77,9 @@ def cosine_scores(emb1: np.ndarray, emb2: np.ndarray) -> np.ndarray:
 
 
 def correlations(predicted: np.ndarray, gold: np.ndarray) -> tuple[float, float]:
-    """Spearman and Pearson correlation x 100 between predicted similarities and gold scores.
-
-    Args:
-        predicted: Shape (N,), e.g. cosine similarities.
-        gold: Shape (N,), gold scores.
-
-    Returns:
-        ``(spearman, pearson)``, each in [-100, 100]; NaN when undefined (fewer than 2 pairs or a constant
-        input, e.g. an encoder that maps every sentence to the same vector). NaN is logged as a warning.
-    """
+    """``(spearman, pearson)`` correlation x 100, each in [-100, 100], between predicted similarities (N,) and gold
+    scores (N,); NaN when undefined (fewer than 2 pairs or a constant input, e.g. an encoder that maps every sentence
+    to the same vector), logged as a warning."""
     p = np.asarray(predicted, dtype=np.float64).ravel()
     g = np.asarray(gold, dtype=np.float64).ravel()
     if p.shape != g.shape:
@@ -165,6 +150,10 @@ def _nan_to_none(x: float) -> float | None:
     return None if math.isnan(x) else float(x)
 
 
+def _pair(spearman: float, pearson: float) -> dict[str, float | None]:
+    return {"spearman": _nan_to_none(spearman), "pearson": _nan_to_none(pearson)}
+
+
 @dataclass
 class StsReport:
     """Scores of several STS tasks.
@@ -189,38 +178,21 @@ class StsReport:
         return float(np.mean([t.score(protocol, metric) for t in self.tasks.values()]))
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready nested dict: per task its subsets and both protocols, plus the averages.
-
-        Undefined correlations (NaN) become None.
-        """
+        """JSON-ready nested dict: per task its subsets and both protocols, plus the averages; undefined
+        correlations (NaN) become None."""
         out_tasks: dict[str, Any] = {}
         for name in self._ordered():
             t = self.tasks[name]
             out_tasks[name] = {
                 "n_pairs": t.n_pairs,
-                "all": {"spearman": _nan_to_none(t.all_spearman), "pearson": _nan_to_none(t.all_pearson)},
-                "wmean": {
-                    "spearman": _nan_to_none(t.wmean_spearman),
-                    "pearson": _nan_to_none(t.wmean_pearson),
-                },
+                "all": _pair(t.all_spearman, t.all_pearson),
+                "wmean": _pair(t.wmean_spearman, t.wmean_pearson),
                 "mean": {"spearman": _nan_to_none(t.mean_spearman)},
-                "subsets": [
-                    {
-                        "name": s.name,
-                        "n_pairs": s.n_pairs,
-                        "spearman": _nan_to_none(s.spearman),
-                        "pearson": _nan_to_none(s.pearson),
-                    }
-                    for s in t.subsets
-                ],
+                "subsets": [{"name": s.name, "n_pairs": s.n_pairs, **_pair(s.spearman, s.pearson)} for s in t.subsets],
             }
         average: dict[str, Any] = {}
-        if self.tasks:
-            for protocol in ("all", "wmean"):
-                average[protocol] = {
-                    metric: _nan_to_none(self.average(protocol, metric))  # type: ignore[arg-type]
-                    for metric in ("spearman", "pearson")
-                }
+        for protocol in ("all", "wmean") if self.tasks else ():
+            average[protocol] = _pair(*(self.average(protocol, m) for m in ("spearman", "pearson")))  # type: ignore[arg-type]
         return {
             "metric": "correlation x 100 between cosine similarity and gold score",
             "protocols": {
@@ -232,15 +204,8 @@ class StsReport:
         }
 
     def to_markdown(self, metric: Metric = "spearman", digits: int = 2) -> str:
-        """Markdown table: one row per protocol (all, wmean), one column per task, then "Avg.".
-
-        Args:
-            metric: Which correlation to show (Spearman by default, as the papers).
-            digits: Decimals shown.
-
-        Returns:
-            The table, without a trailing newline.
-        """
+        """Markdown table of ``metric`` with ``digits`` decimals, without a trailing newline: one row per protocol
+        (all, wmean), one column per task, then "Avg."."""
         names = self._ordered()
 
         def fmt(x: float) -> str:
@@ -257,93 +222,54 @@ class StsReport:
         return "\n".join(lines)
 
 
-def _weighted_mean(values: Sequence[float], weights: Sequence[int]) -> float:
-    return float(np.average(np.asarray(values, dtype=np.float64), weights=np.asarray(weights, dtype=np.float64)))
+def evaluate_pairs(name: str, subsets: Mapping[str, SentencePairs], embed: EmbedFn) -> TaskScore:
+    """Score scored pair sets as one task named ``name`` (an STS task's subsets, or a user's own STS-style files):
+    per-subset and aggregated ("all", "wmean") correlations x 100. ``embed`` maps a list of N sentences to an (N, D)
+    array, row i for sentence i; it is called once, with the distinct sentences.
 
-
-def _embed_distinct(sentences: list[str], embed: EmbedFn, context: str) -> np.ndarray:
-    emb = _as_2d_float(embed(sentences), f"the embeddings returned for {context}")
-    if emb.shape[0] != len(sentences):
+    Raises:
+        InputError: no subset, a subset without gold scores, or ``embed`` returned the wrong number of rows, a
+            non-2-D array or NaN/inf values.
+    """
+    distinct = list(dict.fromkeys(s for pairs in subsets.values() for s in pairs.sentences()))
+    emb = _as_2d_float(embed(distinct), f"the embeddings returned for {name}")
+    if emb.shape[0] != len(distinct):
         raise InputError(
-            f"embed returned {emb.shape[0]} rows for {len(sentences)} sentences ({context}); it must return "
+            f"embed returned {emb.shape[0]} rows for {len(distinct)} sentences ({name}); it must return "
             "one row per input sentence, in order"
         )
-    return emb
-
-
-def _score_subsets(
-    task_name: str, subsets: Mapping[str, SentencePairs], emb: np.ndarray, index: Mapping[str, int]
-) -> TaskScore:
-    subset_scores: list[SubsetScore] = []
+    index = {s: i for i, s in enumerate(distinct)}
+    scores: list[SubsetScore] = []
     all_cos: list[np.ndarray] = []
-    all_gold: list[np.ndarray] = []
-    for name, pairs in subsets.items():
+    for subset, pairs in subsets.items():
         if pairs.scores is None:
-            raise InputError(f"{task_name}/{name} has no gold scores")
-        i1 = np.fromiter((index[s] for s in pairs.sentences1), dtype=np.int64, count=len(pairs))
-        i2 = np.fromiter((index[s] for s in pairs.sentences2), dtype=np.int64, count=len(pairs))
-        cos = cosine_scores(emb[i1], emb[i2])
-        spearman, pearson = correlations(cos, pairs.scores)
-        subset_scores.append(SubsetScore(name, len(pairs), spearman, pearson))
-        all_cos.append(cos)
-        all_gold.append(pairs.scores)
-    if not subset_scores:
-        raise InputError(f"{task_name} has no evaluation subsets")
-    if len(subset_scores) == 1:
-        # Identical by definition; copy instead of recomputing so that all == wmean exactly.
-        only = subset_scores[0]
-        all_spearman, all_pearson = only.spearman, only.pearson
+            raise InputError(f"{name}/{subset} has no gold scores")
+        i1, i2 = ([index[s] for s in side] for side in (pairs.sentences1, pairs.sentences2))
+        all_cos.append(cosine_scores(emb[i1], emb[i2]))
+        scores.append(SubsetScore(subset, len(pairs), *correlations(all_cos[-1], pairs.scores)))
+    if not scores:
+        raise InputError(f"{name} has no evaluation subsets")
+    if len(scores) == 1:  # identical by definition: copied, so that all == wmean exactly
+        all_spearman, all_pearson = scores[0].spearman, scores[0].pearson
     else:
-        all_spearman, all_pearson = correlations(np.concatenate(all_cos), np.concatenate(all_gold))
-    sizes = [s.n_pairs for s in subset_scores]
+        gold = np.concatenate([pairs.scores for pairs in subsets.values()])  # type: ignore[misc]
+        all_spearman, all_pearson = correlations(np.concatenate(all_cos), gold)
+    sizes = [s.n_pairs for s in scores]
     return TaskScore(
-        task=task_name,
-        subsets=subset_scores,
+        task=name,
+        subsets=scores,
         all_spearman=all_spearman,
         all_pearson=all_pearson,
-        wmean_spearman=_weighted_mean([s.spearman for s in subset_scores], sizes),
-        wmean_pearson=_weighted_mean([s.pearson for s in subset_scores], sizes),
-        mean_spearman=float(np.mean([s.spearman for s in subset_scores])),
+        wmean_spearman=float(np.average([s.spearman for s in scores], weights=sizes)),
+        wmean_pearson=float(np.average([s.pearson for s in scores], weights=sizes)),
+        mean_spearman=float(np.mean([s.spearman for s in scores])),
     )
 
 
-def evaluate_pairs(name: str, subsets: Mapping[str, SentencePairs], embed: EmbedFn) -> TaskScore:
-    """Score arbitrary scored pair sets as one task (e.g. a user's own STS-style files).
-
-    Args:
-        name: Name reported in the result.
-        subsets: Scored pairs by subset name.
-        embed: Maps a list of N sentences to an (N, D) array; called once with the distinct sentences.
-
-    Returns:
-        Per-subset and aggregated ("all", "wmean") correlations x 100.
-    """
-    distinct = list(dict.fromkeys(s for pairs in subsets.values() for s in pairs.sentences()))
-    emb = _embed_distinct(distinct, embed, name)
-    index = {s: i for i, s in enumerate(distinct)}
-    return _score_subsets(name, subsets, emb, index)
-
-
 def evaluate_task(task: StsTask, embed: EmbedFn) -> TaskScore:
-    """Evaluate one STS task with cosine similarity.
-
-    ``embed`` is called exactly once, with the task's distinct evaluation sentences
-    (:meth:`StsTask.eval_sentences`), so each sentence is encoded once even if it appears in several pairs.
-
-    Args:
-        task: The task (see :func:`bertflow.evaluation.datasets.load_sts_task`).
-        embed: Maps a list of N sentences to an (N, D) array of embeddings, row i for sentence i.
-
-    Returns:
-        Per-subset and aggregated correlations x 100.
-
-    Raises:
-        InputError: ``embed`` returned the wrong number of rows, a non-2-D array or NaN/inf values.
-    """
-    distinct = task.eval_sentences()
-    emb = _embed_distinct(distinct, embed, task.name)
-    index = {s: i for i, s in enumerate(distinct)}
-    return _score_subsets(task.name, task.eval_subsets, emb, index)
+    """Evaluate one STS task with cosine similarity (:func:`evaluate_pairs` over its evaluation subsets): ``embed``
+    is called once, with the task's distinct evaluation sentences (:meth:`StsTask.eval_sentences`)."""
+    return evaluate_pairs(task.name, task.eval_subsets, embed)
 
 
 def evaluate_sts(

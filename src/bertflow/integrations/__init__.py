@@ -1,7 +1,9 @@
 """Bridges to other libraries. Each submodule imports its library on import, so import only the one you use:
 
 - :mod:`bertflow.integrations.sentence_transformers`: a fitted calibrator as a sentence-transformers module
-  (``pip install 'bertflow[st]'``); ``from_embedder(embedder)`` converts a whole model.
+  (``Calibration``) and the guarded loader of a saved calibrated model (``pip install 'bertflow[st]'``);
+  :mod:`bertflow.integrations.st_export` builds one: ``fit_calibrator(st_model, ...)``, ``from_embedder(embedder)``
+  (with :mod:`bertflow.integrations.st_anchored` for anchored whitening and auto).
 - :mod:`bertflow.integrations.mteb`: a fitted Embedder as an mteb 2.x encoder
   (``mteb.evaluate(MTEBEncoder(embedder), tasks)``) and local STS files as an MTEB task
   (``pip install 'bertflow[mteb]'``).

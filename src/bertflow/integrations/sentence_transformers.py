@@ -1,67 +1,27 @@
-"""A fitted bertflow calibrator as a sentence-transformers module.
+"""A calibrated sentence-transformers model: the :class:`Calibration` module, its encoder check, and the guarded
+loader of a saved one (:func:`load_calibrated`). Building one is :mod:`.st_export`.
 
-:func:`fit_calibrator` embeds a corpus with a ``SentenceTransformer``, fits a calibrator on it (no labels) and
-returns a new ``SentenceTransformer`` whose pipeline ends in the calibration (a ``Dense`` or a :class:`Calibration`
-module, then ``Normalize``), so ``model.encode`` returns calibrated embeddings::
+:class:`Calibration` applies a fitted bertflow calibrator to the pooled (unnormalised) vectors, as a float32 torch
+function on their device; inference only (fine-tune first, then calibrate). It saves as ``{idx}_Calibration/``: the
+calibrator's ``config.json`` + ``model.safetensors`` (never a pickle), ``fitting.json`` (corpus size and sha256,
+regime) and ``fitted_on.json``, which :meth:`Calibration.on_model_ready` compares with the transformer's weight
+fingerprint, pooling and ``max_seq_length``. ``modules.json`` names it by its dotted path,
+``bertflow.integrations.sentence_transformers.Calibration`` (hence this module's name, kept by saved models).
 
-    from sentence_transformers import SentenceTransformer
-    from bertflow.integrations.sentence_transformers import fit_calibrator, load_calibrated
-
-    base = SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")
-    model = fit_calibrator(base, my_sentences, calibrator="whitening-256")  # Transformer, Pooling, Dense, Normalize
-    model.save("minilm-whitening")
-    model = SentenceTransformer("minilm-whitening")             # plain sentence-transformers, bertflow not needed
-    model = fit_calibrator(base, my_sentences, calibrator="flow")   # Transformer, Pooling, Calibration, Normalize
-    model.save("minilm-flow")
-    model = load_calibrated("minilm-flow")                      # refuses a folder with code, then loads
-
-**Where the module goes.** A calibrator is fitted on, and must be applied to, the *unnormalised* pooled vectors:
-BERT-flow's density and whitening's covariance are those of the raw embeddings, and L2-normalising first would
-discard the norm and bend the distribution the calibrator was fitted on. So the calibration goes after Pooling (and
-any Dense layers) and *before* a trailing ``Normalize``. ``fit_calibrator`` keeps that ``Normalize`` (re-normalising
-the calibrated vectors) by default when the model had one: cosine similarity is unchanged by it, and dot product
-then equals cosine, as users of a normalised model expect. ``normalize=False`` drops it (e.g. to read the flow's
-Gaussian latents); ``normalize=True`` adds one.
-
-**Affine calibrators** (whitening, whitening-k, standard-norm, all-but-the-top, identity, chains of them) are
-exported as sentence-transformers' own ``Dense`` with identity activation (:func:`as_dense`): the saved model loads
-with plain ``SentenceTransformer(path)`` and needs neither bertflow nor ``trust_remote_code``.
-
-**Anchored whitening and auto** exported from an Embedder (:func:`from_embedder`) after a token-averaging pooling
-become a chain of sentence-transformers' own modules (:mod:`.st_anchored`), which also loads without bertflow.
-
-**The others** (the flow; anchored and auto after cls pooling or in :func:`fit_calibrator`) become a
-:class:`Calibration` module. ``model.save(path)`` writes its folder
-``{idx}_Calibration/`` with the calibrator's ``config.json`` + ``model.safetensors``
-(:meth:`bertflow.calibrators.Calibrator.save`; never a pickle) and ``fitting.json`` (corpus size and sha256,
-regime). ``modules.json`` names this class by its dotted path, ``bertflow.integrations.sentence_transformers.
-Calibration``. Loading it needs ``trust_remote_code=True``: sentence-transformers >= 6 imports no module class
-outside its own namespace without it, even from an installed package, and offers no allow-list. With the flag it
-imports the installed bertflow (no code is read from the model folder: the class path has more than one dot, which
-transformers' dynamic-module loader rejects, so sentence-transformers falls back to a normal import). But the flag
-also lets a repository's own modeling code run, so :func:`load_calibrated` first refuses a folder holding code, an
-``auto_map`` or a foreign module class (:func:`check_no_code`).
-
-**Checks.** The calibrator records what it was fitted on (the transformer's weight fingerprint, the pooling mode,
-``max_seq_length``, dimension). When a model is built or loaded, :meth:`Calibration.on_model_ready` refuses
-another transformer, pooling or truncation with a :class:`~bertflow.errors.CompatibilityError`; ``forward``
-refuses embeddings of another dimension. The calibrator runs as a float32 torch function on the embeddings' device
-(:meth:`~bertflow.calibrators.Calibrator.torch_transform`). Calibration is inference-only (no gradients flow
-through it); fine-tune the model first, then calibrate.
+Loading it needs ``trust_remote_code=True``: sentence-transformers >= 6 imports no class outside its namespace
+without it (and has no allow-list); with it, the installed bertflow is imported (the class path has more than one
+dot, which transformers' dynamic-module loader rejects: no code is read from the folder). But the flag also lets a
+repository's own modeling code run, so :func:`load_calibrated` first refuses a folder holding code, an ``auto_map``
+or a foreign module class (:func:`check_no_code`), and checks the module list and the export's checksums.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
-import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 try:
@@ -71,81 +31,37 @@ except ImportError as e:  # pragma: no cover - depends on the environment
         "bertflow.integrations.sentence_transformers needs sentence-transformers: pip install 'bertflow[st]'"
     ) from e
 try:  # sentence-transformers >= 6
-    from sentence_transformers.base.modules import Dense, Module, Normalize
+    from sentence_transformers.base.modules import Module, Normalize
 except ImportError:  # pragma: no cover - sentence-transformers 5 (6 keeps this path as a deprecated alias)
-    from sentence_transformers.models import Dense, Module, Normalize
+    from sentence_transformers.models import Module, Normalize
 
-try:
-    from sentence_transformers.sentence_transformer.model_card import SentenceTransformerModelCardData
-except ImportError:  # pragma: no cover - sentence-transformers 5
-    from sentence_transformers.model_card import SentenceTransformerModelCardData
-
-from ..calibrators import Calibrator, parse_calibrator
-from ..card import encoder_license, encoder_reference, on_hub
-from ..embedder import Embedder
-from ..encoding.encoder import SentenceEncoder
+from ..calibrators import Calibrator
 from ..encoding.loading import portable_model_name, tokenizer_fingerprint, weights_fingerprint
 from ..encoding.pooling import Pooling as BertflowPooling
-from ..encoding.pooling.layers import LayerMeanPooling
 from ..errors import CompatibilityError, InputError, ModelFileError
-from ..io.formats import read_json, sha256_file, verify_checksums, write_json
-from ..model_folder import check_fitted_on, corpus_digest, encoder_record, fit_record, pinned_encoder_config
-from ..portability import calibrator_needs_bertflow
-from ..validation import output_limit, raise_calibrated, validate_sentences
-from .st_anchored import anchored_modules
+from ..io.formats import read_json, verify_checksums, write_json
+from ..model_folder import check_fitted_on
+from ..validation import output_limit, raise_calibrated
 
 __all__ = [
     "CHECKSUM_FILE",
     "Calibration",
-    "CalibratedSentenceTransformer",
-    "affine_map",
-    "as_dense",
     "check_module_list",
-    "verify_export_checksums",
+    "check_no_code",
     "encoder_config",
-    "fit_calibrator",
-    "from_embedder",
     "load_calibrated",
-    "pooling_modules",
+    "verify_export_checksums",
 ]
 
 logger = logging.getLogger(__name__)
 
 FITTING_FILE = "fitting.json"
-#: The record of the encoder the module's calibrator was fitted on (identity.encoder_record), beside its config.
+#: The record of the encoder the module's calibrator was fitted on (model_folder.encoder_record), beside its config.
 FITTED_ON_FILE = "fitted_on.json"
-#: The sha256 of every file a bertflow export's ``save`` wrote (:class:`CalibratedSentenceTransformer`), at the top of
-#: its folder; :func:`load_calibrated` checks them.
+#: The sha256 of every file a bertflow export's ``save`` wrote (:class:`~.st_export.CalibratedSentenceTransformer`),
+#: at the top of its folder; :func:`load_calibrated` checks them.
 CHECKSUM_FILE = "bertflow_checksums.json"
-_CHECKSUM_FORMAT = "bertflow-st-checksums"
-
-
-def _file_stats(folder: Path) -> dict[Path, tuple[int, int, int]]:
-    """(size, mtime_ns, inode) of every file under ``folder`` (empty if it does not exist)."""
-    if not folder.is_dir():
-        return {}
-    return {
-        f: (st.st_size, st.st_mtime_ns, st.st_ino)
-        for f in folder.rglob("*")
-        if f.is_file() and f.name != CHECKSUM_FILE
-        for st in [f.stat()]
-    }
-
-
-class CalibratedSentenceTransformer(SentenceTransformer):
-    """The ``SentenceTransformer`` that :func:`from_embedder` and :func:`fit_calibrator` return: a plain one, whose
-    ``save`` (and so ``save_pretrained`` / ``push_to_hub``) also writes :data:`CHECKSUM_FILE`, the sha256 of every
-    file that save wrote, so that :func:`load_calibrated` refuses a folder whose weights were edited afterwards (a
-    ``Dense`` weight scaled by 1e30 would otherwise give 1e29-sized vectors without a word). The saved folder still
-    loads with plain ``SentenceTransformer(path)``, which ignores the file."""
-
-    def save(self, path: str, *args: Any, **kwargs: Any) -> None:
-        folder = Path(path)
-        before = _file_stats(folder)
-        super().save(path, *args, **kwargs)
-        written = {f: stat for f, stat in _file_stats(folder).items() if before.get(f) != stat}
-        files = {f.relative_to(folder).as_posix(): sha256_file(f) for f in sorted(written)}
-        write_json(folder / CHECKSUM_FILE, {"format": _CHECKSUM_FORMAT, "files": files})
+CHECKSUM_FORMAT = "bertflow-st-checksums"
 
 
 def verify_export_checksums(folder: str | Path) -> None:
@@ -160,135 +76,9 @@ def verify_export_checksums(folder: str | Path) -> None:
     if not config.exists():
         return
     record = read_json(config)
-    if record.get("format") != _CHECKSUM_FORMAT:
+    if record.get("format") != CHECKSUM_FORMAT:
         raise ModelFileError(f"{config} is not a bertflow checksum file; was it edited? Export the model again")
     verify_checksums(root, record.get("files"), [], config=config)
-
-
-def affine_map(calibrator: Calibrator) -> tuple[np.ndarray, np.ndarray] | None:
-    """The fitted ``calibrator`` as one affine map ``x -> x @ W + b`` (float64), or ``None`` if it is not affine.
-
-    Affine: identity, standard-norm, all-but-the-top, whitening (any ``n_components``) and chains of these (the
-    fitted steps, ``steps_``, composed into one matrix). The flow is non-linear; the anchored and auto calibrators
-    normalise two blocks separately, which no single affine map does.
-
-    Returns:
-        ``(W [D, D'], b [D'])`` with ``b = -mean @ W`` (the mean folded into the bias), or ``None``.
-    """
-    calibrator.check_fitted()
-    if not calibrator.is_affine():
-        return None
-    # Each step's map is affine and computes in float64 (transform64), so probing it at 0 and at the unit vectors reads
-    # off b and W exactly (to float64 rounding), the same way for every class and for the composition.
-    d = calibrator.n_features_in_
-    probes = np.vstack([np.zeros((1, d)), np.eye(d)])
-    out = calibrator.transform64(probes)
-    return out[1:] - out[0], out[0]
-
-
-def as_dense(calibrator: Calibrator) -> Dense:
-    """A sentence-transformers ``Dense`` module (identity activation) computing the affine ``calibrator``.
-
-    It saves as ``config.json`` + ``model.safetensors`` in sentence-transformers' own format and reloads with
-    plain ``SentenceTransformer(path)``: no ``trust_remote_code``, no bertflow. Its output agrees with
-    ``calibrator.transform`` to float32 rounding.
-
-    Raises:
-        InputError: the calibrator is not affine (flow, anchored, auto): see :func:`affine_map`.
-    """
-    mapping = affine_map(calibrator)
-    if mapping is None:
-        raise InputError(
-            f"{type(calibrator).__name__} is not an affine map, so it has no Dense equivalent; use the Calibration "
-            "module (loading then needs bertflow and trust_remote_code=True)"
-        )
-    W, b = mapping
-    return Dense(
-        W.shape[0],
-        W.shape[1],
-        bias=True,
-        activation_function=torch.nn.Identity(),
-        init_weight=torch.from_numpy(np.ascontiguousarray(W.T, dtype=np.float32)),  # nn.Linear stores [out, in]
-        init_bias=torch.from_numpy(b.astype(np.float32)),
-    )
-
-
-@dataclass
-class BertflowModelCardData(SentenceTransformerModelCardData):
-    """Model card data of a model that ends in a bertflow calibration.
-
-    After sentence-transformers' usage snippet the card gets a "bertflow calibration" section: the fit record
-    (``facts``: encoder, pooling, calibrator, corpus size and sha256, licences) and whether the folder loads
-    without bertflow, and if not why (:func:`bertflow.portability.calibrator_needs_bertflow`). With a
-    :class:`Calibration` module (``needs_bertflow`` set) the snippet also installs bertflow and loads with
-    ``trust_remote_code=True``, which sentence-transformers' own snippet says neither of.
-    """
-
-    facts: list[tuple[str, str]] = field(default_factory=list)
-    needs_bertflow: str | None = None
-
-    def generate_usage_snippet(self) -> str:
-        snippet = super().generate_usage_snippet()
-        if self.needs_bertflow:
-            # The load line is 'model = SentenceTransformer("<id>")' in sentence-transformers 5 and 6.
-            load = re.compile(r'^(model = SentenceTransformer\("[^"]*")\)$', re.MULTILINE)
-            note = "  # imports the installed bertflow; no code from the repository"
-            snippet = load.sub(r"\1, trust_remote_code=True)" + note, snippet)
-            snippet = snippet.replace(
-                "from sentence_transformers import SentenceTransformer",
-                '# pip install -U "bertflow[st]"   (the Calibration module is bertflow\'s)\n'
-                "from sentence_transformers import SentenceTransformer",
-                1,
-            )
-        return snippet + "\n\n" + self.calibration_section()
-
-    def calibration_section(self) -> str:
-        """The card's "bertflow calibration" section (Markdown)."""
-        loads = (
-            "**no**: it needs bertflow installed and `trust_remote_code=True` (no code is read from the folder), "
-            f"because {self.needs_bertflow}."
-            if self.needs_bertflow
-            else "**yes**: every module is sentence-transformers' own (the calibrator is a `Dense`), so plain "
-            "`SentenceTransformer(path)` loads it without bertflow."
-        )
-        rows = [f"| {key} | {value} |" for key, value in self.facts]
-        return "\n".join(
-            [
-                "### bertflow calibration",
-                "",
-                "The modules after the pooling apply a calibrator fitted **without labels** by "
-                "[bertflow](https://pypi.org/project/bertflow/) on this model's pooled sentence embeddings.",
-                "",
-                "| | |",
-                "|---|---|",
-                *rows,
-                "",
-                f"Loads without bertflow: {loads}",
-            ]
-        )
-
-
-def _card_data(
-    module: Module, cal: Calibrator, pooling: str | None, facts: list[tuple[str, str]], **kwargs: Any
-) -> BertflowModelCardData:
-    """Card data for a model whose last calibration ``module`` computes ``cal`` after ``pooling`` (bertflow's name,
-    ``None`` for a sentence-transformers model's own), with the fit record ``facts`` (see
-    :class:`BertflowModelCardData`); ``kwargs`` go to it (``license``, ``local_files_only``)."""
-    needs = None
-    if isinstance(module, Calibration):
-        needs = calibrator_needs_bertflow(cal, pooling) or "it was exported with portable=False (bertflow's module)"
-    facts = [*facts, ("calibrator", f"`{cal!r}`"), ("labels used", "none (label-free)")]
-    return BertflowModelCardData(facts=facts, needs_bertflow=needs, **kwargs)
-
-
-def _fit_facts(fitting: dict[str, Any]) -> list[tuple[str, str]]:
-    """The fit record's rows of the card: corpus size and sha256, regime."""
-    sha = fitting.get("corpus_sha256")
-    return [
-        ("corpus size (sentences)", str(fitting.get("n_sentences", "unknown"))),
-        ("corpus_sha256", f"`{sha}`" if sha else "unknown"),
-        ("regime (fitting corpus)", str(fitting.get("regime", "unknown"))),
-    ]
 
 
 def encoder_config(model: SentenceTransformer) -> dict[str, Any]:
@@ -297,9 +87,8 @@ def encoder_config(model: SentenceTransformer) -> dict[str, Any]:
     Returns:
         ``{"model", "revision", "pooling", "max_length", "dim", "fingerprint", "tokenizer_fingerprint",
         "framework"}``; the fingerprints are ``None`` when the first module is not a Hugging Face transformer with a
-        (fast) tokenizer. ``model`` is the Hub id,
-        or for a local checkpoint the Hub id sentence-transformers recognised or else the folder's name: never an
-        absolute local path.
+        (fast) tokenizer. ``model`` is the Hub id, or for a local checkpoint the Hub id sentence-transformers
+        recognised or else the folder's name: never an absolute local path.
     """
     first = model[0]
     hf_model = getattr(first, "auto_model", None)
@@ -374,14 +163,10 @@ class Calibration(Module):
         fitted_on: optional record of the encoder it was fitted on (:func:`~bertflow.model_folder.encoder_record`),
             saved in ``fitted_on.json`` and compared with the model the module is loaded into.
 
-    Example:
-        >>> from sentence_transformers import SentenceTransformer
-        >>> from sentence_transformers.base.modules import Normalize
-        >>> base = SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")
+    Example (what :func:`~.st_export.fit_calibrator` does for you):
         >>> pooled = SentenceTransformer(modules=list(base)[:-1])          # without the trailing Normalize
         >>> cal = WhiteningCalibrator(256).fit(pooled.encode(sentences))
-        >>> model = SentenceTransformer(modules=[*pooled, Calibration(cal), Normalize()])
-        >>> model.encode(["A man plays a guitar."]).shape
+        >>> SentenceTransformer(modules=[*pooled, Calibration(cal), Normalize()]).encode(["A man plays."]).shape
         (1, 256)
     """
 
@@ -443,8 +228,16 @@ class Calibration(Module):
         return int(self.calibrator.n_features_out_)
 
     def on_model_ready(self, model: Any) -> None:
-        """Refuse a model whose transformer, pooling or truncation differs from what the calibrator was fitted on."""
-        check_compatible(self.calibrator, model, self.fitted_on)
+        """Refuse (:class:`CompatibilityError`) a model whose transformer, pooling or truncation differs from what the
+        calibrator was fitted on, where that is recorded (the dimension is checked by :meth:`forward`)."""
+        if not self.fitted_on:
+            return
+
+        def advice(key: str, recorded: Any) -> str:
+            fix = f"set model.max_seq_length = {recorded}" if key == "max_length" else "refit with fit_calibrator"
+            return f"{fix}, or use the model it was fitted on"
+
+        check_fitted_on(self.calibrator, encoder_config(model), self.fitted_on, subject="this model", advice=advice)
 
     def save(self, output_path: str, *args: Any, safe_serialization: bool = True, **kwargs: Any) -> None:
         """Write ``config.json`` + ``model.safetensors`` (always safetensors), ``fitting.json`` and, when known,
@@ -465,339 +258,54 @@ class Calibration(Module):
         local_files_only: bool = False,
         **kwargs: Any,
     ) -> Calibration:
-        """Load the module folder (local, or a hub repo's subfolder) written by :meth:`save`.
-
-        The calibrator class comes from bertflow's registry, named in its ``config.json``; nothing is imported
-        from the folder.
-        """
-        folder = cls.load_dir_path(
-            model_name_or_path,
-            subfolder=subfolder,
-            token=token,
-            cache_folder=cache_folder,
-            revision=revision,
-            local_files_only=local_files_only,
+        """Load the module folder (local, or a hub repo's subfolder) written by :meth:`save`. The calibrator class
+        comes from bertflow's registry, named in its ``config.json``; nothing is imported from the folder."""
+        where = {"subfolder": subfolder, "token": token, "cache_folder": cache_folder, "revision": revision}
+        folder = Path(cls.load_dir_path(model_name_or_path, local_files_only=local_files_only, **where))
+        fitting, fitted_on = (
+            read_json(folder / f) if (folder / f).is_file() else None for f in (FITTING_FILE, FITTED_ON_FILE)
         )
-        folder_path = Path(folder)
-        fitting = read_json(folder_path / FITTING_FILE) if (folder_path / FITTING_FILE).is_file() else {}
-        fitted_on = read_json(folder_path / FITTED_ON_FILE) if (folder_path / FITTED_ON_FILE).is_file() else None
-        return cls(Calibrator.load(folder_path), fitting=fitting, fitted_on=fitted_on)
+        return cls(Calibrator.load(folder), fitting=fitting, fitted_on=fitted_on)
 
     def __repr__(self) -> str:
         return f"Calibration({self.calibrator!r})"
 
 
-def check_compatible(calibrator: Calibrator, model: SentenceTransformer, fitted_on: dict[str, Any] | None) -> None:
-    """Raise :class:`CompatibilityError` if ``calibrator`` was fitted (as ``fitted_on`` records) on another encoder,
-    pooling or truncation than ``model``'s."""
-    if not fitted_on:
-        return  # nothing recorded to check (the dimension is checked by Calibration.forward)
-
-    def advice(key: str, recorded: Any) -> str:
-        fix = f"set model.max_seq_length = {recorded}" if key == "max_length" else "refit with fit_calibrator"
-        return f"{fix}, or use the model it was fitted on"
-
-    check_fitted_on(calibrator, encoder_config(model), fitted_on, subject="this model", advice=advice)
-
-
-def _resolve_calibrator(calibrator: str | Calibrator, calibrator_kwargs: dict[str, Any]) -> Calibrator:
-    """The calibrator :func:`fit_calibrator` fits: a spec string parsed with ``calibrator_kwargs``, or the given
-    unfitted :class:`Calibrator` (then without extra arguments)."""
-    if isinstance(calibrator, str):
-        return parse_calibrator(calibrator, **calibrator_kwargs)
-    if isinstance(calibrator, Calibrator):
-        if calibrator_kwargs:
-            raise InputError("extra calibrator arguments only apply to a spec string; set them on the calibrator")
-        return calibrator
-    raise InputError(f"calibrator must be a spec string or a Calibrator, got {type(calibrator).__name__}")
-
-
-def _calibration_module(
-    cal: Calibrator, *, portable: bool, fitting: dict[str, Any], fitted_on: dict[str, Any] | None
-) -> Module:
-    """The module applying the fitted ``cal``: sentence-transformers' own ``Dense`` for an affine calibrator when
-    ``portable``, else a :class:`Calibration` carrying the fitting record and what it was fitted on."""
-    if portable and cal.is_affine():
-        return as_dense(cal)
-    return Calibration(cal, fitting=fitting, fitted_on=fitted_on)
-
-
-def _calibrated_model(modules: list[Module], cal: Calibrator, **kwargs: Any) -> CalibratedSentenceTransformer:
-    """The calibrated ``SentenceTransformer`` of ``modules`` (``kwargs``: device, card data, prompts), with cosine
-    similarity and the ``bertflow`` and ``calibrator-<name>`` tags on its card."""
-    # Cosine in the calibrated space is bertflow's similarity, whatever the base model declared.
-    model = CalibratedSentenceTransformer(modules=modules, similarity_fn_name="cosine", **kwargs)
-    add_tags = getattr(model.model_card_data, "add_tags", None)
-    if callable(add_tags):
-        add_tags(["bertflow", f"calibrator-{cal.name}"])
-    return model
-
-
-def fit_calibrator(
-    model: SentenceTransformer,
-    corpus: Sequence[str],
-    calibrator: str | Calibrator = "flow",
-    *,
-    normalize: bool | None = None,
-    batch_size: int = 128,
-    show_progress_bar: bool | None = None,
-    regime: str = "custom",
-    portable: bool = True,
-    **calibrator_kwargs: Any,
-) -> SentenceTransformer:
-    """Fit a calibrator on ``model``'s embeddings of ``corpus`` (no labels) and return the calibrated model.
-
-    Args:
-        model: a ``SentenceTransformer`` without a Calibration module. It is not modified; the returned model
-            shares its modules (no weights are copied).
-        corpus: unlabeled sentences to fit on (a list; duplicates weight the density).
-        calibrator: a spec such as ``"flow"``, ``"flow-paper"``, ``"whitening"``, ``"whitening-256"`` (see
-            :func:`bertflow.calibrators.parse_calibrator`), or an unfitted :class:`Calibrator`.
-        normalize: end the pipeline with ``Normalize``; ``None`` keeps what ``model`` had.
-        batch_size, show_progress_bar: for embedding the corpus (``None`` shows a bar for large corpora).
-        regime: a label for the fitting corpus, saved in ``fitting.json``.
-        portable: export an affine calibrator (see :func:`affine_map`) as sentence-transformers' own ``Dense``
-            module, so the saved model reloads with plain ``SentenceTransformer(path)``, without bertflow and without
-            ``trust_remote_code``. It then carries no fitting record and no encoder check. ``False`` keeps the
-            :class:`Calibration` module. Non-affine calibrators (flow, anchored, auto) always use Calibration.
-        calibrator_kwargs: extra arguments for a spec string, e.g. ``seed=1`` or ``verbose=True`` for the flow.
-
-    Returns:
-        A new ``SentenceTransformer``: ``model``'s modules up to pooling/Dense, :class:`Calibration` (or, for a
-        portable affine calibrator, a ``Dense``), and ``Normalize`` if asked; cosine similarity; ``model``'s prompts.
-
-    Raises:
-        InputError: blank or non-string sentences, a model that is already calibrated, a bad spec.
-    """
-    if isinstance(corpus, str):
-        raise InputError("corpus must be a list of sentences, not one string")
-    items = validate_sentences(corpus)
-    modules = list(model)
-    if any(isinstance(m, Calibration) for m in modules):
-        raise InputError("this model already has a Calibration module; fit on the uncalibrated model")
-    had_normalize = bool(modules) and isinstance(modules[-1], Normalize)
-    base_modules = modules[:-1] if had_normalize else modules
-    cal = _resolve_calibrator(calibrator, calibrator_kwargs)
-    common: dict[str, Any] = {
-        "device": str(model.device),
-        "prompts": dict(model.prompts),
-        "default_prompt_name": model.default_prompt_name,
-    }
-    # The calibrator must see what it will be applied to: the pooled vectors before any normalisation.
-    pooled = SentenceTransformer(modules=base_modules, **common)
-    started = time.perf_counter()
-    X = pooled.encode(items, batch_size=batch_size, show_progress_bar=show_progress_bar, convert_to_numpy=True)
-    logger.info("fitting %r on %d embeddings of dimension %d", cal, X.shape[0], X.shape[1])
-    cal.fit(np.asarray(X, dtype=np.float32))
-    fitted_on = encoder_record(encoder_config(model), framework="sentence-transformers")
-    fitting = fit_record(
-        len(items),
-        corpus_sha256=corpus_digest(items),
-        regime=regime,
-        seconds=time.perf_counter() - started,
-        device=model.device,
-    )
-    keep_normalize = had_normalize if normalize is None else normalize
-    module = _calibration_module(cal, portable=portable, fitting=fitting, fitted_on=fitted_on)
-    new_modules = [*base_modules, module]
-    if keep_normalize:
-        new_modules.append(Normalize())
-    facts = [("encoder", f"`{fitted_on['model']}`"), ("pooling", f"`{fitted_on['pooling']}`"), *_fit_facts(fitting)]
-    card = _card_data(module, cal, None, facts)
-    card.base_model = getattr(model.model_card_data, "base_model", None)
-    card.base_model_revision = getattr(model.model_card_data, "base_model_revision", None)
-    common["model_card_data"] = card
-    return _calibrated_model(new_modules, cal, **common)
-
-
-def from_embedder(embedder: Embedder, *, normalize: bool = False, portable: bool = True) -> SentenceTransformer:
-    """A ``SentenceTransformer`` computing what ``embedder.encode`` computes.
-
-    The pipeline is ``Transformer`` (the encoder's checkpoint, ``max_seq_length`` = its ``max_length``) -> the
-    pooling as sentence-transformers' own modules (:func:`pooling_modules`) -> the calibrator (a ``Dense`` for an
-    affine one when ``portable``; anchored whitening or auto after a token-averaging pooling as built-in modules,
-    :mod:`.st_anchored`; else a :class:`Calibration` module) [-> ``Normalize``], on the encoder's device,
-    with cosine similarity. The calibrator is copied, so refitting the Embedder later leaves the model alone. The
-    module's construction check (:meth:`Calibration.on_model_ready`) compares the checkpoint's weight fingerprint,
-    pooling and truncation with what the calibrator was fitted on.
-
-    Args:
-        embedder: a fitted :class:`~bertflow.Embedder` whose encoder was loaded from a checkpoint (a hub id or a
-            folder).
-        normalize: end with ``Normalize`` (unit vectors; cosine unchanged). ``False`` returns exactly the
-            Embedder's vectors.
-        portable: export an affine calibrator as sentence-transformers' own ``Dense`` (see :func:`fit_calibrator`).
-
-    Returns:
-        the new model; ``model.encode(s)`` equals ``embedder.encode(s)`` to float32 rounding of the two libraries'
-        poolings (about 1e-5 in cosine).
-
-    Raises:
-        InputError: a pooling sentence-transformers' modules cannot express (``pooler``, a pooling added to
-            bertflow), or an encoder built from a model object rather than a checkpoint.
-    """
-    import copy
-
-    try:  # sentence-transformers >= 6
-        from sentence_transformers.base.modules import Transformer
-    except ImportError:  # pragma: no cover - sentence-transformers 5
-        from sentence_transformers.models import Transformer
-
-    embedder.check_fitted()
-    encoder = embedder.encoder
-    pooling = pooling_modules(encoder)  # refuses what cannot be expressed, before any model is built
-    folder = encoder.source_dir
-    if folder is None:
-        raise InputError(
-            f"the encoder {encoder.model_id!r} was built from a model object, so there is no checkpoint for "
-            "sentence-transformers to load; save it with save_pretrained and build the encoder from that folder"
-        )
-    cal = copy.deepcopy(embedder.calibrator)
-    fit_info, fitted_on = embedder.fit_records()
-    if fitted_on:  # a model saved before records named local folders without their path
-        fitted_on = {**fitted_on, "model": portable_model_name(str(fitted_on["model"]))}
-    fitting = {k: fit_info[k] for k in ("n_sentences", "corpus_sha256", "regime") if k in fit_info}
-    anchored = anchored_modules(cal, encoder, pooling) if portable else None
-    if anchored is not None:
-        calibration = anchored  # sentence-transformers' own modules (st_anchored)
-    else:
-        calibration = [_calibration_module(cal, portable=portable, fitting=fitting, fitted_on=fitted_on)]
-    module = calibration[-1]
-    kwargs: dict[str, Any] = {"model_kwargs": {"dtype": encoder.dtype}}
-    if len(pooling) > 1 or anchored is not None:
-        # WeightedLayerPooling reads every layer (all_layer_embeddings); WordWeights and the anchored modules need
-        # padded [B, T, D] token states: both saved in the folder (the HF config's output_hidden_states, the
-        # module's unpad_inputs).
-        kwargs.update(unpad_inputs=False)
-        if len(pooling) > 1:
-            kwargs.update(config_kwargs={"output_hidden_states": True})
-    transformer = Transformer(str(folder), max_seq_length=encoder.max_length, **kwargs)
-    modules = [transformer, *pooling, *calibration, *([Normalize()] if normalize else [])]
-    facts, extra = _embedder_facts(embedder), _licence_and_source(embedder)
-    card = _card_data(module, cal, encoder.pooling.name, facts, **extra)
-    enc = pinned_encoder_config(encoder)
-    if on_hub(enc):  # the Hub links base_model to the encoder's page; a local folder has none
-        card.base_model = enc["model"]
-        card.base_model_revision = enc.get("revision")
-    return _calibrated_model(modules, cal, device=str(encoder.device), model_card_data=card)
-
-
-def _embedder_facts(embedder: Embedder) -> list[tuple[str, str]]:
-    """The card's rows for an exported Embedder: encoder (publishable name, revision), pooling, fit record,
-    licences."""
-    enc = pinned_encoder_config(embedder.encoder)
-    licence = encoder_license(embedder)
-    return [
-        ("encoder", encoder_reference(enc)),
-        ("pooling", f"`{enc['pooling']}`"),
-        ("max_length (tokens)", str(enc["max_length"])),
-        *_fit_facts(embedder.fit_info),
-        (
-            "licence",
-            "calibration: Apache-2.0 (bertflow); the encoder's weights in this folder: "
-            + (f"`{licence}` (as its files declare)" if licence else "not declared in its files (see its own card)"),
-        ),
-    ]
-
-
-def _licence_and_source(embedder: Embedder) -> dict[str, Any]:
-    """The card's ``license`` (the folder holds the encoder's weights, so its licence governs unless it is
-    Apache-2.0 like the calibration: ``other`` then; ``None`` when undeclared) and, for a local encoder,
-    ``local_files_only`` (sentence-transformers would otherwise look up its folder's name on the Hub)."""
-    licence = encoder_license(embedder)
-    return {
-        "license": None if licence is None else ("apache-2.0" if licence == "apache-2.0" else "other"),
-        "local_files_only": not on_hub(pinned_encoder_config(embedder.encoder)),
-    }
-
-
-def pooling_modules(encoder: SentenceEncoder) -> list[Module]:
-    """``encoder``'s pooling as sentence-transformers' own modules, which compute the same vectors without bertflow.
-
-    * ``cls``, ``mean``: ``Pooling`` in that mode.
-    * ``first-last-avg``, ``last2avg``, index lists: ``WeightedLayerPooling`` (weight 1 on each averaged layer,
-      0 on the others from the lowest one up; the ``Transformer`` must return every layer) then ``Pooling`` mean.
-    * a weighted pooling (``sif:``, ``usif:``, ``idf:``): the above with ``WordWeights`` (one weight per token of
-      the vocabulary, this encoder's table) before the mean, which ``Pooling`` then divides by the summed weights,
-      as bertflow's weighted mean does.
-
-    Raises:
-        InputError: ``pooler`` (sentence-transformers' ``Pooling`` has no pooler head), a pooling added to bertflow
-            that none of these express, or a vocabulary whose duplicate token strings carry different weights
-            (``WordWeights`` is keyed by token string).
-    """
-    try:  # sentence-transformers >= 6
-        from sentence_transformers.sentence_transformer.modules import Pooling, WeightedLayerPooling, WordWeights
-    except ImportError:  # pragma: no cover - sentence-transformers 5
-        from sentence_transformers.models import Pooling, WeightedLayerPooling, WordWeights
-
-    pooling, dim, top = encoder.pooling, encoder.dim, encoder.num_layers
-    if pooling.base_name == "cls":
-        return [Pooling(dim, "cls")]
-    if not pooling.portable or not isinstance(pooling, LayerMeanPooling):
-        raise InputError(
-            f"pooling {pooling.name!r} has no sentence-transformers equivalent (its modules express cls, mean, "
-            "first-last-avg, last2avg, layer lists and their sif/usif/idf weightings); fit with one of those to export"
-        )
-    modules: list[Module] = []
-    if pooling.layers != (top,):
-        start = min(pooling.layers)
-        # A Parameter, as the module's own default: it is saved in (and loaded from) the module's safetensors.
-        layer_weights = torch.tensor([float(i in pooling.layers) for i in range(start, top + 1)])
-        weights = torch.nn.Parameter(layer_weights, requires_grad=False)
-        modules.append(WeightedLayerPooling(dim, num_hidden_layers=top, layer_start=start, layer_weights=weights))
-    if pooling.weighting.weighted:
-        modules.append(_word_weights(encoder, WordWeights))
-    return [*modules, Pooling(dim, "mean")]
-
-
-def _word_weights(encoder: SentenceEncoder, word_weights: type[Module]) -> Module:
-    """sentence-transformers' ``WordWeights`` holding ``encoder``'s per-token weights, checked id by id."""
-    stats = encoder.token_statistics
-    if stats is None:
-        raise InputError(f"pooling {encoder.pooling.name!r} has no token statistics yet: fit the Embedder first")
-    table = encoder.pooling.weighting.table(stats)
-    vocab = encoder.tokenizer.convert_ids_to_tokens(list(range(encoder.vocab_size)))
-    # An id the tokenizer cannot produce (its string listed twice in vocab.txt) maps to None, which the module's JSON
-    # config cannot key: a placeholder string of its own keeps its (never used) weight.
-    vocab = [f"[bertflow-unreachable-{i}]" if token is None else token for i, token in enumerate(vocab)]
-    module = word_weights(vocab=vocab, word_weights={t: float(w) for t, w in zip(vocab, table, strict=True)})
-    if not torch.equal(module.emb_layer.weight.detach()[:, 0], torch.from_numpy(table)):
-        raise InputError(
-            "the tokenizer's vocabulary repeats token strings with different weights, which sentence-transformers' "
-            "WordWeights (keyed by token string) cannot express; this weighted pooling cannot be exported"
-        )
-    return module
-
-
 CALIBRATION_TYPE = f"{__name__}.Calibration"
+
+
+def _module_entries(root: Path) -> list[tuple[str, str]] | None:
+    """``(path, type)`` of each module that ``root / modules.json`` lists, or ``None`` without that file."""
+    try:
+        entries = json.loads((root / "modules.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ModelFileError(f"{root / 'modules.json'} is not valid JSON ({e})") from None
+    entries = [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+    return [(str(e.get("path", "")), str(e.get("type", ""))) for e in entries]
 
 
 def check_module_list(folder: str | Path) -> None:
     """Refuse a saved sentence-transformers folder whose ``modules.json`` does not match its module folders: a
     listed module whose folder is missing (sentence-transformers would fail with a traceback), or a calibration
     module folder (with bertflow's ``fitting.json``) that ``modules.json`` no longer lists, which would load an
-    uncalibrated model without a word.
+    uncalibrated model without a word. A folder without ``modules.json`` (a bare transformer) passes.
 
     Raises:
         ModelFileError: naming the module and the folder.
     """
     root = Path(folder)
-    try:
-        entries = json.loads((root / "modules.json").read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return  # a bare transformer folder: sentence-transformers adds mean pooling itself
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ModelFileError(f"{root / 'modules.json'} is not valid JSON ({e})") from None
-    listed = set()
-    for entry in entries if isinstance(entries, list) else []:
-        path = str(entry.get("path", "")) if isinstance(entry, dict) else ""
-        listed.add(path)
+    entries = _module_entries(root)
+    if entries is None:
+        return
+    for path, kind in entries:
         if path and not (root / path).is_dir():
             raise ModelFileError(
-                f"modules.json in {root} lists the module {entry.get('type')!r} in {path}/, which is missing: the "
+                f"modules.json in {root} lists the module {kind!r} in {path}/, which is missing: the "
                 "saved model is incomplete; export it again"
             )
+    listed = {path for path, _ in entries}
     for sub in sorted(p for p in root.iterdir() if p.is_dir() and (p / FITTING_FILE).is_file()):
         if sub.name not in listed:
             raise ModelFileError(
@@ -833,18 +341,12 @@ def check_no_code(folder: str | Path) -> None:
                 f"{config.relative_to(root)} in {root} has an auto_map (custom modeling code); "
                 "refusing to load it with trust_remote_code=True"
             )
-    if (root / "modules.json").is_file():
-        try:
-            entries = json.loads((root / "modules.json").read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ModelFileError(f"{root / 'modules.json'} is not valid JSON ({e})") from None
-        for entry in entries if isinstance(entries, list) else []:
-            kind = str(entry.get("type", "")) if isinstance(entry, dict) else ""
-            if not (kind.startswith("sentence_transformers.") or kind == CALIBRATION_TYPE):
-                raise ModelFileError(
-                    f"modules.json in {root} names the module class {kind!r}, which is neither "
-                    "sentence-transformers' nor bertflow's; refusing to import it"
-                )
+    for _, kind in _module_entries(root) or []:
+        if not (kind.startswith("sentence_transformers.") or kind == CALIBRATION_TYPE):
+            raise ModelFileError(
+                f"modules.json in {root} names the module class {kind!r}, which is neither "
+                "sentence-transformers' nor bertflow's; refusing to import it"
+            )
 
 
 def load_calibrated(

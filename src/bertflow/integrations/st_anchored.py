@@ -49,7 +49,7 @@ _ONE_CLUSTER = 1e9
 
 
 def anchored_modules(calibrator: Calibrator, encoder: SentenceEncoder, pooling: list[Module]) -> list[Module] | None:
-    """The modules that follow ``pooling`` (:func:`~.sentence_transformers.pooling_modules` of ``encoder``) to
+    """The modules that follow ``pooling`` (:func:`~.st_export.pooling_modules` of ``encoder``) to
     compute ``calibrator`` (anchored whitening or auto), or ``None`` where they cannot (module docstring).
 
     Returns:

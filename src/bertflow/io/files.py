@@ -99,6 +99,15 @@ def moved_aside(target: str | Path) -> Path | None:
     return old if old.is_dir() else None
 
 
+def folder_present(target: str | Path) -> bool:
+    """Whether the folder ``target`` is there, counting a save between its two renames (:func:`moved_aside`) as
+    there, so that the read gets :func:`read_folder`'s clear error. ``is_dir`` is asked twice: a save moves the old
+    folder aside, renames the new one in, then deletes the old one, so a folder missing at the first look and
+    without an aside at the second is in place again at the third."""
+    target = Path(target).expanduser()
+    return target.is_dir() or moved_aside(target) is not None or target.is_dir()
+
+
 def _remove(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)

@@ -5,9 +5,10 @@ the regime's sentences (:mod:`bertflow.paper.regimes`) and the seven STS tasks a
 in the calibrated space, under both the "all" and the "wmean" convention (see :mod:`bertflow.evaluation.sts`).
 Results: :mod:`bertflow.paper.results` (JSON) and :mod:`bertflow.paper.render` (Markdown).
 
-Every sentence is encoded once for all poolings (:func:`bertflow.evaluation.cache.embed_cached`), so a grid costs
-one encoder pass plus the calibrator fits. Each cell records how many evaluation sentences its fitting set
-contained ("test sentences seen").
+Every sentence is encoded once for all poolings (:func:`encode_table`), so a grid costs one encoder pass plus the
+calibrator fits. Each cell records how many evaluation sentences its fitting set contained ("test sentences seen").
+The pieces a run shares with the per-set protocol (:mod:`bertflow.paper.perset`) live here: the checks of a
+:class:`GridConfig`, :func:`encode_table`, :func:`fit_cell` and :func:`run_meta`.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from ..encoding.pooling import Pooling
 from ..errors import BertflowError, InputError
 from ..evaluation.cache import EmbeddingCache, embed_cached, pooling_key
 from ..evaluation.datasets import STS_TASKS, StsTask, load_nli_sentences, load_sts_tasks, resolve_data_dir
-from ..evaluation.sts import StsReport, TaskScore, evaluate_task
+from ..evaluation.sts import StsReport, evaluate_task
+from ..io.text import distinct
 from ..resources import limited_threads, machine_info
 from .autocells import encode_auto_inputs, fit_auto_cell, is_auto
 from .published import PAPER_MODELS, paper_model_name, published_for, stand_in_caption
@@ -73,16 +75,8 @@ def default_calibrators(dim: int) -> list[str]:
     """
     k = {768: 256, 1024: 384}.get(dim, max(1, round(dim / 3)))
     natsv = min(10, max(1, dim - 1))
-    return [
-        "none",
-        "standard-norm",
-        f"natsv-{natsv}",
-        f"standard-norm+natsv-{min(6, natsv)}",
-        "whitening",
-        f"whitening-{k}",
-        "flow",
-        "flow-paper",
-    ]
+    return ["none", "standard-norm", f"natsv-{natsv}", f"standard-norm+natsv-{min(6, natsv)}", "whitening",
+            f"whitening-{k}", "flow", "flow-paper"]  # fmt: skip
 
 
 def load_encoder(
@@ -108,9 +102,9 @@ def is_identity(spec: str) -> bool:
     return spec.strip().lower() in ("none", "raw", "identity")
 
 
-# -------------------------------------------------------------------------------------------------------
-# Embedding table
-# -------------------------------------------------------------------------------------------------------
+def seeds_of(spec: str, n_seeds: int) -> list[int | None]:
+    """The seeds a cell of ``spec`` is fitted with: ``0 .. n_seeds-1`` for a flow, else ``[None]`` (fitted once)."""
+    return list(range(n_seeds)) if is_seeded(spec) else [None]
 
 
 class EmbeddingTable:
@@ -134,6 +128,62 @@ class EmbeddingTable:
         return self.embeddings[pooling][rows]
 
 
+@dataclass
+class Encoded:
+    """A run's embeddings: the table, the ``auto`` rule's inputs by pooling key, the cache and the seconds spent."""
+
+    table: EmbeddingTable
+    auto: dict[str, AutoInputs]
+    cache: EmbeddingCache | None
+    seconds: float
+
+
+def encode_table(
+    encoder: SentenceEncoder,
+    sentences: list[str],
+    poolings: Sequence[Pooling | str],
+    cache: EmbeddingCache | None,
+    batch_size: int | None,
+    *,
+    auto_for: Sequence[Pooling] = (),
+    say: Progress | None = None,
+) -> Encoded:
+    """Encode the distinct ``sentences`` once for all ``poolings`` (through ``cache``), and what the ``auto`` rule
+    reads for the poolings ``auto_for`` (:mod:`bertflow.paper.autocells`)."""
+    say = say or (lambda _msg: None)
+    keys = [pooling_key(p, encoder.num_layers) for p in poolings]
+    say(f"encoding {len(sentences)} distinct sentences with {encoder.model_id} ({', '.join(keys)})")
+    t0 = time.perf_counter()
+    extra = ["mean"] if auto_for and "mean" not in keys else []  # auto's token anisotropy, same pass
+    embedded = embed_cached(encoder, sentences, [*poolings, *extra], cache=cache, batch_size=batch_size)
+    table = EmbeddingTable(sentences, embedded)
+    auto = encode_auto_inputs(encoder, auto_for, sentences, table, cache=cache, batch_size=batch_size)
+    seconds = time.perf_counter() - t0
+    say(f"encoded in {seconds:.1f} s")
+    return Encoded(table, auto, cache, seconds)
+
+
+def fit_cell(
+    spec: str,
+    flow_kwargs: Mapping[str, Any],
+    seed: int | None,
+    rows: Callable[[str], np.ndarray],
+    pooling: str,
+    auto: AutoInputs | None,
+) -> tuple[Calibrator, str, dict[str, Any] | None]:
+    """Fit ``spec`` (with the flow's keyword arguments and ``seed``) on the fitting rows ``rows(table key)`` gives.
+
+    Returns:
+        The calibrator, the table key to score under (``pooling``, or for ``auto`` with its inputs ``auto`` the
+        pooling its rule chose, as ``Embedder.fit`` would) and ``auto``'s choice (else ``None``).
+    """
+    cal = parse_calibrator(spec, **(flow_kwargs if seed is None else {**flow_kwargs, "seed": seed}))
+    if auto is not None and isinstance(cal, AutoCalibrator):
+        key, choice = fit_auto_cell(cal, auto, rows)
+        return cal, key, choice
+    return cal.fit(rows(pooling)), pooling, None
+
+
 def score_fitted(
     table: EmbeddingTable,
     pooling: str,
@@ -142,15 +192,10 @@ def score_fitted(
     *,
     device: str | None = None,
 ) -> StsReport:
-    """Score tasks with an already-fitted calibrator (``None``: raw embeddings) on cached embeddings.
-
-    ``device=None`` applies ``calibrator.transform`` (float64 on the host, as the grid fits and scores); a device
-    applies the calibrator as :meth:`Embedder.encode` does (float32 ``torch_transform`` there), so that
-    ``evaluate --model-dir`` scores what the saved model's ``encode`` returns.
-
-    Returns:
-        The report over ``tasks`` (both conventions, per subset).
-    """
+    """Score ``tasks`` (both conventions, per subset) with an already-fitted calibrator (``None``: raw embeddings) on
+    cached embeddings. ``device=None`` applies ``calibrator.transform`` (float64 on the host, as the grid fits and
+    scores); a device applies it as :meth:`Embedder.encode` does (float32 ``torch_transform`` there), so that
+    ``evaluate --model-dir`` scores what the saved model's ``encode`` returns."""
 
     def embed(sentences: list[str]) -> np.ndarray:
         raw = table.get(pooling, sentences)
@@ -158,7 +203,6 @@ def score_fitted(
             return raw
         if device is None:
             return calibrator.transform(raw)
-        # What Embedder.encode computes: the calibrator's float32 map on the encoder's device.
         import torch
 
         from ..calibrators.device import fast_torch_transform
@@ -168,23 +212,6 @@ def score_fitted(
             return transform(torch.from_numpy(raw).to(device)).float().cpu().numpy()
 
     return StsReport({name: evaluate_task(task, embed) for name, task in tasks.items()})
-
-
-def _fit_on(
-    table: EmbeddingTable,
-    pooling: str,
-    spec: str,
-    kwargs: Mapping[str, Any],
-    sentences: Sequence[str],
-    auto: AutoInputs | None,
-) -> tuple[Calibrator, str, dict[str, Any] | None]:
-    """Fit ``spec`` on the rows of ``sentences``. Returns the calibrator, the table key to score under (``pooling``,
-    or for ``auto`` the pooling its rule chose, as ``Embedder.fit`` would) and ``auto``'s choice (else ``None``)."""
-    cal = parse_calibrator(spec, **kwargs)
-    if auto is not None and isinstance(cal, AutoCalibrator):
-        key, choice = fit_auto_cell(cal, auto, lambda k: table.get(k, sentences))
-        return cal, key, choice
-    return cal.fit(table.get(pooling, sentences)), pooling, None
 
 
 def _run_cell(
@@ -198,33 +225,29 @@ def _run_cell(
     auto: AutoInputs | None = None,
 ) -> CellResult:
     """Fit ``spec`` under ``fits`` for each seed and score every task it applies to (``auto``: the inputs of the
-    ``auto`` rule for this pooling, see :mod:`bertflow.paper.autocells`)."""
+    ``auto`` rule for this pooling)."""
     started = time.perf_counter()
     cell = CellResult(pooling, spec, fits.regime, list(seeds), list(tasks))
     applicable = {t: task for t, task in tasks.items() if fits.per_task[t] is not None}
+    cell.test_seen = {t: None if fits.regime == "none" else seen_counts(fits.per_task[t], task.eval_sentences())
+                      for t, task in tasks.items()}  # fmt: skip
+    # (name of the fit, its sentences, the tasks it scores): none, one shared fit, or one fit per task.
     if fits.regime == "none":
-        cell.test_seen = {t: None for t in tasks}
+        groups: list[tuple[str | None, list[str], Mapping[str, StsTask]]] = [(None, [], applicable)]
+    elif fits.shared:
+        groups = [(ALL_TASKS, next(iter(fits.per_task.values())) or [], applicable)]
     else:
-        cell.test_seen = {t: seen_counts(fits.per_task[t], task.eval_sentences()) for t, task in tasks.items()}
+        groups = [(t, fits.per_task[t] or [], {t: task}) for t, task in applicable.items()]
     try:
         for seed in seeds:
-            kwargs = dict(flow_kwargs)
-            if seed is not None:
-                kwargs["seed"] = seed
-            scores: dict[str, TaskScore] = {}
-            if fits.regime == "none":
-                scores = score_fitted(table, pooling, None, applicable).tasks
-            elif fits.shared:
-                # One fit serves every task: fit once, score each task with it.
-                sentences = next(iter(fits.per_task.values())) or []
-                cal, key, choice = _fit_on(table, pooling, spec, kwargs, sentences, auto)
-                cell.auto.update({ALL_TASKS: choice} if choice else {})
-                scores = score_fitted(table, key, cal, applicable).tasks
-            else:
-                for t, task in applicable.items():
-                    cal, key, choice = _fit_on(table, pooling, spec, kwargs, fits.per_task[t] or [], auto)
-                    cell.auto.update({t: choice} if choice else {})
-                    scores[t] = score_fitted(table, key, cal, {t: task}).tasks[t]
+            scores = {}
+            for name, sentences, scored in groups:
+                cal, key = None, pooling
+                if name is not None:
+                    rows = lambda k, s=sentences: table.get(k, s)  # noqa: E731
+                    cal, key, choice = fit_cell(spec, flow_kwargs, seed, rows, pooling, auto)
+                    cell.auto.update({name: choice} if choice else {})
+                scores.update(score_fitted(table, key, cal, scored).tasks)
             cell.reports.append(StsReport(scores))
     except BertflowError as e:
         cell.reports = []
@@ -232,11 +255,6 @@ def _run_cell(
         logger.warning("%s / %s / %s failed: %s", pooling, spec, fits.regime, cell.error)
     cell.seconds = time.perf_counter() - started
     return cell
-
-
-# -------------------------------------------------------------------------------------------------------
-# The grid
-# -------------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -248,28 +266,25 @@ class GridConfig:
         poolings: pooling names (or comma-separated layer indices).
         calibrators: calibrator specs (:func:`bertflow.calibrators.parse_calibrator`); ``None`` uses
             :func:`default_calibrators` for the model's dimension.
-        regimes: subset of :data:`REGIMES`, or ``["per-set"]`` alone for
-            :func:`bertflow.paper.perset.run_per_set`.
+        regimes: subset of :data:`REGIMES`, or ``["per-set"]`` alone for :func:`bertflow.paper.perset.run_per_set`.
         tasks: STS task names.
         seeds: flow rows are fitted with seeds ``0 .. seeds-1`` and reported as mean +- std.
         corpus: sentences of the ``corpus`` regime; ``corpus_name`` names them in reports.
         max_length, batch_size, device, dtype: encoder settings.
-        data_dir: the STS data folder; required unless the tasks (and NLI sentences) are handed to :func:`run_grid` /
-            :func:`~bertflow.paper.perset.run_per_set` (nothing searches for a default: the CLI's ``--data-dir``
-            does, :func:`bertflow.cli.evaluate.find_data_dir`).
+        data_dir: the STS data folder; required unless the tasks (and NLI sentences) are handed to the run (nothing
+            searches for a default: the CLI's ``--data-dir`` does).
         cache_dir: embedding cache folder; ``use_cache=False`` keeps nothing on disk.
         flow_epochs: flow training epochs.
         flow_options: further :class:`~bertflow.calibrators.FlowCalibrator` arguments for every flow cell (``lr``,
-            ``coupling``, ``n_levels``, ``depth``, ``validation_fraction`` ...), for ablations; the seed is the grid's.
+            ``coupling``, ``n_levels`` ...), for ablations; the seed is the grid's.
         paper_rows: a paper model (``"bert-base-uncased"``, ``"bert-large-uncased"``) whose published rows are shown
             beside this encoder's, with a caption saying how the two differ; ``None`` shows them only when the
             encoder is that model.
-        fit_threads: BLAS threads while fitting and scoring calibrators (through ``threadpoolctl``; ``None`` keeps the
-            library default). 1 by default: the matrices are small, and when other processes hold the cores a
-            multi-threaded SVD waits on thread barriers (measured 11x slower on a busy 2-core machine).
-        fit_sizes: per-set regime only: sample sizes fitted besides all of each set's sentences
-            (:mod:`bertflow.paper.perset`).
-        sample_seed: per-set regime only: the seed of those samples.
+        fit_threads: BLAS threads while fitting and scoring calibrators (``None``: the library default). 1 by
+            default: the matrices are small, and when other processes hold the cores a multi-threaded SVD waits on
+            thread barriers (measured 11x slower on a busy 2-core machine).
+        fit_sizes, sample_seed: per-set regime only: sample sizes fitted besides all of each set's sentences, and
+            the seed of those samples (:mod:`bertflow.paper.perset`).
         command: the command line that produced the run, for the report.
     """
 
@@ -296,6 +311,14 @@ class GridConfig:
     sample_seed: int = 0
     command: str | None = None
 
+    def cache(self) -> EmbeddingCache | None:
+        """The run's embedding cache (``None`` with ``use_cache=False``)."""
+        return EmbeddingCache(self.cache_dir) if self.use_cache else None
+
+    def flow_meta(self, specs: Sequence[str]) -> dict[str, Any]:
+        """The flow settings a report records (empty when no spec has a flow)."""
+        return {"epochs": self.flow_epochs, **self.flow_options} if any(is_seeded(s) for s in specs) else {}
+
 
 def checked_specs(config: GridConfig, dim: int) -> tuple[list[str], dict[str, Any]]:
     """The calibrator specs of ``config`` (default: :func:`default_calibrators` for ``dim``) and the keyword arguments
@@ -312,71 +335,6 @@ def checked_specs(config: GridConfig, dim: int) -> tuple[list[str], dict[str, An
     return specs, flow_kwargs
 
 
-def run_grid(
-    config: GridConfig,
-    *,
-    encoder: SentenceEncoder | None = None,
-    tasks: Mapping[str, StsTask] | None = None,
-    nli: Sequence[str] | None = None,
-    progress: Progress | None = None,
-) -> GridResult:
-    """Run a pooling x calibrator x regime grid on one encoder.
-
-    Args:
-        config: the grid (see :class:`GridConfig`).
-        encoder: an already-built encoder to use instead of ``config.model`` (its pooling is ignored).
-        tasks: already-loaded tasks instead of reading ``config.tasks`` from ``config.data_dir``.
-        nli: NLI sentences instead of reading them from the data folder.
-        progress: called with one line per finished step (e.g. ``print`` to stderr).
-
-    Returns:
-        The cells and the run's metadata. Cells whose fit failed carry an ``error`` instead of scores.
-
-    Raises:
-        InputError: unknown pooling, calibrator or regime, ``seeds < 1``, ``corpus`` without sentences, no data
-            folder (``config.data_dir``) when ``tasks`` (or ``nli``) are not given.
-        DataNotFoundError: the STS (or NLI) data is missing.
-    """
-    say = progress or (lambda _msg: None)
-    started = time.perf_counter()
-    regimes = _checked_regimes(config)
-    encoder, parsed = encoder_and_poolings(config, encoder)
-    poolings = [p.key for p in parsed]
-    specs, flow_kwargs = checked_specs(config, encoder.dim)
-    if all(is_identity(s) for s in specs):
-        regimes = []  # nothing is fitted, so no fitting sentences need encoding
-    tasks, data_dir = loaded_tasks(config, tasks)
-    nli_sentences: list[str] | None = None
-    if "nli" in regimes:
-        nli_sentences = list(nli) if nli is not None else load_nli_sentences(data_dir or config.data_dir)
-    corpus = list(dict.fromkeys(config.corpus)) if config.corpus else None
-    fit_by_regime = {
-        r: fitting_sets(r, tasks, nli=nli_sentences, corpus=corpus, corpus_name=config.corpus_name) for r in regimes
-    }
-    encoded = _encode_grid(encoder, config, parsed, any(is_auto(s) for s in specs), tasks, fit_by_regime, say)
-    cells = _run_cells(encoded, poolings, specs, regimes, fit_by_regime, tasks, config, flow_kwargs, say)
-    meta = {
-        "command": config.command,
-        "model": model_meta(encoder),
-        "tasks": task_meta(tasks),
-        "data_dir": str(data_dir) if data_dir else None,
-        "poolings": poolings,
-        "calibrators": specs,
-        "regimes": {
-            **({"none": REGIME_TEXT["none"]} if any(is_identity(s) for s in specs) else {}),
-            **{r: fit_by_regime[r].description for r in regimes},
-        },
-        "seeds": config.seeds,
-        "flow": {"epochs": config.flow_epochs, **config.flow_options} if any(is_seeded(s) for s in specs) else {},
-        "fit_threads": config.fit_threads,
-        "published": _published_meta(encoder, config.paper_rows),
-        "protocol": _PROTOCOL,
-        "machine": machine_info(config.device),
-        **run_record(started, encoded.seconds, cells, len(encoded.sentences), encoded.cache),
-    }
-    return GridResult(meta, cells, published_for(meta["published"]["model"] or ""))
-
-
 def encoder_and_poolings(config: GridConfig, encoder: SentenceEncoder | None) -> tuple[SentenceEncoder, list[Pooling]]:
     """The run's encoder (``encoder``, else ``config.model`` loaded) and its distinct poolings, parsed on it.
 
@@ -389,6 +347,99 @@ def encoder_and_poolings(config: GridConfig, encoder: SentenceEncoder | None) ->
     if not poolings:
         raise InputError("give at least one pooling")
     return encoder, poolings
+
+
+def loaded_tasks(config: GridConfig, tasks: Mapping[str, StsTask] | None) -> tuple[dict[str, StsTask], Path | None]:
+    """``tasks``, or ``config.tasks`` read from ``config.data_dir`` (then also that folder, else ``None``), in the
+    papers' column order whatever order they were named in."""
+    data_dir: Path | None = None
+    if tasks is None:
+        data_dir = resolve_data_dir(config.data_dir)
+        tasks = load_sts_tasks(config.tasks, data_dir)
+    order = {name: i for i, name in enumerate(STS_TASKS)}
+    return dict(sorted(tasks.items(), key=lambda kv: order.get(kv[0], len(STS_TASKS)))), data_dir
+
+
+def run_meta(
+    encoder: SentenceEncoder,
+    tasks: Mapping[str, StsTask],
+    data_dir: Path | None,
+    encoded: Encoded,
+    cells: Sequence[Any],
+    *,
+    command: str | None,
+    device: str | None,
+    started: float,
+    **middle: Any,
+) -> dict[str, Any]:
+    """A run's metadata: the command, the encoder (id, weight fingerprint, shape, truncation, precision), the tasks'
+    pair counts and subsets, ``middle`` (what the run was), the machine, and how long it took on how many
+    sentences, from which cache."""
+    elapsed = time.perf_counter() - started
+    return {
+        "command": command,
+        "model": {"id": encoder.model_id, "fingerprint": encoder.fingerprint(), "dim": encoder.dim,
+                  "layers": encoder.num_layers, "max_length": encoder.max_length,
+                  "dtype": str(encoder.dtype).removeprefix("torch.")},
+        "tasks": {t: {"n_pairs": task.n_eval_pairs, "subsets": list(task.eval_subsets)} for t, task in tasks.items()},
+        "data_dir": str(data_dir) if data_dir else None,
+        **middle,
+        "machine": machine_info(device),
+        "seconds": {"total": round(elapsed, 1), "encode": round(encoded.seconds, 1),
+                    "cells": round(sum(c.seconds for c in cells), 1)},
+        "sentences": {"distinct": len(encoded.table.index)},
+        "cache": str(encoded.cache.root) if encoded.cache else None,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - elapsed)),
+    }  # fmt: skip
+
+
+def run_grid(
+    config: GridConfig,
+    *,
+    encoder: SentenceEncoder | None = None,
+    tasks: Mapping[str, StsTask] | None = None,
+    nli: Sequence[str] | None = None,
+    progress: Progress | None = None,
+) -> GridResult:
+    """Run a pooling x calibrator x regime grid on one encoder: ``encoder`` instead of ``config.model`` (its pooling
+    is ignored), ``tasks`` and ``nli`` sentences instead of reading them from ``config.data_dir``, ``progress``
+    called with one line per finished step. Cells whose fit failed carry an ``error`` instead of scores.
+
+    Raises:
+        InputError: unknown pooling, calibrator or regime, ``seeds < 1``, ``corpus`` without sentences, no data
+            folder (``config.data_dir``) when ``tasks`` (or ``nli``) are not given.
+        DataNotFoundError: the STS (or NLI) data is missing.
+    """
+    say = progress or (lambda _msg: None)
+    started = time.perf_counter()
+    regimes = _checked_regimes(config)
+    encoder, parsed = encoder_and_poolings(config, encoder)
+    specs, flow_kwargs = checked_specs(config, encoder.dim)
+    if all(is_identity(s) for s in specs):
+        regimes = []  # nothing is fitted, so no fitting sentences need encoding
+    tasks, data_dir = loaded_tasks(config, tasks)
+    nli_sentences: list[str] | None = None
+    if "nli" in regimes:
+        nli_sentences = list(nli) if nli is not None else load_nli_sentences(data_dir or config.data_dir)
+    corpus = distinct(config.corpus) if config.corpus else None
+    fit_by_regime = {
+        r: fitting_sets(r, tasks, nli=nli_sentences, corpus=corpus, corpus_name=config.corpus_name) for r in regimes
+    }
+    needed = [s for task in tasks.values() for s in task.eval_sentences()]
+    needed += [s for fits in fit_by_regime.values() for sentences in fits.per_task.values() for s in sentences or []]
+    auto_for = parsed if any(is_auto(s) for s in specs) else []
+    encoded = encode_table(encoder, distinct(needed), parsed, config.cache(), config.batch_size, auto_for=auto_for,
+                           say=say)  # fmt: skip
+    cells = _run_cells(encoded, [p.key for p in parsed], specs, fit_by_regime, tasks, config, flow_kwargs, say)
+    regime_text = {"none": REGIME_TEXT["none"]} if any(is_identity(s) for s in specs) else {}
+    meta = run_meta(
+        encoder, tasks, data_dir, encoded, cells, command=config.command, device=config.device, started=started,
+        poolings=[p.key for p in parsed], calibrators=specs,
+        regimes={**regime_text, **{r: fits.description for r, fits in fit_by_regime.items()}},
+        seeds=config.seeds, flow=config.flow_meta(specs), fit_threads=config.fit_threads,
+        published=_published_meta(encoder, config.paper_rows), protocol=_PROTOCOL,
+    )  # fmt: skip
+    return GridResult(meta, cells, published_for(meta["published"]["model"] or ""))
 
 
 def _checked_regimes(config: GridConfig) -> list[str]:
@@ -410,70 +461,10 @@ def _checked_regimes(config: GridConfig) -> list[str]:
     return regimes
 
 
-def loaded_tasks(config: GridConfig, tasks: Mapping[str, StsTask] | None) -> tuple[dict[str, StsTask], Path | None]:
-    """``tasks``, or ``config.tasks`` read from ``config.data_dir`` (then also that folder, else ``None``), in the
-    papers' column order whatever order they were named in."""
-    data_dir: Path | None = None
-    if tasks is None:
-        data_dir = resolve_data_dir(config.data_dir)
-        tasks = load_sts_tasks(config.tasks, data_dir)
-    order = {name: i for i, name in enumerate(STS_TASKS)}
-    return dict(sorted(tasks.items(), key=lambda kv: order.get(kv[0], len(STS_TASKS)))), data_dir
-
-
-def task_meta(tasks: Mapping[str, StsTask]) -> dict[str, Any]:
-    """What a report records about each task: its pair count and subsets."""
-    return {t: {"n_pairs": task.n_eval_pairs, "subsets": list(task.eval_subsets)} for t, task in tasks.items()}
-
-
-@dataclass
-class _Encoded:
-    """The grid's embeddings: every sentence any cell needs, under every pooling (and the ``auto`` rule's inputs)."""
-
-    table: EmbeddingTable
-    sentences: list[str]
-    seconds: float
-    cache: EmbeddingCache | None
-    auto: dict[str, AutoInputs]
-
-
-def _encode_grid(
-    encoder: SentenceEncoder,
-    config: GridConfig,
-    poolings: list[Pooling],
-    auto: bool,
-    tasks: Mapping[str, StsTask],
-    fit_by_regime: Mapping[str, FittingSets],
-    say: Progress,
-) -> _Encoded:
-    """Encode every sentence a cell needs once for all poolings (plus what ``auto`` cells read, when ``auto``)."""
-    needed: dict[str, None] = {}
-    for task in tasks.values():
-        needed.update(dict.fromkeys(task.eval_sentences()))
-    for fits in fit_by_regime.values():
-        for sentences in fits.per_task.values():
-            needed.update(dict.fromkeys(sentences or []))
-    sentences = list(needed)
-    cache = EmbeddingCache(config.cache_dir) if config.use_cache else None
-    say(f"encoding {len(sentences)} distinct sentences with {encoder.model_id} ({', '.join(p.key for p in poolings)})")
-    t0 = time.perf_counter()
-    extra = ["mean"] if auto and "mean" not in {p.key for p in poolings} else []  # auto's token anisotropy, same pass
-    table = EmbeddingTable(
-        sentences, embed_cached(encoder, sentences, [*poolings, *extra], cache=cache, batch_size=config.batch_size)
-    )
-    inputs: dict[str, AutoInputs] = {}
-    if auto:
-        inputs = encode_auto_inputs(encoder, poolings, sentences, table, cache=cache, batch_size=config.batch_size)
-    seconds = time.perf_counter() - t0
-    say(f"encoded in {seconds:.1f} s")
-    return _Encoded(table, sentences, seconds, cache, inputs)
-
-
 def _run_cells(
-    encoded: _Encoded,
+    encoded: Encoded,
     poolings: Sequence[str],
     specs: Sequence[str],
-    regimes: Sequence[str],
     fit_by_regime: Mapping[str, FittingSets],
     tasks: Mapping[str, StsTask],
     config: GridConfig,
@@ -481,19 +472,14 @@ def _run_cells(
     say: Progress,
 ) -> list[CellResult]:
     """Every (pooling, calibrator, regime) cell, in that order (the raw encoder once per pooling, unfitted)."""
-    plan: list[tuple[str, str, FittingSets]] = []
-    no_fit = fitting_sets("none", tasks)
-    for pooling in poolings:
-        for spec in specs:
-            plan += (
-                [(pooling, spec, no_fit)] if is_identity(spec) else [(pooling, spec, fit_by_regime[r]) for r in regimes]
-            )
+    no_fit = [fitting_sets("none", tasks)]
+    plan = [(p, spec, fits) for p in poolings for spec in specs
+            for fits in (no_fit if is_identity(spec) else fit_by_regime.values())]  # fmt: skip
     cells: list[CellResult] = []
     for i, (pooling, spec, fits) in enumerate(plan, start=1):
-        seeds: list[int | None] = list(range(config.seeds)) if is_seeded(spec) else [None]
         auto = encoded.auto.get(pooling) if is_auto(spec) else None
         with limited_threads(blas_threads=config.fit_threads):
-            cell = _run_cell(encoded.table, pooling, spec, fits, tasks, seeds, flow_kwargs, auto)
+            cell = _run_cell(encoded.table, pooling, spec, fits, tasks, seeds_of(spec, config.seeds), flow_kwargs, auto)
         cells.append(cell)
         shown = "error" if cell.error else format_stat(cell.average_stat("all"))
         say(f"[{i}/{len(plan)}] {pooling} / {spec} / {fits.regime}: avg all {shown} ({cell.seconds:.1f} s)")
@@ -506,27 +492,8 @@ def _published_meta(encoder: SentenceEncoder, paper_rows: str | None) -> dict[st
     own = paper_model_name(encoder.model_id)
     if own is not None or paper_rows is None:
         return {"model": own, "caption": None}
-    return {
-        "model": paper_rows,
-        "caption": stand_in_caption(paper_rows, encoder.model_id, encoder.num_layers, encoder.dim),
-    }
-
-
-def run_record(
-    started: float, encode_seconds: float, cells: Sequence[Any], n_sentences: int, cache: EmbeddingCache | None
-) -> dict[str, Any]:
-    """The part of a run's metadata that says how long it took, on how many sentences, from which cache."""
-    elapsed = time.perf_counter() - started
-    return {
-        "seconds": {
-            "total": round(elapsed, 1),
-            "encode": round(encode_seconds, 1),
-            "cells": round(sum(c.seconds for c in cells), 1),
-        },
-        "sentences": {"distinct": n_sentences},
-        "cache": str(cache.root) if cache else None,
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - elapsed)),
-    }
+    caption = stand_in_caption(paper_rows, encoder.model_id, encoder.num_layers, encoder.dim)
+    return {"model": paper_rows, "caption": caption}
 
 
 def evaluate_embedder(
@@ -539,21 +506,11 @@ def evaluate_embedder(
     batch_size: int | None = None,
     command: str | None = None,
 ) -> GridResult:
-    """Score a fitted :class:`~bertflow.embedder.Embedder` (e.g. loaded from ``bertflow fit``) on STS tasks.
+    """Score a fitted :class:`~bertflow.embedder.Embedder` (e.g. loaded from ``bertflow fit``) on STS tasks
+    (``tasks``, else ``task_names`` read from ``data_dir``): a one-cell :class:`GridResult` plus a raw-encoder cell.
 
-    The calibrator is used as saved; its fitting corpus is not known here, so the report says so instead of
-    claiming whether test sentences were seen (the saved fitting record, regime label and sentence count, is
-    quoted).
-
-    Args:
-        embedder: encoder + fitted calibrator.
-        tasks: already-loaded tasks; else ``task_names`` are read from ``data_dir``.
-        cache: embedding cache for the raw embeddings (``None``: nothing stored).
-        batch_size: optional cap on sentences per forward pass (default: the token budget).
-        command: the command line, for the report.
-
-    Returns:
-        A one-cell :class:`GridResult` (plus a raw-encoder cell for comparison).
+    The calibrator is used as saved; its fitting corpus is not known here, so the report quotes the saved fitting
+    record (regime label, sentence count) instead of claiming whether test sentences were seen.
     """
     started = time.perf_counter()
     encoder: SentenceEncoder = embedder.encoder
@@ -563,10 +520,8 @@ def evaluate_embedder(
         root = resolve_data_dir(data_dir)
         tasks = load_sts_tasks(task_names, root)
     pool = pooling_key(encoder.pooling.to_spec(), encoder.num_layers)
-    sentences = list(dict.fromkeys(s for task in tasks.values() for s in task.eval_sentences()))
-    t0 = time.perf_counter()
-    table = EmbeddingTable(sentences, embed_cached(encoder, sentences, [pool], cache=cache, batch_size=batch_size))
-    encode_seconds = time.perf_counter() - t0
+    sentences = distinct(s for task in tasks.values() for s in task.eval_sentences())
+    encoded = encode_table(encoder, sentences, [pool], cache, batch_size)
     info = getattr(embedder, "fit_info", {}) or {}
     label = str(info.get("regime", "unknown"))
     note = (
@@ -578,33 +533,13 @@ def evaluate_embedder(
         t1 = time.perf_counter()
         cell = CellResult(pool, spec, regime, [None], list(tasks), seen_note=None if cal is None else note)
         cell.test_seen = {t: None for t in tasks}
-        cell.reports = [score_fitted(table, pool, cal, tasks, device=str(encoder.device))]
+        cell.reports = [score_fitted(encoded.table, pool, cal, tasks, device=str(encoder.device))]
         cell.seconds = time.perf_counter() - t1
         cells.append(cell)
-    meta = {
-        "command": command,
-        "model": model_meta(encoder),
-        "tasks": task_meta(tasks),
-        "data_dir": str(root) if root else None,
-        "poolings": [pool],
-        "calibrators": [embedder.calibrator.name],
-        "regimes": {label: f"saved fitting record: {json.dumps(info, sort_keys=True)}"},
-        "seeds": 1,
-        "flow": {"epochs": getattr(embedder.calibrator, "epochs", None)},
-        "protocol": _PROTOCOL,
-        "machine": machine_info(str(encoder.device)),
-        **run_record(started, encode_seconds, cells, len(sentences), cache),
-    }
+    meta = run_meta(
+        encoder, tasks, root, encoded, cells, command=command, device=str(encoder.device), started=started,
+        poolings=[pool], calibrators=[embedder.calibrator.name],
+        regimes={label: f"saved fitting record: {json.dumps(info, sort_keys=True)}"},
+        seeds=1, flow={"epochs": getattr(embedder.calibrator, "epochs", None)}, protocol=_PROTOCOL,
+    )  # fmt: skip
     return GridResult(meta, cells, published_for(encoder.model_id))
-
-
-def model_meta(encoder: SentenceEncoder) -> dict[str, Any]:
-    """What a report records about the encoder: id, weight fingerprint, shape, truncation and precision."""
-    return {
-        "id": encoder.model_id,
-        "fingerprint": encoder.fingerprint(),
-        "dim": encoder.dim,
-        "layers": encoder.num_layers,
-        "max_length": encoder.max_length,
-        "dtype": str(encoder.dtype).removeprefix("torch."),
-    }

@@ -39,7 +39,7 @@ class Objective:
     penalty: float = 1.0
 
     def __call__(self, scores: Mapping[str, float], raw: Mapping[str, float], sets: Sequence[str]) -> float:
-        """J over ``sets`` (each must be in ``scores`` and ``raw``), Spearman x 100 points."""
+        """J over ``sets`` (each in ``scores`` and ``raw``), Spearman x 100 points."""
         if not sets:
             raise InputError("the objective needs at least one set")
         harmed = sum(1 for s in sets if scores[s] - raw[s] < -self.margin)
@@ -47,10 +47,8 @@ class Objective:
 
     def describe(self) -> str:
         """One line for reports."""
-        return (
-            f"mean Spearman over the other datasets' sets minus {self.penalty:g} point(s) per set more than "
-            f"{self.margin:g} points below raw (same pooling, no weighting, no calibrator)"
-        )
+        return (f"mean Spearman over the other datasets' sets minus {self.penalty:g} point(s) per set more than "
+                f"{self.margin:g} points below raw (same pooling, no weighting, no calibrator)")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -73,13 +71,8 @@ class LodoFold:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready."""
-        return {
-            "held_out": self.held_out,
-            "picked": self.picked,
-            "objective_on_others": self.objective,
-            "held_out_sets": list(self.held_out_sets),
-            "held_out_summary": self.summary.to_dict(),
-        }
+        return {"held_out": self.held_out, "picked": self.picked, "objective_on_others": self.objective,
+                "held_out_sets": list(self.held_out_sets), "held_out_summary": self.summary.to_dict()}  # fmt: skip
 
 
 @dataclass
@@ -107,17 +100,10 @@ class LodoSelection:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready."""
-        return {
-            "fit_size": self.fit_size,
-            "objective": self.objective.describe(),
-            "margin": self.objective.margin,
-            "penalty": self.objective.penalty,
-            "candidates": self.candidates,
-            "excluded": self.excluded,
-            "folds": [f.to_dict() for f in self.folds],
-            "pooled_held_out": self.pooled.to_dict(),
-            "in_sample_pick": self.in_sample,
-        }
+        o = self.objective
+        return {"fit_size": self.fit_size, "objective": o.describe(), "margin": o.margin, "penalty": o.penalty,
+                "candidates": self.candidates, "excluded": self.excluded, "folds": [f.to_dict() for f in self.folds],
+                "pooled_held_out": self.pooled.to_dict(), "in_sample_pick": self.in_sample}  # fmt: skip
 
 
 def _defined(values: Mapping[str, float], name: str) -> bool:
@@ -136,12 +122,10 @@ def leave_one_dataset_out(
     """Pick a candidate per held-out dataset on the other datasets' sets and score it on the held-out ones.
 
     Args:
-        scores: per candidate label (in tie-break order), Spearman x 100 per set; every candidate must have a
-            finite score on every set of ``dataset_of``.
+        scores: per candidate label (in tie-break order), Spearman x 100 per set, finite on every set used.
         raw: per candidate label, its raw baseline per set (the raw encoder under its pooling).
         dataset_of: the dataset of each set (``"STS12/MSRpar" -> "STS12"``); its sets are the ones used.
-        objective: the selection objective (default :class:`Objective`).
-        fit_size: recorded in the result.
+        objective: the selection objective (default :class:`Objective`); ``fit_size`` is recorded in the result.
 
     Raises:
         InputError: no candidate, fewer than two datasets, or a candidate or baseline missing a set.
@@ -185,19 +169,13 @@ def leave_one_dataset_out(
 def select_lodo(
     result: PerSetResult, *, objective: Objective | None = None, candidates: Sequence[str] | None = None
 ) -> list[LodoSelection]:
-    """:func:`leave_one_dataset_out` over the cells of a per-set run, once per fitting-set size.
+    """:func:`leave_one_dataset_out` over the cells of a per-set run, one selection per fitting-set size with at
+    least two datasets scored.
 
     The candidates at a size are its cells plus the raw unweighted cells (the raw encoder does not depend on the
-    size), restricted to the sets scored at that size; a cell that failed, or whose correlation is undefined (NaN) on
-    a set, is left out and listed.
-
-    Args:
-        result: the per-set run.
-        objective: the selection objective (default :class:`Objective`, margin = ``result.margin``).
-        candidates: only these ``"pooling / calibrator"`` configurations (default: every cell).
-
-    Returns:
-        One selection per size with at least two datasets scored.
+    size), restricted to the sets scored at that size, and to ``candidates`` (``"pooling / calibrator"`` labels) if
+    given; a cell that failed, or whose correlation is undefined (NaN) on a set, is left out and listed. The
+    objective defaults to :class:`Objective` with ``result.margin``.
     """
     objective = objective or Objective(margin=result.margin)
     out = []

@@ -18,13 +18,9 @@ from scipy import stats
 
 from ..errors import InputError
 from ..linalg import unit_rows
-from .analyze import SMALL_EDIT_DISTANCE, isotropy_score, spearman_x100, spectrum
+from .measures import SMALL_EDIT_DISTANCE, isotropy_score, spearman_x100, spectrum
 
-__all__ = [
-    "MAX_DISTANCE_BIN",
-    "plot_analysis",
-    "require_matplotlib",
-]
+__all__ = ["MAX_DISTANCE_BIN", "plot_analysis", "require_matplotlib"]
 
 #: Edit distances above this are pooled into one bin in the edit-distance plot (few pairs lie beyond it).
 MAX_DISTANCE_BIN = 20
@@ -84,8 +80,7 @@ def plot_analysis(
 
 
 def _spectrum_figure(plt: Any, embeddings: Mapping[str, np.ndarray], colours: Mapping[str, str], title: str) -> Any:
-    """The eigenvalue spectrum of each space's normalised rows."""
-    # Eigenvalue spectra of the normalised rows: how evenly the second moment spreads over directions.
+    """The eigenvalue spectrum of each space's normalised rows: how evenly the second moment spreads."""
     fig, ax = plt.subplots(figsize=(6.2, 3.9))
     dim = 1
     for name, x in embeddings.items():
@@ -107,8 +102,7 @@ def _spectrum_figure(plt: Any, embeddings: Mapping[str, np.ndarray], colours: Ma
 def _cosine_figure(
     plt: Any, embeddings: Mapping[str, np.ndarray], colours: Mapping[str, str], title: str, seed: int
 ) -> Any:
-    """Histograms of the cosine of random pairs of distinct sentences, one per space."""
-    # Pairwise cosine histograms on a random sample of pairs i != j.
+    """Histograms of the cosine of random pairs i != j of distinct sentences, one per space."""
     rng = np.random.default_rng(seed)
     n = len(next(iter(embeddings.values())))
     i = rng.integers(0, n, size=min(200_000, n * (n - 1)))
@@ -132,7 +126,6 @@ def _gold_figure(
     plt: Any, similarities: Mapping[str, np.ndarray], gold: np.ndarray, colours: Mapping[str, str], title: str
 ) -> Any:
     """Predicted similarity vs gold, one panel per similarity."""
-    # Predicted similarity vs gold, one panel per similarity.
     k = len(similarities)
     fig, axes = plt.subplots(1, k, figsize=(3.3 * k, 3.3), squeeze=False)
     for ax, (name, sim) in zip(axes[0], similarities.items(), strict=True):
@@ -152,9 +145,9 @@ def _edit_distance_figure(
     colours: Mapping[str, str],
     title: str,
 ) -> Any:
-    """Similarity vs word edit distance, with the pair counts per distance."""
-    # Similarity vs edit distance. Each similarity is standardised over the pairs (z-score), so raw cosines
-    # (all near 1) and calibrated ones share an axis; mean and 95% CI (normal approximation) per distance.
+    """Similarity vs word edit distance, with the pair counts per distance. Each similarity is standardised over the
+    pairs (z-score), so raw cosines (all near 1) and calibrated ones share an axis; mean and 95% CI (normal
+    approximation) per distance."""
     bins = np.minimum(distance, MAX_DISTANCE_BIN)
     ds = np.arange(int(bins.max()) + 1)
     counts = np.array([(bins == d).sum() for d in ds])

@@ -25,20 +25,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-__all__ = [
-    "PAPER_MODELS",
-    "PAPER_TASKS",
-    "PublishedResult",
-    "PUBLISHED",
-    "QUOTED_AVERAGES",
-    "TABLE6",
-    "TABLE6_SOURCE",
-    "PAPER_MODEL_TEXT",
-    "paper_model_name",
-    "published_for",
-    "stand_in_caption",
-    "matching",
-]
+__all__ = ["PAPER_MODELS", "PAPER_TASKS", "PublishedResult", "PUBLISHED", "QUOTED_AVERAGES", "TABLE6", "TABLE6_SOURCE",
+           "PAPER_MODEL_TEXT", "paper_model_name", "published_for", "stand_in_caption", "matching"]  # fmt: skip
 
 #: The package data file holding every number below.
 DATA_FILE = "published.json"
@@ -102,17 +90,9 @@ def _row(raw: dict[str, Any]) -> PublishedResult:
     note = str(raw.get("note", ""))
     if note.startswith("@"):  # a shared note, by its key in "notes"
         note = _data()["notes"][note[1:]]
-    return PublishedResult(
-        raw["model"],
-        raw["label"],
-        raw["pooling"],
-        tuple(raw["calibrators"]),
-        raw["regime"],
-        raw["protocol"],
-        {str(t): float(v) for t, v in raw["scores"].items()},
-        _source(raw["source"]),
-        note,
-    )
+    scores = {str(t): float(v) for t, v in raw["scores"].items()}
+    fields = (raw["model"], raw["label"], raw["pooling"], tuple(raw["calibrators"]), raw["regime"], raw["protocol"])
+    return PublishedResult(*fields, scores, _source(raw["source"]), note)
 
 
 PUBLISHED: tuple[PublishedResult, ...] = tuple(_row(r) for r in _data()["rows"])

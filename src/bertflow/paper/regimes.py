@@ -62,34 +62,26 @@ def fitting_sets(
     corpus: Sequence[str] | None = None,
     corpus_name: str | None = None,
 ) -> FittingSets:
-    """Which sentences each task's calibrator is fitted on under ``regime``.
-
-    Args:
-        regime: one of ``"none"``, :data:`REGIMES`.
-        tasks: the loaded tasks.
-        nli: the NLI sentences (needed for ``"nli"``).
-        corpus: the user corpus (needed for ``"corpus"``).
-        corpus_name: how the corpus is named in reports.
+    """Which sentences each task's calibrator is fitted on under ``regime`` (``"none"`` or one of :data:`REGIMES`);
+    ``nli`` and ``corpus`` are the sentences of those regimes, ``corpus_name`` names the corpus in reports.
 
     Raises:
         InputError: unknown regime or missing sentences.
     """
+    text = REGIME_TEXT.get(regime, "")
     if regime == "none":
-        return FittingSets("none", {t: [] for t in tasks}, True, REGIME_TEXT["none"])
-    if regime == "target":
-        return FittingSets(
-            regime, {t: task.fit_sentences("target") for t, task in tasks.items()}, False, REGIME_TEXT[regime]
-        )
-    if regime == "train":
-        per = {t: task.fit_sentences("train") if task.has_train_split else None for t, task in tasks.items()}
-        return FittingSets(regime, per, False, REGIME_TEXT[regime])
+        return FittingSets("none", {t: [] for t in tasks}, True, text)
+    if regime in ("target", "train"):  # STS12-16 have no train split: n/a there
+        per = {t: task.fit_sentences(regime) if regime == "target" or task.has_train_split else None
+               for t, task in tasks.items()}  # fmt: skip
+        return FittingSets(regime, per, False, text)
     if regime in ("nli", "corpus"):
         shared = nli if regime == "nli" else corpus
         if not shared:
             raise InputError(
                 "the corpus regime needs a corpus file (--corpus FILE)" if regime == "corpus" else "no NLI sentences"
             )
-        text = REGIME_TEXT[regime] + (f" {corpus_name!r} ({len(shared)} sentences)" if regime == "corpus" else "")
+        text += f" {corpus_name!r} ({len(shared)} sentences)" if regime == "corpus" else ""
         return FittingSets(regime, {t: list(shared) for t in tasks}, True, text)
     raise InputError(f"unknown regime {regime!r}; use one of {', '.join(REGIMES)}")
 

@@ -1,7 +1,8 @@
-"""The Markdown reports of ``bertflow reproduce`` / ``bertflow evaluate``. A grid run: settings, a summary table,
-per-task tables under both conventions, optional per-subset tables and the published rows beside ours. A per-set
-run: settings, a summary per configuration against the raw encoder (mean, worst set, sets below raw), per-set tables
-and the leave-one-dataset-out selection."""
+"""The Markdown reports of ``bertflow reproduce`` / ``evaluate`` / ``analyze``, from their result objects. A grid run
+(:func:`render_grid`): settings, a summary table, per-task tables under both conventions, optional per-subset tables
+and the published rows beside ours. A per-set run (:func:`render_per_set`): settings, a summary per configuration
+against the raw encoder (mean, worst set, sets below raw), per-set tables and the leave-one-dataset-out selection.
+An analysis (:func:`render_analysis`): settings, the Table 6 analogue beside the paper's, anisotropy, plots."""
 
 from __future__ import annotations
 
@@ -12,16 +13,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..evaluation.datasets import STS_TASKS
-from .published import PAPER_TASKS, PublishedResult, matching
+from .published import PAPER_TASKS, TABLE6, TABLE6_SOURCE, PublishedResult, matching
 from .results import GridResult, PerSetResult, SetSummary, fit_size_label, mean_std
 
 if TYPE_CHECKING:
+    from .analyze import AnalysisResult
     from .lodo import LodoSelection
 
-__all__ = ["format_stat", "render_markdown", "render_per_set"]
+__all__ = ["format_stat", "render_analysis", "render_grid", "render_per_set"]
 
 
 def format_stat(stat: Mapping[str, Any] | None, digits: int = 2) -> str:
+    """``"mean ± std"`` of a :func:`~bertflow.paper.results.mean_std` (``"n/a"`` for ``None``, ``"nan"`` if empty)."""
     if stat is None:
         return "n/a"
     if stat["mean"] is None:
@@ -29,6 +32,10 @@ def format_stat(stat: Mapping[str, Any] | None, digits: int = 2) -> str:
     if stat.get("std") is not None:
         return f"{stat['mean']:.{digits}f} ± {stat['std']:.{digits}f}"
     return f"{stat['mean']:.{digits}f}"
+
+
+def _row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
 
 
 def _delta(stat: Mapping[str, Any] | None, base: Mapping[str, Any] | None) -> str:
@@ -46,52 +53,61 @@ def _published_cell(rows: Sequence[PublishedResult]) -> str:
     return "; ".join(parts)
 
 
-def _machine_line(m: Mapping[str, Any]) -> str:
-    line = (
-        f"{m['platform']}; {m['cpu']}; {m['usable_cpus']} usable of {m['cpu_count']} CPUs; "
-        f"torch {m['torch']} ({m['torch_threads']} thread(s)), transformers {m['transformers']}; device {m['device']}"
-    )
-    return line + (f" ({m['gpu']})" if m.get("gpu") else "")
-
-
-def _flow_options_text(flow: Mapping[str, Any]) -> str:
-    """The flow settings a grid changed from the preset defaults, or the default wording."""
-    changed = {k: v for k, v in flow.items() if k != "epochs"}
-    if not changed:
-        return "the official code's optimiser settings"
-    return "changed from the preset: " + ", ".join(f"{k}={v}" for k, v in changed.items())
-
-
-def _model_rows(meta: Mapping[str, Any]) -> list[str]:
-    """The head of a report's settings table: the model and its truncation."""
-    model = meta["model"]
-    return [
+def _settings(meta: Mapping[str, Any], heading: str, rows: Sequence[str], seeded: bool) -> list[str]:
+    """Heading, command and the settings table of a run: the model, ``rows``, seeds, flow training, machine, time."""
+    model, secs, m = meta["model"], meta["seconds"], meta["machine"]
+    lines = [f"# {heading}", ""]
+    if meta.get("command"):
+        lines += ["Command:", "", "```bash", meta["command"], "```", ""]
+    lines += [
         "| setting | value |",
         "|---|---|",
         f"| model | `{model['id']}` (fingerprint {model['fingerprint']}, {model['dim']} dims, "
         f"{model['layers']} layers, {model['dtype']}) |",
         f"| max_length | {model['max_length']} tokens |",
+        *rows,
     ]
-
-
-def _run_rows(meta: Mapping[str, Any]) -> list[str]:
-    """The tail of a report's settings table: machine, wall time, start."""
-    secs = meta["seconds"]
+    if seeded:
+        lines.append(f"| seeds | {meta['seeds']} ({meta['protocol']['seeds']}) |")
+    flow = meta["flow"]
+    if flow.get("epochs") is not None:
+        changed = {k: v for k, v in flow.items() if k != "epochs"}
+        how = "changed from the preset: " + ", ".join(f"{k}={v}" for k, v in changed.items())
+        lines.append(f"| flow training | {flow['epochs']:g} epoch(s), {how if changed else _OFFICIAL} |")
+    machine = (
+        f"{m['platform']}; {m['cpu']}; {m['usable_cpus']} usable of {m['cpu_count']} CPUs; "
+        f"torch {m['torch']} ({m['torch_threads']} thread(s)), transformers {m['transformers']}; device {m['device']}"
+    ) + (f" ({m['gpu']})" if m.get("gpu") else "")
     return [
-        f"| machine | {_machine_line(meta['machine'])} |",
+        *lines,
+        f"| machine | {machine} |",
         f"| wall time | {secs['total']:.0f} s in all: encoding {secs['encode']:.0f} s "
         f"({meta['sentences']['distinct']} distinct sentences, cache `{meta['cache']}`), "
         f"fitting and scoring {secs['cells']:.0f} s |",
         f"| started | {meta['started_at']} |",
+        "",
     ]
 
 
-def render_markdown(result: GridResult, *, title: str, subsets: bool) -> str:
-    """The report of ``result`` under the heading ``title`` (``subsets``: also per-subset Spearman per cell)."""
-    n_tasks = len(result.meta["tasks"])
+_OFFICIAL = "the official code's optimiser settings"
+
+
+def render_grid(result: GridResult, *, title: str = "bertflow reproduce", subsets: bool = False) -> str:
+    """The report of a grid run under the heading ``title`` (``subsets``: also per-subset Spearman of every cell)."""
+    meta = result.meta
+    n_tasks = len(meta["tasks"])
     avg_name = "Avg" if n_tasks == len(STS_TASKS) else f"Avg ({n_tasks} tasks)"
+    protocol = meta["protocol"]
+    rows = [
+        "| tasks | " + ", ".join(f"{t} ({v['n_pairs']} pairs)" for t, v in meta["tasks"].items()) + " |",
+        f"| metric | {protocol['metric']} |",
+        f'| "all" | {protocol["all"]} |',
+        f'| "wmean" | {protocol["wmean"]} |',
+        f"| {avg_name} | {protocol['average']} |",
+        *(f"| regime `{regime}` | {text} |" for regime, text in meta["regimes"].items()),
+    ]
     lines = [
-        *_settings_lines(result, title, avg_name),
+        *_settings(meta, f"{title}: `{meta['model']['id']}`", rows, any(c.seeds != [None] for c in result.cells)),
         *_summary_lines(result, avg_name),
         *_task_lines(result, avg_name),
         *(_subset_lines(result) if subsets else []),
@@ -100,38 +116,11 @@ def render_markdown(result: GridResult, *, title: str, subsets: bool) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _settings_lines(result: GridResult, title: str, avg_name: str) -> list[str]:
-    """Heading, command and the settings table of a grid report."""
-    meta = result.meta
-    lines = [f"# {title}: `{meta['model']['id']}`", ""]
-    if meta.get("command"):
-        lines += ["Command:", "", "```bash", meta["command"], "```", ""]
-    lines += [
-        *_model_rows(meta),
-        "| tasks | " + ", ".join(f"{t} ({v['n_pairs']} pairs)" for t, v in meta["tasks"].items()) + " |",
-        f"| metric | {meta['protocol']['metric']} |",
-        f'| "all" | {meta["protocol"]["all"]} |',
-        f'| "wmean" | {meta["protocol"]["wmean"]} |',
-        f"| {avg_name} | {meta['protocol']['average']} |",
-        *(f"| regime `{regime}` | {text} |" for regime, text in meta["regimes"].items()),
-    ]
-    if any(c.seeds != [None] for c in result.cells):
-        lines.append(f"| seeds | {meta['seeds']} ({meta['protocol']['seeds']}) |")
-    if meta["flow"].get("epochs") is not None:
-        lines.append(f"| flow training | {meta['flow']['epochs']:g} epoch(s), {_flow_options_text(meta['flow'])} |")
-    return [*lines, *_run_rows(meta), ""]
-
-
-def _published_of(result: GridResult) -> tuple[dict[str, Any], str | None]:
-    """Whose published rows the report shows (``meta["published"]``) and their caption."""
-    published = result.meta.get("published") or {"model": result.meta["model"]["id"], "caption": None}
-    return published, published.get("caption")
-
-
 def _summary_lines(result: GridResult, avg_name: str) -> list[str]:
     """The summary table: one row per cell, its averages and their difference to the raw encoder."""
     beside = bool(result.published)
-    published, caption = _published_of(result)
+    published = result.meta.get("published") or {"model": result.meta["model"]["id"], "caption": None}
+    caption = published.get("caption")
     lines = [
         "## Summary",
         "",
@@ -152,20 +141,14 @@ def _summary_lines(result: GridResult, avg_name: str) -> list[str]:
         base = raw if raw and raw is not c else None
         cells = [c.pooling, c.calibrator, c.regime, c.seen_summary()]
         for protocol in ("all", "wmean"):
-            ours = c.average_stat(protocol)
-            cells += [
-                "error" if c.error else format_stat(ours),
-                _delta(ours, base.average_stat(protocol) if base else None),
-            ]
+            ours, theirs = c.average_stat(protocol), base.average_stat(protocol) if base else None
+            cells += ["error" if c.error else format_stat(ours), _delta(ours, theirs)]
         cells.append(f"{c.seconds:.1f}")
         if beside:
             cells.append(_published_cell(matching(published["model"], c.pooling, c.calibrator, c.regime)))
-        lines.append("| " + " | ".join(cells) + " |")
-    errors = [c for c in result.cells if c.error]
-    if errors:
-        lines += ["", "Failed cells:", ""]
-        lines += [f"- {c.pooling} / {c.calibrator} / {c.regime}: {c.error}" for c in errors]
-    return lines
+        lines.append(_row(cells))
+    errors = [f"- {c.pooling} / {c.calibrator} / {c.regime}: {c.error}" for c in result.cells if c.error]
+    return [*lines, *(["", "Failed cells:", "", *errors] if errors else [])]
 
 
 def _task_lines(result: GridResult, avg_name: str) -> list[str]:
@@ -180,14 +163,9 @@ def _task_lines(result: GridResult, avg_name: str) -> list[str]:
         lines.append("| pooling | calibrator | regime | " + " | ".join(tasks) + f" | {avg_name} |")
         lines.append("|---|---|---|" + "---:|" * (len(tasks) + 1))
         for c in result.cells:
-            if c.error:
-                continue
-            vals = [format_stat(c.task_stat(t, protocol)) for t in tasks]
-            lines.append(
-                f"| {c.pooling} | {c.calibrator} | {c.regime} | "
-                + " | ".join(vals)
-                + f" | {format_stat(c.average_stat(protocol))} |"
-            )
+            if not c.error:
+                vals = [format_stat(c.task_stat(t, protocol)) for t in tasks]
+                lines.append(_row([c.pooling, c.calibrator, c.regime, *vals, format_stat(c.average_stat(protocol))]))
     return lines
 
 
@@ -209,7 +187,7 @@ def _subset_lines(result: GridResult) -> list[str]:
 
 def _published_lines(result: GridResult) -> list[str]:
     """The published rows shown beside the grid, in the papers' task columns (:data:`PAPER_TASKS`)."""
-    _, caption = _published_of(result)
+    caption = (result.meta.get("published") or {}).get("caption")
     lines = [
         "",
         f"## Published numbers for {result.published[0].model}",
@@ -228,7 +206,7 @@ def _published_lines(result: GridResult) -> list[str]:
         avg = f"{r.average:.2f}" if r.average is not None else ""
         ours = f"{r.pooling} / {' or '.join(r.calibrators)} / {r.regime or 'not stated'}"
         note = f" ({r.note})" if r.note else ""
-        lines.append(f"| {r.label} | {r.protocol} | " + " | ".join(vals) + f" | {avg} | {ours} | {r.source}{note} |")
+        lines.append(_row([r.label, r.protocol, *vals, avg, ours, f"{r.source}{note}"]))
     return lines
 
 
@@ -236,42 +214,22 @@ def _summary_cells(summary: SetSummary | None) -> list[str]:
     """Δ mean, worst set (Δ) and count below, or blanks."""
     if summary is None:
         return ["", "", ""]
-    return [
-        f"{summary.mean_delta:+.2f}",
-        f"{summary.worst_set} ({summary.worst_delta:+.2f})",
-        str(summary.n_below),
-    ]
+    return [f"{summary.mean_delta:+.2f}", f"{summary.worst_set} ({summary.worst_delta:+.2f})", str(summary.n_below)]
 
 
-def render_per_set(result: PerSetResult, *, title: str) -> str:
+def render_per_set(result: PerSetResult, *, title: str = "bertflow reproduce") -> str:
     """The report of a per-set run (:mod:`bertflow.paper.perset`) under the heading ``title``."""
-    meta = result.meta
-    protocol = meta["protocol"]
-    margin = f"{result.margin:g}"
-    lines = [f"# {title}: `{meta['model']['id']}`, per set", ""]
-    if meta.get("command"):
-        lines += ["Command:", "", "```bash", meta["command"], "```", ""]
-    n_sets = len(result.sets)
+    meta, protocol, margin = result.meta, result.meta["protocol"], f"{result.margin:g}"
     cells = sorted(result.cells, key=lambda c: (c.fit_size or 0, result.cells.index(c)))
-    lines += [
-        *_model_rows(meta),
-        f"| sets | {n_sets}: " + ", ".join(f"{s} ({v['n_pairs']} pairs)" for s, v in result.sets.items()) + " |",
+    sets = ", ".join(f"{s} ({v['n_pairs']} pairs)" for s, v in result.sets.items())
+    rows = [
+        f"| sets | {len(result.sets)}: {sets} |",
         f"| regime `per-set` | {meta['regimes']['per-set']} |",
         f"| fit sizes | {', '.join(meta['fit_sizes'])} (sample seed {meta['sample_seed']}); {protocol['samples']} |",
-        f"| metric | {protocol['metric']} |",
-        f"| raw | {protocol['raw']} |",
-        f"| weighted raw | {protocol['weighted raw']} |",
-        f"| mean | {protocol['mean']} |",
-        f"| worst | {protocol['worst']} |",
-        f"| count | {protocol['count']} |",
-        *([f"| seeds | {meta['seeds']} ({protocol['seeds']}) |"] if any(c.seeds != [None] for c in cells) else []),
-        *(
-            [f"| flow training | {meta['flow']['epochs']:g} epoch(s), {_flow_options_text(meta['flow'])} |"]
-            if meta["flow"].get("epochs") is not None
-            else []
-        ),
-        *_run_rows(meta),
-        "",
+        *(f"| {key} | {protocol[key]} |" for key in ("metric", "raw", "weighted raw", "mean", "worst", "count")),
+    ]
+    lines = [
+        *_settings(meta, f"{title}: `{meta['model']['id']}`, per set", rows, any(c.seeds != [None] for c in cells)),
         "## Summary",
         "",
         f"Spearman × 100. Δ against **raw** (the same encoder and pooling without weighting or calibrator); for a "
@@ -287,25 +245,19 @@ def render_per_set(result: PerSetResult, *, title: str) -> str:
         mean = f"{np.mean([v for v in scores.values() if math.isfinite(v)]):.2f}" if scores else ""
         row = [c.pooling, c.calibrator, fit_size_label(c.fit_size), str(len(scores)), "error" if c.error else mean]
         row += _summary_cells(result.summary(c)) + _summary_cells(result.summary(c, against="weighted-raw"))
-        lines.append("| " + " | ".join([*row, f"{c.seconds:.1f}"]) + " |")
-    errors = [c for c in result.cells if c.error]
-    if errors:
-        lines += ["", "Failed cells:", ""] + [f"- {c.label}: {c.error}" for c in errors]
+        lines.append(_row([*row, f"{c.seconds:.1f}"]))
+    errors = [f"- {c.label}: {c.error}" for c in result.cells if c.error]
+    lines += ["", "Failed cells:", "", *errors] if errors else []
     for size in result.fit_sizes:
         label = fit_size_label(size)
         names = [s for s, by in result.fits.items() if by.get(label) is not None]
-        shown = [c for c in cells if not c.error and (c.fit_size == size or (size is None and c.fit_size is None))]
-        if not shown:
-            continue
-        lines += ["", f"## Per set, fit {label}", "", "| pooling | calibrator | " + " | ".join(names) + " |"]
-        lines.append("|---|---|" + "---:|" * len(names))
-        for c in shown:
-            scores = c.scores()
-            lines.append(
-                f"| {c.pooling} | {c.calibrator} | "
-                + " | ".join(f"{scores[s]:.2f}" if s in scores else "n/a" for s in names)
-                + " |"
-            )
+        shown = [c for c in cells if not c.error and c.fit_size == size]
+        if shown:
+            lines += ["", f"## Per set, fit {label}", "", "| pooling | calibrator | " + " | ".join(names) + " |"]
+            lines.append("|---|---|" + "---:|" * len(names))
+            for c in shown:
+                got = c.scores()
+                lines.append(_row([c.pooling, c.calibrator, *(f"{got[s]:.2f}" if s in got else "n/a" for s in names)]))
     for sel in result.lodo:
         lines += _lodo_lines(sel)
     return "\n".join(lines).rstrip() + "\n"
@@ -313,10 +265,9 @@ def render_per_set(result: PerSetResult, *, title: str) -> str:
 
 def _lodo_lines(sel: LodoSelection) -> list[str]:
     """The leave-one-dataset-out section of one fitting-set size."""
-    label = fit_size_label(sel.fit_size)
     lines = [
         "",
-        f"## Leave-one-dataset-out selection, fit {label}",
+        f"## Leave-one-dataset-out selection, fit {fit_size_label(sel.fit_size)}",
         "",
         f"For each dataset, the candidate maximising the objective on the **other** datasets' sets is picked and "
         f"scored on the held-out sets only. Objective: {sel.objective.describe()}. {len(sel.candidates)} "
@@ -328,11 +279,8 @@ def _lodo_lines(sel: LodoSelection) -> list[str]:
     ]
     for f in sel.folds:
         s = f.summary
-        lines.append(
-            f"| {f.held_out} | {f.picked} | {f.objective:.2f} | {s.n_sets} | {s.mean:.2f} | "
-            + " | ".join(_summary_cells(s))
-            + " |"
-        )
+        head = [f.held_out, f.picked, f"{f.objective:.2f}", str(s.n_sets), f"{s.mean:.2f}"]
+        lines.append(_row([*head, *_summary_cells(s)]))
     p = sel.pooled
     lines += [
         f"| **all held out** | (per fold) | | {p.n_sets} | {p.mean:.2f} | " + " | ".join(_summary_cells(p)) + " |",
@@ -342,3 +290,76 @@ def _lodo_lines(sel: LodoSelection) -> list[str]:
     if sel.excluded:
         lines += ["", "Left out: " + "; ".join(f"{k} ({v})" for k, v in sel.excluded.items()) + "."]
     return lines
+
+
+#: The anisotropy rows of an analysis: measure key, label, isotropic ideal, decimals.
+_GEOMETRY_ROWS = (
+    ("mean_pairwise_cosine", "mean pairwise cosine", "0", 4),
+    ("isotropy_score", "isotropy score min Z(c) / max Z(c)", "1", 4),
+    ("top_eigenvalue_share", "top eigenvalue share of U^T U", "1/D", 4),
+    ("top10_eigenvalue_share", "top-10 eigenvalue share", "10/D", 4),
+    ("effective_rank", "effective rank (exp entropy of the spectrum)", "D", 1),
+)
+
+
+def render_analysis(result: AnalysisResult) -> str:
+    """The report of ``bertflow analyze``: settings, the Table 6 analogue beside the paper's, anisotropy, plots."""
+    m, lexical, geometry = result.meta, result.lexical, result.geometry
+
+    def f(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.2f}"
+
+    lines = [f"# bertflow analyze: `{m['model']['id']}` + `{m['calibrator']}`", ""]
+    if m.get("command"):
+        lines += ["Command:", "", "```bash", m["command"], "```", ""]
+    mach = m["machine"]
+    compared = f"; compared: {', '.join(f'`{c}`' for c in m['compare'])}" if m.get("compare") else ""
+    lines += [
+        "| setting | value |",
+        "|---|---|",
+        f"| model | `{m['model']['id']}` (fingerprint {m['model']['fingerprint']}, {m['model']['dim']} dims), "
+        f"pooling `{m['pooling']}`, max_length {m['model']['max_length']} |",
+        f'| calibrator | `{m["calibrator"]}` ("calibrated" below){compared} |',
+        f"| regime | {m['regime']}: {m['regime_text']} |",
+        f"| test sentences seen by the fit | {m['test_seen']} |",
+        f"| pairs | STS-B test, {lexical['all']['n']} pairs; {geometry['raw']['n']} distinct sentences "
+        "for the geometry |",
+        "| edit distance | word-level Levenshtein over lowercased word and punctuation tokens |",
+        f"| machine | {mach['platform']}; {mach['cpu']}; {mach['usable_cpus']} usable CPUs; torch {mach['torch']}; "
+        f"device {mach['device']} |",
+        f"| wall time | {m['seconds']:.0f} s |",
+        "",
+        "## Similarity vs edit distance (the paper's Table 6)",
+        "",
+        "Spearman × 100. A similarity that tracks meaning should correlate with edit distance about as weakly as "
+        "gold does; a strongly negative value means it mostly measures word overlap.",
+        "",
+        f"| similarity | vs edit distance | vs gold | vs edit distance, pairs with ED <= "
+        f"{lexical['small']['max_edit_distance']} (n={lexical['small']['n']}) | vs gold, same pairs | "
+        "paper (BERT-base): vs ED | paper: vs gold |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, a in lexical["all"]["rows"].items():
+        s, p = lexical["small"]["rows"][name], TABLE6.get(name, {})
+        values = [a["vs_edit_distance"], a["vs_gold"], s["vs_edit_distance"], s["vs_gold"]]
+        lines.append(_row([name, *map(f, [*values, p.get("vs_edit_distance"), p.get("vs_gold")])]))
+    lines += [
+        "",
+        f"Paper: {TABLE6_SOURCE}. Its model is raw BERT-base, so compare the direction of the effect, not values.",
+        "",
+        "## Anisotropy (L2-normalised rows)",
+        "",
+        "| measure | " + " | ".join(geometry) + " | isotropic ideal |",
+        "|---|" + "---:|" * (len(geometry) + 1),
+        *(_row([label, *(f"{g[key]:.{digits}f}" for g in geometry.values()), ideal])
+          for key, label, ideal, digits in _GEOMETRY_ROWS),
+        "",
+        "Dimensions: " + ", ".join(f"{name} {g['dim']}" for name, g in geometry.items()) + ".",
+        "",
+    ]  # fmt: skip
+    if result.plots:
+        lines += ["## Plots", "", *(f"![{p}]({p})" for p in result.plots if p.endswith(".png"))]
+        vector = [p for p in result.plots if not p.endswith(".png")]
+        if vector:
+            lines += ["", "Vector copies: " + ", ".join(f"[{p}]({p})" for p in vector) + "."]
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,13 +1,12 @@
-"""Results of the evaluation grid: the scores of each (pooling, calibrator, regime) cell over its seeds, and the
-grid's cells with the run's metadata, and the per-set protocol's cells with their summaries against the raw encoder
-(mean, worst set, sets more than 2 points below raw), as JSON-ready dictionaries (Markdown:
-:mod:`bertflow.paper.render`)."""
+"""Results of the evaluation grid (each (pooling, calibrator, regime) cell's scores over its seeds, with the run's
+metadata) and of the per-set protocol (each cell's per-set scores, summarised against the raw encoder), as JSON-ready
+dictionaries. Their Markdown: :mod:`bertflow.paper.render`."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -32,13 +31,8 @@ __all__ = [
 def mean_std(values: Sequence[float]) -> dict[str, Any]:
     """mean, sample std (ddof=1; None for one value) and n of finite values; JSON-ready."""
     arr = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=np.float64)
-    if not len(arr):
-        return {"mean": None, "std": None, "n": 0}
-    return {
-        "mean": float(arr.mean()),
-        "std": float(arr.std(ddof=1)) if len(arr) > 1 else None,
-        "n": int(len(arr)),
-    }
+    n = len(arr)
+    return {"mean": float(arr.mean()) if n else None, "std": float(arr.std(ddof=1)) if n > 1 else None, "n": n}
 
 
 #: The key of an ``auto`` choice made by one fit that serves every task (the nli and corpus regimes).
@@ -165,36 +159,9 @@ class GridResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: ``meta``, ``cells`` and the published rows shown beside them."""
-        return {
-            "meta": self.meta,
-            "cells": [c.to_dict() for c in self.cells],
-            "published": [
-                {
-                    "label": r.label,
-                    "model": r.model,
-                    "pooling": r.pooling,
-                    "calibrators": list(r.calibrators),
-                    "regime": r.regime,
-                    "protocol": r.protocol,
-                    "scores": r.scores,
-                    "average": r.average,
-                    "source": r.source,
-                    "note": r.note,
-                }
-                for r in self.published
-            ],
-        }
-
-    def to_markdown(self, *, title: str = "bertflow reproduce", subsets: bool = False) -> str:
-        """The report: settings, a summary table, per-task tables under both conventions, published rows.
-
-        Args:
-            title: the page's heading.
-            subsets: also list per-subset Spearman for every cell (long; ``bertflow evaluate`` uses it).
-        """
-        from .render import render_markdown
-
-        return render_markdown(self, title=title, subsets=subsets)
+        keys = ("label", "model", "pooling", "calibrators", "regime", "protocol", "scores", "average", "source", "note")
+        published = [{**{k: getattr(r, k) for k in keys}, "calibrators": list(r.calibrators)} for r in self.published]
+        return {"meta": self.meta, "cells": [c.to_dict() for c in self.cells], "published": published}
 
 
 # -------------------------------------------------------------------------------------------------------
@@ -218,6 +185,7 @@ class SetSummary:
         n_sets: sets compared (those with a finite score and baseline).
         mean: plain mean of the scores over the sets.
         baseline_mean: plain mean of the baseline over the same sets.
+        mean_delta: ``mean - baseline_mean``, the mean gain over the baseline.
         worst_set: the set with the lowest ``score - baseline``.
         worst_delta: that difference (negative: below the baseline).
         n_below: number of sets with ``score - baseline < -margin``.
@@ -227,53 +195,34 @@ class SetSummary:
     n_sets: int
     mean: float
     baseline_mean: float
+    mean_delta: float
     worst_set: str
     worst_delta: float
     n_below: int
     margin: float
 
-    @property
-    def mean_delta(self) -> float:
-        """``mean - baseline_mean``: the mean gain over the baseline."""
-        return self.mean - self.baseline_mean
-
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready."""
-        return {
-            "n_sets": self.n_sets,
-            "mean": self.mean,
-            "baseline_mean": self.baseline_mean,
-            "mean_delta": self.mean_delta,
-            "worst_set": self.worst_set,
-            "worst_delta": self.worst_delta,
-            "n_below": self.n_below,
-            "margin": self.margin,
-        }
+        return asdict(self)
 
 
 def summarize_sets(
     scores: Mapping[str, float], baseline: Mapping[str, float], *, margin: float = HARM_MARGIN
 ) -> SetSummary | None:
-    """Mean, worst set relative to ``baseline`` and the count of sets more than ``margin`` below it.
-
-    Args:
-        scores: Spearman x 100 per set name.
-        baseline: the baseline's Spearman x 100 per set name (e.g. the raw encoder); sets missing here, or with a
-            non-finite value on either side, are left out.
-        margin: points below the baseline from which a set counts in ``n_below``.
-
-    Returns:
-        The summary, or ``None`` when no set can be compared. Ties for the worst set go to the first in order.
-    """
+    """Mean, worst set relative to ``baseline`` and the count of sets more than ``margin`` points below it, from
+    Spearman x 100 per set name; sets missing from ``baseline`` or not finite on either side are left out. ``None``
+    when no set can be compared; ties for the worst set go to the first in order."""
     names = [s for s in scores if s in baseline and math.isfinite(scores[s]) and math.isfinite(baseline[s])]
     if not names:
         return None
     deltas = {s: scores[s] - baseline[s] for s in names}
     worst = min(names, key=lambda s: deltas[s])
+    mean, baseline_mean = float(np.mean([scores[s] for s in names])), float(np.mean([baseline[s] for s in names]))
     return SetSummary(
         n_sets=len(names),
-        mean=float(np.mean([scores[s] for s in names])),
-        baseline_mean=float(np.mean([baseline[s] for s in names])),
+        mean=mean,
+        baseline_mean=baseline_mean,
+        mean_delta=mean - baseline_mean,
         worst_set=worst,
         worst_delta=float(deltas[worst]),
         n_below=sum(1 for s in names if deltas[s] < -margin),
@@ -367,30 +316,18 @@ class PerSetResult:
         """The fitting-set sizes of the run, ``None`` (all) first."""
         return list(dict.fromkeys(c.fit_size for c in sorted(self.cells, key=lambda c: c.fit_size or 0)))
 
+    def _raw(self, pooling: str, fit_size: int | None) -> PerSetCell | None:
+        wanted = (pooling, "none", fit_size)
+        return next((c for c in self.cells if (c.pooling, c.calibrator, c.fit_size) == wanted), None)
+
     def raw_cell(self, cell: PerSetCell) -> PerSetCell | None:
         """The raw encoder under ``cell``'s pooling without weighting or calibrator (the protocol's baseline)."""
-        return next(
-            (
-                c
-                for c in self.cells
-                if c.pooling == cell.base_pooling and c.calibrator == "none" and c.fit_size is None and not c.weighted
-            ),
-            None,
-        )
+        return self._raw(cell.base_pooling, None)
 
     def weighted_raw_cell(self, cell: PerSetCell) -> PerSetCell | None:
         """For a weighted pooling: the same weighted pooling without calibrator, weighted by the same fitting
         samples (``None`` for an unweighted pooling)."""
-        if not cell.weighted:
-            return None
-        return next(
-            (
-                c
-                for c in self.cells
-                if c.pooling == cell.pooling and c.calibrator == "none" and c.fit_size == cell.fit_size
-            ),
-            None,
-        )
+        return self._raw(cell.pooling, cell.fit_size) if cell.weighted else None
 
     def summary(self, cell: PerSetCell, *, against: str = "raw") -> SetSummary | None:
         """``cell`` against the raw encoder (``against="raw"``) or, for a weighted pooling, against the same weighted
@@ -405,23 +342,7 @@ class PerSetResult:
         cells = []
         for c in self.cells:
             raw, wraw = self.summary(c), self.summary(c, against="weighted-raw")
-            cells.append(
-                {
-                    **c.to_dict(),
-                    "summary_vs_raw": raw.to_dict() if raw else None,
-                    "summary_vs_weighted_raw": wraw.to_dict() if wraw else None,
-                }
-            )
-        return {
-            "meta": self.meta,
-            "sets": self.sets,
-            "fits": self.fits,
-            "cells": cells,
-            "lodo": [s.to_dict() for s in self.lodo],
-        }
-
-    def to_markdown(self, *, title: str = "bertflow reproduce") -> str:
-        """The report: settings, a summary per cell (mean, worst set, sets below raw), per-set tables, selection."""
-        from .render import render_per_set
-
-        return render_per_set(self, title=title)
+            summaries = {"summary_vs_raw": raw and raw.to_dict(), "summary_vs_weighted_raw": wraw and wraw.to_dict()}
+            cells.append({**c.to_dict(), **summaries})
+        lodo = [s.to_dict() for s in self.lodo]
+        return {"meta": self.meta, "sets": self.sets, "fits": self.fits, "cells": cells, "lodo": lodo}

@@ -46,7 +46,7 @@ class Pooling(ABC):
         names: the spec names this class parses (the first is its canonical name).
         averages_tokens: whether it is an average over tokens, so that a token weighting applies to it.
         portable: whether sentence-transformers' own modules compute it (the export,
-            :func:`bertflow.integrations.sentence_transformers.pooling_modules`, then needs no bertflow).
+            :func:`bertflow.integrations.st_export.pooling_modules`, then needs no bertflow).
     """
 
     names: ClassVar[tuple[str, ...]] = ()
