@@ -28,24 +28,14 @@ from .encoding.encoder import SentenceEncoder
 from .encoding.pooling import Pooling
 from .encoding.token_prior import TokenPrior, prior_for
 
-__all__ = ["AutoFit", "AutoInputs", "auto_inputs", "fit_auto"]
-
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class AutoInputs:
-    """The poolings the ``auto`` rule reads for one calibrated pooling.
-
-    Attributes:
-        own: the pooling to calibrate.
-        mean: last-layer ``mean`` pooling, whose anisotropy is the token anisotropy (the rawness statistic).
-        weighted: ``own``'s SIF-weighted form, for a raw encoder; ``None`` when no prior applies (the pooling does
-            not average tokens, is weighted already, weighting was not allowed, or no shipped prior has the
-            tokenizer's exact vocabulary).
-        prior: the token prior ``weighted`` is counted on (set it as the encoder's ``token_statistics`` while
-            encoding ``weighted``); ``None`` with ``weighted``.
-    """
+    """The poolings the ``auto`` rule reads for the pooling it calibrates (``own``): last-layer ``mean`` (whose
+    anisotropy is the rawness statistic) and, where a shipped ``prior`` has the tokenizer's vocabulary and ``own``
+    averages unweighted tokens, ``own``'s SIF-weighted form (encode it with the prior as token statistics)."""
 
     own: Pooling
     mean: Pooling
@@ -59,14 +49,8 @@ class AutoInputs:
 
 
 def auto_inputs(encoder: SentenceEncoder, pooling: Pooling | None = None, *, weigh: bool = True) -> AutoInputs:
-    """What :func:`fit_auto` needs encoded for ``pooling`` (default: the encoder's own) on ``encoder``.
-
-    Args:
-        encoder: the encoder (its tokenizer picks the prior, its depth parses the poolings).
-        pooling: the pooling to calibrate.
-        weigh: whether the rule may switch to a weighted pooling (``Embedder.fit`` passes ``False`` when the user
-            gave token statistics of their own).
-    """
+    """What :func:`fit_auto` needs encoded for ``pooling`` (default: the encoder's own) on ``encoder`` (whose
+    tokenizer picks the prior); ``weigh=False`` (the user gave token statistics) forbids a weighted pooling."""
     own = pooling if pooling is not None else encoder.pooling
     mean = Pooling.parse("mean", encoder.num_layers)
     if not (weigh and own.averages_tokens and not own.weighting.weighted):
@@ -81,17 +65,9 @@ def auto_inputs(encoder: SentenceEncoder, pooling: Pooling | None = None, *, wei
 
 @dataclass
 class AutoFit:
-    """What :func:`fit_auto` chose.
-
-    Attributes:
-        pooling: the pooling the calibrator was fitted on (``inputs.own`` or ``inputs.weighted``).
-        prior: the token prior of that pooling when it is the weighted one, else ``None``.
-        embeddings: the fitting embeddings [N, D] under ``pooling``.
-        choice: the record saved with the model (fit record, model card) and in evaluation reports:
-            ``token_anisotropy`` (rounded to 4 places), ``weighting`` (``"none"`` or the weighting),
-            ``token_statistics`` (where the weights' counts come from, when weighted) and ``calibrator``
-            (:meth:`AutoCalibrator.describe`).
-    """
+    """What :func:`fit_auto` chose: the ``pooling`` fitted on (with its token ``prior`` when weighted), the fitting
+    ``embeddings`` [N, D] under it, and ``choice``, the record saved with the model and in reports
+    (``token_anisotropy``, ``weighting``, ``token_statistics`` when weighted, ``calibrator``: its describe())."""
 
     pooling: Pooling
     prior: TokenPrior | None
@@ -100,18 +76,9 @@ class AutoFit:
 
 
 def fit_auto(calibrator: AutoCalibrator, inputs: AutoInputs, embed: Callable[[Pooling], np.ndarray]) -> AutoFit:
-    """Fit ``calibrator`` as the ``auto`` rule says, on the fitting sentences that ``embed`` returns.
-
-    Args:
-        calibrator: the unfitted or fitted :class:`AutoCalibrator` (refitted here).
-        inputs: from :func:`auto_inputs`.
-        embed: the fitting sentences' embeddings [N, D] under one of ``inputs.poolings()`` (the weighted one
-            counted on ``inputs.prior``), e.g. a lookup in one forward pass's output or in the embedding cache.
-            Called for ``mean`` first, then for the pooling chosen.
-
-    Returns:
-        The choice; on a raw encoder (rawness >= 0.5) with a weighted pooling available, that pooling.
-    """
+    """(Re)fit ``calibrator`` as the ``auto`` rule says: ``embed(pooling)`` gives the fitting sentences'
+    embeddings [N, D] under one of ``inputs.poolings()`` (:func:`auto_inputs`), called for ``mean`` first, then for
+    the pooling chosen (the weighted one on a raw encoder, rawness >= 0.5, where available)."""
     token_anisotropy = anisotropy(embed(inputs.mean))
     raw_encoder = calibrator.rawness(token_anisotropy) >= 0.5
     choice: dict[str, Any] = {"token_anisotropy": round(token_anisotropy, 4), "weighting": "none"}

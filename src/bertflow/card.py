@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
@@ -18,8 +17,6 @@ from .model_folder import CALIBRATOR_DIR, CONFIG_FILE, ENCODER_DIR, pinned_encod
 if TYPE_CHECKING:
     from .calibrators import Calibrator
     from .embedder import Embedder
-
-__all__ = ["encoder_license", "encoder_reference", "model_card", "on_hub"]
 
 
 def _export_note(enc: Mapping[str, Any], cal: Calibrator) -> str:
@@ -74,12 +71,7 @@ def _auto_rows(auto: Mapping[str, Any] | None) -> list[tuple[str, str]]:
 def encoder_license(embedder: Embedder) -> str | None:
     """The licence identifier of ``embedder``'s encoder as its own files declare it (``license:`` in its README's
     front matter, else a ``license`` key in its config.json), or ``None`` where neither is at hand."""
-    return _declared_license(embedder.encoder_dir or embedder.encoder.source_dir)
-
-
-def _declared_license(folder: Path | None) -> str | None:
-    """The licence identifier that the HF checkpoint in ``folder`` declares (``license:`` in its README's front
-    matter, else a ``license`` key in its config.json), or ``None`` where neither is at hand."""
+    folder = embedder.encoder_dir or embedder.encoder.source_dir
     if folder is None:
         return None
     readme, config = folder / "README.md", folder / "config.json"
@@ -221,15 +213,8 @@ def _card(
     encoder_license: str | None,
     include_encoder: bool = False,
 ) -> str:
-    """The card's text from its parts.
-
-    Args:
-        encoder: the encoder's config as saved (``bertflow_config.json`` ``encoder``: pinned revision, provenance).
-        calibrator: the fitted calibrator.
-        fitting: the fitting record (:func:`bertflow.model_folder.fit_record`; older records may lack keys).
-        encoder_license: the licence the encoder's own files declare, or ``None``.
-        include_encoder: whether the folder bundles the encoder's files (changes the licence statement).
-    """
+    """The card's text from the saved ``encoder`` config (pinned revision, provenance), the fitted ``calibrator``
+    and the ``fitting`` record (older records may lack keys)."""
     enc, cal = encoder, calibrator
     licence = {"encoder_license": encoder_license, "include_encoder": include_encoder}
     fitted = _fitting_rows(enc, cal, fitting, **licence)

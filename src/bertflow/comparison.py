@@ -25,8 +25,6 @@ from .errors import InputError
 from .linalg import pair_cosines
 from .model_folder import LATER_ENCODER_KEYS, check_fitted_on, load_encoder, load_model_folder, load_token_statistics
 
-__all__ = ["FittedModel", "ModelComparison", "PairScores"]
-
 #: What the models of one comparison must share, read from their configs before any encoder is loaded.
 SHARED_ENCODER_KEYS = ("fingerprint", "tokenizer_fingerprint", "max_length", "dim")
 
@@ -58,13 +56,8 @@ class PairScores:
 
 
 class ModelComparison:
-    """The raw encoder and fitted models on it, scored together on sentence pairs (:meth:`score_pairs`).
-
-    Args:
-        encoder: the frozen encoder, whose own pooling is scored raw when there is no model.
-        models: fitted models whose calibrators take this encoder's vectors with their pooling (checked by
-            :meth:`load`; a model built by hand is checked on its width only).
-    """
+    """The raw ``encoder`` (its own pooling scored raw when there is no model) and fitted ``models`` on it,
+    scored together on sentence pairs (:meth:`score_pairs`); :meth:`load` checks that they fit the encoder."""
 
     def __init__(self, encoder: SentenceEncoder, models: Sequence[FittedModel] = ()) -> None:
         self.encoder = encoder
@@ -75,14 +68,9 @@ class ModelComparison:
 
     @classmethod
     def load(cls, model_dirs: Sequence[str], *, device: str | None = None, dtype: str = "auto") -> ModelComparison:
-        """Read the model folders (or hub ids) ``model_dirs``, refuse them unless they share one encoder, then
-        load that encoder once and check every calibrator against it with its own pooling.
-
-        Raises:
-            InputError: no folder, one given twice, or folders fitted on different encoders (one line, before any
-                encoder is loaded).
-            ModelFileError, CompatibilityError: as :meth:`Embedder.load <bertflow.embedder.Embedder.load>`.
-        """
+        """Read the model folders (or hub ids) ``model_dirs``, refuse them (InputError, before any encoder loads)
+        unless they share one encoder, then load it once and check every calibrator against it with its own
+        pooling (ModelFileError, CompatibilityError as :meth:`Embedder.load <bertflow.embedder.Embedder.load>`)."""
         if not model_dirs:
             raise InputError("give at least one model folder")
         names = _model_names(model_dirs)

@@ -17,17 +17,6 @@ from .errors import InputError, ModelFileError, OutputError
 if TYPE_CHECKING:
     from .embedder import Embedder
 
-__all__ = [
-    "is_hub_id",
-    "snapshot",
-    "download_model",
-    "means_local",
-    "did_you_mean",
-    "check_repo_id",
-    "upload_folder",
-    "push",
-]
-
 
 def is_hub_id(name: str) -> bool:
     """Whether ``name`` reads as a hub repo id (``org/name`` or ``name``) rather than a local path."""
@@ -41,11 +30,7 @@ def snapshot(
     *,
     token: bool | str | None = None,
 ) -> Path:
-    """A hub repo's files via huggingface_hub (its cache first; the network only where allowed and needed).
-
-    Raises:
-        ModelFileError: the repo could not be fetched; the message says why and what to try.
-    """
+    """A hub repo's files via huggingface_hub (its cache first); ModelFileError saying why and what to try."""
     from huggingface_hub import snapshot_download
 
     try:
@@ -64,12 +49,8 @@ def snapshot(
 
 
 def download_model(name: str, revision: str | None) -> Path:
-    """Fetch a bertflow model folder from the Hugging Face Hub, or explain why ``name`` is neither folder nor repo.
-
-    Raises:
-        ModelFileError: ``name`` is a file, can only mean a local folder that does not exist, is no repo id, or the
-            repo could not be fetched.
-    """
+    """Fetch a bertflow model folder from the Hugging Face Hub, or explain (ModelFileError) why ``name`` is neither
+    folder nor repo: a file, a local folder that does not exist, no repo id, or a repo that could not be fetched."""
     path = Path(name).expanduser()
     if path.exists():
         raise ModelFileError(f"{path} is a file; a bertflow model is a folder (written by Embedder.save)")
@@ -87,13 +68,9 @@ def download_model(name: str, revision: str | None) -> Path:
 
 
 def means_local(name: str) -> bool:
-    """Whether ``name``, which is no existing path, can only have meant a local folder (a typo, most likely).
-
-    A bertflow model on the Hub is always ``user/name`` (the Hub gives every new repo an owner), so a bare name,
-    a path starting with ``.``, ``/`` or ``~``, one with more than two parts, or one whose first folder exists
-    here (``runs/my-flwo`` next to ``runs/``) is not looked up on the network: that would answer a typo with a
-    network error.
-    """
+    """Whether ``name``, no existing path, can only have meant a local folder (a typo): a model on the Hub is
+    always ``user/name``, so a bare name, a path starting with ``.``, ``/`` or ``~``, one of more than two parts,
+    or one whose first folder exists here (``runs/my-flwo``) is not looked up (a typo would get a network error)."""
     parts = name.replace("\\", "/").split("/")
     if len(parts) != 2 or name.startswith((".", "/", "~")):
         return True
@@ -114,11 +91,7 @@ def did_you_mean(path: Path) -> str:
 
 
 def check_repo_id(repo_id: str) -> None:
-    """Refuse a ``repo_id`` that cannot name a model repo to publish to (``user/name`` or ``org/name``).
-
-    Raises:
-        InputError: naming the id and what is wrong with it.
-    """
+    """Refuse (InputError) a ``repo_id`` that cannot name a model repo to publish to (``user/name``)."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     try:
@@ -179,21 +152,12 @@ def push(
     commit_message: str = "Upload bertflow model",
     include_encoder: bool = False,
 ) -> str:
-    """Publish a fitted ``embedder`` on the Hugging Face Hub, where ``Embedder.load`` (and ``--model-dir``) fetch it.
+    """Publish a fitted ``embedder`` on the Hugging Face Hub (``repo_id`` ``"user/name"``), where ``Embedder.load``
+    and ``--model-dir`` fetch it; returns the commit's URL.
 
-    The model is saved as by ``Embedder.save`` into a temporary folder, which :func:`upload_folder` sends in one
-    commit; nothing is written elsewhere, and ``embedder.source`` is left as it was.
-
-    Args:
-        repo_id: ``"user/name"`` or ``"org/name"``.
-        private: visibility of a repo created now (``None``: the Hub's default); an existing repo keeps its own.
-        token: a Hugging Face token (``None``: the one ``hf auth login`` stored, or ``HF_TOKEN``).
-        revision: a branch to commit to, created if missing (``None``: the default branch).
-        commit_message: the commit's message.
-        include_encoder: bundle the encoder's files too (see ``Embedder.save``; mind the encoder's licence).
-
-    Returns:
-        the URL of the commit.
+    Saved as by ``Embedder.save`` (``include_encoder`` as there) into a temporary folder, which
+    :func:`upload_folder` sends in one commit to ``revision`` (a branch, created if missing); ``private`` applies to
+    a repo created now; ``token`` defaults to ``hf auth login``'s or ``HF_TOKEN``.
 
     Raises:
         NotFittedError: the calibrator is not fitted (checked before anything is created on the Hub).

@@ -4,15 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["pair_cosines", "unit_rows"]
-
 
 def unit_rows(x: np.ndarray) -> np.ndarray:
-    """Rows of ``x`` [N, D] scaled to unit L2 norm, as float64; zero rows stay zero.
-
-    Each row is first divided by its largest absolute value, so squaring inside the norm can neither
-    overflow (|x| ~ 1e200) nor underflow (|x| ~ 1e-200); cosine is scale-invariant, so this is exact.
-    """
+    """Rows of ``x`` [N, D] scaled to unit L2 norm, as float64; zero rows stay zero. Each row is first divided by
+    its largest absolute value, so the norm's squares neither overflow nor underflow (cosine is scale-invariant)."""
     x = np.asarray(x, dtype=np.float64)
     peak = np.abs(x).max(axis=1, keepdims=True) if x.shape[1] else np.zeros((x.shape[0], 1))
     scaled = np.divide(x, peak, out=np.zeros_like(x), where=peak > 0)

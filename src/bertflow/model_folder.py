@@ -15,25 +15,14 @@ A saved folder::
       encoder/                  only with ``save(..., include_encoder=True)``: the encoder's own HF files
                                 (config, safetensors weights, tokenizer, its README/licence)
 
-By default the encoder's weights are referenced by id and revision, not copied; with
-``include_encoder=True`` the folder is self-contained and loading uses the copy.
+**No absolute local paths**: the folder may be published as it is. A local encoder is recorded by its folder's
+name with the sha256 of its weight files, and by ``encoder.local_path``, its path relative to the model folder
+(``../models/my-bert``), so the two folders can move together; failing that, a folder of the encoder's name in the
+working directory is taken. :func:`bertflow.hub.push` refuses such a model unless the encoder is bundled.
+Loading re-checks checksums, format version, and the encoder's fingerprint and dimension against the calibrator's.
 
-**No absolute local paths.** The folder is meant to be published as it is, so it never records where files lie on
-this machine. An encoder loaded from a local folder is recorded by that folder's name (``encoder.model``; also in
-the calibrator's ``fitted_on`` and the card) with the sha256 of its weight files, and, for loading here, by
-``encoder.local_path``: its path *relative to the model folder* (``../models/my-bert``). Loading resolves it
-from the model folder, whatever the working directory, so the two folders can move together; when it is missing,
-a folder of the encoder's name in the working directory is taken, else loading stops with one line saying so.
-:func:`bertflow.hub.push` refuses such a model unless the encoder is
-bundled (``include_encoder=True``): on the Hub, a path on the author's disk names nothing.
-
-Either way the folder is a complete Hugging Face-style repository that ``huggingface_hub.upload_folder`` can
-publish as is, and :func:`load_model_folder` takes the folder or its hub id. Loading re-checks everything:
-checksums, format version, the encoder's fingerprint and dimension against the calibrator's (the last by the
-:class:`Embedder` constructor).
-
-:meth:`Embedder.save <bertflow.embedder.Embedder.save>` and :meth:`Embedder.load
-<bertflow.embedder.Embedder.load>` are thin calls into :func:`save_model_folder` and :func:`load_model_folder`.
+:meth:`Embedder.save <bertflow.embedder.Embedder.save>` and ``Embedder.load`` call :func:`save_model_folder` and
+:func:`load_model_folder`.
 """
 
 from __future__ import annotations
@@ -58,31 +47,6 @@ from .errors import CompatibilityError, InputError, ModelFileError
 from .hub import download_model, snapshot
 from .io.files import FOLDER_KINDS, atomic_directory, check_output_folder, folder_present, read_folder
 from .io.formats import FORMAT_VERSION, check_format, path_inside, read_json, sha256_file, verify_checksums, write_json
-
-__all__ = [
-    "ENCODER_KEYS",
-    "LATER_ENCODER_KEYS",
-    "check_dimension",
-    "check_fitted_on",
-    "encoder_record",
-    "CALIBRATOR_DIR",
-    "CONFIG_FILE",
-    "ENCODER_DIR",
-    "ENCODER_FILE_PATTERNS",
-    "FIT_RECORD_KEYS",
-    "PROVENANCE_KEYS",
-    "TORCH_BIN_PATTERNS",
-    "bundles_encoder",
-    "copy_encoder_files",
-    "corpus_digest",
-    "fit_record",
-    "load_encoder",
-    "load_model_folder",
-    "load_token_statistics",
-    "pinned_encoder_config",
-    "read_model_folder",
-    "save_model_folder",
-]
 
 T = TypeVar("T")
 
@@ -140,20 +104,8 @@ _CHECKED_KEYS = ("fingerprint", "pooling", "max_length", "token_statistics", "to
 
 
 def encoder_record(encoder: Any, *, framework: str = "bertflow") -> dict[str, Any]:
-    """The record of an encoder (``fitted_on``) kept by whatever holds a calibrator fitted on its embeddings.
-
-    Args:
-        encoder: a :class:`~bertflow.encoding.encoder.SentenceEncoder` (its ``get_config()`` is read), or a mapping
-            with at least :data:`ENCODER_KEYS` (the sentence-transformers integration builds one from its model).
-        framework: the library that computed the embeddings.
-
-    Returns:
-        ``{key: value for key in ENCODER_KEYS}`` plus ``framework``: the same keys whichever route fitted the
-        calibrator (``Embedder.fit``, ``bertflow distributed-fit``, ``fit_calibrator``).
-
-    Raises:
-        ValueError: a mapping without one of :data:`ENCODER_KEYS` (a programming error, not a user's).
-    """
+    """The ``fitted_on`` record of ``encoder`` (a :class:`~bertflow.encoding.encoder.SentenceEncoder` or a mapping
+    with :data:`ENCODER_KEYS`): those keys plus ``framework``, the same whichever route fitted the calibrator."""
     config = encoder if isinstance(encoder, Mapping) else encoder.get_config()
     missing = [key for key in ENCODER_KEYS if key not in config]
     if missing:
@@ -174,20 +126,10 @@ def check_fitted_on(
     subject: str = "this encoder",
     advice: Callable[[str, Any], str] | None = None,
 ) -> None:
-    """Refuse to apply ``calibrator`` to embeddings of an encoder other than the one it was fitted on.
-
-    Args:
-        calibrator: a fitted calibrator; its input dimension is compared.
-        ours: the record of the encoder at hand (its ``get_config()``, or the integration's equivalent); a value it
-            gives as ``None`` (not computable there) is not compared.
-        fitted_on: the :func:`encoder_record` of the encoder it was fitted on, where its holder kept one; ``None``
-            (unknown) compares the dimension only.
-        subject: how the messages name the encoder at hand.
-        advice: ``(key, recorded value) -> what to do``; default: refit, or load the matching encoder.
-
-    Raises:
-        CompatibilityError: another dimension, weight fingerprint, pooling or truncation length.
-    """
+    """Refuse (:class:`CompatibilityError`) to apply ``calibrator`` to embeddings of another encoder than the one
+    it was fitted on: ``ours`` (the encoder at hand's config; a ``None`` value is not compared) against
+    ``fitted_on`` (its :func:`encoder_record`; ``None``: the dimension only). ``subject`` names the encoder at hand
+    in messages; ``advice(key, recorded)`` says what to do (default: refit, or load the matching encoder)."""
     check_dimension(calibrator, ours.get("dim"), ours.get("model"))
     if not fitted_on:
         if calibrator.name != "identity":  # nothing fitted that another encoder could make wrong
@@ -216,12 +158,8 @@ def check_fitted_on(
 
 
 def check_dimension(calibrator: Calibrator, dim: int | None, model: object = None) -> None:
-    """Refuse a fitted ``calibrator`` whose input width is not ``dim``, the width of the encoder ``model``'s
-    embeddings (``None``: not known, not checked).
-
-    Raises:
-        CompatibilityError: naming both widths.
-    """
+    """Refuse (:class:`CompatibilityError`) a ``calibrator`` whose input width is not ``dim`` (``None``: unknown),
+    the width of the encoder ``model``'s embeddings."""
     if dim is not None and int(calibrator.n_features_in_) != int(dim):
         raise CompatibilityError(
             f"the calibrator was fitted on {calibrator.n_features_in_}-dimensional embeddings, but "
@@ -248,20 +186,11 @@ def fit_record(
     corpus_file_sha256: str | None = None,
     ranks: int | None = None,
 ) -> dict[str, Any]:
-    """How a model was fitted, as saved with it (``bertflow_config.json`` ``fitting``, the card, ``fitting.json``).
+    """How a model was fitted, as saved with it: exactly the keys :data:`FIT_RECORD_KEYS` (``None`` where unknown).
 
-    Args:
-        n_sentences: sentences (rows) fitted on.
-        regime: a free-form label of the fitting corpus.
-        seconds: wall time of encoding and fitting.
-        device: where it ran (the encoder's device, or the ranks' device).
-        corpus_sha256: :func:`corpus_digest` of the sentences, where they were at hand.
-        corpus_file_sha256: sha256 of the file the sentences were read from (a distributed fit, which never holds
-            them all), where known.
-        ranks: processes of a distributed fit; ``None`` for one process.
-
-    Returns:
-        A dict with exactly the keys :data:`FIT_RECORD_KEYS` (``None`` for what is not known).
+    ``regime`` labels the corpus, ``seconds`` is the wall time of encoding and fitting, ``device`` where it ran;
+    ``corpus_sha256`` is :func:`corpus_digest` of the sentences, ``corpus_file_sha256`` the file's (a distributed
+    fit of ``ranks`` processes never holds them all).
     """
     machine = f"{platform.machine()} {platform.system()}, device {device}"
     return {
@@ -292,16 +221,9 @@ def save_model_folder(
 ) -> None:
     """Write the folder described in the module docstring at ``path``, atomically (a crash leaves an old one).
 
-    Args:
-        encoder, calibrator, fit_info: what is saved (the calibrator fitted).
-        fitted_on: the record of the encoder the calibrator was fitted on (checked on load), or ``None``.
-        card: makes the text of ``README.md`` (called once the output folder has been checked).
-        include_encoder: copy the encoder's HF files into ``encoder/`` (see :func:`copy_encoder_files`).
-        encoder_dir: where the encoder's HF files are when it was loaded from a self-contained folder.
-        overwrite: replace a bertflow model already at ``path``.
-
-    Raises:
-        OutputError: ``path`` may not be written (see :func:`~bertflow.io.files.check_output_folder`).
+    ``fitted_on`` is checked on load; ``card()`` makes README.md once the output is checked; ``include_encoder``
+    copies the encoder's HF files (from ``encoder_dir`` when it was loaded from a bundled copy). Raises OutputError
+    where ``path`` may not be written (:func:`~bertflow.io.files.check_output_folder`).
     """
     weighted = encoder.pooling.weighting.weighted
     if weighted and encoder.token_statistics is None:
@@ -340,14 +262,9 @@ def save_model_folder(
 
 
 def pinned_encoder_config(encoder: SentenceEncoder, *, folder: Path | None = None) -> dict[str, Any]:
-    """The encoder's config as saved: with its provenance (:meth:`SentenceEncoder.provenance`), and for a hub
-    checkpoint ``revision`` pinned to the commit it was loaded from (the revision asked for, a branch or tag
-    that may move, is kept as ``requested_revision``), so that loading the saved model gets the same files.
-
-    ``model`` is publishable: a local encoder folder is named by its own name, never its absolute path
-    (:func:`~bertflow.encoding.loading.portable_model_name`). With ``folder`` (the model folder being written), a
-    local encoder's path relative to it is added as ``local_path``, which :func:`load_encoder` resolves.
-    """
+    """The encoder's config as saved: with its provenance, ``revision`` pinned to the hub commit it was loaded from
+    (the one asked for kept as ``requested_revision``), ``model`` a portable name, and with ``folder`` (the model
+    folder) a local encoder's ``local_path`` relative to it."""
     config = encoder.get_config()
     provenance = encoder.provenance()
     commit = provenance.get("commit")
@@ -397,16 +314,12 @@ def load_model_folder(
     *,
     revision: str | None = None,
 ) -> T:
-    """Read the model folder at ``path`` (or the hub repo id ``path`` at ``revision``) and return what
-    ``assemble(folder, config, calibrator, source)`` makes of it (``source``: the folder, resolved, or the hub id).
+    """What ``assemble(folder, config, calibrator, source)`` makes of the model folder at ``path`` (or hub repo
+    ``path`` at ``revision``; ``source`` is the resolved folder or the hub id).
 
-    A local folder is read so as never to mix two saves while another process may save over it
-    (:func:`~bertflow.io.files.read_folder`: a clear error instead); a bundled encoder's files are part of that read
-    (so ``assemble`` runs inside it), an encoder loaded from elsewhere is built afterwards.
-
-    Raises:
-        ModelFileError: missing, truncated, corrupted or edited files; a format newer than this bertflow reads;
-            a path that is neither a local folder nor a hub repo that can be fetched (e.g. offline and not cached).
+    A local folder is read inside :func:`~bertflow.io.files.read_folder` (never two saves mixed), with a bundled
+    encoder's files. Raises ModelFileError: missing, corrupted or edited files, a newer format, or a path that is
+    neither a folder nor a hub repo that can be fetched.
     """
     folder = Path(path).expanduser()
     if not folder_present(folder):
@@ -454,9 +367,8 @@ def read_model_folder(folder: Path) -> tuple[dict[str, Any], Calibrator]:
 def load_encoder(
     folder: Path, config: dict[str, Any], *, device: str | None, dtype: str
 ) -> tuple[SentenceEncoder, Path | None]:
-    """The encoder that the config of the model folder ``folder`` names, and the folder of its bundled copy
-    (``None`` when it is loaded by id or path). A bundled copy is loaded with the original id, revision and
-    provenance kept."""
+    """The encoder the config of ``folder`` names, and the folder of its bundled copy (loaded with the original id,
+    revision and provenance), or ``None``."""
     encoder_dir: Path | None = None
     try:
         enc = config["encoder"]
@@ -480,12 +392,7 @@ def load_encoder(
 
 
 def load_token_statistics(folder: Path, config: dict[str, Any]) -> TokenStatistics | None:
-    """The token statistics saved in the model folder ``folder`` (whose config, read by
-    :func:`read_model_folder`, is ``config``; checksums verified there), or ``None`` for an unweighted pooling.
-
-    Raises:
-        ModelFileError: a weighted pooling whose statistics are missing from the config.
-    """
+    """The token statistics saved in ``folder`` (``None`` for an unweighted pooling; ModelFileError if missing)."""
     stats_dir = _token_stats_dir(folder, config)
     if stats_dir is not None:
         return TokenStatistics.load(stats_dir)
@@ -495,11 +402,8 @@ def load_token_statistics(folder: Path, config: dict[str, Any]) -> TokenStatisti
 
 
 def _locate_local(folder: Path, enc: dict[str, Any]) -> dict[str, Any]:
-    """``enc`` with ``model`` set to the local encoder folder its ``local_path`` names (relative to ``folder``).
-
-    Raises:
-        InputError: the model records a local encoder folder that is not there, nor a folder of its name here.
-    """
+    """``enc`` with ``model`` set to the folder its ``local_path`` names (relative to ``folder``); InputError if
+    neither that nor a folder of its name here exists."""
     rel = enc.get("local_path")
     if not rel:
         return enc  # a hub id, or a folder saved before local_path existed (its path as given)

@@ -1,8 +1,7 @@
 """What a fitted model becomes in sentence-transformers' own modules, and why the rest needs bertflow.
 
-``from_embedder(embedder)`` (:mod:`bertflow.integrations.st_export`) writes a
-``SentenceTransformer`` folder. It loads with plain ``SentenceTransformer(path)``, without bertflow, exactly when
-both the pooling and the calibrator are expressed by sentence-transformers' built-in modules:
+``from_embedder(embedder)`` (:mod:`bertflow.integrations.st_export`) writes a folder that loads with plain
+``SentenceTransformer(path)`` exactly when sentence-transformers' built-in modules express both:
 
 * the pooling: ``cls``, ``mean``, layer averages and their sif/usif/idf weightings (``Pooling``,
   ``WeightedLayerPooling``, ``WordWeights``); not ``pooler`` (no module applies BERT's pooler head);
@@ -21,8 +20,6 @@ import numpy as np
 
 from .calibrators import AnchoredWhiteningCalibrator, Calibrator
 
-__all__ = ["anchored_parts", "calibrator_needs_bertflow", "is_affine"]
-
 _FLOW = "a normalizing flow (Glow: non-linear coupling networks), which no sentence-transformers module computes"
 _CLS = (
     "not affine: its output [sqrt(1-b) x/|x|, sqrt(b) z/|z|] (z = (x - mean) W) normalises two blocks of one vector "
@@ -34,12 +31,6 @@ _OWN_POOLING = (
     "exported with sentence-transformers' modules only by from_embedder(embedder), which knows the "
     "pooling; fit_calibrator keeps bertflow's Calibration module after the model's own pooling"
 )
-
-
-def is_affine(calibrator: Calibrator) -> bool:
-    """Whether ``calibrator``'s transform is one affine map ``x -> x W + b`` (a ``Dense`` computes it): what its
-    class declares to the registry (``affine``; a chain when every step is)."""
-    return calibrator.is_affine()
 
 
 def anchored_parts(calibrator: Calibrator) -> tuple[np.ndarray, np.ndarray, float] | None:
@@ -68,7 +59,7 @@ def calibrator_needs_bertflow(calibrator: Calibrator, pooling: str | None) -> st
     ``"sif:first-last-avg"`` ...; ``None`` for a sentence-transformers model's own pooling, ``fit_calibrator``)
     exports as sentence-transformers' own modules (loads without bertflow); else why it is bertflow's
     ``Calibration`` module, in one sentence."""
-    if is_affine(calibrator):
+    if calibrator.is_affine():  # x -> x W + b: a Dense computes it
         return None
     if anchored_parts(calibrator) is not None:
         if pooling is None:

@@ -15,16 +15,6 @@ from typing import Any
 
 from ._version import __version__
 
-__all__ = [
-    "return_free_memory",
-    "usable_cpus",
-    "set_torch_threads",
-    "limited_threads",
-    "machine_info",
-    "share",
-    "share_cpu_threads",
-]
-
 _libc: Any = None  # glibc's handle once looked up; False off glibc
 
 
@@ -64,11 +54,7 @@ def return_free_memory() -> bool:
 
 
 def set_torch_threads(n: int) -> int:
-    """Set torch's intra-op CPU thread count to ``n`` (at least 1) for the rest of the process.
-
-    Returns:
-        The count before the change, so a caller can restore it.
-    """
+    """Set torch's intra-op CPU thread count to ``n`` (at least 1) for the process; returns the count before."""
     import torch
 
     previous = torch.get_num_threads()
@@ -78,15 +64,9 @@ def set_torch_threads(n: int) -> int:
 
 @contextlib.contextmanager
 def limited_threads(torch_threads: int | None = None, blas_threads: int | None = None) -> Iterator[None]:
-    """Limit CPU threads for the ``with`` block, restoring the previous limits after it.
-
-    Args:
-        torch_threads: torch's intra-op threads (``None``: unchanged).
-        blas_threads: BLAS/OpenMP threads of numpy and scipy, through ``threadpoolctl`` (``None``: unchanged).
-
-    Small matrices gain nothing from many threads, and when other processes hold the cores a multi-threaded
-    kernel waits on thread barriers: the calibrators' fits and scoring run with one thread for that reason.
-    """
+    """Limit torch's intra-op threads and numpy/scipy's BLAS threads (``threadpoolctl``) for the ``with`` block
+    (``None``: unchanged). Small matrices gain nothing from many threads, and on busy cores a multi-threaded kernel
+    waits on barriers: the calibrators' fits and scoring run with one thread."""
     with contextlib.ExitStack() as stack:
         if blas_threads is not None:
             from threadpoolctl import threadpool_limits
@@ -123,13 +103,11 @@ def machine_info(device: str | None = None) -> dict[str, Any]:
     import transformers
 
     cpu_model = platform.processor() or platform.machine()
-    try:
+    with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 cpu_model = line.split(":", 1)[1].strip()
                 break
-    except OSError:
-        pass
     dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
     info: dict[str, Any] = {
         "platform": platform.platform(),

@@ -16,21 +16,6 @@ import numpy as np
 
 from .errors import InputError, InputTypeError
 
-__all__ = [
-    "OUTPUT_LIMIT",
-    "INVISIBLE",
-    "check_sentence",
-    "is_blank",
-    "check_sentences",
-    "sentence_list",
-    "validate_sentences",
-    "check_finite",
-    "check_array",
-    "check_calibrated",
-    "check_epochs",
-    "output_limit",
-]
-
 #: Largest plausible magnitude of a calibrated coordinate, in units of the input's scale (see :func:`output_limit`).
 #: Whitening, standard-norm and the flow give coordinates of unit variance on the fitting data, so by Chebyshev's
 #: inequality a coordinate beyond 1e6 has probability at most 1e-12 for data like it; the other maps (identity,
@@ -175,20 +160,10 @@ def check_array(
     owner: str = "this calibrator",
     max_magnitude: float | None = MAX_INPUT_MAGNITUDE,
 ) -> np.ndarray:
-    """Validate an embedding matrix: dense, 2-D, numeric, finite, with ``n_features`` columns if given, and no value
-    beyond ``max_magnitude`` in size (default :data:`MAX_INPUT_MAGNITUDE`, which calibrators need; ``None``: any).
-
-    The messages use scikit-learn's wording for the same faults (``"0 sample(s) (shape=(0, 3)) while a minimum of
-    2 is required"``, ``"X has 3 features, but WhiteningCalibrator is expecting 4 features as input"``), so code
-    and tests written against scikit-learn estimators recognise them; ``owner`` names the object in the latter.
-
-    Returns:
-        the array as ``dtype`` [N, D] (float64 by default: calibrators compute in float64 and return float32),
-        without a copy when it already has that dtype.
-
-    Raises:
-        InputTypeError: for items that are not numbers (a ``TypeError`` as well as an :class:`InputError`).
-        InputError: for everything else.
+    """An embedding matrix as ``dtype`` [N, D] (no copy if it has it), checked: dense, 2-D, numeric, finite, with
+    ``n_features`` columns if given, and nothing beyond ``max_magnitude`` (``None``: any). Messages use
+    scikit-learn's wording for the same faults (``owner`` names the estimator), so code written against it
+    recognises them. InputTypeError (also a ``TypeError``) for items that are not numbers, else InputError.
     """
     import scipy.sparse
 

@@ -15,9 +15,8 @@ from bertflow import Embedder, WhiteningCalibrator  # noqa: E402
 from bertflow.errors import InputError  # noqa: E402
 from bertflow.integrations.map_step import MapEncoder  # noqa: E402
 
-from ..io.test_arrow import ROWS, _table  # noqa: E402
+from ..io.test_arrow import ROWS, _table, lines  # noqa: E402, F401 - lines: the fixture
 from ..scale.conftest import one_thread  # noqa: E402
-from ..scale.test_arrow import lines  # noqa: E402, F401 - the fixture
 
 
 def _start_worker(kwargs: dict) -> None:

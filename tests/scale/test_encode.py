@@ -135,3 +135,14 @@ def test_a_calibrated_store_resumes_after_an_upgrade_but_not_with_another_calibr
 
 
 # -- the commands, as one rank --------------------------------------------------------------------------------------
+
+
+def test_a_text_file_can_be_stored_as_parquet_shards(tiny_encoder, corpus_file, tmp_path):
+    pytest.importorskip("pyarrow")
+    path, text_lines = corpus_file
+    with one_thread():
+        encode_file_to_store(path, tmp_path / "out", tiny_encoder, shard_format="parquet", merge=True, **ENCODE)
+    want = reference(tiny_encoder, text_lines, batch_size=8, chunk_size=16)
+    np.testing.assert_array_equal(np.asarray(open_embeddings(tmp_path / "out")), want)
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "embeddings.npy"), want)
+    assert read_manifest(tmp_path / "out")["input"]["lines"] == 203

@@ -25,8 +25,6 @@ from .base import Calibrator, as_tensor
 from .registry import register
 from .whitening import check_variance, descending_eigh, mean_and_covariance, read_projection, singular_shrinkage
 
-__all__ = ["AnchoredWhiteningCalibrator", "anisotropy"]
-
 logger = logging.getLogger(__name__)
 
 
@@ -63,23 +61,15 @@ class AnchoredWhiteningCalibrator(Calibrator):
     0.5`) get an even mix.
 
     Args:
-        alpha: whitening strength :math:`\alpha \in [0, 1]`; the directions are rescaled by
-            :math:`\lambda^{-\alpha/2}`. 0.5 (:math:`\Sigma^{-1/4}`, half-way to whitening in log-scale) is the
-            default; it is also the value STS-B dev labels prefer (see ``docs/beyond.md``).
-        weight: :math:`\beta \in [0, 1]`, the weight of the calibrated cosine; ``None`` (default) sets it to
-            the anisotropy of the fitting embeddings. 0 gives back the raw cosine, 1 the calibrated one alone.
-        rcond: directions whose eigenvalue is below ``rcond`` times the largest are dropped, not amplified
-            (as in :class:`WhiteningCalibrator`).
+        alpha: whitening strength :math:`\alpha \in [0, 1]`; 0.5 (:math:`\Sigma^{-1/4}`, the default) is also what
+            STS-B dev labels prefer (``docs/beyond.md``).
+        weight: :math:`\beta \in [0, 1]`; ``None`` (default): the anisotropy of the fitting embeddings.
+        rcond: as in :class:`WhiteningCalibrator`.
 
     Attributes:
-        mean_: [D] mean of the fitting embeddings.
-        components_: [D, k] the partial-whitening matrix :math:`U_k \Lambda_k^{-\alpha/2}`.
-        explained_variance_: [k] eigenvalues of the kept directions (after shrinkage), descending.
-        shrinkage_: 0, or with N <= D fitting sentences the automatic shrinkage of the covariance towards the
-            identity (see :func:`~bertflow.calibrators.whitening.singular_shrinkage`).
-        anisotropy_: anisotropy of the fitting embeddings (whatever ``weight`` is).
-        weight_: :math:`\beta` actually used.
-        n_features_in_: D. The output has ``n_features_out_ = D + k`` columns.
+        mean_, components_ ([D, k], :math:`U_k \Lambda_k^{-\alpha/2}`), explained_variance_, shrinkage_: as in
+            :class:`WhiteningCalibrator`; the output has ``D + k`` columns.
+        anisotropy_: anisotropy of the fitting embeddings; weight_: :math:`\beta` actually used.
     """
 
     rescales_variance = True

@@ -44,8 +44,6 @@ from ..errors import InputError
 from .anchored import AnchoredWhiteningCalibrator, anisotropy
 from .registry import calibrator_names, get_calibrator_class, register
 
-__all__ = ["AutoCalibrator", "WEIGHTING", "no_harm_warning", "reliability"]
-
 logger = logging.getLogger(__name__)
 
 #: The weighting ``auto`` gives a token-averaging pooling on a raw encoder (``sif`` = a 1e-3 over a + p(t)).

@@ -28,17 +28,6 @@ from ..typing import TorchTransform
 from ..validation import check_array, check_calibrated
 from .registry import get_calibrator_class
 
-__all__ = [
-    "Calibrator",
-    "calibrator_fingerprint",
-    "calibrator_identity",
-    "CONFIG_NAME",
-    "WEIGHTS_NAME",
-    "check_latents",
-    "check_spread",
-    "SPREAD_RTOL",
-]
-
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 
@@ -59,11 +48,8 @@ def no_variance_message(n: int | None = None) -> str:
 
 
 def check_spread(X: np.ndarray) -> None:
-    """Raise :class:`~bertflow.errors.InputError` if the rows of ``X`` [N, D] are all equal up to :data:`SPREAD_RTOL`.
-
-    Whitening would keep 0 directions (a 0-dimensional model scoring every pair 0), standard-norm would divide by
-    a floor of 1e-12, the flow would fit a point mass. Two column reductions, no copy of ``X``.
-    """
+    """Raise :class:`~bertflow.errors.InputError` if the rows of ``X`` [N, D] are all equal up to :data:`SPREAD_RTOL`
+    (whitening would keep 0 directions, standard-norm divide by 1e-12, the flow fit a point mass)."""
     high, low = X.max(axis=0), X.min(axis=0)
     spread, magnitude = float((high - low).max()), max(float(high.max()), -float(low.min()))
     if not spread > SPREAD_RTOL * magnitude:
@@ -71,25 +57,16 @@ def check_spread(X: np.ndarray) -> None:
 
 
 class Calibrator(TransformerMixin, BaseEstimator, ABC):
-    """Base class of every calibrator: a scikit-learn transformer (``BaseEstimator`` + ``TransformerMixin``).
+    """Base class of every calibrator: a scikit-learn transformer, so ``clone``, ``Pipeline``, ``GridSearchCV``,
+    ``set_output`` and ``get_feature_names_out`` work and ``sklearn.utils.estimator_checks`` passes
+    (``tests/calibrators/test_sklearn.py`` lists the checks skipped, and why).
 
-    So ``clone``, ``get_params``/``set_params``, ``Pipeline``, ``GridSearchCV``, ``set_output`` and
-    ``get_feature_names_out`` work as for scikit-learn's own transformers, and
-    ``sklearn.utils.estimator_checks`` passes (``tests/calibrators/test_sklearn.py`` lists the few checks that
-    are skipped, and why).
+    ``transform`` always returns **float32** (the fit computes in float64): embeddings are float32 throughout
+    bertflow, and it holds every digit a cosine can use; the tag ``transformer_tags.preserves_dtype`` says so.
 
-    Output dtype: ``transform`` always returns **float32**, whatever the input dtype (a float64 input comes back
-    float32; the fit itself computes in float64). Embeddings are float32 throughout bertflow (encoders, the
-    on-device :meth:`torch_transform`, saved embeddings and search indices), and float32 holds every digit a
-    cosine between calibrated embeddings can use. The scikit-learn tag ``transformer_tags.preserves_dtype`` is
-    ``["float32"]`` accordingly.
-
-    Subclasses implement ``_fit(X)`` and ``_transform(X)`` on validated float64 arrays, and
-    ``_get_state() -> (meta, arrays)`` / ``_set_state(meta, arrays)`` for persistence. The public methods here
-    do the validation, the fitted check and the dtype handling once for all of them. Their output columns are
-    named by scikit-learn's ``ClassNamePrefixFeaturesOutMixin`` (``whiteningcalibrator0`` ...) unless the class
-    keeps the input's coordinates (``_one_to_one``: identity, standard-norm, all-but-the-top), which keep the input
-    names.
+    Subclasses implement ``_fit(X)`` and ``_transform(X)`` on validated float64 arrays, and ``_get_state() -> (meta,
+    arrays)`` / ``_set_state(meta, arrays)``; the public methods here validate, check fitting and cast once for all.
+    Output columns are named ``<classname><i>``, or keep the input's names where ``_one_to_one``.
     """
 
     #: The registry name (the ``type`` of a saved config), set by :func:`~bertflow.calibrators.registry.register`.
@@ -140,11 +117,8 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
         return self.is_fitted
 
     def __repr__(self) -> str:
-        """One line with the parameters that differ from their defaults, e.g. ``WhiteningCalibrator(n_components=256)``.
-
-        Not scikit-learn's pretty-printed repr, which breaks long ones over several lines: this one goes into model
-        cards (a Markdown table cell), JSON summaries and log lines. Notebooks still get scikit-learn's HTML view.
-        """
+        """One line with the parameters that differ from their defaults, e.g. ``WhiteningCalibrator(n_components=256)``
+        (not scikit-learn's multi-line repr: it goes into model cards' table cells, JSON summaries and logs)."""
         defaults = {
             p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values() if p.name != "self"
         }
@@ -167,11 +141,7 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
         return self._get_state()
 
     def get_feature_names_out(self, input_features: Sequence[str] | None = None) -> np.ndarray:
-        """Names of the output columns (object array [n_features_out_]), as scikit-learn's transformers give them.
-
-        The input names (``input_features``, else ``feature_names_in_`` when fitted on a DataFrame, else ``x0``,
-        ``x1`` ...) for calibrators that keep the input's coordinates; ``<classname><i>`` for the others.
-        """
+        """Names of the output columns (object array [n_features_out_]), as scikit-learn's transformers give them."""
         self.check_fitted()
         if self._one_to_one:
             return OneToOneFeatureMixin.get_feature_names_out(self, input_features)
@@ -197,11 +167,8 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
         return self
 
     def _reset_fitted(self) -> None:
-        """Forget every fitted attribute (scikit-learn's rule: the instance attributes whose names end in ``_``).
-
-        Every route that fits (:meth:`fit`, and a subclass's fit from statistics or from a trainer's result) calls
-        this first, so nothing of an earlier fit survives a refit, and a refit that fails leaves no fitted marker.
-        """
+        """Forget every fitted attribute (those ending in ``_``); every route that fits calls it first, so nothing of
+        an earlier fit survives a refit and a failed refit leaves no fitted marker."""
         for attr in [a for a in vars(self) if a.endswith("_") and not a.startswith("__")]:
             delattr(self, attr)
 
@@ -229,14 +196,9 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
         return np.asarray(self._transform(arr), dtype=np.float64)
 
     def torch_transform(self, device: str | torch.device = "cpu") -> TorchTransform:
-        """This calibrator's :meth:`transform` as a torch function on ``device``: float32 [n, D] -> [n, D_out].
-
-        It is the same map computed in float32 where the tensors already are, so an encoder can calibrate pooled
-        vectors before they leave the GPU (``SentenceEncoder.encode(..., transform=...)``; :class:`Embedder` does
-        this). Inputs of another dtype are cast to float32. Results agree with :meth:`transform` to float32
-        rounding (about 1e-6 relative). It does not validate its input: check the output for NaN/Inf. The
-        function holds its own copy of the fitted state, so refitting the calibrator later does not change it.
-        """
+        """This calibrator's :meth:`transform` as a torch function on ``device``: float32 [n, D] -> [n, D_out], so
+        an encoder can calibrate pooled vectors before they leave the GPU. Agrees with :meth:`transform` to float32
+        rounding (~1e-6 relative); does not validate its input; holds its own copy of the fitted state."""
         self.check_fitted()
         fn = self._torch_transform(torch.device(device))
         return lambda x: fn(x.to(torch.float32))  # no copy when x is float32 already
@@ -264,11 +226,8 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
         return 2
 
     def check_params(self, X: np.ndarray) -> None:
-        """Refuse NaN or infinite numeric hyperparameters, then run the subclass's :meth:`_validate_params`.
-
-        Range checks written as ``x < 0`` are all false for NaN, which would then flow into the fit as if it were
-        a number (``shrinkage=nan`` whitened like 0); one check here covers every calibrator's parameters.
-        """
+        """Refuse NaN or infinite numeric hyperparameters (range checks like ``x < 0`` are false for NaN), then run
+        the subclass's :meth:`_validate_params`."""
         for name, value in self.get_params().items():
             if isinstance(value, (float, np.floating)) and not np.isfinite(value):
                 raise InputError(f"{type(self).__name__}: {name} must be a finite number, got {value!r}")
@@ -317,9 +276,8 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
     def from_config(
         cls, config: dict[str, Any], arrays: dict[str, np.ndarray], *, source: str | Path = "calibrator config"
     ) -> Calibrator:
-        """Rebuild a fitted calibrator from :meth:`to_config` output and its arrays, validating both.
-
-        ``source`` names where the config came from in errors (the file, for :meth:`load`).
+        """Rebuild a fitted calibrator from :meth:`to_config` output and its arrays, validating both (``source``
+        names the config in errors).
 
         Raises:
             ModelFileError: a missing key, a newer or missing format version, parameters or arrays that do not fit.
@@ -391,12 +349,8 @@ _RUNTIME_KEYS = frozenset({"bertflow_version", "format_version", "verbose", "dev
 
 
 def calibrator_fingerprint(calibrator: Calibrator) -> str:
-    """A short hash (16 hex digits) of a fitted calibrator's type, parameters and fitted state (arrays included).
-
-    Identical for the same calibrator before saving and after loading, on CPU or GPU, in any bertflow version;
-    different as soon as one fitted number differs. Runtime settings (``device``, ``verbose``), the library and
-    format versions are left out.
-    """
+    """A short hash (16 hex digits) of a fitted calibrator's type, parameters and fitted state (arrays included):
+    the same before saving and after loading, on any device and bertflow version (runtime settings left out)."""
 
     def canonical(value: Any) -> Any:
         if isinstance(value, dict):

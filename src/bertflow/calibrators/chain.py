@@ -14,22 +14,11 @@ from ..typing import TorchTransform
 from .base import Calibrator, check_latents
 from .registry import register
 
-__all__ = ["ChainCalibrator"]
-
 
 @register("chain")
 class ChainCalibrator(Calibrator):
-    """Fit and apply calibrators one after another; each is fitted on the previous one's output.
-
-    As in scikit-learn's meta-estimators, ``fit`` leaves the ``steps`` parameter untouched: it fits clones
-    (``sklearn.base.clone``) of them, kept in ``steps_``. So ``clone(chain)`` and refitting a chain work, and the
-    calibrators passed in stay unfitted.
-
-    Args:
-        steps: the calibrators, first applied first.
-
-    Attributes:
-        steps_: the fitted clones of ``steps``, in order.
+    """Fit and apply ``steps`` one after another, each fitted on the previous one's output. As scikit-learn's
+    meta-estimators, ``fit`` fits clones of them (``steps_``), so the calibrators passed in stay unfitted.
 
     Example:
         >>> ChainCalibrator([StandardNormCalibrator(), AllButTheTopCalibrator(6)])  # "SN + NATSV k=6"

@@ -28,8 +28,6 @@ import torch
 from ..typing import TorchTransform
 from .base import Calibrator
 
-__all__ = ["DEFAULT_MAX_GRAPHS", "GraphedTransform", "fast_torch_transform"]
-
 logger = logging.getLogger(__name__)
 
 #: Graphs kept per transform. The encoder's chunk ramp has 5 sizes plus a remainder; each graph holds its input

@@ -21,8 +21,6 @@ from .base import Calibrator, as_tensor, check_latents, expect_shape
 from .flow_trainer import FlowFit, FlowTrainer, column_moments, shuffled_batches
 from .registry import register
 
-__all__ = ["FlowCalibrator"]
-
 
 @register("flow")
 class FlowCalibrator(Calibrator):
@@ -33,17 +31,12 @@ class FlowCalibrator(Calibrator):
     random permutation). Any architectural argument left ``None`` comes from the preset.
 
     Training follows the official code: AdamW (lr 1e-3 constant, weight decay 0.01), gradient-norm clip 1.0,
-    batches of 64 sentences, 1 epoch, shuffled and seeded. The loss is the negative log-likelihood in bits per
-    dimension; it becomes *negative* once fitted because the flow models a continuous density, which can
-    exceed 1 (a probability mass cannot, which is why a negative "loss" looks odd to some users).
+    batches of 64 sentences, 1 epoch, shuffled and seeded. The loss, in bits per dimension, turns *negative* once
+    fitted: a continuous density can exceed 1. ActNorm is initialised explicitly at the start of ``fit`` on up to
+    ``init_samples`` shuffled rows, and stored, so loading never re-initialises.
 
-    ActNorm's data-dependent initialisation runs explicitly at the start of ``fit`` on up to
-    ``init_samples`` shuffled rows, and is stored, so loading never re-initialises.
-
-    Constant dimensions: real checkpoints have output dimensions that (almost) never vary (std below
-    ``1e-4`` x the median std; all-MiniLM-L6-v2 has three). A density on them is degenerate and would dominate
-    the likelihood, so they are set aside: the Glow models the other dimensions, and the constant ones are only
-    centred and appended after the latent, where they add (almost) nothing to the cosine.
+    Constant dimensions (std below ``1e-4`` x the median; all-MiniLM-L6-v2 has three) would dominate the
+    likelihood: they are set aside, only centred and appended after the latent.
 
     Args:
         preset: ``"code"`` or ``"paper"``.
@@ -57,13 +50,11 @@ class FlowCalibrator(Calibrator):
             steps, picks the best step (label-free early stopping) and the parameters of that step are kept.
         eval_every: steps between held-out evaluations.
         init_samples: rows used for ActNorm's data-dependent initialisation.
-        min_samples: fewer fitting rows are refused (default 32: below a few dozen rows a density estimate with
-            ~150k parameters is meaningless). Lower it only for tests and toy data.
+        min_samples: fewer fitting rows are refused (a density with ~150k parameters on fewer is meaningless).
         seed: seeds the Glow's initial weights, the shuffling and the held-out split.
         device: ``"cpu"``, ``"cuda"`` ...; ``None`` picks CUDA when available.
-        cuda_graph: on CUDA, capture one training step as a CUDA graph and replay it (same kernels, same
-            results, several times faster: a step is hundreds of tiny kernels). ``False`` launches them one by
-            one. Ignored on CPU and in distributed fitting.
+        cuda_graph: on CUDA, replay one training step as a CUDA graph (same results, several times faster: a
+            step is hundreds of tiny kernels). Ignored on CPU and in distributed fitting.
         verbose: show a progress bar with the running loss.
 
     Attributes:
@@ -201,16 +192,9 @@ class FlowCalibrator(Calibrator):
         self._assign(result)
 
     def fit_from_result(self, result: FlowFit, n_features: int) -> FlowCalibrator:
-        """Fit from a :class:`~bertflow.calibrators.flow_trainer.FlowFit` that a :class:`FlowTrainer` of this
-        calibrator produced (distributed fitting, whose rows are never in one array). Returns ``self``, fitted.
-
-        Args:
-            result: the trainer's result.
-            n_features: D, the width of the rows it was fitted on.
-
-        Raises:
-            InputError: the result does not cover ``n_features`` dimensions.
-        """
+        """Fit from the :class:`~bertflow.calibrators.flow_trainer.FlowFit` a :class:`FlowTrainer` of this
+        calibrator produced on rows of width ``n_features`` (distributed fitting); returns ``self``. InputError if
+        the result does not cover ``n_features`` dimensions."""
         covered = len(result.active) + len(result.passthrough)
         if covered != int(n_features):
             raise InputError(f"the flow result covers {covered} dimensions, not the {n_features} given")

@@ -24,8 +24,6 @@ from .simple import floored_std
 if TYPE_CHECKING:
     from .flow import FlowCalibrator
 
-__all__ = ["DEGENERATE_RTOL", "DivergenceGuard", "FlowFit", "FlowTrainer", "column_moments", "shuffled_batches"]
-
 # The trainer's messages are FlowCalibrator's: they keep the logger they had before the trainer got its own module.
 logger = logging.getLogger("bertflow.calibrators.flow")
 
@@ -36,16 +34,7 @@ DEGENERATE_RTOL = 1e-4
 @dataclass(frozen=True)
 class FlowFit:
     """What a :class:`FlowTrainer` run produces; :class:`~bertflow.calibrators.flow.FlowCalibrator` assigns its
-    fitted attributes (same names, with a trailing ``_``) from it and from nothing else.
-
-    Attributes:
-        flow: the trained :class:`~bertflow.flows.Glow` on the active dimensions (eval mode).
-        active: [D_a] indices of the modelled dimensions.
-        passthrough: [P] indices of the dimensions set aside as constant.
-        passthrough_mean, passthrough_scale: [P] float64 mean and floored std of those.
-        n_steps: optimiser steps taken; best_step: the step whose parameters ``flow`` holds.
-        history: ``step``, ``train_bpd``, ``val_step``, ``val_bpd`` lists (bits per dimension).
-    """
+    fitted attributes (same names with a trailing ``_``, documented there) from it and from nothing else."""
 
     flow: Glow
     active: np.ndarray
@@ -58,32 +47,18 @@ class FlowFit:
 
 
 class FlowTrainer:
-    """Fits the Glow of one :class:`FlowCalibrator`: the steps that single-process and distributed fitting share.
+    """Fits the Glow of one :class:`FlowCalibrator` (its hyperparameters, read only) on ``device``.
 
     :meth:`FlowCalibrator.fit` (rows in memory) and :func:`bertflow.scale.fit.fit_flow_distributed` (rows on
-    disk, one share of every batch per rank) both go through these steps, in this order, so the two make the same
-    generator calls, the same split and the same batches:
+    disk) both call, in this order (so both make the same generator calls, split and batches): :meth:`prepare`
+    (constant dimensions set aside), :meth:`build` (the seeded Glow), :meth:`split` and :meth:`index_batches`
+    (from the seeded :attr:`generator`), :meth:`initialize` (ActNorm), :meth:`run` (:meth:`begin`, :meth:`step`,
+    :meth:`check`, :meth:`observe`, :meth:`finalise`), which returns the :class:`FlowFit`. It never writes onto
+    the calibrator.
 
-    1. :meth:`prepare` sets the constant dimensions aside, from per-dimension statistics of the fitting rows;
-    2. :meth:`build` makes the seeded, untrained Glow on the device; :meth:`split` draws the shuffled held-out and
-       training rows from the seeded generator (:attr:`generator`, which then draws the batches:
-       :meth:`index_batches`);
-    3. :meth:`initialize` runs ActNorm's data-dependent initialisation;
-    4. :meth:`run` trains: :meth:`begin`, then :meth:`step` on every batch, :meth:`check` for divergence,
-       :meth:`observe` for the held-out score (label-free early stopping), and :meth:`finalise`, which keeps the
-       best step's parameters and returns the :class:`FlowFit` (what :meth:`run` returns).
-
-    The trainer never writes onto the calibrator: the calibrator assigns its fitted state from the result
-    (:meth:`FlowCalibrator.fit_from_result <bertflow.calibrators.flow.FlowCalibrator.fit_from_result>`).
-
-    Args:
-        calibrator: the calibrator whose hyperparameters drive the fit (read only).
-        device: where the Glow trains; default ``calibrator.device`` (CUDA when available).
-        reduce: called in every step after ``backward`` with this process's loss term (the sum of its rows' bits
-            per dimension divided by the global batch size); it must sum the gradients over the processes in place
-            and return the global batch loss (:class:`bertflow.scale.fit.GradientAllReduce`). ``None``: one
-            process, the loss is the batch mean. Steps with ``reduce`` are never captured as a CUDA graph.
-        verbose: show the progress bar; default ``calibrator.verbose``.
+    ``reduce`` (distributed: :class:`bertflow.scale.fit.GradientAllReduce`) is called after every ``backward``
+    with this process's loss term (its rows' bits per dimension summed / global batch size); it sums the gradients
+    over the processes in place and returns the global loss. Such steps are never captured as a CUDA graph.
     """
 
     def __init__(
@@ -119,29 +94,16 @@ class FlowTrainer:
     # -- before training ---------------------------------------------------------------------------------
 
     def check_input(self, n_rows: int, n_features: int) -> None:
-        """Refuse bad hyperparameters, or too few rows, before any work (``fit`` checks an in-memory matrix itself).
-
-        Raises:
-            InputError: a hyperparameter out of range, fewer than 2 features, or fewer rows than ``min_samples``.
-        """
+        """Refuse (InputError) bad hyperparameters, fewer than 2 features or too few rows, before any work."""
         cal = self.calibrator
         cal.check_params(np.empty((0, n_features)))
         if n_rows < cal.min_rows():
             raise InputError(f"the flow needs at least {cal.min_rows()} rows, got {n_rows}")
 
     def prepare(self, mean: np.ndarray, std: np.ndarray, abs_max: float, n_rows: int) -> np.ndarray:
-        """Set the constant dimensions aside from per-dimension statistics of all fitting rows; returns the [D_a]
-        indices of the active (modelled) dimensions.
-
-        Args:
-            mean: [D] float64 mean of each dimension.
-            std: [D] float64 population std (ddof 0) of each dimension.
-            abs_max: largest absolute value in the rows (sets the float-rounding floor).
-            n_rows: number of fitting rows (for the error message).
-
-        Raises:
-            InputError: fewer than 2 dimensions vary.
-        """
+        """Set the constant dimensions aside from the [D] float64 ``mean`` and population ``std`` of all ``n_rows``
+        fitting rows (``abs_max``, their largest ``|x|``, sets the rounding floor); returns the [D_a] indices of the
+        modelled dimensions. InputError when fewer than 2 vary."""
         # Relative to the typical spread, and never below float rounding of the values themselves.
         degenerate = std <= max(DEGENERATE_RTOL * np.median(std), 1e-12 * abs_max)
         self.passthrough = np.flatnonzero(degenerate)
@@ -198,23 +160,13 @@ class FlowTrainer:
         *,
         evaluate: Callable[[Glow], float] | None = None,
     ) -> FlowFit:
-        """Train: :meth:`begin`, a :meth:`step` on each batch, divergence checks, held-out scores, :meth:`finalise`
-        (whose :class:`FlowFit` it returns).
+        """Train on ``batches`` (rows [b, D_a] on :attr:`device`; with ``reduce``, this process's share) of
+        ``n_train`` rows in all, scoring ``evaluate(glow)`` (held-out bits per dimension; the lowest step is kept)
+        every ``eval_every`` steps; returns :meth:`finalise`'s :class:`FlowFit`.
 
-        The loop never waits for the device between checks: divergence (a NaN/Inf loss or gradient norm) is
-        recorded in a device flag and read every ``_CHECK_EVERY`` steps, when a snapshot of the parameters is also
-        taken (one fused copy); on divergence that snapshot is restored.
-
-        Args:
-            batches: the rows [b, D_a] of every step, on :attr:`device` (with ``reduce``: this process's share of
-                each global batch).
-            n_train: training rows (over all processes); with ``epochs`` it sets the number of steps.
-            evaluate: held-out mean bits per dimension of the Glow, scored every ``eval_every`` steps; the step
-                with the lowest keeps its parameters. ``None``: no held-out rows, the last step is kept.
-
-        Raises:
-            DivergenceError: the loss or a gradient became NaN or Inf; its ``result`` is the :class:`FlowFit` of the
-                parameters of the last clean check (``n_steps`` / ``best_step`` / ``history`` say where).
+        Divergence (a NaN/Inf loss or gradient norm) is flagged on the device and read every ``_CHECK_EVERY``
+        steps, when the parameters are also snapshotted; on divergence that snapshot is restored and a
+        DivergenceError raised whose ``result`` holds it.
         """
         from tqdm.auto import tqdm
 
@@ -295,12 +247,8 @@ class FlowTrainer:
         return loss.detach()
 
     def check(self, k: int) -> None:
-        """Read the divergence flag after step ``k`` (waits for the device).
-
-        Raises:
-            DivergenceError: a step up to ``k`` had a NaN/Inf loss or gradient norm; the parameters of the last clean
-                check were restored, and the error's ``result`` (a :class:`FlowFit`) holds them and the history.
-        """
+        """Read the divergence flag after step ``k`` (waits for the device); DivergenceError (``result``: the
+        :class:`FlowFit` of the restored last clean check) if a step up to ``k`` was not finite."""
         bad = self.guard.check(k)
         if bad:
             error = DivergenceError(
@@ -392,12 +340,9 @@ def column_moments(x: torch.Tensor, chunk: int = 16384) -> tuple[np.ndarray, np.
 
 
 class DivergenceGuard:
-    """Notes on the device the first step whose loss or gradient norm is not finite, without waiting for it.
-
-    ``record`` runs inside every step (also inside a CUDA graph: the step counter lives on the device); ``check``
-    reads the flag, which waits for the device, so the loop calls it only every ``_CHECK_EVERY`` steps. Each
-    clean check snapshots the parameters (one fused copy); a failed one restores the last snapshot.
-    """
+    """Notes on the device the first step whose loss or gradient norm is not finite, without waiting: ``record``
+    runs in every step (also in a CUDA graph); ``check`` reads the flag (waits), snapshotting the parameters when
+    clean and restoring the last snapshot when not."""
 
     def __init__(self, params: list[torch.Tensor], device: torch.device) -> None:
         self.params = [p.detach() for p in params]
@@ -429,13 +374,9 @@ class DivergenceGuard:
 
 
 class _GraphStep:
-    """One whole training step (forward, backward, clipping, AdamW, divergence flag) captured as a CUDA graph.
-
-    Replaying it costs one launch instead of several hundred. Capture needs a few warm-up steps first (they
-    create the gradients and the optimiser state and settle the allocator); they are undone, so training starts
-    from the same parameters and optimiser state as without the graph, and replays run the same kernels as the
-    eager loop on CUDA, with the same results.
-    """
+    """One whole training step (forward, backward, clipping, AdamW, divergence flag) as a CUDA graph: one launch
+    instead of several hundred. The warm-up steps capture needs are undone, so training starts from the same state
+    as without the graph and replays give the eager loop's results."""
 
     def __init__(self, graph: torch.cuda.CUDAGraph, static_x: torch.Tensor, static_loss: torch.Tensor) -> None:
         self.graph, self.static_x, self.static_loss = graph, static_x, static_loss

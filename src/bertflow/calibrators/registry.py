@@ -7,15 +7,9 @@ short specs it is built from (``specs``: spec -> one line of help; ``-K`` / ``-P
 ``whitening-K``), spellings that mean the same (``aliases``) and whether its map is affine (``affine``, read by
 the sentence-transformers export). Nothing else lists calibrators.
 
-Two views of the same modules:
-
-* :func:`catalogue` reads the modules' *source* (no import: the CLI builds its help without loading torch or
-  scikit-learn): which classes they register under which names, with which specs. The declarations it reads must
-  therefore be literals (a string in ``@register("...")``, dict literals for ``specs`` and ``aliases``).
-* :func:`get_calibrator_class` / :func:`parse_calibrator` import the module a name or spec needs, and use the
-  class itself; :func:`register` is what a module's import runs.
-
-Loading a saved calibrator goes through this registry, never through importing a dotted path named in a file, so a
+:func:`catalogue` reads the modules' *source* (no import: the CLI's help loads neither torch nor scikit-learn), so
+those declarations are literals; :func:`get_calibrator_class` / :func:`parse_calibrator` import the module a name
+or spec needs. Loading a saved calibrator goes through this registry, never a dotted path named in a file, so a
 saved folder cannot make bertflow import arbitrary code.
 """
 
@@ -36,18 +30,6 @@ from ..errors import CompatibilityError, InputError
 
 if TYPE_CHECKING:
     from .base import Calibrator
-
-__all__ = [
-    "ENTRY_POINT_GROUP",
-    "CatalogueEntry",
-    "calibrator_classes",
-    "calibrator_names",
-    "calibrator_specs",
-    "catalogue",
-    "get_calibrator_class",
-    "parse_calibrator",
-    "register",
-]
 
 #: Entry-point group through which other packages add calibrator modules.
 ENTRY_POINT_GROUP = "bertflow.calibrators"
@@ -72,11 +54,8 @@ class CatalogueEntry:
 
 
 def register(name: str):  # noqa: ANN201 - decorator
-    """Class decorator: make a calibrator loadable by ``name`` (the ``type`` field of its saved config).
-
-    Raises:
-        ValueError: another class is registered under ``name`` already (two modules claiming one name).
-    """
+    """Class decorator: make a calibrator loadable by ``name`` (the ``type`` field of its saved config);
+    ValueError if another class holds ``name`` already."""
 
     def wrap(cls: type[Calibrator]) -> type[Calibrator]:
         known = _REGISTRY.get(name)
@@ -160,11 +139,7 @@ def _load(entry: CatalogueEntry) -> type[Calibrator]:
 
 
 def get_calibrator_class(name: str) -> type[Calibrator]:
-    """The calibrator class registered as ``name`` (its module is imported on first use).
-
-    Raises:
-        CompatibilityError: no calibrator module registers ``name``.
-    """
+    """The calibrator class registered as ``name``, its module imported on first use; CompatibilityError if none."""
     if name in _REGISTRY:
         return _REGISTRY[name]
     entry = next((e for e in catalogue() if e.name == name), None)
@@ -206,16 +181,9 @@ def _match(part: str) -> tuple[CatalogueEntry, str, int | None]:
 
 
 def parse_calibrator(spec: str, **options: Any) -> Calibrator:
-    """Build an (unfitted) calibrator from a short spec; see :func:`calibrator_specs`.
-
-    Args:
-        spec: e.g. ``"flow"``, ``"flow-paper"``, ``"whitening-256"``, ``"standard-norm+natsv-6"`` (``+`` chains).
-        options: extra constructor arguments for the calibrators that take them (the flow's ``seed``,
-            ``epochs``, ``device`` ...); the others ignore them.
-
-    Raises:
-        InputError: an unknown spec, or a number out of the spec's range.
-    """
+    """An unfitted calibrator from a short ``spec`` (:func:`calibrator_specs`: ``"flow"``, ``"whitening-256"``,
+    ``"standard-norm+natsv-6"``: ``+`` chains); ``options`` go to the calibrators that take them (the flow's
+    ``seed``, ``epochs``, ``device`` ...). InputError for an unknown spec or a number out of its range."""
     parts = [p.strip().lower() for p in spec.split("+")]
     if len(parts) > 1:
         chain = get_calibrator_class("chain")

@@ -12,15 +12,10 @@ from ..typing import TorchTransform
 from .base import Calibrator, as_tensor, check_latents, expect_shape
 from .registry import register
 
-__all__ = ["IdentityCalibrator", "StandardNormCalibrator", "AllButTheTopCalibrator", "floored_std"]
-
 
 def floored_std(std: np.ndarray) -> np.ndarray:
-    """Per-dimension std with a floor of 1e-3 x the median std (and 1e-12), so constant dimensions stay finite.
-
-    Checkpoints such as all-MiniLM-L6-v2 have output dimensions that are constant for every sentence; dividing
-    by their std (0 or 1e-9) would turn rounding noise into huge values.
-    """
+    """Per-dimension std floored at 1e-3 x the median std (and 1e-12): all-MiniLM-L6-v2 has constant dimensions,
+    whose std (0 or 1e-9) would turn rounding noise into huge values."""
     floor = max(1e-12, 1e-3 * float(np.median(std)))
     return np.maximum(std, floor)
 
@@ -67,11 +62,8 @@ class StandardNormCalibrator(Calibrator):
 
     This is ``sklearn.preprocessing.StandardScaler()`` (population std, ddof 0), except that a (near-)constant
     dimension is divided by a floored std (:func:`floored_std`) where StandardScaler divides by 1; the output is
-    float32. ``tests/calibrators/test_simple.py`` checks the equality.
-
-    Attributes:
-        mean_: [D] per-dimension mean.
-        scale_: [D] per-dimension std, floored (see :func:`floored_std`).
+    float32 (``tests/calibrators/test_simple.py`` checks it). Fitted: ``mean_`` [D] and ``scale_`` [D], the
+    floored std.
     """
 
     rescales_variance = True
@@ -111,14 +103,9 @@ class StandardNormCalibrator(Calibrator):
 @register("all-but-the-top")
 class AllButTheTopCalibrator(Calibrator):
     """All-but-the-top (Mu & Viswanath 2018; "NATSV" in the BERT-flow paper): centre, then null the top-k
-    principal directions, which in raw transformer embeddings encode word frequency rather than meaning.
-
-    Args:
-        n_components: k, the number of dominant directions removed (the paper tries 1 to 10).
-
-    Attributes:
-        mean_: [D] mean.
-        components_: [k, D] orthonormal top principal directions that are projected out.
+    principal directions (``n_components``; the paper tries 1 to 10), which in raw transformer embeddings encode
+    word frequency rather than meaning. Fitted: ``mean_`` [D] and ``components_`` [k, D], the orthonormal
+    directions projected out.
     """
 
     specs = {"natsv-K": "all-but-the-top: null the top K principal directions (NATSV)"}

@@ -20,8 +20,6 @@ from .base import (
 )
 from .registry import register
 
-__all__ = ["WhiteningCalibrator", "oas_shrinkage", "singular_shrinkage"]
-
 logger = logging.getLogger(__name__)
 
 
@@ -132,12 +130,9 @@ class WhiteningCalibrator(Calibrator):
             scaling their rounding noise up to unit variance would add pure-noise coordinates to the cosine.
 
     Attributes:
-        mean_: [D] mean of the fitting embeddings.
-        components_: [D, k] the whitening matrix W, so ``transform(X) = (X - mean_) @ components_``.
+        mean_: [D]; components_: [D, k] W, ``transform(X) = (X - mean_) @ components_``; n_components_: k kept.
         explained_variance_: [k] eigenvalues (after shrinkage) of the kept directions, descending.
-        n_components_: k actually kept.
         shrinkage_: :math:`\lambda` actually used (``shrinkage``, or the automatic value for N <= D).
-        n_features_in_: D.
 
     References:
         Su et al., "Whitening Sentence Representations for Better Semantics and Faster Retrieval", 2021,
@@ -173,26 +168,11 @@ class WhiteningCalibrator(Calibrator):
     def fit_from_moments(
         self, n: int, sum_x: np.ndarray, sum_outer: np.ndarray, *, shift: np.ndarray | None = None
     ) -> WhiteningCalibrator:
-        r"""Fit from sufficient statistics instead of an embedding matrix (what distributed fitting all-reduces).
-
-        With rows :math:`x_i` [D] and a reference point :math:`s` [D] (``shift``, default 0), the statistics are
-        :math:`\sum_i (x_i - s)` and :math:`\sum_i (x_i - s)(x_i - s)^T`. Then the mean is :math:`s + d` with
-        :math:`d = \sum_i (x_i - s) / n`, and the covariance is :math:`(\sum_i (x_i - s)(x_i - s)^T - n\,d d^T)/(n-1)`,
-        which equals :meth:`fit` on the rows up to floating-point rounding. A shift near the mean (the mean of a
-        first chunk, say) keeps that subtraction from cancelling digits, as raw sums do when the mean is large
-        compared with the spread.
-
-        Args:
-            n: number of rows, at least 2.
-            sum_x: [D] float64 sum of the shifted rows.
-            sum_outer: [D, D] float64 sum of the outer products of the shifted rows.
-            shift: [D] the reference point the rows were shifted by; ``None`` means raw sums.
-
-        Returns:
-            ``self``, fitted.
-
-        Raises:
-            InputError: for fewer than 2 rows, mismatched shapes, non-finite statistics or bad hyperparameters.
+        r"""Fit from the sufficient statistics of ``n >= 2`` rows :math:`x_i` shifted by ``shift`` :math:`s` [D]
+        (``None``: raw sums): ``sum_x`` :math:`\sum_i (x_i - s)` [D] and ``sum_outer`` :math:`\sum_i (x_i - s)(x_i -
+        s)^T` [D, D], what distributed fitting all-reduces; returns ``self``. Equals :meth:`fit` on the rows up to
+        rounding; a shift near the mean keeps the covariance's subtraction from cancelling digits. InputError for
+        fewer than 2 rows, mismatched shapes, non-finite statistics or bad hyperparameters.
         """
         sum_x = np.asarray(sum_x, dtype=np.float64)
         sum_outer = np.asarray(sum_outer, dtype=np.float64)

@@ -11,8 +11,6 @@ import click
 import typer
 from typer.core import TyperGroup
 
-__all__ = ["EXIT_BROKEN_PIPE", "EXIT_RUNTIME", "EXIT_USAGE", "app", "end_on_broken_pipe"]
-
 #: Exit statuses (README, "Command line"). 0: done.
 #: A usage error: the command asked for something wrong (an unknown option or value, a missing or malformed input
 #: file, a model folder that does not load, an output path that may not be written); fix the command and rerun.

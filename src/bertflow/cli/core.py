@@ -254,12 +254,8 @@ def _input_stream(input: Path, table: Any, column: list[str] | None, errors: str
 def _write_npy(output: Path, input: Path, parts: Iterable[np.ndarray], n: int | None, dim: int) -> int:  # noqa: A002
     """Write the float32 [N, ``dim``] ``parts`` as one .npy at ``output`` (``-``: standard output); return N.
 
-    Written under a temporary name (or spooled, for standard output) and published at the end: a failure never
-    leaves a half-filled .npy behind. Plain appends after the header, not a memory map: the written rows leave
-    memory as they go, so peak RSS stays that of one chunk whatever the file size.
-
-    Raises:
-        InputError: ``n`` rows were counted in ``input`` but another number came (the file changed meanwhile).
+    Atomic (or spooled, for standard output); plain appends, not a memory map, so memory stays at one chunk.
+    InputError when ``n`` rows were counted in ``input`` but another number came (the file changed meanwhile).
     """
     from ..errors import InputError
     from ..io.files import embeddings_npy_header

@@ -7,6 +7,7 @@ with ``--devices cuda:0,cuda:1`` and no launcher, this process spawns one rank p
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import os
 import sys
@@ -80,20 +81,10 @@ TimeoutOpt = Annotated[
 ]
 
 
-class InputFormat(str, enum.Enum):
-    """How distributed-encode reads its input (default: from the suffix)."""
-
-    text = "text"
-    parquet = "parquet"
-    arrow = "arrow"
-
-
-class ShardFormat(str, enum.Enum):
-    """The file format of a store's shards."""
-
-    npy = "npy"
-    parquet = "parquet"
-    arrow = "arrow"
+#: How distributed-encode reads its input (default: from the suffix), and the file format of a store's shards.
+_INPUT_FORMATS = ("text", *source_constant("io/arrow", "TABLE_FORMATS"))
+InputFormat = enum.Enum("InputFormat", {f: f for f in _INPUT_FORMATS}, type=str)
+ShardFormat = enum.Enum("ShardFormat", {f: f for f in source_constant("scale/layout", "SHARD_SUFFIXES")}, type=str)
 
 
 def _rank_device(device: str | None) -> str:
@@ -107,8 +98,9 @@ def _rank_device(device: str | None) -> str:
     return device
 
 
-def _run(worker: Any, devices: str | None, backend: str, timeout_minutes: float, args: dict[str, Any]) -> None:
-    """Run ``worker(device, args)`` on every rank: spawned per ``--devices``, or as this launcher's rank."""
+def _run(body: Any, devices: str | None, backend: str, timeout_minutes: float, args: dict[str, Any]) -> None:
+    """Run ``body(device, args)`` (module level, so spawned ranks can import it) on every rank, through
+    :func:`_guarded`: spawned per ``--devices``, or as this launcher's rank."""
     from ..scale.launch import Topology, launch_local, process_group
 
     if devices:
@@ -118,7 +110,9 @@ def _run(worker: Any, devices: str | None, backend: str, timeout_minutes: float,
         import torch.multiprocessing as mp
 
         try:
-            launch_local(worker, names, args, backend=backend, timeout_minutes=timeout_minutes)
+            launch_local(
+                functools.partial(_guarded, body), names, args, backend=backend, timeout_minutes=timeout_minutes
+            )
         except mp.ProcessRaisedException as e:
             # An unexpected error: the message carries the rank's traceback, which nobody has printed yet.
             typer.echo(f"bertflow: error: a rank failed:\n{e}", err=True)
@@ -129,7 +123,7 @@ def _run(worker: Any, devices: str | None, backend: str, timeout_minutes: float,
             raise typer.Exit(2) from None
         return
     with process_group(backend, timeout_minutes=timeout_minutes):
-        worker(None, args)
+        _guarded(body, None, args)
 
 
 def _check_device_option(device: str | None, devices: str | None) -> None:
@@ -192,30 +186,18 @@ def _encode_worker_body(device: str | None, args: dict[str, Any]) -> None:
         encoder = SentenceEncoder(
             args["model"], pooling=args["pooling"], max_length=args["max_length"], device=device, dtype=args["dtype"]
         )
+    options = ("shard_size", "chunk_size", "batch_size", "encoding_errors", "overwrite", "merge", "text_column")
+    options += ("input_format", "shard_format", "id_column")
     summary = encode_file_to_store(
         args["input"],
         args["output"],
         encoder,
         calibrator=calibrator,
-        shard_size=args["shard_size"],
-        chunk_size=args["chunk_size"],
-        batch_size=args["batch_size"],
-        encoding_errors=args["encoding_errors"],
-        overwrite=args["overwrite"],
-        merge=args["merge"],
         show_progress=not args["quiet"],
-        text_column=args["text_column"],
-        input_format=args["input_format"],
-        shard_format=args["shard_format"],
-        id_column=args["id_column"],
+        **{name: args[name] for name in options},
     )
     if topology.is_main:
         print(json.dumps(summary), flush=True)
-
-
-def _encode_worker(device: str | None, args: dict[str, Any]) -> None:
-    """One rank of ``distributed-encode`` (module level, so spawned ranks can import it)."""
-    _guarded(_encode_worker_body, device, args)
 
 
 InputFileArg = Annotated[
@@ -280,6 +262,7 @@ def distributed_encode(
 ) -> None:
     """Encode a text file (or a Parquet/Arrow text column) into sharded embeddings on every rank of a torchrun/srun
     job (resumable)."""
+    args = dict(locals())
     from ..io.files import check_output_folder
 
     _check_model_options(model_dir, model, pooling)
@@ -287,28 +270,9 @@ def distributed_encode(
     check_output_folder(output, "store", overwrite=overwrite, resume=True, inputs=[input, *filter(None, [model_dir])])
     _check_device_option(device, devices)
     _check_input_options(input, text_column, input_format, shard_format, id_column)
-    args = {
-        "input": str(input),
-        "output": str(output),
-        "model_dir": model_dir,
-        "model": model,
-        "pooling": pooling,
-        "max_length": max_length,
-        "shard_size": shard_size,
-        "chunk_size": chunk_size,
-        "batch_size": batch_size,
-        "dtype": dtype,
-        "device": device,
-        "encoding_errors": encoding_errors.value,
-        "merge": merge,
-        "overwrite": overwrite,
-        "quiet": quiet,
-        "text_column": text_column,
-        "input_format": input_format.value if input_format is not None else None,
-        "shard_format": shard_format.value,
-        "id_column": id_column,
-    }
-    _run(_encode_worker, devices, backend, timeout_minutes, args)
+    args |= {"input": str(input), "output": str(output), "encoding_errors": encoding_errors.value}
+    args |= {"input_format": input_format and input_format.value, "shard_format": shard_format.value}
+    _run(_encode_worker_body, devices, backend, timeout_minutes, args)
 
 
 def _check_model_options(model_dir: Path | None, model: str | None, pooling: str) -> None:
@@ -415,11 +379,6 @@ def _fit_worker_body(device: str | None, args: dict[str, Any]) -> None:
     print(json.dumps(summary), flush=True)
 
 
-def _fit_worker(device: str | None, args: dict[str, Any]) -> None:
-    """One rank of ``distributed-fit`` (module level, so spawned ranks can import it)."""
-    _guarded(_fit_worker_body, device, args)
-
-
 @app.command("distributed-fit", epilog=_EPILOG_FIT)
 def distributed_fit(
     store: Annotated[
@@ -439,6 +398,7 @@ def distributed_fit(
     quiet: QuietOpt = False,
 ) -> None:
     """Fit a flow or whitening on a store across every rank (same result as one process); rank 0 saves it."""
+    args = {**locals(), "store": str(store), "output": str(output)}
     from ..io.files import check_output_folder
     from ..validation import check_epochs
 
@@ -446,15 +406,4 @@ def distributed_fit(
     check_output_folder(output, "model", overwrite=overwrite, inputs=[store])
     check_epochs(epochs)
     _check_device_option(device, devices)
-    args = {
-        "store": str(store),
-        "output": str(output),
-        "calibrator": calibrator,
-        "seed": seed,
-        "epochs": epochs,
-        "validation_fraction": validation_fraction,
-        "device": device,
-        "overwrite": overwrite,
-        "quiet": quiet,
-    }
-    _run(_fit_worker, devices, backend, timeout_minutes, args)
+    _run(_fit_worker_body, devices, backend, timeout_minutes, args)

@@ -14,44 +14,6 @@ import typer
 
 from ..calibrators import calibrator_specs
 
-__all__ = [
-    "STDIO",
-    "CALIBRATOR_HELP",
-    "source_constant",
-    "ThreadsOpt",
-    "ModelOpt",
-    "ModelDirOpt",
-    "PoolingOpt",
-    "WeightingOpt",
-    "TokenStatsOpt",
-    "TokenSourceOpt",
-    "MaxLenOpt",
-    "CalibratorOpt",
-    "DeviceOpt",
-    "DtypeOpt",
-    "BatchOpt",
-    "ColumnOpt",
-    "ErrorsOpt",
-    "SeedOpt",
-    "EpochsOpt",
-    "ValidationFractionOpt",
-    "OverwriteOpt",
-    "OverwriteFileOpt",
-    "QuietOpt",
-    "limit_threads",
-    "progress_log",
-    "EncodingErrors",
-    "build_encoder",
-    "check_device",
-    "check_model_dir_options",
-    "check_text_arguments",
-    "column_key",
-    "load_embedder",
-    "read_corpus",
-    "weighted_pooling",
-    "quiet_libraries",
-]
-
 #: The file name that means standard input (for inputs) or standard output (for outputs).
 STDIO = "-"
 
@@ -118,12 +80,9 @@ def stderr_is_terminal() -> bool:
 
 
 def announce(message: str, quiet: bool) -> None:
-    """``bertflow: MESSAGE`` on stderr at once, before a step that is silent for seconds (importing torch and
-    loading a model took ~16 s on a busy 2-core machine before the first bar; issue 24, item 10).
-
-    Only on a terminal and without ``--quiet``: on a pipe or a file, stderr stays free for the one-line error the
-    README promises.
-    """
+    """``bertflow: MESSAGE`` on stderr before a step silent for seconds (importing torch and loading a model took
+    ~16 s on a busy 2-core machine; issue 24, item 10); only on a terminal and without ``--quiet``, so a piped
+    stderr keeps the one-line error the README promises."""
     if not quiet and stderr_is_terminal():
         typer.echo(f"bertflow: {message}", err=True)
 
@@ -151,11 +110,8 @@ def build_encoder(model: str | None, pooling: str, max_length: int, device: str 
 
 
 def weighted_pooling(pooling: str, weighting: str | None) -> str:
-    """The pooling spec of ``--pooling`` with ``--weighting`` applied (``"sif:mean"``), checked before any work.
-
-    Raises:
-        InputError: an unknown weighting, or a weighting given both ways.
-    """
+    """The pooling spec of ``--pooling`` with ``--weighting`` applied (``"sif:mean"``); InputError for an unknown
+    weighting or one given both ways."""
     from ..encoding.pooling import Weighting
     from ..errors import InputError
 
@@ -199,10 +155,8 @@ MODEL_DIR_FIXES = ("model", "pooling", "max_length", "calibrator", "regime", "co
 
 
 def check_model_dir_options(ctx: typer.Context, model_dir: str | None) -> None:
-    """Refuse options that a ``--model-dir`` folder already fixes (they would be silently ignored otherwise).
-
-    An option counts as given when its value came from the command line or the environment, not its default.
-    """
+    """Refuse options that a ``--model-dir`` folder already fixes (they would be silently ignored), when given on
+    the command line or in the environment."""
     from ..errors import InputError
 
     if not model_dir:
@@ -258,11 +212,8 @@ ModelDirOpt = Annotated[
 def source_constant(module: str, name: str) -> Any:
     """The value of the module-level constant ``name`` of bertflow's ``module`` (a path below the package without
     ``.py``: ``"encoding/device"``), read from its source without importing it, so the CLI's help quotes the owner's
-    list without loading torch. A ``Literal["a", "b"]`` alias gives its arguments, ``("a", "b")``.
-
-    Raises:
-        LookupError: no such constant, or one whose value is not a literal (a bug in bertflow, not in the input).
-    """
+    list without loading torch. A ``Literal["a", "b"]`` alias gives its arguments, ``("a", "b")``. LookupError (a
+    bug in bertflow) for no such literal constant."""
     import ast
 
     source = (Path(__file__).resolve().parents[1] / f"{module}.py").read_text(encoding="utf-8")

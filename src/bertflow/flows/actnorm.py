@@ -11,8 +11,6 @@ from torch import Tensor, nn
 from bertflow.errors import InputError
 from bertflow.flows.base import Transform
 
-__all__ = ["ActNorm", "data_init_mode", "initialize_actnorms"]
-
 # Absolute and relative floors on the per-feature std used by the data-dependent init. Real sentence-embedding
 # checkpoints have (near-)constant dimensions; dividing by their raw std gives scales around 1e6 and the
 # flow diverges on the first step.
@@ -27,16 +25,10 @@ _STAND_IN_SEED = 0
 class ActNorm(Transform):
     """Per-feature affine normalisation ``y = (x + bias) * exp(logscale_factor * log_scale)``.
 
-    Both parameters start at zero, so a fresh ActNorm is the identity. Data-dependent initialisation is
-    always explicit (:meth:`initialize`, or :func:`initialize_actnorms` for all ActNorms of a model in the
-    order data reaches them); ``forward`` never initialises on its own, so loading a ``state_dict`` can never
-    be overwritten by a later batch. Whether it has happened is stored in the boolean buffer
-    ``initialized``, which travels with the ``state_dict``.
-
-    Args:
-        num_features: Number of features ``C`` of the ``[B, C]`` inputs.
-        logscale_factor: Multiplier of ``log_scale`` (Glow uses 3); it makes the effective learning rate of
-            the scale larger than that of the bias.
+    Both parameters start at zero (the identity). Data-dependent initialisation is always explicit
+    (:meth:`initialize`, :func:`initialize_actnorms`), never in ``forward``, so a loaded ``state_dict`` is never
+    overwritten; the buffer ``initialized`` records it. ``logscale_factor`` (Glow: 3) raises the scale's effective
+    learning rate over the bias's.
     """
 
     def __init__(self, num_features: int, logscale_factor: float = 3.0) -> None:
@@ -56,18 +48,9 @@ class ActNorm(Transform):
 
     @torch.no_grad()
     def initialize(self, x: Tensor) -> None:
-        """Sets ``bias`` and ``log_scale`` so that the output on ``x`` has zero mean and unit std per feature.
-
-        The std used is floored: ``std_used = max(std, max(1e-6, 1e-3 * median(std over features)))``, so a
-        near-constant feature gets a large but bounded scale instead of ~1e6 (its output std stays below 1).
-        Statistics are computed in float64 whatever the dtype of ``x``. Runs under ``torch.no_grad``.
-
-        Args:
-            x: A batch of inputs, shape ``[N, C]`` with ``N >= 2``, all finite.
-
-        Raises:
-            InputError: If ``x`` has the wrong shape, fewer than two rows, or non-finite values.
-        """
+        """Sets ``bias`` and ``log_scale`` so that the output on ``x`` (``[N, C]``, ``N >= 2``, finite; else
+        InputError) has zero mean and unit std per feature, in float64. The std is floored at
+        ``max(1e-6, 1e-3 * median std)``, so a near-constant feature gets a large but bounded scale."""
         self._fit(x)
 
     @torch.no_grad()
@@ -90,15 +73,7 @@ class ActNorm(Transform):
         return std < floor
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Normalises ``x``.
-
-        Args:
-            x: Inputs, shape ``[B, C]``.
-
-        Returns:
-            ``(y, ladj)``: outputs ``[B, C]`` and ``log|det dy/dx| = logscale_factor * sum(log_scale)``
-            broadcast to shape ``[B]`` (nats).
-        """
+        """Normalises ``x``."""
         floored = self._fit(x) if self._data_init is not None else None
         logs = self.logscale_factor * self.log_scale
         y = (x + self.bias) * torch.exp(logs)
@@ -111,14 +86,7 @@ class ActNorm(Transform):
         return y, ladj
 
     def inverse(self, y: Tensor) -> tuple[Tensor, Tensor]:
-        """Undoes the normalisation.
-
-        Args:
-            y: Outputs, shape ``[B, C]``.
-
-        Returns:
-            ``(x, ladj_inv)``: inputs ``[B, C]`` and ``-logscale_factor * sum(log_scale)`` as shape ``[B]``.
-        """
+        """Undoes the normalisation."""
         logs = self.logscale_factor * self.log_scale
         x = y * torch.exp(-logs) - self.bias
         return x, (-logs.sum()).expand(y.shape[0])
@@ -133,17 +101,10 @@ def data_init_mode(module: nn.Module) -> Iterator[None]:
     ones see the normalised outputs of earlier ones, as in Glow). The mode is switched off on exit, even on
     error.
 
-    One deliberate difference from a plain forward pass: a feature that an ActNorm had to floor (std below
-    ``max(1e-6, 1e-3 * median std)``) is passed on to the rest of the pass as seeded standard-normal noise
-    instead of its normalised values, which are nearly constant. Otherwise every ActNorm downstream sees the
-    same near-constant feature, floors it again and multiplies in another gain of up to ~1e3: after two or
-    three steps the total gain is the naive ``1 / std`` the floor was meant to prevent (~1e9 for a feature
-    with std 1e-9), and the first training step diverges. With the stand-in, downstream ActNorms leave such
-    a feature at gain ~1, so its total gain is bounded by the single floor. The returned outputs of the init
-    pass are therefore not meaningful; only the initialised parameters are.
-
-    Args:
-        module: Any module; its ActNorm descendants (and itself, if it is one) are affected.
+    One deliberate difference from a plain forward pass: a feature an ActNorm had to floor is passed on as seeded
+    standard-normal noise. Otherwise every ActNorm downstream floors it again, multiplying gains of up to ~1e3
+    until the total is the naive ``1 / std`` the floor prevents (~1e9), and the first training step diverges. The
+    pass's outputs are therefore not meaningful; only the initialised parameters are.
     """
     norms = [m for m in module.modules() if isinstance(m, ActNorm)]
     gen = torch.Generator().manual_seed(_STAND_IN_SEED)
@@ -157,14 +118,7 @@ def data_init_mode(module: nn.Module) -> Iterator[None]:
 
 
 def initialize_actnorms(transform: Transform, x: Tensor) -> None:
-    """Data-dependent initialisation of every ActNorm in ``transform`` with one forward pass on ``x``.
-
-    Args:
-        transform: The transform to initialise (e.g. a FlowStep, a coupling or a whole Glow).
-        x: A batch of data, shape ``[N, D]`` with ``N >= 2``.
-
-    Raises:
-        InputError: If the batch is unusable (see :meth:`ActNorm.initialize`).
-    """
+    """Data-dependent initialisation of every ActNorm in ``transform`` with one forward pass on ``x`` [N >= 2, D]
+    (InputError if unusable, see :meth:`ActNorm.initialize`)."""
     with torch.no_grad(), data_init_mode(transform):
         transform(x)

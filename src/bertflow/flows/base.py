@@ -14,56 +14,23 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-__all__ = ["Transform", "Composite"]
-
 
 class Transform(nn.Module):
-    """An invertible map on batches of feature vectors, with its log-determinant.
-
-    Subclasses implement :meth:`forward` (data -> latent) and :meth:`inverse` (latent -> data) on tensors of
-    shape ``[B, D]`` and return the per-sample log absolute Jacobian determinant alongside the output:
-
-    * ``forward(x) -> (y, log|det dy/dx|)``;
-    * ``inverse(y) -> (x, log|det dx/dy|)``, which equals minus the forward log-determinant.
-
-    Log-determinants are natural logarithms (nats) with shape ``[B]``. Transforms never change the number of
-    features and never mix samples of a batch, so a batch gives the same results as its rows one at a time
-    (up to floating-point rounding).
-    """
+    """An invertible map on ``[B, D]`` batches with its log-determinant (the module's sign convention; ``[B]``, in
+    nats). Transforms keep the number of features and never mix the samples of a batch."""
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Maps data to latent.
-
-        Args:
-            x: Inputs, shape ``[B, D]``.
-
-        Returns:
-            ``(y, ladj)``: outputs of shape ``[B, D]`` and ``log|det dy/dx|`` of shape ``[B]`` (nats).
-        """
+        """Maps data to latent: ``(y, log|det dy/dx|)``."""
         raise NotImplementedError
 
     def inverse(self, y: Tensor) -> tuple[Tensor, Tensor]:
-        """Maps latent back to data.
-
-        Args:
-            y: Latent values, shape ``[B, D]``.
-
-        Returns:
-            ``(x, ladj_inv)``: inputs of shape ``[B, D]`` and ``log|det dx/dy|`` of shape ``[B]`` (nats),
-            i.e. minus the forward log-determinant.
-        """
+        """Maps latent back to data: ``(x, log|det dx/dy|)``, minus the forward log-determinant."""
         raise NotImplementedError
 
 
 class Composite(Transform):
-    """Chains transforms: ``forward`` applies them in order, ``inverse`` in reverse order.
-
-    The log-determinants of the parts are summed in the same single pass.
-
-    Args:
-        *transforms: The transforms, in data -> latent order. They are registered as submodules under
-            ``transforms.0``, ``transforms.1``, ... (so they appear in the ``state_dict`` with those names).
-    """
+    """Chains transforms (data -> latent order, submodules ``transforms.0``, ``transforms.1`` ...): ``forward``
+    applies them in order, ``inverse`` in reverse, summing the log-determinants."""
 
     def __init__(self, *transforms: Transform) -> None:
         super().__init__()
@@ -79,14 +46,7 @@ class Composite(Transform):
         return self.transforms[index]  # type: ignore[return-value]
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Applies every transform in order.
-
-        Args:
-            x: Inputs, shape ``[B, D]``.
-
-        Returns:
-            ``(y, ladj)``: outputs ``[B, D]`` and the summed ``log|det dy/dx|`` ``[B]`` (nats).
-        """
+        """Applies every transform in order."""
         ladj = x.new_zeros(x.shape[0])
         for t in self.transforms:
             x, ld = t(x)
@@ -94,14 +54,7 @@ class Composite(Transform):
         return x, ladj
 
     def inverse(self, y: Tensor) -> tuple[Tensor, Tensor]:
-        """Undoes every transform, last one first.
-
-        Args:
-            y: Latent values, shape ``[B, D]``.
-
-        Returns:
-            ``(x, ladj_inv)``: inputs ``[B, D]`` and the summed ``log|det dx/dy|`` ``[B]`` (nats).
-        """
+        """Undoes every transform, last one first."""
         ladj = y.new_zeros(y.shape[0])
         for t in reversed(self.transforms):
             y, ld = t.inverse(y)  # type: ignore[operator]

@@ -14,8 +14,6 @@ from bertflow.errors import InputError
 from bertflow.flows.actnorm import ActNorm
 from bertflow.flows.base import Transform
 
-__all__ = ["ZeroLinear", "CouplingNet", "coupling_network", "AdditiveCoupling", "AffineCoupling"]
-
 # Std of the normal init of the hidden Linear weights (Glow's default initializer). The ActNorm that follows
 # each of them is data-initialised, so this only matters before `initialize` is called.
 _HIDDEN_INIT_STD = 0.05
@@ -26,11 +24,6 @@ class ZeroLinear(nn.Module):
 
     ``out = (h @ weight.T + bias) * exp(logscale_factor * logs)``; ``weight``, ``bias`` and ``logs`` all start
     at zero, so the coupling that uses it starts as (close to) the identity.
-
-    Args:
-        in_features: Width of the ``[B, in_features]`` input.
-        out_features: Width of the ``[B, out_features]`` output.
-        logscale_factor: Multiplier of ``logs`` (3, as in Glow).
     """
 
     def __init__(self, in_features: int, out_features: int, logscale_factor: float = 3.0) -> None:
@@ -46,29 +39,15 @@ class ZeroLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}"
 
     def forward(self, h: Tensor) -> Tensor:
-        """Applies the layer.
-
-        Args:
-            h: Hidden activations, shape ``[B, in_features]``.
-
-        Returns:
-            Outputs, shape ``[B, out_features]``.
-        """
+        """Applies the layer."""
         return F.linear(h, self.weight, self.bias) * torch.exp(self.logscale_factor * self.logs)
 
 
 class CouplingNet(nn.Module):
     """``Linear -> ActNorm -> ReLU -> Linear -> ActNorm -> ReLU -> ZeroLinear``, from ``n_in`` to ``n_out``.
 
-    The hidden Linear layers have no bias because the ActNorm right after them has one (this is also what
-    makes the parameter count match the official code). The two ActNorms take part in the explicit
-    data-dependent initialisation of the model they belong to.
-
-    Args:
-        in_features: Width ``n_in`` of the conditioning input.
-        out_features: Width ``n_out`` of the output.
-        hidden: Hidden width ``h`` (32 in the official BERT-flow code).
-        generator: Optional private generator for the hidden weights' init (the global RNG is used if None).
+    The hidden Linear layers have no bias: the ActNorm right after them has one (the official code's parameter
+    count). ``hidden``: 32 in the official code; ``generator`` draws the hidden weights (default: the global RNG).
     """
 
     def __init__(
@@ -94,14 +73,7 @@ class CouplingNet(nn.Module):
                 lin.weight.copy_(w * _HIDDEN_INIT_STD)
 
     def forward(self, x: Tensor) -> Tensor:
-        """Computes the coupling parameters from the conditioning half.
-
-        Args:
-            x: Conditioning input, shape ``[B, n_in]``.
-
-        Returns:
-            Raw coupling parameters, shape ``[B, n_out]``.
-        """
+        """Computes the coupling parameters from the conditioning half."""
         h = F.relu(self.norm1(self.linear1(x))[0])
         h = F.relu(self.norm2(self.linear2(h))[0])
         return self.out(h)
@@ -110,17 +82,7 @@ class CouplingNet(nn.Module):
 def coupling_network(
     in_features: int, out_features: int, hidden: int = 32, *, generator: torch.Generator | None = None
 ) -> CouplingNet:
-    """Builds the coupling network ``n_in -> n_out`` (see :class:`CouplingNet`).
-
-    Args:
-        in_features: Width of the conditioning input.
-        out_features: Width of the output.
-        hidden: Hidden width.
-        generator: Optional private generator for the weight init.
-
-    Returns:
-        A fresh :class:`CouplingNet` whose output is exactly zero until it is trained.
-    """
+    """A fresh :class:`CouplingNet` ``n_in -> n_out``, whose output is exactly zero until it is trained."""
     return CouplingNet(in_features, out_features, hidden, generator=generator)
 
 
@@ -147,38 +109,19 @@ class AdditiveCoupling(_Coupling):
     """NICE additive coupling ``y_b = x_b + net(x_a)``, ``y_a = x_a``; volume preserving (log-det 0).
 
     The official BERT-flow default.
-
-    Args:
-        num_features: Number of features ``n >= 2`` of the ``[B, n]`` inputs.
-        hidden: Hidden width of the coupling network.
-        generator: Optional private generator for the network's weight init.
     """
 
     def __init__(self, num_features: int, hidden: int = 32, *, generator: torch.Generator | None = None) -> None:
         super().__init__(num_features, 1, hidden, generator)
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Shifts the second half by a function of the first.
-
-        Args:
-            x: Inputs, shape ``[B, n]``.
-
-        Returns:
-            ``(y, zeros[B])`` with ``y`` of shape ``[B, n]``.
-        """
+        """Shifts the second half by a function of the first."""
         x_a, x_b = x[:, : self.n_a], x[:, self.n_a :]
         y_b = x_b + self.net(x_a)
         return torch.cat([x_a, y_b], dim=1), x.new_zeros(x.shape[0])
 
     def inverse(self, y: Tensor) -> tuple[Tensor, Tensor]:
-        """Subtracts the shift (``y_a = x_a``, so the network sees the same input as in forward).
-
-        Args:
-            y: Latent values, shape ``[B, n]``.
-
-        Returns:
-            ``(x, zeros[B])`` with ``x`` of shape ``[B, n]``.
-        """
+        """Subtracts the shift (``y_a = x_a``, so the network sees the same input as in forward)."""
         y_a, y_b = y[:, : self.n_a], y[:, self.n_a :]
         x_b = y_b - self.net(y_a)
         return torch.cat([y_a, x_b], dim=1), y.new_zeros(y.shape[0])
@@ -191,11 +134,6 @@ class AffineCoupling(_Coupling):
     ``out[:, 0::2]`` and ``raw`` is ``out[:, 1::2]``. The sigmoid keeps the scale in ``(0, 1)`` and the ``+2``
     makes it start near 0.88 rather than 0.5 with a zero-initialised network. The log-determinant is
     ``sum(log scale)`` over the ``n_b`` transformed features.
-
-    Args:
-        num_features: Number of features ``n >= 2`` of the ``[B, n]`` inputs.
-        hidden: Hidden width of the coupling network.
-        generator: Optional private generator for the network's weight init.
     """
 
     def __init__(self, num_features: int, hidden: int = 32, *, generator: torch.Generator | None = None) -> None:
@@ -207,28 +145,14 @@ class AffineCoupling(_Coupling):
         return out[:, 0::2], F.logsigmoid(out[:, 1::2] + 2.0)
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Shifts then scales the second half by functions of the first.
-
-        Args:
-            x: Inputs, shape ``[B, n]``.
-
-        Returns:
-            ``(y, ladj)``: outputs ``[B, n]`` and ``sum(log scale)`` of shape ``[B]`` (nats).
-        """
+        """Shifts then scales the second half by functions of the first."""
         x_a, x_b = x[:, : self.n_a], x[:, self.n_a :]
         shift, log_scale = self._shift_logscale(x_a)
         y_b = (x_b + shift) * torch.exp(log_scale)
         return torch.cat([x_a, y_b], dim=1), log_scale.sum(dim=1)
 
     def inverse(self, y: Tensor) -> tuple[Tensor, Tensor]:
-        """Unscales then unshifts the second half.
-
-        Args:
-            y: Latent values, shape ``[B, n]``.
-
-        Returns:
-            ``(x, ladj_inv)``: inputs ``[B, n]`` and ``-sum(log scale)`` of shape ``[B]`` (nats).
-        """
+        """Unscales then unshifts the second half."""
         y_a, y_b = y[:, : self.n_a], y[:, self.n_a :]
         shift, log_scale = self._shift_logscale(y_a)
         x_b = y_b * torch.exp(-log_scale) - shift

@@ -22,8 +22,6 @@ from bertflow.flows.base import Composite, Transform
 from bertflow.flows.coupling import AdditiveCoupling, AffineCoupling
 from bertflow.flows.permutation import InvertibleLinearLU, RandomPermutation, ReversePermutation
 
-__all__ = ["FlowStep", "Glow", "GLOW_PRESETS", "COUPLINGS", "PERMUTATIONS"]
-
 CouplingName = Literal["additive", "affine"]
 PermutationName = Literal["reverse", "random", "lu"]
 
@@ -52,18 +50,10 @@ def _check_positive_int(name: str, value: object) -> int:
 
 
 class FlowStep(Transform):
-    """One Glow step: ``ActNorm -> permutation -> coupling`` (data -> latent).
+    """One Glow step on ``[B, C]`` (``C >= 2``): ``ActNorm -> permutation -> coupling`` (data -> latent).
 
-    Args:
-        num_features: Number of features ``C >= 2`` of the ``[B, C]`` inputs.
-        hidden_channels: Hidden width of the coupling network.
-        coupling: ``"additive"`` (NICE) or ``"affine"`` (Glow).
-        permutation: ``"reverse"`` (fixed reversal), ``"random"`` (fixed random permutation) or ``"lu"``
-            (learned invertible 1x1 conv).
-        seed: Seed of the random permutation / LU init and of the coupling network's weight init.
-
-    Raises:
-        InputError: (a ``ValueError``) for an unknown coupling or permutation name or ``num_features < 2``.
+    ``coupling``: ``"additive"`` (NICE) or ``"affine"`` (Glow); ``permutation``: ``"reverse"``, ``"random"`` (fixed)
+    or ``"lu"`` (learned 1x1 conv); ``seed`` seeds the permutation / LU and the coupling network's init.
     """
 
     def __init__(
@@ -94,28 +84,14 @@ class FlowStep(Transform):
             self.coupling = AffineCoupling(num_features, hidden_channels, generator=gen)
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Applies ActNorm, permutation and coupling.
-
-        Args:
-            x: Inputs, shape ``[B, C]``.
-
-        Returns:
-            ``(y, ladj)``: outputs ``[B, C]`` and ``log|det dy/dx|`` ``[B]`` (nats).
-        """
+        """Applies ActNorm, permutation and coupling."""
         x, ld1 = self.actnorm(x)
         x, ld2 = self.permutation(x)
         x, ld3 = self.coupling(x)
         return x, ld1 + ld2 + ld3
 
     def inverse(self, y: Tensor) -> tuple[Tensor, Tensor]:
-        """Undoes coupling, permutation and ActNorm.
-
-        Args:
-            y: Latent values, shape ``[B, C]``.
-
-        Returns:
-            ``(x, ladj_inv)``: inputs ``[B, C]`` and ``log|det dx/dy|`` ``[B]`` (nats).
-        """
+        """Undoes coupling, permutation and ActNorm."""
         y, ld3 = self.coupling.inverse(y)  # type: ignore[operator]
         y, ld2 = self.permutation.inverse(y)  # type: ignore[operator]
         y, ld1 = self.actnorm.inverse(y)
@@ -125,20 +101,10 @@ class FlowStep(Transform):
 class Glow(Transform):
     """Multi-scale Glow mapping ``D``-dimensional embeddings to a standard normal latent (data -> latent).
 
-    Args:
-        n_features: Input dimension ``D``.
-        n_levels: Number of levels; every level must keep at least 2 channels.
-        depth: Flow steps per level.
-        hidden_channels: Hidden width of every coupling network (32 in the official code).
-        coupling: ``"additive"`` or ``"affine"``.
-        permutation: ``"reverse"``, ``"random"`` or ``"lu"``.
-        seed: Seeds every random initialisation (permutations, LU matrices, coupling-net weights) through
-            private generators, so ``Glow(**glow.get_config())`` rebuilds an identical untrained model. All of
-            that state is also stored in parameters/buffers, so ``load_state_dict`` restores it exactly.
-
-    Raises:
-        InputError: (a ``ValueError``) for unknown coupling/permutation names, non-positive sizes, or when a
-            level would have fewer than 2 channels (e.g. ``n_features=2`` with 3 levels).
+    ``n_levels`` levels (each keeping at least 2 channels) of ``depth`` :class:`FlowStep`; ``hidden_channels``,
+    ``coupling``, ``permutation`` as there. ``seed`` seeds every initialisation through private generators, so
+    ``Glow(**glow.get_config())`` rebuilds an identical untrained model; all that state is also in parameters or
+    buffers, so ``load_state_dict`` restores it. Bad names or sizes are InputError.
     """
 
     def __init__(
@@ -200,19 +166,7 @@ class Glow(Transform):
 
     @classmethod
     def from_preset(cls, name: str, n_features: int, **overrides: Any) -> Glow:
-        """Builds a Glow from a named preset of :data:`GLOW_PRESETS`.
-
-        Args:
-            name: ``"code"`` (official code defaults) or ``"paper"`` (paper's description).
-            n_features: Input dimension ``D``.
-            **overrides: Constructor arguments that replace the preset's.
-
-        Returns:
-            The new, uninitialised Glow.
-
-        Raises:
-            InputError: (a ``ValueError``) for an unknown preset name.
-        """
+        """Builds a Glow from a named preset of :data:`GLOW_PRESETS`."""
         _check_name("Glow preset", name, tuple(GLOW_PRESETS))
         cfg = copy.deepcopy(GLOW_PRESETS[name])
         cfg.update(overrides)
@@ -235,15 +189,7 @@ class Glow(Transform):
             raise InputError(f"Glow.{what} expects a [B, {self.n_features}] tensor, got shape {tuple(x.shape)}")
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Maps embeddings to the latent.
-
-        Args:
-            x: Embeddings, shape ``[B, D]``.
-
-        Returns:
-            ``(z, ladj)``: latent ``[B, D]`` (ordered as described in the module docstring) and
-            ``log|det dz/dx|`` ``[B]`` (nats).
-        """
+        """Maps embeddings to the latent (ordered as described in the module docstring)."""
         self._check_input(x, "forward")
         ladj = x.new_zeros(x.shape[0])
         parts = []
@@ -260,14 +206,7 @@ class Glow(Transform):
         return torch.cat(parts, dim=1), ladj
 
     def inverse(self, z: Tensor) -> tuple[Tensor, Tensor]:
-        """Maps latent values back to embedding space.
-
-        Args:
-            z: Latent values, shape ``[B, D]``.
-
-        Returns:
-            ``(x, ladj_inv)``: embeddings ``[B, D]`` and ``log|det dx/dz|`` ``[B]`` (nats).
-        """
+        """Maps latent values back to embedding space."""
         self._check_input(z, "inverse")
         blocks = torch.split(z, list(self.latent_sizes), dim=1)
         ladj = z.new_zeros(z.shape[0])
@@ -280,51 +219,20 @@ class Glow(Transform):
         return h, ladj
 
     def log_prob(self, x: Tensor) -> Tensor:
-        """Log-density of ``x`` under the flow, in nats.
-
-        ``log p(x) = sum_d log N(z_d; 0, 1) + log|det dz/dx|`` over all ``D`` latent coordinates.
-
-        Args:
-            x: Embeddings, shape ``[B, D]``.
-
-        Returns:
-            Log-densities, shape ``[B]``.
-        """
+        """Log-density ``[B]`` of ``x`` under the flow, in nats: ``sum_d log N(z_d; 0, 1) + log|det dz/dx|``."""
         z, ladj = self.forward(x)
         log_pz = -0.5 * z.square().sum(dim=1) - self.n_features * _HALF_LOG_2PI
         return log_pz + ladj
 
     def bits_per_dim(self, x: Tensor) -> Tensor:
-        """Negative log-density per dimension in bits: ``-log_prob(x) / (D * ln 2)`` (the official objective).
-
-        Embeddings are continuous, so this is a differential entropy estimate and not bounded below by 0: it
-        is typically negative once the flow is fitted (the density of a concentrated cloud exceeds 1).
-
-        Args:
-            x: Embeddings, shape ``[B, D]``.
-
-        Returns:
-            Bits per dimension, shape ``[B]``.
-        """
+        """Negative log-density per dimension in bits: ``-log_prob(x) / (D * ln 2)`` (the official objective); a
+        differential entropy, so typically negative once fitted."""
         return -self.log_prob(x) / (self.n_features * math.log(2.0))
 
     def initialize(self, x: Tensor) -> None:
-        """Explicit data-dependent initialisation of every ActNorm, in the order data flows through them.
-
-        Runs one forward pass on ``x`` under ``torch.no_grad``; each ActNorm (those of the flow steps and
-        those inside the coupling networks) is set from the statistics of the input it sees, with the std
-        floor of :meth:`ActNorm.initialize`. A feature that had to be floored is handed on through the rest
-        of the pass as unit-variance stand-in noise, so that later ActNorms do not floor it again and
-        compound the gains back to the naive ``1 / std`` (see :func:`bertflow.flows.actnorm.data_init_mode`).
-        Calling it again re-initialises. Afterwards :attr:`is_initialized` is True. This never happens
-        implicitly (not on forward, not on load).
-
-        Args:
-            x: A batch of embeddings, shape ``[N, D]`` with ``N >= 2`` (a few hundred rows is typical).
-
-        Raises:
-            InputError: If ``x`` has the wrong shape, fewer than 2 rows or non-finite values.
-        """
+        """Explicit data-dependent initialisation of every ActNorm (``x``: ``[N, D]``, ``N >= 2``), in the order
+        data flows through them, in one no-grad pass; never implicit. A floored feature goes on as unit-variance
+        stand-in noise so later ActNorms do not floor it again (:func:`bertflow.flows.actnorm.data_init_mode`)."""
         self._check_input(x, "initialize")
         initialize_actnorms(self, x)
 

@@ -12,8 +12,6 @@ from torch import Tensor, nn
 from bertflow.errors import InputError
 from bertflow.flows.base import Transform
 
-__all__ = ["ReversePermutation", "RandomPermutation", "InvertibleLinearLU"]
-
 
 def _check_features(name: str, n: int) -> int:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -22,11 +20,7 @@ def _check_features(name: str, n: int) -> int:
 
 
 class ReversePermutation(Transform):
-    """Reverses the order of the features (the official BERT-flow code's default; log-det 0).
-
-    Args:
-        num_features: Number of features ``C`` of the ``[B, C]`` inputs.
-    """
+    """Reverses the order of the features (the official BERT-flow code's default; log-det 0)."""
 
     def __init__(self, num_features: int) -> None:
         super().__init__()
@@ -36,25 +30,11 @@ class ReversePermutation(Transform):
         return str(self.num_features)
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Reverses the features.
-
-        Args:
-            x: Inputs, shape ``[B, C]``.
-
-        Returns:
-            ``(x[:, ::-1], zeros[B])``.
-        """
+        """Reverses the features."""
         return x.flip(1), x.new_zeros(x.shape[0])
 
     def inverse(self, y: Tensor) -> tuple[Tensor, Tensor]:
-        """Reverses the features back (reversal is its own inverse).
-
-        Args:
-            y: Latent values, shape ``[B, C]``.
-
-        Returns:
-            ``(y[:, ::-1], zeros[B])``.
-        """
+        """Reverses the features back (reversal is its own inverse)."""
         return y.flip(1), y.new_zeros(y.shape[0])
 
 
@@ -63,10 +43,6 @@ class RandomPermutation(Transform):
 
     The permutation is drawn once from ``seed`` and stored as the long buffer ``perm`` (output feature ``i``
     is input feature ``perm[i]``), so a loaded ``state_dict`` restores it exactly even if the seed changed.
-
-    Args:
-        num_features: Number of features ``C`` of the ``[B, C]`` inputs.
-        seed: Seed of the private generator that draws the permutation (the global RNG is untouched).
     """
 
     def __init__(self, num_features: int, seed: int = 0) -> None:
@@ -79,25 +55,11 @@ class RandomPermutation(Transform):
         return str(self.num_features)
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Permutes the features.
-
-        Args:
-            x: Inputs, shape ``[B, C]``.
-
-        Returns:
-            ``(x[:, perm], zeros[B])``.
-        """
+        """Permutes the features."""
         return x[:, self.perm], x.new_zeros(x.shape[0])
 
     def inverse(self, y: Tensor) -> tuple[Tensor, Tensor]:
-        """Applies the inverse permutation.
-
-        Args:
-            y: Latent values, shape ``[B, C]``.
-
-        Returns:
-            ``(y[:, argsort(perm)], zeros[B])``.
-        """
+        """Applies the inverse permutation."""
         # Derived on the fly rather than cached so it can never go stale after load_state_dict.
         return y[:, torch.argsort(self.perm)], y.new_zeros(y.shape[0])
 
@@ -112,10 +74,6 @@ class InvertibleLinearLU(Transform):
     The log-determinant is ``sum(log_abs_s)`` for every sample, so it costs nothing to evaluate.
 
     ``W`` starts as a random orthogonal matrix drawn from ``seed`` (log-det 0 at initialisation).
-
-    Args:
-        num_features: Number of features ``C`` of the ``[B, C]`` inputs.
-        seed: Seed of the private generator that draws the initial orthogonal matrix.
     """
 
     def __init__(self, num_features: int, seed: int = 0) -> None:
@@ -166,14 +124,7 @@ class InvertibleLinearLU(Transform):
         return (lower @ upper)[self.perm]
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Mixes the features with ``W``.
-
-        Args:
-            x: Inputs, shape ``[B, C]``.
-
-        Returns:
-            ``(x @ W.T, sum(log_abs_s))`` with the log-det broadcast to shape ``[B]``.
-        """
+        """Mixes the features with ``W``."""
         lower, upper = self._factors()
         if x.shape[0] < self.num_features:
             # Applying the factors one by one costs O(B C^2) instead of the O(C^3) of forming W: ~10x less
@@ -184,14 +135,7 @@ class InvertibleLinearLU(Transform):
         return y, self.log_abs_s.sum().expand(x.shape[0])
 
     def inverse(self, y: Tensor) -> tuple[Tensor, Tensor]:
-        """Solves ``y = x @ W.T`` for ``x`` with two triangular solves (no explicit inverse).
-
-        Args:
-            y: Latent values, shape ``[B, C]``.
-
-        Returns:
-            ``(x, -sum(log_abs_s))`` with the log-det broadcast to shape ``[B]``.
-        """
+        """Solves ``y = x @ W.T`` for ``x`` with two triangular solves (no explicit inverse)."""
         lower, upper = self._factors()
         # Column form: y.T = P L U x.T, so x.T = U^-1 L^-1 P^T y.T; P^T picks rows by the inverse permutation.
         rhs = y.T[torch.argsort(self.perm)]

@@ -1,17 +1,13 @@
 """Parquet and Arrow IPC files: a text column read by row range, and embedding tables written in a stream.
 
 Input. :class:`TableColumn` reads one string column of a Parquet file (by row group) or an Arrow IPC / Feather v2
-file (by record batch, memory-mapped), only the groups that overlap the rows asked for, never the whole file. The
-rules are those of the text readers: every row becomes one embedding row (row ``i`` of a store is row ``i`` of the
-table), so a null or blank row (:func:`bertflow.validation.is_blank`) is an :class:`~bertflow.errors.InputError`
-naming the row, not skipped. Nulls are found when the input is indexed (before anything is encoded); blank strings
-when their shard is read, as blank lines of a text file are.
+file (by record batch, memory-mapped), only the groups that overlap the rows asked for. Row ``i`` of a store is row
+``i`` of the table, so a null or blank row is an :class:`~bertflow.errors.InputError` naming it, not skipped: nulls
+when the input is indexed, blank strings when their shard is read (as blank lines of a text file).
 
-Output. :class:`EmbeddingTableWriter` writes an embedding table (``row`` int64, an optional id column copied from
-the input, ``embedding`` fixed_size_list<float32>[D]) to an open binary file, one record batch or row group per
-block, hashing the bytes as they go; :func:`read_embedding_table` and :func:`embedding_table_rows` read one back.
-``bertflow.scale.store`` uses them for ``--format parquet|arrow`` stores, and ``bertflow encode`` for a ``.parquet`` /
-``.arrow`` output (:func:`write_embedding_file`, fed by :func:`iter_table_sentences`: both streamed).
+Output. :class:`EmbeddingTableWriter` streams an embedding table (``row`` int64, an optional id column copied from
+the input, ``embedding`` fixed_size_list<float32>[D]), hashing the bytes as they go: the shards of ``--format
+parquet|arrow`` stores, and ``bertflow encode``'s ``.parquet`` / ``.arrow`` output (:func:`write_embedding_file`).
 
 pyarrow is imported when first needed (``pip install 'bertflow[arrow]'``).
 """
@@ -32,21 +28,8 @@ from ..validation import is_blank
 from .formats import sha256_file
 from .text import index_lines, read_lines
 
-__all__ = [
-    "TABLE_SUFFIXES",
-    "InputIndex",
-    "InputSource",
-    "TableColumn",
-    "EmbeddingTableWriter",
-    "input_format",
-    "open_input",
-    "iter_table_sentences",
-    "read_embedding_table",
-    "embedding_table_rows",
-    "write_embedding_file",
-]
-
-#: File name suffixes read as tables, and their format.
+#: Table formats read (``--input-format``), and the file name suffixes read as each.
+TABLE_FORMATS = ("parquet", "arrow")
 TABLE_SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow"}
 #: The text column of a table input when none is named (``--text-column``).
 DEFAULT_TEXT_COLUMN = "text"
@@ -68,7 +51,7 @@ def pyarrow() -> Any:
 def input_format(path: str | Path, explicit: str | None = None) -> str:
     """``"text"``, ``"parquet"`` or ``"arrow"``: ``explicit`` if given, else from the suffix (text otherwise)."""
     if explicit is not None:
-        if explicit not in ("text", "parquet", "arrow"):
+        if explicit not in ("text", *TABLE_FORMATS):
             raise InputError(f"input format must be text, parquet or arrow, got {explicit!r}")
         return explicit
     return TABLE_SUFFIXES.get(Path(path).suffix.lower(), "text")
@@ -76,14 +59,9 @@ def input_format(path: str | Path, explicit: str | None = None) -> str:
 
 @dataclass(frozen=True)
 class InputIndex:
-    """What indexing an input learns: its row count, where each shard starts and its identity for the manifest.
-
-    Attributes:
-        rows: number of rows (lines of a text file, rows of a table).
-        offsets: byte offset of every shard's first line (text files), or None (tables are read by row number).
-        record: JSON-ready identity of the input (``manifest["input"]``): size and sha256, plus the column of a
-            table, so that resuming with another file or column is refused.
-    """
+    """What indexing an input learns: ``rows``; ``offsets``, the byte offset of every shard's first line (text
+    files; None for tables, read by row number); ``record``, the input's identity in the manifest (size, sha256,
+    a table's column) that a resumed run must repeat."""
 
     rows: int
     offsets: tuple[int, ...] | None
@@ -113,16 +91,8 @@ def _is_text(pa: Any, kind: Any) -> bool:
 
 @dataclass
 class TableColumn:
-    """The text column of a Parquet or Arrow IPC file, read by row range.
-
-    Opening is lazy: nothing is read until :meth:`index`, :meth:`read` or :meth:`read_ids`.
-
-    Args:
-        path: the file.
-        column: name of the string column holding the sentences.
-        kind: ``"parquet"`` or ``"arrow"`` (an Arrow IPC file; Feather v2 is one).
-        id_column: a column to copy beside the embeddings (any type), if any.
-    """
+    """The string ``column`` of a Parquet or Arrow IPC (``kind``) file, read by row range, with an ``id_column``
+    (any type) to copy beside the embeddings. Nothing is read before the first call."""
 
     path: Path
     column: str
@@ -136,11 +106,10 @@ class TableColumn:
             return self._file
         pa = pyarrow()
         try:
+            self._file = _open_table(self.path, self.kind)
             if self.kind == "parquet":
-                self._file = pa.parquet.ParquetFile(self.path)
                 counts = [self._file.metadata.row_group(i).num_rows for i in range(self._file.num_row_groups)]
             else:
-                self._file = pa.ipc.open_file(pa.memory_map(str(self.path), "r"))
                 counts = [self._file.get_batch(i).num_rows for i in range(self._file.num_record_batches)]
         except (pa.ArrowInvalid, OSError) as e:
             what = (
@@ -150,7 +119,7 @@ class TableColumn:
             )
             raise InputError(f"cannot read {self.path} as {what}: {str(e).splitlines()[0]}") from None
         self._starts = [0, *np.cumsum(counts, dtype=np.int64).tolist()]
-        schema = self._file.schema_arrow if self.kind == "parquet" else self._file.schema
+        schema = _schema(self._file)
         names = list(schema.names)
         for name in filter(None, (self.column, self.id_column)):
             if name not in names:
@@ -167,17 +136,12 @@ class TableColumn:
 
     @property
     def rows(self) -> int:
-        """Number of rows of the table."""
         self._open()
         return self._starts[-1]
 
     def check(self) -> int:
-        """Open the table and check its columns and that the text column has no nulls (metadata where it holds
-        null counts); return its row count. Unlike :meth:`index`, the file is not hashed.
-
-        Raises:
-            InputError: as :meth:`index`.
-        """
+        """Check the columns and that the text column has no nulls (InputError naming the problem, as
+        :meth:`index`, without hashing the file); return the row count."""
         self._open()
         self._check_no_nulls()
         return self.rows
@@ -186,17 +150,11 @@ class TableColumn:
         """The ``pyarrow.Field`` of the id column (its name and type, copied into an output table)."""
         if self.id_column is None:
             raise ValueError("no id column was given")
-        file = self._open()
-        return (file.schema_arrow if self.kind == "parquet" else file.schema).field(self.id_column)
+        return _schema(self._open()).field(self.id_column)
 
     def index(self, every: int) -> InputIndex:
-        """Check the columns and that the text column has no nulls; hash the file (one streamed pass).
-
-        Raises:
-            InputError: a missing column (the message lists the columns), a column that is not text, a null.
-        """
-        self._open()
-        self._check_no_nulls()
+        """:meth:`check`, and hash the file (one streamed pass)."""
+        self.check()
         record = {
             "format": self.kind,
             "column": self.column,
@@ -251,12 +209,8 @@ class TableColumn:
                     return
 
     def read(self, start: int, stop: int, offset: int = 0) -> list[str]:
-        """The sentences of rows ``[start, stop)`` (``offset`` is unused: tables are read by row number).
-
-        Raises:
-            InputError: a null or blank row (named by its row number, counting from 0), or fewer rows than asked
-                (the file changed since it was indexed).
-        """
+        """The sentences of rows ``[start, stop)`` (``offset`` unused); InputError at a null or blank row (named,
+        counting from 0) or too few rows (the file changed since it was indexed)."""
         out: list[str] = []
         for values in self._iter_column(self.column, start, stop):
             texts = values.to_pylist()
@@ -274,20 +228,14 @@ class TableColumn:
 
     def read_ids(self, start: int, stop: int) -> Any:
         """The id column's values of rows ``[start, stop)`` as one pyarrow array (its own type kept)."""
-        if self.id_column is None:
-            raise ValueError("no id column was given")
-        pa = pyarrow()
+        kind = self.id_field().type  # ValueError without an id column
         chunks = list(self._iter_column(self.id_column, start, stop))
-        kind = self._open().schema_arrow if self.kind == "parquet" else self._open().schema
-        return pa.concat_arrays(chunks) if chunks else pa.array([], type=kind.field(self.id_column).type)
+        return pyarrow().concat_arrays(chunks) if chunks else pyarrow().array([], type=kind)
 
 
 @dataclass(frozen=True)
 class TextLines:
-    """A text file as the input of a sharded run: one sentence per line, read by byte offset.
-
-    The text counterpart of :class:`TableColumn` (same ``index`` / ``read`` methods).
-    """
+    """A text file as the input of a sharded run (one sentence per line, read by byte offset)."""
 
     path: Path
     errors: str = "strict"
@@ -312,16 +260,8 @@ def open_input(
     id_column: str | None = None,
     encoding_errors: str = "strict",
 ) -> InputSource:
-    """The input of ``distributed-encode``: a :class:`TableColumn` for Parquet/Arrow, a ``TextLines`` otherwise
-    (both :class:`InputSource`; a table also has ``read_ids``).
-
-    Args:
-        path: the input file.
-        text_column: the text column of a table (default ``"text"``); refused for a text file.
-        input_format_name: ``"text"``, ``"parquet"`` or ``"arrow"``; default from the suffix (:data:`TABLE_SUFFIXES`).
-        id_column: a table column copied into Parquet/Arrow output shards; refused for a text file.
-        encoding_errors: for text files, as in :func:`bertflow.io.text.read_lines`.
-    """
+    """The input of ``distributed-encode``: a :class:`TableColumn` for Parquet/Arrow (format from
+    ``input_format_name`` or the suffix), a :class:`TextLines` otherwise (``text_column``, ``id_column`` refused)."""
     kind = input_format(path, input_format_name)
     if kind == "text":
         for option, value in (("--text-column", text_column), ("--id-column", id_column)):
@@ -335,11 +275,7 @@ def open_input(
 
 
 def iter_table_sentences(source: TableColumn, block_rows: int = 65536) -> Iterator[str]:
-    """The sentences of every row of ``source`` in order, read ``block_rows`` at a time (memory: one block).
-
-    Raises:
-        InputError: a null or blank row, named (:meth:`TableColumn.read`).
-    """
+    """The sentences of every row of ``source`` in order, read ``block_rows`` at a time (:meth:`TableColumn.read`)."""
     n = source.rows
     for start in range(0, n, block_rows):
         yield from source.read(start, min(n, start + block_rows))
@@ -386,15 +322,8 @@ def embedding_schema(dim: int, id_field: Any = None) -> Any:
 
 
 class EmbeddingTableWriter:
-    """Write an embedding table to an open binary file, block by block (memory: one block).
-
-    Args:
-        fh: the file (written from its current position; not closed).
-        kind: ``"parquet"`` (one row group per block) or ``"arrow"`` (an Arrow IPC file, one record batch per
-            block; readable memory-mapped, and by ``pyarrow.feather``).
-        dim: embedding dimension D.
-        id_field: a ``pyarrow.Field`` for the id column, if any.
-    """
+    """Write an embedding table of width ``dim`` (with ``id_field``, a ``pyarrow.Field``, if any) to the open file
+    ``fh`` (not closed), one Parquet row group or Arrow IPC record batch per block."""
 
     def __init__(self, fh: IO[bytes], kind: str, dim: int, id_field: Any = None) -> None:
         pa = pyarrow()
@@ -434,14 +363,18 @@ def _open_table(path: Path, kind: str) -> Any:
     return pa.ipc.open_file(pa.memory_map(str(path), "r"))
 
 
+def _schema(file: Any) -> Any:
+    """The Arrow schema of an open Parquet file or Arrow IPC reader."""
+    return file.schema_arrow if hasattr(file, "schema_arrow") else file.schema
+
+
 def embedding_table_rows(path: str | Path, kind: str, dim: int) -> int | None:
     """Rows of the embedding table at ``path`` from its metadata, or None if it is unreadable or has another
     schema (rows of another dimension or type)."""
     pa = pyarrow()
     try:
         table = _open_table(Path(path), kind)
-        schema = table.schema_arrow if kind == "parquet" else table.schema
-        if schema.field(EMBEDDING_COLUMN).type != pa.list_(pa.float32(), int(dim)):
+        if _schema(table).field(EMBEDDING_COLUMN).type != pa.list_(pa.float32(), int(dim)):
             return None
         if kind == "parquet":
             return int(table.metadata.num_rows)
@@ -451,12 +384,8 @@ def embedding_table_rows(path: str | Path, kind: str, dim: int) -> int | None:
 
 
 def read_embedding_table(path: str | Path, kind: str, dim: int, first_row: int) -> np.ndarray:
-    """The embeddings of a table written by :class:`EmbeddingTableWriter`, float32 [rows, D], checking that its
-    ``row`` column counts up from ``first_row``.
-
-    Raises:
-        ModelFileError: the file is unreadable or holds other rows.
-    """
+    """The float32 ``[rows, D]`` embeddings of a table written by :class:`EmbeddingTableWriter`; ModelFileError if
+    unreadable or its ``row`` column does not count up from ``first_row``."""
     pa = pyarrow()
     try:
         file = _open_table(Path(path), kind)
@@ -481,14 +410,8 @@ def write_embedding_file(
     ids: Callable[[int, int], Any] | None = None,
     id_field: Any = None,
 ) -> int:
-    """Write float32 ``blocks`` ([n, D] each, in row order) as one embedding table at ``path``, streamed and atomic
-    (a failure leaves ``path`` as it was). Returns the number of rows.
-
-    Args:
-        kind: ``"parquet"`` or ``"arrow"`` (:class:`EmbeddingTableWriter`).
-        ids: ``ids(start, stop)`` gives the id column's values of rows ``[start, stop)`` (a pyarrow array), e.g.
-            :meth:`TableColumn.read_ids`; with ``id_field``, its field.
-    """
+    """Write float32 ``blocks`` ([n, D] each, in row order) as one ``kind`` embedding table at ``path``, streamed
+    and atomic; returns the rows. ``ids(start, stop)`` gives the id column's values (:meth:`TableColumn.read_ids`)."""
     from .files import atomic_file
 
     rows = 0

@@ -21,26 +21,6 @@ import numpy as np
 
 from ..errors import BertflowError, ModelFileError, OutputError
 
-__all__ = [
-    "TMP_MARK",
-    "atomic_directory",
-    "atomic_file",
-    "atomic_write_text",
-    "check_output_file",
-    "check_output_folder",
-    "embeddings_npy_header",
-    "written_by_bertflow",
-    "folder_kind",
-    "folder_lock",
-    "foreign_entries",
-    "moved_aside",
-    "read_folder",
-    "apply_umask",
-    "current_umask",
-    "fsync_dir",
-    "temporary_name",
-]
-
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -51,36 +31,26 @@ TMP_MARK = ".tmp-"
 
 
 def temporary_name(path: Path) -> Path:
-    """A hidden name beside ``path`` to write it under before the rename. Host and pid are part of it, so writers
-    on several nodes sharing a folder never collide and a stale file says who left it."""
+    """A hidden name beside ``path`` to write it under before the rename; host and pid keep writers on several
+    nodes apart and say who left a stale one."""
     return path.with_name(f".{path.name}{TMP_MARK}{socket.gethostname()}-{os.getpid()}")
 
 
 def fsync_dir(folder: Path) -> None:
     """Make a rename inside ``folder`` durable (a no-op where directories cannot be opened, e.g. Windows)."""
-    try:
+    with contextlib.suppress(OSError):
         fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 @contextlib.contextmanager
 def atomic_file(path: str | Path, mode: str = "w", **kwargs: Any) -> Iterator[IO[Any]]:
-    """Open a temporary file beside ``path`` (:func:`temporary_name`) for writing (``mode`` and ``kwargs`` as for
-    :func:`open`).
-
-    When the block ends normally the file is flushed, fsynced and renamed over ``path``: readers see the old file
-    or the whole new one, never a part. On any exception it is removed and ``path`` is left as it was. A process
-    killed inside the block leaves its hidden temporary file (``.NAME.tmp-HOST-PID``) behind: inside a model or
-    index folder it goes with the folder's temporary copy (:func:`atomic_directory`), in a store the next run removes
-    it (under the store's lock); elsewhere (report folders) it stays until deleted by hand.
-    """
+    """Write ``path`` through a temporary file beside it (``mode``, ``kwargs`` as for :func:`open`), fsynced and
+    renamed over ``path`` when the block ends: readers see the old file or the whole new one. On an exception it is
+    removed; a killed process leaves it (``.NAME.tmp-HOST-PID``) for its folder's owner to remove."""
     path = Path(path)
     tmp = temporary_name(path)
     try:
@@ -115,14 +85,13 @@ _KIND_NAMES = {"model": "a bertflow model", "index": "a bertflow search index", 
 
 
 def _beside(target: Path, role: str) -> Path:
-    """The hidden name beside the folder ``target`` for ``role``: ``new`` (being written), ``old`` (moved aside for
-    the moment between the two renames of a save) or ``lock`` (see :func:`atomic_directory`)."""
+    """The hidden name beside the folder ``target`` for ``role``: ``new``, ``old``, ``lock``."""
     return target.with_name(f".{target.name}.bertflow-{role}")
 
 
 def moved_aside(target: str | Path) -> Path | None:
-    """The previous version of the folder ``target`` that a save moved aside (``.NAME.bertflow-old``), when
-    ``target`` itself is missing: a save is between its two renames, or was killed there. ``None`` otherwise."""
+    """The previous version of ``target`` moved aside by a save between its two renames (running or killed there),
+    when ``target`` itself is missing; ``None`` otherwise."""
     target = Path(target).expanduser()
     if target.exists() or target.is_symlink():
         return None
@@ -148,18 +117,14 @@ def _remove(path: Path) -> None:
 
 @contextlib.contextmanager
 def atomic_directory(target: str | Path) -> Iterator[Path]:
-    """Yield a new, empty folder beside ``target`` (``.NAME.bertflow-new``); when the block ends normally its files
-    are fsynced and it takes ``target``'s place: an existing ``target`` is renamed to ``.NAME.bertflow-old``, the new
-    folder is renamed to ``target``, and the old one is deleted.
+    """Yield a new empty folder beside ``target``; when the block ends its files are fsynced and it takes
+    ``target``'s place (old renamed to ``.NAME.bertflow-old``, new renamed in, old deleted).
 
-    A process killed at any point leaves ``target`` holding the old or the new complete folder, with one exception:
-    between the two renames ``target`` is missing and the old folder is ``.NAME.bertflow-old``. Loading then fails
-    with a line naming it (:func:`read_folder`); :func:`check_output_folder` counts it as the folder at ``target``
-    (a save over it needs ``overwrite``), and it is deleted only once a new folder is in place. One save of
-    ``target`` runs at a time (an OS lock on ``.NAME.bertflow-lock``, free again at once when its holder dies; a
-    second save fails at once), so what a killed save left beside ``target`` is removed by the next save.
-    An exception inside the block leaves ``target`` as it was and nothing beside it.
-    Callers check the destination first with :func:`check_output_folder`.
+    A killed process leaves ``target`` holding the old or the new complete folder, except between the two renames,
+    when the old one is ``.NAME.bertflow-old``: loading names it (:func:`read_folder`), :func:`check_output_folder`
+    counts it as ``target``, and it is deleted only once a new folder is in place. One save of ``target`` at a time
+    (an OS lock on ``.NAME.bertflow-lock``), so the next save removes what a killed one left. An exception in the
+    block leaves ``target`` as it was. Callers check the destination first (:func:`check_output_folder`).
     """
     target = Path(target).expanduser().resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -197,7 +162,7 @@ def atomic_directory(target: str | Path) -> Iterator[Path]:
 
 
 def _folder_identity(folder: Path) -> tuple[int, int, int] | None:
-    """What changes when a save replaces ``folder`` (another folder is renamed to its name), or ``None`` if missing."""
+    """What changes when a save renames another folder to ``folder``'s name, or ``None`` if missing."""
     try:
         st = folder.stat()
     except OSError:
@@ -206,13 +171,8 @@ def _folder_identity(folder: Path) -> tuple[int, int, int] | None:
 
 
 def read_folder(folder: str | Path, read: Callable[[Path], T]) -> T:
-    """``read(folder)``, or one clear :class:`ModelFileError` where another process's save got in the way.
-
-    A save replaces the whole folder (:func:`atomic_directory`), so a read that overlaps it could mix files of two
-    saves: when the folder was replaced between the start and the end of the read, the result (or the error) is
-    dropped for "was replaced by another save while it was being read; load it again". A folder missing with its
-    previous version moved aside (:func:`moved_aside`) is named with what to do. Any other error is the folder's own.
-    """
+    """``read(folder)``, or one clear :class:`ModelFileError` where another process's save got in the way: the
+    folder was replaced during the read (which could mix two saves), or is missing with its old version moved aside."""
     folder = Path(folder)
 
     def aside_error(aside: Path) -> ModelFileError:
@@ -255,13 +215,9 @@ def folder_kind(folder: Path) -> str | None:
 
 
 def foreign_entries(folder: Path, kind: str) -> list[str]:
-    """What inside the bertflow folder ``folder`` of ``kind`` (``"model"`` or ``"index"``) its save did not write:
-    paths relative to ``folder``, a foreign sub-folder named once (``notes/``), sorted. A save replaces the whole
-    folder, so these are what ``--overwrite`` would delete.
-
-    Owned: the marker file, every file its ``files`` checksums list, and the model card (see
-    :data:`_UNLISTED_OWN_FILES`); the lock file is ignored.
-    """
+    """What ``--overwrite`` would delete in the bertflow folder ``folder`` of ``kind`` (``"model"``, ``"index"``):
+    entries its save did not write (not the marker, a file its checksums list or the card), relative paths, a
+    foreign sub-folder named once (``notes/``), sorted."""
     marker = FOLDER_KINDS[kind][0]
     owned = {marker, *_UNLISTED_OWN_FILES[kind]}
     try:
@@ -312,20 +268,13 @@ def check_output_folder(
     inputs: Sequence[str | Path] = (),
     resume: bool = False,
 ) -> Path:
-    """Check that a folder of ``kind`` may be written at ``path``, before any work is spent; returns it resolved.
+    """Check, before any work, that a folder of ``kind`` (:data:`FOLDER_KINDS`) may be written at ``path``;
+    returns it resolved.
 
-    Refused (:class:`OutputError`, naming the problem): the working directory or a folder above it; a folder that
-    holds one of ``inputs`` (or is one); a file; a non-empty folder that is not a bertflow folder of this
-    ``kind``; a bertflow folder of this kind unless ``overwrite`` (or ``resume``, for a store that is continued);
-    a model or index that also holds files its save did not write (:func:`foreign_entries`), even with
-    ``overwrite``, since the save replaces the whole folder and would delete them; a place that cannot be written
-    (read-only, or a parent that is a file). Missing parents are created at save.
-
-    Args:
-        kind: ``"model"``, ``"index"`` or ``"store"`` (see :data:`FOLDER_KINDS`).
-        overwrite: replace an existing bertflow folder of the same kind.
-        inputs: files or folders the command reads; the output may not hold or be any of them.
-        resume: an existing folder of this kind is continued (stores), so it is accepted without ``overwrite``.
+    Refused (:class:`OutputError`, naming the problem): the working directory or above; a folder that is or holds
+    one of ``inputs``; a file; a non-empty folder that is not a bertflow folder of ``kind``; one that is, unless
+    ``overwrite`` (or ``resume``: a store continued); a model or index holding files its save did not write
+    (:func:`foreign_entries`), even with ``overwrite``; a place that cannot be written.
     """
     if kind not in FOLDER_KINDS:
         raise ValueError(f"unknown folder kind {kind!r}")
@@ -362,9 +311,7 @@ def check_output_folder(
 
 
 def _check_replaceable(existing: Path, path: str | Path, kind: str, *, overwrite: bool, aside: Path | None) -> None:
-    """The part of :func:`check_output_folder` for the existing folder ``existing`` at ``path`` (or moved aside
-    from it, ``aside``): empty, or a bertflow folder of ``kind`` that ``overwrite`` allows to replace and that holds
-    nothing its save did not write."""
+    """:func:`check_output_folder` for the existing folder ``existing`` at ``path`` (or moved aside, ``aside``)."""
     name = _KIND_NAMES[kind]
     try:
         entries = sorted(p.name for p in existing.iterdir() if p.name != LOCK_NAME)
@@ -418,10 +365,8 @@ def embeddings_npy_header(rows: int, dim: int) -> bytes:
 
 
 def written_by_bertflow(path: str | Path) -> bool:
-    """Whether the file ``path`` is one bertflow writes and may replace: an embedding ``.npy`` with bertflow's
-    header (:func:`embeddings_npy_header`; float32 ``[N, D]``, size matching) or a ``similarity --pairs`` TSV (UTF-8,
-    first column ``cosine``, or ``cosine:NAME`` for several models). Anything else, or a file that cannot be read,
-    is not."""
+    """Whether ``path`` is a file bertflow writes and may replace: an embedding ``.npy`` with bertflow's header
+    (float32 ``[N, D]``, size matching) or a ``similarity --pairs`` TSV (first column ``cosine[:NAME]``)."""
     try:
         with open(path, "rb") as fh:
             head = fh.read(NPY_HEADER_BYTES)
@@ -450,17 +395,9 @@ def check_output_file(
     create_parents: bool = False,
     overwrite: bool = True,
 ) -> Path:
-    """Check that a file may be written at ``path`` before any work: not one of ``inputs`` (same path or same
-    file through links), not a folder, in an existing writable folder (or, with ``create_parents``, under a
-    writable folder where the missing ones can be made). Returns the path.
-
-    Args:
-        overwrite: False: an existing file is replaced only when bertflow wrote it (:func:`written_by_bertflow`);
-            anything else is refused (``--overwrite`` on the command line sets it True).
-
-    Raises:
-        OutputError: naming the problem.
-    """
+    """Check, before any work, that a file may be written at ``path`` (returned): not one of ``inputs`` (also
+    through links), not a folder, in an existing writable folder (``create_parents``: under one). Without
+    ``overwrite`` an existing file is replaced only if :func:`written_by_bertflow`. Raises OutputError."""
     target = Path(path).expanduser()
     for item in inputs:
         source = Path(item).expanduser()
@@ -492,21 +429,15 @@ LOCK_NAME = ".lock"
 
 @contextlib.contextmanager
 def folder_lock(folder: str | Path, what: str) -> Iterator[None]:
-    """Hold ``FOLDER/.lock`` while ``what`` runs, so that two runs never write one folder.
-
-    The lock is the ``filelock`` package's (an OS lock on the file: ``flock`` where the file system has it, a
-    marker file otherwise), so the lock of a killed process is free again at once, on every host that sees the
-    folder. The holder writes its host and pid into the file, for the message another run gets: an
-    :class:`OutputError`, at once (no waiting). The file is removed when the lock is let go.
-    """
+    """Hold ``FOLDER/.lock`` (``filelock``'s OS lock: free at once when its holder dies) while ``what`` runs; a
+    second run gets an :class:`OutputError` at once naming the holder's host and pid."""
     with _hold_lock(Path(folder) / LOCK_NAME, folder, what):
         yield
 
 
 @contextlib.contextmanager
 def _hold_lock(path: Path, place: str | Path, what: str) -> Iterator[None]:
-    """Hold the lock file ``path`` for ``what`` on ``place`` (see :func:`folder_lock`); :class:`OutputError` at once
-    when another process holds it."""
+    """Hold the lock file ``path`` for ``what`` on ``place`` (see :func:`folder_lock`)."""
     from filelock import FileLock, Timeout
 
     lock = FileLock(path, timeout=0)
@@ -532,26 +463,19 @@ def _hold_lock(path: Path, place: str | Path, what: str) -> Iterator[None]:
 
 
 def current_umask() -> int:
-    """The process's file-mode creation mask, read without changing it where possible (Linux: /proc/self/status;
-    ``os.umask`` must set a value to read one, which would briefly apply to files other threads create)."""
-    try:
+    """The process's umask, read from /proc where possible (``os.umask`` must set one to read it, racing threads)."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("Umask:"):
                 return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
 
 
 def apply_umask(folder: Path) -> None:
-    """Give ``folder`` and everything in it the modes a plain ``mkdir`` / ``open`` would: 0777 (folders) or 0666
-    (files) less the umask, so 0755 / 0644 under the usual 022.
-
-    ``tempfile.mkdtemp`` creates its folder 0700, and copied files keep their source's mode (a read-only or
-    private cache), so without this a saved model could not be read by the other users who share it.
-    """
+    """Give ``folder`` and its contents the modes a plain ``mkdir`` / ``open`` would (0777 / 0666 less the umask):
+    the temporary folder is 0700 and copies keep their source's mode, so others could not read a saved model."""
     mask = current_umask()
     for path in [folder, *folder.rglob("*")]:
         if path.is_symlink():

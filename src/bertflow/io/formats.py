@@ -16,38 +16,14 @@ import numpy as np
 from .._version import __version__
 from ..errors import ModelFileError
 
-__all__ = [
-    "FORMAT_VERSION",
-    "check_format",
-    "json_text",
-    "write_json",
-    "read_json",
-    "save_arrays",
-    "load_arrays",
-    "sha256_file",
-    "path_inside",
-    "verify_checksums",
-]
-
-
 #: Version of the on-disk layout. Loading refuses folders written with a larger number.
 FORMAT_VERSION = 1
 
 
 def check_format(config: dict[str, Any], path: str | Path, *, kind: str, current: int = FORMAT_VERSION) -> int:
-    """The ``format_version`` of a saved ``config`` read from ``path``, refused unless this bertflow can read it.
-
-    The one check of every loader (models, calibrators, search indexes, embedding stores).
-
-    Args:
-        config: the parsed JSON; its ``bertflow_version``, where recorded, is named in the error.
-        path: the file it was read from (named in the error).
-        kind: what the file describes, for the error (``"model"``, ``"calibrator"``, ``"search index"``...).
-        current: the newest format of that kind this bertflow reads.
-
-    Raises:
-        ModelFileError: no integer ``format_version`` (the file was edited), or a newer one (upgrade bertflow).
-    """
+    """The ``format_version`` of a saved ``config`` read from ``path`` (a ``kind`` of file: ``"model"``,
+    ``"search index"``...), the one check of every loader. ModelFileError without an integer version (edited) or
+    one above ``current`` (upgrade bertflow)."""
     version = config.get("format_version")
     if isinstance(version, bool) or not isinstance(version, int):
         raise ModelFileError(f"{path} has no valid format_version ({version!r}); was it edited?")
@@ -85,12 +61,8 @@ def read_json(path: Path) -> dict[str, Any]:
 
 
 def save_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """Save named numpy arrays as safetensors (contiguous copies; safetensors refuses views).
-
-    The bytes are made by safetensors and written here, so a failing write (disk full, quota) is the ``OSError``
-    that every writer reports in one line, not safetensors' own error type (or, on some devices, no error at all).
-    Costs one in-memory copy of the arrays while writing.
-    """
+    """Save named numpy arrays as safetensors. The bytes are written here (one in-memory copy), so a failing write
+    is the ``OSError`` every writer reports, not safetensors' own error (or, on some devices, none)."""
     from safetensors.numpy import save
 
     data = save({k: np.ascontiguousarray(v) for k, v in arrays.items()})
@@ -120,14 +92,8 @@ def sha256_file(path: Path) -> str:
 
 
 def path_inside(folder: Path, rel: object, *, config: Path, what: str) -> Path:
-    """``folder / rel`` for a relative path read from the saved ``config``, refusing one that could leave the folder.
-
-    Checked on the text, not by resolving links: a hub snapshot's files are links into the hub's blob cache, and
-    what matters is that the config cannot name an absolute path or climb out with ``..``.
-
-    Raises:
-        ModelFileError: an empty, absolute or climbing path (``what`` names the config entry).
-    """
+    """``folder / rel`` for a relative path read from the saved ``config`` (entry ``what``); ModelFileError for an
+    empty, absolute or ``..`` path. Checked on the text: a hub snapshot's files are links into its blob cache."""
     text = str(rel) if isinstance(rel, str) else ""
     parts = PurePosixPath(text.replace("\\", "/")).parts
     if not text or PurePosixPath(text).is_absolute() or PureWindowsPath(text).drive or ".." in parts:
@@ -136,15 +102,8 @@ def path_inside(folder: Path, rel: object, *, config: Path, what: str) -> Path:
 
 
 def verify_checksums(folder: Path, files: object, read_dirs: list[Path], *, config: Path) -> None:
-    """Check a saved folder's files against the checksums its ``config`` lists.
-
-    Every file listed in ``files`` ({relative path: hex sha256}) must match, and every file the loader will read
-    (all files under ``read_dirs``) must be listed: a config stripped of its checksums, or a file slipped into the
-    folder, is refused rather than loaded unchecked.
-
-    Raises:
-        ModelFileError: no checksums, a missing, altered or unlisted file (named in the message).
-    """
+    """Check a saved folder against the checksums its ``config`` lists (``files``: {relative path: hex sha256}):
+    every listed file must match and every file under ``read_dirs`` be listed; else ModelFileError naming it."""
     if not isinstance(files, dict) or not files:
         raise ModelFileError(
             f"{config} has no 'files' checksums (removed or garbled), so the folder cannot be checked; "

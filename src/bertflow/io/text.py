@@ -27,15 +27,6 @@ import numpy as np
 from bertflow.errors import InputError
 from bertflow.validation import INVISIBLE, is_blank
 
-__all__ = [
-    "EncodingErrors",
-    "SentencePairs",
-    "iter_lines",
-    "read_sentences",
-    "read_tsv_column",
-    "read_pairs",
-]
-
 logger = logging.getLogger(__name__)
 
 
@@ -44,26 +35,12 @@ EncodingErrors = Literal["strict", "replace"]
 
 BOM = "\ufeff"
 
-# ---------------------------------------------------------------------------------------------------------
-# Generic readers
-# ---------------------------------------------------------------------------------------------------------
-
-
-def _check_errors_mode(errors: str) -> None:
-    if errors not in ("strict", "replace"):
-        raise InputError(f"errors must be 'strict' or 'replace', got {errors!r}")
-
-
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
 def _open_binary(path: str | Path) -> io.BufferedIOBase:
-    """Open ``path`` for binary reading, turning OS errors into InputError with the path in the message.
-
-    A gzip file (recognised by its magic bytes, whatever its name) is decompressed while it is read, so a
-    ``corpus.txt.gz`` needs no unpacking first. ``"-"`` is standard input, read as it comes (not decompressed; a
-    duplicate of its descriptor, so closing the file leaves ``sys.stdin`` open).
-    """
+    """Open ``path`` for binary reading (OS errors as InputError naming it); gzip (by its magic bytes) is
+    decompressed. ``"-"`` is standard input as it comes, through a duplicate descriptor (closing it keeps stdin)."""
     p = Path(path)
     if str(path) == "-":
         return open(os.dup(sys.stdin.fileno()), "rb")  # noqa: SIM115 - the caller closes it
@@ -91,8 +68,7 @@ def _open_binary(path: str | Path) -> io.BufferedIOBase:
 
 
 def _raw_lines(fh: io.BufferedIOBase, path: Path) -> Iterator[bytes]:
-    """The lines of an open binary file; a read error or a corrupt or truncated gzip stream becomes an InputError
-    naming the file."""
+    """The lines of an open binary file; a read error or bad gzip data becomes an InputError naming the file."""
     try:
         yield from fh
     except (OSError, EOFError, zlib.error) as exc:
@@ -101,9 +77,8 @@ def _raw_lines(fh: io.BufferedIOBase, path: Path) -> Iterator[bytes]:
 
 
 def _looks_utf16(raw: bytes) -> bool:
-    """Whether a line's bytes look like UTF-16 text read as UTF-8: at least a third of them NUL, nearly all at even
-    or nearly all at odd positions (ASCII or Latin-1 text in UTF-16 has a NUL beside every character; NUL bytes in
-    real UTF-8 text are rare and not aligned). Only lines with a NUL get here."""
+    """Whether a line's bytes look like UTF-16 read as UTF-8: at least a third NUL, nearly all at even or nearly all
+    at odd positions (Latin text in UTF-16 has a NUL beside every character; NULs in real UTF-8 are rare)."""
     if len(raw) < 2:
         return False
     even, odd = raw[0::2].count(0), raw[1::2].count(0)
@@ -112,12 +87,9 @@ def _looks_utf16(raw: bytes) -> bool:
 
 
 def check_not_utf16(raw: bytes, path: Path, number: int) -> None:
-    """Raise :class:`InputError` naming ``path`` and line ``number`` if the line's bytes (terminator removed) look
-    like UTF-16 (:func:`_looks_utf16`); a fast byte search when the line has no NUL, the usual case."""
+    """Raise :class:`InputError` naming ``path`` and line ``number`` if the line's bytes look like UTF-16."""
     if b"\x00" in raw and _looks_utf16(raw):
-        # The byte order: a byte-order mark at the start of the file says it; else ASCII text has its NUL after
-        # each character (little-endian, NULs at odd offsets) or before it (big-endian). Only line 1 starts where
-        # the file starts: later lines begin mid-character, after the split on the 0x0A byte.
+        # Byte order: the BOM, else where ASCII's NULs are; known for line 1 only (later lines start mid-character).
         bom = {b"\xff\xfe": "UTF-16LE", b"\xfe\xff": "UTF-16BE"}.get(raw[:2]) if number == 1 else None
         order = bom or ("UTF-16LE" if raw[1::2].count(0) >= raw[0::2].count(0) else "UTF-16BE")
         if number != 1:
@@ -131,26 +103,14 @@ def check_not_utf16(raw: bytes, path: Path, number: int) -> None:
 
 
 def iter_lines(path: str | Path, errors: EncodingErrors = "strict") -> Iterator[tuple[int, str]]:
-    """Stream the lines of a UTF-8 text file, plain or gzip-compressed.
+    """Stream ``(1-based line number, text)`` of a UTF-8 text file, plain or gzip-compressed.
 
-    The file is read in binary and split on ``b"\\n"`` only (so U+2028 or form feeds inside a line never split it;
-    a lone ``"\\r"`` is refused, see :func:`decode_line`; UTF-8 never uses byte 0x0A inside a multi-byte character,
-    so splitting before decoding is safe). Only the terminator ``"\\n"`` or ``"\\r\\n"`` is removed; a UTF-8 BOM at the
-    very start of the file is dropped. Nothing else is stripped. A line with a NUL byte every other byte is UTF-16
-    without a byte-order mark (valid UTF-8 byte by byte, so it would otherwise be read as garbage): refused.
-
-    Args:
-        path: The text file.
-        errors: ``"strict"`` raises on invalid UTF-8; ``"replace"`` decodes each bad byte as U+FFFD.
-
-    Yields:
-        ``(line_number, text)``: the 1-based line number and the decoded line without its terminator.
-
-    Raises:
-        InputError: The file cannot be opened, or (``errors="strict"``) a line is not valid UTF-8; the
-            message names the file, the line number, the column and the offending byte.
+    Split on ``b"\\n"`` only (U+2028 or form feeds never split a line), each line as :func:`decode_line` gives it.
+    ``errors``: ``"strict"`` raises InputError (naming file, line, column and byte) on invalid UTF-8; ``"replace"``
+    decodes each bad byte as U+FFFD.
     """
-    _check_errors_mode(errors)
+    if errors not in ("strict", "replace"):
+        raise InputError(f"errors must be 'strict' or 'replace', got {errors!r}")
     p = Path(path)
     with _open_binary(p) as fh:
         for number, raw in enumerate(_raw_lines(fh, p), start=1):
@@ -158,17 +118,10 @@ def iter_lines(path: str | Path, errors: EncodingErrors = "strict") -> Iterator[
 
 
 def decode_line(raw: bytes, path: Path, number: int, errors: str, *, first: bool) -> str:
-    """One raw line of a file as text: terminator (``\\n`` or ``\\r\\n``, or a lone ``\\r`` ending the file)
-    removed, UTF-16 refused, a carriage return inside the line refused, UTF-8 decoded (``errors`` as in
-    :func:`iter_lines`), a BOM dropped from the file's ``first`` line. The one decoding rule of every reader here,
-    whole-file and by offset.
-
-    A lone ``\\r`` is refused rather than split on: a file with old Mac (CR-only) line ends would otherwise be read
-    as one sentence, and splitting on it here would disagree with the line counts of :func:`index_lines`.
-
-    Raises:
-        InputError: naming the file, the 1-based line ``number``, the byte column and the byte.
-    """
+    """One raw line as text, the one decoding rule of every reader here: terminator (``\\n``, ``\\r\\n``, or a lone
+    ``\\r`` ending the file) removed, UTF-16 and a carriage return inside the line refused (CR-only line ends would
+    read as one sentence), UTF-8 decoded (``errors`` as in :func:`iter_lines`), a BOM dropped from the ``first``
+    line. Raises InputError naming the file, the 1-based line ``number``, the byte column and the byte."""
     if raw.endswith(b"\n"):
         raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
     elif raw.endswith(b"\r"):
@@ -200,25 +153,9 @@ def read_sentences(
     skip_blank: bool = True,
     unique: bool = False,
 ) -> list[str]:
-    """Read a file with one sentence per line.
-
-    Streams the file once (suitable for files with millions of lines or very long lines). Sentences are
-    kept exactly as written apart from the line terminator.
-
-    Args:
-        path: UTF-8 text file (a leading BOM is ignored).
-        errors: How to treat invalid UTF-8, see :func:`iter_lines`.
-        skip_blank: Skip blank lines: empty, or only whitespace or invisible characters (zero-width, U+FEFF, NUL:
-            :func:`bertflow.validation.is_blank`); their count is logged at INFO. If False, such a
-            line raises InputError naming its line number.
-        unique: Drop repeated sentences, keeping the first occurrence (and its position).
-
-    Returns:
-        The sentences, in file order.
-
-    Raises:
-        InputError: Unreadable or undecodable file, a blank line with ``skip_blank=False``, or no sentences.
-    """
+    """The sentences of a file with one per line (:func:`iter_lines`), in file order, kept as written; blank lines
+    (:func:`bertflow.validation.is_blank`) skipped and counted at INFO (``skip_blank=False``: InputError naming
+    it), repeats dropped with ``unique``. InputError for an unreadable file or no sentences."""
     p = Path(path)
     sentences: list[str] = []
     seen: set[str] = set()
@@ -270,25 +207,10 @@ def read_tsv_column(
     errors: EncodingErrors = "strict",
     refuse_blank: bool = False,
 ) -> list[str]:
-    """Read one column of a TAB-separated file.
+    """The values of ``column`` (a header name, or a 0-based index) of a TAB-separated file, one per data row.
 
-    Lines are split on TAB only; ``"`` has no special meaning and values are not stripped. Completely empty
-    lines are skipped. Rows may have more fields than needed.
-
-    Args:
-        path: UTF-8 TSV file.
-        column: Header name (needs ``header=True``) or 0-based column index.
-        header: Whether the first line is a header (it is then not returned).
-        errors: How to treat invalid UTF-8, see :func:`iter_lines`.
-        refuse_blank: raise naming the file, line and column at a blank cell (:func:`is_blank`), as sentence
-            readers want, instead of returning it.
-
-    Returns:
-        The column's values, one per data row, in file order.
-
-    Raises:
-        InputError: Unknown column name (the message lists the header), a negative index, a row with too
-            few fields (the message names the line and the column), or no data rows.
+    Split on TAB only (no quoting, no stripping); empty lines skipped. ``refuse_blank``: raise at a blank cell.
+    InputError: unknown column (the header listed), a negative index, a row too short, or no data rows.
     """
     p = Path(path)
     rows = _iter_tsv_rows(p, errors)
@@ -337,16 +259,12 @@ def read_tsv_column(
 
 @dataclass
 class SentencePairs:
-    """Aligned sentence pairs, optionally with a gold score (STS) or a label (NLI) per pair.
+    """N aligned sentence pairs, optionally with a gold score (STS) or a label (NLI) per pair.
 
     Attributes:
-        sentences1: First sentence of each pair, length N.
-        sentences2: Second sentence of each pair, length N.
-        scores: Gold similarity per pair, float64 array of shape (N,) on the data set's own scale (0-5 for
-            STS, 1-5 for SICK), or None when the file has labels instead of scores.
-        labels: Class label per pair (e.g. ``"entailment"``) for NLI files, else None.
-        columns: Every column of the file by header name, in file order, as raw text (``read_pairs(...,
-            keep_columns=True)``; None otherwise): what a tool that adds a column writes back.
+        scores: gold similarity, float64 ``(N,)`` on the data set's own scale (0-5 STS, 1-5 SICK), or None.
+        labels: class label per pair (e.g. ``"entailment"``) for NLI files, else None.
+        columns: every column of the file by header name, as raw text (``read_pairs(..., keep_columns=True)``).
     """
 
     sentences1: list[str]
@@ -370,7 +288,7 @@ class SentencePairs:
         return len(self.sentences1)
 
     def sentences(self) -> Iterator[str]:
-        """Yield every sentence, pair by pair (``s1, s2`` of pair 0, then of pair 1, ...)."""
+        """Every sentence: ``s1, s2`` of pair 0, then of pair 1, ..."""
         for s1, s2 in zip(self.sentences1, self.sentences2, strict=True):
             yield s1
             yield s2
@@ -381,23 +299,13 @@ def read_pairs(
 ) -> SentencePairs:
     """Read a pair TSV with header ``score|label<TAB>sentence1<TAB>sentence2`` (the STS data format).
 
-    Every data row must have exactly as many fields as the header (a TAB inside a sentence would otherwise
-    silently shift columns). Scores are parsed with ``float()``; sentences are kept verbatim. Other columns (an
-    ``id``, say) are allowed, and ignored unless ``keep_columns``.
-
-    Args:
-        path: UTF-8 TSV file whose header contains ``sentence1``, ``sentence2`` and ``score`` or ``label``.
-        errors: How to treat invalid UTF-8, see :func:`iter_lines`.
-        require_target: refuse a file without a ``score`` or ``label`` column; ``False`` reads sentence pairs
-            alone (``scores`` and ``labels`` are then None).
-        keep_columns: also return every column as text in :attr:`SentencePairs.columns`.
-
-    Returns:
-        The pairs; ``scores`` is set for a ``score`` column, ``labels`` for a ``label`` column.
+    Every row has exactly as many fields as the header (a TAB inside a sentence would shift columns); other
+    columns are allowed. ``require_target=False`` reads pairs without a score or label column; ``keep_columns``
+    also returns every column as text (:attr:`SentencePairs.columns`).
 
     Raises:
-        InputError: Missing or wrong header, a row with the wrong number of fields, a non-numeric or
-            non-finite score, an empty sentence (each with its line number), or no rows.
+        InputError: a missing or wrong header, a row with the wrong number of fields, a non-numeric or non-finite
+            score, an empty sentence (each with its line number), or no rows.
     """
     p = Path(path)
     rows = _iter_tsv_rows(p, errors)
@@ -462,15 +370,8 @@ def distinct(sentences: Iterable[str]) -> list[str]:
 
 @dataclass(frozen=True)
 class LineIndex:
-    """What one pass over a text file learns: its size, sha256, line count and where each shard starts.
-
-    Attributes:
-        bytes: file size.
-        sha256: hex digest of the whole file.
-        lines: number of lines (a last line without a newline counts; an empty file has 0).
-        offsets: byte offset of line ``k * every`` for every ``k`` with ``k * every < lines``.
-        every: the spacing of ``offsets`` in lines.
-    """
+    """One pass over a text file: its size in bytes, sha256, line count (a last line without a newline counts)
+    and ``offsets``, the byte offset of line ``k * every`` for every ``k * every < lines``."""
 
     bytes: int
     sha256: str
@@ -480,19 +381,8 @@ class LineIndex:
 
 
 def index_lines(path: str | Path, every: int, *, block_size: int = 1 << 24) -> LineIndex:
-    """Count the lines of a file and record the byte offset of every ``every``-th one, in one streamed pass.
-
-    Lines are split on ``b"\\n"`` only, as :func:`bertflow.io.text.iter_lines` does, so row ``i`` of a store is line
-    ``i + 1`` of the file. Memory stays at one block whatever the file size.
-
-    Args:
-        path: the text file.
-        every: spacing of the recorded offsets, in lines (the shard size).
-        block_size: bytes read at a time.
-
-    Raises:
-        InputError: the file cannot be read.
-    """
+    """The :class:`LineIndex` of ``path`` with offsets every ``every`` lines (the shard size), streamed in blocks
+    of ``block_size`` bytes; lines split on ``b"\\n"`` as :func:`iter_lines` does (row ``i`` is line ``i + 1``)."""
     if every < 1:
         raise InputError(f"every must be positive, got {every}")
     p = Path(path)
@@ -524,25 +414,15 @@ def index_lines(path: str | Path, every: int, *, block_size: int = 1 << 24) -> L
 
 
 def read_lines(path: str | Path, offset: int, count: int, *, first_line: int = 1, errors: str = "strict") -> list[str]:
-    """Read ``count`` lines starting at byte ``offset``, decoded and checked like the whole-file readers.
+    """``count`` lines from byte ``offset`` (:func:`index_lines`), decoded and checked as :func:`decode_line` does;
+    ``first_line`` (1-based) numbers them in errors.
 
-    Only the terminator (``"\\n"`` or ``"\\r\\n"``) is removed; a UTF-8 BOM is dropped at offset 0.
-
-    The lines' bytes are read, decoded, split and checked for blank lines as one block (a shard of 131,072 lines in
-    tens of milliseconds: line by line in Python it took about 6 us a line, on the thread that feeds the encoder);
-    a block that holds a NUL byte, a carriage return outside a ``\\r\\n`` pair, bytes that are not UTF-8, or too
-    few lines is read again line by line (:func:`decode_line`), which gives the same text or names the bad line.
-
-    Args:
-        path: the text file.
-        offset: byte offset of the first line (from :func:`index_lines`).
-        count: number of lines to read.
-        first_line: 1-based number of the first line, for error messages.
-        errors: ``"strict"`` (undecodable bytes raise) or ``"replace"`` (they become U+FFFD).
+    Read as one block (a 131,072-line shard in tens of ms; line by line took ~6 us a line on the thread that feeds
+    the encoder); a block with a NUL, a lone CR, bytes that are not UTF-8 or too few lines is read again line by
+    line, which gives the same text or names the bad line.
 
     Raises:
-        InputError: the file ended early (it changed since it was indexed), a line is not UTF-8 (strict), or a
-            line is empty or whitespace only (every line must be a sentence: row ``i`` is line ``i + 1``).
+        InputError: the file ended early (changed since indexed), a line not UTF-8 (strict), or a blank line.
     """
     p = Path(path)
     text = _read_block(p, offset, count)
@@ -568,9 +448,8 @@ def _blank_line_error(path: Path, number: int) -> NoReturn:
 
 
 def _read_block(path: Path, offset: int, count: int, block_size: int = 1 << 22) -> str | None:
-    """The ``count`` lines from byte ``offset`` decoded as one text, joined by ``\\n`` (terminators removed, no
-    final one; a BOM kept); ``None`` when they need the line-by-line reader: a NUL byte (UTF-16?), a carriage
-    return outside a ``\\r\\n`` pair, bytes that are not valid UTF-8, or fewer than ``count`` lines."""
+    """The ``count`` lines from byte ``offset`` as one text joined by ``\\n`` (a BOM kept), or ``None`` where they
+    need the line-by-line reader (see :func:`read_lines`)."""
     pieces: list[bytes] = []
     found = 0  # newlines in pieces
     try:

@@ -56,12 +56,6 @@ if TYPE_CHECKING:
     from ..encoding.encoder import SentenceEncoder
     from .shards import ShardWriter
 
-__all__ = [
-    "StorePlan",
-    "encode_file_to_store",
-    "plan_store",
-]
-
 logger = logging.getLogger(__name__)
 
 
@@ -114,12 +108,9 @@ def _warm_up(
     mine: Sequence[ShardSpec],
     encode_kwargs: dict[str, int],
 ) -> float:
-    """On CUDA, run the first chunks of the rank's first shard through the encode loop before the timed phase.
-
-    A cold rank starts its tokenisation workers, CUDA kernels and the calibrator's CUDA graph for the chunk shape
-    during its first shard (which ran at under half the later shards' speed); that start-up belongs to loading, as
-    the model load does. The vectors are discarded: the shard is encoded again, in the timed loop. Returns seconds.
-    """
+    """On CUDA, run the first chunks of the rank's first shard through the encode loop (vectors discarded) before
+    the timed phase: a cold rank's start-up (tokeniser workers, kernels, the calibrator's CUDA graph) made its first
+    shard run at under half speed, and belongs to loading. Returns seconds."""
     if not mine or getattr(encoder, "device", torch.device("cpu")).type != "cuda":
         return 0.0
     from ..embedder import iter_calibrated
@@ -152,11 +143,10 @@ def _same_setting(key: str, recorded: Any, current: Any) -> bool:
 def _prepare_store(
     source: InputSource, folder: Path, identity: dict[str, Any], shard_size: int, overwrite: bool
 ) -> tuple[dict[str, Any], list[int]]:
-    """Rank 0: index the input, create or check the manifest, clear stale temporaries; return (manifest, done)."""
-    if folder.exists() and not folder.is_dir():
-        raise InputError(f"{folder} exists and is not a folder")
+    """Rank 0, under the store's lock: index the input, create or check the manifest, clear stale temporaries;
+    return (manifest, indices of the shards done)."""
     has_manifest = (folder / MANIFEST_NAME).is_file()
-    if folder.is_dir() and not has_manifest:
+    if not has_manifest:
         # Not a store: --overwrite does not change that (it replaces a store, never somebody else's files).
         strangers = [p.name for p in folder.iterdir() if p.name not in (SHARD_DIR, LOCK_NAME)]
         if strangers:
@@ -164,7 +154,7 @@ def _prepare_store(
                 f"{folder} is not empty and holds no embedding store ({', '.join(sorted(strangers)[:5])}...); "
                 "write to a new or empty folder"
             )
-    if overwrite and folder.is_dir():
+    if overwrite:
         for name in (MANIFEST_NAME, MERGED_NAME):
             (folder / name).unlink(missing_ok=True)
         shutil.rmtree(folder / SHARD_DIR, ignore_errors=True)
@@ -211,19 +201,9 @@ def _prepare_store(
 
 @dataclass(frozen=True)
 class StorePlan:
-    """One rank's part of :func:`encode_file_to_store`, checked before any work.
-
-    Attributes:
-        source: the input (a text file or a table's text column).
-        folder: the store folder.
-        calibrator: applied to every chunk, or ``None`` (raw vectors).
-        identity: the settings the manifest records and a resumed run must repeat (:data:`IDENTITY_KEYS`); ``dim``
-            is the row width D of the store.
-        encode_kwargs: ``chunk_size`` (and ``batch_size`` when given) for the encode loop.
-        shard_size: rows per shard.
-        overwrite: restart an existing store instead of resuming it.
-        id_column: the table column copied beside each embedding (table shards only), or ``None``.
-    """
+    """One rank's part of :func:`encode_file_to_store` (same names), checked before any work. ``identity``: the
+    settings the manifest records and a resumed run must repeat (:data:`IDENTITY_KEYS`), ``dim`` the row width;
+    ``encode_kwargs``: ``chunk_size`` (and ``batch_size`` when given) for the encode loop."""
 
     source: InputSource
     folder: Path
@@ -255,12 +235,8 @@ def plan_store(
     shard_format: str,
     id_column: str | None,
 ) -> StorePlan:
-    """Check the options of :func:`encode_file_to_store` (same arguments) and open the input; reads no rows.
-
-    Raises:
-        InputError: sizes that are not positive or a shard size that is not a multiple of the chunk size, an unknown
-            ``encoding_errors``, an id column with ``.npy`` shards, an input that cannot be opened.
-    """
+    """Check the options of :func:`encode_file_to_store` (same arguments) and open the input, reading no rows;
+    InputError naming the first bad one."""
     from ..calibrators import IdentityCalibrator
 
     if shard_size < 1 or chunk_size < 1 or (batch_size is not None and batch_size < 1):
@@ -337,12 +313,8 @@ def _check_same_as_rank_0(manifest: dict[str, Any], plan: StorePlan, rank: int) 
 def _encode_shards(
     encoder: SentenceEncoder, plan: StorePlan, mine: Sequence[ShardSpec], record: dict[str, Any], progress: Any
 ) -> list[tuple[int, float]]:
-    """Encode the shards ``mine`` into the store, in order; returns (rows, seconds) per shard.
-
-    One stream through the one encode-then-calibrate loop for all of this rank's shards, so the encoder's pipeline
-    (tokenising ahead, the device busy) does not drain and refill at every shard boundary. Shards are whole chunks,
-    so every forward pass still sees the sentences it would in one process.
-    """
+    """Encode the shards ``mine`` into the store, in order, as one stream through the encode-then-calibrate loop
+    (the pipeline does not drain at shard boundaries); returns (rows, seconds) per shard."""
     from ..embedder import iter_calibrated
 
     source, dim = plan.source, plan.dim
@@ -422,17 +394,10 @@ def _summarise(
     merge: bool,
 ) -> dict[str, Any]:
     """Rank 0, after every shard is written: complete the manifest, merge if asked, and return the run's summary."""
-    world = len(per_rank)
-    run = {
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-        "world_size": world,
-        "encoded_shards": encoded,
-        "skipped_shards": skipped,
-        "seconds": round(wall, 4),
-        "host": socket.gethostname(),
-        "bertflow_version": __version__,
-    }
-    final = finalize_manifest(folder, run=run)
+    counts = {"encoded_shards": encoded, "skipped_shards": skipped}
+    run = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)), "world_size": len(per_rank)}
+    run |= {**counts, "seconds": round(wall, 4)}
+    final = finalize_manifest(folder, run={**run, "host": socket.gethostname(), "bertflow_version": __version__})
     merged = str(merge_shards(folder)) if merge else None
     encoded_rows = sum(r["rows"] for r in per_rank)
     return {
@@ -440,10 +405,9 @@ def _summarise(
         "rows": final["rows"],
         "dim": final["dim"],
         "shards": shards,
-        "encoded_shards": encoded,
-        "skipped_shards": skipped,
+        **counts,
         "encoded_rows": encoded_rows,
-        "world_size": world,
+        "world_size": len(per_rank),
         "seconds": round(wall, 4),
         "rows_per_second": round(encoded_rows / wall, 2) if wall > 0 and encoded_rows else None,
         "merged": merged,
@@ -470,58 +434,37 @@ def encode_file_to_store(
     id_column: str | None = None,
 ) -> dict[str, Any]:
     """Encode every line of a text file (or every row of a table's text column) into an embedding store, this
-    process being one rank of the job.
+    process being one rank of the job; call it on every rank (inside :func:`process_group`, or alone).
 
-    Call it on every rank (inside :func:`process_group`, or alone for one process). Rank 0 indexes the file and
-    writes the manifest; the shards not yet complete are split into contiguous blocks, one per rank; each rank
-    reads its shards' lines by byte offset and writes each shard atomically; after a barrier rank 0 checks every
-    shard, completes the manifest and optionally merges. Re-running the same call resumes: complete shards are
-    skipped, so a killed rank costs at most the shard it was encoding.
+    Rank 0 indexes the input and writes the manifest; the shards not yet complete are split into contiguous
+    blocks, one per rank, each written atomically; after a barrier rank 0 completes the manifest and optionally
+    merges. Re-running the same call resumes: complete shards are skipped.
 
     Args:
-        input_path: UTF-8 text, one sentence per line (blank lines are an error: row ``i`` is line ``i + 1``), or
-            a Parquet / Arrow IPC (Feather v2) file (``.parquet``, ``.arrow``, ``.feather``...: row ``i`` is row
-            ``i`` of ``text_column``; null and blank rows are an error), read by row group (:mod:`bertflow.io.arrow`).
-        folder: the store folder (see :mod:`bertflow.scale.store`).
-        encoder: this rank's encoder, on this rank's device.
-        calibrator: a fitted calibrator applied to every chunk (the store then holds calibrated vectors).
-        shard_size: rows per shard file; a multiple of ``chunk_size``.
-        chunk_size: sentences the encoder length-sorts together (as in ``iter_encode``); with the same
-            ``chunk_size`` and ``batch_size`` every forward pass holds the same sentences as in one process, so the
-            output is bit-identical to ``encoder.iter_encode`` on the same kind of device.
-        batch_size: cap on sentences per forward pass; ``None`` leaves batching to the encoder (its token budget).
+        input_path: UTF-8 text, one sentence per line (a blank line is an error: row ``i`` is line ``i + 1``), or a
+            Parquet / Arrow IPC file whose ``text_column`` is encoded row by row (:mod:`bertflow.io.arrow`).
+        folder: the store folder (:mod:`bertflow.scale.store`).
+        encoder, calibrator: this rank's encoder on its device; a fitted calibrator applied to every chunk, or None.
+        shard_size: rows per shard, a multiple of ``chunk_size``.
+        chunk_size, batch_size: as in ``iter_encode`` (``batch_size`` None: the encoder's token budget); with the
+            same values the store is bit-identical to ``encoder.iter_encode`` on the same kind of device.
         encoding_errors: ``"strict"`` or ``"replace"`` for bytes that are not UTF-8.
-        overwrite: delete an existing store in ``folder`` first, instead of resuming it.
-        merge: also write ``embeddings.npy`` (rank 0, after the barrier).
-        show_progress: progress bar on rank 0 (counting rank 0's rows).
-        text_column: the text column of a table input (default ``"text"``).
-        input_format: ``"text"``, ``"parquet"`` or ``"arrow"``; default: from the input's suffix.
-        shard_format: ``"npy"`` (memory-mapped shards), ``"parquet"`` or ``"arrow"`` (tables of ``row``, the id
-            column, ``embedding``); a store is resumed only in the format it was started in.
-        id_column: a column of a table input copied into Parquet/Arrow shards beside each embedding.
+        overwrite: start an existing store afresh instead of resuming it.
+        merge: also write ``embeddings.npy`` (rank 0). show_progress: a progress bar on rank 0.
+        text_column, input_format: a table's text column; ``"text"``, ``"parquet"`` or ``"arrow"`` (default: suffix).
+        shard_format: ``"npy"``, ``"parquet"`` or ``"arrow"``; id_column: a table column copied beside each vector.
 
     Returns:
-        A JSON-ready summary: on rank 0 of the whole run (rows, shards encoded and skipped, seconds, rows per
-        second, per-rank figures), on other ranks of this rank's work.
+        A JSON-ready summary: of the whole run on rank 0, of this rank's work on the others.
 
     Raises:
         InputError: bad input file or options, or a store in ``folder`` made with other settings.
     """
     plan = plan_store(
-        input_path,
-        folder,
-        encoder,
-        calibrator=calibrator,
-        shard_size=shard_size,
-        chunk_size=chunk_size,
-        batch_size=batch_size,
-        encoding_errors=encoding_errors,
-        overwrite=overwrite,
-        text_column=text_column,
-        input_format=input_format,
-        shard_format=shard_format,
-        id_column=id_column,
-    )
+        input_path, folder, encoder, calibrator=calibrator, shard_size=shard_size, chunk_size=chunk_size,
+        batch_size=batch_size, encoding_errors=encoding_errors, overwrite=overwrite, text_column=text_column,
+        input_format=input_format, shard_format=shard_format, id_column=id_column,
+    )  # fmt: skip
     rank, world = rank_and_world()
     started = time.time()
     # Rank 0 holds FOLDER/.lock for the whole run: a second run on the same store stops with a clear error instead

@@ -21,31 +21,15 @@ from .launch import broadcast_object, default_device, rank_and_world
 if TYPE_CHECKING:
     from ..calibrators import FlowCalibrator, WhiteningCalibrator
 
-__all__ = [
-    "Moments",
-    "all_reduce_moments",
-    "fit_whitening_distributed",
-    "fit_flow_distributed",
-    "GradientAllReduce",
-]
-
 
 # -- distributed fitting -------------------------------------------------------------------------------------------
 
 
 @dataclass
 class Moments:
-    """Sufficient statistics of rows ``x_i`` [D] shifted by a common reference point, summed over all ranks.
-
-    Attributes:
-        n: number of rows.
-        shift: [D] the reference point ``s`` (the mean of the ranks' first chunks: near the mean, so the sums
-            below lose no digits to cancellation).
-        sum: [D] float64 sum of ``x_i - s``.
-        sum_sq: [D] float64 sum of ``(x_i - s)**2``.
-        sum_outer: [D, D] float64 sum of ``(x_i - s)(x_i - s)^T``, if asked for.
-        abs_max: largest ``|x|`` over all rows.
-    """
+    """Float64 sums over all ranks of ``n`` rows ``x_i`` [D] less ``shift`` (the mean of the ranks' first chunks:
+    near the mean, so no digits are lost to cancellation): ``sum`` [D], ``sum_sq`` [D], ``sum_outer`` [D, D] (if
+    asked for), and ``abs_max``, the largest ``|x|``."""
 
     n: int
     shift: np.ndarray
@@ -56,11 +40,9 @@ class Moments:
 
     @property
     def mean(self) -> np.ndarray:
-        """[D] mean of the rows."""
         return self.shift + self.sum / self.n
 
     def var(self, ddof: int = 0) -> np.ndarray:
-        """[D] per-dimension variance (``ddof=0``: population)."""
         d = self.sum / self.n
         return np.maximum(self.sum_sq - self.n * d * d, 0.0) / (self.n - ddof)
 
@@ -73,21 +55,10 @@ class Moments:
 def all_reduce_moments(
     chunks: Iterable[np.ndarray], dim: int, *, outer: bool = True, device: str | None = None
 ) -> Moments:
-    """Sum float64 moments of this rank's rows and all-reduce them over the job (exact, order aside).
-
-    Call on every rank, each with its own rows (a rank may have none). Two small collectives fix the shift;
-    one all-reduce (of ``2 D + 1`` numbers, plus ``D^2`` with ``outer``) sums the statistics; one more takes the
-    max of ``|x|``.
-
-    Args:
-        chunks: this rank's rows, as [n_i, D] blocks (memory stays at one block).
-        dim: D (needed by ranks without rows).
-        outer: also sum outer products (whitening needs them; the flow only the diagonal).
-        device: where to accumulate (a CUDA device makes the D x D products of large corpora cheap); default CPU.
-
-    Raises:
-        InputError: no rows on any rank, wrong width, or NaN / Inf in the rows.
-    """
+    """Sum float64 moments of this rank's ``chunks`` ([n_i, D] blocks; a rank may have none) and all-reduce them
+    over the job (exact, order aside). Call on every rank. ``outer`` also sums outer products (whitening needs
+    them); ``device`` accumulates there (CUDA makes the D x D products cheap). InputError: no rows on any rank,
+    wrong width, or NaN / Inf."""
     dev = torch.device(device or "cpu")
     iterator = iter(chunks)
     first = next(iterator, None)
@@ -177,19 +148,12 @@ def fit_whitening_distributed(
     chunk_rows: int = 65536,
     device: str | None = None,
 ) -> WhiteningCalibrator:
-    """Fit whitening on a corpus split over the ranks; every rank returns the same fitted calibrator.
+    """Fit whitening on [N, D] rows ``X`` readable by every rank (a store on shared storage, a memory-mapped
+    ``.npy``); every rank returns the same fitted ``calibrator`` (default: keep all).
 
-    Each rank streams its contiguous share of ``X`` and sums float64 moments; the all-reduced sums give the
-    exact mean and covariance (:meth:`WhiteningCalibrator.fit_from_moments`), so the result equals
-    ``WhiteningCalibrator().fit(np.asarray(X))`` up to rounding (about 1e-13 relative on real embeddings).
-
-    Args:
-        X: [N, D] rows readable by every rank, e.g. ``bertflow.scale.reader.open_embeddings(folder)`` on shared storage
-            or a memory-mapped ``.npy``. For rows that only this rank holds, use :func:`all_reduce_moments` and
-            ``fit_from_moments`` directly.
-        calibrator: an unfitted :class:`WhiteningCalibrator` carrying the hyperparameters (default: keep all).
-        chunk_rows: rows per block read from disk.
-        device: where to accumulate the D x D products (default CPU).
+    Each rank streams its share in blocks of ``chunk_rows``; the all-reduced float64 moments give the exact mean
+    and covariance, so the result equals ``WhiteningCalibrator().fit(np.asarray(X))`` up to rounding (about 1e-13
+    relative on real embeddings). For rows only this rank holds: :func:`all_reduce_moments` + ``fit_from_moments``.
     """
     from ..calibrators import WhiteningCalibrator
 
@@ -202,13 +166,8 @@ def fit_whitening_distributed(
 
 
 class GradientAllReduce:
-    """The ``reduce`` hook of :class:`~bertflow.calibrators.flow_trainer.FlowTrainer`: sums every gradient and the loss
-    term over the ranks.
-
-    One all-reduce per step of a flat vector (all gradients, then the loss), so the Glow's ~150k gradients cost
-    one message, not one per parameter. Every rank then holds identical gradients, clips them identically and
-    takes the identical optimiser step, so the parameters never drift apart. With one process it is a no-op.
-    """
+    """The ``reduce`` hook of :class:`~bertflow.calibrators.flow_trainer.FlowTrainer`: one all-reduce per step of a
+    flat vector of every gradient and the loss term, so every rank takes the identical step (no drift)."""
 
     def __call__(self, glow: torch.nn.Module, local_loss: torch.Tensor) -> torch.Tensor:
         """All-reduce in place; returns the global batch loss (a 0-d tensor)."""
@@ -287,34 +246,15 @@ def fit_flow_distributed(
     chunk_rows: int = 65536,
     read_steps: int = 256,
 ) -> FlowCalibrator:
-    """Fit BERT-flow on a corpus split over the ranks (data parallel); every rank returns the same flow.
+    """Fit BERT-flow on [N, D] rows ``X`` readable by every rank (data parallel); every rank returns the same
+    fitted ``calibrator`` (default: the code preset), on ``device`` (default its own, or ``cuda:{local_rank}``).
 
-    Reproduces ``FlowCalibrator.fit`` step for step, through the same
-    :class:`~bertflow.calibrators.flow_trainer.FlowTrainer`:
-    the constant dimensions come from all-reduced moments; the shuffle, held-out split and batch order are drawn
-    from the trainer's seeded generator on every rank, exactly as in one process; ActNorm's data-dependent
-    initialisation runs on rank 0 on the same rows one process would use, and its parameters are broadcast; at
-    every step each rank computes its contiguous share of the global batch of ``batch_size`` rows (read from disk),
-    and the gradients are summed (:class:`GradientAllReduce`). The effective batch is therefore ``batch_size``
-    whatever the number of ranks, and the result equals the single-process fit up to floating-point summation
-    order (which, compounded over the steps, leaves differences around 1e-6 relative in the latents: see the
-    tests).
-
-    Rows are read at random positions from ``X``, so every rank must be able to read all of it: a store on shared
-    storage, or a copy per node. Memory per rank: the shuffled row order (8 bytes a row) and a few hundred steps
-    of rows, not the corpus.
-
-    Args:
-        X: [N, D] rows readable by every rank (``bertflow.scale.reader.open_embeddings(folder)``, a memory-mapped
-            ``.npy``, or an array).
-        calibrator: an unfitted :class:`FlowCalibrator` carrying the hyperparameters (default: the code preset).
-        device: this rank's device; default ``calibrator.device`` or ``cuda:{local_rank}`` / ``cpu``.
-        chunk_rows: rows per block of the statistics pass.
-        read_steps: steps of rows read from disk at a time (sorted, so a memory map is read front to back).
-
-    Returns:
-        The fitted calibrator (``n_features_in_``, ``flow_``, ``history_``... set as by ``fit``, by its own
-        :meth:`~bertflow.calibrators.flow.FlowCalibrator.fit_from_result`).
+    ``FlowCalibrator.fit`` step for step, through the same :class:`~bertflow.calibrators.flow_trainer.FlowTrainer`:
+    constant dimensions from all-reduced moments (blocks of ``chunk_rows``); split and batches from the seeded
+    generator on every rank; ActNorm initialised on rank 0 and broadcast; each rank computes its share of every
+    global batch and gradients are summed, so the effective batch is ``batch_size`` whatever the ranks, and the
+    result equals one process's up to summation order (~1e-6 relative in the latents). Rows are read at random
+    positions, ``read_steps`` steps at a time in row order; memory per rank is 8 bytes a row plus those steps.
     """
     from ..calibrators.flow import FlowCalibrator
     from ..calibrators.flow_trainer import FlowTrainer

@@ -11,7 +11,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -20,31 +20,13 @@ from .. import errors
 from ..errors import BertflowError, InputError, describe_os_error
 from ..resources import share_cpu_threads
 
-if TYPE_CHECKING:
-    pass
-
-__all__ = [
-    "Topology",
-    "current_topology",
-    "process_group",
-    "default_device",
-    "launch_local",
-]
-
-
 # -- topology and process group ---------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Topology:
-    """Where this process sits: its global rank among ``world_size`` and its local rank on its node.
-
-    Attributes:
-        rank: global rank, 0 .. world_size - 1.
-        world_size: number of processes in the job.
-        local_rank: rank on this node (picks the GPU: ``cuda:{local_rank}``).
-        local_world_size: processes on this node.
-    """
+    """Where this process sits: its global ``rank`` among ``world_size``, and its ``local_rank`` among the
+    ``local_world_size`` processes of its node (which picks the GPU, ``cuda:{local_rank}``)."""
 
     rank: int = 0
     world_size: int = 1
@@ -58,11 +40,8 @@ class Topology:
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Topology:
-        """Read the topology that ``torchrun`` (``RANK``...) or a bare ``srun`` (``SLURM_PROCID``...) set.
-
-        Without either, this is a single process (rank 0 of 1). A SLURM job of one task that starts torchrun
-        itself is read through torchrun's variables, which its workers see.
-        """
+        """The topology ``torchrun`` (``RANK``...) or a bare ``srun`` (``SLURM_PROCID``...) set; rank 0 of 1
+        without either (a one-task SLURM job that starts torchrun is read through torchrun's variables)."""
         env = os.environ if environ is None else environ
         if "RANK" in env and "WORLD_SIZE" in env:
             return cls(
@@ -102,17 +81,10 @@ def default_device(topology: Topology | None = None) -> str:
 def process_group(
     backend: str = "gloo", *, init_method: str | None = None, timeout_minutes: float = 60.0
 ) -> Iterator[Topology]:
-    """Join the job's process group for the duration of the block and yield this process's topology.
-
-    A single process (no torchrun variables) joins nothing, so the same code runs with and without a launcher;
-    a group initialised by the caller is used as it is and left open.
-
-    Args:
-        backend: ``"gloo"`` (default; CPU, and CUDA tensors for all-reduce and broadcast) or ``"nccl"``.
-        init_method: rendezvous URL; default ``env://`` (``MASTER_ADDR``/``MASTER_PORT``, set by torchrun).
-        timeout_minutes: how long a collective waits for the slowest rank (the final barrier of an encoding
-            waits for the rank with the most work, so keep it above one rank's share of the job).
-    """
+    """Join the job's process group (``backend`` gloo or nccl, rendezvous ``init_method``, default ``env://``)
+    for the block and yield this process's topology. A single process joins nothing; a group the caller initialised
+    is used and left open. ``timeout_minutes``: how long a collective waits for the slowest rank (keep it above one
+    rank's share of an encoding, which the final barrier waits for)."""
     topology = Topology.from_env()
     if topology.world_size == 1 or dist.is_initialized():
         yield current_topology()
@@ -172,11 +144,8 @@ def all_gather_object(obj: Any) -> list[Any]:
 
 
 def run_on_main(fn: Callable[[], Any]) -> Any:
-    """Run ``fn`` on rank 0 and hand its result, or its bertflow error, to every rank.
-
-    Without this, an error on rank 0 (a bad input file, say) would leave the other ranks waiting at the next
-    collective until the timeout; with it, every rank raises the same error at once.
-    """
+    """Run ``fn`` on rank 0 and hand its result, or its bertflow error, to every rank (which would otherwise wait
+    at the next collective until the timeout)."""
     rank, _ = rank_and_world()
     payload: tuple[str, Any] = ("ok", None)
     if rank == 0:
@@ -206,16 +175,9 @@ def launch_local(
     backend: str = "gloo",
     timeout_minutes: float = 60.0,
 ) -> None:
-    """Run ``fn(device, *args)`` in one spawned process per device, as the ranks of one process group.
-
-    The single-machine stand-in for ``torchrun --nproc_per_node=len(devices)``: rank ``i`` gets ``devices[i]``
-    and a group initialised over a temporary file (no port to pick). ``fn`` must be importable (a module-level
-    function) because processes are spawned, not forked. CPU ranks split the machine's cores between them.
-
-    Raises:
-        torch.multiprocessing.ProcessRaisedException / ProcessExitedException: a rank failed; the others are
-            stopped.
-    """
+    """Run ``fn(device, *args)`` (a module-level function: processes are spawned) in one process per device, as
+    the ranks of one group rendezvousing over a temporary file: ``torchrun --nproc_per_node=len(devices)`` on one
+    machine. CPU ranks split the cores. A failed rank raises torch.multiprocessing's ProcessRaised/ExitedException."""
     import torch.multiprocessing as mp
 
     if not devices:

@@ -21,26 +21,6 @@ from ..errors import InputError, ModelFileError
 from ..io.files import FOLDER_KINDS, TMP_MARK, atomic_write_text
 from ..io.formats import check_format, json_text
 
-__all__ = [
-    "MANIFEST_NAME",
-    "SHARD_DIR",
-    "DEFAULT_SHARD_SIZE",
-    "MERGED_NAME",
-    "STORE_FORMAT",
-    "STORE_FORMAT_VERSION",
-    "SHARD_SUFFIXES",
-    "ShardSpec",
-    "plan_shards",
-    "shard_record",
-    "remove_temporary_files",
-    "read_manifest",
-    "write_manifest",
-    "new_manifest",
-    "finalize_manifest",
-    "read_record",
-    "short_list",
-]
-
 MANIFEST_NAME = FOLDER_KINDS["store"][0]  # "manifest.json"
 SHARD_DIR = "shards"
 MERGED_NAME = "embeddings.npy"
@@ -75,11 +55,7 @@ def write_manifest(folder: str | Path, manifest: dict[str, Any]) -> None:
 
 
 def read_manifest(folder: str | Path) -> dict[str, Any]:
-    """Read and check a store's ``manifest.json``.
-
-    Raises:
-        ModelFileError: the file is missing or garbled, is not a bertflow store, or was written in a newer format.
-    """
+    """A store's ``manifest.json``; ModelFileError if missing, garbled, not a store's, or of a newer format."""
     path = Path(folder) / MANIFEST_NAME
     if not path.is_file():
         raise ModelFileError(f"{path} is missing: {folder} is not a bertflow embedding store (or was never started)")
@@ -100,14 +76,8 @@ def read_manifest(folder: str | Path) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class ShardSpec:
-    """One shard of the plan: input rows ``[start, stop)``; ``offset`` is the byte where row ``start`` begins.
-
-    Attributes:
-        index: global shard number (its file is ``shards/part-{index:06d}{suffix}``).
-        start, stop: row range, 0-based, ``stop`` excluded.
-        offset: byte offset of the input line of row ``start`` (0 when the rows did not come from a text file).
-        suffix: the shard file's suffix, which names its format (:data:`SHARD_SUFFIXES`).
-    """
+    """Shard ``index`` of the plan (file ``shards/part-{index:06d}{suffix}``): input rows ``[start, stop)``, row
+    ``start`` beginning at byte ``offset`` of a text input (else 0)."""
 
     index: int
     start: int
@@ -117,22 +87,19 @@ class ShardSpec:
 
     @property
     def rows(self) -> int:
-        """Number of rows in the shard."""
         return self.stop - self.start
 
     @property
     def name(self) -> str:
-        """File name of the shard's array, ``part-{index:06d}.npy`` (or ``.parquet``, ``.arrow``)."""
         return f"part-{self.index:06d}{self.suffix}"
 
     @property
     def format(self) -> str:
-        """The shard's file format: ``"npy"``, ``"parquet"`` or ``"arrow"``."""
         return self.suffix.lstrip(".")
 
     @property
     def record_name(self) -> str:
-        """File name of the shard's completion record, ``part-{index:06d}.json``."""
+        """The shard's completion record, ``part-{index:06d}.json``."""
         return f"part-{self.index:06d}.json"
 
     def to_json(self) -> dict[str, Any]:
@@ -151,14 +118,8 @@ class ShardSpec:
 def plan_shards(
     n_rows: int, shard_size: int, offsets: Sequence[int] | None = None, *, shard_format: str = "npy"
 ) -> list[ShardSpec]:
-    """Cut ``n_rows`` rows into shards of ``shard_size`` rows (the last one shorter).
-
-    Args:
-        n_rows: total rows N.
-        shard_size: rows per shard, positive.
-        offsets: byte offset of the first line of every shard (``ceil(N / shard_size)`` values), if from a file.
-        shard_format: ``"npy"``, ``"parquet"`` or ``"arrow"`` (:data:`SHARD_SUFFIXES`).
-    """
+    """Cut ``n_rows`` rows into shards of ``shard_size`` rows (the last one shorter), with every shard's first
+    line's byte ``offsets`` if from a text file, in ``shard_format`` (:data:`SHARD_SUFFIXES`)."""
     if shard_size < 1:
         raise InputError(f"shard_size must be positive, got {shard_size}")
     if shard_format not in SHARD_SUFFIXES:
@@ -176,13 +137,9 @@ def plan_shards(
 
 
 def shard_record(folder: str | Path, spec: ShardSpec, dim: int, dtype: str = "float32") -> dict[str, Any] | None:
-    """The completion record of shard ``spec`` if the shard is complete and matches the plan, else ``None``.
-
-    Complete means: the record parses, names the same rows, dimension and dtype, and the ``.npy`` exists with the
-    recorded byte size and an array header of shape ``[rows, dim]`` (a Parquet/Arrow shard: the recorded size, and
-    metadata saying ``rows`` rows of float32 [dim]). The checksum is not recomputed here (that reads the whole
-    shard); :meth:`ShardedEmbeddings.verify` does it.
-    """
+    """The completion record of shard ``spec`` if the shard is complete and matches the plan, else ``None``:
+    the record names the same rows, dim and dtype, the file has the recorded size and a header (table metadata) of
+    ``[rows, dim]``. The checksum is not recomputed (:meth:`ShardedEmbeddings.verify` does)."""
     shard_dir = Path(folder) / SHARD_DIR
     record = read_record(shard_dir / spec.record_name)
     if record is None:
@@ -212,10 +169,7 @@ def shard_record(folder: str | Path, spec: ShardSpec, dim: int, dtype: str = "fl
 
 
 def remove_temporary_files(folder: str | Path) -> int:
-    """Delete the temporary files that killed writers left in a store; returns how many.
-
-    Only safe while no other run writes into the same folder (one run per store at a time).
-    """
+    """Delete the temporary files killed writers left in a store (under its lock); returns how many."""
     removed = 0
     for path in (Path(folder), Path(folder) / SHARD_DIR):
         if not path.is_dir():
@@ -251,15 +205,8 @@ def new_manifest(
 
 
 def finalize_manifest(folder: str | Path, *, run: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Mark a store complete: copy every shard's record (bytes, sha256) into the manifest and set ``complete``.
-
-    Args:
-        folder: the store.
-        run: a JSON-ready description of the run that completed it, appended to ``runs``.
-
-    Raises:
-        InputError: some shard is not complete (the message lists them).
-    """
+    """Mark a store complete: every shard's record (bytes, sha256) into the manifest, ``run`` appended to ``runs``;
+    InputError listing the shards that are not complete."""
     manifest = read_manifest(folder)
     specs = [ShardSpec.from_json(e) for e in manifest["shards"]]
     missing, entries = [], []

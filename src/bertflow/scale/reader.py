@@ -14,25 +14,13 @@ from ..errors import InputError, ModelFileError
 from ..io.formats import sha256_file
 from .layout import SHARD_DIR, ShardSpec, read_manifest, read_record, shard_record, short_list
 
-__all__ = [
-    "ShardedEmbeddings",
-    "open_embeddings",
-]
-
 
 class ShardedEmbeddings:
-    """A read-only ``[N, D]`` view of a store's shards in input order, indexed like a numpy array.
+    """A read-only ``[N, D]`` view of a store's shards (``specs``, in row order) indexed like a numpy array: an
+    integer, a slice (any step), an integer array or a boolean mask, and ``(rows, columns)``.
 
-    Every ``.npy`` shard is memory-mapped on first use, so indexing reads only the rows asked for (a Parquet or Arrow
-    shard is read whole, and at most two are kept in memory). Supported indices: an
-    integer (a row [D]), a slice (with any step), an integer array or list (rows in the order given), and a tuple
-    ``(rows, columns)`` whose column part is applied to the result. ``np.asarray(store)`` materialises everything.
-
-    Attributes:
-        folder: the store folder.
-        manifest: the parsed ``manifest.json``.
-        shape: ``(N, D)``; dtype: the stored dtype.
-        specs: the shard plan, in row order.
+    ``.npy`` shards are memory-mapped on first use, so only the rows asked for are read (a Parquet or Arrow shard
+    is read whole; at most two are kept). ``np.asarray(store)`` materialises everything.
     """
 
     def __init__(self, folder: str | Path, manifest: dict[str, Any]) -> None:
@@ -154,11 +142,7 @@ class ShardedEmbeddings:
             yield self.rows(a, min(a + int(rows), stop))
 
     def verify(self) -> None:
-        """Recompute every shard's sha256 and compare it with its record.
-
-        Raises:
-            ModelFileError: naming the first shard whose bytes changed.
-        """
+        """Recompute every shard's sha256 against its record; ModelFileError naming the first that changed."""
         # A complete manifest holds its own copy of every shard's sha256 (finalize_manifest): both must agree.
         in_manifest = {int(e["index"]): e.get("sha256") for e in self.manifest.get("shards", []) if "sha256" in e}
         for spec in self.specs:
@@ -173,20 +157,9 @@ class ShardedEmbeddings:
 
 
 def open_embeddings(folder: str | Path, *, verify: bool = False) -> ShardedEmbeddings:
-    """Open a store as one read-only ``[N, D]`` array in input order.
-
-    Args:
-        folder: a folder written by ``bertflow distributed-encode`` or :func:`write_store`.
-        verify: also recompute every shard's sha256 (reads everything once).
-
-    Returns:
-        A :class:`ShardedEmbeddings` (``np.asarray`` of it gives a plain array; after :func:`merge_shards`,
-        ``np.load(folder / "embeddings.npy", mmap_mode="r")`` gives one memory map).
-
-    Raises:
-        InputError: some shard is not complete yet (re-run the same command to finish it).
-        ModelFileError: the manifest is missing, garbled or newer than this bertflow.
-    """
+    """Open a store (``bertflow distributed-encode``, :func:`write_store`) as a :class:`ShardedEmbeddings`;
+    ``verify`` also recomputes every shard's sha256 (reads everything once). InputError while some shard is not
+    complete (re-run the same command); ModelFileError for a missing, garbled or newer manifest."""
     manifest = read_manifest(folder)
     store = ShardedEmbeddings(folder, manifest)
     missing = [s.index for s in store.specs if shard_record(folder, s, store.shape[1], store.dtype.name) is None]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import hashlib
-import os
+import io
 import socket
 import time
 from pathlib import Path
@@ -19,31 +19,18 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
-from ..io.files import atomic_file, atomic_write_text, fsync_dir, temporary_name
+from ..io.files import atomic_file, atomic_write_text
 from ..io.formats import json_text
 from .layout import SHARD_DIR, ShardSpec
 
-__all__ = [
-    "ShardWriter",
-    "TableShardWriter",
-    "open_shard_writer",
-]
-
 
 class ShardWriter:
-    """Write one shard: a ``.npy`` header, the rows as they come, then fsync, rename and the completion record.
+    """Write shard ``spec`` of the store ``folder``: a ``.npy`` header, the [n, ``dim``] rows as they come, then
+    fsync, rename (:func:`~bertflow.io.files.atomic_file`) and the completion record (with ``record``'s fields).
 
-    Rows are written and hashed by a background thread, so disk and checksum overlap the encoding of the next
-    rows. Nothing under the final names exists until :meth:`commit` returns; leaving the ``with`` block by an
-    exception deletes the temporary file.
-
-    Args:
-        folder: the store folder (``shards/`` is created inside it).
-        spec: which shard.
-        dim: row dimension D.
-        dtype: stored dtype (float32 by default).
-        record: extra JSON-ready fields for the completion record (rank, device, host...).
-        background: write in a background thread (``False`` writes inline).
+    Rows are written and hashed by a ``background`` thread, overlapping the encoding of the next rows. Nothing
+    under the final names exists until :meth:`commit` returns; an exception in the ``with`` block deletes the
+    temporary file.
 
     Example:
         >>> with ShardWriter("out", ShardSpec(0, 0, 3), dim=2) as w:
@@ -69,7 +56,6 @@ class ShardWriter:
         self.shard_dir = self.folder / SHARD_DIR
         self.shard_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.shard_dir / spec.name
-        self.tmp = temporary_name(self.path)
         self._written = 0  # rows handed to write()
         self._started = time.perf_counter()
         self._open()
@@ -77,21 +63,16 @@ class ShardWriter:
         self._pending: list[concurrent.futures.Future[None]] = []
         self._done = False
 
-    # The file itself (an .npy here; TableShardWriter overrides these four for Parquet/Arrow).
+    # The file itself (an .npy here; TableShardWriter overrides these for Parquet/Arrow), under atomic_file.
 
     def _open(self) -> None:
-        """Start the temporary file: the ``.npy`` header."""
-        self._fh = open(self.tmp, "wb")  # noqa: SIM115 - closed by commit/abort
-        self._hash = hashlib.sha256()
-        header = {
-            "descr": np.lib.format.dtype_to_descr(self.dtype),
-            "fortran_order": False,
-            "shape": (self.spec.rows, self.dim),
-        }
-        np.lib.format.write_array_header_1_0(self._fh, header)
-        self._fh.flush()
-        with open(self.tmp, "rb") as fh:  # hash the header too: the sha256 is that of the whole file
-            self._hash.update(fh.read())
+        self._stack = contextlib.ExitStack()
+        self._fh = self._stack.enter_context(atomic_file(self.path, "wb"))
+        self._hash = hashlib.sha256()  # of the whole file, header included
+        header = io.BytesIO()
+        descr, shape = np.lib.format.dtype_to_descr(self.dtype), (self.spec.rows, self.dim)
+        np.lib.format.write_array_header_1_0(header, {"descr": descr, "fortran_order": False, "shape": shape})
+        self._write_block(np.frombuffer(header.getvalue(), dtype=np.uint8))
 
     def _write_block(self, block: np.ndarray) -> None:
         data = memoryview(block).cast("B")
@@ -100,17 +81,12 @@ class ShardWriter:
 
     def _finish(self) -> tuple[int, str]:
         """Flush, fsync and rename the file to its final name; return its size and sha256."""
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
         size = self._fh.tell()
-        self._fh.close()
-        os.replace(self.tmp, self.path)
-        fsync_dir(self.shard_dir)
+        self._stack.close()
         return size, self._hash.hexdigest()
 
     def _discard(self) -> None:
-        self._fh.close()
-        self.tmp.unlink(missing_ok=True)
+        self._stack.__exit__(RuntimeError, RuntimeError("shard aborted"), None)  # atomic_file deletes the file
 
     def write(self, rows: np.ndarray) -> None:
         """Append rows [n, D] (converted to the store dtype; do not modify the array afterwards)."""
@@ -134,11 +110,7 @@ class ShardWriter:
             self._pending.pop(0).result()
 
     def commit(self) -> dict[str, Any]:
-        """Finish the shard: wait for the writes, fsync, rename to the final name, write the record; return it.
-
-        Raises:
-            InputError: fewer rows were written than the shard holds.
-        """
+        """Finish the shard (InputError if short): wait for the writes, fsync, rename, write the record; return it."""
         if self._done:
             raise RuntimeError("this shard was already committed or aborted")
         for future in self._pending:
@@ -192,16 +164,9 @@ class ShardWriter:
 
 
 class TableShardWriter(ShardWriter):
-    """A :class:`ShardWriter` for a Parquet or Arrow IPC shard (``spec.suffix``): same use, record and atomicity.
-
-    The table (:class:`bertflow.io.arrow.EmbeddingTableWriter`: ``row``, the id column if any, ``embedding``) is
-    written through :func:`~bertflow.io.files.atomic_file`, one row group or record batch per :meth:`write`.
-
-    Args:
-        ids: ``(name, values)``: a column copied beside the embeddings, ``values`` a pyarrow array of the shard's
-            rows (``spec.rows`` of them).
-        the others: as for :class:`ShardWriter` (``dtype`` must be float32).
-    """
+    """A :class:`ShardWriter` for a Parquet or Arrow IPC float32 shard (:class:`bertflow.io.arrow.EmbeddingTableWriter`,
+    one row group or record batch per :meth:`write`), with ``ids = (name, pyarrow array of the shard's rows)``
+    copied beside the embeddings."""
 
     def __init__(
         self,
@@ -239,15 +204,14 @@ class TableShardWriter(ShardWriter):
     def _finish(self) -> tuple[int, str]:
         digest = self._table.close()
         size = self._fh.tell()
-        self._stack.close()  # atomic_file: fsync, rename, fsync the folder
+        self._stack.close()
         return size, digest
 
     def _discard(self) -> None:
-        # Close the table writer while its file is open (pyarrow would write to a closed file when it is collected),
-        # then leave atomic_file by an exception, which deletes the temporary file.
+        # Close the table writer while its file is open (pyarrow would write to a closed file when it is collected).
         with contextlib.suppress(Exception):
             self._table.close()
-        self._stack.__exit__(RuntimeError, RuntimeError("shard aborted"), None)
+        super()._discard()
 
 
 def open_shard_writer(
@@ -258,11 +222,8 @@ def open_shard_writer(
     record: dict[str, Any] | None = None,
     ids: tuple[str, Any] | None = None,
 ) -> ShardWriter:
-    """The writer of shard ``spec`` in its format: a :class:`ShardWriter` (``.npy``) or a :class:`TableShardWriter`.
-
-    Raises:
-        InputError: ``ids`` for an ``.npy`` shard (it has no place for them).
-    """
+    """The writer of shard ``spec`` in its format: a :class:`ShardWriter` (``.npy``; InputError with ``ids``) or a
+    :class:`TableShardWriter`."""
     if spec.format == "npy":
         if ids is not None:
             raise InputError("an id column can only be stored in Parquet or Arrow shards (--format parquet|arrow)")

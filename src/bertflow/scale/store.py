@@ -4,32 +4,22 @@ Written by :func:`bertflow.scale.encode.encode_file_to_store` (``bertflow distri
 time by whichever rank encoded it, or by :func:`write_store` from an in-memory matrix. Layout::
 
     OUTDIR/
-      manifest.json            what was encoded and how (input file size, sha256 and line count; encoder model id,
-                               fingerprint, pooling, max_length and compute dtype; calibrator identity, if any;
-                               output dim and dtype; bertflow version) and the shard plan: the row range
-                               [start, stop) and input byte offset of every shard
+      manifest.json            what was encoded and how (input identity, encoder record and compute dtype,
+                               calibrator identity, dim, dtype) and the shard plan (rows, input byte offsets)
       shards/part-000000.npy   float32 [rows, D]: input rows [start, stop), in input order
       shards/part-000000.json  the shard's completion record: rows, bytes, sha256, rank, device, seconds
       embeddings.npy           only after a merge (``--merge`` or :func:`merge_shards`): every row in one array
 
-A store may hold Parquet or Arrow IPC shards instead (``shard_format`` in the manifest, ``--format parquet|arrow``):
-``shards/part-000000.parquet`` (or ``.arrow``) is a table of ``row`` (int64), an optional id column copied from the
-input, and ``embedding`` (fixed_size_list<float32>[D]), written and completed the same way (see
-:mod:`bertflow.io.arrow`). Such a store has ``format_version`` 2, so a bertflow that only reads ``.npy`` shards
-refuses it by name instead of reporting missing shards.
+A store may hold Parquet or Arrow IPC shards instead (``--format parquet|arrow``): tables of ``row``, an optional id
+column and ``embedding`` (:mod:`bertflow.io.arrow`), written and completed the same way, in ``format_version`` 2
+(so a bertflow that reads only ``.npy`` shards refuses it by name).
 
-Shards are numbered over the whole input, not per rank, so a run resumed with another number of ranks still
-reuses every finished shard. A shard is complete when its record exists and its ``.npy`` has the recorded size:
-the ``.npy`` is written under a temporary name, fsynced and renamed, and only then is its record written (the same
-way), so a killed writer leaves a temporary file that the next run deletes and redoes, never a short shard.
+Shards are numbered over the whole input, not per rank, so a run resumed with other ranks reuses every finished
+one. A shard is written under a temporary name, fsynced and renamed, and only then is its record written, so a
+killed writer leaves a temporary file that the next run deletes and redoes, never a short shard.
 
-Reading: :func:`open_embeddings` returns a :class:`ShardedEmbeddings`, which indexes like a read-only ``[N, D]``
-array (memory-mapped, so only the rows asked for are read) without concatenating the shards.
-
-The code is in four modules: :mod:`bertflow.scale.layout` (names, manifest, shard plan, completion),
-:mod:`bertflow.scale.shards` (the shard writers), :mod:`bertflow.scale.reader` (:func:`open_embeddings`,
-:class:`ShardedEmbeddings`) and this one, which holds the whole-store operations, :func:`write_store` and
-:func:`merge_shards`.
+:mod:`bertflow.scale.layout` holds names, manifest, plan and completion; :mod:`bertflow.scale.shards` the writers;
+:mod:`bertflow.scale.reader` :func:`open_embeddings`; this module :func:`write_store` and :func:`merge_shards`.
 """
 
 from __future__ import annotations
@@ -57,8 +47,6 @@ from .layout import (
 from .reader import ShardedEmbeddings, open_embeddings
 from .shards import ShardWriter
 
-__all__ = ["merge_shards", "write_store"]
-
 
 def write_store(
     X: np.ndarray,
@@ -67,17 +55,8 @@ def write_store(
     shard_size: int = DEFAULT_SHARD_SIZE,
     info: dict[str, Any] | None = None,
 ) -> ShardedEmbeddings:
-    """Save an in-memory embedding matrix [N, D] as a store (for tests, or to fit distributed on it).
-
-    Args:
-        X: the rows, any float dtype; stored as float32.
-        folder: the store folder; created, and must not hold another store.
-        shard_size: rows per shard.
-        info: extra JSON-ready fields for the manifest (``encoder``, ``input``...).
-
-    Returns:
-        The store, opened.
-    """
+    """Save an in-memory matrix [N, D] (stored float32) as a store in ``folder`` (which may not hold one), with
+    ``info`` in the manifest (``encoder``, ``input``...); returns it opened."""
     X = np.asarray(X)
     if X.ndim != 2:
         raise InputError(f"expected an [N, D] matrix, got shape {X.shape}")
@@ -96,14 +75,8 @@ def write_store(
 
 
 def merge_shards(folder: str | Path, output: str | Path | None = None, *, rows_per_block: int = 65536) -> Path:
-    """Concatenate a store's shards into one ``.npy`` (default ``OUTDIR/embeddings.npy``), streamed and atomic.
-
-    Memory stays bounded by ``rows_per_block`` rows. The result opens as one memory map with
-    ``np.load(path, mmap_mode="r")``; its sha256 is recorded in the manifest when it lies inside the store.
-
-    Returns:
-        The path of the merged file.
-    """
+    """Concatenate a store's shards into one ``.npy`` (default ``OUTDIR/embeddings.npy``, its sha256 then recorded
+    in the manifest), streamed ``rows_per_block`` rows at a time and atomic; returns its path."""
     store = open_embeddings(folder)
     target = Path(output) if output is not None else Path(folder) / MERGED_NAME
     target.parent.mkdir(parents=True, exist_ok=True)
