@@ -24,17 +24,6 @@ from ..validation import check_sentences
 from .settings import MIN_LENGTH_RATIO, UNIFORM_FILL
 from .tokenization import TokenArrays
 
-__all__ = [
-    "EncodeStats",
-    "HostBatch",
-    "PreparedChunk",
-    "Prefetcher",
-    "cut_chunks",
-    "pack_rows",
-    "plan_batches",
-    "prepare_chunk",
-]
-
 
 def plan_batches(
     lengths: np.ndarray,

@@ -9,8 +9,6 @@ import torch
 
 from ..errors import InputError
 
-__all__ = ["attention_backends", "resolve_device", "resolve_dtype", "transformers_major"]
-
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
     """The torch device for ``device`` (``None``: CUDA when available, else CPU), checked before any model loads.

@@ -60,8 +60,6 @@ from .settings import DEFAULT_CHUNK, EncodeSettings, device_kind
 from .token_stats import TokenStatistics
 from .tokenization import TokenArrays, TokenizerPool, auto_processes, tokenize_arrays
 
-__all__ = ["SentenceEncoder"]
-
 logger = logging.getLogger(__name__)
 
 # -- the encoder -------------------------------------------------------------------------------------------

@@ -39,16 +39,6 @@ from .packed import (
 from .pooling import Pooling, Weighting
 from .token_stats import TokenStatistics
 
-__all__ = [
-    "DeviceTransform",
-    "ModelRunner",
-    "Pending",
-    "PoolingPlan",
-    "StopForward",
-    "capture_layer_inputs",
-    "find_layer_list",
-]
-
 logger = logging.getLogger(__name__)
 
 #: Largest 1 - cos between the unpadded and the padded forward's pooled vectors that the automatic unpadded path

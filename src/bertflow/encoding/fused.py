@@ -22,8 +22,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-__all__ = ["add_layer_norm", "linear_gelu", "qkv_weights", "triton_available"]
-
 _KERNEL: Any = None
 
 

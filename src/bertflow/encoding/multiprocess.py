@@ -17,8 +17,6 @@ from ..resources import share, share_cpu_threads
 from ..validation import validate_sentences
 from .encoder import SentenceEncoder
 
-__all__ = ["encode_multi_device"]
-
 
 def encode_multi_device(
     sentences: Sequence[str],

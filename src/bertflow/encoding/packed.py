@@ -29,26 +29,6 @@ import torch.nn.functional as F
 
 from .fused import add_layer_norm, linear_gelu, qkv_weights
 
-__all__ = [
-    "ATTENTIONS",
-    "CUDA_ATTENTION",
-    "CUDA_KERNELS",
-    "UNPADDED_BY_DEFAULT",
-    "Attention",
-    "GROUP_TOKENS",
-    "KERNELS",
-    "SLOTTED",
-    "Packing",
-    "PackedBert",
-    "max_cosine_deviation",
-    "grouped_attention",
-    "slotted_attention",
-    "padded_attention",
-    "unsupported_reason",
-    "varlen_attention",
-    "varlen_available",
-]
-
 #: Attention over packed tokens: ``(q, k, v [total, heads, head_dim], packing) -> [total, heads, head_dim]``.
 Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "Packing"], torch.Tensor]
 

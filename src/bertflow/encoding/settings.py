@@ -10,18 +10,6 @@ from dataclasses import dataclass
 
 from ..errors import InputError
 
-__all__ = [
-    "DEFAULT_CHUNK",
-    "DEFAULT_MAX_TOKENS",
-    "DEFAULT_MIN_TOKENS",
-    "FLOOR_HIDDEN",
-    "FIRST_CUDA_CHUNK",
-    "MIN_LENGTH_RATIO",
-    "UNIFORM_FILL",
-    "EncodeSettings",
-    "device_kind",
-]
-
 #: Default token budget per forward pass (padded tokens: rows x width). On a GPU, batches must be large
 #: enough to keep the matrix units busy (a BERT-base forward of 8k tokens is launch-bound on an H100); on a
 #: CPU, beyond a few thousand tokens larger batches only add memory traffic (1k to 4k tokens measured alike on

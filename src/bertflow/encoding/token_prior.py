@@ -22,8 +22,6 @@ from typing import Any
 
 from .token_stats import TokenStatistics
 
-__all__ = ["PRIORS_DIR", "TokenPrior", "available_priors", "prior_for", "vocab_digest"]
-
 #: Where the shipped priors live (one folder each: ``prior.json`` + the :class:`TokenStatistics` files).
 PRIORS_DIR = Path(__file__).with_name("priors")
 PRIOR_CONFIG = "prior.json"

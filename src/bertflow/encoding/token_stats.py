@@ -23,8 +23,6 @@ from ..errors import InputError, ModelFileError
 from ..io.formats import FORMAT_VERSION, check_format, load_arrays, read_json, save_arrays, write_json
 from .tokenization import TokenArrays
 
-__all__ = ["STATS_ARRAYS", "STATS_CONFIG", "TokenStatistics"]
-
 STATS_CONFIG = "token_statistics.json"
 STATS_ARRAYS = "token_statistics.safetensors"
 

@@ -38,8 +38,6 @@ import numpy as np
 
 from ..resources import usable_cpus
 
-__all__ = ["TokenArrays", "TokenizerPool", "WordPieceShortcut", "auto_processes", "tokenize_arrays"]
-
 logger = logging.getLogger(__name__)
 
 #: Fewest sentences one worker process is sent at a time: below that, the round trip costs more than it saves.

@@ -31,8 +31,6 @@ import torch
 from ...errors import InputError
 from .weighting import NO_WEIGHTING, Weighting
 
-__all__ = ["Pooling", "masked_mean", "parse_without_model", "pooling_names", "registered_poolings"]
-
 #: Every pooling class, in definition order (filled by ``Pooling.__init_subclass__``).
 _REGISTRY: list[type[Pooling]] = []
 

@@ -17,8 +17,6 @@ from ...errors import InputError
 from .base import Pooling, masked_mean
 from .weighting import NO_WEIGHTING, Weighting
 
-__all__ = ["LayerMeanPooling"]
-
 #: Named layer averages: name -> indices as a function of the number of layers L.
 _NAMED = {
     "mean": lambda n: (n,),

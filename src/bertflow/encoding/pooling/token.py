@@ -13,8 +13,6 @@ import torch
 from .base import Pooling
 from .weighting import Weighting
 
-__all__ = ["ClsPooling", "PoolerPooling"]
-
 
 @dataclass(frozen=True)
 class ClsPooling(Pooling):

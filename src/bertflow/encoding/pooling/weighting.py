@@ -32,8 +32,6 @@ import numpy as np
 from ...errors import InputError
 from ..token_stats import TokenStatistics
 
-__all__ = ["NO_WEIGHTING", "SIF_A", "WEIGHTING_NAMES", "Weighting"]
-
 #: SIF's default a (Arora et al. 2017 found 1e-4 to 1e-3 best; the issue's measurement used 1e-3).
 SIF_A = 1e-3
 WEIGHTING_NAMES = ("none", "sif", "usif", "idf")
