@@ -38,13 +38,9 @@ _REGISTRY: list[type[Pooling]] = []
 class Pooling(ABC):
     """A validated way of reading sentence vectors out of a transformer's token states.
 
-    Subclasses are immutable values (frozen dataclasses): equal specs give equal poolings.
-
-    Class attributes:
-        names: the spec names this class parses (the first is its canonical name).
-        averages_tokens: whether it is an average over tokens, so that a token weighting applies to it.
-        portable: whether sentence-transformers' own modules compute it (the export,
-            :func:`bertflow.integrations.st_export.pooling_modules`, then needs no bertflow).
+    Subclasses are immutable values (frozen dataclasses): equal specs give equal poolings. Class attributes:
+    ``names``, the spec names it parses (the first canonical); ``averages_tokens``, whether a token weighting
+    applies; ``portable``, whether sentence-transformers' own modules compute it (the export then needs no bertflow).
     """
 
     names: ClassVar[tuple[str, ...]] = ()
@@ -86,24 +82,15 @@ class Pooling(ABC):
     def pool(
         self, states: Mapping[int | str, torch.Tensor], mask: torch.Tensor, weights: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """Sentence vectors [B, D] in the dtype of ``states``.
-
-        Args:
-            states: ``{index: [B, T, D]}`` for every index of :attr:`layers`, and ``{name: tensor}`` for every
-                name of :attr:`inputs` (other entries may be present and are ignored).
-            mask: [B, T], true (or 1) at real tokens, false at padding.
-            weights: [B, T] per-token weights for a weighted pooling (``weighting.weighted``), else ``None``.
-        """
+        """Sentence vectors [B, D] in the dtype of ``states``: ``{index: [B, T, D]}`` for every index of
+        :attr:`layers` and ``{name: tensor}`` for every name of :attr:`inputs` (others are ignored); ``mask`` [B, T]
+        true at real tokens; ``weights`` [B, T] per-token weights for a weighted pooling, else ``None``."""
 
     @classmethod
     @abstractmethod
     def build(cls, name: str, num_layers: int, weighting: Weighting) -> Pooling | None:
-        """This class's pooling for the (normalised) spec ``name`` on a model with ``num_layers`` layers, or ``None``
-        when ``name`` is not one of this class's specs.
-
-        Raises:
-            InputError: ``name`` is this class's but invalid for the model (an index out of range).
-        """
+        """This class's pooling for the (normalised) spec ``name`` on a model with ``num_layers`` layers, ``None``
+        when ``name`` is not one of its specs, an InputError when it is but does not fit the model."""
 
     # -- derived ----------------------------------------------------------------------------------------------
 
@@ -136,16 +123,9 @@ class Pooling(ABC):
 
     @classmethod
     def parse(cls, spec: str | Sequence[int] | Pooling, num_layers: int) -> Pooling:
-        """Build a pooling from a spec (see the module docstring), checked against ``num_layers`` layers.
-
-        Args:
-            spec: ``"mean"``, ``"sif:first-last-avg"``, ``"1,-1"``, ``[0, -1]`` ... or a :class:`Pooling` (returned).
-            num_layers: the model's number of transformer layers L (``hidden_states`` has L+1 entries).
-
-        Raises:
-            InputError: an unknown name or weighting, an empty or out-of-range index list, or a weighting on a
-                pooling that does not average tokens.
-        """
+        """Build a pooling from a spec (``"mean"``, ``"sif:first-last-avg"``, ``"1,-1"``, ``[0, -1]``, or a
+        :class:`Pooling`, returned as is), checked against the model's ``num_layers`` transformer layers; an
+        InputError for an unknown name or weighting, a bad index list, or a weighting on a non-averaging pooling."""
         if isinstance(spec, Pooling):
             return spec
         if isinstance(spec, str):
@@ -176,11 +156,7 @@ class Pooling(ABC):
 
 def parse_without_model(spec: str | Sequence[int] | Pooling) -> Pooling:
     """``spec`` parsed with no model at hand, for what does not depend on one (its class, its weighting): layer
-    indices are checked against a model only by :meth:`Pooling.parse` with its real depth.
-
-    Raises:
-        InputError: an unknown name or weighting, or a weighting on a pooling that does not average tokens.
-    """
+    indices are checked against a model only by :meth:`Pooling.parse` with its real depth."""
     return Pooling.parse(spec, num_layers=10**6)
 
 
@@ -195,17 +171,8 @@ def pooling_names(*, averaging: bool = False) -> list[str]:
 
 
 def masked_mean(states: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
-    """Mean over real tokens only, optionally weighted per token.
-
-    Args:
-        states: [B, T, D] token states.
-        mask: [B, T], 1 (true) for real tokens and 0 for padding.
-        weights: optional [B, T] positive per-token weights: the result is then
-            ``sum_t w_t m_t h_t / sum_t w_t m_t``.
-
-    Returns:
-        [B, D]; padding positions contribute nothing, whatever their values (or weights).
-    """
+    """[B, D] mean of ``states`` [B, T, D] over real tokens (``mask`` [B, T] 1 there), with optional positive
+    ``weights`` [B, T] ``sum_t w_t m_t h_t / sum_t w_t m_t``; padding contributes nothing, whatever its values."""
     m = mask.unsqueeze(-1).to(states.dtype)
     if weights is None:
         summed = (states * m).sum(dim=1)

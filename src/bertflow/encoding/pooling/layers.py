@@ -28,14 +28,9 @@ _NAMED = {
 
 @dataclass(frozen=True)
 class LayerMeanPooling(Pooling):
-    """The masked (optionally weighted) mean over tokens of the average of some layers' states.
-
-    Args:
-        kind: ``"mean"`` (layer L), ``"first-last-avg"`` (layers 1 and L), ``"last2avg"`` (L-1 and L) or
-            ``"layers"`` (the indices given).
-        indices: the ``hidden_states`` indices averaged, non-negative, sorted, distinct.
-        token_weighting: the token weighting of the mean.
-    """
+    """The masked (optionally ``token_weighting``-weighted) mean over tokens of the average of the states at
+    ``indices`` (``hidden_states`` indices, non-negative, sorted, distinct); ``kind`` is ``"mean"`` (layer L),
+    ``"first-last-avg"`` (1 and L), ``"last2avg"`` (L-1 and L) or ``"layers"`` (the indices given)."""
 
     kind: str
     indices: tuple[int, ...]

@@ -15,27 +15,33 @@ from .weighting import Weighting
 
 
 @dataclass(frozen=True)
-class ClsPooling(Pooling):
-    """The last layer's state of the first token ([CLS] for BERT), as sentence-transformers' ``cls`` mode."""
+class _OneName(Pooling):
+    """A pooling with one spec name and no parameter but the model's depth (unregistered: no ``names``)."""
 
     num_layers: int
+
+    @property
+    def base_name(self) -> str:
+        return self.names[0]
+
+    def base_spec(self) -> str:
+        return self.names[0]
+
+    @classmethod
+    def build(cls, name: str, num_layers: int, weighting: Weighting) -> _OneName | None:
+        return cls(num_layers) if name in cls.names else None
+
+
+@dataclass(frozen=True)
+class ClsPooling(_OneName):
+    """The last layer's state of the first token ([CLS] for BERT), as sentence-transformers' ``cls`` mode."""
+
     names = ("cls",)
     portable = True  # sentence-transformers' Pooling "cls"
 
     @property
     def layers(self) -> tuple[int, ...]:
         return (self.num_layers,)
-
-    @property
-    def base_name(self) -> str:
-        return "cls"
-
-    def base_spec(self) -> str:
-        return "cls"
-
-    @classmethod
-    def build(cls, name: str, num_layers: int, weighting: Weighting) -> ClsPooling | None:
-        return cls(num_layers) if name in cls.names else None
 
     def pool(
         self, states: Mapping[int | str, torch.Tensor], mask: torch.Tensor, weights: torch.Tensor | None = None
@@ -44,14 +50,10 @@ class ClsPooling(Pooling):
 
 
 @dataclass(frozen=True)
-class PoolerPooling(Pooling):
-    """BERT's pooler head: a dense layer + tanh over the [CLS] state (the BERT-flow paper's "CLS").
+class PoolerPooling(_OneName):
+    """BERT's pooler head: a dense layer + tanh over the [CLS] state (the BERT-flow paper's "CLS"), read from the
+    model's ``pooler_output`` (the model needs a pooler head, checked when the forward pass is planned)."""
 
-    It reads the model's ``pooler_output``, so the model needs a pooler head (checked when the forward pass is
-    planned) and runs to its last layer.
-    """
-
-    num_layers: int
     names = ("pooler",)
 
     @property
@@ -61,17 +63,6 @@ class PoolerPooling(Pooling):
     @property
     def inputs(self) -> tuple[str, ...]:
         return ("pooler_output",)
-
-    @property
-    def base_name(self) -> str:
-        return "pooler"
-
-    def base_spec(self) -> str:
-        return "pooler"
-
-    @classmethod
-    def build(cls, name: str, num_layers: int, weighting: Weighting) -> PoolerPooling | None:
-        return cls(num_layers) if name in cls.names else None
 
     def pool(
         self, states: Mapping[int | str, torch.Tensor], mask: torch.Tensor, weights: torch.Tensor | None = None

@@ -46,11 +46,8 @@ class Weighting:
 
     @classmethod
     def parse(cls, text: str) -> Weighting:
-        """``"none"``, ``"sif"``, ``"sif-<a>"`` (e.g. ``"sif-3e-4"``), ``"usif"`` or ``"idf"``.
-
-        Raises:
-            InputError: another name, or a SIF ``a`` that is not a positive number.
-        """
+        """``"none"``, ``"sif"``, ``"sif-<a>"`` (e.g. ``"sif-3e-4"``), ``"usif"`` or ``"idf"``; an InputError for
+        another name or a SIF ``a`` that is not a positive number."""
         text = text.strip().lower()
         name, _, param = text.partition("-")
         if name not in WEIGHTING_NAMES or (param and name != "sif"):
@@ -78,12 +75,8 @@ class Weighting:
         return self.name
 
     def table(self, stats: TokenStatistics) -> np.ndarray:
-        """The weight of every token id, float32 [V] (see the module docstring for each estimator).
-
-        Raises:
-            InputError: empty statistics, or uSIF on statistics that cannot give its ``a`` (every or no token above
-                its threshold: count more text, or use ``sif``).
-        """
+        """The weight of every token id, float32 [V] (the module docstring gives each estimator); an InputError for
+        empty statistics, or uSIF on statistics that cannot give its ``a``."""
         if self.name == "none":
             return np.ones(stats.vocab_size, dtype=np.float32)
         if self.name == "idf":
