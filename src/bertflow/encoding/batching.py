@@ -33,27 +33,14 @@ def plan_batches(
     min_length_ratio: float = MIN_LENGTH_RATIO,
     min_tokens: int = 0,
 ) -> list[tuple[int, int]]:
-    """Cut sentences sorted by decreasing token count into token-budget batches.
+    """``(start, stop)`` ranges covering ``lengths`` ([N] token counts, decreasing) in order: token-budget batches.
 
-    A batch is padded to its first (longest) sentence, so ``rows x width <= max_tokens`` (a single sentence
-    longer than the budget still gets a batch of its own), and it takes only sentences of at least
-    ``min_length_ratio x width`` tokens, which bounds its padding. Where the run of sentences as long as the
-    first one already fills ``uniform_fill`` of the batch, the batch stops at the end of that run instead of
-    taking shorter sentences: it then holds one length only, carries no padding and needs no attention mask.
-
-    Args:
-        lengths: [N] token counts, sorted in decreasing order.
-        max_tokens: padded-token budget per batch (rows x width).
-        max_rows: optional cap on sentences per batch.
-        uniform_fill: share of a batch's capacity that a run of equal lengths must fill to end the batch
-            there; 0 makes every batch uniform (mask-free), above 1 gives plain greedy budget batches.
-        min_length_ratio: shortest sentence a batch takes, as a share of its width (0: no limit), unless the
-            batch would then hold fewer than ``min_tokens`` padded tokens.
-        min_tokens: padded tokens below which a batch is not worth its fixed cost (a GPU forward pass costs
-            milliseconds of host time whatever its size).
-
-    Returns:
-        ``(start, stop)`` position ranges into ``lengths``, in order, covering it exactly.
+    A batch is padded to its first (longest) sentence, so ``rows x width <= max_tokens`` (a sentence longer than
+    the budget gets a batch of its own; ``max_rows`` optionally caps rows), and it takes only sentences of at least
+    ``min_length_ratio x width`` tokens (0: no limit), which bounds its padding, unless it would then hold fewer
+    than ``min_tokens`` padded tokens (not worth a GPU forward's fixed host cost). Where the run of sentences as
+    long as the first fills ``uniform_fill`` of the batch's capacity, the batch ends with that run: one length, no
+    padding, no attention mask (0 makes every batch uniform, above 1 gives plain greedy budget batches).
     """
     n = len(lengths)
     if max_tokens < 1 or (max_rows is not None and max_rows < 1):
@@ -106,14 +93,9 @@ class PreparedChunk:
 
 @dataclass
 class EncodeStats:
-    """What the last ``encode``/``iter_encode`` call did (for benchmarks; filled as chunks complete).
-
-    Attributes:
-        sentences: sentences encoded.
-        real_tokens: tokens of those sentences (special tokens included, after truncation).
-        padded_tokens: tokens the model processed (rows x width summed over batches).
-        batches: forward passes; uniform_batches: those with one length only (no mask).
-    """
+    """What the last ``encode``/``iter_encode`` call did (for benchmarks; filled as chunks complete): sentences,
+    their real tokens (after truncation), padded tokens processed (rows x width), forward batches, and those of
+    one length only (no mask)."""
 
     sentences: int = 0
     real_tokens: int = 0
@@ -277,15 +259,8 @@ def prepare_chunk(
     pad_id: int,
     pinned: bool,
 ) -> PreparedChunk:
-    """Sort one tokenised chunk by length (longest first, stable) and pack its forward batches.
-
-    Args:
-        offset: stream row of the chunk's first sentence.
-        tokens: the chunk's token ids.
-        max_tokens, max_rows, uniform_fill, min_length_ratio, min_tokens: see :func:`plan_batches`.
-        pad_id: the tokenizer's padding id.
-        pinned: put the buffers in pinned host memory (CUDA: asynchronous copies).
-    """
+    """Sort one tokenised chunk (its first sentence at stream row ``offset``) by length, longest first, stable,
+    and pack its forward batches (:func:`plan_batches`' options) into host buffers, ``pinned`` for CUDA."""
     lengths = tokens.lengths
     # Stable sort, longest first: equal lengths keep input order, so results never depend on ties.
     order = np.argsort(-lengths, kind="stable")

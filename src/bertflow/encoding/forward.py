@@ -45,8 +45,6 @@ logger = logging.getLogger(__name__)
 #: accepts on its first batch (bf16 rounding moves them by ~1e-5; a wrong computation by far more).
 UNPADDED_TOLERANCE = 1e-3
 
-#: A function applied on the device to each chunk of pooled vectors: float32 [n, D] -> [n, D'].
-
 
 @dataclass(frozen=True)
 class PoolingPlan:
@@ -115,13 +113,8 @@ class capture_layer_inputs:  # noqa: N801 - used as a context manager, like torc
 
 
 class ModelRunner:
-    """Runs a frozen model on prepared batches and pools on its device.
-
-    Args:
-        model: the model, already on ``device`` in its compute dtype, in eval mode.
-        device: where it runs.
-        model_id: its name, for messages.
-    """
+    """Runs a frozen model (already on ``device`` in its compute dtype, in eval mode; ``model_id`` names it in
+    messages) on prepared batches and pools on its device."""
 
     def __init__(self, model: torch.nn.Module, device: torch.device, model_id: str) -> None:
         self.model, self.device, self.model_id = model, device, model_id
@@ -149,15 +142,9 @@ class ModelRunner:
         poolings: Sequence[str | Sequence[int] | Pooling],
         token_statistics: TokenStatistics | None = None,
     ) -> PoolingPlan:
-        """Check ``poolings`` (specs or :class:`Pooling`) against this model and plan their pass.
-
-        ``token_statistics`` give the weights of weighted poolings (``sif:mean`` ...); each weighting's table of
-        per-token weights is computed once here and kept on the device for the plan's forward passes.
-
-        Raises:
-            InputError: an invalid pooling, ``pooler`` on a model without a pooler head, or a weighted pooling
-                without token statistics.
-        """
+        """Check ``poolings`` (specs or :class:`Pooling`) against this model and plan their pass; each weighting's
+        per-token weights come from ``token_statistics`` once here and stay on the device. An InputError for an
+        invalid pooling, ``pooler`` without a pooler head, or a weighted pooling without token statistics."""
         parsed = self.check(poolings)
         tables: dict[str, torch.Tensor] = {}
         for w in {p.weighting.spec: p.weighting for p in parsed if p.weighting.weighted}.values():
@@ -168,11 +155,8 @@ class ModelRunner:
         return PoolingPlan(tuple(parsed), tuple(sorted(layers)), hidden and self.layer_list is None, tables)
 
     def check(self, poolings: Sequence[str | Sequence[int] | Pooling]) -> list[Pooling]:
-        """``poolings`` parsed against this model, each once (first-seen order).
-
-        Raises:
-            InputError: an invalid pooling, or ``pooler`` on a model without a pooler head.
-        """
+        """``poolings`` parsed against this model, each once (first-seen order); an InputError for an invalid
+        pooling or ``pooler`` on a model without a pooler head."""
         if isinstance(poolings, (str, Pooling)):
             raise InputError("poolings must be a list of poolings, e.g. ['mean', 'cls']")
         parsed = [Pooling.parse(p, self.num_layers) for p in poolings]
@@ -329,11 +313,8 @@ class ModelRunner:
         unpadded: bool | None = False,
     ) -> Pending:
         """Queue every batch of a chunk and the copy of its result to the host; waits for nothing on CUDA.
-
-        ``on_batch(rows)`` is called after each batch is queued; pass it only where the forward runs on the
-        calling thread (CPU), so that the call means "these rows are done" without a device sync.
-        ``cudnn_attention`` lets torch pick cuDNN attention (see :func:`~bertflow.encoding.device.attention_backends`);
-        ``unpadded``: see :meth:`packed_attention`.
+        ``on_batch(rows)`` is called after each batch is queued (means "done" only on CPU, without a sync);
+        ``cudnn_attention``: :func:`~bertflow.encoding.device.attention_backends`; ``unpadded``: :meth:`packed_attention`.
         """
         out = torch.empty((chunk.n, self.dim * len(plan.poolings)), dtype=torch.float32, device=self.device)
         for batch in chunk.batches:
