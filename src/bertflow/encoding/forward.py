@@ -314,8 +314,7 @@ class ModelRunner:
     ) -> Pending:
         """Queue every batch of a chunk and the copy of its result to the host; waits for nothing on CUDA.
         ``on_batch(rows)`` is called after each batch is queued (means "done" only on CPU, without a sync);
-        ``cudnn_attention``: :func:`~bertflow.encoding.device.attention_backends`; ``unpadded``: :meth:`packed_attention`.
-        """
+        ``cudnn_attention``: :func:`~.device.attention_backends`; ``unpadded``: :meth:`packed_attention`."""
         out = torch.empty((chunk.n, self.dim * len(plan.poolings)), dtype=torch.float32, device=self.device)
         for batch in chunk.batches:
             out[batch.start : batch.start + batch.rows] = self.forward(batch, plan, cudnn_attention, unpadded)
