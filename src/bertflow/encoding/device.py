@@ -11,11 +11,8 @@ from ..errors import InputError
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
-    """The torch device for ``device`` (``None``: CUDA when available, else CPU), checked before any model loads.
-
-    Raises:
-        InputError: an unknown device name, or a CUDA/MPS device this machine does not have.
-    """
+    """The torch device for ``device`` (``None``: CUDA when available, else CPU), checked before any model loads:
+    an InputError for an unknown name or a CUDA/MPS device this machine does not have."""
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -42,11 +39,8 @@ DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
-    """The torch dtype for ``dtype`` (``"auto"``: bfloat16 on CUDA, float32 elsewhere).
-
-    Raises:
-        InputError: an unknown dtype name.
-    """
+    """The torch dtype for ``dtype`` (``"auto"``: bfloat16 on CUDA, float32 elsewhere); an InputError for an
+    unknown name."""
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype == "auto":

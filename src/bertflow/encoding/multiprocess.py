@@ -28,27 +28,15 @@ def encode_multi_device(
     chunk_size: int = 16384,
     threads_per_process: int | None = None,
 ) -> np.ndarray:
-    """Encode in memory with one spawned process per local device (e.g. ``["cuda:0", "cuda:1"]``), no torchrun.
+    """float32 [N, D] of ``sentences`` in input order, encoded by one spawned process per entry of ``devices``
+    (e.g. ``["cuda:0", "cuda:1"]``; ``"cpu"`` may repeat, splitting the cores), no torchrun.
 
-    The sentences are cut into contiguous, chunk-aligned parts, one per device; each process loads the encoder
-    on its device and writes its rows into a shared-memory result. The result equals
-    ``np.concatenate(list(encoder.iter_encode(sentences, batch_size=..., chunk_size=...)))`` computed on one
-    device of the same kind, bit for bit. Each process loads the model once, so this pays off from a few tens
-    of thousands of sentences; for files and for several machines use
+    Each process loads ``encoder`` (a :class:`SentenceEncoder` that loads by id or path, or its ``get_config()``)
+    on its device in ``dtype`` and writes its contiguous, chunk-aligned part into a shared-memory result, equal bit
+    for bit to ``iter_encode(sentences, batch_size=..., chunk_size=...)`` on one device of the same kind (on CPU at
+    the same thread count: ``threads_per_process``, default the usable cores split between the CPU processes). Pays
+    off from a few tens of thousands of sentences; for files and several machines use
     :func:`bertflow.scale.encode.encode_file_to_store`.
-
-    Args:
-        sentences: non-blank strings.
-        encoder: a :class:`~bertflow.encoding.encoder.SentenceEncoder` or its ``get_config()``; its model must load by
-            id or path (not a model object given directly).
-        devices: one entry per process; ``"cpu"`` may repeat (the cores are then split between them).
-        dtype: compute precision on every device (``"auto"``: bfloat16 on CUDA, float32 on CPU).
-        batch_size, chunk_size: as in ``SentenceEncoder.iter_encode``.
-        threads_per_process: torch CPU threads in each process; default: the usable cores split between the CPU
-            processes (CPU results are bit-identical to one process only at the same thread count).
-
-    Returns:
-        float32 [N, D] in input order.
     """
     import torch.multiprocessing as mp
 

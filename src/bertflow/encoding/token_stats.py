@@ -12,7 +12,9 @@ inside a model folder, which lists both in its checksums.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import operator
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -28,16 +30,9 @@ STATS_ARRAYS = "token_statistics.safetensors"
 
 
 class TokenStatistics:
-    """Unigram counts of token ids over a corpus (no labels).
-
-    Args:
-        counts: int64 [V], occurrences of each token id (special tokens included, padding excluded).
-        document_frequency: int64 [V], number of sentences in which each id occurs at least once.
-        n_sentences: number of sentences counted.
-
-    The arrays are copied and made read-only: a statistics object never changes once built (combine two with
-    ``+``), so what it weighs is fixed by its :meth:`digest`.
-    """
+    """Unigram counts of token ids over a corpus (no labels): ``counts`` int64 [V] occurrences of each id,
+    ``document_frequency`` int64 [V] sentences containing it, out of ``n_sentences``. The arrays are copied and
+    made read-only: the object never changes once built (combine two with ``+``), so its :meth:`digest` holds."""
 
     def __init__(self, counts: np.ndarray, document_frequency: np.ndarray, n_sentences: int) -> None:
         counts = np.array(counts, dtype=np.int64)
@@ -62,11 +57,7 @@ class TokenStatistics:
 
     @classmethod
     def from_tokens(cls, tokens: TokenArrays, vocab_size: int) -> TokenStatistics:
-        """Count the token ids of tokenised sentences (:class:`~bertflow.encoding.tokenization.TokenArrays`).
-
-        Raises:
-            InputError: an id outside ``[0, vocab_size)``.
-        """
+        """Count the token ids of tokenised sentences; an InputError for an id outside ``[0, vocab_size)``."""
         ids = np.asarray(tokens.ids, dtype=np.int64)
         if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
             raise InputError(f"token id {int(ids.max())} is outside the vocabulary of {vocab_size} tokens")
@@ -89,10 +80,7 @@ class TokenStatistics:
         parts = list(parts)
         if not parts:
             raise InputError("no token statistics to add up")
-        out = parts[0]
-        for part in parts[1:]:
-            out = out + part
-        return out
+        return functools.reduce(operator.add, parts)
 
     def __add__(self, other: TokenStatistics) -> TokenStatistics:
         """Counts of both corpora together (same vocabulary)."""
@@ -122,11 +110,8 @@ class TokenStatistics:
         return int(self.counts.sum())
 
     def probabilities(self) -> np.ndarray:
-        """float64 [V]: unigram probability p(t) = count(t) / n_tokens (0 for ids never seen).
-
-        Raises:
-            InputError: nothing was counted.
-        """
+        """float64 [V]: unigram probability p(t) = count(t) / n_tokens (0 for ids never seen); an InputError when
+        nothing was counted."""
         if self.n_tokens == 0:
             raise InputError("the token statistics are empty: count at least one sentence")
         return self.counts / float(self.n_tokens)
@@ -188,11 +173,8 @@ class TokenStatistics:
 
     @classmethod
     def load(cls, folder: str | Path) -> TokenStatistics:
-        """Read what :meth:`save` wrote, bit for bit.
-
-        Raises:
-            ModelFileError: a missing, corrupted or edited file (the recorded digest must match the arrays).
-        """
+        """Read what :meth:`save` wrote, bit for bit; a ModelFileError for a missing, corrupted or edited file (the
+        recorded digest must match the arrays)."""
         path = Path(folder)
         config = read_json(path / STATS_CONFIG)
         check_format(config, path / STATS_CONFIG, kind="token statistics")
