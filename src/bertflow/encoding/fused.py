@@ -72,15 +72,8 @@ def _kernel() -> Any:
 
 
 def add_layer_norm(y: torch.Tensor, residual: torch.Tensor, norm: torch.nn.LayerNorm) -> torch.Tensor:
-    """``norm(y + residual)`` for [T, H] tensors, in one pass on CUDA (Triton), else by the modules' torch ops.
-
-    Args:
-        y, residual: [T, H], same dtype and device, contiguous.
-        norm: the layer's ``LayerNorm`` over H (its weight, bias and eps are used).
-
-    Returns:
-        [T, H] in ``y``'s dtype.
-    """
+    """``norm(y + residual)`` ([T, H] in ``y``'s dtype; ``norm`` the layer's ``LayerNorm`` over H) in one pass on
+    CUDA (Triton), else by the modules' torch ops."""
     if not triton_available(y.device) or norm.weight is None or norm.bias is None:
         return norm(y + residual)
     m, n = y.shape

@@ -35,14 +35,9 @@ def vocab_digest(tokenizer: Any) -> str:
 
 
 class TokenPrior:
-    """A shipped generic :class:`TokenStatistics` and what it was counted on.
-
-    Attributes:
-        name: the folder name, e.g. ``"gutenberg-100k-wordpiece-uncased"``.
-        vocab_digest: :func:`vocab_digest` of the tokenizer it was counted with.
-        source: the corpus, in words (for the model card).
-        statistics: the counts.
-    """
+    """A shipped generic :class:`TokenStatistics` (``statistics``) and what it was counted on: ``name`` (its
+    folder, e.g. ``"gutenberg-100k-wordpiece-uncased"``), ``vocab_digest`` (:func:`vocab_digest` of the tokenizer)
+    and ``source`` (the corpus in words, for the model card)."""
 
     def __init__(self, folder: Path) -> None:
         meta = json.loads((folder / PRIOR_CONFIG).read_text(encoding="utf-8"))

@@ -94,11 +94,8 @@ def _gc_paused() -> Iterator[None]:
 
 
 def tokenize_arrays(tokenizer: Any, sentences: Sequence[str], shortcut: WordPieceShortcut | None = None) -> TokenArrays:
-    """Token ids of ``sentences`` from a ``tokenizers.Tokenizer`` (set up to truncate, not pad) as flat arrays.
-
-    With a ``shortcut`` (built from the same tokenizer), the sentences it handles skip the tokenizer; the ids
-    are the same either way.
-    """
+    """Token ids of ``sentences`` from a ``tokenizers.Tokenizer`` (set up to truncate, not pad) as flat arrays; the
+    sentences a ``shortcut`` (built from the same tokenizer) handles skip the tokenizer, with the same ids."""
     items = list(sentences)
     # One Python list per sentence (and per word, in the shortcut): tens of thousands of allocations, which set off
     # the cyclic garbage collector, whose full passes over a large heap took up to 5x as long as the read-out itself
@@ -241,12 +238,9 @@ class WordPieceShortcut:
         return out
 
     def _seed_memo(self, model: dict[str, Any]) -> None:
-        """Remember every whole word of the vocabulary (``model``: the WordPiece model's JSON) as its own id.
-
-        Exact: WordPiece takes the longest prefix of a word that is in the vocabulary, so a word that is itself in
-        it is that one token (if no longer than ``max_input_chars_per_word``). Text never seen before then calls
-        the model only for words outside the vocabulary (on STS text most words are in it), in every worker.
-        """
+        """Remember every whole word of the vocabulary (``model``: the WordPiece model's JSON) as its own id: exact,
+        since WordPiece takes a word's longest prefix in the vocabulary (up to ``max_input_chars_per_word``), and the
+        model is then called only for words outside it."""
         prefix = model.get("continuing_subword_prefix") or "##"
         longest = int(model.get("max_input_chars_per_word", 100))
         self._seed = {
@@ -347,16 +341,12 @@ def _worker_ready() -> int:
 
 
 class TokenizerPool:
-    """Worker processes that tokenise lists of sentences into :class:`TokenArrays`.
+    """``processes`` worker processes that tokenise lists of sentences into :class:`TokenArrays`, each with the
+    ``tokenizers.Tokenizer`` rebuilt from ``tokenizer_json`` (its ``to_str()``, truncation settings included).
 
-    Args:
-        tokenizer_json: the ``tokenizers.Tokenizer`` serialised with ``to_str()``, truncation and padding
-            settings included (each worker rebuilds it from this).
-        processes: number of worker processes (at least 1).
-
-    A list is cut into up to ``processes`` consecutive parts of at least :data:`MIN_PART` sentences, which are
-    tokenised at the same time; the result does not depend on ``processes``. :meth:`close` stops the workers;
-    so does garbage collection of the pool, or the interpreter's exit.
+    A list is cut into up to ``processes`` consecutive parts of at least :data:`MIN_PART` sentences, tokenised at
+    the same time; the result does not depend on ``processes``. :meth:`close`, garbage collection of the pool or
+    the interpreter's exit stop the workers.
     """
 
     def __init__(self, tokenizer_json: str, processes: int) -> None:
@@ -379,13 +369,8 @@ class TokenizerPool:
         logger.debug("tokenizer pool: %d worker processes %s", self.processes, sorted(pids))
 
     def tokenize(self, sentences: Sequence[str]) -> TokenArrays:
-        """Token arrays of ``sentences`` (as :func:`tokenize_arrays` would return them).
-
-        Raises:
-            concurrent.futures.process.BrokenProcessPool: a worker died (killed for memory, say); the pool is
-                then unusable and the caller tokenises on its own.
-            RuntimeError: the pool was closed.
-        """
+        """Token arrays of ``sentences`` (as :func:`tokenize_arrays` would return them); ``BrokenProcessPool`` when a
+        worker died (the pool is then unusable: the caller tokenises on its own), RuntimeError once closed."""
         if self._executor is None:
             raise RuntimeError("the tokenizer pool is closed")
         n = len(sentences)
