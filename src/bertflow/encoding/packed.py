@@ -35,17 +35,10 @@ Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "Packing"], torc
 
 @dataclass(frozen=True)
 class Packing:
-    """Where the real tokens of a padded ``[rows, width]`` batch go in the packed ``[total]`` order.
-
-    Attributes:
-        rows, width: the padded batch's shape.
-        total: real tokens (the sum of the lengths).
-        lengths: int32 [rows], tokens per sentence (each >= 1).
-        cu_seqlens: int32 [rows + 1], where each sentence starts in the packed order (the last entry: ``total``).
-        index: int64 [total], the flat padded position (``row * width + position``) of each packed token.
-        positions: int64 [total], each token's position inside its sentence (0 for [CLS]).
-        mask: bool [rows, width], True at real tokens.
-    """
+    """Where the real tokens of a padded ``[rows, width]`` batch go in the packed ``[total]`` order (``total``
+    real tokens): ``lengths`` int32 [rows] (each >= 1); ``cu_seqlens`` int32 [rows + 1], where each sentence starts
+    (last: ``total``); ``index`` int64 [total], each token's flat padded position (``row * width + position``);
+    ``positions`` int64 [total], its position in its sentence (0 for [CLS]); ``mask`` bool [rows, width]."""
 
     rows: int
     width: int
@@ -61,11 +54,8 @@ class Packing:
 
     @classmethod
     def from_lengths(cls, lengths: torch.Tensor, width: int, total: int) -> Packing:
-        """Build the packing of sentences of ``lengths`` tokens (int [rows], on the compute device).
-
-        ``total`` must equal ``lengths.sum()``; it is passed in (the caller has it on the host) so that nothing
-        here waits for the device: every tensor is computed there, without a host synchronisation.
-        """
+        """The packing of sentences of ``lengths`` tokens (int [rows], on the compute device); ``total`` must equal
+        ``lengths.sum()``, passed in from the host so that nothing here waits for the device."""
         rows = int(lengths.shape[0])
         device = lengths.device
         lengths = lengths.to(torch.int32)
@@ -162,15 +152,8 @@ class Packing:
 
 
 def padded_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing) -> torch.Tensor:
-    """Attention of each sentence's tokens over that sentence only, by padding for SDPA (any device and dtype).
-
-    Args:
-        q, k, v: [total, heads, head_dim] packed queries, keys and values.
-        packing: the batch's :class:`Packing`.
-
-    Returns:
-        [total, heads, head_dim], softmax(q k^T / sqrt(head_dim)) v within each sentence.
-    """
+    """softmax(q k^T / sqrt(head_dim)) v within each sentence, [total, heads, head_dim] like the packed ``q``,
+    ``k``, ``v``, by padding for SDPA (any device and dtype)."""
 
     def pad(t: torch.Tensor) -> torch.Tensor:  # [rows, heads, width, head_dim]
         return packing.unpack(t).transpose(1, 2)
@@ -300,14 +283,8 @@ def unsupported_reason(model: torch.nn.Module) -> str | None:
 
 
 class PackedBert:
-    """Runs a ``BertModel``'s own modules on packed tokens (no padding anywhere but, optionally, attention).
-
-    Args:
-        model: a model :func:`unsupported_reason` accepts (in eval mode: dropout is the identity).
-
-    Raises:
-        ValueError: the model is not supported (the message says why).
-    """
+    """Runs a ``BertModel``'s own modules on packed tokens (no padding anywhere but, optionally, attention); a
+    ValueError, saying why, for a model :func:`unsupported_reason` refuses (it must be in eval mode)."""
 
     def __init__(self, model: torch.nn.Module, kernels: str = "modules") -> None:
         reason = unsupported_reason(model)
@@ -325,15 +302,9 @@ class PackedBert:
     def states(
         self, input_ids: torch.Tensor, packing: Packing, layers: Sequence[int], attention: Attention
     ) -> dict[int, torch.Tensor]:
-        """Packed hidden states ``{k: [total, hidden]}`` for each requested ``hidden_states`` index ``k``.
-
-        Args:
-            input_ids: [rows, width] padded token ids (int64), on the model's device.
-            packing: the batch's :class:`Packing`.
-            layers: ``hidden_states`` indices wanted (0: embeddings, L: last layer); layers above the highest
-                one are not run.
-            attention: :func:`varlen_attention` or :func:`padded_attention`.
-        """
+        """Packed hidden states ``{k: [total, hidden]}`` for each ``hidden_states`` index ``k`` in ``layers`` (0:
+        embeddings, L: last layer; layers above the highest are not run), from ``input_ids`` [rows, width] int64
+        padded on the model's device, with one of :data:`ATTENTIONS`."""
         wanted = set(layers)
         ids = packing.pack(input_ids)
         # The model's own embedding module on one "row" of all packed tokens, with each token's own position
