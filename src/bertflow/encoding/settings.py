@@ -47,26 +47,21 @@ def device_kind(device_type: str) -> str:
 class EncodeSettings:
     """Throughput knobs of SentenceEncoder (none changes the vectors). ``None`` = the device's default.
 
-    Attributes:
-        max_tokens: padded tokens per forward batch (rows x width); ``None``: 65,536 on CUDA, 4,096 on CPU.
-        chunk_size: sentences tokenised and sorted together by length; ``None``: 16,384 on CPU; on CUDA
-            ``first_chunk`` first, doubling up to 65,536. A value given is used for every chunk.
-        tokenize_workers: background threads that prepare chunks while the model runs (0: on the calling
-            thread); ``None``: two with tokenisation processes, else one.
-        tokenize_processes: worker processes that tokenise for those threads; ``None``: chosen from the device,
-            the CPU count and the tokenizer (:func:`bertflow.encoding.tokenization.auto_processes`).
-        uniform_fill: share of a batch that a run of equal lengths must fill to end the batch there (mask-free);
-            see :func:`bertflow.encoding.batching.plan_batches`.
-        min_length_ratio: shortest sentence a batch takes, as a share of its width (bounds padding).
-        min_tokens: padded tokens below which a batch is filled up anyway; ``None``: 32,768 on CUDA (more for
-            models narrower than BERT-base: :meth:`min_batch_tokens`), 0 on CPU.
-        first_chunk: size of the first chunk on CUDA (the ramp's start) when ``chunk_size`` is ``None``.
-        cudnn_attention: let torch pick cuDNN attention on CUDA (off by default: it plans every new shape).
-        unpadded: run the model on real tokens only (:mod:`bertflow.encoding.packed`: no padding in any layer,
-            short sentences side by side in attention; on CUDA the slotted layout, which keeps the length-sorted
-            batch's few percent of padding, with fused layer steps); ``None``: on CUDA in half precision for a BERT
-            model whose first batch matches the padded forward; ``True``: wherever the model is a BERT model (off
-            CUDA with a slower attention that pads; other models are an error); ``False``: never.
+    - ``max_tokens``: padded tokens per forward batch (rows x width); 65,536 on CUDA, 4,096 on CPU.
+    - ``chunk_size``: sentences tokenised and sorted together by length, every chunk; ``None``: 16,384 on CPU, on
+      CUDA ``first_chunk`` first, doubling up to 65,536.
+    - ``tokenize_workers``: threads that prepare chunks while the model runs (0: the calling thread); ``None``: two
+      with tokenisation processes (a second chunk in flight keeps them busy), else one (two would compete for the
+      Rust tokenizer's thread pool: docs/performance.md).
+    - ``tokenize_processes``: worker processes that tokenise for those threads, so that reading the tokenizer's
+      output does not hold the GIL while the model is launched (started at the first ``encode`` of more than one
+      chunk, kept until ``close()``); ``None``: :func:`bertflow.encoding.tokenization.auto_processes`.
+    - ``uniform_fill``, ``min_length_ratio``: how batches are cut (:func:`bertflow.encoding.batching.plan_batches`);
+      ``min_tokens``: padded tokens below which a batch is filled up anyway (``None``: :meth:`min_batch_tokens`).
+    - ``cudnn_attention``: let torch pick cuDNN attention on CUDA (off by default: it plans every new shape).
+    - ``unpadded``: run the model on real tokens only (:mod:`bertflow.encoding.packed`); ``None``: on CUDA in half
+      precision for a BERT model whose first batch matches the padded forward; ``True``: for any BERT model (off
+      CUDA with a slower attention that pads; other models are an error); ``False``: never.
 
     Example:
         >>> import dataclasses

@@ -1,23 +1,14 @@
 """The pooling contract and its registry: what a pooling needs from the forward pass, and how specs are parsed.
 
-A pooling is a small stage (sentence-transformers' habit): it declares the hidden-state indices it reads
-(:attr:`Pooling.layers`) and any other model output (:attr:`Pooling.inputs`, e.g. ``"pooler_output"``), and
-:meth:`Pooling.pool` turns ``{index: float32 [B, T, D]}`` (plus the named inputs), the attention mask [B, T] and,
-for a weighted pooling, per-token weights [B, T] into sentence vectors [B, D]. The forward pass
-(:class:`bertflow.encoding.forward.ModelRunner`) collects every needed layer once and hands them to each pooling.
+A pooling declares the hidden-state indices it reads (:attr:`Pooling.layers`; Hugging Face's ``hidden_states``:
+0 is the embedding layer, ``i`` in 1..L the output of transformer layer ``i``) and any other model output
+(:attr:`Pooling.inputs`); the forward pass (:class:`bertflow.encoding.forward.ModelRunner`) collects every needed
+layer once and hands them to each pooling's :meth:`Pooling.pool`.
 
-Layer indices follow Hugging Face's ``hidden_states`` tuple: index 0 is the *embedding layer* output and index
-``i`` (1..L) is the output of transformer layer ``i``.
-
-**Specs.** ``[weighting:]name``: a registered name (``cls``, ``pooler``, ``mean``, ``first-last-avg``,
-``last2avg``, or any pooling a module of this package adds) or hidden-state indices (``"1,-1"``, or a list of
-ints), optionally prefixed by a token weighting (``sif:first-last-avg``, ``idf:mean``; see
-:mod:`bertflow.encoding.pooling.weighting`), which applies to poolings that average tokens. A spec is parsed once,
-against the model's number of layers, by :meth:`Pooling.parse`.
-
-**Adding a pooling** is one class in one new module of this package: subclass :class:`Pooling`, set ``names``,
-implement :meth:`Pooling.build` (and :meth:`Pooling.pool`); defining the class registers it, and the package
-imports every module it holds, so the new name works everywhere a pooling is accepted.
+A spec is ``[weighting:]name``: a registered name (``cls``, ``mean``, ``first-last-avg`` ...) or hidden-state
+indices (``"1,-1"`` or a list of ints), optionally with a token weighting (``sif:mean``, :mod:`.weighting`) for
+poolings that average tokens, parsed once against the model's depth by :meth:`Pooling.parse`. Adding a pooling is
+one class in a new module of this package (docs/architecture.md, "Recipe: a new pooling").
 """
 
 from __future__ import annotations
