@@ -4,10 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertflow import (
-    InputError,
-    SentenceEncoder,
-)
+from bertflow import InputError, SentenceEncoder
 from bertflow.encoding.pooling import masked_mean
 
 from ..conftest import SENTENCES
@@ -74,20 +71,6 @@ def test_max_length_truncates(tiny_model_dir):
     assert max(len(ids) for ids in enc.tokenize(SENTENCES)) == 8
     long = "word " * 2000  # far past the model's 128 positions: truncation keeps it valid
     assert np.isfinite(enc.encode(long)).all()
-
-
-def test_bf16_close_to_fp32(tiny_model_dir):
-    a = SentenceEncoder(str(tiny_model_dir), device="cpu").encode(SENTENCES)
-    b = SentenceEncoder(str(tiny_model_dir), device="cpu", dtype="bfloat16").encode(SENTENCES)
-    cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
-    assert cos.min() > 0.99
-
-
-def test_bad_options(tiny_model_dir):
-    with pytest.raises(InputError, match="max_length"):
-        SentenceEncoder(str(tiny_model_dir), max_length=1)
-    with pytest.raises(InputError, match="dtype"):
-        SentenceEncoder(str(tiny_model_dir), dtype="int8")
 
 
 @pytest.mark.slow
@@ -198,14 +181,6 @@ def test_prepared_4d_mask_equals_2d_mask(tiny_model_dir):
     np.testing.assert_allclose(enc.encode(LONGER, max_tokens=10**6), a, atol=1e-5)
 
 
-def test_non_finite_embeddings_are_refused(tiny_model_dir):
-    enc = SentenceEncoder(str(tiny_model_dir), device="cpu")
-    with torch.no_grad():
-        enc.model.encoder.layer[-1].output.LayerNorm.weight[0] = float("nan")
-    with pytest.raises(InputError, match="NaN or Inf"):
-        enc.encode(SENTENCES)
-
-
 #: bf16 keeps 8 significant bits: a sentence vector comes out within about 1% (relative L2) of float32, and the
 #: cosine of two sentences moves by at most ~0.01 -- far below the spread of STS scores.
 BF16_REL_TOL = 0.03
@@ -313,9 +288,10 @@ def test_an_overflowing_transform_is_not_blamed_on_the_model(tiny_model_dir):
 
 
 def test_the_encoder_checks_device_and_max_length_before_loading_weights(tiny_model_dir, no_model_loading):
-    from bertflow import SentenceEncoder
-    from bertflow.errors import InputError
-
+    with pytest.raises(InputError, match="max_length"):
+        SentenceEncoder(str(tiny_model_dir), max_length=1)
+    with pytest.raises(InputError, match="dtype"):
+        SentenceEncoder(str(tiny_model_dir), dtype="int8")
     with pytest.raises(InputError, match="unknown device"):
         SentenceEncoder(str(tiny_model_dir), device="bogus")
     with pytest.raises(InputError, match="at most 128"):
