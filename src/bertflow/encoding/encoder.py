@@ -436,7 +436,13 @@ class SentenceEncoder:
         """Yield ``(first_row, float32 [n, D])`` per chunk, in order (on CUDA a view of pinned memory).
         ``progress(rows)`` is told per forward batch off CUDA (a CPU chunk takes minutes), per collected chunk on
         CUDA (per-batch updates there would need a sync)."""
-        budget = self._check_encode_args(batch_size, chunk_size, max_tokens, plan, transform)
+        if (batch_size is not None and batch_size < 1) or (chunk_size is not None and chunk_size < 1):
+            raise InputError("batch_size and chunk_size must be positive")
+        if transform is not None and len(plan.poolings) > 1:
+            raise InputError("a transform (calibrator) applies to one pooling; ask for one pooling with it")
+        budget = max_tokens or self.token_budget
+        if budget < 1:
+            raise InputError(f"max_tokens must be positive, got {budget}")
         prepared, prefetcher = self._prepared_chunks(sentences, budget, batch_size, chunk_size)
         stats = self.last_stats = EncodeStats()
         # On CUDA, a chunk is handed out only after the next one is queued on the device, so the GPU keeps
@@ -473,30 +479,8 @@ class SentenceEncoder:
         if error is not None:
             raise error
 
-    def _check_encode_args(
-        self,
-        batch_size: int | None,
-        chunk_size: int | None,
-        max_tokens: int | None,
-        plan: PoolingPlan,
-        transform: DeviceTransform | None,
-    ) -> int:
-        """Refuse bad sizes, or a transform with several poolings; return the token budget per forward batch."""
-        if (batch_size is not None and batch_size < 1) or (chunk_size is not None and chunk_size < 1):
-            raise InputError("batch_size and chunk_size must be positive")
-        if transform is not None and len(plan.poolings) > 1:
-            raise InputError("a transform (calibrator) applies to one pooling; ask for one pooling with it")
-        budget = max_tokens or self.token_budget
-        if budget < 1:
-            raise InputError(f"max_tokens must be positive, got {budget}")
-        return budget
-
     def _prepared_chunks(
-        self,
-        sentences: Iterable[str],
-        budget: int,
-        batch_size: int | None,
-        chunk_size: int | None,
+        self, sentences: Iterable[str], budget: int, batch_size: int | None, chunk_size: int | None
     ) -> tuple[Iterator[PreparedChunk], Prefetcher | None]:
         """The stream's chunks, tokenised and batched in order: on ``tokenize_workers`` background threads (the
         returned :class:`Prefetcher`, which the caller closes) unless the input is one chunk in all."""

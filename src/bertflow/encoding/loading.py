@@ -97,12 +97,6 @@ def _looks_like_path(name: str) -> bool:
     return len(parts) == 2 and Path(parts[0]).expanduser().is_dir()
 
 
-def _hub_offline() -> bool:
-    from huggingface_hub import constants
-
-    return bool(constants.HF_HUB_OFFLINE)
-
-
 def check_model_source(name: str, revision: str | None = None) -> None:
     """Fail at once, in one line, where ``from_pretrained`` would fail late or at length: ``name`` is a file, a
     path that does not exist (a typo), or a hub id that is not in the local cache while downloads are off
@@ -118,7 +112,11 @@ def check_model_source(name: str, revision: str | None = None) -> None:
         raise InputError(f"cannot load the encoder {name!r}: no such folder (looked in {Path.cwd()})")
     if cached_hub_file(name, "config.json", revision) is not None:
         return
-    if _hub_offline():
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
         raise InputError(
             f"cannot load the encoder {name!r}: it is not a local folder nor in the Hugging Face cache, and "
             "HF_HUB_OFFLINE is set, so it cannot be downloaded; give a local model folder, or unset HF_HUB_OFFLINE "
@@ -126,10 +124,6 @@ def check_model_source(name: str, revision: str | None = None) -> None:
         )
     if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
         return
-    from urllib.parse import urlparse
-
-    from huggingface_hub import constants
-
     endpoint = urlparse(constants.ENDPOINT)
     host, port = endpoint.hostname or "huggingface.co", endpoint.port or (80 if endpoint.scheme == "http" else 443)
     try:
