@@ -1,17 +1,10 @@
 """Fused steps of the unpadded BERT layer (issue 23): residual add + LayerNorm in one pass, QKV in one GEMM.
 
 On STS text the unpadded forward of BERT-base spends about a quarter of its device time outside the matmuls, in
-memory-bound steps that each read and write the whole ``[total_tokens, hidden]`` activation: the residual add,
-LayerNorm (twice a layer) and GELU (docs/performance.md, third round). Here:
-
-- :func:`add_layer_norm` computes ``LayerNorm(y + residual)`` in one read of each input and one write (a Triton
-  kernel on CUDA; the sum and the statistics in float32, so it rounds once where the modules round twice);
-- :func:`qkv_weights` concatenates a layer's query, key and value projections, so one GEMM of width 3H replaces
-  three of width H;
-- :func:`linear_gelu` is the intermediate projection with its GELU in the GEMM's epilogue (cuBLASLt; the tanh
-  form of GELU, within 5e-4 of the exact one: far below a bf16 step).
-
-Everything falls back to plain torch where Triton or CUDA is missing (the CPU tests compare the two).
+memory-bound steps over the whole ``[total_tokens, hidden]`` activation (docs/performance.md, third round):
+:func:`add_layer_norm` reads each input once (Triton; float32 statistics, so it rounds once where the modules round
+twice), :func:`qkv_weights` makes one GEMM of width 3H out of three, :func:`linear_gelu` puts the tanh GELU (within
+5e-4 of the exact one) in the GEMM's epilogue. Plain torch where Triton or CUDA is missing (CPU tests compare).
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
-"""Tokenisation into flat numpy arrays, on the calling thread or spread over worker processes.
+"""Tokenisation into flat numpy arrays (:class:`TokenArrays`), on the calling thread or in worker processes.
 
-The encoder needs, per chunk of sentences, their token ids back to back (int32) and where each sentence starts
-(:class:`TokenArrays`), never ``BatchEncoding`` objects. The Rust tokenizer's batch call is parallel and
-releases the GIL, but reading its result out (one Python list per sentence) holds the GIL. On a GPU host that
-read-out competes with the thread that launches the model, and for a small model such as MiniLM-L6 it sets the
-pace of the whole pipeline (``docs/performance.md``). A :class:`TokenizerPool` moves all of it into worker
-processes, each with its own interpreter and its own copy of the tokenizer, which send back two plain arrays.
-
-The Rust pipeline itself costs 25-45 us of one core per short sentence (normalised-string alignments, a
-``String`` per token), so feeding MiniLM-L6 on a GPU that way takes more cores than a 16-core host has. For
-BERT-style WordPiece tokenizers a :class:`WordPieceShortcut` gives the same ids on plain ASCII text 5-6x faster:
-a sentence is its words' ids back to back, and each distinct word is tokenised once, by the tokenizer's own
-WordPiece model, and remembered. The worker processes use it; every other sentence goes to the tokenizer.
+The Rust tokenizer's batch call is parallel and releases the GIL, but reading its result out (one Python list
+per sentence) holds it; on a GPU host that competes with the thread that launches the model, and for MiniLM-L6
+sets the pace of the whole pipeline (``docs/performance.md``). A :class:`TokenizerPool` moves it into worker
+processes that send back two plain arrays. The Rust pipeline itself costs 25-45 us of one core per short
+sentence, more cores than a 16-core host has for MiniLM-L6; the workers use a :class:`WordPieceShortcut`, the same
+ids on plain ASCII text 5-6x faster for BERT-style WordPiece tokenizers.
 """
 
 from __future__ import annotations
@@ -144,12 +138,10 @@ class WordPieceShortcut:
     that puts special tokens around the sentence (``TemplateProcessing``, ``BertProcessing`` or
     ``RobertaProcessing``). On a sentence that is ASCII, has no control character other than tab, newline and
     carriage return, and contains no added token (``[MASK]``, ``<s>`` ...), that pipeline reduces to: lowercase,
-    split with one regular expression, WordPiece each word on its own, truncate, add the special tokens.
-    Each distinct word goes through the tokenizer's own model once and is remembered (up to
-    :data:`MEMO_LIMIT` words); the vocabulary's whole words are remembered from the start. It is checked against
-    the tokenizer on probe sentences when built.
-
-    Build it with :meth:`from_tokenizer`, which returns ``None`` for any other kind of tokenizer.
+    split with one regular expression, WordPiece each word on its own, truncate, add the special tokens. Each
+    distinct word goes through the tokenizer's own model once and is remembered (up to :data:`MEMO_LIMIT` words;
+    the vocabulary's whole words from the start). Built by :meth:`from_tokenizer` (``None`` for any other kind of
+    tokenizer), which checks it against the tokenizer on probe sentences.
     """
 
     def __init__(
