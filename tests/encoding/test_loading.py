@@ -10,10 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertflow import (
-    InputError,
-    SentenceEncoder,
-)
+from bertflow import InputError, SentenceEncoder
 from bertflow.encoding.loading import FINGERPRINT_SCHEME
 from bertflow.errors import CompatibilityError
 
@@ -24,7 +21,6 @@ def test_the_weights_fingerprint_is_hashed_once_per_process_per_checkpoint(tiny_
     """Loading the same checkpoint files again reuses the fingerprint (memo keyed by the files' stat); a changed
     file is hashed again; an encoder built from a model object is always hashed."""
     import os
-    import shutil
 
     from bertflow.encoding import loading
 
@@ -46,11 +42,8 @@ def test_the_weights_fingerprint_is_hashed_once_per_process_per_checkpoint(tiny_
 def test_a_raw_mlm_checkpoint_loads_quietly_with_one_line_about_its_head(tmp_path, capfd, caplog):
     import logging
 
-    import torch
     from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
     from transformers.utils import logging as hf_logging
-
-    from bertflow import SentenceEncoder
 
     from ..conftest import _write_vocab
 
