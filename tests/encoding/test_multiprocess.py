@@ -13,8 +13,6 @@ from ..test_embedder import encoder  # noqa: F401 - the fixture
 
 
 def test_encode_multi_device_carries_the_statistics(encoder):  # noqa: F811
-    from bertflow.encoding.multiprocess import encode_multi_device
-
     encoder.token_statistics = encoder.count_tokens(SENTENCES)
     got = encode_multi_device(SENTENCES, encoder, ["cpu", "cpu"], threads_per_process=1, chunk_size=4)
     np.testing.assert_allclose(got, encoder.encode(SENTENCES), atol=1e-6)
