@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
+
+from bertflow.encoding.batching import FAST_SWITCH_INTERVAL, Prefetcher, plan_batches
 
 
 def test_plan_batches_covers_everything_within_budget():
-    from bertflow.encoding.batching import plan_batches
-
     rng = np.random.default_rng(0)
     lengths = np.sort(rng.integers(3, 40, size=500))[::-1]
     cases = [
@@ -33,8 +35,6 @@ def test_plan_batches_covers_everything_within_budget():
 
 
 def test_min_tokens_keeps_small_batches_from_forming():
-    from bertflow.encoding.batching import plan_batches
-
     lengths = np.array([40] * 3 + [30] * 3 + [20] * 3 + [10] * 200)
     strict = plan_batches(lengths, 4000, None, 0.5, 0.9, 0)
     assert strict == [(0, 3), (3, 6), (6, 9), (9, 209)]  # the 90% length rule alone: three tiny batches
@@ -45,10 +45,6 @@ def test_min_tokens_keeps_small_batches_from_forming():
 def test_prefetcher_fast_switch_is_counted_and_restored():
     """``fast_switch`` lowers Python's switch interval while any such prefetcher runs and restores it after the last
     one closes (two at once, closed in either order); without it the interval is left alone."""
-    import sys
-
-    from bertflow.encoding.batching import FAST_SWITCH_INTERVAL, Prefetcher
-
     before = sys.getswitchinterval()
     plain = Prefetcher(iter(range(3)), lambda x: x, 1, 2)
     assert list(plain) == [0, 1, 2] and sys.getswitchinterval() == before
