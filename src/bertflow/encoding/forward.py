@@ -179,13 +179,8 @@ class ModelRunner:
         return torch.from_numpy(weighting.table(stats)).to(self.device)
 
     def packed_attention(self, unpadded: bool | None) -> Attention | None:
-        """The attention of the unpadded forward for this ``unpadded`` setting, or None: use the padded forward.
-
-        ``None`` (default): the unpadded forward on CUDA in half precision for a supported model, if
-        :data:`~bertflow.encoding.packed.UNPADDED_BY_DEFAULT` and its first batch was not refused; ``True``: always
-        (off CUDA with :func:`~bertflow.encoding.packed.padded_attention`; an unsupported model is an error);
-        ``False``: never.
-        """
+        """The attention of the unpadded forward for the ``unpadded`` setting (``EncodeSettings.unpadded`` says when),
+        or None: use the padded forward. An InputError for ``True`` on a model the unpadded forward cannot run."""
         if unpadded is None:
             usable = UNPADDED_BY_DEFAULT and self.half_cuda and self.packed is not None
             return self.cuda_attention if usable and self.unpadded_refused is None else None
