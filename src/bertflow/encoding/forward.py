@@ -8,8 +8,9 @@ in one transfer.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -80,35 +81,30 @@ def find_layer_list(model: torch.nn.Module, num_layers: int) -> torch.nn.ModuleL
     return None
 
 
-class capture_layer_inputs:  # noqa: N801 - used as a context manager, like torch's own lower-case ones
-    """Keep ``hidden_states[k]`` (the input of layer ``k``) for each needed ``k < L`` during one forward.
+@contextlib.contextmanager
+def capture_layer_inputs(
+    layers: torch.nn.ModuleList, needed: Sequence[int], num_layers: int, store: dict[int, torch.Tensor]
+) -> Iterator[None]:
+    """Keep ``hidden_states[k]`` (the input of layer ``k``) in ``store`` for each needed ``k < L`` during one forward.
 
     If no needed index is ``L`` (the last layer's output), the forward is stopped with :class:`StopForward`
     right after the highest needed input is seen: the layers above it are never run.
     """
+    stop_at = max(needed) if max(needed) < num_layers else None
 
-    def __init__(
-        self, layers: torch.nn.ModuleList, needed: Sequence[int], num_layers: int, store: dict[int, torch.Tensor]
-    ) -> None:
-        self.layers, self.store = layers, store
-        self.wanted = [k for k in needed if k < num_layers]
-        self.stop_at = max(needed) if max(needed) < num_layers else None
-        self.handles: list[Any] = []
-
-    def _hook(self, k: int) -> Callable[..., None]:
+    def hook_for(k: int) -> Callable[..., None]:
         def hook(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-            self.store[k] = args[0] if args else kwargs["hidden_states"]
-            if k == self.stop_at:
+            store[k] = args[0] if args else kwargs["hidden_states"]
+            if k == stop_at:
                 raise StopForward
 
         return hook
 
-    def __enter__(self) -> capture_layer_inputs:
-        self.handles = [self.layers[k].register_forward_pre_hook(self._hook(k), with_kwargs=True) for k in self.wanted]
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for h in self.handles:
+    handles = [layers[k].register_forward_pre_hook(hook_for(k), with_kwargs=True) for k in needed if k < num_layers]
+    try:
+        yield
+    finally:
+        for h in handles:
             h.remove()
 
 
