@@ -1,10 +1,7 @@
-"""Pooling: how a sentence vector is read out of a transformer's token states.
-
-Pooling is always explicit and validated against the model; it is never guessed from the model's name. The
-contract and the spec syntax are in :mod:`.base`; each family of poolings is one module (:mod:`.token`: ``cls``,
-``pooler``; :mod:`.layers`: ``mean``, ``first-last-avg``, ``last2avg``, index lists), and token weightings
-(SIF, uSIF, IDF) are in :mod:`.weighting`. Every module of this package is imported here, so a pooling class
-defined in a new module is registered without editing any list.
+"""Pooling: how a sentence vector is read out of a transformer's token states, always explicit, validated against
+the model, never guessed from its name. The contract and spec syntax are in :mod:`.base`, one module per family
+(:mod:`.token`, :mod:`.layers`), token weightings in :mod:`.weighting`; every module here is imported below, so a
+pooling class defined in a new module is registered without editing any list.
 """
 
 from __future__ import annotations
