@@ -1,15 +1,11 @@
 """Generic token statistics shipped with bertflow: the frequency prior of ``--calibrator auto``'s SIF weighting.
 
-Frequency weights (SIF, Arora et al. 2017: :math:`a / (a + p(t))`) need unigram probabilities :math:`p(t)`. Counted
-on the fitting sentences alone they are *topical*: in a narrow set (student answers about circuits, news
-headlines) the set's own subject words are frequent and get weighted down with "the" and "of". Measured on the
-26 STS sets fitted one by one (docs/beyond.md), SIF from the set's own counts put 18 of 71 set x size cells more
-than 2 points below the raw encoder, SIF from a generic corpus 3. So ``auto`` weights with a generic prior: WordPiece
-counts of 100,000 public-domain English sentences (Project Gutenberg, the ``sentences-100k.txt.gz`` corpus of
-the project's data folder), rebuilt by ``python benchmarks/build_token_prior.py``.
-
-A prior applies only to an encoder whose tokenizer has exactly the vocabulary it was counted with (checked by a
-digest of the id -> token table); :func:`prior_for` returns ``None`` otherwise, and ``auto`` then does not weight.
+Counted on the fitting sentences alone, SIF's p(t) is *topical*: a narrow set's own subject words get weighted down
+with "the" and "of". On the 26 STS sets fitted one by one (docs/beyond.md), SIF from the set's own counts put 18 of
+71 set x size cells more than 2 points below the raw encoder, SIF from a generic corpus 3. So ``auto`` weights with
+WordPiece counts of 100,000 public-domain English sentences (``sentences-100k.txt.gz`` of the project's data
+folder, rebuilt by ``python benchmarks/build_token_prior.py``), for an encoder whose tokenizer has exactly that
+vocabulary (:func:`prior_for` returns ``None`` otherwise, and ``auto`` then does not weight).
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""Token statistics: how often each token id occurs in an unlabeled corpus, the data of frequency-weighted pooling.
-
-A :class:`TokenStatistics` is a small fitted object: per token id of the encoder's tokenizer, its number of
-occurrences and the number of sentences it occurs in, plus the number of sentences. Tokens are counted exactly as
-the encoder feeds them to the model: after truncation to ``max_length``, special tokens (``[CLS]``, ``[SEP]``)
-included like any other token, padding never (it is not part of a sentence). The weightings of
-:mod:`bertflow.encoding.pooling.weighting` (SIF, uSIF, IDF) are functions of it.
-
-It is saved as ``token_statistics.json`` (the scalars) + ``token_statistics.safetensors`` (the two count vectors)
-inside a model folder, which lists both in its checksums.
+"""Token statistics: how often each token id occurs in an unlabeled corpus, the data of frequency-weighted pooling
+(:mod:`bertflow.encoding.pooling.weighting`). Tokens are counted as the encoder feeds them to the model: truncated,
+special tokens included, padding never. Saved in a model folder as :data:`STATS_CONFIG` (the scalars) and
+:data:`STATS_ARRAYS` (the two count vectors), both in its checksums.
 """
 
 from __future__ import annotations
