@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import json
@@ -213,10 +214,7 @@ def _quiet_transformers() -> Iterator[None]:
 
 def _key_groups(keys: Iterable[str]) -> str:
     """``"cls.predictions.* (5)"``: parameter names grouped by their first two parts, for one log line."""
-    groups: dict[str, int] = {}
-    for key in keys:
-        prefix = ".".join(key.split(".")[:2])
-        groups[prefix] = groups.get(prefix, 0) + 1
+    groups = collections.Counter(".".join(key.split(".")[:2]) for key in keys)
     return ", ".join(f"{prefix}.* ({n})" for prefix, n in sorted(groups.items()))
 
 
