@@ -51,12 +51,6 @@ from .model_folder import (
 )
 from .validation import validate_sentences
 
-__all__ = [
-    "Embedder",
-    "device_transform",
-    "iter_calibrated",
-]
-
 logger = logging.getLogger(__name__)
 
 #: Where :meth:`Embedder.fit` counts the tokens of a weighted pooling: the fitting sentences, a token corpus, or both.

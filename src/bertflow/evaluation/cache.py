@@ -40,16 +40,6 @@ from ..errors import InputError
 from ..io.files import atomic_file, atomic_write_text
 from ..validation import validate_sentences
 
-__all__ = [
-    "CACHE_DIR_ENV",
-    "EmbeddingCache",
-    "default_cache_dir",
-    "encode_poolings",
-    "embed_cached",
-    "pooling_key",
-    "sentence_key",
-]
-
 logger = logging.getLogger(__name__)
 
 #: Environment variable naming the embedding cache folder.

@@ -13,22 +13,6 @@ from bertflow.errors import DataNotFoundError, InputError
 
 from ..io.text import EncodingErrors, SentencePairs, distinct, read_pairs
 
-__all__ = [
-    "TaskSpec",
-    "TASK_SPECS",
-    "STS_TASKS",
-    "task_spec",
-    "DATA_DIR_ENV",
-    "DEFAULT_CACHE_DIR",
-    "HOW_TO_GET_DATA",
-    "StsTask",
-    "canonical_task_name",
-    "resolve_data_dir",
-    "load_sts_task",
-    "load_sts_tasks",
-    "load_nli_sentences",
-]
-
 logger = logging.getLogger(__name__)
 
 

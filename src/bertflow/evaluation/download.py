@@ -24,10 +24,6 @@ from bertflow.io.formats import sha256_file
 from ..io.text import BOM
 from .datasets import DEFAULT_CACHE_DIR, USE_LOCAL_COPY, task_spec
 
-__all__ = [
-    "download_sts",
-]
-
 logger = logging.getLogger(__name__)
 
 

@@ -31,20 +31,6 @@ from bertflow.io.text import SentencePairs
 from bertflow.linalg import unit_rows
 from bertflow.validation import check_array
 
-__all__ = [
-    "Protocol",
-    "Metric",
-    "EmbedFn",
-    "cosine_scores",
-    "correlations",
-    "SubsetScore",
-    "TaskScore",
-    "StsReport",
-    "evaluate_pairs",
-    "evaluate_task",
-    "evaluate_sts",
-]
-
 logger = logging.getLogger(__name__)
 
 Protocol = Literal["all", "wmean"]

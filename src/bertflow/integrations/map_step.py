@@ -28,8 +28,6 @@ import numpy as np
 
 from ..errors import InputError
 
-__all__ = ["MapEncoder"]
-
 
 class MapEncoder:
     """Embed the text column of each batch with one loaded model (a fitted bertflow model, or a raw encoder).

@@ -45,8 +45,6 @@ from ..io.text import SentencePairs
 if TYPE_CHECKING:
     from torch.utils.data import DataLoader
 
-__all__ = ["MTEBEncoder", "sts_task"]
-
 
 class MTEBEncoder:
     """mteb 2.x's ``EncoderProtocol`` over a fitted :class:`~bertflow.Embedder`: ``MTEBEncoder(embedder)``.

@@ -43,16 +43,6 @@ from ..io.formats import read_json, verify_checksums, write_json
 from ..model_folder import check_fitted_on
 from ..validation import output_limit, raise_calibrated
 
-__all__ = [
-    "CHECKSUM_FILE",
-    "Calibration",
-    "check_module_list",
-    "check_no_code",
-    "encoder_config",
-    "load_calibrated",
-    "verify_export_checksums",
-]
-
 logger = logging.getLogger(__name__)
 
 FITTING_FILE = "fitting.json"

@@ -42,7 +42,6 @@ try:  # sentence-transformers >= 6.2: Dense and Normalize read and write any fea
 except ImportError:  # pragma: no cover - older sentence-transformers: no such export
     HierarchicalTokenPooling = None
 
-__all__ = ["anchored_modules"]
 
 #: Above any sentence's token count: HierarchicalTokenPooling then keeps one cluster per sentence.
 _ONE_CLUSTER = 1e9

@@ -63,15 +63,6 @@ from ..validation import validate_sentences
 from .sentence_transformers import CHECKSUM_FILE, CHECKSUM_FORMAT, Calibration, encoder_config
 from .st_anchored import anchored_modules
 
-__all__ = [
-    "CalibratedSentenceTransformer",
-    "affine_map",
-    "as_dense",
-    "fit_calibrator",
-    "from_embedder",
-    "pooling_modules",
-]
-
 logger = logging.getLogger(__name__)
 
 

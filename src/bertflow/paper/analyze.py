@@ -38,8 +38,6 @@ from .published import TABLE6, TABLE6_SOURCE
 from .regimes import fitting_sets, seen_counts
 from .render import render_analysis
 
-__all__ = ["AnalysisResult", "VECTOR_FORMATS", "analyze_stsb"]
-
 #: Plot formats ``analyze`` can write besides the PNG.
 VECTOR_FORMATS = ("pdf", "svg")
 

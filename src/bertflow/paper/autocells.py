@@ -24,7 +24,6 @@ from ..evaluation.cache import EmbeddingCache, embed_cached
 if TYPE_CHECKING:
     from .grid import EmbeddingTable
 
-__all__ = ["PRIOR_SUFFIX", "encode_auto_inputs", "fit_auto_cell", "is_auto", "table_key"]
 
 #: Table keys of prior-weighted poolings end with this (a pooling weighted by other counts has the plain key).
 PRIOR_SUFFIX = "@prior"

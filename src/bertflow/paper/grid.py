@@ -40,17 +40,6 @@ from .regimes import DEFAULT_REGIMES, REGIME_TEXT, REGIMES, FittingSets, fitting
 from .render import format_stat
 from .results import ALL_TASKS, CellResult, GridResult
 
-__all__ = [
-    "DEFAULT_POOLINGS",
-    "default_calibrators",
-    "EmbeddingTable",
-    "GridConfig",
-    "run_grid",
-    "load_encoder",
-    "evaluate_embedder",
-    "score_fitted",
-]
-
 logger = logging.getLogger(__name__)
 
 #: Poolings of the default grid: all three come from one forward pass.

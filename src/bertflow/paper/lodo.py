@@ -28,8 +28,6 @@ from ..errors import InputError
 from ..evaluation.datasets import STS_TASKS
 from .results import HARM_MARGIN, PerSetResult, SetSummary, fit_size_label, summarize_sets
 
-__all__ = ["Objective", "LodoFold", "LodoSelection", "leave_one_dataset_out", "select_lodo"]
-
 
 @dataclass(frozen=True)
 class Objective:

@@ -16,19 +16,6 @@ from scipy.special import logsumexp
 from ..errors import InputError
 from ..linalg import unit_rows
 
-__all__ = [
-    "SMALL_EDIT_DISTANCE",
-    "word_tokens",
-    "levenshtein",
-    "edit_distances",
-    "mean_pairwise_cosine",
-    "isotropy_score",
-    "spectrum",
-    "geometry",
-    "spearman_x100",
-    "lexical_table",
-]
-
 #: The paper's "small edit distance" cut-off: pairs whose word-level Levenshtein distance is at most this.
 SMALL_EDIT_DISTANCE = 4
 

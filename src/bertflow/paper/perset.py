@@ -50,8 +50,6 @@ from .grid import (
 from .regimes import seen_counts
 from .results import HARM_MARGIN, PerSetCell, PerSetResult, fit_size_label
 
-__all__ = ["PER_SET", "PER_SET_TEXT", "EvalSet", "evaluation_sets", "fitting_sample", "run_per_set"]
-
 #: The regime name of the per-set protocol (``--regimes per-set``).
 PER_SET = "per-set"
 

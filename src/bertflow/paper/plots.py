@@ -20,8 +20,6 @@ from ..errors import InputError
 from ..linalg import unit_rows
 from .measures import SMALL_EDIT_DISTANCE, isotropy_score, spearman_x100, spectrum
 
-__all__ = ["MAX_DISTANCE_BIN", "plot_analysis", "require_matplotlib"]
-
 #: Edit distances above this are pooled into one bin in the edit-distance plot (few pairs lie beyond it).
 MAX_DISTANCE_BIN = 20
 

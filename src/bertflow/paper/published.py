@@ -25,9 +25,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PAPER_MODELS", "PAPER_TASKS", "PublishedResult", "PUBLISHED", "QUOTED_AVERAGES", "TABLE6", "TABLE6_SOURCE",
-           "PAPER_MODEL_TEXT", "paper_model_name", "published_for", "stand_in_caption", "matching"]  # fmt: skip
-
 #: The package data file holding every number below.
 DATA_FILE = "published.json"
 

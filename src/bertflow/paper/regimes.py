@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from ..errors import InputError
 from ..evaluation.datasets import StsTask
 
-__all__ = ["REGIMES", "DEFAULT_REGIMES", "REGIME_TEXT", "FittingSets", "fitting_sets", "seen_counts"]
-
 #: Fitting regimes a grid accepts (``none`` is implied by the calibrator ``none``).
 REGIMES = ("target", "train", "nli", "corpus")
 #: Regimes of the default grid: the paper's transductive default and a generic (NLI) corpus.

@@ -14,19 +14,6 @@ import numpy as np
 from ..evaluation.sts import StsReport
 from .published import PublishedResult
 
-__all__ = [
-    "ALL_TASKS",
-    "HARM_MARGIN",
-    "CellResult",
-    "GridResult",
-    "PerSetCell",
-    "PerSetResult",
-    "SetSummary",
-    "fit_size_label",
-    "mean_std",
-    "summarize_sets",
-]
-
 
 def mean_std(values: Sequence[float]) -> dict[str, Any]:
     """mean, sample std (ddof=1; None for one value) and n of finite values; JSON-ready."""

@@ -22,8 +22,6 @@ from ..errors import CompatibilityError, InputError
 from ..linalg import unit_rows
 from ..validation import check_finite
 
-__all__ = ["VectorSearch", "AUTO_APPROXIMATE_MIN_ROWS", "AUTO_MIN_RECALL", "faiss_available"]
-
 logger = logging.getLogger(__name__)
 
 Metric = Literal["cosine", "dot"]

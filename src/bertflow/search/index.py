@@ -46,8 +46,6 @@ from ..io.formats import (
 from ..model_folder import LATER_ENCODER_KEYS
 from .ann import Approximate, Backend, VectorSearch, faiss_available, import_faiss
 
-__all__ = ["SearchHit", "EmbeddingIndex", "INDEX_CONFIG", "INDEX_EMBEDDINGS", "INDEX_ANN"]
-
 logger = logging.getLogger(__name__)
 
 INDEX_CONFIG = FOLDER_KINDS["index"][0]  # "index.json"

@@ -18,7 +18,6 @@ from .index import EmbeddingIndex, ItemId, SearchHit
 if TYPE_CHECKING:
     from ..embedder import Embedder
 
-__all__ = ["index_sentences", "index_file", "add_sentences", "query"]
 
 logger = logging.getLogger(__name__)
 
