@@ -73,16 +73,9 @@ def _slug(text: str) -> str:
 
 
 class EmbeddingCache:
-    """On-disk store of sentence embeddings keyed by sentence sha1, one folder per encoder setting.
-
-    Args:
-        root: cache folder; ``None`` uses :func:`default_cache_dir`.
-
-    Example:
-        >>> cache = EmbeddingCache()
-        >>> out = embed_cached(encoder, sentences, ["mean", "cls"], cache=cache)   # encodes once
-        >>> out = embed_cached(encoder, sentences, ["mean", "cls"], cache=cache)   # reads from disk
-    """
+    """On-disk store of sentence embeddings keyed by sentence sha1, one folder per encoder setting, under ``root``
+    (``None``: :func:`default_cache_dir`). ``embed_cached(encoder, sentences, ["mean", "cls"], cache=cache)``
+    encodes once, and reads from disk the next time."""
 
     def __init__(self, root: str | Path | None = None) -> None:
         self.root = Path(root).expanduser() if root is not None else default_cache_dir()
@@ -110,12 +103,8 @@ class EmbeddingCache:
     def lookup(
         self, encoder: SentenceEncoder, pooling: str | Sequence[int] | Pooling, sentences: Sequence[str]
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Cached embeddings of ``sentences``.
-
-        Returns:
-            ``(embeddings, found)``: float32 [N, D] (rows of sentences not in the cache are zero) and a boolean
-            mask [N] of the sentences that were found.
-        """
+        """Cached embeddings of ``sentences``: ``(embeddings, found)``, float32 [N, D] (rows of sentences not in the
+        cache are zero) and a boolean mask [N] of the sentences that were found."""
         out = np.zeros((len(sentences), encoder.dim), dtype=np.float32)
         found = np.zeros(len(sentences), dtype=bool)
         folder = self.folder(encoder, pooling)
