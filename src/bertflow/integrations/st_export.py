@@ -95,17 +95,12 @@ class CalibratedSentenceTransformer(SentenceTransformer):
 
 
 def affine_map(calibrator: Calibrator) -> tuple[np.ndarray, np.ndarray]:
-    """The fitted ``calibrator`` as one affine map ``x -> x @ W + b`` (float64).
+    """The fitted ``calibrator`` as one affine map ``x -> x @ W + b`` (float64): ``(W [D, D'], b [D'])`` with
+    ``b = -mean @ W`` (the mean folded into the bias).
 
     Affine: identity, standard-norm, all-but-the-top, whitening (any ``n_components``) and chains of these (the
     fitted steps, ``steps_``, composed into one matrix). The flow is non-linear; the anchored and auto calibrators
-    normalise two blocks separately, which no single affine map does.
-
-    Returns:
-        ``(W [D, D'], b [D'])`` with ``b = -mean @ W`` (the mean folded into the bias).
-
-    Raises:
-        InputError: the calibrator is not affine (``calibrator.is_affine()``: flow, anchored, auto).
+    normalise two blocks separately, which no single affine map does: InputError (``calibrator.is_affine()``).
     """
     calibrator.check_fitted()
     if not calibrator.is_affine():
@@ -122,14 +117,12 @@ def affine_map(calibrator: Calibrator) -> tuple[np.ndarray, np.ndarray]:
 
 
 def as_dense(calibrator: Calibrator) -> Dense:
-    """A sentence-transformers ``Dense`` module (identity activation) computing the affine ``calibrator``.
+    """A sentence-transformers ``Dense`` module (identity activation) computing the affine ``calibrator``
+    (InputError for flow, anchored, auto: :func:`affine_map`).
 
     It saves as ``config.json`` + ``model.safetensors`` in sentence-transformers' own format and reloads with
     plain ``SentenceTransformer(path)``: no ``trust_remote_code``, no bertflow. Its output agrees with
     ``calibrator.transform`` to float32 rounding.
-
-    Raises:
-        InputError: the calibrator is not affine (flow, anchored, auto): see :func:`affine_map`.
     """
     W, b = affine_map(calibrator)
     return Dense(
@@ -253,22 +246,18 @@ def fit_calibrator(
     portable: bool = True,
     **calibrator_kwargs: Any,
 ) -> SentenceTransformer:
-    """Fit a calibrator on ``model``'s pooled embeddings of ``corpus`` (no labels) and return the calibrated model:
-    ``model``'s modules up to pooling/Dense (shared, not copied; ``model`` is not modified), the calibration module,
-    and ``Normalize`` if asked; cosine similarity; ``model``'s prompts.
+    """Fit a calibrator on ``model``'s pooled embeddings of ``corpus`` (unlabeled sentences, a list; duplicates
+    weight the density) and return the calibrated model: ``model``'s modules up to pooling/Dense (shared, not copied;
+    ``model`` is not modified), the calibration module, and ``Normalize`` if ``normalize`` (``None`` keeps what
+    ``model`` had); cosine similarity; ``model``'s prompts.
 
-    Args:
-        corpus: unlabeled sentences to fit on (a list; duplicates weight the density).
-        calibrator: a spec (``"flow"``, ``"whitening-256"`` ...: :func:`bertflow.calibrators.parse_calibrator`, with
-            ``calibrator_kwargs`` such as ``seed=1``), or an unfitted :class:`Calibrator`.
-        normalize: end the pipeline with ``Normalize``; ``None`` keeps what ``model`` had.
-        batch_size, show_progress_bar: for embedding the corpus (``None`` shows a bar for large corpora).
-        regime: a label for the fitting corpus, saved in ``fitting.json``.
-        portable: an affine calibrator becomes sentence-transformers' own ``Dense`` (:func:`as_dense`: loads without
-            bertflow, but carries no fitting record and no encoder check); ``False`` keeps :class:`Calibration`.
-
-    Raises:
-        InputError: blank or non-string sentences, a model that is already calibrated, a bad spec.
+    ``calibrator``: a spec (``"flow"``, ``"whitening-256"`` ...: :func:`bertflow.calibrators.parse_calibrator`, with
+    ``calibrator_kwargs`` such as ``seed=1``) or an unfitted :class:`Calibrator`; ``batch_size``,
+    ``show_progress_bar``: for embedding the corpus (``None`` shows a bar for large corpora); ``regime``: a label for
+    the fitting corpus, saved in ``fitting.json``; ``portable``: an affine calibrator becomes sentence-transformers'
+    own ``Dense`` (:func:`as_dense`: loads without bertflow, but carries no fitting record and no encoder check),
+    ``False`` keeps :class:`Calibration`. InputError for blank or non-string sentences, a model already calibrated,
+    a bad spec.
     """
     if isinstance(corpus, str):
         raise InputError("corpus must be a list of sentences, not one string")
@@ -322,10 +311,8 @@ def from_embedder(embedder: Embedder, *, normalize: bool = False, portable: bool
     pooling as sentence-transformers' own modules (:func:`pooling_modules`) -> the calibrator (module docstring;
     copied, so refitting the Embedder later leaves the model alone) [-> ``Normalize`` with ``normalize``: unit
     vectors, cosine unchanged]. ``portable=False`` keeps bertflow's :class:`Calibration` for every calibrator.
-
-    Raises:
-        InputError: a pooling sentence-transformers' modules cannot express (``pooler``, a pooling added to
-            bertflow), or an encoder built from a model object rather than a checkpoint.
+    InputError for a pooling sentence-transformers' modules cannot express (``pooler``, a pooling added to
+    bertflow) or an encoder built from a model object rather than a checkpoint.
     """
     embedder.check_fitted()
     encoder = embedder.encoder
@@ -391,10 +378,9 @@ def pooling_modules(encoder: SentenceEncoder) -> list[Module]:
       the vocabulary, this encoder's table) before the mean, which ``Pooling`` then divides by the summed weights,
       as bertflow's weighted mean does.
 
-    Raises:
-        InputError: ``pooler`` (sentence-transformers' ``Pooling`` has no pooler head), a pooling added to bertflow
-            that none of these express, or a vocabulary whose duplicate token strings carry different weights
-            (``WordWeights`` is keyed by token string).
+    InputError for ``pooler`` (sentence-transformers' ``Pooling`` has no pooler head), a pooling added to bertflow
+    that none of these express, or a vocabulary whose duplicate token strings carry different weights
+    (``WordWeights`` is keyed by token string).
     """
     pooling, dim, top = encoder.pooling, encoder.dim, encoder.num_layers
     if pooling.base_name == "cls":
