@@ -73,11 +73,7 @@ def encode_auto_inputs(
 def fit_auto_cell(
     calibrator: AutoCalibrator, inputs: AutoInputs, rows: Callable[[str], np.ndarray]
 ) -> tuple[str, dict[str, Any]]:
-    """Fit ``calibrator`` by the ``auto`` rule on the fitting rows ``rows(table key)`` returns.
-
-    Returns:
-        The table key of the pooling it chose (score the evaluation sentences under it) and the choice, as
-        ``Embedder.fit`` records it.
-    """
+    """Fit ``calibrator`` by the ``auto`` rule on the fitting rows ``rows(table key)`` returns: the table key of the
+    pooling it chose (score the evaluation sentences under it) and the choice, as ``Embedder.fit`` records it."""
     fit = fit_auto(calibrator, inputs, lambda pooling: rows(table_key(inputs, pooling)))
     return table_key(inputs, fit.pooling), fit.choice

@@ -51,15 +51,9 @@ class Objective:
 
 @dataclass(frozen=True)
 class LodoFold:
-    """One held-out dataset: what was picked on the others and how it does on the held-out sets.
-
-    Attributes:
-        held_out: the dataset left out (``"STS12"`` ...).
-        picked: the label of the candidate that maximised the objective on the other datasets' sets.
-        objective: that maximum.
-        held_out_sets: the held-out dataset's sets.
-        summary: the picked candidate on the held-out sets against its raw baseline.
-    """
+    """One ``held_out`` dataset (``"STS12"`` ...): the candidate ``picked`` on the others (maximising the objective,
+    ``objective`` the maximum), the held-out dataset's sets and the ``summary`` of the pick on them against its raw
+    baseline."""
 
     held_out: str
     picked: str
@@ -75,18 +69,11 @@ class LodoFold:
 
 @dataclass
 class LodoSelection:
-    """The result of :func:`leave_one_dataset_out`.
-
-    Attributes:
-        fit_size: the fitting-set size the candidates share (``None``: all of each set's sentences).
-        candidates: the candidate labels, in tie-break order.
-        folds: one per dataset with at least one set.
-        pooled: every set's score from the pick of its own dataset's fold, against that pick's raw baseline (the
-            out-of-sample estimate of the rule).
-        in_sample: the candidate maximising the objective on all sets (what choosing on everything would give).
-        objective: the objective used.
-        excluded: candidates left out for missing a set (failed fits), with the reason.
-    """
+    """The result of :func:`leave_one_dataset_out`: the ``fit_size`` the candidates share (``None``: all of each
+    set's sentences), the ``candidates`` in tie-break order, one fold per dataset with a set, ``pooled`` (every
+    set's score from the pick of its own dataset's fold against that pick's raw baseline: the out-of-sample estimate
+    of the rule), ``in_sample`` (the candidate maximising the objective on all sets), the ``objective`` and the
+    candidates ``excluded`` for missing a set (failed fits), with the reason."""
 
     fit_size: int | None
     candidates: list[str]
@@ -119,14 +106,10 @@ def leave_one_dataset_out(
 ) -> LodoSelection:
     """Pick a candidate per held-out dataset on the other datasets' sets and score it on the held-out ones.
 
-    Args:
-        scores: per candidate label (in tie-break order), Spearman x 100 per set, finite on every set used.
-        raw: per candidate label, its raw baseline per set (the raw encoder under its pooling).
-        dataset_of: the dataset of each set (``"STS12/MSRpar" -> "STS12"``); its sets are the ones used.
-        objective: the selection objective (default :class:`Objective`); ``fit_size`` is recorded in the result.
-
-    Raises:
-        InputError: no candidate, fewer than two datasets, or a candidate or baseline missing a set.
+    ``scores``: per candidate label (in tie-break order), Spearman x 100 per set, finite on every set used; ``raw``:
+    per candidate, its raw baseline per set; ``dataset_of``: each set's dataset (``"STS12/MSRpar" -> "STS12"``), its
+    sets the ones used; ``objective`` default :class:`Objective`. InputError for no candidate, fewer than two
+    datasets, or a candidate or baseline missing a set.
     """
     objective = objective or Objective()
     labels = list(scores)

@@ -105,12 +105,9 @@ def lexical_table(
     gold: np.ndarray, similarities: Mapping[str, np.ndarray], distance: np.ndarray, small: int = SMALL_EDIT_DISTANCE
 ) -> dict[str, Any]:
     """The paper's Table 6: Spearman x 100 of gold and of each similarity (``{"raw": cos [N], ...}``) against edit
-    distance ``distance`` [N] and against ``gold`` [N], on all pairs and on those with ``distance <= small``.
-
-    Returns:
-        ``{"all": {"n": N, "rows": {name: {"vs_edit_distance", "vs_gold"}}}, "small": {...}}``, ``"gold"`` first
-        among the rows; an undefined correlation is ``None``.
-    """
+    distance ``distance`` [N] and against ``gold`` [N], on all pairs and on those with ``distance <= small``:
+    ``{"all": {"n": N, "rows": {name: {"vs_edit_distance", "vs_gold"}}}, "small": {...}}``, ``"gold"`` first among
+    the rows; an undefined correlation is ``None``."""
     out: dict[str, Any] = {}
     for part, mask in (("all", np.ones(len(gold), dtype=bool)), ("small", distance <= small)):
         rows = {"gold": {"vs_edit_distance": spearman_x100(gold[mask], distance[mask]), "vs_gold": 100.0}}

@@ -77,15 +77,9 @@ Progress = Callable[[str], None]
 
 @dataclass(frozen=True)
 class EvalSet:
-    """One evaluation set of the per-set protocol.
-
-    Attributes:
-        name: ``"STS12/MSRpar"`` for a STS12-16 subset, ``"STS-B"`` / ``"SICK-R"`` for their test split.
-        dataset: the task it belongs to (``"STS12"`` ... ``"SICK-R"``): the unit left out by
-            :mod:`bertflow.paper.lodo`.
-        pairs: the scored pairs.
-        sentences: the set's own distinct sentences, the fitting pool (for STS-B and SICK-R all splits).
-    """
+    """One evaluation set of the per-set protocol: its ``name`` (``"STS12/MSRpar"``, ``"STS-B"``, ``"SICK-R"``:
+    their test split), ``dataset`` (the task, the unit :mod:`bertflow.paper.lodo` leaves out), scored ``pairs`` and
+    its own distinct ``sentences``, the fitting pool (for STS-B and SICK-R all splits)."""
 
     name: str
     dataset: str
@@ -217,12 +211,9 @@ def run_per_set(
     rule as ``Embedder.fit`` does (:mod:`bertflow.paper.autocells`) and records its choice per set. ``encoder``
     replaces ``config.model`` (its own pooling is ignored, its token statistics are set per fitting sample while a
     weighted pooling is encoded, then restored); ``tasks`` replace reading ``config.tasks`` from ``config.data_dir``;
-    ``progress`` is called with one line per finished step.
-
-    Raises:
-        InputError: another regime, a bad fit size, unknown pooling or calibrator, ``seeds < 1``, no data folder
-            (``config.data_dir``) when ``tasks`` are not given.
-        DataNotFoundError: the STS data is missing.
+    ``progress`` is called with one line per finished step. InputError for another regime, a bad fit size, an
+    unknown pooling or calibrator, ``seeds < 1``, or no ``config.data_dir`` when ``tasks`` are not given;
+    DataNotFoundError for missing data.
     """
     say = progress or (lambda _msg: None)
     started = time.perf_counter()

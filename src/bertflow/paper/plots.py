@@ -43,14 +43,9 @@ def plot_analysis(
     seed: int = 0,
     vector: Sequence[str] = (),
 ) -> list[str]:
-    """Draw the four figures; returns the file names written (PNG at 200 dpi, plus each ``vector`` format).
-
-    Args:
-        embeddings: ``{name: [N, D]}`` embeddings of the distinct test sentences, raw first.
-        similarities: ``{name: [P]}`` cosine of each test pair, same names.
-        gold: gold score of each pair [P] (0-5).
-        distance: word-level edit distance of each pair [P].
-    """
+    """Draw the four figures from ``embeddings`` (``{name: [N, D]}`` of the distinct test sentences, raw first),
+    ``similarities`` (``{name: [P]}`` cosine per test pair), ``gold`` [P] (0-5) and word-level edit ``distance`` [P];
+    returns the file names written (PNG at 200 dpi, plus each ``vector`` format)."""
     require_matplotlib()
     import matplotlib
 
