@@ -78,18 +78,14 @@ def iter_calibrated(
     chunk_size: int | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> Iterator[np.ndarray]:
-    """The encode-then-calibrate loop: float32 [n, D'] chunks of calibrated embeddings, in input order.
+    """The encode-then-calibrate loop: float32 [n, D'] chunks of calibrated embeddings of ``sentences`` (any iterable
+    of non-blank strings: a list, a file reader), in input order; ``calibrator`` ``None`` gives the raw pooled
+    vectors; the keywords are :meth:`SentenceEncoder.iter_encode`'s.
 
     Every calibrated stream in bertflow goes through here (:meth:`Embedder.iter_encode`, ``bertflow encode``, the
     scale-out store writer): the encoder's one forward pass (:meth:`SentenceEncoder.iter_encode`), the calibrator
     applied on the device in float32 before the copy to the host, and the NaN/Inf and overflow checks done once,
     there (naming the stream row). :meth:`Embedder.encode` is the same path for a list held in memory.
-
-    Args:
-        encoder: the frozen encoder.
-        calibrator: a fitted calibrator, or ``None`` for the raw pooled vectors.
-        sentences: any iterable of non-blank strings (a list, a file reader).
-        batch_size, chunk_size, progress: as in :meth:`SentenceEncoder.iter_encode`.
     """
     yield from encoder.iter_encode(
         sentences,
@@ -134,37 +130,24 @@ def warn_if_harmful(calibrator: Calibrator, shape: tuple[int, ...]) -> None:
 class Embedder:
     """Sentence encoder + calibrator, with SimCSE's small surface: ``fit``, ``encode``, ``similarity``.
 
-    Args:
-        encoder: the frozen encoder; ``None`` builds the embedded default (all-MiniLM-L6-v2, mean pooling). A path
-            or hub id (``Embedder("my-flow")``, as ``SentenceTransformer("name")``) loads that saved model with
-            :meth:`load`, or raises its error at once.
-        calibrator: an unfitted or fitted calibrator; ``None`` uses BERT-flow (:class:`FlowCalibrator`).
-        truncate_dim: keep the first ``truncate_dim`` calibrated dimensions in :meth:`encode` (sentence-transformers'
-            ``truncate_dim``); ``None`` keeps all.
-        fitted_on: for a calibrator fitted elsewhere, the :func:`~bertflow.model_folder.encoder_record` of the encoder
-            it was fitted on (as a saved folder keeps it): checked against ``encoder`` now.
+    ``encoder``: the frozen encoder; ``None`` builds the embedded default (all-MiniLM-L6-v2, mean pooling); a path or
+    hub id (``Embedder("my-flow")``, as ``SentenceTransformer("name")``) loads that saved model with :meth:`load`, or
+    raises its error at once. ``calibrator``: unfitted or fitted; ``None`` uses BERT-flow (:class:`FlowCalibrator`).
+    ``truncate_dim``: keep the first ``truncate_dim`` calibrated dimensions in :meth:`encode` (sentence-transformers'
+    ``truncate_dim``; ``None`` keeps all; may be changed later). ``fitted_on``: for a calibrator fitted elsewhere,
+    the :func:`~bertflow.model_folder.encoder_record` of the encoder it was fitted on (as a saved folder keeps it),
+    checked against ``encoder`` now; saved with the model and checked when it is loaded; ``None`` when unknown (then
+    only the dimension is checked). ``fit_info``: how the calibrator was fitted
+    (:func:`~bertflow.model_folder.fit_record`), saved with the model, empty when unknown. ``encoder_dir``: the local
+    folder of the encoder's Hugging Face files when loaded from a self-contained save (copied again by :meth:`save`).
+    ``source``: the folder or hub id this model was loaded from or last saved to. ``model_card_data``: where
+    sentence-transformers' evaluators record their metrics (:class:`EvaluationRecord`).
 
-    Attributes:
-        fit_info: how the calibrator was fitted (:func:`~bertflow.model_folder.fit_record`), saved with the model;
-            empty when unknown.
-        fitted_on: the record of the encoder whose embeddings the calibrator was fitted on
-            (:func:`~bertflow.model_folder.encoder_record`), saved with the model and checked when it is loaded;
-            ``None`` when unknown (a calibrator fitted elsewhere and handed in: then only its dimension is checked).
-        encoder_dir: the local folder holding the encoder's Hugging Face files when loaded from a self-contained
-            save (copied again by :meth:`save`), else ``None``.
-        source: the folder or hub id this model was loaded from or last saved to (``None`` otherwise).
-        truncate_dim: as the argument; may be changed.
-        model_card_data: where sentence-transformers' evaluators record their metrics (:class:`EvaluationRecord`).
-
-    Example:
         >>> emb = Embedder().fit(open("corpus.txt").read().splitlines())
         >>> emb.similarity("A man plays guitar.", "Someone plays an instrument.")
         tensor([[0.7100]])
         >>> emb.save("my-flow"); Embedder.load("my-flow").encode("hello").shape
         (384,)
-        >>> index = index_sentences(emb, ["A man plays guitar.", "The cat sleeps."])  # bertflow.search.sentences
-        >>> query(index, emb, "someone making music", top_k=1)
-        [[SearchHit(id=0, score=0.62, text='A man plays guitar.', row=0)]]
     """
 
     def __init__(
@@ -222,21 +205,14 @@ class Embedder:
         token_corpus: Iterable[str] | None = None,
         token_source: TokenSource | None = None,
     ) -> Embedder:
-        """Encode ``sentences`` (no labels) and fit the calibrator on them. Returns ``self``.
+        """Encode ``sentences`` (no labels; duplicates kept, they weight the density) and fit the calibrator on
+        them; returns ``self``. ``regime`` is a free-form label saved in the model card (``"target"``, ``"nli"`` ...).
 
         With a frequency-weighted pooling (``sif:first-last-avg`` ...) the encoder's token statistics are fitted
-        first (:meth:`SentenceEncoder.count_tokens`), from unlabeled text only; the fitting sentences are then
-        tokenised once, for counting and for encoding.
-
-        Args:
-            sentences: the unlabeled fitting corpus (duplicates are kept: they weight the density).
-            regime: a free-form label saved in the model card (``"target"``, ``"nli"``, ``"corpus"``...).
-            token_corpus: other unlabeled sentences to count tokens in (a weighted pooling only).
-            token_source: ``"fit"`` (the fitting sentences), ``"corpus"`` (``token_corpus``) or ``"both"``;
-                ``None``: ``"corpus"`` when a ``token_corpus`` is given, else ``"fit"``.
-
-        Raises:
-            InputError: token options without a weighted pooling, or a source needing a ``token_corpus`` without one.
+        first (:meth:`SentenceEncoder.count_tokens`), from unlabeled text only: in ``token_source`` ``"fit"`` (the
+        fitting sentences, then tokenised once, for counting and for encoding), ``"corpus"`` (``token_corpus``) or
+        ``"both"``; ``None``: ``"corpus"`` when a ``token_corpus`` is given, else ``"fit"``. InputError for token
+        options without a weighted pooling, or a source needing a ``token_corpus`` without one.
         """
         items = validate_sentences(sentences)
         source = _token_source(self.encoder, token_corpus, token_source)
@@ -340,29 +316,17 @@ class Embedder:
         the host (:meth:`Calibrator.torch_transform`, float32), so calibration costs next to nothing on a GPU.
 
         The other keywords are sentence-transformers' ``encode`` keywords, with its meaning, so code written for a
-        ``SentenceTransformer`` runs unchanged:
-
-        Args:
-            convert_to_tensor: one ``torch.Tensor`` [N, D'] on the encoder's device instead of an array.
-            convert_to_numpy: ``False`` (and no tensor) gives a list of N tensors [D'], as sentence-transformers.
-            normalize_embeddings: scale each vector to unit length (cosine is unchanged; dot product becomes it).
-            precision: ``"float32"`` (or ``None``), or ``"int8"``, ``"uint8"``, ``"binary"``, ``"ubinary"``,
-                quantised with sentence-transformers' ``quantize_embeddings`` (needs it installed; ranges from these
-                embeddings).
-            device: ``None`` or the encoder's own device (the encoder is placed once, when built:
-                ``SentenceEncoder(..., device=...)``), or a list of devices (``["cuda:0", "cuda:1"]``, ``"cpu"`` may
-                repeat): one spawned process per entry encodes a contiguous part
-                (:func:`~bertflow.encoding.multiprocess.encode_multi_device`), and the calibrator maps the result here.
-            truncate_dim: keep the first ``truncate_dim`` dimensions (before ``normalize_embeddings``); ``None``: the
-                Embedder's :attr:`truncate_dim`.
-            prompt, prompt_name: refused unless ``None``: the calibrator was fitted on embeddings of sentences
-                without a prompt, and a prompt would change what it is applied to.
-            output_value: only ``"sentence_embedding"`` (token embeddings are not calibrated).
-
-        Raises:
-            TypeError: a keyword that neither bertflow nor sentence-transformers' ``encode`` knows (all named).
-            InputError: a prompt, another device, an unknown precision, a ``truncate_dim`` outside [1, D'], an
-                ``output_value`` other than ``"sentence_embedding"``.
+        ``SentenceTransformer`` runs unchanged (an unknown one is a TypeError naming all): ``convert_to_tensor``
+        gives one ``torch.Tensor`` [N, D'] on the encoder's device, ``convert_to_numpy=False`` a list of N tensors
+        [D']; ``normalize_embeddings`` scales each vector to unit length; ``precision``: ``"float32"`` (or ``None``),
+        or ``"int8"``, ``"uint8"``, ``"binary"``, ``"ubinary"``, quantised with sentence-transformers'
+        ``quantize_embeddings`` (ranges from these embeddings); ``device``: ``None`` or the encoder's own device
+        (placed once, when built), or a list of devices (``["cuda:0", "cuda:1"]``, ``"cpu"`` may repeat): one spawned
+        process per entry encodes a contiguous part (:func:`~bertflow.encoding.multiprocess.encode_multi_device`), and
+        the calibrator maps the result here; ``truncate_dim``: keep the first dimensions (before normalising;
+        ``None``: :attr:`truncate_dim`). InputError for a prompt (the calibrator was fitted on sentences without
+        one), another device, an unknown precision, a ``truncate_dim`` outside [1, D'], or an ``output_value`` other
+        than ``"sentence_embedding"`` (token embeddings are not calibrated).
         """
         precision = "float32" if precision is None else precision  # sentence-transformers' evaluators pass None
         check_encode_keywords(
@@ -524,18 +488,13 @@ class Embedder:
     # -- persistence -------------------------------------------------------------------------------------
 
     def save(self, path: str | Path, *, include_encoder: bool = False, overwrite: bool = False) -> Path:
-        """Write the folder described in :mod:`bertflow.model_folder`, atomically. Returns its path.
+        """Write the folder described in :mod:`bertflow.model_folder` at ``path``, atomically; returns its path.
 
-        Args:
-            path: the folder: new, empty, or (with ``overwrite``) a bertflow model, replaced whole; a crash at
-                any point leaves the old one in place.
-            include_encoder: also copy the encoder's Hugging Face files into ``encoder/`` so the folder is
-                self-contained (a hub repo that needs nothing else); loading then uses that copy.
-            overwrite: replace a bertflow model already at ``path``. Since bertflow 0.x an existing model is
-                refused without it, and any other non-empty folder (or the working directory) always is.
-
-        Raises:
-            OutputError: ``path`` may not be written (see :func:`~bertflow.io.files.check_output_folder`).
+        ``path``: new, empty, or (with ``overwrite``) a bertflow model, replaced whole (a crash at any point leaves
+        the old one in place); an existing model is refused without ``overwrite``, and any other non-empty folder
+        (or the working directory) always is (OutputError, :func:`~bertflow.io.files.check_output_folder`).
+        ``include_encoder`` also copies the encoder's Hugging Face files into ``encoder/``, so the folder is
+        self-contained (a hub repo that needs nothing else); loading then uses that copy.
         """
         self.check_fitted()
         # A calibrator refitted elsewhere on another width is refused.
@@ -560,17 +519,12 @@ class Embedder:
     def load(
         cls, path: str | Path, *, device: str | None = None, dtype: str = "auto", revision: str | None = None
     ) -> Embedder:
-        """Load a folder written by :meth:`save`, or a Hugging Face Hub repo id holding one.
-
-        Args:
-            path: a local folder, or a hub repo id (``"user/my-flow"``; fetched and cached by huggingface_hub).
-            device, dtype: for the encoder, as in :class:`~bertflow.encoding.encoder.SentenceEncoder`.
-            revision: hub revision (branch, tag or commit) of the bertflow repo.
-
-        Raises:
-            ModelFileError: missing, truncated, corrupted or edited files; a format newer than this bertflow reads;
-                a path that is neither a local folder nor a hub repo that can be fetched (e.g. offline and not cached).
-            CompatibilityError: a calibrator that does not match the encoder.
+        """Load a folder written by :meth:`save`, or a Hugging Face Hub repo id holding one (``"user/my-flow"``,
+        fetched and cached by huggingface_hub, at ``revision``); ``device``, ``dtype`` as
+        :class:`~bertflow.encoding.encoder.SentenceEncoder`. ModelFileError for missing, truncated, corrupted or
+        edited files, a format newer than this bertflow reads, or a path that is neither a local folder nor a hub
+        repo that can be fetched (offline and not cached); CompatibilityError for a calibrator that does not match
+        the encoder.
         """
 
         def assemble(folder: Path, config: dict[str, Any], calibrator: Calibrator, source: str) -> Embedder:

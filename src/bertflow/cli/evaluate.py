@@ -133,12 +133,8 @@ def _split(text: str) -> list[str]:
 
 def find_data_dir(data_dir: Path | None) -> Path:
     """The STS data folder of a command: ``--data-dir`` if given, else ``$BERTFLOW_DATA_DIR``, else the first
-    existing of :data:`DATA_DIR_CANDIDATES`; absolute.
-
-    Raises:
-        DataNotFoundError: the named folder does not exist, or none of the defaults does; the message says how to
-            point at a local copy and how to download the data.
-    """
+    existing of :data:`DATA_DIR_CANDIDATES`; absolute. DataNotFoundError, saying how to point at a local copy and
+    how to download the data, when the named folder or every default is missing."""
     if data_dir is not None:
         return resolve_data_dir(data_dir)
     env = os.environ.get(DATA_DIR_ENV)
