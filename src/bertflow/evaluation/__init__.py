@@ -47,7 +47,6 @@ _LAZY = {
     ),
     "EmbeddingCache": "cache",
     "embed_cached": "cache",
-    "encode_poolings": "cache",
 }
 
 __all__ = list(_LAZY)

@@ -3,8 +3,8 @@
 Evaluation grids re-use the same sentences over and over (every calibrator, regime and seed sees the same STS
 sentences), and several poolings come from the same forward pass, so :func:`embed_cached` runs the encoder once
 over the sentences missing from the cache and reads every requested pooling out of that pass
-(:func:`encode_poolings`, which is :meth:`SentenceEncoder.encode` with ``poolings``). The cache only stores what
-the encoder returns: it has no model loop of its own.
+(:meth:`SentenceEncoder.encode` with ``poolings``). The cache only stores what the encoder returns: it has no model
+loop of its own.
 
 Layout of the cache (one folder per encoder x pooling x max_length x compute dtype)::
 
@@ -168,22 +168,6 @@ def _stored_key(encoder: SentenceEncoder, pooling: str | Sequence[int] | Pooling
     if not parsed.weighting.weighted or stats is None:  # without statistics the encoder refuses before any write
         return parsed.key
     return f"{parsed.key}--tokens{stats.digest()}"
-
-
-def encode_poolings(
-    encoder: SentenceEncoder,
-    sentences: Sequence[str],
-    poolings: Sequence[str | Sequence[int] | Pooling],
-    *,
-    batch_size: int | None = None,
-    show_progress_bar: bool | None = None,
-) -> dict[str, np.ndarray]:
-    """Embed N sentences under several poolings with ONE forward pass of the encoder per batch: ``{pooling_key:
-    float32 [N, D]}``. It is :meth:`SentenceEncoder.encode` with ``poolings`` (the encoder's own pooling is ignored),
-    so every result equals ``SentenceEncoder(..., pooling=p).encode(sentences)``; the encoder checks the input."""
-    return encoder.encode(  # type: ignore[no-any-return]
-        list(sentences), poolings=list(poolings), batch_size=batch_size, show_progress_bar=show_progress_bar
-    )
 
 
 def _spec(p: str | Sequence[int] | Pooling) -> str | Sequence[int]:
