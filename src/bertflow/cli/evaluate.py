@@ -33,6 +33,7 @@ from .options import (
     QuietOpt,
     SeedOpt,
     ThreadsOpt,
+    build_encoder,
     check_device,
     check_model_dir_options,
     limit_threads,
@@ -463,9 +464,7 @@ def analyze(
         embedder = load_embedder(model_dir, device, dtype)
         encoder, cal, label = embedder.encoder, embedder.calibrator, str(embedder.fit_info.get("regime", "unknown"))
     else:
-        from ..paper.grid import load_encoder
-
-        encoder = load_encoder(model, pooling=pooling, max_length=max_length, device=device, dtype=dtype)
+        encoder = build_encoder(model, pooling, max_length, device, dtype)
         cal, label = calibrator, regime
     result = analyze_stsb(
         encoder, calibrator=cal, regime=label, data_dir=root, corpus=_corpus(corpus, column, encoding_errors),

@@ -68,19 +68,6 @@ def default_calibrators(dim: int) -> list[str]:
             f"whitening-{k}", "flow", "flow-paper"]  # fmt: skip
 
 
-def load_encoder(
-    model: str | None,
-    *,
-    pooling: str | Sequence[int] = "mean",
-    max_length: int = 64,
-    device: str | None = None,
-    dtype: str = "auto",
-) -> SentenceEncoder:
-    """Build the :class:`SentenceEncoder` of a grid (architectures without an SDPA kernel, such as MPNet under
-    transformers 5, fall back to the default attention inside ``SentenceEncoder``)."""
-    return SentenceEncoder(model, pooling=pooling, max_length=max_length, device=device, dtype=dtype)
-
-
 def is_seeded(spec: str) -> bool:
     """Whether a calibrator spec contains a flow (whose fit depends on a seed)."""
     return any(p.strip().lower().startswith("flow") for p in spec.split("+"))
@@ -310,7 +297,7 @@ def encoder_and_poolings(config: GridConfig, encoder: SentenceEncoder | None) ->
     """The run's encoder (``encoder``, else ``config.model`` loaded) and its distinct poolings, parsed on it;
     InputError for an unknown pooling, or none."""
     if encoder is None:
-        encoder = load_encoder(config.model, max_length=config.max_length, device=config.device, dtype=config.dtype)
+        encoder = SentenceEncoder(config.model, max_length=config.max_length, device=config.device, dtype=config.dtype)
     poolings = list({p.key: p for p in (Pooling.parse(s, encoder.num_layers) for s in config.poolings)}.values())
     if not poolings:
         raise InputError("give at least one pooling")
