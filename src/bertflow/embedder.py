@@ -193,8 +193,6 @@ class Embedder:
             if fitted_on is not None:
                 self._recorded_for = calibrator_fingerprint(self.calibrator)
 
-    # -- fit / encode / similarity -----------------------------------------------------------------------
-
     def fit(
         self,
         sentences: Sequence[str],
@@ -344,7 +342,7 @@ class Embedder:
         if isinstance(device, (list, tuple)):
             out = self._encode_on_devices(sentences, device, batch_size)
         else:
-            transform = self._device_transform()
+            transform = device_transform(self.encoder, self.calibrator)
             out = self.encoder.encode(
                 sentences, batch_size=batch_size, show_progress_bar=show_progress_bar, transform=transform
             )
@@ -404,9 +402,6 @@ class Embedder:
         """As :meth:`get_embedding_dimension` (sentence-transformers' older name)."""
         return self.get_embedding_dimension()
 
-    def _device_transform(self) -> Callable[[torch.Tensor], torch.Tensor] | None:
-        return device_transform(self.encoder, self.calibrator)
-
     def similarity(
         self, a: str | Sequence[str] | np.ndarray | torch.Tensor, b: str | Sequence[str] | np.ndarray | torch.Tensor
     ) -> torch.Tensor:
@@ -438,7 +433,7 @@ class Embedder:
             self.check_fitted()
             from tqdm.auto import tqdm
 
-            transform = self._device_transform()
+            transform = device_transform(self.encoder, self.calibrator)
             show = 2 * len(a) >= 4096 if show_progress_bar is None else show_progress_bar
             # One bar over both sides, moving per forward batch on CPU (SentenceEncoder.iter_encode's progress).
             with tqdm(total=2 * len(a), desc="similarity", unit="sent", disable=not show) as bar:
@@ -454,8 +449,6 @@ class Embedder:
         of another width than the encoder's. Changes nothing."""
         self.calibrator.check_fitted()
         check_dimension(self.calibrator, self.encoder.dim, self.encoder.model_id)
-
-    # -- identity -------------------------------------------------------------------------------------
 
     def identity(self) -> dict[str, Any]:
         """What makes this model's vectors what they are: the encoder config (with its weight fingerprint) and the
@@ -485,8 +478,6 @@ class Embedder:
         self.check_fitted()
         return int(self.calibrator.n_features_out_)
 
-    # -- persistence -------------------------------------------------------------------------------------
-
     def save(self, path: str | Path, *, include_encoder: bool = False, overwrite: bool = False) -> Path:
         """Write the folder described in :mod:`bertflow.model_folder` at ``path``, atomically; returns its path.
 
@@ -496,9 +487,7 @@ class Embedder:
         ``include_encoder`` also copies the encoder's Hugging Face files into ``encoder/``, so the folder is
         self-contained (a hub repo that needs nothing else); loading then uses that copy.
         """
-        self.check_fitted()
-        # A calibrator refitted elsewhere on another width is refused.
-        check_dimension(self.calibrator, self.encoder.dim, self.encoder.model_id)
+        self.check_fitted()  # also refuses a calibrator refitted elsewhere on another width
         fit_info, fitted_on = self.fit_records()
         save_model_folder(
             path,

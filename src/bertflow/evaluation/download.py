@@ -27,11 +27,6 @@ from .datasets import DEFAULT_CACHE_DIR, USE_LOCAL_COPY, task_spec
 logger = logging.getLogger(__name__)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Downloader
-# ---------------------------------------------------------------------------------------------------------
-
-
 def _year(path: str, prefix: str, *subsets: str) -> tuple[str, str, str, tuple[str, ...]]:
     """A SemEval year's archive URL, the name patterns of its sentence and gold files, its subsets."""
     url = f"http://ixa2.si.ehu.es/stswiki/images/{path}"

@@ -137,9 +137,7 @@ class GridResult:
         return {"meta": self.meta, "cells": [c.to_dict() for c in self.cells], "published": published}
 
 
-# -------------------------------------------------------------------------------------------------------
 # The per-set protocol (bertflow.paper.perset)
-# -------------------------------------------------------------------------------------------------------
 
 #: A set counts as harmed when its score falls more than this many Spearman x 100 points below its baseline.
 HARM_MARGIN = 2.0

@@ -235,8 +235,6 @@ class EmbeddingIndex(VectorSearch):
                 "(index_sentences, `bertflow search build`) or load the model it was built with"
             )
 
-    # -- persistence -------------------------------------------------------------------------------------
-
     def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
         """Write the folder of the module docstring at ``path`` (a new or empty folder, or with ``overwrite`` a
         bertflow index, replaced whole), atomically; an approximate search's recall is measured first. Returns it.
