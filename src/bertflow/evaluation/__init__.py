@@ -29,25 +29,11 @@ if TYPE_CHECKING:
     )
 
 _LAZY = {
-    **dict.fromkeys(
-        (
-            "EmbedFn",
-            "Metric",
-            "Protocol",
-            "StsReport",
-            "SubsetScore",
-            "TaskScore",
-            "correlations",
-            "cosine_scores",
-            "evaluate_pairs",
-            "evaluate_sts",
-            "evaluate_task",
-        ),
-        "sts",
-    ),
+    **dict.fromkeys(("EmbedFn", "Metric", "Protocol", "StsReport", "SubsetScore", "TaskScore", "correlations",
+                     "cosine_scores", "evaluate_pairs", "evaluate_sts", "evaluate_task"), "sts"),
     "EmbeddingCache": "cache",
     "embed_cached": "cache",
-}
+}  # fmt: skip
 
 __all__ = list(_LAZY)
 
