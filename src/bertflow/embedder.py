@@ -136,13 +136,8 @@ class Embedder:
     (:func:`~bertflow.model_folder.fit_record`), saved with the model, empty when unknown. ``encoder_dir``: the local
     folder of the encoder's Hugging Face files when loaded from a self-contained save (copied again by :meth:`save`).
     ``source``: the folder or hub id this model was loaded from or last saved to. ``model_card_data``: where
-    sentence-transformers' evaluators record their metrics (:class:`EvaluationRecord`).
-
-        >>> emb = Embedder().fit(open("corpus.txt").read().splitlines())
-        >>> emb.similarity("A man plays guitar.", "Someone plays an instrument.")
-        tensor([[0.7100]])
-        >>> emb.save("my-flow"); Embedder.load("my-flow").encode("hello").shape
-        (384,)
+    sentence-transformers' evaluators record their metrics (:class:`EvaluationRecord`). In short:
+    ``Embedder().fit(sentences).save("my-flow")``, then ``Embedder.load("my-flow").encode("hello")`` ([384] floats).
     """
 
     def __init__(

@@ -128,6 +128,10 @@ VectorOpt = Annotated[str | None, typer.Option(help="Also write each plot as pdf
 PlotsOpt = Annotated[bool, typer.Option(metavar="", help="Draw the PNG plots (needs matplotlib).")]
 
 
+def _output(text: str) -> Any:
+    return typer.Option("--output", "-o", help=text)
+
+
 def _split(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
@@ -264,9 +268,7 @@ def evaluate(
     epochs: EpochsOpt = 1.0,
     fit_sizes: FitSizesOpt = None,
     sample_seed: SampleSeedOpt = 0,
-    output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Folder for evaluate.md and evaluate.json.")
-    ] = None,
+    output: Annotated[Path | None, _output("Folder for evaluate.md and evaluate.json.")] = None,
     data_dir: DataDirOpt = None,
     cache_dir: CacheDirOpt = None,
     no_cache: NoCacheOpt = False,
@@ -358,9 +360,7 @@ def reproduce(
     tasks: TasksOpt = _ALL_TASKS,
     seeds: SeedsOpt = 1,
     epochs: EpochsOpt = 1.0,
-    output: Annotated[Path, typer.Option("--output", "-o", help="Folder for reproduce.md and reproduce.json.")] = Path(
-        "bertflow-reproduce"
-    ),
+    output: Annotated[Path, _output("Folder for reproduce.md and reproduce.json.")] = Path("bertflow-reproduce"),
     data_dir: DataDirOpt = None,
     cache_dir: CacheDirOpt = None,
     no_cache: NoCacheOpt = False,
@@ -426,9 +426,9 @@ def analyze(
     column: ColumnOpt = None,
     seed: SeedOpt = 0,
     epochs: EpochsOpt = 1.0,
-    output: Annotated[
-        Path, typer.Option("--output", "-o", help="Folder for analyze.md, analyze.json and the PNG plots.")
-    ] = Path("bertflow-analyze"),
+    output: Annotated[Path, _output("Folder for analyze.md, analyze.json and the PNG plots.")] = Path(
+        "bertflow-analyze"
+    ),
     plots: PlotsOpt = True,
     compare: ComparesOpt = None,
     vector: VectorOpt = None,
@@ -480,9 +480,7 @@ def analyze(
 
 @app.command("download-sts")
 def download_sts_command(
-    output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Target folder (default ~/.cache/bertflow/sts).")
-    ] = None,
+    output: Annotated[Path | None, _output("Target folder (default ~/.cache/bertflow/sts).")] = None,
     include_nli: Annotated[
         bool, typer.Option(metavar="", help="Also build NLI/snli_{dev,test}.tsv (about 90 MB).")
     ] = False,
