@@ -74,8 +74,7 @@ HOW_TO_GET_DATA = (  # how to get the data, appended to every "not found" error
     "Point bertflow at a local copy of the STS data with --data-dir PATH or the environment variable "
     f"{DATA_DIR_ENV}=PATH (the folder holding STS12 ... STS16, STSBenchmark, SICK), or, with internet "
     "access, download it once with `bertflow download-sts` (Python: bertflow.evaluation.download.download_sts()), "
-    "which "
-    f"builds it in {DEFAULT_CACHE_DIR}."
+    f"which builds it in {DEFAULT_CACHE_DIR}."
 )
 
 USE_LOCAL_COPY = (
@@ -83,11 +82,6 @@ USE_LOCAL_COPY = (
     "some other way and point bertflow at it with --data-dir PATH or the environment variable "
     f"{DATA_DIR_ENV}=PATH."
 )
-
-
-def canonical_task_name(name: str) -> str:
-    """Map a task name or alias (``"stsb"``, ``"STSBenchmark"``, ``"sick"``) to its name (see :func:`task_spec`)."""
-    return task_spec(name).name
 
 
 def resolve_data_dir(data_dir: str | Path | None) -> Path:
