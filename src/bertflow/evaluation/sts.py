@@ -51,8 +51,7 @@ def cosine_scores(emb1: np.ndarray, emb2: np.ndarray) -> np.ndarray:
     """Row-wise cosine similarity of two embedding matrices (N, D): float64 (N,) in [-1, 1], computed in float64
     whatever the input dtype. A pair involving a zero vector gets cosine 0 (no direction, hence no similarity)
     instead of NaN. InputError for shapes that differ or are not 2-D, or NaN/inf."""
-    a = _as_2d_float(emb1, "the embeddings emb1")
-    b = _as_2d_float(emb2, "the embeddings emb2")
+    a, b = _as_2d_float(emb1, "the embeddings emb1"), _as_2d_float(emb2, "the embeddings emb2")
     if a.shape != b.shape:
         raise InputError(f"emb1 and emb2 must have the same shape, got {a.shape} and {b.shape}")
     return np.clip(np.einsum("nd,nd->n", unit_rows(a), unit_rows(b)), -1.0, 1.0)
@@ -62,8 +61,7 @@ def correlations(predicted: np.ndarray, gold: np.ndarray) -> tuple[float, float]
     """``(spearman, pearson)`` correlation x 100, each in [-100, 100], between predicted similarities (N,) and gold
     scores (N,); NaN when undefined (fewer than 2 pairs or a constant input, e.g. an encoder that maps every sentence
     to the same vector), logged as a warning."""
-    p = np.asarray(predicted, dtype=np.float64).ravel()
-    g = np.asarray(gold, dtype=np.float64).ravel()
+    p, g = (np.asarray(v, dtype=np.float64).ravel() for v in (predicted, gold))
     if p.shape != g.shape:
         raise InputError(f"predicted has {p.size} values but gold has {g.size}")
     if p.size < 2 or np.ptp(p) == 0 or np.ptp(g) == 0:
