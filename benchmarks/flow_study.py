@@ -37,9 +37,10 @@ from typing import Any
 import torch
 
 from bertflow.cli.evaluate import find_data_dir
+from bertflow.encoding.encoder import SentenceEncoder
 from bertflow.evaluation.datasets import STS_TASKS, load_nli_sentences, load_sts_tasks
 from bertflow.io.files import atomic_write_text
-from bertflow.paper.grid import GridConfig, default_calibrators, load_encoder, run_grid
+from bertflow.paper.grid import GridConfig, default_calibrators, run_grid
 from bertflow.paper.render import format_stat
 from bertflow.resources import machine_info
 
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Run every (pooling, setting) and the reference rows; returns the JSON-ready study."""
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
-    encoder = load_encoder(args.model, max_length=args.max_length, device="cpu")
+    encoder = SentenceEncoder(args.model, max_length=args.max_length, device="cpu")
     tasks = load_sts_tasks(STS_TASKS, args.data_dir)
     nli = load_nli_sentences(args.data_dir) if args.regime == "nli" else None
     poolings = args.poolings.split(",")

@@ -3,13 +3,10 @@
 :meth:`Embedder.save` writes, and :meth:`Embedder.load` reads back (from a folder or its hub id), the folder that
 :mod:`bertflow.model_folder` describes and verifies. :meth:`Embedder.encode` and :meth:`Embedder.similarity` take
 sentence-transformers' keywords and embedding inputs (:mod:`bertflow.encode_outputs`), so code written for a
-``SentenceTransformer`` runs unchanged.
-
-Everything else takes an Embedder: search (:mod:`bertflow.search.sentences`), hub upload
-(:func:`bertflow.hub.push`), the model card (:func:`bertflow.card.model_card`), the sentence-transformers export
-(:func:`bertflow.integrations.st_export.from_embedder`) and MTEB
-(:class:`bertflow.integrations.mteb.MTEBEncoder`).
-"""
+``SentenceTransformer`` runs unchanged. Everything else takes an Embedder: search (:mod:`bertflow.search.sentences`),
+hub upload (:func:`bertflow.hub.push`), the model card (:func:`bertflow.card.model_card`), the sentence-transformers
+export (:func:`bertflow.integrations.st_export.from_embedder`) and MTEB
+(:class:`bertflow.integrations.mteb.MTEBEncoder`)."""
 
 from __future__ import annotations
 
@@ -51,12 +48,6 @@ from .model_folder import (
 )
 from .validation import validate_sentences
 
-__all__ = [
-    "Embedder",
-    "device_transform",
-    "iter_calibrated",
-]
-
 logger = logging.getLogger(__name__)
 
 #: Where :meth:`Embedder.fit` counts the tokens of a weighted pooling: the fitting sentences, a token corpus, or both.
@@ -84,19 +75,13 @@ def iter_calibrated(
     chunk_size: int | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> Iterator[np.ndarray]:
-    """The encode-then-calibrate loop: float32 [n, D'] chunks of calibrated embeddings, in input order.
-
-    Every calibrated stream in bertflow goes through here (:meth:`Embedder.iter_encode`, ``bertflow encode``, the
-    scale-out store writer): the encoder's one forward pass (:meth:`SentenceEncoder.iter_encode`), the calibrator
-    applied on the device in float32 before the copy to the host, and the NaN/Inf and overflow checks done once,
-    there (naming the stream row). :meth:`Embedder.encode` is the same path for a list held in memory.
-
-    Args:
-        encoder: the frozen encoder.
-        calibrator: a fitted calibrator, or ``None`` for the raw pooled vectors.
-        sentences: any iterable of non-blank strings (a list, a file reader).
-        batch_size, chunk_size, progress: as in :meth:`SentenceEncoder.iter_encode`.
-    """
+    """The encode-then-calibrate loop: float32 [n, D'] chunks of calibrated embeddings of ``sentences`` (any iterable of
+    non-blank strings: a list, a file reader), in input order; ``calibrator`` ``None`` gives the raw pooled vectors; the
+    keywords are :meth:`SentenceEncoder.iter_encode`'s. Every calibrated stream in bertflow goes through here
+    (:meth:`Embedder.iter_encode`, ``bertflow encode``, the scale-out store writer): the encoder's one forward pass
+    (:meth:`SentenceEncoder.iter_encode`), the calibrator applied on the device in float32 before the copy to the host,
+    and the NaN/Inf and overflow checks done once, there (naming the stream row). :meth:`Embedder.encode` is the same
+    path for a list held in memory."""
     yield from encoder.iter_encode(
         sentences,
         batch_size=batch_size,
@@ -140,37 +125,19 @@ def warn_if_harmful(calibrator: Calibrator, shape: tuple[int, ...]) -> None:
 class Embedder:
     """Sentence encoder + calibrator, with SimCSE's small surface: ``fit``, ``encode``, ``similarity``.
 
-    Args:
-        encoder: the frozen encoder; ``None`` builds the embedded default (all-MiniLM-L6-v2, mean pooling). A path
-            or hub id (``Embedder("my-flow")``, as ``SentenceTransformer("name")``) loads that saved model with
-            :meth:`load`, or raises its error at once.
-        calibrator: an unfitted or fitted calibrator; ``None`` uses BERT-flow (:class:`FlowCalibrator`).
-        truncate_dim: keep the first ``truncate_dim`` calibrated dimensions in :meth:`encode` (sentence-transformers'
-            ``truncate_dim``); ``None`` keeps all.
-        fitted_on: for a calibrator fitted elsewhere, the :func:`~bertflow.model_folder.encoder_record` of the encoder
-            it was fitted on (as a saved folder keeps it): checked against ``encoder`` now.
-
-    Attributes:
-        fit_info: how the calibrator was fitted (:func:`~bertflow.model_folder.fit_record`), saved with the model;
-            empty when unknown.
-        fitted_on: the record of the encoder whose embeddings the calibrator was fitted on
-            (:func:`~bertflow.model_folder.encoder_record`), saved with the model and checked when it is loaded;
-            ``None`` when unknown (a calibrator fitted elsewhere and handed in: then only its dimension is checked).
-        encoder_dir: the local folder holding the encoder's Hugging Face files when loaded from a self-contained
-            save (copied again by :meth:`save`), else ``None``.
-        source: the folder or hub id this model was loaded from or last saved to (``None`` otherwise).
-        truncate_dim: as the argument; may be changed.
-        model_card_data: where sentence-transformers' evaluators record their metrics (:class:`EvaluationRecord`).
-
-    Example:
-        >>> emb = Embedder().fit(open("corpus.txt").read().splitlines())
-        >>> emb.similarity("A man plays guitar.", "Someone plays an instrument.")
-        tensor([[0.7100]])
-        >>> emb.save("my-flow"); Embedder.load("my-flow").encode("hello").shape
-        (384,)
-        >>> index = index_sentences(emb, ["A man plays guitar.", "The cat sleeps."])  # bertflow.search.sentences
-        >>> query(index, emb, "someone making music", top_k=1)
-        [[SearchHit(id=0, score=0.62, text='A man plays guitar.', row=0)]]
+    ``encoder``: the frozen encoder; ``None`` builds the embedded default (all-MiniLM-L6-v2, mean pooling); a path or
+    hub id (``Embedder("my-flow")``, as ``SentenceTransformer("name")``) loads that saved model with :meth:`load`, or
+    raises its error at once. ``calibrator``: unfitted or fitted; ``None`` uses BERT-flow (:class:`FlowCalibrator`).
+    ``truncate_dim``: keep the first ``truncate_dim`` calibrated dimensions in :meth:`encode` (sentence-transformers'
+    ``truncate_dim``; ``None`` keeps all; may be changed later). ``fitted_on``: for a calibrator fitted elsewhere,
+    the :func:`~bertflow.model_folder.encoder_record` of the encoder it was fitted on (as a saved folder keeps it),
+    checked against ``encoder`` now; saved with the model and checked when it is loaded; ``None`` when unknown (then
+    only the dimension is checked). ``fit_info``: how the calibrator was fitted
+    (:func:`~bertflow.model_folder.fit_record`), saved with the model, empty when unknown. ``encoder_dir``: the local
+    folder of the encoder's Hugging Face files when loaded from a self-contained save (copied again by :meth:`save`).
+    ``source``: the folder or hub id this model was loaded from or last saved to. ``model_card_data``: where
+    sentence-transformers' evaluators record their metrics (:class:`EvaluationRecord`). In short:
+    ``Embedder().fit(sentences).save("my-flow")``, then ``Embedder.load("my-flow").encode("hello")`` ([384] floats).
     """
 
     def __init__(
@@ -216,8 +183,6 @@ class Embedder:
             if fitted_on is not None:
                 self._recorded_for = calibrator_fingerprint(self.calibrator)
 
-    # -- fit / encode / similarity -----------------------------------------------------------------------
-
     def fit(
         self,
         sentences: Sequence[str],
@@ -228,22 +193,13 @@ class Embedder:
         token_corpus: Iterable[str] | None = None,
         token_source: TokenSource | None = None,
     ) -> Embedder:
-        """Encode ``sentences`` (no labels) and fit the calibrator on them. Returns ``self``.
-
-        With a frequency-weighted pooling (``sif:first-last-avg`` ...) the encoder's token statistics are fitted
-        first (:meth:`SentenceEncoder.count_tokens`), from unlabeled text only; the fitting sentences are then
-        tokenised once, for counting and for encoding.
-
-        Args:
-            sentences: the unlabeled fitting corpus (duplicates are kept: they weight the density).
-            regime: a free-form label saved in the model card (``"target"``, ``"nli"``, ``"corpus"``...).
-            token_corpus: other unlabeled sentences to count tokens in (a weighted pooling only).
-            token_source: ``"fit"`` (the fitting sentences), ``"corpus"`` (``token_corpus``) or ``"both"``;
-                ``None``: ``"corpus"`` when a ``token_corpus`` is given, else ``"fit"``.
-
-        Raises:
-            InputError: token options without a weighted pooling, or a source needing a ``token_corpus`` without one.
-        """
+        """Encode ``sentences`` (no labels; duplicates kept, they weight the density) and fit the calibrator on them;
+        returns ``self``. ``regime`` is a free-form label saved in the model card (``"target"``, ``"nli"`` ...). With a
+        frequency-weighted pooling (``sif:first-last-avg`` ...) the encoder's token statistics are fitted first
+        (:meth:`SentenceEncoder.count_tokens`), from unlabeled text only: in ``token_source`` ``"fit"`` (the fitting
+        sentences, then tokenised once, for counting and for encoding), ``"corpus"`` (``token_corpus``) or ``"both"``;
+        ``None``: ``"corpus"`` when a ``token_corpus`` is given, else ``"fit"``. InputError for token options without a
+        weighted pooling, or a source needing a ``token_corpus`` without one."""
         items = validate_sentences(sentences)
         source = _token_source(self.encoder, token_corpus, token_source)
         started = time.perf_counter()
@@ -277,12 +233,10 @@ class Embedder:
         self, items: Any, *, weigh: bool, batch_size: int | None, show: bool | None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """Fit the :class:`AutoCalibrator` as its rule says (:func:`bertflow.autofit.fit_auto`), in ONE forward pass.
-
-        The pass computes the encoder's pooling, the last layer's token mean (whose anisotropy tells a raw MLM
-        encoder from a sentence encoder) and, where ``weigh`` and a generic token prior fits the tokenizer, the
-        SIF-weighted form of the pooling. On a raw encoder the encoder then keeps the weighted pooling and the
-        prior's statistics. Returns the embeddings fitted on and what was chosen (saved in the fit record).
-        """
+        The pass computes the encoder's pooling, the last layer's token mean (whose anisotropy tells a raw MLM encoder
+        from a sentence encoder) and, where ``weigh`` and a generic token prior fits the tokenizer, the SIF-weighted
+        form of the pooling. On a raw encoder the encoder then keeps the weighted pooling and the prior's statistics.
+        Returns the embeddings fitted on and what was chosen (saved in the fit record)."""
         enc, calibrator = self.encoder, self.calibrator
         inputs = auto_inputs(enc, weigh=weigh)
         if inputs.prior is not None:
@@ -304,8 +258,7 @@ class Embedder:
     def record_fit(self, fit_info: dict[str, Any]) -> Embedder:
         """Declare that the calibrator has just been fitted on this encoder's embeddings, as ``fit_info`` says
         (:func:`~bertflow.model_folder.fit_record`): sets :attr:`fit_info` and :attr:`fitted_on`. :meth:`fit` calls it;
-        so does a fit made elsewhere on this encoder's embeddings (``bertflow distributed-fit``). Returns ``self``.
-        """
+        so does a fit made elsewhere on this encoder's embeddings (``bertflow distributed-fit``). Returns ``self``."""
         self.check_fitted()
         check_dimension(self.calibrator, self.encoder.dim, self.encoder.model_id)
         self.fit_info = dict(fit_info)
@@ -314,9 +267,8 @@ class Embedder:
         return self
 
     def fit_records(self) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        """``(fit_info, fitted_on)`` if they still describe the calibrator held, else ``({}, None)``: what
-        :meth:`save` writes, so a calibrator refitted outside the Embedder is not saved with a record of this one's
-        fit."""
+        """``(fit_info, fitted_on)`` if they still describe the calibrator held, else ``({}, None)``: what :meth:`save`
+        writes, so a calibrator refitted outside the Embedder is not saved with a record of this one's fit."""
         if self._recorded_for is not None and self._recorded_for == calibrator_fingerprint(self.calibrator):
             return self.fit_info, self.fitted_on
         if self.fitted_on is not None or self.fit_info:
@@ -340,36 +292,21 @@ class Embedder:
         output_value: str | None = "sentence_embedding",
         **unknown: Any,
     ) -> Any:
-        """Calibrated embeddings: float32 [N, D'] (or [D'] for one string).
-
-        The calibrator runs on the encoder's device, on each chunk of pooled vectors before they are copied to
-        the host (:meth:`Calibrator.torch_transform`, float32), so calibration costs next to nothing on a GPU.
-
-        The other keywords are sentence-transformers' ``encode`` keywords, with its meaning, so code written for a
-        ``SentenceTransformer`` runs unchanged:
-
-        Args:
-            convert_to_tensor: one ``torch.Tensor`` [N, D'] on the encoder's device instead of an array.
-            convert_to_numpy: ``False`` (and no tensor) gives a list of N tensors [D'], as sentence-transformers.
-            normalize_embeddings: scale each vector to unit length (cosine is unchanged; dot product becomes it).
-            precision: ``"float32"`` (or ``None``), or ``"int8"``, ``"uint8"``, ``"binary"``, ``"ubinary"``,
-                quantised with sentence-transformers' ``quantize_embeddings`` (needs it installed; ranges from these
-                embeddings).
-            device: ``None`` or the encoder's own device (the encoder is placed once, when built:
-                ``SentenceEncoder(..., device=...)``), or a list of devices (``["cuda:0", "cuda:1"]``, ``"cpu"`` may
-                repeat): one spawned process per entry encodes a contiguous part
-                (:func:`~bertflow.encoding.multiprocess.encode_multi_device`), and the calibrator maps the result here.
-            truncate_dim: keep the first ``truncate_dim`` dimensions (before ``normalize_embeddings``); ``None``: the
-                Embedder's :attr:`truncate_dim`.
-            prompt, prompt_name: refused unless ``None``: the calibrator was fitted on embeddings of sentences
-                without a prompt, and a prompt would change what it is applied to.
-            output_value: only ``"sentence_embedding"`` (token embeddings are not calibrated).
-
-        Raises:
-            TypeError: a keyword that neither bertflow nor sentence-transformers' ``encode`` knows (all named).
-            InputError: a prompt, another device, an unknown precision, a ``truncate_dim`` outside [1, D'], an
-                ``output_value`` other than ``"sentence_embedding"``.
-        """
+        """Calibrated embeddings: float32 [N, D'] (or [D'] for one string). The calibrator runs on the encoder's device,
+        on each chunk of pooled vectors before they are copied to the host (:meth:`Calibrator.torch_transform`,
+        float32), so calibration costs next to nothing on a GPU. The other keywords are sentence-transformers'
+        ``encode`` keywords, with its meaning, so code written for a ``SentenceTransformer`` runs unchanged (an unknown
+        one is a TypeError naming all): ``convert_to_tensor`` gives one ``torch.Tensor`` [N, D'] on the encoder's
+        device, ``convert_to_numpy=False`` a list of N tensors [D']; ``normalize_embeddings`` scales each vector to unit
+        length; ``precision``: ``"float32"`` (or ``None``), or ``"int8"``, ``"uint8"``, ``"binary"``, ``"ubinary"``,
+        quantised with sentence-transformers' ``quantize_embeddings`` (ranges from these embeddings); ``device``:
+        ``None`` or the encoder's own device (placed once, when built), or a list of devices (``["cuda:0", "cuda:1"]``,
+        ``"cpu"`` may repeat): one spawned process per entry encodes a contiguous part
+        (:func:`~bertflow.encoding.multiprocess.encode_multi_device`), and the calibrator maps the result here;
+        ``truncate_dim``: keep the first dimensions (before normalising; ``None``: :attr:`truncate_dim`). InputError for
+        a prompt (the calibrator was fitted on sentences without one), another device, an unknown precision, a
+        ``truncate_dim`` outside [1, D'], or an ``output_value`` other than ``"sentence_embedding"`` (token embeddings
+        are not calibrated)."""
         precision = "float32" if precision is None else precision  # sentence-transformers' evaluators pass None
         check_encode_keywords(
             unknown,
@@ -386,7 +323,7 @@ class Embedder:
         if isinstance(device, (list, tuple)):
             out = self._encode_on_devices(sentences, device, batch_size)
         else:
-            transform = self._device_transform()
+            transform = device_transform(self.encoder, self.calibrator)
             out = self.encoder.encode(
                 sentences, batch_size=batch_size, show_progress_bar=show_progress_bar, transform=transform
             )
@@ -446,19 +383,13 @@ class Embedder:
         """As :meth:`get_embedding_dimension` (sentence-transformers' older name)."""
         return self.get_embedding_dimension()
 
-    def _device_transform(self) -> Callable[[torch.Tensor], torch.Tensor] | None:
-        return device_transform(self.encoder, self.calibrator)
-
     def similarity(
         self, a: str | Sequence[str] | np.ndarray | torch.Tensor, b: str | Sequence[str] | np.ndarray | torch.Tensor
     ) -> torch.Tensor:
-        """Cosine similarity in the calibrated space, as ``SentenceTransformer.similarity`` returns it: always a
-        float32 CPU ``torch.Tensor`` [len(a), len(b)] (computed in float64); ``float(model.similarity(s1, s2))`` for
-        one pair.
-
+        """Cosine similarity in the calibrated space, as ``SentenceTransformer.similarity`` returns it: always a float32
+        CPU ``torch.Tensor`` [len(a), len(b)] (computed in float64); ``float(model.similarity(s1, s2))`` for one pair.
         ``a`` and ``b`` are sentences (a string counts as one row) or both embeddings (arrays or tensors [N, D'] or
-        [D'], e.g. from :meth:`encode`, as MTEB passes them).
-        """
+        [D'], e.g. from :meth:`encode`, as MTEB passes them)."""
         if not are_embeddings(a, b):
             a, b = self.encode(a), self.encode(b)
         return embedding_cosine(a, b, pairwise=False)
@@ -472,15 +403,14 @@ class Embedder:
     ) -> torch.Tensor:
         """Cosine of each pair ``(a[i], b[i])`` of sentences, or of rows of two embedding matrices [N, D'], as
         ``SentenceTransformer.similarity_pairwise`` returns it: a float32 CPU ``torch.Tensor`` [N].
-        ``show_progress_bar`` as in :meth:`encode`.
-        """
+        ``show_progress_bar`` as in :meth:`encode`."""
         if not are_embeddings(a, b):
             if len(a) != len(b):
                 raise ValueError(f"need as many first as second sentences, got {len(a)} and {len(b)}")
             self.check_fitted()
             from tqdm.auto import tqdm
 
-            transform = self._device_transform()
+            transform = device_transform(self.encoder, self.calibrator)
             show = 2 * len(a) >= 4096 if show_progress_bar is None else show_progress_bar
             # One bar over both sides, moving per forward batch on CPU (SentenceEncoder.iter_encode's progress).
             with tqdm(total=2 * len(a), desc="similarity", unit="sent", disable=not show) as bar:
@@ -497,8 +427,6 @@ class Embedder:
         self.calibrator.check_fitted()
         check_dimension(self.calibrator, self.encoder.dim, self.encoder.model_id)
 
-    # -- identity -------------------------------------------------------------------------------------
-
     def identity(self) -> dict[str, Any]:
         """What makes this model's vectors what they are: the encoder config (with its weight fingerprint) and the
         calibrator's type, fingerprint and output dimension. Saved with an index and compared when it is used."""
@@ -509,10 +437,8 @@ class Embedder:
         self, sentences: Sequence[str], *, batch_size: int | None = None, show_progress_bar: bool | None = None
     ) -> Iterator[np.ndarray]:
         """Calibrated embeddings of ``sentences`` in chunks (float32 [<=16384, D']), in order, with a progress bar.
-
         Memory stays bounded by one chunk, so corpora larger than what :meth:`encode` should hold at once stream
-        straight into an index.
-        """
+        straight into an index."""
         from tqdm.auto import tqdm
 
         self.check_fitted()
@@ -527,25 +453,14 @@ class Embedder:
         self.check_fitted()
         return int(self.calibrator.n_features_out_)
 
-    # -- persistence -------------------------------------------------------------------------------------
-
     def save(self, path: str | Path, *, include_encoder: bool = False, overwrite: bool = False) -> Path:
-        """Write the folder described in :mod:`bertflow.model_folder`, atomically. Returns its path.
-
-        Args:
-            path: the folder: new, empty, or (with ``overwrite``) a bertflow model, replaced whole; a crash at
-                any point leaves the old one in place.
-            include_encoder: also copy the encoder's Hugging Face files into ``encoder/`` so the folder is
-                self-contained (a hub repo that needs nothing else); loading then uses that copy.
-            overwrite: replace a bertflow model already at ``path``. Since bertflow 0.x an existing model is
-                refused without it, and any other non-empty folder (or the working directory) always is.
-
-        Raises:
-            OutputError: ``path`` may not be written (see :func:`~bertflow.io.files.check_output_folder`).
-        """
-        self.check_fitted()
-        # A calibrator refitted elsewhere on another width is refused.
-        check_dimension(self.calibrator, self.encoder.dim, self.encoder.model_id)
+        """Write the folder described in :mod:`bertflow.model_folder` at ``path``, atomically; returns its path.
+        ``path``: new, empty, or (with ``overwrite``) a bertflow model, replaced whole (a crash at any point leaves the
+        old one in place); an existing model is refused without ``overwrite``, and any other non-empty folder (or the
+        working directory) always is (OutputError, :func:`~bertflow.io.files.check_output_folder`). ``include_encoder``
+        also copies the encoder's Hugging Face files into ``encoder/``, so the folder is self-contained (a hub repo that
+        needs nothing else); loading then uses that copy."""
+        self.check_fitted()  # also refuses a calibrator refitted elsewhere on another width
         fit_info, fitted_on = self.fit_records()
         save_model_folder(
             path,
@@ -566,18 +481,11 @@ class Embedder:
     def load(
         cls, path: str | Path, *, device: str | None = None, dtype: str = "auto", revision: str | None = None
     ) -> Embedder:
-        """Load a folder written by :meth:`save`, or a Hugging Face Hub repo id holding one.
-
-        Args:
-            path: a local folder, or a hub repo id (``"user/my-flow"``; fetched and cached by huggingface_hub).
-            device, dtype: for the encoder, as in :class:`~bertflow.encoding.encoder.SentenceEncoder`.
-            revision: hub revision (branch, tag or commit) of the bertflow repo.
-
-        Raises:
-            ModelFileError: missing, truncated, corrupted or edited files; a format newer than this bertflow reads;
-                a path that is neither a local folder nor a hub repo that can be fetched (e.g. offline and not cached).
-            CompatibilityError: a calibrator that does not match the encoder.
-        """
+        """Load a folder written by :meth:`save`, or a Hugging Face Hub repo id holding one (``"user/my-flow"``, fetched
+        and cached by huggingface_hub, at ``revision``); ``device``, ``dtype`` as
+        :class:`~bertflow.encoding.encoder.SentenceEncoder`. ModelFileError for missing, truncated, corrupted or edited
+        files, a format newer than this bertflow reads, or a path that is neither a local folder nor a hub repo that can
+        be fetched (offline and not cached); CompatibilityError for a calibrator that does not match the encoder."""
 
         def assemble(folder: Path, config: dict[str, Any], calibrator: Calibrator, source: str) -> Embedder:
             encoder, encoder_dir = load_encoder(folder, config, device=device, dtype=dtype)

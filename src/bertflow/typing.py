@@ -17,5 +17,3 @@ DeviceTransform = Callable[["torch.Tensor"], "torch.Tensor"]
 
 #: The same type under the name the calibrators use.
 TorchTransform = DeviceTransform
-
-__all__ = ["DeviceTransform", "TorchTransform"]

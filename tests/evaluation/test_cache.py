@@ -16,7 +16,6 @@ from bertflow.evaluation.cache import (
     EmbeddingCache,
     default_cache_dir,
     embed_cached,
-    encode_poolings,
     pooling_key,
     sentence_key,
 )
@@ -62,9 +61,9 @@ def test_sentence_key_is_exact_sha1() -> None:
     assert sentence_key("a ") != sentence_key("a") != sentence_key("A")
 
 
-def test_encode_poolings_matches_single_pooling_encoders_in_one_pass(encoder: SentenceEncoder) -> None:
+def test_encode_with_poolings_matches_single_pooling_encoders_in_one_pass(encoder: SentenceEncoder) -> None:
     sizes = _count_forwards(encoder)
-    out = encode_poolings(encoder, SENTENCES, POOLINGS, batch_size=3)
+    out = encoder.encode(SENTENCES, poolings=POOLINGS, batch_size=3)
     # One pass for all five poolings: forward calls of at most 3 rows carrying each sentence once.
     assert max(sizes) <= 3 and sum(sizes) == len(SENTENCES)
     assert set(out) == {"mean", "cls", "first-last-avg", "last2avg", "layers-0-2"}
@@ -78,13 +77,13 @@ def test_encode_poolings_matches_single_pooling_encoders_in_one_pass(encoder: Se
     np.testing.assert_allclose(out["mean"][1], out["mean"][6], atol=1e-6)
 
 
-def test_encode_poolings_rejects_bad_input(encoder: SentenceEncoder) -> None:
+def test_encode_with_poolings_rejects_bad_input(encoder: SentenceEncoder) -> None:
     with pytest.raises(InputError, match="sentence 1"):
-        encode_poolings(encoder, ["ok", "  "], ["mean"])
+        encoder.encode(["ok", "  "], poolings=["mean"])
     with pytest.raises(InputError):
-        encode_poolings(encoder, ["ok"], [])
+        encoder.encode(["ok"], poolings=[])
     with pytest.raises(InputError, match="out of range"):
-        encode_poolings(encoder, ["ok"], ["0,9"])
+        encoder.encode(["ok"], poolings=["0,9"])
 
 
 def test_embed_cached_encodes_each_distinct_sentence_once(encoder: SentenceEncoder, tmp_path: Path) -> None:
@@ -106,7 +105,7 @@ def test_embed_cached_encodes_each_distinct_sentence_once(encoder: SentenceEncod
     more = embed_cached(encoder, [*SENTENCES, "a brand new one"], ["mean", "first-last-avg"], cache=cache)
     assert sum(sizes) == 7  # 6 sentences lack first-last-avg, the new one lacks both: 7 distinct, one pass
     np.testing.assert_array_equal(more["mean"][:7], first["mean"])
-    fresh = encode_poolings(encoder, [*SENTENCES, "a brand new one"], ["first-last-avg"])["first-last-avg"]
+    fresh = encoder.encode([*SENTENCES, "a brand new one"], poolings=["first-last-avg"])["first-last-avg"]
     np.testing.assert_allclose(more["first-last-avg"], fresh, atol=1e-5)
 
 
@@ -120,7 +119,7 @@ def test_layer_list_poolings_are_cached_and_read_back(encoder: SentenceEncoder, 
     again = embed_cached(encoder, SENTENCES, ["0,2", [1]], cache=cache)
     assert sizes == []
     np.testing.assert_array_equal(again["layers-0-2"], first["layers-0-2"])
-    fresh = encode_poolings(encoder, SENTENCES, [[0, 2]])["layers-0-2"]
+    fresh = encoder.encode(SENTENCES, poolings=[[0, 2]])["layers-0-2"]
     np.testing.assert_allclose(first["layers-0-2"], fresh, atol=1e-5)
 
 

@@ -15,11 +15,11 @@ from bertflow.evaluation.datasets import (
     STS_TASKS,
     StsTask,
     TaskSpec,
-    canonical_task_name,
     load_nli_sentences,
     load_sts_task,
     load_sts_tasks,
     resolve_data_dir,
+    task_spec,
 )
 from bertflow.io.text import SentencePairs
 
@@ -114,7 +114,7 @@ def test_missing_task_files(tiny_layout: Path) -> None:
 
 
 def test_task_name_aliases() -> None:
-    assert [canonical_task_name(n) for n in ("sts12", "STS-B", "sts_b", "STSBenchmark", "sick-r", "sick")] == [
+    assert [task_spec(n).name for n in ("sts12", "STS-B", "sts_b", "STSBenchmark", "sick-r", "sick")] == [
         "STS12",
         "STS-B",
         "STS-B",
@@ -137,7 +137,7 @@ def test_a_data_set_is_one_record(tiny_layout: Path, monkeypatch: pytest.MonkeyP
     task = load_sts_task("Toy Relatedness", tiny_layout)
     assert task.name == "TOY-R" and task.has_train_split and task.n_eval_pairs == 2
     assert task.fit_sentences("train") == ["train 1", "train 2", "x", "y"]
-    assert canonical_task_name("toy") == "TOY-R"
+    assert task_spec("toy").name == "TOY-R"
 
 
 def test_load_nli_sentences_distinct(tiny_layout: Path) -> None:

@@ -33,6 +33,7 @@ from .options import (
     QuietOpt,
     SeedOpt,
     ThreadsOpt,
+    build_encoder,
     check_device,
     check_model_dir_options,
     limit_threads,
@@ -127,18 +128,18 @@ VectorOpt = Annotated[str | None, typer.Option(help="Also write each plot as pdf
 PlotsOpt = Annotated[bool, typer.Option(metavar="", help="Draw the PNG plots (needs matplotlib).")]
 
 
+def _output(text: str) -> Any:
+    return typer.Option("--output", "-o", help=text)
+
+
 def _split(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
 def find_data_dir(data_dir: Path | None) -> Path:
     """The STS data folder of a command: ``--data-dir`` if given, else ``$BERTFLOW_DATA_DIR``, else the first
-    existing of :data:`DATA_DIR_CANDIDATES`; absolute.
-
-    Raises:
-        DataNotFoundError: the named folder does not exist, or none of the defaults does; the message says how to
-            point at a local copy and how to download the data.
-    """
+    existing of :data:`DATA_DIR_CANDIDATES`; absolute. DataNotFoundError, saying how to point at a local copy and
+    how to download the data, when the named folder or every default is missing."""
     if data_dir is not None:
         return resolve_data_dir(data_dir)
     env = os.environ.get(DATA_DIR_ENV)
@@ -267,9 +268,7 @@ def evaluate(
     epochs: EpochsOpt = 1.0,
     fit_sizes: FitSizesOpt = None,
     sample_seed: SampleSeedOpt = 0,
-    output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Folder for evaluate.md and evaluate.json.")
-    ] = None,
+    output: Annotated[Path | None, _output("Folder for evaluate.md and evaluate.json.")] = None,
     data_dir: DataDirOpt = None,
     cache_dir: CacheDirOpt = None,
     no_cache: NoCacheOpt = False,
@@ -361,9 +360,7 @@ def reproduce(
     tasks: TasksOpt = _ALL_TASKS,
     seeds: SeedsOpt = 1,
     epochs: EpochsOpt = 1.0,
-    output: Annotated[Path, typer.Option("--output", "-o", help="Folder for reproduce.md and reproduce.json.")] = Path(
-        "bertflow-reproduce"
-    ),
+    output: Annotated[Path, _output("Folder for reproduce.md and reproduce.json.")] = Path("bertflow-reproduce"),
     data_dir: DataDirOpt = None,
     cache_dir: CacheDirOpt = None,
     no_cache: NoCacheOpt = False,
@@ -429,9 +426,9 @@ def analyze(
     column: ColumnOpt = None,
     seed: SeedOpt = 0,
     epochs: EpochsOpt = 1.0,
-    output: Annotated[
-        Path, typer.Option("--output", "-o", help="Folder for analyze.md, analyze.json and the PNG plots.")
-    ] = Path("bertflow-analyze"),
+    output: Annotated[Path, _output("Folder for analyze.md, analyze.json and the PNG plots.")] = Path(
+        "bertflow-analyze"
+    ),
     plots: PlotsOpt = True,
     compare: ComparesOpt = None,
     vector: VectorOpt = None,
@@ -467,9 +464,7 @@ def analyze(
         embedder = load_embedder(model_dir, device, dtype)
         encoder, cal, label = embedder.encoder, embedder.calibrator, str(embedder.fit_info.get("regime", "unknown"))
     else:
-        from ..paper.grid import load_encoder
-
-        encoder = load_encoder(model, pooling=pooling, max_length=max_length, device=device, dtype=dtype)
+        encoder = build_encoder(model, pooling, max_length, device, dtype)
         cal, label = calibrator, regime
     result = analyze_stsb(
         encoder, calibrator=cal, regime=label, data_dir=root, corpus=_corpus(corpus, column, encoding_errors),
@@ -485,9 +480,7 @@ def analyze(
 
 @app.command("download-sts")
 def download_sts_command(
-    output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Target folder (default ~/.cache/bertflow/sts).")
-    ] = None,
+    output: Annotated[Path | None, _output("Target folder (default ~/.cache/bertflow/sts).")] = None,
     include_nli: Annotated[
         bool, typer.Option(metavar="", help="Also build NLI/snli_{dev,test}.tsv (about 90 MB).")
     ] = False,

@@ -37,10 +37,6 @@ search_app = typer.Typer(
 )
 app.add_typer(search_app, name="search")
 
-BackendOpt = Annotated[
-    str, typer.Option(help="torch (exact, blockwise; no extra dependency) or faiss (exact; needs faiss-cpu).")
-]
-
 
 @search_app.command(
     epilog="""Examples:
@@ -69,7 +65,9 @@ def build(
     unique: Annotated[
         bool, typer.Option(metavar="", help="Index each distinct sentence once (its first occurrence).")
     ] = False,
-    backend: BackendOpt = "torch",
+    backend: Annotated[
+        str, typer.Option(help="torch (exact, blockwise; no extra dependency) or faiss (exact; needs faiss-cpu).")
+    ] = "torch",
     approximate: Annotated[
         str,
         typer.Option(

@@ -3,8 +3,8 @@
 Evaluation grids re-use the same sentences over and over (every calibrator, regime and seed sees the same STS
 sentences), and several poolings come from the same forward pass, so :func:`embed_cached` runs the encoder once
 over the sentences missing from the cache and reads every requested pooling out of that pass
-(:func:`encode_poolings`, which is :meth:`SentenceEncoder.encode` with ``poolings``). The cache only stores what
-the encoder returns: it has no model loop of its own.
+(:meth:`SentenceEncoder.encode` with ``poolings``). The cache only stores what the encoder returns: it has no model
+loop of its own.
 
 Layout of the cache (one folder per encoder x pooling x max_length x compute dtype)::
 
@@ -40,16 +40,6 @@ from ..errors import InputError
 from ..io.files import atomic_file, atomic_write_text
 from ..validation import validate_sentences
 
-__all__ = [
-    "CACHE_DIR_ENV",
-    "EmbeddingCache",
-    "default_cache_dir",
-    "encode_poolings",
-    "embed_cached",
-    "pooling_key",
-    "sentence_key",
-]
-
 logger = logging.getLogger(__name__)
 
 #: Environment variable naming the embedding cache folder.
@@ -70,11 +60,9 @@ def sentence_key(sentence: str) -> str:
 
 
 def pooling_key(pooling: str | Sequence[int] | Pooling, num_layers: int) -> str:
-    """Canonical text of a pooling for file names and dictionary keys, e.g. ``"mean"`` or ``"layers-1-6"``.
-
-    Names are resolved against the model first, so ``"first-last"`` and ``"first_last_avg"`` share a key and
-    an explicit ``[1, 6]`` on a 6-layer model is ``"layers-1-6"``.
-    """
+    """Canonical text of a pooling for file names and dictionary keys, e.g. ``"mean"`` or ``"layers-1-6"``. Names are
+    resolved against the model first, so ``"first-last"`` and ``"first_last_avg"`` share a key and an explicit ``[1,
+    6]`` on a 6-layer model is ``"layers-1-6"``."""
     return (pooling if isinstance(pooling, Pooling) else Pooling.parse(pooling, num_layers)).key
 
 
@@ -83,16 +71,9 @@ def _slug(text: str) -> str:
 
 
 class EmbeddingCache:
-    """On-disk store of sentence embeddings keyed by sentence sha1, one folder per encoder setting.
-
-    Args:
-        root: cache folder; ``None`` uses :func:`default_cache_dir`.
-
-    Example:
-        >>> cache = EmbeddingCache()
-        >>> out = embed_cached(encoder, sentences, ["mean", "cls"], cache=cache)   # encodes once
-        >>> out = embed_cached(encoder, sentences, ["mean", "cls"], cache=cache)   # reads from disk
-    """
+    """On-disk store of sentence embeddings keyed by sentence sha1, one folder per encoder setting, under ``root``
+    (``None``: :func:`default_cache_dir`). ``embed_cached(encoder, sentences, ["mean", "cls"], cache=cache)``
+    encodes once, and reads from disk the next time."""
 
     def __init__(self, root: str | Path | None = None) -> None:
         self.root = Path(root).expanduser() if root is not None else default_cache_dir()
@@ -120,12 +101,8 @@ class EmbeddingCache:
     def lookup(
         self, encoder: SentenceEncoder, pooling: str | Sequence[int] | Pooling, sentences: Sequence[str]
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Cached embeddings of ``sentences``.
-
-        Returns:
-            ``(embeddings, found)``: float32 [N, D] (rows of sentences not in the cache are zero) and a boolean
-            mask [N] of the sentences that were found.
-        """
+        """Cached embeddings of ``sentences``: ``(embeddings, found)``, float32 [N, D] (rows of sentences not in the
+        cache are zero) and a boolean mask [N] of the sentences that were found."""
         out = np.zeros((len(sentences), encoder.dim), dtype=np.float32)
         found = np.zeros(len(sentences), dtype=bool)
         folder = self.folder(encoder, pooling)
@@ -189,22 +166,6 @@ def _stored_key(encoder: SentenceEncoder, pooling: str | Sequence[int] | Pooling
     if not parsed.weighting.weighted or stats is None:  # without statistics the encoder refuses before any write
         return parsed.key
     return f"{parsed.key}--tokens{stats.digest()}"
-
-
-def encode_poolings(
-    encoder: SentenceEncoder,
-    sentences: Sequence[str],
-    poolings: Sequence[str | Sequence[int] | Pooling],
-    *,
-    batch_size: int | None = None,
-    show_progress_bar: bool | None = None,
-) -> dict[str, np.ndarray]:
-    """Embed N sentences under several poolings with ONE forward pass of the encoder per batch: ``{pooling_key:
-    float32 [N, D]}``. It is :meth:`SentenceEncoder.encode` with ``poolings`` (the encoder's own pooling is ignored),
-    so every result equals ``SentenceEncoder(..., pooling=p).encode(sentences)``; the encoder checks the input."""
-    return encoder.encode(  # type: ignore[no-any-return]
-        list(sentences), poolings=list(poolings), batch_size=batch_size, show_progress_bar=show_progress_bar
-    )
 
 
 def _spec(p: str | Sequence[int] | Pooling) -> str | Sequence[int]:
@@ -285,13 +246,11 @@ def embed_cached(
     show_progress_bar: bool | None = None,
 ) -> dict[str, np.ndarray]:
     """Embeddings of N ``sentences`` (duplicates allowed) under each pooling, ``{pooling_key: float32 [N, D]}``,
-    encoding only what ``cache`` lacks (``None``: everything, nothing stored), in one pass.
-
-    Sentences missing under *any* requested pooling are encoded once with every pooling that lacks them, in
-    chunks of ``chunk_size`` that are written to the cache as they finish (an interrupted run resumes where it
-    stopped). ``batch_size`` caps sentences per forward pass (default: the encoder's token budget);
-    ``show_progress_bar=None`` shows a bar for 4,096 sentences or more to encode.
-    """
+    encoding only what ``cache`` lacks (``None``: everything, nothing stored), in one pass. Sentences missing under
+    *any* requested pooling are encoded once with every pooling that lacks them, in chunks of ``chunk_size`` that are
+    written to the cache as they finish (an interrupted run resumes where it stopped). ``batch_size`` caps sentences per
+    forward pass (default: the encoder's token budget); ``show_progress_bar=None`` shows a bar for 4,096 sentences or
+    more to encode."""
     items = validate_sentences(sentences)
     keys = [pooling_key(_spec(p), encoder.num_layers) for p in poolings]
     # The key names a pooling for files and results; the spec is what parses ("layers-1-6" is a key, not a spec).

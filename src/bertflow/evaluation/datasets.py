@@ -13,38 +13,16 @@ from bertflow.errors import DataNotFoundError, InputError
 
 from ..io.text import EncodingErrors, SentencePairs, distinct, read_pairs
 
-__all__ = [
-    "TaskSpec",
-    "TASK_SPECS",
-    "STS_TASKS",
-    "task_spec",
-    "DATA_DIR_ENV",
-    "DEFAULT_CACHE_DIR",
-    "HOW_TO_GET_DATA",
-    "StsTask",
-    "canonical_task_name",
-    "resolve_data_dir",
-    "load_sts_task",
-    "load_sts_tasks",
-    "load_nli_sentences",
-]
-
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """Everything bertflow knows about one STS data set, in one record.
-
-    Attributes:
-        name: the task's name in reports and on the command line, e.g. ``"STS-B"``.
-        folder: its folder inside the data directory, e.g. ``"STSBenchmark"``.
-        official_pairs: scored evaluation pairs as SentEval evaluates it; another count is warned about (scores would
-            not be comparable with published ones) and refused by the download.
-        split_files: ``{"train": file, "dev": file, "test": file}`` for a data set with labelled splits (evaluated
-            on ``test``); ``None`` for a test-only one, whose subsets are every ``*.tsv`` of its folder.
-        aliases: other names accepted for it (compared without case, ``-``, ``_`` and spaces).
-    """
+    """Everything bertflow knows about one STS data set: its ``name`` in reports and on the command line (``"STS-B"``),
+    its ``folder`` in the data directory (``"STSBenchmark"``), its ``official_pairs`` as SentEval evaluates it (another
+    count is warned about, and refused by the download), its ``split_files`` (``{"train": file, "dev": file, "test":
+    file}``, evaluated on ``test``; ``None`` for a test-only set, whose subsets are every ``*.tsv`` of its folder) and
+    other names accepted for it, ``aliases`` (compared without case, ``-``, ``_``, spaces)."""
 
     name: str
     folder: str
@@ -75,11 +53,8 @@ def _key(name: str) -> str:
 
 
 def task_spec(name: str) -> TaskSpec:
-    """The :class:`TaskSpec` of a task name, its folder name or an alias (``"stsb"``, ``"STSBenchmark"``, ``"sick"``).
-
-    Raises:
-        InputError: Unknown name; the message lists the valid names.
-    """
+    """The :class:`TaskSpec` of a task name, its folder name or an alias (``"stsb"``, ``"STSBenchmark"``, ``"sick"``);
+    InputError listing the valid names for another."""
     if not isinstance(name, str):
         raise InputError(f"task name must be a string, got {type(name).__name__}")
     for spec in TASK_SPECS:
@@ -99,8 +74,7 @@ HOW_TO_GET_DATA = (  # how to get the data, appended to every "not found" error
     "Point bertflow at a local copy of the STS data with --data-dir PATH or the environment variable "
     f"{DATA_DIR_ENV}=PATH (the folder holding STS12 ... STS16, STSBenchmark, SICK), or, with internet "
     "access, download it once with `bertflow download-sts` (Python: bertflow.evaluation.download.download_sts()), "
-    "which "
-    f"builds it in {DEFAULT_CACHE_DIR}."
+    f"which builds it in {DEFAULT_CACHE_DIR}."
 )
 
 USE_LOCAL_COPY = (
@@ -110,21 +84,11 @@ USE_LOCAL_COPY = (
 )
 
 
-def canonical_task_name(name: str) -> str:
-    """Map a task name or alias (``"stsb"``, ``"STSBenchmark"``, ``"sick"``) to its name (see :func:`task_spec`)."""
-    return task_spec(name).name
-
-
 def resolve_data_dir(data_dir: str | Path | None) -> Path:
     """The STS data folder ``data_dir``, checked and made absolute (so a later change of directory does not
     invalidate it). There is no default: the caller names the folder (the CLI's ``--data-dir`` has one,
-    :func:`bertflow.cli.evaluate.find_data_dir`).
-
-    Raises:
-        InputError: ``data_dir`` is ``None``.
-        DataNotFoundError: the folder does not exist; the message says how to point at a local copy and how to
-            download the data.
-    """
+    :func:`bertflow.cli.evaluate.find_data_dir`). InputError for ``None``; DataNotFoundError for a missing folder,
+    saying how to point at a local copy and how to download the data."""
     if data_dir is None:
         raise InputError(
             f"no STS data folder given: pass data_dir (the folder holding STS12 ... SICK). {HOW_TO_GET_DATA}"
@@ -137,15 +101,9 @@ def resolve_data_dir(data_dir: str | Path | None) -> Path:
 
 @dataclass
 class StsTask:
-    """One STS task: the pairs it is evaluated on and the splits its sentences can be fitted on.
-
-    Attributes:
-        name: Task name from :data:`STS_TASKS`, e.g. ``"STS12"``.
-        eval_subsets: Evaluation pairs by subset name. STS12-16: every subset of the year (e.g. ``"MSRpar"``);
-            STS-B and SICK-R: ``{"test": ...}``.
-        splits: All available pairs by split. STS-B and SICK-R: ``train``, ``dev`` (SICK's ``trial``) and
-            ``test``; STS12-16 (test-only data sets): the same subsets as ``eval_subsets``.
-    """
+    """One STS task (``name`` from :data:`STS_TASKS`): ``eval_subsets``, its evaluation pairs by subset (STS12-16:
+    every subset of the year, ``"MSRpar"`` ...; STS-B and SICK-R: ``{"test": ...}``), and ``splits``, all its pairs by
+    split (STS-B and SICK-R: ``train``, ``dev`` (SICK's ``trial``), ``test``; STS12-16: the evaluation subsets)."""
 
     name: str
     eval_subsets: dict[str, SentencePairs]
@@ -166,10 +124,7 @@ class StsTask:
         pair, ``s1`` before ``s2``). ``"target"``: every sentence of the task (train + dev + test for STS-B and SICK-R,
         all subsets for STS12-16), BERT-flow's transductive default (it sees the test sentences, never the scores);
         ``"train"``: the train split only (STS-B and SICK-R). The "nli" regime is :func:`load_nli_sentences`.
-
-        Raises:
-            InputError: Unknown regime, or ``"train"`` for a task without a train split (STS12-16).
-        """
+        InputError for another regime, or ``"train"`` for a task without a train split (STS12-16)."""
         if regime == "target":
             chosen = list(self.splits.values()) or list(self.eval_subsets.values())
         elif regime == "train":
@@ -195,16 +150,10 @@ def _read_data_file(path: Path, errors: EncodingErrors = "strict") -> SentencePa
 
 
 def load_sts_task(name: str, data_dir: str | Path) -> StsTask:
-    """Load one STS task (a name or alias, :func:`task_spec`) from the TSV layout in ``data_dir``.
-
-    STS12-16 subsets are every ``*.tsv`` in the year's folder, ordered case-insensitively by name (which is
-    SentEval's order). A pair count that differs from the official one is logged as a warning, since
-    results would then not be comparable with published numbers.
-
-    Raises:
-        InputError: Unknown task name or malformed file.
-        DataNotFoundError: The data folder, the task folder or a split file is missing.
-    """
+    """Load one STS task (a name or alias, :func:`task_spec`) from the TSV layout in ``data_dir``. STS12-16 subsets are
+    every ``*.tsv`` in the year's folder, ordered case-insensitively by name (SentEval's order). A pair count other than
+    the official one is logged as a warning (results would not be comparable with published numbers). InputError for an
+    unknown task or a malformed file; DataNotFoundError for a missing folder or file."""
     spec = task_spec(name)
     task = spec.name
     root = resolve_data_dir(data_dir)
@@ -239,17 +188,11 @@ def load_sts_tasks(names: Sequence[str] = STS_TASKS, data_dir: str | Path | None
 
 
 def load_nli_sentences(data_dir: str | Path) -> list[str]:
-    """Distinct sentences of SNLI dev + test (``NLI/snli_dev.tsv``, ``NLI/snli_test.tsv`` in ``data_dir``) in order
-    of first occurrence: the "nli" regime.
-
-    BERT-flow's NLI setting fits the flow on the sentences of full SNLI + MultiNLI (about 1M pairs). Those
-    corpora are not available in the shipped data folder, so SNLI dev+test (19,666 pairs, about 25.7k
-    distinct sentences, SentEval-tokenized text) is a stand-in: good for a generic, non-target fitting
-    corpus, but not the paper's exact setting.
-
-    Raises:
-        DataNotFoundError: The NLI files are missing.
-    """
+    """Distinct sentences of SNLI dev + test (``NLI/snli_dev.tsv``, ``NLI/snli_test.tsv`` in ``data_dir``) in order of
+    first occurrence: the "nli" regime; DataNotFoundError when the files are missing. BERT-flow's NLI setting fits the
+    flow on full SNLI + MultiNLI (about 1M pairs), which the shipped data folder lacks, so SNLI dev+test (19,666 pairs,
+    about 25.7k distinct sentences, SentEval-tokenized text) stands in: a generic, non-target fitting corpus, but not
+    the paper's exact setting."""
     root = resolve_data_dir(data_dir)
     parts = [_read_data_file(root / "NLI" / fname) for fname in ("snli_dev.tsv", "snli_test.tsv")]
     return distinct(s for pairs in parts for s in pairs.sentences())

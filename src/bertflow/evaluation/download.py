@@ -24,16 +24,7 @@ from bertflow.io.formats import sha256_file
 from ..io.text import BOM
 from .datasets import DEFAULT_CACHE_DIR, USE_LOCAL_COPY, task_spec
 
-__all__ = [
-    "download_sts",
-]
-
 logger = logging.getLogger(__name__)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Downloader
-# ---------------------------------------------------------------------------------------------------------
 
 
 def _year(path: str, prefix: str, *subsets: str) -> tuple[str, str, str, tuple[str, ...]]:
@@ -148,25 +139,12 @@ def _find_file(root: Path, name: str) -> Path:
 def _convert_semeval_year(
     src_dir: Path, dst_dir: Path, subsets: Sequence[str], input_pattern: str, gs_pattern: str
 ) -> dict[str, int]:
-    """Convert SemEval ``STS.input.<subset>.txt`` + ``STS.gs.<subset>.txt`` files to ``<subset>.tsv``.
-
-    The input files hold ``sentence1<TAB>sentence2[<TAB>source notes...]``; the gold file holds one score
-    per line, empty for pairs that were not scored. Unscored pairs are dropped (as SentEval does); scores
-    and sentences are otherwise copied verbatim.
-
-    Args:
-        src_dir: Folder that contains (at any depth) the unpacked input and gold files.
-        dst_dir: Year folder to write ``<subset>.tsv`` into.
-        subsets: Subset names to convert.
-        input_pattern: File name of the sentences, with ``{}`` for the subset.
-        gs_pattern: File name of the gold scores, with ``{}`` for the subset.
-
-    Returns:
-        Number of scored pairs written per subset.
-
-    Raises:
-        DataNotFoundError: A file is missing. InputError: the files disagree in length or are malformed.
-    """
+    """Convert SemEval ``STS.input.<subset>.txt`` + ``STS.gs.<subset>.txt`` files (found at any depth of ``src_dir``;
+    names from ``input_pattern`` and ``gs_pattern``, ``{}`` for the subset) to ``dst_dir/<subset>.tsv``; returns the
+    scored pairs written per subset. The input files hold ``sentence1<TAB>sentence2[<TAB>source notes...]``; the gold
+    file one score per line, empty for pairs that were not scored. Unscored pairs are dropped (as SentEval does); the
+    rest is copied verbatim. DataNotFoundError for a missing file; InputError for files that disagree in length or are
+    malformed."""
     counts: dict[str, int] = {}
     for subset in subsets:
         input_path = _find_file(src_dir, input_pattern.format(subset))
@@ -193,11 +171,9 @@ def _convert_semeval_year(
 
 
 def _convert_stsb_csv(src: Path, dst: Path) -> int:
-    """Convert a raw STS Benchmark ``sts-<split>.csv`` (TAB-separated, no quoting) to the pair TSV.
-
-    Columns are genre, filename, year, id, score, sentence1, sentence2 and optional licence fields; only
-    score and the two sentences are kept.
-    """
+    """Convert a raw STS Benchmark ``sts-<split>.csv`` (TAB-separated, no quoting) to the pair TSV. Columns are genre,
+    filename, year, id, score, sentence1, sentence2 and optional licence fields; only score and the two sentences are
+    kept."""
     rows: list[tuple[str, str, str]] = []
     for number, line in enumerate(_decode_source(src.read_bytes(), str(src)), start=1):
         if not line:
@@ -273,11 +249,9 @@ def _safe_extract(archive: Path, dest: Path) -> None:
 
 
 def _check_reachable(urls: Iterable[str], timeout: float) -> None:
-    """Fail fast when the download hosts cannot be reached within ``timeout`` seconds (in total).
-
-    urllib's timeout does not bound DNS resolution, so the probe runs in daemon threads with a hard deadline.
-    Where urllib would go through a proxy (``http_proxy`` / ``https_proxy``), the proxy is probed instead.
-    """
+    """Fail fast when the download hosts cannot be reached within ``timeout`` seconds (in total). urllib's timeout does
+    not bound DNS resolution, so the probe runs in daemon threads with a hard deadline. Where urllib would go through a
+    proxy (``http_proxy`` / ``https_proxy``), the proxy is probed instead."""
     proxies = urllib.request.getproxies()
     hosts: dict[tuple[str, int], str] = {}
     for url in urls:
@@ -336,11 +310,8 @@ def _built_files() -> list[str]:
 
 
 def _check_checksums(target: Path, files: Sequence[str]) -> None:
-    """Refuse built files whose sha256 is not the pinned one (:data:`_EXPECTED_SHA256`), all named at once.
-
-    Raises:
-        InputError: a file without a pinned checksum, or with another one.
-    """
+    """Refuse built files whose sha256 is not the pinned one (:data:`_EXPECTED_SHA256`), or that have none: one
+    InputError naming them all."""
     bad = []
     for name in files:
         expected = _EXPECTED_SHA256.get(name)
@@ -411,20 +382,14 @@ def download_sts(
 ) -> Path:
     """Download the original STS12-16, STS Benchmark and SICK releases and build the TSV layout in ``cache_dir``
     (default ``~/.cache/bertflow/sts``, one of the folders the CLI's ``--data-dir`` default looks in); returns it.
-
-    Sources are the archives SentEval's data script uses (SemEval STS 2012-2016 English test packages, STS13 without
-    the LDC-licensed SMT subset; the STS Benchmark tarball; SICK train, trial and annotated test, relatedness score).
-    Only scored pairs are kept, text is raw (not SentEval's tokenized copy), and the pair counts and the sha256 of
-    every built file are checked against the pinned ones. Existing files of the layout are overwritten, nothing
-    else in the folder is touched; a completed download is not repeated unless ``force``. ``include_nli`` also
-    builds ``NLI/snli_{dev,test}.tsv`` from the SNLI 1.0 zip (about 90 MB; raw SNLI text). Every host is probed
-    first, so without network the call fails within about ``connect_timeout`` seconds; ``read_timeout`` bounds
-    any single network read.
-
-    Raises:
-        DataNotFoundError: A host is unreachable or a download fails; the message says how to use a local copy.
-        InputError: A downloaded file does not have the expected pair counts or sha256 (NLI aside).
-    """
+    Sources are the archives SentEval's data script uses (SemEval STS 2012-2016 English test packages, STS13 without the
+    LDC-licensed SMT subset; the STS Benchmark tarball; SICK train, trial and annotated test, relatedness score). Only
+    scored pairs are kept, text is raw (not SentEval's tokenized copy), and the pair counts and the sha256 of every
+    built file are checked against the pinned ones (InputError otherwise, NLI aside). Existing files of the layout are
+    overwritten, nothing else in the folder is touched; a completed download is not repeated unless ``force``.
+    ``include_nli`` also builds ``NLI/snli_{dev,test}.tsv`` from the SNLI 1.0 zip (about 90 MB; raw SNLI text). Every
+    host is probed first, so without network the call fails (DataNotFoundError, saying how to use a local copy) within
+    about ``connect_timeout`` seconds; ``read_timeout`` bounds any single network read."""
     target = Path(cache_dir).expanduser() if cache_dir is not None else DEFAULT_CACHE_DIR.expanduser()
     marker = target / _COMPLETE_MARKER
     if marker.is_file() and not force and (not include_nli or (target / "NLI" / "snli_test.tsv").is_file()):

@@ -31,20 +31,6 @@ from bertflow.io.text import SentencePairs
 from bertflow.linalg import unit_rows
 from bertflow.validation import check_array
 
-__all__ = [
-    "Protocol",
-    "Metric",
-    "EmbedFn",
-    "cosine_scores",
-    "correlations",
-    "SubsetScore",
-    "TaskScore",
-    "StsReport",
-    "evaluate_pairs",
-    "evaluate_task",
-    "evaluate_sts",
-]
-
 logger = logging.getLogger(__name__)
 
 Protocol = Literal["all", "wmean"]
@@ -64,13 +50,8 @@ def _as_2d_float(x: Any, name: str) -> np.ndarray:
 def cosine_scores(emb1: np.ndarray, emb2: np.ndarray) -> np.ndarray:
     """Row-wise cosine similarity of two embedding matrices (N, D): float64 (N,) in [-1, 1], computed in float64
     whatever the input dtype. A pair involving a zero vector gets cosine 0 (no direction, hence no similarity)
-    instead of NaN.
-
-    Raises:
-        InputError: Shapes differ or are not 2-D, or the input has NaN/inf.
-    """
-    a = _as_2d_float(emb1, "the embeddings emb1")
-    b = _as_2d_float(emb2, "the embeddings emb2")
+    instead of NaN. InputError for shapes that differ or are not 2-D, or NaN/inf."""
+    a, b = _as_2d_float(emb1, "the embeddings emb1"), _as_2d_float(emb2, "the embeddings emb2")
     if a.shape != b.shape:
         raise InputError(f"emb1 and emb2 must have the same shape, got {a.shape} and {b.shape}")
     return np.clip(np.einsum("nd,nd->n", unit_rows(a), unit_rows(b)), -1.0, 1.0)
@@ -80,8 +61,7 @@ def correlations(predicted: np.ndarray, gold: np.ndarray) -> tuple[float, float]
     """``(spearman, pearson)`` correlation x 100, each in [-100, 100], between predicted similarities (N,) and gold
     scores (N,); NaN when undefined (fewer than 2 pairs or a constant input, e.g. an encoder that maps every sentence
     to the same vector), logged as a warning."""
-    p = np.asarray(predicted, dtype=np.float64).ravel()
-    g = np.asarray(gold, dtype=np.float64).ravel()
+    p, g = (np.asarray(v, dtype=np.float64).ravel() for v in (predicted, gold))
     if p.shape != g.shape:
         raise InputError(f"predicted has {p.size} values but gold has {g.size}")
     if p.size < 2 or np.ptp(p) == 0 or np.ptp(g) == 0:
@@ -94,14 +74,8 @@ def correlations(predicted: np.ndarray, gold: np.ndarray) -> tuple[float, float]
 
 @dataclass
 class SubsetScore:
-    """Correlations on one subset (or split) of a task.
-
-    Attributes:
-        name: Subset name, e.g. ``"MSRpar"`` or ``"test"``.
-        n_pairs: Number of scored pairs.
-        spearman: Spearman x 100 of cosine vs gold.
-        pearson: Pearson x 100 of cosine vs gold.
-    """
+    """Correlations on one subset (or split) of a task (``"MSRpar"``, ``"test"``): ``n_pairs`` scored pairs, and the
+    Spearman and Pearson x 100 of cosine vs gold."""
 
     name: str
     n_pairs: int
@@ -111,17 +85,9 @@ class SubsetScore:
 
 @dataclass
 class TaskScore:
-    """Correlations of one task, per subset and aggregated under both protocols (all values x 100).
-
-    Attributes:
-        task: Task name, e.g. ``"STS12"``.
-        subsets: Per-subset scores, in the task's subset order.
-        all_spearman: Spearman over all subsets concatenated ("all").
-        all_pearson: Pearson over all subsets concatenated.
-        wmean_spearman: Subset-size-weighted mean of per-subset Spearman ("wmean").
-        wmean_pearson: Subset-size-weighted mean of per-subset Pearson.
-        mean_spearman: Unweighted mean of per-subset Spearman (SentEval's "mean", for reference).
-    """
+    """Correlations (x 100) of one ``task`` (``"STS12"``): per subset (in the task's order) and over all subsets
+    concatenated (``all_*``, "all"), their size-weighted mean (``wmean_*``, "wmean") and unweighted mean
+    (``mean_spearman``, SentEval's "mean", for reference)."""
 
     task: str
     subsets: list[SubsetScore]
@@ -156,11 +122,7 @@ def _pair(spearman: float, pearson: float) -> dict[str, float | None]:
 
 @dataclass
 class StsReport:
-    """Scores of several STS tasks.
-
-    Attributes:
-        tasks: Task scores keyed by task name, in evaluation order.
-    """
+    """Scores of several STS tasks, keyed by task name in evaluation order."""
 
     tasks: dict[str, TaskScore]
 
@@ -169,10 +131,8 @@ class StsReport:
         return known + [t for t in self.tasks if t not in known]
 
     def average(self, protocol: Protocol = "all", metric: Metric = "spearman") -> float:
-        """Plain (unweighted) mean over the evaluated tasks, as the papers' "Avg." column.
-
-        It is the 7-task average only when all seven tasks were evaluated. NaN if any task is NaN.
-        """
+        """Plain (unweighted) mean over the evaluated tasks, as the papers' "Avg." column. It is the 7-task average only
+        when all seven tasks were evaluated. NaN if any task is NaN."""
         if not self.tasks:
             raise InputError("the report has no tasks")
         return float(np.mean([t.score(protocol, metric) for t in self.tasks.values()]))
@@ -225,12 +185,8 @@ class StsReport:
 def evaluate_pairs(name: str, subsets: Mapping[str, SentencePairs], embed: EmbedFn) -> TaskScore:
     """Score scored pair sets as one task named ``name`` (an STS task's subsets, or a user's own STS-style files):
     per-subset and aggregated ("all", "wmean") correlations x 100. ``embed`` maps a list of N sentences to an (N, D)
-    array, row i for sentence i; it is called once, with the distinct sentences.
-
-    Raises:
-        InputError: no subset, a subset without gold scores, or ``embed`` returned the wrong number of rows, a
-            non-2-D array or NaN/inf values.
-    """
+    array, row i for sentence i; it is called once, with the distinct sentences. InputError for no subset, a subset
+    without gold scores, or ``embed`` returning the wrong number of rows, a non-2-D array or NaN/inf values."""
     distinct = list(dict.fromkeys(s for pairs in subsets.values() for s in pairs.sentences()))
     emb = _as_2d_float(embed(distinct), f"the embeddings returned for {name}")
     if emb.shape[0] != len(distinct):
@@ -277,24 +233,12 @@ def evaluate_sts(
     tasks: Sequence[str] = STS_TASKS,
     data_dir: str | Path | None = None,
 ) -> StsReport:
-    """Evaluate an encoder on STS tasks (default: all seven) and collect both protocols.
-
-    Args:
-        embed: Maps a list of N sentences to an (N, D) array; called once per task with the task's distinct
-            evaluation sentences. A mapping from task name (as in
-            :data:`bertflow.evaluation.datasets.STS_TASKS`) to such a function gives each task its own encoder,
-            e.g. a calibrator fitted on that task ("target" regime).
-        tasks: Task names or aliases (see :func:`bertflow.evaluation.datasets.canonical_task_name`).
-        data_dir: the data folder (required; see :func:`bertflow.evaluation.datasets.resolve_data_dir`).
-
-    Returns:
-        The report; ``report.average("all")`` is the SimCSE-style "Avg.", ``report.average("wmean")`` the
-        BERT-flow-paper-style one.
-
-    Raises:
-        InputError: Unknown task, or ``embed`` is a mapping without an entry for one of the tasks.
-        DataNotFoundError: The data is missing.
-    """
+    """Evaluate an encoder on STS ``tasks`` (names or aliases; default: all seven) from ``data_dir``, under both
+    protocols: ``report.average("all")`` is the SimCSE-style "Avg.", ``report.average("wmean")`` the paper's. ``embed``
+    maps a list of N sentences to an (N, D) array, called once per task with its distinct evaluation sentences; a
+    mapping from task name to such a function gives each task its own encoder (a calibrator fitted on that task: the
+    "target" regime). InputError for an unknown task or a mapping without one of them; DataNotFoundError for missing
+    data."""
     loaded = load_sts_tasks(tasks, data_dir)
     if isinstance(embed, Mapping):
         missing = [name for name in loaded if name not in embed]

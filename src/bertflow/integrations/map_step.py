@@ -28,28 +28,18 @@ import numpy as np
 
 from ..errors import InputError
 
-__all__ = ["MapEncoder"]
-
 
 class MapEncoder:
-    """Embed the text column of each batch with one loaded model (a fitted bertflow model, or a raw encoder).
-
-    Args:
-        model_dir: a folder written by ``bertflow fit`` / :meth:`Embedder.save`, or a hub id of one: the batches
-            get calibrated embeddings (:meth:`Embedder.encode`).
-        model: instead of ``model_dir``, a raw encoder (hub id or local folder) with ``pooling`` and
-            ``max_length``: the batches get uncalibrated embeddings (:meth:`SentenceEncoder.encode`).
-        text_column: the column holding the sentences (strings, none blank or null).
-        output_column: the column added, float32 [D] per row.
-        device, dtype: where and in which precision the worker encodes (``None``: CUDA if available, else CPU).
-        batch_size: sentences per forward pass (``None``: the encoder's token budget).
-        fixed_size: Arrow output as ``fixed_size_list<float32>[D]`` (the default), or a variable ``list<float32>``
-            (Spark's Arrow conversion reads only the latter).
-
-    Calling it on a batch returns the batch with ``output_column`` added, in the batch's own form:
-    ``pyarrow.Table`` or ``pyarrow.RecordBatch`` (a new column) or a ``dict`` of columns (Ray's ``"numpy"`` format:
-    a float32 array [n, D]). Rows keep their order.
-    """
+    """Embed the text column of each batch with one loaded model: ``model_dir``, a folder written by ``bertflow fit`` /
+    :meth:`Embedder.save` or its hub id, gives calibrated embeddings (:meth:`Embedder.encode`); ``model`` instead, a raw
+    encoder (hub id or local folder) with ``pooling`` and ``max_length``, uncalibrated ones
+    (:meth:`SentenceEncoder.encode`). ``text_column`` holds the sentences (strings, none blank or null);
+    ``output_column`` is added, float32 [D] per row; ``device``, ``dtype``: where and in which precision the worker
+    encodes (``None``: CUDA if available, else CPU); ``batch_size``: sentences per forward pass (``None``: the encoder's
+    token budget); ``fixed_size``: Arrow output as ``fixed_size_list<float32>[D]`` (the default) or a variable
+    ``list<float32>`` (Spark's Arrow conversion reads only the latter). Calling it on a batch returns the batch with
+    ``output_column`` added, in the batch's own form: ``pyarrow.Table`` or ``pyarrow.RecordBatch`` (a new column) or a
+    ``dict`` of columns (Ray's ``"numpy"`` format: a float32 array [n, D]). Rows keep their order."""
 
     def __init__(
         self,

@@ -45,24 +45,14 @@ from ..io.text import SentencePairs
 if TYPE_CHECKING:
     from torch.utils.data import DataLoader
 
-__all__ = ["MTEBEncoder", "sts_task"]
-
 
 class MTEBEncoder:
-    """mteb 2.x's ``EncoderProtocol`` over a fitted :class:`~bertflow.Embedder`: ``MTEBEncoder(embedder)``.
-
-    ``encode`` gathers the texts of every batch MTEB hands it and embeds them with one ``Embedder.encode`` call
-    (bertflow's own length-sorted batching; MTEB's ``batch_size`` caps sentences per forward pass).
-
-    Args:
-        embedder: a fitted Embedder (an unfitted one is refused now, not halfway through a benchmark).
-        name: the model name MTEB records results under (``"org/name"``); default
-            ``"bertflow/<encoder>-<calibrator>"``.
-
-    Attributes:
-        mteb_model_meta: the ``ModelMeta``: name, ``revision`` = a hash of :meth:`Embedder.identity` (encoder
-            weights and calibrator fingerprint), so MTEB's result cache never serves one fit's scores for another's.
-    """
+    """mteb 2.x's ``EncoderProtocol`` over a fitted :class:`~bertflow.Embedder` (an unfitted one is refused now, not
+    halfway through a benchmark), recording results under ``name`` (``"org/name"``; default
+    ``"bertflow/<encoder>-<calibrator>"``). ``encode`` gathers the texts of every batch MTEB hands it and embeds them
+    with one ``Embedder.encode`` call (bertflow's own length-sorted batching; MTEB's ``batch_size`` caps sentences per
+    forward pass). Its ``mteb_model_meta`` has ``revision`` = a hash of :meth:`Embedder.identity` (encoder weights and
+    calibrator fingerprint), so MTEB's result cache never serves one fit's scores for another's."""
 
     def __init__(self, embedder: Embedder, *, name: str | None = None) -> None:
         if not isinstance(embedder, Embedder):
@@ -101,12 +91,10 @@ class MTEBEncoder:
         prompt_type: Any = None,
         **kwargs: Any,
     ) -> np.ndarray:
-        """Calibrated embeddings of every text in ``inputs``, in order: float32 [N, D'].
-
-        ``task_metadata``, ``hf_split``, ``hf_subset`` and ``prompt_type`` are accepted and unused (no prompts).
-        ``kwargs`` are MTEB's ``encode_kwargs`` and go to :meth:`Embedder.encode` (``batch_size``,
-        ``show_progress_bar``, ``precision``...); an unknown one is a ``TypeError`` naming it.
-        """
+        """Calibrated embeddings of every text in ``inputs``, in order: float32 [N, D']. ``task_metadata``,
+        ``hf_split``, ``hf_subset`` and ``prompt_type`` are accepted and unused (no prompts). ``kwargs`` are MTEB's
+        ``encode_kwargs`` and go to :meth:`Embedder.encode` (``batch_size``, ``show_progress_bar``, ``precision``...);
+        an unknown one is a ``TypeError`` naming it."""
         texts: list[str] = []
         for batch in inputs:
             if not isinstance(batch, dict) or "text" not in batch:
@@ -137,22 +125,12 @@ def sts_task(
     languages: Iterable[str] = ("eng-Latn",),
     description: str = "STS pairs read from local files by bertflow",
 ) -> AbsTaskSTS:
-    """An MTEB STS task over scored pairs already in memory: no hub download, ready for ``mteb.evaluate``.
-
-    Args:
-        name: the task's name in MTEB's results.
-        pairs: scored pairs (``bertflow.io.text.read_pairs(path)`` or ``load_sts_task(...).eval_subsets[...]``), or a
-            dict of them by split name; a single set becomes the ``"test"`` split.
-        min_score, max_score: the gold scale; MTEB rescales gold scores to [0, 1] with them (which no
-            correlation notices).
-        languages: MTEB language codes of the texts.
-
-    Returns:
-        an ``AbsTaskSTS`` whose data is loaded; its main score is ``cosine_spearman`` (in [-1, 1]).
-
-    Raises:
-        InputError: pairs without gold scores, no pairs, or a split without pairs.
-    """
+    """An MTEB STS task named ``name`` over scored pairs already in memory (no hub download), ready for
+    ``mteb.evaluate``: an ``AbsTaskSTS`` whose main score is ``cosine_spearman`` (in [-1, 1]). ``pairs``: scored pairs
+    (``read_pairs(path)``, ``load_sts_task(...).eval_subsets[...]``), or a dict of them by split name (a single set
+    becomes the ``"test"`` split); ``min_score``, ``max_score``: the gold scale, which MTEB rescales to [0, 1] (no
+    correlation notices); ``languages``: MTEB language codes. InputError for pairs without gold scores, no pairs, or a
+    split without pairs."""
     from datasets import Dataset
 
     splits = {"test": pairs} if isinstance(pairs, SentencePairs) else dict(pairs)

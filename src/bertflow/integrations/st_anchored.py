@@ -42,20 +42,16 @@ try:  # sentence-transformers >= 6.2: Dense and Normalize read and write any fea
 except ImportError:  # pragma: no cover - older sentence-transformers: no such export
     HierarchicalTokenPooling = None
 
-__all__ = ["anchored_modules"]
 
 #: Above any sentence's token count: HierarchicalTokenPooling then keeps one cluster per sentence.
 _ONE_CLUSTER = 1e9
 
 
 def anchored_modules(calibrator: Calibrator, encoder: SentenceEncoder, pooling: list[Module]) -> list[Module] | None:
-    """The modules that follow ``pooling`` (:func:`~.st_export.pooling_modules` of ``encoder``) to
-    compute ``calibrator`` (anchored whitening or auto), or ``None`` where they cannot (module docstring).
-
-    Returns:
-        ``[Normalize, (WeightedLayerPooling,) Dense, (WordWeights,) HierarchicalTokenPooling, Pooling, Dense]``;
-        the model's output is ``calibrator.transform`` of the pooled vectors, [N, D + k], to float32 rounding.
-    """
+    """The modules that follow ``pooling`` (:func:`~.st_export.pooling_modules` of ``encoder``) to compute
+    ``calibrator`` (anchored whitening or auto), or ``None`` where they cannot (module docstring): ``[Normalize,
+    (WeightedLayerPooling,) Dense, (WordWeights,) HierarchicalTokenPooling, Pooling, Dense]``, whose output is
+    ``calibrator.transform`` of the pooled vectors, [N, D + k], to float32 rounding."""
     parts = anchored_parts(calibrator)
     if parts is None or HierarchicalTokenPooling is None or encoder.pooling.base_name == "cls":
         return None

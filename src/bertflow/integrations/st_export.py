@@ -63,15 +63,6 @@ from ..validation import validate_sentences
 from .sentence_transformers import CHECKSUM_FILE, CHECKSUM_FORMAT, Calibration, encoder_config
 from .st_anchored import anchored_modules
 
-__all__ = [
-    "CalibratedSentenceTransformer",
-    "affine_map",
-    "as_dense",
-    "fit_calibrator",
-    "from_embedder",
-    "pooling_modules",
-]
-
 logger = logging.getLogger(__name__)
 
 
@@ -104,18 +95,11 @@ class CalibratedSentenceTransformer(SentenceTransformer):
 
 
 def affine_map(calibrator: Calibrator) -> tuple[np.ndarray, np.ndarray]:
-    """The fitted ``calibrator`` as one affine map ``x -> x @ W + b`` (float64).
-
-    Affine: identity, standard-norm, all-but-the-top, whitening (any ``n_components``) and chains of these (the
-    fitted steps, ``steps_``, composed into one matrix). The flow is non-linear; the anchored and auto calibrators
-    normalise two blocks separately, which no single affine map does.
-
-    Returns:
-        ``(W [D, D'], b [D'])`` with ``b = -mean @ W`` (the mean folded into the bias).
-
-    Raises:
-        InputError: the calibrator is not affine (``calibrator.is_affine()``: flow, anchored, auto).
-    """
+    """The fitted ``calibrator`` as one affine map ``x -> x @ W + b`` (float64): ``(W [D, D'], b [D'])`` with ``b =
+    -mean @ W`` (the mean folded into the bias). Affine: identity, standard-norm, all-but-the-top, whitening (any
+    ``n_components``) and chains of these (the fitted steps, ``steps_``, composed into one matrix). The flow is
+    non-linear; the anchored and auto calibrators normalise two blocks separately, which no single affine map does:
+    InputError (``calibrator.is_affine()``)."""
     calibrator.check_fitted()
     if not calibrator.is_affine():
         raise InputError(
@@ -131,15 +115,10 @@ def affine_map(calibrator: Calibrator) -> tuple[np.ndarray, np.ndarray]:
 
 
 def as_dense(calibrator: Calibrator) -> Dense:
-    """A sentence-transformers ``Dense`` module (identity activation) computing the affine ``calibrator``.
-
-    It saves as ``config.json`` + ``model.safetensors`` in sentence-transformers' own format and reloads with
-    plain ``SentenceTransformer(path)``: no ``trust_remote_code``, no bertflow. Its output agrees with
-    ``calibrator.transform`` to float32 rounding.
-
-    Raises:
-        InputError: the calibrator is not affine (flow, anchored, auto): see :func:`affine_map`.
-    """
+    """A sentence-transformers ``Dense`` module (identity activation) computing the affine ``calibrator`` (InputError
+    for flow, anchored, auto: :func:`affine_map`). It saves as ``config.json`` + ``model.safetensors`` in
+    sentence-transformers' own format and reloads with plain ``SentenceTransformer(path)``: no ``trust_remote_code``, no
+    bertflow. Its output agrees with ``calibrator.transform`` to float32 rounding."""
     W, b = affine_map(calibrator)
     return Dense(
         W.shape[0],
@@ -153,14 +132,12 @@ def as_dense(calibrator: Calibrator) -> Dense:
 
 @dataclass
 class BertflowModelCardData(SentenceTransformerModelCardData):
-    """Model card data of a model that ends in a bertflow calibration.
-
-    After sentence-transformers' usage snippet the card gets a "bertflow calibration" section: the fit record
-    (``facts``: encoder, pooling, calibrator, corpus size and sha256, licences) and whether the folder loads
-    without bertflow, and if not why (:func:`bertflow.portability.calibrator_needs_bertflow`). With a
-    :class:`Calibration` module (``needs_bertflow`` set) the snippet also installs bertflow and loads with
-    ``trust_remote_code=True``, which sentence-transformers' own snippet says neither of.
-    """
+    """Model card data of a model that ends in a bertflow calibration. After sentence-transformers' usage snippet the
+    card gets a "bertflow calibration" section: the fit record (``facts``: encoder, pooling, calibrator, corpus size and
+    sha256, licences) and whether the folder loads without bertflow, and if not why
+    (:func:`bertflow.portability.calibrator_needs_bertflow`). With a :class:`Calibration` module (``needs_bertflow``
+    set) the snippet also installs bertflow and loads with ``trust_remote_code=True``, which sentence-transformers' own
+    snippet says neither of."""
 
     facts: list[tuple[str, str]] = field(default_factory=list)
     needs_bertflow: str | None = None
@@ -262,23 +239,16 @@ def fit_calibrator(
     portable: bool = True,
     **calibrator_kwargs: Any,
 ) -> SentenceTransformer:
-    """Fit a calibrator on ``model``'s pooled embeddings of ``corpus`` (no labels) and return the calibrated model:
-    ``model``'s modules up to pooling/Dense (shared, not copied; ``model`` is not modified), the calibration module,
-    and ``Normalize`` if asked; cosine similarity; ``model``'s prompts.
-
-    Args:
-        corpus: unlabeled sentences to fit on (a list; duplicates weight the density).
-        calibrator: a spec (``"flow"``, ``"whitening-256"`` ...: :func:`bertflow.calibrators.parse_calibrator`, with
-            ``calibrator_kwargs`` such as ``seed=1``), or an unfitted :class:`Calibrator`.
-        normalize: end the pipeline with ``Normalize``; ``None`` keeps what ``model`` had.
-        batch_size, show_progress_bar: for embedding the corpus (``None`` shows a bar for large corpora).
-        regime: a label for the fitting corpus, saved in ``fitting.json``.
-        portable: an affine calibrator becomes sentence-transformers' own ``Dense`` (:func:`as_dense`: loads without
-            bertflow, but carries no fitting record and no encoder check); ``False`` keeps :class:`Calibration`.
-
-    Raises:
-        InputError: blank or non-string sentences, a model that is already calibrated, a bad spec.
-    """
+    """Fit a calibrator on ``model``'s pooled embeddings of ``corpus`` (unlabeled sentences, a list; duplicates weight
+    the density) and return the calibrated model: ``model``'s modules up to pooling/Dense (shared, not copied; ``model``
+    is not modified), the calibration module, and ``Normalize`` if ``normalize`` (``None`` keeps what ``model`` had);
+    cosine similarity; ``model``'s prompts. ``calibrator``: a spec (``"flow"``, ``"whitening-256"`` ...:
+    :func:`bertflow.calibrators.parse_calibrator`, with ``calibrator_kwargs`` such as ``seed=1``) or an unfitted
+    :class:`Calibrator`; ``batch_size``, ``show_progress_bar``: for embedding the corpus (``None`` shows a bar for large
+    corpora); ``regime``: a label for the fitting corpus, saved in ``fitting.json``; ``portable``: an affine calibrator
+    becomes sentence-transformers' own ``Dense`` (:func:`as_dense`: loads without bertflow, but carries no fitting
+    record and no encoder check), ``False`` keeps :class:`Calibration`. InputError for blank or non-string sentences, a
+    model already calibrated, a bad spec."""
     if isinstance(corpus, str):
         raise InputError("corpus must be a list of sentences, not one string")
     items = validate_sentences(corpus)
@@ -324,18 +294,14 @@ def fit_calibrator(
 
 
 def from_embedder(embedder: Embedder, *, normalize: bool = False, portable: bool = True) -> SentenceTransformer:
-    """A ``SentenceTransformer`` computing what ``embedder.encode`` computes (to float32 rounding of the two
-    libraries' poolings, about 1e-5 in cosine), on the encoder's device, with cosine similarity.
-
-    The pipeline is ``Transformer`` (the encoder's checkpoint, ``max_seq_length`` = its ``max_length``) -> the
-    pooling as sentence-transformers' own modules (:func:`pooling_modules`) -> the calibrator (module docstring;
-    copied, so refitting the Embedder later leaves the model alone) [-> ``Normalize`` with ``normalize``: unit
-    vectors, cosine unchanged]. ``portable=False`` keeps bertflow's :class:`Calibration` for every calibrator.
-
-    Raises:
-        InputError: a pooling sentence-transformers' modules cannot express (``pooler``, a pooling added to
-            bertflow), or an encoder built from a model object rather than a checkpoint.
-    """
+    """A ``SentenceTransformer`` computing what ``embedder.encode`` computes (to float32 rounding of the two libraries'
+    poolings, about 1e-5 in cosine), on the encoder's device, with cosine similarity. The pipeline is ``Transformer``
+    (the encoder's checkpoint, ``max_seq_length`` = its ``max_length``) -> the pooling as sentence-transformers' own
+    modules (:func:`pooling_modules`) -> the calibrator (module docstring; copied, so refitting the Embedder later
+    leaves the model alone) [-> ``Normalize`` with ``normalize``: unit vectors, cosine unchanged]. ``portable=False``
+    keeps bertflow's :class:`Calibration` for every calibrator. InputError for a pooling sentence-transformers' modules
+    cannot express (``pooler``, a pooling added to bertflow) or an encoder built from a model object rather than a
+    checkpoint."""
     embedder.check_fitted()
     encoder = embedder.encoder
     pooling = pooling_modules(encoder)  # refuses what cannot be expressed, before any model is built
@@ -400,10 +366,9 @@ def pooling_modules(encoder: SentenceEncoder) -> list[Module]:
       the vocabulary, this encoder's table) before the mean, which ``Pooling`` then divides by the summed weights,
       as bertflow's weighted mean does.
 
-    Raises:
-        InputError: ``pooler`` (sentence-transformers' ``Pooling`` has no pooler head), a pooling added to bertflow
-            that none of these express, or a vocabulary whose duplicate token strings carry different weights
-            (``WordWeights`` is keyed by token string).
+    InputError for ``pooler`` (sentence-transformers' ``Pooling`` has no pooler head), a pooling added to bertflow
+    that none of these express, or a vocabulary whose duplicate token strings carry different weights
+    (``WordWeights`` is keyed by token string).
     """
     pooling, dim, top = encoder.pooling, encoder.dim, encoder.num_layers
     if pooling.base_name == "cls":

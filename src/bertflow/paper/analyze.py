@@ -38,22 +38,16 @@ from .published import TABLE6, TABLE6_SOURCE
 from .regimes import fitting_sets, seen_counts
 from .render import render_analysis
 
-__all__ = ["AnalysisResult", "VECTOR_FORMATS", "analyze_stsb"]
-
 #: Plot formats ``analyze`` can write besides the PNG.
 VECTOR_FORMATS = ("pdf", "svg")
 
 
 @dataclass
 class AnalysisResult:
-    """What ``bertflow analyze`` measured.
-
-    Attributes:
-        meta: model, calibrator, regime, data, machine, time, command.
-        lexical: :func:`~bertflow.paper.measures.lexical_table` output.
-        geometry: ``{"raw": geometry(...), "calibrated": geometry(...)}`` plus one entry per compared calibrator.
-        plots: file names of the plots written (relative to the output folder), PNGs and any vector copies.
-    """
+    """What ``bertflow analyze`` measured: ``meta`` (model, calibrator, regime, data, machine, time, command),
+    ``lexical`` (:func:`~bertflow.paper.measures.lexical_table`), ``geometry`` (``{"raw": geometry(...),
+    "calibrated": geometry(...)}`` plus one entry per compared calibrator) and ``plots``, the file names written
+    (relative to the output folder), PNGs and any vector copies."""
 
     meta: dict[str, Any]
     lexical: dict[str, Any]
@@ -95,18 +89,13 @@ def analyze_stsb(
     progress: Callable[[str], None] | None = None,
 ) -> AnalysisResult:
     """Run the paper's analyses on STS-B test; write ``analyze.json``, ``analyze.md`` and the plots into ``out_dir``
-    (``None``: nothing written).
-
-    Args:
-        pooling: pooling to analyse; ``None`` uses the encoder's own.
-        calibrator: a spec fitted here under ``regime`` (``"target"``: STS-B train + dev + test sentences,
-            ``"train"``, ``"nli"``, ``"corpus"``), or an already-fitted calibrator (``regime`` is then a label).
-        data_dir, task: the STS data folder, or STS-B already loaded; ``nli``, ``corpus``, ``corpus_name``: the
-            sentences of those regimes (NLI read from ``data_dir`` when not given).
-        plots, vector: draw the plots (needs matplotlib), also in these :data:`VECTOR_FORMATS`.
-        compare: more calibrator specs fitted on the same sentences (flows with the same seed), shown beside the
-            main one in every table and plot. The others: flow settings, cache, report command, progress lines.
-    """
+    (``None``: nothing written). ``pooling``: ``None`` analyses the encoder's own; ``calibrator``: a spec fitted here
+    under ``regime`` (``"target"``: STS-B train + dev + test sentences, ``"train"``, ``"nli"``, ``"corpus"``), or one
+    already fitted (``regime`` is then a label); ``data_dir`` or ``task`` (STS-B already loaded), and ``nli``,
+    ``corpus``, ``corpus_name`` for those regimes (NLI read from ``data_dir`` when not given); ``plots`` (needs
+    matplotlib), also in the ``vector`` formats (:data:`VECTOR_FORMATS`); ``compare``: more calibrator specs fitted on
+    the same sentences (flows with the same seed), shown beside the main one in every table and plot. The others: flow
+    settings, cache, report command, progress lines."""
     say = progress or (lambda _msg: None)
     started = time.perf_counter()
     compare = _checked_compare(calibrator, vector, compare)

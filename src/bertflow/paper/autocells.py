@@ -24,7 +24,6 @@ from ..evaluation.cache import EmbeddingCache, embed_cached
 if TYPE_CHECKING:
     from .grid import EmbeddingTable
 
-__all__ = ["PRIOR_SUFFIX", "encode_auto_inputs", "fit_auto_cell", "is_auto", "table_key"]
 
 #: Table keys of prior-weighted poolings end with this (a pooling weighted by other counts has the plain key).
 PRIOR_SUFFIX = "@prior"
@@ -74,11 +73,7 @@ def encode_auto_inputs(
 def fit_auto_cell(
     calibrator: AutoCalibrator, inputs: AutoInputs, rows: Callable[[str], np.ndarray]
 ) -> tuple[str, dict[str, Any]]:
-    """Fit ``calibrator`` by the ``auto`` rule on the fitting rows ``rows(table key)`` returns.
-
-    Returns:
-        The table key of the pooling it chose (score the evaluation sentences under it) and the choice, as
-        ``Embedder.fit`` records it.
-    """
+    """Fit ``calibrator`` by the ``auto`` rule on the fitting rows ``rows(table key)`` returns: the table key of the
+    pooling it chose (score the evaluation sentences under it) and the choice, as ``Embedder.fit`` records it."""
     fit = fit_auto(calibrator, inputs, lambda pooling: rows(table_key(inputs, pooling)))
     return table_key(inputs, fit.pooling), fit.choice

@@ -1,15 +1,13 @@
 """STS evaluation of an encoder + calibrator, and the grid behind ``bertflow reproduce``.
 
-A *cell* is one (pooling, calibrator, fitting regime) on one encoder. Its calibrator is fitted without labels on
-the regime's sentences (:mod:`bertflow.paper.regimes`) and the seven STS tasks are scored by cosine similarity
-in the calibrated space, under both the "all" and the "wmean" convention (see :mod:`bertflow.evaluation.sts`).
-Results: :mod:`bertflow.paper.results` (JSON) and :mod:`bertflow.paper.render` (Markdown).
-
-Every sentence is encoded once for all poolings (:func:`encode_table`), so a grid costs one encoder pass plus the
-calibrator fits. Each cell records how many evaluation sentences its fitting set contained ("test sentences seen").
-The pieces a run shares with the per-set protocol (:mod:`bertflow.paper.perset`) live here: the checks of a
-:class:`GridConfig`, :func:`encode_table`, :func:`fit_cell` and :func:`run_meta`.
-"""
+A *cell* is one (pooling, calibrator, fitting regime) on one encoder. Its calibrator is fitted without labels on the
+regime's sentences (:mod:`bertflow.paper.regimes`) and the seven STS tasks are scored by cosine similarity in the
+calibrated space, under both the "all" and the "wmean" convention (see :mod:`bertflow.evaluation.sts`). Results:
+:mod:`bertflow.paper.results` (JSON) and :mod:`bertflow.paper.render` (Markdown). Every sentence is encoded once for all
+poolings (:func:`encode_table`), so a grid costs one encoder pass plus the calibrator fits. Each cell records how many
+evaluation sentences its fitting set contained ("test sentences seen"). The pieces a run shares with the per-set
+protocol (:mod:`bertflow.paper.perset`) live here: the checks of a :class:`GridConfig`, :func:`encode_table`,
+:func:`fit_cell` and :func:`run_meta`."""
 
 from __future__ import annotations
 
@@ -40,17 +38,6 @@ from .regimes import DEFAULT_REGIMES, REGIME_TEXT, REGIMES, FittingSets, fitting
 from .render import format_stat
 from .results import ALL_TASKS, CellResult, GridResult
 
-__all__ = [
-    "DEFAULT_POOLINGS",
-    "default_calibrators",
-    "EmbeddingTable",
-    "GridConfig",
-    "run_grid",
-    "load_encoder",
-    "evaluate_embedder",
-    "score_fitted",
-]
-
 logger = logging.getLogger(__name__)
 
 #: Poolings of the default grid: all three come from one forward pass.
@@ -68,28 +55,13 @@ _PROTOCOL = {
 
 
 def default_calibrators(dim: int) -> list[str]:
-    """The calibrators of the default grid for D-dimensional embeddings.
-
-    ``natsv-10`` and ``standard-norm+natsv-6`` are the paper's best Table 5 settings; ``whitening-K`` keeps about
-    a third of the dimensions as the whitening paper recommends (K = 256 for D = 768, 384 for D = 1024, else D/3).
-    """
+    """The calibrators of the default grid for D-dimensional embeddings. ``natsv-10`` and ``standard-norm+natsv-6`` are
+    the paper's best Table 5 settings; ``whitening-K`` keeps about a third of the dimensions as the whitening paper
+    recommends (K = 256 for D = 768, 384 for D = 1024, else D/3)."""
     k = {768: 256, 1024: 384}.get(dim, max(1, round(dim / 3)))
     natsv = min(10, max(1, dim - 1))
     return ["none", "standard-norm", f"natsv-{natsv}", f"standard-norm+natsv-{min(6, natsv)}", "whitening",
             f"whitening-{k}", "flow", "flow-paper"]  # fmt: skip
-
-
-def load_encoder(
-    model: str | None,
-    *,
-    pooling: str | Sequence[int] = "mean",
-    max_length: int = 64,
-    device: str | None = None,
-    dtype: str = "auto",
-) -> SentenceEncoder:
-    """Build the :class:`SentenceEncoder` of a grid (architectures without an SDPA kernel, such as MPNet under
-    transformers 5, fall back to the default attention inside ``SentenceEncoder``)."""
-    return SentenceEncoder(model, pooling=pooling, max_length=max_length, device=device, dtype=dtype)
 
 
 def is_seeded(spec: str) -> bool:
@@ -108,12 +80,8 @@ def seeds_of(spec: str, n_seeds: int) -> list[int | None]:
 
 
 class EmbeddingTable:
-    """Raw embeddings of a fixed set of distinct sentences under several poolings.
-
-    Args:
-        sentences: the distinct sentences, N of them.
-        embeddings: ``{pooling_key: float32 [N, D]}``, rows in the order of ``sentences``.
-    """
+    """Raw embeddings of N distinct ``sentences`` under several poolings: ``{pooling_key: float32 [N, D]}``, rows in
+    the order of ``sentences``."""
 
     def __init__(self, sentences: Sequence[str], embeddings: Mapping[str, np.ndarray]) -> None:
         self.index = {s: i for i, s in enumerate(sentences)}
@@ -171,12 +139,9 @@ def fit_cell(
     pooling: str,
     auto: AutoInputs | None,
 ) -> tuple[Calibrator, str, dict[str, Any] | None]:
-    """Fit ``spec`` (with the flow's keyword arguments and ``seed``) on the fitting rows ``rows(table key)`` gives.
-
-    Returns:
-        The calibrator, the table key to score under (``pooling``, or for ``auto`` with its inputs ``auto`` the
-        pooling its rule chose, as ``Embedder.fit`` would) and ``auto``'s choice (else ``None``).
-    """
+    """Fit ``spec`` (with the flow's keyword arguments and ``seed``) on the fitting rows ``rows(table key)`` gives:
+    the calibrator, the table key to score under (``pooling``, or for ``auto`` with its inputs ``auto`` the pooling
+    its rule chose, as ``Embedder.fit`` would) and ``auto``'s choice (else ``None``)."""
     cal = parse_calibrator(spec, **(flow_kwargs if seed is None else {**flow_kwargs, "seed": seed}))
     if auto is not None and isinstance(cal, AutoCalibrator):
         key, choice = fit_auto_cell(cal, auto, rows)
@@ -259,34 +224,20 @@ def _run_cell(
 
 @dataclass
 class GridConfig:
-    """What ``bertflow reproduce`` (and ``bertflow evaluate``) runs.
-
-    Attributes:
-        model: hub id or folder; ``None`` is the embedded all-MiniLM-L6-v2.
-        poolings: pooling names (or comma-separated layer indices).
-        calibrators: calibrator specs (:func:`bertflow.calibrators.parse_calibrator`); ``None`` uses
-            :func:`default_calibrators` for the model's dimension.
-        regimes: subset of :data:`REGIMES`, or ``["per-set"]`` alone for :func:`bertflow.paper.perset.run_per_set`.
-        tasks: STS task names.
-        seeds: flow rows are fitted with seeds ``0 .. seeds-1`` and reported as mean +- std.
-        corpus: sentences of the ``corpus`` regime; ``corpus_name`` names them in reports.
-        max_length, batch_size, device, dtype: encoder settings.
-        data_dir: the STS data folder; required unless the tasks (and NLI sentences) are handed to the run (nothing
-            searches for a default: the CLI's ``--data-dir`` does).
-        cache_dir: embedding cache folder; ``use_cache=False`` keeps nothing on disk.
-        flow_epochs: flow training epochs.
-        flow_options: further :class:`~bertflow.calibrators.FlowCalibrator` arguments for every flow cell (``lr``,
-            ``coupling``, ``n_levels`` ...), for ablations; the seed is the grid's.
-        paper_rows: a paper model (``"bert-base-uncased"``, ``"bert-large-uncased"``) whose published rows are shown
-            beside this encoder's, with a caption saying how the two differ; ``None`` shows them only when the
-            encoder is that model.
-        fit_threads: BLAS threads while fitting and scoring calibrators (``None``: the library default). 1 by
-            default: the matrices are small, and when other processes hold the cores a multi-threaded SVD waits on
-            thread barriers (measured 11x slower on a busy 2-core machine).
-        fit_sizes, sample_seed: per-set regime only: sample sizes fitted besides all of each set's sentences, and
-            the seed of those samples (:mod:`bertflow.paper.perset`).
-        command: the command line that produced the run, for the report.
-    """
+    """What ``bertflow reproduce`` (and ``bertflow evaluate``) runs. ``model``: hub id or folder (``None``: the embedded
+    all-MiniLM-L6-v2); ``poolings``: names or comma-separated layer indices; ``calibrators``: specs
+    (:func:`bertflow.calibrators.parse_calibrator`; ``None``: :func:`default_calibrators` for the model's dimension);
+    ``regimes``: a subset of :data:`REGIMES`, or ``["per-set"]`` alone (:func:`bertflow.paper.perset.run_per_set`);
+    ``seeds``: flow rows are fitted with seeds ``0 .. seeds-1``, reported as mean +- std; ``corpus``: the ``corpus``
+    regime's sentences, ``corpus_name`` in reports; ``data_dir``: the STS data folder, required unless the tasks (and
+    NLI sentences) are handed to the run (nothing searches for a default: the CLI's ``--data-dir`` does);
+    ``use_cache=False`` keeps nothing on disk; ``flow_options``: further :class:`~bertflow.calibrators.FlowCalibrator`
+    arguments for every flow cell (``lr``, ``coupling`` ...: ablations; the seed is the grid's); ``paper_rows``: a paper
+    model whose published rows are shown beside this encoder's, captioned with how the two differ (``None``: only when
+    the encoder is that model); ``fit_threads``: BLAS threads while fitting and scoring (``None``: the library default;
+    1 by default, as the matrices are small and on a busy 2-core machine a multi-threaded SVD waited on barriers,
+    measured 11x slower); ``fit_sizes``, ``sample_seed``: per-set regime only (:mod:`bertflow.paper.perset`);
+    ``command``: the command line that produced the run, for the report."""
 
     model: str | None = None
     poolings: Sequence[str] = DEFAULT_POOLINGS
@@ -336,13 +287,10 @@ def checked_specs(config: GridConfig, dim: int) -> tuple[list[str], dict[str, An
 
 
 def encoder_and_poolings(config: GridConfig, encoder: SentenceEncoder | None) -> tuple[SentenceEncoder, list[Pooling]]:
-    """The run's encoder (``encoder``, else ``config.model`` loaded) and its distinct poolings, parsed on it.
-
-    Raises:
-        InputError: an unknown pooling, or none.
-    """
+    """The run's encoder (``encoder``, else ``config.model`` loaded) and its distinct poolings, parsed on it;
+    InputError for an unknown pooling, or none."""
     if encoder is None:
-        encoder = load_encoder(config.model, max_length=config.max_length, device=config.device, dtype=config.dtype)
+        encoder = SentenceEncoder(config.model, max_length=config.max_length, device=config.device, dtype=config.dtype)
     poolings = list({p.key: p for p in (Pooling.parse(s, encoder.num_layers) for s in config.poolings)}.values())
     if not poolings:
         raise InputError("give at least one pooling")
@@ -401,15 +349,11 @@ def run_grid(
     nli: Sequence[str] | None = None,
     progress: Progress | None = None,
 ) -> GridResult:
-    """Run a pooling x calibrator x regime grid on one encoder: ``encoder`` instead of ``config.model`` (its pooling
-    is ignored), ``tasks`` and ``nli`` sentences instead of reading them from ``config.data_dir``, ``progress``
-    called with one line per finished step. Cells whose fit failed carry an ``error`` instead of scores.
-
-    Raises:
-        InputError: unknown pooling, calibrator or regime, ``seeds < 1``, ``corpus`` without sentences, no data
-            folder (``config.data_dir``) when ``tasks`` (or ``nli``) are not given.
-        DataNotFoundError: the STS (or NLI) data is missing.
-    """
+    """Run a pooling x calibrator x regime grid on one encoder: ``encoder`` instead of ``config.model`` (its pooling is
+    ignored), ``tasks`` and ``nli`` sentences instead of reading them from ``config.data_dir``, ``progress`` called with
+    one line per finished step. Cells whose fit failed carry an ``error`` instead of scores. InputError for an unknown
+    pooling, calibrator or regime, ``seeds < 1``, ``corpus`` without sentences, or no ``config.data_dir`` when ``tasks``
+    (or ``nli``) are not given; DataNotFoundError for missing data."""
     say = progress or (lambda _msg: None)
     started = time.perf_counter()
     regimes = _checked_regimes(config)
@@ -506,12 +450,10 @@ def evaluate_embedder(
     batch_size: int | None = None,
     command: str | None = None,
 ) -> GridResult:
-    """Score a fitted :class:`~bertflow.embedder.Embedder` (e.g. loaded from ``bertflow fit``) on STS tasks
-    (``tasks``, else ``task_names`` read from ``data_dir``): a one-cell :class:`GridResult` plus a raw-encoder cell.
-
-    The calibrator is used as saved; its fitting corpus is not known here, so the report quotes the saved fitting
-    record (regime label, sentence count) instead of claiming whether test sentences were seen.
-    """
+    """Score a fitted :class:`~bertflow.embedder.Embedder` (e.g. loaded from ``bertflow fit``) on STS tasks (``tasks``,
+    else ``task_names`` read from ``data_dir``): a one-cell :class:`GridResult` plus a raw-encoder cell. The calibrator
+    is used as saved; its fitting corpus is not known here, so the report quotes the saved fitting record (regime label,
+    sentence count) instead of claiming whether test sentences were seen."""
     started = time.perf_counter()
     encoder: SentenceEncoder = embedder.encoder
     embedder.check_fitted()

@@ -28,8 +28,6 @@ from ..errors import InputError
 from ..evaluation.datasets import STS_TASKS
 from .results import HARM_MARGIN, PerSetResult, SetSummary, fit_size_label, summarize_sets
 
-__all__ = ["Objective", "LodoFold", "LodoSelection", "leave_one_dataset_out", "select_lodo"]
-
 
 @dataclass(frozen=True)
 class Objective:
@@ -53,15 +51,9 @@ class Objective:
 
 @dataclass(frozen=True)
 class LodoFold:
-    """One held-out dataset: what was picked on the others and how it does on the held-out sets.
-
-    Attributes:
-        held_out: the dataset left out (``"STS12"`` ...).
-        picked: the label of the candidate that maximised the objective on the other datasets' sets.
-        objective: that maximum.
-        held_out_sets: the held-out dataset's sets.
-        summary: the picked candidate on the held-out sets against its raw baseline.
-    """
+    """One ``held_out`` dataset (``"STS12"`` ...): the candidate ``picked`` on the others (maximising the objective,
+    ``objective`` the maximum), the held-out dataset's sets and the ``summary`` of the pick on them against its raw
+    baseline."""
 
     held_out: str
     picked: str
@@ -77,18 +69,11 @@ class LodoFold:
 
 @dataclass
 class LodoSelection:
-    """The result of :func:`leave_one_dataset_out`.
-
-    Attributes:
-        fit_size: the fitting-set size the candidates share (``None``: all of each set's sentences).
-        candidates: the candidate labels, in tie-break order.
-        folds: one per dataset with at least one set.
-        pooled: every set's score from the pick of its own dataset's fold, against that pick's raw baseline (the
-            out-of-sample estimate of the rule).
-        in_sample: the candidate maximising the objective on all sets (what choosing on everything would give).
-        objective: the objective used.
-        excluded: candidates left out for missing a set (failed fits), with the reason.
-    """
+    """The result of :func:`leave_one_dataset_out`: the ``fit_size`` the candidates share (``None``: all of each
+    set's sentences), the ``candidates`` in tie-break order, one fold per dataset with a set, ``pooled`` (every
+    set's score from the pick of its own dataset's fold against that pick's raw baseline: the out-of-sample estimate
+    of the rule), ``in_sample`` (the candidate maximising the objective on all sets), the ``objective`` and the
+    candidates ``excluded`` for missing a set (failed fits), with the reason."""
 
     fit_size: int | None
     candidates: list[str]
@@ -119,17 +104,11 @@ def leave_one_dataset_out(
     objective: Objective | None = None,
     fit_size: int | None = None,
 ) -> LodoSelection:
-    """Pick a candidate per held-out dataset on the other datasets' sets and score it on the held-out ones.
-
-    Args:
-        scores: per candidate label (in tie-break order), Spearman x 100 per set, finite on every set used.
-        raw: per candidate label, its raw baseline per set (the raw encoder under its pooling).
-        dataset_of: the dataset of each set (``"STS12/MSRpar" -> "STS12"``); its sets are the ones used.
-        objective: the selection objective (default :class:`Objective`); ``fit_size`` is recorded in the result.
-
-    Raises:
-        InputError: no candidate, fewer than two datasets, or a candidate or baseline missing a set.
-    """
+    """Pick a candidate per held-out dataset on the other datasets' sets and score it on the held-out ones. ``scores``:
+    per candidate label (in tie-break order), Spearman x 100 per set, finite on every set used; ``raw``: per candidate,
+    its raw baseline per set; ``dataset_of``: each set's dataset (``"STS12/MSRpar" -> "STS12"``), its sets the ones
+    used; ``objective`` default :class:`Objective`. InputError for no candidate, fewer than two datasets, or a candidate
+    or baseline missing a set."""
     objective = objective or Objective()
     labels = list(scores)
     sets = list(dataset_of)
@@ -169,14 +148,11 @@ def leave_one_dataset_out(
 def select_lodo(
     result: PerSetResult, *, objective: Objective | None = None, candidates: Sequence[str] | None = None
 ) -> list[LodoSelection]:
-    """:func:`leave_one_dataset_out` over the cells of a per-set run, one selection per fitting-set size with at
-    least two datasets scored.
-
-    The candidates at a size are its cells plus the raw unweighted cells (the raw encoder does not depend on the
-    size), restricted to the sets scored at that size, and to ``candidates`` (``"pooling / calibrator"`` labels) if
-    given; a cell that failed, or whose correlation is undefined (NaN) on a set, is left out and listed. The
-    objective defaults to :class:`Objective` with ``result.margin``.
-    """
+    """:func:`leave_one_dataset_out` over the cells of a per-set run, one selection per fitting-set size with at least
+    two datasets scored. The candidates at a size are its cells plus the raw unweighted cells (the raw encoder does not
+    depend on the size), restricted to the sets scored at that size, and to ``candidates`` (``"pooling / calibrator"``
+    labels) if given; a cell that failed, or whose correlation is undefined (NaN) on a set, is left out and listed. The
+    objective defaults to :class:`Objective` with ``result.margin``."""
     objective = objective or Objective(margin=result.margin)
     out = []
     for size in result.fit_sizes:

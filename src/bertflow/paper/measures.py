@@ -16,19 +16,6 @@ from scipy.special import logsumexp
 from ..errors import InputError
 from ..linalg import unit_rows
 
-__all__ = [
-    "SMALL_EDIT_DISTANCE",
-    "word_tokens",
-    "levenshtein",
-    "edit_distances",
-    "mean_pairwise_cosine",
-    "isotropy_score",
-    "spectrum",
-    "geometry",
-    "spearman_x100",
-    "lexical_table",
-]
-
 #: The paper's "small edit distance" cut-off: pairs whose word-level Levenshtein distance is at most this.
 SMALL_EDIT_DISTANCE = 4
 
@@ -70,12 +57,9 @@ def mean_pairwise_cosine(x: np.ndarray) -> float:
 
 
 def isotropy_score(x: np.ndarray) -> float:
-    """Partition-function isotropy I(X) = min_c Z(c) / max_c Z(c), Z(c) = sum_i exp(c . u_i) (Mu & Viswanath 2018),
-    in (0, 1]: 1 is isotropic, near 0 the rows share a direction.
-
-    c ranges over the eigenvectors of U^T U and their negatives; U holds the L2-normalised rows of ``x`` [N, D].
-    Computed in log space, so it cannot overflow.
-    """
+    """Partition-function isotropy I(X) = min_c Z(c) / max_c Z(c), Z(c) = sum_i exp(c . u_i) (Mu & Viswanath 2018), in
+    (0, 1]: 1 is isotropic, near 0 the rows share a direction. c ranges over the eigenvectors of U^T U and their
+    negatives; U holds the L2-normalised rows of ``x`` [N, D]. Computed in log space, so it cannot overflow."""
     u = unit_rows(x)
     _, vecs = np.linalg.eigh(u.T @ u)
     proj = u @ vecs  # [N, D]: c . u_i for every eigenvector c
@@ -118,12 +102,9 @@ def lexical_table(
     gold: np.ndarray, similarities: Mapping[str, np.ndarray], distance: np.ndarray, small: int = SMALL_EDIT_DISTANCE
 ) -> dict[str, Any]:
     """The paper's Table 6: Spearman x 100 of gold and of each similarity (``{"raw": cos [N], ...}``) against edit
-    distance ``distance`` [N] and against ``gold`` [N], on all pairs and on those with ``distance <= small``.
-
-    Returns:
-        ``{"all": {"n": N, "rows": {name: {"vs_edit_distance", "vs_gold"}}}, "small": {...}}``, ``"gold"`` first
-        among the rows; an undefined correlation is ``None``.
-    """
+    distance ``distance`` [N] and against ``gold`` [N], on all pairs and on those with ``distance <= small``:
+    ``{"all": {"n": N, "rows": {name: {"vs_edit_distance", "vs_gold"}}}, "small": {...}}``, ``"gold"`` first among
+    the rows; an undefined correlation is ``None``."""
     out: dict[str, Any] = {}
     for part, mask in (("all", np.ones(len(gold), dtype=bool)), ("small", distance <= small)):
         rows = {"gold": {"vs_edit_distance": spearman_x100(gold[mask], distance[mask]), "vs_gold": 100.0}}

@@ -1,10 +1,9 @@
 """The figures of ``bertflow analyze`` (matplotlib, Agg backend; PNG at 200 dpi, optionally PDF or SVG too).
 
-Four figures from the embeddings and similarities that :func:`bertflow.paper.analyze.analyze_stsb` measured:
-eigenvalue spectra, pairwise-cosine histograms, predicted similarity against gold, and similarity against edit
-distance with 95% confidence intervals and the number of pairs per distance. matplotlib is an optional extra
-(``bertflow[plots]``) and is imported only when a figure is drawn.
-"""
+Four figures from the embeddings and similarities that :func:`bertflow.paper.analyze.analyze_stsb` measured: eigenvalue
+spectra, pairwise-cosine histograms, predicted similarity against gold, and similarity against edit distance with 95%
+confidence intervals and the number of pairs per distance. matplotlib is an optional extra (``bertflow[plots]``) and is
+imported only when a figure is drawn."""
 
 from __future__ import annotations
 
@@ -19,8 +18,6 @@ from scipy import stats
 from ..errors import InputError
 from ..linalg import unit_rows
 from .measures import SMALL_EDIT_DISTANCE, isotropy_score, spearman_x100, spectrum
-
-__all__ = ["MAX_DISTANCE_BIN", "plot_analysis", "require_matplotlib"]
 
 #: Edit distances above this are pooled into one bin in the edit-distance plot (few pairs lie beyond it).
 MAX_DISTANCE_BIN = 20
@@ -45,14 +42,9 @@ def plot_analysis(
     seed: int = 0,
     vector: Sequence[str] = (),
 ) -> list[str]:
-    """Draw the four figures; returns the file names written (PNG at 200 dpi, plus each ``vector`` format).
-
-    Args:
-        embeddings: ``{name: [N, D]}`` embeddings of the distinct test sentences, raw first.
-        similarities: ``{name: [P]}`` cosine of each test pair, same names.
-        gold: gold score of each pair [P] (0-5).
-        distance: word-level edit distance of each pair [P].
-    """
+    """Draw the four figures from ``embeddings`` (``{name: [N, D]}`` of the distinct test sentences, raw first),
+    ``similarities`` (``{name: [P]}`` cosine per test pair), ``gold`` [P] (0-5) and word-level edit ``distance`` [P];
+    returns the file names written (PNG at 200 dpi, plus each ``vector`` format)."""
     require_matplotlib()
     import matplotlib
 

@@ -25,9 +25,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PAPER_MODELS", "PAPER_TASKS", "PublishedResult", "PUBLISHED", "QUOTED_AVERAGES", "TABLE6", "TABLE6_SOURCE",
-           "PAPER_MODEL_TEXT", "paper_model_name", "published_for", "stand_in_caption", "matching"]  # fmt: skip
-
 #: The package data file holding every number below.
 DATA_FILE = "published.json"
 
@@ -53,20 +50,12 @@ PAPER_MODELS: tuple[str, ...] = tuple(_data()["paper_models"])
 
 @dataclass(frozen=True)
 class PublishedResult:
-    """One published row.
-
-    Attributes:
-        model: ``"bert-base-uncased"`` or ``"bert-large-uncased"``.
-        label: the row's name in its source.
-        pooling: our pooling name for it (the papers' "last2avg" is our ``first-last-avg``).
-        calibrators: our calibrator specs it corresponds to (both flow presets for a flow row: the papers do
-            not say which Glow size produced the numbers, the paper's Table 7 and the code disagree).
-        regime: ``"target"``, ``"nli"`` or ``"none"`` (no fitting); ``None`` where the source does not say.
-        protocol: ``"wmean"`` or ``"all"`` (STS12-16 aggregation; STS-B and SICK-R are the same either way).
-        scores: Spearman x 100 by task name (:data:`PAPER_TASKS`), possibly only some tasks.
-        source: paper and table.
-        note: caveats (e.g. the NLI regime's corpus differs from ours).
-    """
+    """One published row: ``model`` (``"bert-base-uncased"`` or ``"bert-large-uncased"``), its ``label`` in its
+    ``source`` (paper and table), our ``pooling`` name for it (the papers' "last2avg" is our ``first-last-avg``), our
+    ``calibrators`` specs (both flow presets for a flow row: the papers do not say which Glow size produced the
+    numbers, Table 7 and the code disagree), the ``regime`` (``"target"``, ``"nli"``, ``"none"``; ``None`` where the
+    source does not say), the ``protocol`` (``"wmean"`` or ``"all"``: STS12-16 aggregation), the Spearman x 100
+    ``scores`` by task name (:data:`PAPER_TASKS`, possibly only some) and caveats in ``note``."""
 
     model: str
     label: str
@@ -116,14 +105,9 @@ _STAND_IN_TEXT: dict[str, str] = dict(_data()["stand_in_text"])
 
 
 def stand_in_caption(paper_model: str, model_id: str, layers: int, dim: int) -> str:
-    """A caption for ``paper_model``'s published rows printed beside a different encoder ``model_id``.
-
-    Says that the rows are the paper's, not this encoder's, and how the two encoders differ (shape, and training
-    text where bertflow knows it).
-
-    Raises:
-        ValueError: ``paper_model`` is not one of :data:`PAPER_MODELS`.
-    """
+    """A caption for ``paper_model``'s published rows printed beside a different encoder ``model_id``: the rows are
+    the paper's, not this encoder's, and how the two encoders differ (shape, and training text where bertflow knows
+    it). ValueError for a ``paper_model`` not in :data:`PAPER_MODELS`."""
     if paper_model not in PAPER_MODELS:
         raise ValueError(f"no published rows for {paper_model!r}; use one of {', '.join(PAPER_MODELS)}")
     name = Path(model_id.rstrip("/")).name
@@ -137,11 +121,9 @@ def stand_in_caption(paper_model: str, model_id: str, layers: int, dim: int) -> 
 
 
 def paper_model_name(model_id: str) -> str | None:
-    """``"bert-base-uncased"`` / ``"bert-large-uncased"`` if ``model_id`` names one of them, else ``None``.
-
-    Accepts hub ids with an organisation (``google-bert/bert-base-uncased``) and local folders named after the
-    model; anything else (including cased or NLI-fine-tuned variants) returns ``None``.
-    """
+    """``"bert-base-uncased"`` / ``"bert-large-uncased"`` if ``model_id`` names one of them, else ``None``. Accepts hub
+    ids with an organisation (``google-bert/bert-base-uncased``) and local folders named after the model; anything else
+    (including cased or NLI-fine-tuned variants) returns ``None``."""
     name = Path(model_id.rstrip("/")).name.lower()
     return name if name in PAPER_MODELS else None
 
@@ -153,11 +135,9 @@ def published_for(model_id: str) -> list[PublishedResult]:
 
 
 def matching(model_id: str, pooling: str, calibrator: str, regime: str) -> list[PublishedResult]:
-    """Published rows that correspond to one of our grid cells (same model, pooling, calibrator and regime).
-
-    A published row whose regime is unknown (``None``) matches any regime. The raw encoder (calibrator
-    ``"none"``) matches rows with regime ``"none"``.
-    """
+    """Published rows that correspond to one of our grid cells (same model, pooling, calibrator and regime). A published
+    row whose regime is unknown (``None``) matches any regime. The raw encoder (calibrator ``"none"``) matches rows with
+    regime ``"none"``."""
     cal = calibrator.strip().lower()
     return [
         r

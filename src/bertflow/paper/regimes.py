@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from ..errors import InputError
 from ..evaluation.datasets import StsTask
 
-__all__ = ["REGIMES", "DEFAULT_REGIMES", "REGIME_TEXT", "FittingSets", "fitting_sets", "seen_counts"]
-
 #: Fitting regimes a grid accepts (``none`` is implied by the calibrator ``none``).
 REGIMES = ("target", "train", "nli", "corpus")
 #: Regimes of the default grid: the paper's transductive default and a generic (NLI) corpus.
@@ -38,15 +36,9 @@ REGIME_TEXT = {
 
 @dataclass
 class FittingSets:
-    """The unlabeled sentences a regime fits on.
-
-    Attributes:
-        regime: ``"none"``, ``"target"``, ``"train"``, ``"nli"`` or ``"corpus"``.
-        per_task: for each task, its fitting sentences; ``None`` where the regime does not apply (train split
-            of STS12-16); for shared regimes (nli, corpus) every task maps to the same list.
-        shared: whether one fit serves every task.
-        description: what the sentences are, for reports.
-    """
+    """The unlabeled sentences a ``regime`` (``"none"``, ``"target"``, ``"train"``, ``"nli"``, ``"corpus"``) fits on:
+    ``per_task`` fitting sentences (``None`` where the regime does not apply: the train split of STS12-16; the same
+    list for every task where one fit serves them all, ``shared``: nli, corpus) and a ``description`` for reports."""
 
     regime: str
     per_task: dict[str, list[str] | None]
@@ -64,10 +56,7 @@ def fitting_sets(
 ) -> FittingSets:
     """Which sentences each task's calibrator is fitted on under ``regime`` (``"none"`` or one of :data:`REGIMES`);
     ``nli`` and ``corpus`` are the sentences of those regimes, ``corpus_name`` names the corpus in reports.
-
-    Raises:
-        InputError: unknown regime or missing sentences.
-    """
+    InputError for an unknown regime or missing sentences."""
     text = REGIME_TEXT.get(regime, "")
     if regime == "none":
         return FittingSets("none", {t: [] for t in tasks}, True, text)

@@ -20,8 +20,6 @@ if TYPE_CHECKING:
     from .analyze import AnalysisResult
     from .lodo import LodoSelection
 
-__all__ = ["format_stat", "render_analysis", "render_grid", "render_per_set"]
-
 
 def format_stat(stat: Mapping[str, Any] | None, digits: int = 2) -> str:
     """``"mean ± std"`` of a :func:`~bertflow.paper.results.mean_std` (``"n/a"`` for ``None``, ``"nan"`` if empty)."""

@@ -14,19 +14,6 @@ import numpy as np
 from ..evaluation.sts import StsReport
 from .published import PublishedResult
 
-__all__ = [
-    "ALL_TASKS",
-    "HARM_MARGIN",
-    "CellResult",
-    "GridResult",
-    "PerSetCell",
-    "PerSetResult",
-    "SetSummary",
-    "fit_size_label",
-    "mean_std",
-    "summarize_sets",
-]
-
 
 def mean_std(values: Sequence[float]) -> dict[str, Any]:
     """mean, sample std (ddof=1; None for one value) and n of finite values; JSON-ready."""
@@ -41,21 +28,12 @@ ALL_TASKS = "all tasks"
 
 @dataclass
 class CellResult:
-    """Scores of one (pooling, calibrator, regime) cell, over one or several seeds.
-
-    Attributes:
-        pooling, calibrator, regime: the cell.
-        seeds: the flow seeds used (``[None]`` for deterministic calibrators).
-        tasks: the tasks of the grid, in order.
-        reports: one :class:`StsReport` per seed, holding the tasks that were evaluated (n/a tasks missing).
-        test_seen: per task, ``{"seen": k, "of": n}`` evaluation sentences contained in the fitting set, or
-            ``None`` where the task was not evaluated.
-        seconds: wall time of fitting and scoring the cell, all seeds.
-        error: the message of a failed fit (the cell then has no scores).
-        seen_note: replaces the "test sentences seen" summary (a model fitted elsewhere).
-        auto: an ``auto`` cell's choices, as ``Embedder.fit`` records them (token anisotropy, weighting, the
-            calibration), by task (:data:`ALL_TASKS` for a shared fit); empty for other calibrators.
-    """
+    """Scores of one (pooling, calibrator, regime) cell over its flow ``seeds`` (``[None]`` for deterministic
+    calibrators): one :class:`StsReport` per seed in ``reports`` (tasks not evaluated missing), ``test_seen`` per task
+    (``{"seen": k, "of": n}`` evaluation sentences in the fitting set; ``None`` where not evaluated), ``seconds`` of
+    fitting and scoring (all seeds), ``error`` of a failed fit (then no scores), ``seen_note`` replacing the "test
+    sentences seen" summary (a model fitted elsewhere) and an ``auto`` cell's choices as ``Embedder.fit`` records
+    them, by task (:data:`ALL_TASKS` for a shared fit; empty for other calibrators)."""
 
     pooling: str
     calibrator: str
@@ -140,14 +118,9 @@ class CellResult:
 
 @dataclass
 class GridResult:
-    """The cells of a grid with everything needed to read them: model, protocol, machine, time.
-
-    Attributes:
-        meta: JSON-ready description of the run (model, data, regimes, machine, timings, command).
-        cells: one :class:`CellResult` per (pooling, calibrator, regime), in grid order.
-        published: the papers' rows for this model, or for the paper model ``GridConfig.paper_rows`` names (empty
-            otherwise).
-    """
+    """The ``cells`` of a grid (one :class:`CellResult` per pooling, calibrator, regime, in grid order) with ``meta``
+    (JSON-ready: model, data, regimes, machine, timings, command) and the ``published`` rows of this model, or of the
+    paper model ``GridConfig.paper_rows`` names (else empty)."""
 
     meta: dict[str, Any]
     cells: list[CellResult]
@@ -164,9 +137,7 @@ class GridResult:
         return {"meta": self.meta, "cells": [c.to_dict() for c in self.cells], "published": published}
 
 
-# -------------------------------------------------------------------------------------------------------
 # The per-set protocol (bertflow.paper.perset)
-# -------------------------------------------------------------------------------------------------------
 
 #: A set counts as harmed when its score falls more than this many Spearman x 100 points below its baseline.
 HARM_MARGIN = 2.0
@@ -179,18 +150,10 @@ def fit_size_label(fit_size: int | None) -> str:
 
 @dataclass(frozen=True)
 class SetSummary:
-    """Per-set scores of one configuration summarised against a baseline over the same sets (Spearman x 100).
-
-    Attributes:
-        n_sets: sets compared (those with a finite score and baseline).
-        mean: plain mean of the scores over the sets.
-        baseline_mean: plain mean of the baseline over the same sets.
-        mean_delta: ``mean - baseline_mean``, the mean gain over the baseline.
-        worst_set: the set with the lowest ``score - baseline``.
-        worst_delta: that difference (negative: below the baseline).
-        n_below: number of sets with ``score - baseline < -margin``.
-        margin: the margin of ``n_below`` (points).
-    """
+    """Per-set scores of one configuration against a baseline over the ``n_sets`` sets where both are finite
+    (Spearman x 100): the plain ``mean`` of the scores and ``baseline_mean`` of the baseline, ``mean_delta`` (their
+    difference), the ``worst_set`` (lowest ``score - baseline``) and ``worst_delta`` (that difference, negative
+    below the baseline), and ``n_below``, the sets with ``score - baseline < -margin`` (points)."""
 
     n_sets: int
     mean: float
@@ -233,19 +196,12 @@ def summarize_sets(
 @dataclass
 class PerSetCell:
     """One (pooling, calibrator, fitting-set size) of the per-set protocol: a Spearman x 100 per evaluation set.
-
-    Attributes:
-        pooling: the pooling key (``"first-last-avg"``, ``"sif-first-last-avg"`` ...).
-        base_pooling: the same pooling without weighting (equal to ``pooling`` when it is not weighted).
-        calibrator: the calibrator spec (``"none"`` for the raw encoder).
-        fit_size: sentences each set's calibrator (and token statistics) were fitted on: ``None`` for all of the
-            set's sentences, else a seeded sample of that many (sets with no more sentences are not scored).
-        seeds: the flow seeds (``[None]`` for deterministic calibrators).
-        runs: per set name, one Spearman x 100 per seed (NaN where undefined).
-        seconds: wall time of fitting and scoring, all sets and seeds.
-        error: the message of a failed fit (the cell then has no scores).
-        auto: an ``auto`` cell's choice per set, as ``Embedder.fit`` records it (empty for other calibrators).
-    """
+    ``pooling``: the key (``"sif-first-last-avg"`` ...), ``base_pooling`` the same without weighting; ``calibrator``:
+    the spec (``"none"``: raw); ``fit_size``: sentences each set's calibrator (and token statistics) was fitted on
+    (``None``: all of the set's, else a seeded sample; sets with no more are not scored); ``seeds``: the flow seeds
+    (``[None]`` for deterministic calibrators); ``runs``: per set, one score per seed (NaN where undefined); ``seconds``
+    of fitting and scoring; ``error`` of a failed fit (then no scores); ``auto``: an ``auto`` cell's choice per set, as
+    ``Embedder.fit`` records it."""
 
     pooling: str
     base_pooling: str
@@ -292,17 +248,11 @@ class PerSetCell:
 
 @dataclass
 class PerSetResult:
-    """The cells of a per-set run with what is needed to read them.
-
-    Attributes:
-        meta: JSON-ready description of the run (model, protocol, fitting sizes, machine, timings, command).
-        sets: per set name: ``dataset``, ``n_pairs`` and ``n_sentences`` (the set's own distinct sentences).
-        fits: per set name and fit-size label: ``n_fit`` sentences fitted on and ``seen``, how many of the set's
-            evaluation sentences were among them (``None`` where the set has too few sentences for the size).
-        cells: raw cells (calibrator ``none``) and calibrated cells, in run order.
-        margin: the harm margin of every summary (points).
-        lodo: leave-one-dataset-out selections attached by :func:`bertflow.paper.lodo.select_lodo`.
-    """
+    """The ``cells`` of a per-set run (raw ones, calibrator ``none``, and calibrated, in run order) with ``meta``
+    (JSON-ready: model, protocol, fitting sizes, machine, timings, command), ``sets`` (per set: ``dataset``,
+    ``n_pairs``, ``n_sentences``), ``fits`` (per set and fit-size label: ``n_fit`` sentences and ``seen``, the
+    evaluation sentences among them; ``None`` where the set is too small), the harm ``margin`` of every summary
+    (points) and the ``lodo`` selections :func:`bertflow.paper.lodo.select_lodo` attaches."""
 
     meta: dict[str, Any]
     sets: dict[str, dict[str, Any]]

@@ -22,8 +22,6 @@ from ..errors import CompatibilityError, InputError
 from ..linalg import unit_rows
 from ..validation import check_finite
 
-__all__ = ["VectorSearch", "AUTO_APPROXIMATE_MIN_ROWS", "AUTO_MIN_RECALL", "faiss_available"]
-
 logger = logging.getLogger(__name__)
 
 Metric = Literal["cosine", "dot"]
@@ -71,17 +69,13 @@ def _by_score_then_row(scores: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray
 
 
 class VectorSearch:
-    """Top-k search over rows of dimension ``dim`` (module docstring).
-
-    Args:
-        metric: ``"cosine"`` (rows and queries are L2-normalised; bertflow's similarity) or ``"dot"``.
-        backend: exact search by ``"torch"`` or ``"faiss"``; ``device``: where torch keeps the rows and scores.
-        query_chunk_size, corpus_chunk_size: the torch backend's blocks (results do not depend on them).
-        approximate: ``"auto"``, ``"exact"``, ``"hnsw"`` or ``"ivf"`` (the last two need faiss).
-        hnsw_m, ef_search, ef_construction: HNSW links per node, candidates per query (at least ``k``) and while
-            inserting (faiss ``M``, ``efSearch``, ``efConstruction``).
-        nlist, nprobe: IVF lists (``None``: ``round(sqrt(N))`` at build time) and lists visited per query.
-    """
+    """Top-k search over rows of dimension ``dim`` (module docstring). ``metric``: ``"cosine"`` (rows and queries
+    L2-normalised; bertflow's similarity) or ``"dot"``; ``backend``: exact search by ``"torch"`` (on ``device``, in
+    blocks of ``query_chunk_size`` x ``corpus_chunk_size`` that do not change results) or ``"faiss"``;
+    ``approximate``: ``"auto"``, ``"exact"``, ``"hnsw"`` or ``"ivf"`` (the last two need faiss). HNSW: ``hnsw_m``
+    links per node, ``ef_search`` candidates per query (at least ``k``), ``ef_construction`` while inserting (faiss
+    ``M``, ``efSearch``, ``efConstruction``); IVF: ``nlist`` lists (``None``: ``round(sqrt(N))`` at build time),
+    ``nprobe`` visited per query."""
 
     def __init__(
         self,
@@ -217,11 +211,8 @@ class VectorSearch:
         """Recall@k of the approximate search ``kind`` against the exact one, on a held-out sample of the index:
         ``sample`` rows drawn with ``seed`` are the queries, and each query's own row is left out of both answers
         (it would be a free hit). Builds the faiss index if needed; sets and returns :attr:`recall`:
-        ``{"kind", "k", "recall_at_k", "sample", "rows", "min_recall"}`` (recall in [0, 1]).
-
-        Raises:
-            InputError: faiss missing, or an index of fewer than 2 rows.
-        """
+        ``{"kind", "k", "recall_at_k", "sample", "rows", "min_recall"}`` (recall in [0, 1]). InputError without
+        faiss or with fewer than 2 rows."""
         n = len(self)
         if n < 2:
             raise InputError("measuring recall needs an index of at least 2 rows")
@@ -261,18 +252,11 @@ class VectorSearch:
         return ann
 
     def topk(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The ``k`` best rows for each query, as arrays.
-
-        Args:
-            queries: float [M, D] query vectors (normalised here for cosine).
-            k: results per query; capped at the index size.
-
-        Returns:
-            ``(scores, rows)``: float32 [M, k'] sorted best first, and int64 [M, k'] row positions, where
-            ``k' = min(k, len(self))``. Equal scores are ordered by row; which of several rows tied at the
-            k-th place is kept is unspecified. An approximate search (see :meth:`search_kind`) may miss true
-            neighbours, and marks places it could not fill with row ``-1`` and score ``-inf``.
-        """
+        """The ``k`` best rows (capped at the index size) for each of the float [M, D] ``queries`` (normalised here
+        for cosine): ``(scores, rows)``, float32 [M, k'] best first and int64 [M, k'] row positions,
+        ``k' = min(k, len(self))``. Equal scores are ordered by row; which of several rows tied at the k-th place is
+        kept is unspecified. An approximate search (:meth:`search_kind`) may miss true neighbours, and marks places
+        it could not fill with row ``-1`` and score ``-inf``."""
         if k < 1:
             raise InputError(f"top_k must be at least 1, got {k}")
         q = self._vectors(queries, "query embeddings")

@@ -46,8 +46,6 @@ from ..io.formats import (
 from ..model_folder import LATER_ENCODER_KEYS
 from .ann import Approximate, Backend, VectorSearch, faiss_available, import_faiss
 
-__all__ = ["SearchHit", "EmbeddingIndex", "INDEX_CONFIG", "INDEX_EMBEDDINGS", "INDEX_ANN"]
-
 logger = logging.getLogger(__name__)
 
 INDEX_CONFIG = FOLDER_KINDS["index"][0]  # "index.json"
@@ -135,19 +133,11 @@ def _portable_model(model: dict[str, Any] | None, source: str | None, folder: Pa
 
 
 class EmbeddingIndex(VectorSearch):
-    """Top-k search (exact, or approximate with faiss: :class:`~bertflow.search.ann.VectorSearch`, whose arguments
-    it takes) over vectors, each with an id and an optional text, recording the model that embedded them.
-
-    Args:
-        model: identity of the model whose embeddings the rows are (:meth:`bertflow.Embedder.identity`); ``None``
-            for bare vectors. Saved with the index and checked by :meth:`check_model`.
-        kwargs: ``dim`` and the search settings of :class:`~bertflow.search.ann.VectorSearch`.
-
-    Example:
-        >>> index = EmbeddingIndex.build(vectors, ids=["a", "b", "c"], texts=sentences)
-        >>> index.search(query_vectors, top_k=2)[0]
-        [SearchHit(id='b', score=0.91, text='...', row=1), SearchHit(id='a', score=0.42, text='...', row=0)]
-    """
+    """Top-k search (exact, or approximate with faiss: :class:`~bertflow.search.ann.VectorSearch`, whose ``kwargs``,
+    ``dim`` and search settings, it takes) over vectors, each with an id and an optional text, recording the
+    ``model`` that embedded them (:meth:`bertflow.Embedder.identity`; ``None`` for bare vectors), saved with the
+    index and checked by :meth:`check_model`. ``EmbeddingIndex.build(vectors, ids=["a", "b"], texts=sentences)
+    .search(queries, top_k=2)[0]`` is a list of :class:`SearchHit`, best first."""
 
     def __init__(self, dim: int, *, model: dict[str, Any] | None = None, **kwargs: Any) -> None:
         super().__init__(dim, **kwargs)
@@ -176,11 +166,8 @@ class EmbeddingIndex(VectorSearch):
         self, embeddings: np.ndarray, ids: Sequence[ItemId] | None = None, texts: Sequence[str] | None = None
     ) -> None:
         """Append rows. ``ids`` default to their positions in the index; ``texts`` are needed if the index has them.
-
-        Raises:
-            CompatibilityError: vectors of another dimension.
-            InputError: NaN/Inf, duplicate or malformed ids, texts missing or of the wrong count.
-        """
+        CompatibilityError for vectors of another dimension; InputError for NaN/Inf, duplicate or malformed ids, or
+        texts missing or of the wrong count."""
         arr = self._vectors(embeddings, "embeddings to index")
         n = len(arr)
         if n == 0:
@@ -232,12 +219,8 @@ class EmbeddingIndex(VectorSearch):
         ]
 
     def check_model(self, identity: dict[str, Any]) -> None:
-        """Refuse to be used with a model (its :meth:`bertflow.Embedder.identity`) other than the one that embedded
-        the rows.
-
-        Raises:
-            CompatibilityError: the index records no model, or another encoder, pooling, truncation or calibrator.
-        """
+        """Refuse (CompatibilityError) to be used with a model (its :meth:`bertflow.Embedder.identity`) other than
+        the one that embedded the rows: another encoder, pooling, truncation or calibrator, or none recorded."""
         if not self.model:
             raise CompatibilityError(
                 "this index records no model (it was built from bare vectors), so queries from a model cannot be "
@@ -252,15 +235,10 @@ class EmbeddingIndex(VectorSearch):
                 "(index_sentences, `bertflow search build`) or load the model it was built with"
             )
 
-    # -- persistence -------------------------------------------------------------------------------------
-
     def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
         """Write the folder of the module docstring at ``path`` (a new or empty folder, or with ``overwrite`` a
         bertflow index, replaced whole), atomically; an approximate search's recall is measured first. Returns it.
-
-        Raises:
-            OutputError: ``path`` may not be written (see :func:`~bertflow.io.files.check_output_folder`).
-        """
+        OutputError where ``path`` may not be written (:func:`~bertflow.io.files.check_output_folder`)."""
         check_output_folder(path, "index", overwrite=overwrite)
         kind = self.search_kind() if len(self) else "exact"
         if kind != "exact" and (self.recall is None or self.recall["kind"] != kind):
@@ -307,10 +285,7 @@ class EmbeddingIndex(VectorSearch):
     ) -> EmbeddingIndex:
         """Load a folder written by :meth:`save`, searching with the saved ``backend`` and ``approximate`` kind unless
         given (``"exact"`` always works; where faiss is missing, torch and exact, with a warning), on ``device``.
-
-        Raises:
-            ModelFileError: a missing, truncated, edited or inconsistent index, or one written by a newer bertflow.
-        """
+        ModelFileError for a missing, truncated, edited or inconsistent index, or one from a newer bertflow."""
         folder = Path(path).expanduser()
         if not folder_present(folder):
             raise ModelFileError(f"{folder} is not a folder; an index is a folder written by EmbeddingIndex.save")

@@ -18,7 +18,6 @@ from .index import EmbeddingIndex, ItemId, SearchHit
 if TYPE_CHECKING:
     from ..embedder import Embedder
 
-__all__ = ["index_sentences", "index_file", "add_sentences", "query"]
 
 logger = logging.getLogger(__name__)
 
@@ -32,15 +31,11 @@ def index_sentences(
     show_progress_bar: bool | None = None,
     **kwargs: Any,
 ) -> EmbeddingIndex:
-    """A cosine index of ``sentences`` embedded by ``embedder``, recording its
-    :meth:`~bertflow.embedder.Embedder.identity` so that :func:`query` and a saved copy refuse any other model.
-
-    Args:
-        sentences: the sentences to search (a list; for a file use :func:`index_file`).
-        ids: one str or int id per sentence, unique; default: positions 0..N-1.
-        batch_size, show_progress_bar: as in :meth:`Embedder.encode` (``None`` shows a bar from 4,096 sentences).
-        kwargs: search settings of :class:`~bertflow.search.ann.VectorSearch` (``backend``, ``approximate`` ...).
-    """
+    """A cosine index of ``sentences`` (a list; for a file :func:`index_file`) embedded by ``embedder``, recording
+    its :meth:`~bertflow.embedder.Embedder.identity` so that :func:`query` and a saved copy refuse any other model.
+    ``ids``: one unique str or int per sentence (default: positions 0..N-1); ``batch_size``, ``show_progress_bar``:
+    as :meth:`Embedder.encode` (``None`` shows a bar from 4,096 sentences); ``kwargs``: search settings of
+    :class:`~bertflow.search.ann.VectorSearch` (``backend``, ``approximate`` ...)."""
     if isinstance(sentences, str):
         raise InputError("index_sentences takes a list of sentences; to index a file use index_file(embedder, path)")
     items = validate_sentences(sentences)
@@ -62,11 +57,9 @@ def index_file(
     errors: Literal["strict", "replace"] = "strict",
     **kwargs: Any,
 ) -> EmbeddingIndex:
-    """:func:`index_sentences` of a UTF-8 file: one sentence per line, or one ``column`` of a TSV with a header.
-
-    Ids are 1-based line numbers for a text file and 1-based data-row numbers for a TSV. ``unique`` drops
-    repeated sentences (keeping the first); ``kwargs`` go to :func:`index_sentences`.
-    """
+    """:func:`index_sentences` of a UTF-8 file: one sentence per line, or one ``column`` of a TSV with a header. Ids are
+    1-based line numbers for a text file and 1-based data-row numbers for a TSV. ``unique`` drops repeated sentences
+    (keeping the first); ``kwargs`` go to :func:`index_sentences`."""
     if column is None:
         rows = [(number, text) for number, text in iter_lines(path, errors=errors) if not is_blank(text)]
     else:
@@ -112,12 +105,8 @@ def query(
     show_progress_bar: bool | None = None,
 ) -> list[list[SearchHit]]:
     """The ``top_k`` rows of ``index`` closest to each query sentence (one string counts as a list of one), embedded
-    by ``embedder`` (cosine in its calibrated space): one list of hits per query, best first.
-
-    Raises:
-        CompatibilityError: the index was built with another model, or from bare vectors
-            (:meth:`EmbeddingIndex.check_model`).
-    """
+    by ``embedder`` (cosine in its calibrated space): one list of hits per query, best first. CompatibilityError
+    for an index built with another model or from bare vectors (:meth:`EmbeddingIndex.check_model`)."""
     index.check_model(embedder.identity())
     items = [queries] if isinstance(queries, str) else list(queries)
     return index.search(np.atleast_2d(embedder.encode(items, show_progress_bar=show_progress_bar)), top_k=top_k)
