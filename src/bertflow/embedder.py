@@ -3,10 +3,13 @@
 :meth:`Embedder.save` writes, and :meth:`Embedder.load` reads back (from a folder or its hub id), the folder that
 :mod:`bertflow.model_folder` describes and verifies. :meth:`Embedder.encode` and :meth:`Embedder.similarity` take
 sentence-transformers' keywords and embedding inputs (:mod:`bertflow.encode_outputs`), so code written for a
-``SentenceTransformer`` runs unchanged. Everything else takes an Embedder: search (:mod:`bertflow.search.sentences`),
-hub upload (:func:`bertflow.hub.push`), the model card (:func:`bertflow.card.model_card`), the sentence-transformers
-export (:func:`bertflow.integrations.st_export.from_embedder`) and MTEB
-(:class:`bertflow.integrations.mteb.MTEBEncoder`)."""
+``SentenceTransformer`` runs unchanged.
+
+Everything else takes an Embedder: search (:mod:`bertflow.search.sentences`), hub upload
+(:func:`bertflow.hub.push`), the model card (:func:`bertflow.card.model_card`), the sentence-transformers export
+(:func:`bertflow.integrations.st_export.from_embedder`) and MTEB
+(:class:`bertflow.integrations.mteb.MTEBEncoder`).
+"""
 
 from __future__ import annotations
 
