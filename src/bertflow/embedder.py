@@ -78,13 +78,15 @@ def iter_calibrated(
     chunk_size: int | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> Iterator[np.ndarray]:
-    """The encode-then-calibrate loop: float32 [n, D'] chunks of calibrated embeddings of ``sentences`` (any iterable of
-    non-blank strings: a list, a file reader), in input order; ``calibrator`` ``None`` gives the raw pooled vectors; the
-    keywords are :meth:`SentenceEncoder.iter_encode`'s. Every calibrated stream in bertflow goes through here
-    (:meth:`Embedder.iter_encode`, ``bertflow encode``, the scale-out store writer): the encoder's one forward pass
-    (:meth:`SentenceEncoder.iter_encode`), the calibrator applied on the device in float32 before the copy to the host,
-    and the NaN/Inf and overflow checks done once, there (naming the stream row). :meth:`Embedder.encode` is the same
-    path for a list held in memory."""
+    """The encode-then-calibrate loop: float32 [n, D'] chunks of calibrated embeddings of ``sentences`` (any iterable
+    of non-blank strings: a list, a file reader), in input order; ``calibrator`` ``None`` gives the raw pooled
+    vectors; the keywords are :meth:`SentenceEncoder.iter_encode`'s.
+
+    Every calibrated stream in bertflow goes through here (:meth:`Embedder.iter_encode`, ``bertflow encode``, the
+    scale-out store writer): the encoder's one forward pass (:meth:`SentenceEncoder.iter_encode`), the calibrator
+    applied on the device in float32 before the copy to the host, and the NaN/Inf and overflow checks done once,
+    there (naming the stream row). :meth:`Embedder.encode` is the same path for a list held in memory.
+    """
     yield from encoder.iter_encode(
         sentences,
         batch_size=batch_size,
@@ -196,13 +198,15 @@ class Embedder:
         token_corpus: Iterable[str] | None = None,
         token_source: TokenSource | None = None,
     ) -> Embedder:
-        """Encode ``sentences`` (no labels; duplicates kept, they weight the density) and fit the calibrator on them;
-        returns ``self``. ``regime`` is a free-form label saved in the model card (``"target"``, ``"nli"`` ...). With a
-        frequency-weighted pooling (``sif:first-last-avg`` ...) the encoder's token statistics are fitted first
-        (:meth:`SentenceEncoder.count_tokens`), from unlabeled text only: in ``token_source`` ``"fit"`` (the fitting
-        sentences, then tokenised once, for counting and for encoding), ``"corpus"`` (``token_corpus``) or ``"both"``;
-        ``None``: ``"corpus"`` when a ``token_corpus`` is given, else ``"fit"``. InputError for token options without a
-        weighted pooling, or a source needing a ``token_corpus`` without one."""
+        """Encode ``sentences`` (no labels; duplicates kept, they weight the density) and fit the calibrator on
+        them; returns ``self``. ``regime`` is a free-form label saved in the model card (``"target"``, ``"nli"`` ...).
+
+        With a frequency-weighted pooling (``sif:first-last-avg`` ...) the encoder's token statistics are fitted
+        first (:meth:`SentenceEncoder.count_tokens`), from unlabeled text only: in ``token_source`` ``"fit"`` (the
+        fitting sentences, then tokenised once, for counting and for encoding), ``"corpus"`` (``token_corpus``) or
+        ``"both"``; ``None``: ``"corpus"`` when a ``token_corpus`` is given, else ``"fit"``. InputError for token
+        options without a weighted pooling, or a source needing a ``token_corpus`` without one.
+        """
         items = validate_sentences(sentences)
         source = _token_source(self.encoder, token_corpus, token_source)
         started = time.perf_counter()
@@ -236,10 +240,12 @@ class Embedder:
         self, items: Any, *, weigh: bool, batch_size: int | None, show: bool | None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """Fit the :class:`AutoCalibrator` as its rule says (:func:`bertflow.autofit.fit_auto`), in ONE forward pass.
-        The pass computes the encoder's pooling, the last layer's token mean (whose anisotropy tells a raw MLM encoder
-        from a sentence encoder) and, where ``weigh`` and a generic token prior fits the tokenizer, the SIF-weighted
-        form of the pooling. On a raw encoder the encoder then keeps the weighted pooling and the prior's statistics.
-        Returns the embeddings fitted on and what was chosen (saved in the fit record)."""
+
+        The pass computes the encoder's pooling, the last layer's token mean (whose anisotropy tells a raw MLM
+        encoder from a sentence encoder) and, where ``weigh`` and a generic token prior fits the tokenizer, the
+        SIF-weighted form of the pooling. On a raw encoder the encoder then keeps the weighted pooling and the
+        prior's statistics. Returns the embeddings fitted on and what was chosen (saved in the fit record).
+        """
         enc, calibrator = self.encoder, self.calibrator
         inputs = auto_inputs(enc, weigh=weigh)
         if inputs.prior is not None:
@@ -261,7 +267,8 @@ class Embedder:
     def record_fit(self, fit_info: dict[str, Any]) -> Embedder:
         """Declare that the calibrator has just been fitted on this encoder's embeddings, as ``fit_info`` says
         (:func:`~bertflow.model_folder.fit_record`): sets :attr:`fit_info` and :attr:`fitted_on`. :meth:`fit` calls it;
-        so does a fit made elsewhere on this encoder's embeddings (``bertflow distributed-fit``). Returns ``self``."""
+        so does a fit made elsewhere on this encoder's embeddings (``bertflow distributed-fit``). Returns ``self``.
+        """
         self.check_fitted()
         check_dimension(self.calibrator, self.encoder.dim, self.encoder.model_id)
         self.fit_info = dict(fit_info)
@@ -270,8 +277,9 @@ class Embedder:
         return self
 
     def fit_records(self) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        """``(fit_info, fitted_on)`` if they still describe the calibrator held, else ``({}, None)``: what :meth:`save`
-        writes, so a calibrator refitted outside the Embedder is not saved with a record of this one's fit."""
+        """``(fit_info, fitted_on)`` if they still describe the calibrator held, else ``({}, None)``: what
+        :meth:`save` writes, so a calibrator refitted outside the Embedder is not saved with a record of this one's
+        fit."""
         if self._recorded_for is not None and self._recorded_for == calibrator_fingerprint(self.calibrator):
             return self.fit_info, self.fitted_on
         if self.fitted_on is not None or self.fit_info:
@@ -295,21 +303,24 @@ class Embedder:
         output_value: str | None = "sentence_embedding",
         **unknown: Any,
     ) -> Any:
-        """Calibrated embeddings: float32 [N, D'] (or [D'] for one string). The calibrator runs on the encoder's device,
-        on each chunk of pooled vectors before they are copied to the host (:meth:`Calibrator.torch_transform`,
-        float32), so calibration costs next to nothing on a GPU. The other keywords are sentence-transformers'
-        ``encode`` keywords, with its meaning, so code written for a ``SentenceTransformer`` runs unchanged (an unknown
-        one is a TypeError naming all): ``convert_to_tensor`` gives one ``torch.Tensor`` [N, D'] on the encoder's
-        device, ``convert_to_numpy=False`` a list of N tensors [D']; ``normalize_embeddings`` scales each vector to unit
-        length; ``precision``: ``"float32"`` (or ``None``), or ``"int8"``, ``"uint8"``, ``"binary"``, ``"ubinary"``,
-        quantised with sentence-transformers' ``quantize_embeddings`` (ranges from these embeddings); ``device``:
-        ``None`` or the encoder's own device (placed once, when built), or a list of devices (``["cuda:0", "cuda:1"]``,
-        ``"cpu"`` may repeat): one spawned process per entry encodes a contiguous part
-        (:func:`~bertflow.encoding.multiprocess.encode_multi_device`), and the calibrator maps the result here;
-        ``truncate_dim``: keep the first dimensions (before normalising; ``None``: :attr:`truncate_dim`). InputError for
-        a prompt (the calibrator was fitted on sentences without one), another device, an unknown precision, a
-        ``truncate_dim`` outside [1, D'], or an ``output_value`` other than ``"sentence_embedding"`` (token embeddings
-        are not calibrated)."""
+        """Calibrated embeddings: float32 [N, D'] (or [D'] for one string).
+
+        The calibrator runs on the encoder's device, on each chunk of pooled vectors before they are copied to
+        the host (:meth:`Calibrator.torch_transform`, float32), so calibration costs next to nothing on a GPU.
+
+        The other keywords are sentence-transformers' ``encode`` keywords, with its meaning, so code written for a
+        ``SentenceTransformer`` runs unchanged (an unknown one is a TypeError naming all): ``convert_to_tensor``
+        gives one ``torch.Tensor`` [N, D'] on the encoder's device, ``convert_to_numpy=False`` a list of N tensors
+        [D']; ``normalize_embeddings`` scales each vector to unit length; ``precision``: ``"float32"`` (or ``None``),
+        or ``"int8"``, ``"uint8"``, ``"binary"``, ``"ubinary"``, quantised with sentence-transformers'
+        ``quantize_embeddings`` (ranges from these embeddings); ``device``: ``None`` or the encoder's own device
+        (placed once, when built), or a list of devices (``["cuda:0", "cuda:1"]``, ``"cpu"`` may repeat): one spawned
+        process per entry encodes a contiguous part (:func:`~bertflow.encoding.multiprocess.encode_multi_device`), and
+        the calibrator maps the result here; ``truncate_dim``: keep the first dimensions (before normalising;
+        ``None``: :attr:`truncate_dim`). InputError for a prompt (the calibrator was fitted on sentences without
+        one), another device, an unknown precision, a ``truncate_dim`` outside [1, D'], or an ``output_value`` other
+        than ``"sentence_embedding"`` (token embeddings are not calibrated).
+        """
         precision = "float32" if precision is None else precision  # sentence-transformers' evaluators pass None
         check_encode_keywords(
             unknown,
@@ -389,10 +400,13 @@ class Embedder:
     def similarity(
         self, a: str | Sequence[str] | np.ndarray | torch.Tensor, b: str | Sequence[str] | np.ndarray | torch.Tensor
     ) -> torch.Tensor:
-        """Cosine similarity in the calibrated space, as ``SentenceTransformer.similarity`` returns it: always a float32
-        CPU ``torch.Tensor`` [len(a), len(b)] (computed in float64); ``float(model.similarity(s1, s2))`` for one pair.
+        """Cosine similarity in the calibrated space, as ``SentenceTransformer.similarity`` returns it: always a
+        float32 CPU ``torch.Tensor`` [len(a), len(b)] (computed in float64); ``float(model.similarity(s1, s2))`` for
+        one pair.
+
         ``a`` and ``b`` are sentences (a string counts as one row) or both embeddings (arrays or tensors [N, D'] or
-        [D'], e.g. from :meth:`encode`, as MTEB passes them)."""
+        [D'], e.g. from :meth:`encode`, as MTEB passes them).
+        """
         if not are_embeddings(a, b):
             a, b = self.encode(a), self.encode(b)
         return embedding_cosine(a, b, pairwise=False)
@@ -406,7 +420,8 @@ class Embedder:
     ) -> torch.Tensor:
         """Cosine of each pair ``(a[i], b[i])`` of sentences, or of rows of two embedding matrices [N, D'], as
         ``SentenceTransformer.similarity_pairwise`` returns it: a float32 CPU ``torch.Tensor`` [N].
-        ``show_progress_bar`` as in :meth:`encode`."""
+        ``show_progress_bar`` as in :meth:`encode`.
+        """
         if not are_embeddings(a, b):
             if len(a) != len(b):
                 raise ValueError(f"need as many first as second sentences, got {len(a)} and {len(b)}")
@@ -440,8 +455,10 @@ class Embedder:
         self, sentences: Sequence[str], *, batch_size: int | None = None, show_progress_bar: bool | None = None
     ) -> Iterator[np.ndarray]:
         """Calibrated embeddings of ``sentences`` in chunks (float32 [<=16384, D']), in order, with a progress bar.
+
         Memory stays bounded by one chunk, so corpora larger than what :meth:`encode` should hold at once stream
-        straight into an index."""
+        straight into an index.
+        """
         from tqdm.auto import tqdm
 
         self.check_fitted()
@@ -458,11 +475,13 @@ class Embedder:
 
     def save(self, path: str | Path, *, include_encoder: bool = False, overwrite: bool = False) -> Path:
         """Write the folder described in :mod:`bertflow.model_folder` at ``path``, atomically; returns its path.
-        ``path``: new, empty, or (with ``overwrite``) a bertflow model, replaced whole (a crash at any point leaves the
-        old one in place); an existing model is refused without ``overwrite``, and any other non-empty folder (or the
-        working directory) always is (OutputError, :func:`~bertflow.io.files.check_output_folder`). ``include_encoder``
-        also copies the encoder's Hugging Face files into ``encoder/``, so the folder is self-contained (a hub repo that
-        needs nothing else); loading then uses that copy."""
+
+        ``path``: new, empty, or (with ``overwrite``) a bertflow model, replaced whole (a crash at any point leaves
+        the old one in place); an existing model is refused without ``overwrite``, and any other non-empty folder
+        (or the working directory) always is (OutputError, :func:`~bertflow.io.files.check_output_folder`).
+        ``include_encoder`` also copies the encoder's Hugging Face files into ``encoder/``, so the folder is
+        self-contained (a hub repo that needs nothing else); loading then uses that copy.
+        """
         self.check_fitted()  # also refuses a calibrator refitted elsewhere on another width
         fit_info, fitted_on = self.fit_records()
         save_model_folder(
@@ -484,11 +503,13 @@ class Embedder:
     def load(
         cls, path: str | Path, *, device: str | None = None, dtype: str = "auto", revision: str | None = None
     ) -> Embedder:
-        """Load a folder written by :meth:`save`, or a Hugging Face Hub repo id holding one (``"user/my-flow"``, fetched
-        and cached by huggingface_hub, at ``revision``); ``device``, ``dtype`` as
-        :class:`~bertflow.encoding.encoder.SentenceEncoder`. ModelFileError for missing, truncated, corrupted or edited
-        files, a format newer than this bertflow reads, or a path that is neither a local folder nor a hub repo that can
-        be fetched (offline and not cached); CompatibilityError for a calibrator that does not match the encoder."""
+        """Load a folder written by :meth:`save`, or a Hugging Face Hub repo id holding one (``"user/my-flow"``,
+        fetched and cached by huggingface_hub, at ``revision``); ``device``, ``dtype`` as
+        :class:`~bertflow.encoding.encoder.SentenceEncoder`. ModelFileError for missing, truncated, corrupted or
+        edited files, a format newer than this bertflow reads, or a path that is neither a local folder nor a hub
+        repo that can be fetched (offline and not cached); CompatibilityError for a calibrator that does not match
+        the encoder.
+        """
 
         def assemble(folder: Path, config: dict[str, Any], calibrator: Calibrator, source: str) -> Embedder:
             encoder, encoder_dir = load_encoder(folder, config, device=device, dtype=dtype)

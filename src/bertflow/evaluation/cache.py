@@ -60,9 +60,11 @@ def sentence_key(sentence: str) -> str:
 
 
 def pooling_key(pooling: str | Sequence[int] | Pooling, num_layers: int) -> str:
-    """Canonical text of a pooling for file names and dictionary keys, e.g. ``"mean"`` or ``"layers-1-6"``. Names are
-    resolved against the model first, so ``"first-last"`` and ``"first_last_avg"`` share a key and an explicit ``[1,
-    6]`` on a 6-layer model is ``"layers-1-6"``."""
+    """Canonical text of a pooling for file names and dictionary keys, e.g. ``"mean"`` or ``"layers-1-6"``.
+
+    Names are resolved against the model first, so ``"first-last"`` and ``"first_last_avg"`` share a key and
+    an explicit ``[1, 6]`` on a 6-layer model is ``"layers-1-6"``.
+    """
     return (pooling if isinstance(pooling, Pooling) else Pooling.parse(pooling, num_layers)).key
 
 
@@ -246,11 +248,13 @@ def embed_cached(
     show_progress_bar: bool | None = None,
 ) -> dict[str, np.ndarray]:
     """Embeddings of N ``sentences`` (duplicates allowed) under each pooling, ``{pooling_key: float32 [N, D]}``,
-    encoding only what ``cache`` lacks (``None``: everything, nothing stored), in one pass. Sentences missing under
-    *any* requested pooling are encoded once with every pooling that lacks them, in chunks of ``chunk_size`` that are
-    written to the cache as they finish (an interrupted run resumes where it stopped). ``batch_size`` caps sentences per
-    forward pass (default: the encoder's token budget); ``show_progress_bar=None`` shows a bar for 4,096 sentences or
-    more to encode."""
+    encoding only what ``cache`` lacks (``None``: everything, nothing stored), in one pass.
+
+    Sentences missing under *any* requested pooling are encoded once with every pooling that lacks them, in
+    chunks of ``chunk_size`` that are written to the cache as they finish (an interrupted run resumes where it
+    stopped). ``batch_size`` caps sentences per forward pass (default: the encoder's token budget);
+    ``show_progress_bar=None`` shows a bar for 4,096 sentences or more to encode.
+    """
     items = validate_sentences(sentences)
     keys = [pooling_key(_spec(p), encoder.num_layers) for p in poolings]
     # The key names a pooling for files and results; the spec is what parses ("layers-1-6" is a key, not a spec).

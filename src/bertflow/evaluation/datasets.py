@@ -18,11 +18,12 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """Everything bertflow knows about one STS data set: its ``name`` in reports and on the command line (``"STS-B"``),
-    its ``folder`` in the data directory (``"STSBenchmark"``), its ``official_pairs`` as SentEval evaluates it (another
-    count is warned about, and refused by the download), its ``split_files`` (``{"train": file, "dev": file, "test":
-    file}``, evaluated on ``test``; ``None`` for a test-only set, whose subsets are every ``*.tsv`` of its folder) and
-    other names accepted for it, ``aliases`` (compared without case, ``-``, ``_``, spaces)."""
+    """Everything bertflow knows about one STS data set: its ``name`` in reports and on the command line
+    (``"STS-B"``), its ``folder`` in the data directory (``"STSBenchmark"``), its ``official_pairs`` as SentEval
+    evaluates it (another count is warned about, and refused by the download), its ``split_files`` (``{"train": file,
+    "dev": file, "test": file}``, evaluated on ``test``; ``None`` for a test-only set, whose subsets are every
+    ``*.tsv`` of its folder) and other names accepted for it, ``aliases`` (compared without case, ``-``, ``_``,
+    spaces)."""
 
     name: str
     folder: str
@@ -150,10 +151,11 @@ def _read_data_file(path: Path, errors: EncodingErrors = "strict") -> SentencePa
 
 
 def load_sts_task(name: str, data_dir: str | Path) -> StsTask:
-    """Load one STS task (a name or alias, :func:`task_spec`) from the TSV layout in ``data_dir``. STS12-16 subsets are
-    every ``*.tsv`` in the year's folder, ordered case-insensitively by name (SentEval's order). A pair count other than
-    the official one is logged as a warning (results would not be comparable with published numbers). InputError for an
-    unknown task or a malformed file; DataNotFoundError for a missing folder or file."""
+    """Load one STS task (a name or alias, :func:`task_spec`) from the TSV layout in ``data_dir``.
+
+    STS12-16 subsets are every ``*.tsv`` in the year's folder, ordered case-insensitively by name (SentEval's order).
+    A pair count other than the official one is logged as a warning (results would not be comparable with published
+    numbers). InputError for an unknown task or a malformed file; DataNotFoundError for a missing folder or file."""
     spec = task_spec(name)
     task = spec.name
     root = resolve_data_dir(data_dir)
@@ -188,11 +190,12 @@ def load_sts_tasks(names: Sequence[str] = STS_TASKS, data_dir: str | Path | None
 
 
 def load_nli_sentences(data_dir: str | Path) -> list[str]:
-    """Distinct sentences of SNLI dev + test (``NLI/snli_dev.tsv``, ``NLI/snli_test.tsv`` in ``data_dir``) in order of
-    first occurrence: the "nli" regime; DataNotFoundError when the files are missing. BERT-flow's NLI setting fits the
-    flow on full SNLI + MultiNLI (about 1M pairs), which the shipped data folder lacks, so SNLI dev+test (19,666 pairs,
-    about 25.7k distinct sentences, SentEval-tokenized text) stands in: a generic, non-target fitting corpus, but not
-    the paper's exact setting."""
+    """Distinct sentences of SNLI dev + test (``NLI/snli_dev.tsv``, ``NLI/snli_test.tsv`` in ``data_dir``) in order
+    of first occurrence: the "nli" regime; DataNotFoundError when the files are missing.
+
+    BERT-flow's NLI setting fits the flow on full SNLI + MultiNLI (about 1M pairs), which the shipped data folder
+    lacks, so SNLI dev+test (19,666 pairs, about 25.7k distinct sentences, SentEval-tokenized text) stands in: a
+    generic, non-target fitting corpus, but not the paper's exact setting."""
     root = resolve_data_dir(data_dir)
     parts = [_read_data_file(root / "NLI" / fname) for fname in ("snli_dev.tsv", "snli_test.tsv")]
     return distinct(s for pairs in parts for s in pairs.sentences())

@@ -141,10 +141,11 @@ def _convert_semeval_year(
 ) -> dict[str, int]:
     """Convert SemEval ``STS.input.<subset>.txt`` + ``STS.gs.<subset>.txt`` files (found at any depth of ``src_dir``;
     names from ``input_pattern`` and ``gs_pattern``, ``{}`` for the subset) to ``dst_dir/<subset>.tsv``; returns the
-    scored pairs written per subset. The input files hold ``sentence1<TAB>sentence2[<TAB>source notes...]``; the gold
-    file one score per line, empty for pairs that were not scored. Unscored pairs are dropped (as SentEval does); the
-    rest is copied verbatim. DataNotFoundError for a missing file; InputError for files that disagree in length or are
-    malformed."""
+    scored pairs written per subset.
+
+    The input files hold ``sentence1<TAB>sentence2[<TAB>source notes...]``; the gold file one score per line, empty
+    for pairs that were not scored. Unscored pairs are dropped (as SentEval does); the rest is copied verbatim.
+    DataNotFoundError for a missing file; InputError for files that disagree in length or are malformed."""
     counts: dict[str, int] = {}
     for subset in subsets:
         input_path = _find_file(src_dir, input_pattern.format(subset))
@@ -171,9 +172,11 @@ def _convert_semeval_year(
 
 
 def _convert_stsb_csv(src: Path, dst: Path) -> int:
-    """Convert a raw STS Benchmark ``sts-<split>.csv`` (TAB-separated, no quoting) to the pair TSV. Columns are genre,
-    filename, year, id, score, sentence1, sentence2 and optional licence fields; only score and the two sentences are
-    kept."""
+    """Convert a raw STS Benchmark ``sts-<split>.csv`` (TAB-separated, no quoting) to the pair TSV.
+
+    Columns are genre, filename, year, id, score, sentence1, sentence2 and optional licence fields; only
+    score and the two sentences are kept.
+    """
     rows: list[tuple[str, str, str]] = []
     for number, line in enumerate(_decode_source(src.read_bytes(), str(src)), start=1):
         if not line:
@@ -249,9 +252,11 @@ def _safe_extract(archive: Path, dest: Path) -> None:
 
 
 def _check_reachable(urls: Iterable[str], timeout: float) -> None:
-    """Fail fast when the download hosts cannot be reached within ``timeout`` seconds (in total). urllib's timeout does
-    not bound DNS resolution, so the probe runs in daemon threads with a hard deadline. Where urllib would go through a
-    proxy (``http_proxy`` / ``https_proxy``), the proxy is probed instead."""
+    """Fail fast when the download hosts cannot be reached within ``timeout`` seconds (in total).
+
+    urllib's timeout does not bound DNS resolution, so the probe runs in daemon threads with a hard deadline.
+    Where urllib would go through a proxy (``http_proxy`` / ``https_proxy``), the proxy is probed instead.
+    """
     proxies = urllib.request.getproxies()
     hosts: dict[tuple[str, int], str] = {}
     for url in urls:
@@ -382,14 +387,15 @@ def download_sts(
 ) -> Path:
     """Download the original STS12-16, STS Benchmark and SICK releases and build the TSV layout in ``cache_dir``
     (default ``~/.cache/bertflow/sts``, one of the folders the CLI's ``--data-dir`` default looks in); returns it.
-    Sources are the archives SentEval's data script uses (SemEval STS 2012-2016 English test packages, STS13 without the
-    LDC-licensed SMT subset; the STS Benchmark tarball; SICK train, trial and annotated test, relatedness score). Only
-    scored pairs are kept, text is raw (not SentEval's tokenized copy), and the pair counts and the sha256 of every
-    built file are checked against the pinned ones (InputError otherwise, NLI aside). Existing files of the layout are
-    overwritten, nothing else in the folder is touched; a completed download is not repeated unless ``force``.
-    ``include_nli`` also builds ``NLI/snli_{dev,test}.tsv`` from the SNLI 1.0 zip (about 90 MB; raw SNLI text). Every
-    host is probed first, so without network the call fails (DataNotFoundError, saying how to use a local copy) within
-    about ``connect_timeout`` seconds; ``read_timeout`` bounds any single network read."""
+
+    Sources are the archives SentEval's data script uses (SemEval STS 2012-2016 English test packages, STS13 without
+    the LDC-licensed SMT subset; the STS Benchmark tarball; SICK train, trial and annotated test, relatedness score).
+    Only scored pairs are kept, text is raw (not SentEval's tokenized copy), and the pair counts and the sha256 of
+    every built file are checked against the pinned ones (InputError otherwise, NLI aside). Existing files of the
+    layout are overwritten, nothing else in the folder is touched; a completed download is not repeated unless
+    ``force``. ``include_nli`` also builds ``NLI/snli_{dev,test}.tsv`` from the SNLI 1.0 zip (about 90 MB; raw SNLI
+    text). Every host is probed first, so without network the call fails (DataNotFoundError, saying how to use a
+    local copy) within about ``connect_timeout`` seconds; ``read_timeout`` bounds any single network read."""
     target = Path(cache_dir).expanduser() if cache_dir is not None else DEFAULT_CACHE_DIR.expanduser()
     marker = target / _COMPLETE_MARKER
     if marker.is_file() and not force and (not include_nli or (target / "NLI" / "snli_test.tsv").is_file()):

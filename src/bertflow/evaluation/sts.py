@@ -131,8 +131,10 @@ class StsReport:
         return known + [t for t in self.tasks if t not in known]
 
     def average(self, protocol: Protocol = "all", metric: Metric = "spearman") -> float:
-        """Plain (unweighted) mean over the evaluated tasks, as the papers' "Avg." column. It is the 7-task average only
-        when all seven tasks were evaluated. NaN if any task is NaN."""
+        """Plain (unweighted) mean over the evaluated tasks, as the papers' "Avg." column.
+
+        It is the 7-task average only when all seven tasks were evaluated. NaN if any task is NaN.
+        """
         if not self.tasks:
             raise InputError("the report has no tasks")
         return float(np.mean([t.score(protocol, metric) for t in self.tasks.values()]))
@@ -234,11 +236,12 @@ def evaluate_sts(
     data_dir: str | Path | None = None,
 ) -> StsReport:
     """Evaluate an encoder on STS ``tasks`` (names or aliases; default: all seven) from ``data_dir``, under both
-    protocols: ``report.average("all")`` is the SimCSE-style "Avg.", ``report.average("wmean")`` the paper's. ``embed``
-    maps a list of N sentences to an (N, D) array, called once per task with its distinct evaluation sentences; a
-    mapping from task name to such a function gives each task its own encoder (a calibrator fitted on that task: the
-    "target" regime). InputError for an unknown task or a mapping without one of them; DataNotFoundError for missing
-    data."""
+    protocols: ``report.average("all")`` is the SimCSE-style "Avg.", ``report.average("wmean")`` the paper's.
+
+    ``embed`` maps a list of N sentences to an (N, D) array, called once per task with its distinct evaluation
+    sentences; a mapping from task name to such a function gives each task its own encoder (a calibrator fitted on
+    that task: the "target" regime). InputError for an unknown task or a mapping without one of them;
+    DataNotFoundError for missing data."""
     loaded = load_sts_tasks(tasks, data_dir)
     if isinstance(embed, Mapping):
         missing = [name for name in loaded if name not in embed]

@@ -30,16 +30,19 @@ from ..errors import InputError
 
 
 class MapEncoder:
-    """Embed the text column of each batch with one loaded model: ``model_dir``, a folder written by ``bertflow fit`` /
-    :meth:`Embedder.save` or its hub id, gives calibrated embeddings (:meth:`Embedder.encode`); ``model`` instead, a raw
-    encoder (hub id or local folder) with ``pooling`` and ``max_length``, uncalibrated ones
+    """Embed the text column of each batch with one loaded model: ``model_dir``, a folder written by ``bertflow fit``
+    / :meth:`Embedder.save` or its hub id, gives calibrated embeddings (:meth:`Embedder.encode`); ``model`` instead,
+    a raw encoder (hub id or local folder) with ``pooling`` and ``max_length``, uncalibrated ones
     (:meth:`SentenceEncoder.encode`). ``text_column`` holds the sentences (strings, none blank or null);
     ``output_column`` is added, float32 [D] per row; ``device``, ``dtype``: where and in which precision the worker
-    encodes (``None``: CUDA if available, else CPU); ``batch_size``: sentences per forward pass (``None``: the encoder's
-    token budget); ``fixed_size``: Arrow output as ``fixed_size_list<float32>[D]`` (the default) or a variable
-    ``list<float32>`` (Spark's Arrow conversion reads only the latter). Calling it on a batch returns the batch with
-    ``output_column`` added, in the batch's own form: ``pyarrow.Table`` or ``pyarrow.RecordBatch`` (a new column) or a
-    ``dict`` of columns (Ray's ``"numpy"`` format: a float32 array [n, D]). Rows keep their order."""
+    encodes (``None``: CUDA if available, else CPU); ``batch_size``: sentences per forward pass (``None``: the
+    encoder's token budget); ``fixed_size``: Arrow output as ``fixed_size_list<float32>[D]`` (the default) or a
+    variable ``list<float32>`` (Spark's Arrow conversion reads only the latter).
+
+    Calling it on a batch returns the batch with ``output_column`` added, in the batch's own form:
+    ``pyarrow.Table`` or ``pyarrow.RecordBatch`` (a new column) or a ``dict`` of columns (Ray's ``"numpy"`` format:
+    a float32 array [n, D]). Rows keep their order.
+    """
 
     def __init__(
         self,

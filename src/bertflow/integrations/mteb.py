@@ -49,10 +49,13 @@ if TYPE_CHECKING:
 class MTEBEncoder:
     """mteb 2.x's ``EncoderProtocol`` over a fitted :class:`~bertflow.Embedder` (an unfitted one is refused now, not
     halfway through a benchmark), recording results under ``name`` (``"org/name"``; default
-    ``"bertflow/<encoder>-<calibrator>"``). ``encode`` gathers the texts of every batch MTEB hands it and embeds them
-    with one ``Embedder.encode`` call (bertflow's own length-sorted batching; MTEB's ``batch_size`` caps sentences per
-    forward pass). Its ``mteb_model_meta`` has ``revision`` = a hash of :meth:`Embedder.identity` (encoder weights and
-    calibrator fingerprint), so MTEB's result cache never serves one fit's scores for another's."""
+    ``"bertflow/<encoder>-<calibrator>"``).
+
+    ``encode`` gathers the texts of every batch MTEB hands it and embeds them with one ``Embedder.encode`` call
+    (bertflow's own length-sorted batching; MTEB's ``batch_size`` caps sentences per forward pass). Its
+    ``mteb_model_meta`` has ``revision`` = a hash of :meth:`Embedder.identity` (encoder weights and calibrator
+    fingerprint), so MTEB's result cache never serves one fit's scores for another's.
+    """
 
     def __init__(self, embedder: Embedder, *, name: str | None = None) -> None:
         if not isinstance(embedder, Embedder):
@@ -91,10 +94,12 @@ class MTEBEncoder:
         prompt_type: Any = None,
         **kwargs: Any,
     ) -> np.ndarray:
-        """Calibrated embeddings of every text in ``inputs``, in order: float32 [N, D']. ``task_metadata``,
-        ``hf_split``, ``hf_subset`` and ``prompt_type`` are accepted and unused (no prompts). ``kwargs`` are MTEB's
-        ``encode_kwargs`` and go to :meth:`Embedder.encode` (``batch_size``, ``show_progress_bar``, ``precision``...);
-        an unknown one is a ``TypeError`` naming it."""
+        """Calibrated embeddings of every text in ``inputs``, in order: float32 [N, D'].
+
+        ``task_metadata``, ``hf_split``, ``hf_subset`` and ``prompt_type`` are accepted and unused (no prompts).
+        ``kwargs`` are MTEB's ``encode_kwargs`` and go to :meth:`Embedder.encode` (``batch_size``,
+        ``show_progress_bar``, ``precision``...); an unknown one is a ``TypeError`` naming it.
+        """
         texts: list[str] = []
         for batch in inputs:
             if not isinstance(batch, dict) or "text" not in batch:
@@ -126,11 +131,13 @@ def sts_task(
     description: str = "STS pairs read from local files by bertflow",
 ) -> AbsTaskSTS:
     """An MTEB STS task named ``name`` over scored pairs already in memory (no hub download), ready for
-    ``mteb.evaluate``: an ``AbsTaskSTS`` whose main score is ``cosine_spearman`` (in [-1, 1]). ``pairs``: scored pairs
-    (``read_pairs(path)``, ``load_sts_task(...).eval_subsets[...]``), or a dict of them by split name (a single set
-    becomes the ``"test"`` split); ``min_score``, ``max_score``: the gold scale, which MTEB rescales to [0, 1] (no
-    correlation notices); ``languages``: MTEB language codes. InputError for pairs without gold scores, no pairs, or a
-    split without pairs."""
+    ``mteb.evaluate``: an ``AbsTaskSTS`` whose main score is ``cosine_spearman`` (in [-1, 1]).
+
+    ``pairs``: scored pairs (``read_pairs(path)``, ``load_sts_task(...).eval_subsets[...]``), or a dict of them by
+    split name (a single set becomes the ``"test"`` split); ``min_score``, ``max_score``: the gold scale, which MTEB
+    rescales to [0, 1] (no correlation notices); ``languages``: MTEB language codes. InputError for pairs without gold
+    scores, no pairs, or a split without pairs.
+    """
     from datasets import Dataset
 
     splits = {"test": pairs} if isinstance(pairs, SentencePairs) else dict(pairs)

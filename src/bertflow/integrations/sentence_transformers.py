@@ -69,10 +69,11 @@ def verify_export_checksums(folder: str | Path) -> None:
 
 def encoder_config(model: SentenceTransformer) -> dict[str, Any]:
     """What a calibrator fitted on ``model``'s pooled embeddings depends on, in bertflow's encoder-config form:
-    ``{"model", "revision", "pooling", "max_length", "dim", "fingerprint", "tokenizer_fingerprint", "framework"}``. The
-    fingerprints are ``None`` when the first module is not a Hugging Face transformer with a (fast) tokenizer. ``model``
-    is the Hub id, or for a local checkpoint the Hub id sentence-transformers recognised or else the folder's name:
-    never an absolute local path."""
+    ``{"model", "revision", "pooling", "max_length", "dim", "fingerprint", "tokenizer_fingerprint", "framework"}``.
+    The fingerprints are ``None`` when the first module is not a Hugging Face transformer with a (fast) tokenizer.
+    ``model`` is the Hub id, or for a local checkpoint the Hub id sentence-transformers recognised or else the
+    folder's name: never an absolute local path.
+    """
     first = model[0]
     hf_model = getattr(first, "auto_model", None)
     tokenizer = getattr(first, "tokenizer", None)
@@ -134,12 +135,14 @@ def _pooled_dim(model: SentenceTransformer) -> int | None:
 
 class Calibration(Module):
     """A sentence-transformers module that maps ``features["sentence_embedding"]`` through a fitted ``calibrator``
-    (fitted on this model's pooled embeddings; :func:`~.st_export.fit_calibrator` builds the pipeline). Place it after
-    Pooling (and Dense, if any) and before a final ``Normalize``: see the module docstring. The output keeps the input's
-    device and dtype; the calibrator computes in float32/float64 on its own device (the flow on CUDA when available),
-    whatever the model's precision. ``fitting`` (how it was fitted: ``n_sentences``, ``corpus_sha256``, ``regime``) is
-    saved in ``fitting.json``; ``fitted_on`` (:func:`~bertflow.model_folder.encoder_record`) in ``fitted_on.json``,
-    compared with the model it is loaded into."""
+    (fitted on this model's pooled embeddings; :func:`~.st_export.fit_calibrator` builds the pipeline).
+
+    Place it after Pooling (and Dense, if any) and before a final ``Normalize``: see the module docstring. The
+    output keeps the input's device and dtype; the calibrator computes in float32/float64 on its own device (the
+    flow on CUDA when available), whatever the model's precision. ``fitting`` (how it was fitted: ``n_sentences``,
+    ``corpus_sha256``, ``regime``) is saved in ``fitting.json``; ``fitted_on``
+    (:func:`~bertflow.model_folder.encoder_record`) in ``fitted_on.json``, compared with the model it is loaded into.
+    """
 
     config_keys: list[str] = []  # everything lives in the calibrator's own config.json
 
@@ -155,8 +158,10 @@ class Calibration(Module):
         self.fitted_on = dict(fitted_on) if fitted_on else None
 
     def forward(self, features: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        """Replace ``features["sentence_embedding"]`` [B, D] by its calibration [B, D'] (same device and dtype). The
-        calibrator runs in float32 on the embeddings' device (:meth:`Calibrator.torch_transform`)."""
+        """Replace ``features["sentence_embedding"]`` [B, D] by its calibration [B, D'] (same device and dtype).
+
+        The calibrator runs in float32 on the embeddings' device (:meth:`Calibrator.torch_transform`).
+        """
         x: torch.Tensor = features["sentence_embedding"]
         if x.requires_grad:
             raise CompatibilityError(
@@ -257,10 +262,11 @@ def _module_entries(root: Path) -> list[tuple[str, str]] | None:
 
 def check_module_list(folder: str | Path) -> None:
     """Refuse (ModelFileError naming the module and the folder) a saved sentence-transformers folder whose
-    ``modules.json`` does not match its module folders: a listed module whose folder is missing (sentence-transformers
-    would fail with a traceback), or a calibration module folder (with bertflow's ``fitting.json``) that
-    ``modules.json`` no longer lists, which would load an uncalibrated model without a word. A folder without
-    ``modules.json`` (a bare transformer) passes."""
+    ``modules.json`` does not match its module folders: a listed module whose folder is missing
+    (sentence-transformers would fail with a traceback), or a calibration module folder (with bertflow's
+    ``fitting.json``) that ``modules.json`` no longer lists, which would load an uncalibrated model without a word.
+    A folder without ``modules.json`` (a bare transformer) passes.
+    """
     root = Path(folder)
     entries = _module_entries(root)
     if entries is None:
@@ -281,11 +287,14 @@ def check_module_list(folder: str | Path) -> None:
 
 
 def check_no_code(folder: str | Path) -> None:
-    """Refuse (ModelFileError naming the first offending file) a saved sentence-transformers folder that could run code
-    under ``trust_remote_code=True``. The flag is global to a load: besides letting sentence-transformers import
-    bertflow's :class:`Calibration`, it lets transformers run a repository's own modeling files. A folder passes when it
-    holds no ``*.py`` file, no JSON config (at the top or in a module folder) has an ``auto_map``, and ``modules.json``
-    names only sentence-transformers' classes and bertflow's Calibration."""
+    """Refuse (ModelFileError naming the first offending file) a saved sentence-transformers folder that could run
+    code under ``trust_remote_code=True``.
+
+    The flag is global to a load: besides letting sentence-transformers import bertflow's :class:`Calibration`, it
+    lets transformers run a repository's own modeling files. A folder passes when it holds no ``*.py`` file, no
+    JSON config (at the top or in a module folder) has an ``auto_map``, and ``modules.json`` names only
+    sentence-transformers' classes and bertflow's Calibration.
+    """
     root = Path(folder)
     code = sorted(root.rglob("*.py"))
     if code:
@@ -313,13 +322,16 @@ def check_no_code(folder: str | Path) -> None:
 def load_calibrated(
     model_name_or_path: str, *, revision: str | None = None, token: bool | str | None = None, **kwargs: Any
 ) -> SentenceTransformer:
-    """Load a saved calibrated ``SentenceTransformer`` (local folder or Hub id) after :func:`check_no_code`. A model
-    with a :class:`Calibration` module needs ``trust_remote_code=True`` (sentence-transformers >= 6 imports no class
-    outside its namespace without it), and that flag would also run code shipped in the repository. This loader fetches
-    the files first (no code runs), refuses any folder that could run code, and only then loads with the flag. Keyword
-    arguments go to ``SentenceTransformer`` (``device=...``). ModelFileError for code, an ``auto_map`` or a foreign
-    module class, a module listed but missing or a calibration module not listed (:func:`check_module_list`), a file of
-    the export missing or altered (:func:`verify_export_checksums`), or a Hub repo that cannot be fetched."""
+    """Load a saved calibrated ``SentenceTransformer`` (local folder or Hub id) after :func:`check_no_code`.
+
+    A model with a :class:`Calibration` module needs ``trust_remote_code=True`` (sentence-transformers >= 6
+    imports no class outside its namespace without it), and that flag would also run code shipped in the
+    repository. This loader fetches the files first (no code runs), refuses any folder that could run code, and
+    only then loads with the flag. Keyword arguments go to ``SentenceTransformer`` (``device=...``). ModelFileError
+    for code, an ``auto_map`` or a foreign module class, a module listed but missing or a calibration module not
+    listed (:func:`check_module_list`), a file of the export missing or altered (:func:`verify_export_checksums`),
+    or a Hub repo that cannot be fetched.
+    """
     folder = Path(model_name_or_path).expanduser()
     if not folder.is_dir():
         from ..hub import snapshot

@@ -51,7 +51,8 @@ def anchored_modules(calibrator: Calibrator, encoder: SentenceEncoder, pooling: 
     """The modules that follow ``pooling`` (:func:`~.st_export.pooling_modules` of ``encoder``) to compute
     ``calibrator`` (anchored whitening or auto), or ``None`` where they cannot (module docstring): ``[Normalize,
     (WeightedLayerPooling,) Dense, (WordWeights,) HierarchicalTokenPooling, Pooling, Dense]``, whose output is
-    ``calibrator.transform`` of the pooled vectors, [N, D + k], to float32 rounding."""
+    ``calibrator.transform`` of the pooled vectors, [N, D + k], to float32 rounding.
+    """
     parts = anchored_parts(calibrator)
     if parts is None or HierarchicalTokenPooling is None or encoder.pooling.base_name == "cls":
         return None

@@ -95,11 +95,13 @@ class CalibratedSentenceTransformer(SentenceTransformer):
 
 
 def affine_map(calibrator: Calibrator) -> tuple[np.ndarray, np.ndarray]:
-    """The fitted ``calibrator`` as one affine map ``x -> x @ W + b`` (float64): ``(W [D, D'], b [D'])`` with ``b =
-    -mean @ W`` (the mean folded into the bias). Affine: identity, standard-norm, all-but-the-top, whitening (any
-    ``n_components``) and chains of these (the fitted steps, ``steps_``, composed into one matrix). The flow is
-    non-linear; the anchored and auto calibrators normalise two blocks separately, which no single affine map does:
-    InputError (``calibrator.is_affine()``)."""
+    """The fitted ``calibrator`` as one affine map ``x -> x @ W + b`` (float64): ``(W [D, D'], b [D'])`` with
+    ``b = -mean @ W`` (the mean folded into the bias).
+
+    Affine: identity, standard-norm, all-but-the-top, whitening (any ``n_components``) and chains of these (the
+    fitted steps, ``steps_``, composed into one matrix). The flow is non-linear; the anchored and auto calibrators
+    normalise two blocks separately, which no single affine map does: InputError (``calibrator.is_affine()``).
+    """
     calibrator.check_fitted()
     if not calibrator.is_affine():
         raise InputError(
@@ -115,10 +117,13 @@ def affine_map(calibrator: Calibrator) -> tuple[np.ndarray, np.ndarray]:
 
 
 def as_dense(calibrator: Calibrator) -> Dense:
-    """A sentence-transformers ``Dense`` module (identity activation) computing the affine ``calibrator`` (InputError
-    for flow, anchored, auto: :func:`affine_map`). It saves as ``config.json`` + ``model.safetensors`` in
-    sentence-transformers' own format and reloads with plain ``SentenceTransformer(path)``: no ``trust_remote_code``, no
-    bertflow. Its output agrees with ``calibrator.transform`` to float32 rounding."""
+    """A sentence-transformers ``Dense`` module (identity activation) computing the affine ``calibrator``
+    (InputError for flow, anchored, auto: :func:`affine_map`).
+
+    It saves as ``config.json`` + ``model.safetensors`` in sentence-transformers' own format and reloads with
+    plain ``SentenceTransformer(path)``: no ``trust_remote_code``, no bertflow. Its output agrees with
+    ``calibrator.transform`` to float32 rounding.
+    """
     W, b = affine_map(calibrator)
     return Dense(
         W.shape[0],
@@ -132,12 +137,14 @@ def as_dense(calibrator: Calibrator) -> Dense:
 
 @dataclass
 class BertflowModelCardData(SentenceTransformerModelCardData):
-    """Model card data of a model that ends in a bertflow calibration. After sentence-transformers' usage snippet the
-    card gets a "bertflow calibration" section: the fit record (``facts``: encoder, pooling, calibrator, corpus size and
-    sha256, licences) and whether the folder loads without bertflow, and if not why
-    (:func:`bertflow.portability.calibrator_needs_bertflow`). With a :class:`Calibration` module (``needs_bertflow``
-    set) the snippet also installs bertflow and loads with ``trust_remote_code=True``, which sentence-transformers' own
-    snippet says neither of."""
+    """Model card data of a model that ends in a bertflow calibration.
+
+    After sentence-transformers' usage snippet the card gets a "bertflow calibration" section: the fit record
+    (``facts``: encoder, pooling, calibrator, corpus size and sha256, licences) and whether the folder loads
+    without bertflow, and if not why (:func:`bertflow.portability.calibrator_needs_bertflow`). With a
+    :class:`Calibration` module (``needs_bertflow`` set) the snippet also installs bertflow and loads with
+    ``trust_remote_code=True``, which sentence-transformers' own snippet says neither of.
+    """
 
     facts: list[tuple[str, str]] = field(default_factory=list)
     needs_bertflow: str | None = None
@@ -239,16 +246,19 @@ def fit_calibrator(
     portable: bool = True,
     **calibrator_kwargs: Any,
 ) -> SentenceTransformer:
-    """Fit a calibrator on ``model``'s pooled embeddings of ``corpus`` (unlabeled sentences, a list; duplicates weight
-    the density) and return the calibrated model: ``model``'s modules up to pooling/Dense (shared, not copied; ``model``
-    is not modified), the calibration module, and ``Normalize`` if ``normalize`` (``None`` keeps what ``model`` had);
-    cosine similarity; ``model``'s prompts. ``calibrator``: a spec (``"flow"``, ``"whitening-256"`` ...:
-    :func:`bertflow.calibrators.parse_calibrator`, with ``calibrator_kwargs`` such as ``seed=1``) or an unfitted
-    :class:`Calibrator`; ``batch_size``, ``show_progress_bar``: for embedding the corpus (``None`` shows a bar for large
-    corpora); ``regime``: a label for the fitting corpus, saved in ``fitting.json``; ``portable``: an affine calibrator
-    becomes sentence-transformers' own ``Dense`` (:func:`as_dense`: loads without bertflow, but carries no fitting
-    record and no encoder check), ``False`` keeps :class:`Calibration`. InputError for blank or non-string sentences, a
-    model already calibrated, a bad spec."""
+    """Fit a calibrator on ``model``'s pooled embeddings of ``corpus`` (unlabeled sentences, a list; duplicates
+    weight the density) and return the calibrated model: ``model``'s modules up to pooling/Dense (shared, not copied;
+    ``model`` is not modified), the calibration module, and ``Normalize`` if ``normalize`` (``None`` keeps what
+    ``model`` had); cosine similarity; ``model``'s prompts.
+
+    ``calibrator``: a spec (``"flow"``, ``"whitening-256"`` ...: :func:`bertflow.calibrators.parse_calibrator`, with
+    ``calibrator_kwargs`` such as ``seed=1``) or an unfitted :class:`Calibrator`; ``batch_size``,
+    ``show_progress_bar``: for embedding the corpus (``None`` shows a bar for large corpora); ``regime``: a label for
+    the fitting corpus, saved in ``fitting.json``; ``portable``: an affine calibrator becomes sentence-transformers'
+    own ``Dense`` (:func:`as_dense`: loads without bertflow, but carries no fitting record and no encoder check),
+    ``False`` keeps :class:`Calibration`. InputError for blank or non-string sentences, a model already calibrated,
+    a bad spec.
+    """
     if isinstance(corpus, str):
         raise InputError("corpus must be a list of sentences, not one string")
     items = validate_sentences(corpus)
@@ -294,14 +304,16 @@ def fit_calibrator(
 
 
 def from_embedder(embedder: Embedder, *, normalize: bool = False, portable: bool = True) -> SentenceTransformer:
-    """A ``SentenceTransformer`` computing what ``embedder.encode`` computes (to float32 rounding of the two libraries'
-    poolings, about 1e-5 in cosine), on the encoder's device, with cosine similarity. The pipeline is ``Transformer``
-    (the encoder's checkpoint, ``max_seq_length`` = its ``max_length``) -> the pooling as sentence-transformers' own
-    modules (:func:`pooling_modules`) -> the calibrator (module docstring; copied, so refitting the Embedder later
-    leaves the model alone) [-> ``Normalize`` with ``normalize``: unit vectors, cosine unchanged]. ``portable=False``
-    keeps bertflow's :class:`Calibration` for every calibrator. InputError for a pooling sentence-transformers' modules
-    cannot express (``pooler``, a pooling added to bertflow) or an encoder built from a model object rather than a
-    checkpoint."""
+    """A ``SentenceTransformer`` computing what ``embedder.encode`` computes (to float32 rounding of the two
+    libraries' poolings, about 1e-5 in cosine), on the encoder's device, with cosine similarity.
+
+    The pipeline is ``Transformer`` (the encoder's checkpoint, ``max_seq_length`` = its ``max_length``) -> the
+    pooling as sentence-transformers' own modules (:func:`pooling_modules`) -> the calibrator (module docstring;
+    copied, so refitting the Embedder later leaves the model alone) [-> ``Normalize`` with ``normalize``: unit
+    vectors, cosine unchanged]. ``portable=False`` keeps bertflow's :class:`Calibration` for every calibrator.
+    InputError for a pooling sentence-transformers' modules cannot express (``pooler``, a pooling added to
+    bertflow) or an encoder built from a model object rather than a checkpoint.
+    """
     embedder.check_fitted()
     encoder = embedder.encoder
     pooling = pooling_modules(encoder)  # refuses what cannot be expressed, before any model is built

@@ -89,13 +89,16 @@ def analyze_stsb(
     progress: Callable[[str], None] | None = None,
 ) -> AnalysisResult:
     """Run the paper's analyses on STS-B test; write ``analyze.json``, ``analyze.md`` and the plots into ``out_dir``
-    (``None``: nothing written). ``pooling``: ``None`` analyses the encoder's own; ``calibrator``: a spec fitted here
-    under ``regime`` (``"target"``: STS-B train + dev + test sentences, ``"train"``, ``"nli"``, ``"corpus"``), or one
-    already fitted (``regime`` is then a label); ``data_dir`` or ``task`` (STS-B already loaded), and ``nli``,
-    ``corpus``, ``corpus_name`` for those regimes (NLI read from ``data_dir`` when not given); ``plots`` (needs
-    matplotlib), also in the ``vector`` formats (:data:`VECTOR_FORMATS`); ``compare``: more calibrator specs fitted on
-    the same sentences (flows with the same seed), shown beside the main one in every table and plot. The others: flow
-    settings, cache, report command, progress lines."""
+    (``None``: nothing written).
+
+    ``pooling``: ``None`` analyses the encoder's own; ``calibrator``: a spec fitted here under ``regime``
+    (``"target"``: STS-B train + dev + test sentences, ``"train"``, ``"nli"``, ``"corpus"``), or one already fitted
+    (``regime`` is then a label); ``data_dir`` or ``task`` (STS-B already loaded), and ``nli``, ``corpus``,
+    ``corpus_name`` for those regimes (NLI read from ``data_dir`` when not given); ``plots`` (needs matplotlib), also
+    in the ``vector`` formats (:data:`VECTOR_FORMATS`); ``compare``: more calibrator specs fitted on the same
+    sentences (flows with the same seed), shown beside the main one in every table and plot. The others: flow
+    settings, cache, report command, progress lines.
+    """
     say = progress or (lambda _msg: None)
     started = time.perf_counter()
     compare = _checked_compare(calibrator, vector, compare)

@@ -57,9 +57,11 @@ _PROTOCOL = {
 
 
 def default_calibrators(dim: int) -> list[str]:
-    """The calibrators of the default grid for D-dimensional embeddings. ``natsv-10`` and ``standard-norm+natsv-6`` are
-    the paper's best Table 5 settings; ``whitening-K`` keeps about a third of the dimensions as the whitening paper
-    recommends (K = 256 for D = 768, 384 for D = 1024, else D/3)."""
+    """The calibrators of the default grid for D-dimensional embeddings.
+
+    ``natsv-10`` and ``standard-norm+natsv-6`` are the paper's best Table 5 settings; ``whitening-K`` keeps about
+    a third of the dimensions as the whitening paper recommends (K = 256 for D = 768, 384 for D = 1024, else D/3).
+    """
     k = {768: 256, 1024: 384}.get(dim, max(1, round(dim / 3)))
     natsv = min(10, max(1, dim - 1))
     return ["none", "standard-norm", f"natsv-{natsv}", f"standard-norm+natsv-{min(6, natsv)}", "whitening",
@@ -226,20 +228,23 @@ def _run_cell(
 
 @dataclass
 class GridConfig:
-    """What ``bertflow reproduce`` (and ``bertflow evaluate``) runs. ``model``: hub id or folder (``None``: the embedded
-    all-MiniLM-L6-v2); ``poolings``: names or comma-separated layer indices; ``calibrators``: specs
-    (:func:`bertflow.calibrators.parse_calibrator`; ``None``: :func:`default_calibrators` for the model's dimension);
-    ``regimes``: a subset of :data:`REGIMES`, or ``["per-set"]`` alone (:func:`bertflow.paper.perset.run_per_set`);
-    ``seeds``: flow rows are fitted with seeds ``0 .. seeds-1``, reported as mean +- std; ``corpus``: the ``corpus``
-    regime's sentences, ``corpus_name`` in reports; ``data_dir``: the STS data folder, required unless the tasks (and
-    NLI sentences) are handed to the run (nothing searches for a default: the CLI's ``--data-dir`` does);
-    ``use_cache=False`` keeps nothing on disk; ``flow_options``: further :class:`~bertflow.calibrators.FlowCalibrator`
-    arguments for every flow cell (``lr``, ``coupling`` ...: ablations; the seed is the grid's); ``paper_rows``: a paper
-    model whose published rows are shown beside this encoder's, captioned with how the two differ (``None``: only when
-    the encoder is that model); ``fit_threads``: BLAS threads while fitting and scoring (``None``: the library default;
-    1 by default, as the matrices are small and on a busy 2-core machine a multi-threaded SVD waited on barriers,
-    measured 11x slower); ``fit_sizes``, ``sample_seed``: per-set regime only (:mod:`bertflow.paper.perset`);
-    ``command``: the command line that produced the run, for the report."""
+    """What ``bertflow reproduce`` (and ``bertflow evaluate``) runs.
+
+    ``model``: hub id or folder (``None``: the embedded all-MiniLM-L6-v2); ``poolings``: names or comma-separated
+    layer indices; ``calibrators``: specs (:func:`bertflow.calibrators.parse_calibrator`; ``None``:
+    :func:`default_calibrators` for the model's dimension); ``regimes``: a subset of :data:`REGIMES`, or
+    ``["per-set"]`` alone (:func:`bertflow.paper.perset.run_per_set`); ``seeds``: flow rows are fitted with seeds
+    ``0 .. seeds-1``, reported as mean +- std; ``corpus``: the ``corpus`` regime's sentences, ``corpus_name`` in
+    reports; ``data_dir``: the STS data folder, required unless the tasks (and NLI sentences) are handed to the run
+    (nothing searches for a default: the CLI's ``--data-dir`` does); ``use_cache=False`` keeps nothing on disk;
+    ``flow_options``: further :class:`~bertflow.calibrators.FlowCalibrator` arguments for every flow cell (``lr``,
+    ``coupling`` ...: ablations; the seed is the grid's); ``paper_rows``: a paper model whose published rows are
+    shown beside this encoder's, captioned with how the two differ (``None``: only when the encoder is that model);
+    ``fit_threads``: BLAS threads while fitting and scoring (``None``: the library default; 1 by default, as the
+    matrices are small and on a busy 2-core machine a multi-threaded SVD waited on barriers, measured 11x slower);
+    ``fit_sizes``, ``sample_seed``: per-set regime only (:mod:`bertflow.paper.perset`); ``command``: the command
+    line that produced the run, for the report.
+    """
 
     model: str | None = None
     poolings: Sequence[str] = DEFAULT_POOLINGS
@@ -351,11 +356,12 @@ def run_grid(
     nli: Sequence[str] | None = None,
     progress: Progress | None = None,
 ) -> GridResult:
-    """Run a pooling x calibrator x regime grid on one encoder: ``encoder`` instead of ``config.model`` (its pooling is
-    ignored), ``tasks`` and ``nli`` sentences instead of reading them from ``config.data_dir``, ``progress`` called with
-    one line per finished step. Cells whose fit failed carry an ``error`` instead of scores. InputError for an unknown
-    pooling, calibrator or regime, ``seeds < 1``, ``corpus`` without sentences, or no ``config.data_dir`` when ``tasks``
-    (or ``nli``) are not given; DataNotFoundError for missing data."""
+    """Run a pooling x calibrator x regime grid on one encoder: ``encoder`` instead of ``config.model`` (its pooling
+    is ignored), ``tasks`` and ``nli`` sentences instead of reading them from ``config.data_dir``, ``progress``
+    called with one line per finished step. Cells whose fit failed carry an ``error`` instead of scores. InputError
+    for an unknown pooling, calibrator or regime, ``seeds < 1``, ``corpus`` without sentences, or no
+    ``config.data_dir`` when ``tasks`` (or ``nli``) are not given; DataNotFoundError for missing data.
+    """
     say = progress or (lambda _msg: None)
     started = time.perf_counter()
     regimes = _checked_regimes(config)
@@ -452,10 +458,12 @@ def evaluate_embedder(
     batch_size: int | None = None,
     command: str | None = None,
 ) -> GridResult:
-    """Score a fitted :class:`~bertflow.embedder.Embedder` (e.g. loaded from ``bertflow fit``) on STS tasks (``tasks``,
-    else ``task_names`` read from ``data_dir``): a one-cell :class:`GridResult` plus a raw-encoder cell. The calibrator
-    is used as saved; its fitting corpus is not known here, so the report quotes the saved fitting record (regime label,
-    sentence count) instead of claiming whether test sentences were seen."""
+    """Score a fitted :class:`~bertflow.embedder.Embedder` (e.g. loaded from ``bertflow fit``) on STS tasks
+    (``tasks``, else ``task_names`` read from ``data_dir``): a one-cell :class:`GridResult` plus a raw-encoder cell.
+
+    The calibrator is used as saved; its fitting corpus is not known here, so the report quotes the saved fitting
+    record (regime label, sentence count) instead of claiming whether test sentences were seen.
+    """
     started = time.perf_counter()
     encoder: SentenceEncoder = embedder.encoder
     embedder.check_fitted()

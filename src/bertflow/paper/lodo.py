@@ -104,11 +104,13 @@ def leave_one_dataset_out(
     objective: Objective | None = None,
     fit_size: int | None = None,
 ) -> LodoSelection:
-    """Pick a candidate per held-out dataset on the other datasets' sets and score it on the held-out ones. ``scores``:
-    per candidate label (in tie-break order), Spearman x 100 per set, finite on every set used; ``raw``: per candidate,
-    its raw baseline per set; ``dataset_of``: each set's dataset (``"STS12/MSRpar" -> "STS12"``), its sets the ones
-    used; ``objective`` default :class:`Objective`. InputError for no candidate, fewer than two datasets, or a candidate
-    or baseline missing a set."""
+    """Pick a candidate per held-out dataset on the other datasets' sets and score it on the held-out ones.
+
+    ``scores``: per candidate label (in tie-break order), Spearman x 100 per set, finite on every set used; ``raw``:
+    per candidate, its raw baseline per set; ``dataset_of``: each set's dataset (``"STS12/MSRpar" -> "STS12"``), its
+    sets the ones used; ``objective`` default :class:`Objective`. InputError for no candidate, fewer than two
+    datasets, or a candidate or baseline missing a set.
+    """
     objective = objective or Objective()
     labels = list(scores)
     sets = list(dataset_of)
@@ -148,11 +150,14 @@ def leave_one_dataset_out(
 def select_lodo(
     result: PerSetResult, *, objective: Objective | None = None, candidates: Sequence[str] | None = None
 ) -> list[LodoSelection]:
-    """:func:`leave_one_dataset_out` over the cells of a per-set run, one selection per fitting-set size with at least
-    two datasets scored. The candidates at a size are its cells plus the raw unweighted cells (the raw encoder does not
-    depend on the size), restricted to the sets scored at that size, and to ``candidates`` (``"pooling / calibrator"``
-    labels) if given; a cell that failed, or whose correlation is undefined (NaN) on a set, is left out and listed. The
-    objective defaults to :class:`Objective` with ``result.margin``."""
+    """:func:`leave_one_dataset_out` over the cells of a per-set run, one selection per fitting-set size with at
+    least two datasets scored.
+
+    The candidates at a size are its cells plus the raw unweighted cells (the raw encoder does not depend on the
+    size), restricted to the sets scored at that size, and to ``candidates`` (``"pooling / calibrator"`` labels) if
+    given; a cell that failed, or whose correlation is undefined (NaN) on a set, is left out and listed. The
+    objective defaults to :class:`Objective` with ``result.margin``.
+    """
     objective = objective or Objective(margin=result.margin)
     out = []
     for size in result.fit_sizes:

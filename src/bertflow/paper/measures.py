@@ -57,9 +57,12 @@ def mean_pairwise_cosine(x: np.ndarray) -> float:
 
 
 def isotropy_score(x: np.ndarray) -> float:
-    """Partition-function isotropy I(X) = min_c Z(c) / max_c Z(c), Z(c) = sum_i exp(c . u_i) (Mu & Viswanath 2018), in
-    (0, 1]: 1 is isotropic, near 0 the rows share a direction. c ranges over the eigenvectors of U^T U and their
-    negatives; U holds the L2-normalised rows of ``x`` [N, D]. Computed in log space, so it cannot overflow."""
+    """Partition-function isotropy I(X) = min_c Z(c) / max_c Z(c), Z(c) = sum_i exp(c . u_i) (Mu & Viswanath 2018),
+    in (0, 1]: 1 is isotropic, near 0 the rows share a direction.
+
+    c ranges over the eigenvectors of U^T U and their negatives; U holds the L2-normalised rows of ``x`` [N, D].
+    Computed in log space, so it cannot overflow.
+    """
     u = unit_rows(x)
     _, vecs = np.linalg.eigh(u.T @ u)
     proj = u @ vecs  # [N, D]: c . u_i for every eigenvector c

@@ -121,9 +121,11 @@ def stand_in_caption(paper_model: str, model_id: str, layers: int, dim: int) -> 
 
 
 def paper_model_name(model_id: str) -> str | None:
-    """``"bert-base-uncased"`` / ``"bert-large-uncased"`` if ``model_id`` names one of them, else ``None``. Accepts hub
-    ids with an organisation (``google-bert/bert-base-uncased``) and local folders named after the model; anything else
-    (including cased or NLI-fine-tuned variants) returns ``None``."""
+    """``"bert-base-uncased"`` / ``"bert-large-uncased"`` if ``model_id`` names one of them, else ``None``.
+
+    Accepts hub ids with an organisation (``google-bert/bert-base-uncased``) and local folders named after the
+    model; anything else (including cased or NLI-fine-tuned variants) returns ``None``.
+    """
     name = Path(model_id.rstrip("/")).name.lower()
     return name if name in PAPER_MODELS else None
 
@@ -135,9 +137,11 @@ def published_for(model_id: str) -> list[PublishedResult]:
 
 
 def matching(model_id: str, pooling: str, calibrator: str, regime: str) -> list[PublishedResult]:
-    """Published rows that correspond to one of our grid cells (same model, pooling, calibrator and regime). A published
-    row whose regime is unknown (``None``) matches any regime. The raw encoder (calibrator ``"none"``) matches rows with
-    regime ``"none"``."""
+    """Published rows that correspond to one of our grid cells (same model, pooling, calibrator and regime).
+
+    A published row whose regime is unknown (``None``) matches any regime. The raw encoder (calibrator
+    ``"none"``) matches rows with regime ``"none"``.
+    """
     cal = calibrator.strip().lower()
     return [
         r

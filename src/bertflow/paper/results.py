@@ -196,12 +196,14 @@ def summarize_sets(
 @dataclass
 class PerSetCell:
     """One (pooling, calibrator, fitting-set size) of the per-set protocol: a Spearman x 100 per evaluation set.
+
     ``pooling``: the key (``"sif-first-last-avg"`` ...), ``base_pooling`` the same without weighting; ``calibrator``:
     the spec (``"none"``: raw); ``fit_size``: sentences each set's calibrator (and token statistics) was fitted on
     (``None``: all of the set's, else a seeded sample; sets with no more are not scored); ``seeds``: the flow seeds
-    (``[None]`` for deterministic calibrators); ``runs``: per set, one score per seed (NaN where undefined); ``seconds``
-    of fitting and scoring; ``error`` of a failed fit (then no scores); ``auto``: an ``auto`` cell's choice per set, as
-    ``Embedder.fit`` records it."""
+    (``[None]`` for deterministic calibrators); ``runs``: per set, one score per seed (NaN where undefined);
+    ``seconds`` of fitting and scoring; ``error`` of a failed fit (then no scores); ``auto``: an ``auto`` cell's
+    choice per set, as ``Embedder.fit`` records it.
+    """
 
     pooling: str
     base_pooling: str

@@ -57,9 +57,11 @@ def index_file(
     errors: Literal["strict", "replace"] = "strict",
     **kwargs: Any,
 ) -> EmbeddingIndex:
-    """:func:`index_sentences` of a UTF-8 file: one sentence per line, or one ``column`` of a TSV with a header. Ids are
-    1-based line numbers for a text file and 1-based data-row numbers for a TSV. ``unique`` drops repeated sentences
-    (keeping the first); ``kwargs`` go to :func:`index_sentences`."""
+    """:func:`index_sentences` of a UTF-8 file: one sentence per line, or one ``column`` of a TSV with a header.
+
+    Ids are 1-based line numbers for a text file and 1-based data-row numbers for a TSV. ``unique`` drops
+    repeated sentences (keeping the first); ``kwargs`` go to :func:`index_sentences`.
+    """
     if column is None:
         rows = [(number, text) for number, text in iter_lines(path, errors=errors) if not is_blank(text)]
     else:
