@@ -202,6 +202,7 @@ def test_download_pipeline_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(
         download, "_SEMEVAL_YEARS", {k: (*v[:3], ("news", "forum")) for k, v in download._SEMEVAL_YEARS.items()}
     )
+
     # Each fixture year has 3 scored pairs and each split 1; a wrong count must be refused.
     def official(counts: dict[str, int]) -> None:
         specs = tuple(dataclasses.replace(s, official_pairs=counts.get(s.name, s.official_pairs)) for s in specs_before)
