@@ -15,14 +15,9 @@ A saved folder::
       encoder/                  only with ``save(..., include_encoder=True)``: the encoder's own HF files
                                 (config, safetensors weights, tokenizer, its README/licence)
 
-**No absolute local paths**: the folder may be published as it is. A local encoder is recorded by its folder's
-name with the sha256 of its weight files, and by ``encoder.local_path``, its path relative to the model folder
-(``../models/my-bert``), so the two folders can move together; failing that, a folder of the encoder's name in the
-working directory is taken. :func:`bertflow.hub.push` refuses such a model unless the encoder is bundled.
-Loading re-checks checksums, format version, and the encoder's fingerprint and dimension against the calibrator's.
-
-:meth:`Embedder.save <bertflow.embedder.Embedder.save>` and ``Embedder.load`` call :func:`save_model_folder` and
-:func:`load_model_folder`.
+No absolute local paths: a local encoder is named by its folder's name and ``encoder.local_path``, its path
+relative to the model folder. Loading re-checks checksums, format version, and the encoder's fingerprint and
+dimension against the calibrator's.
 """
 
 from __future__ import annotations
@@ -82,21 +77,15 @@ TORCH_BIN_PATTERNS = ("pytorch_model.bin", "pytorch_model-*.bin", "pytorch_model
 PROVENANCE_KEYS = ("commit", "weights_sha256", "packaged_as")
 
 
-# -- the fitting record -------------------------------------------------------------------------------------
-
 #: Keys of every fitting record (:func:`fit_record`), whichever route fitted the model.
 FIT_RECORD_KEYS = ("n_sentences", "corpus_sha256", "corpus_file_sha256", "regime", "seconds", "fitted_at", "machine")
-
-
-# -- the encoder record (fitted_on) and its checks ---------------------------------------------------------
 
 
 #: What a ``fitted_on`` record keeps of the encoder whose embeddings a calibrator was fitted on (plus ``framework``:
 #: ``"bertflow"`` for a :class:`~bertflow.encoding.encoder.SentenceEncoder`, ``"sentence-transformers"`` for a model
 #: of that library).
 ENCODER_KEYS = ("model", "revision", "pooling", "max_length", "dim", "fingerprint", "tokenizer_fingerprint")
-#: Keys that records written by an earlier bertflow lack: such a record is not compared on them (a folder saved
-#: before the tokenizer was fingerprinted still loads; its tokenizer cannot be checked).
+#: Keys that records written by an earlier bertflow lack: such a record is not compared on them.
 LATER_ENCODER_KEYS = ("tokenizer_fingerprint",)
 #: The fields compared with a calibrator's ``fitted_on`` before it is applied (the dimension is checked apart);
 #: each only where both sides record it.
@@ -171,8 +160,7 @@ def corpus_digest(sentences: Sequence[str]) -> str:
     """sha256 of the sentences joined by newlines: identifies a fitting corpus without storing it."""
     h = hashlib.sha256()
     for s in sentences:
-        h.update(s.encode("utf-8"))
-        h.update(b"\n")
+        h.update(s.encode("utf-8") + b"\n")
     return h.hexdigest()
 
 
@@ -204,9 +192,6 @@ def fit_record(
     }
 
 
-# -- writing ---------------------------------------------------------------------------------------------------
-
-
 def save_model_folder(
     path: str | Path,
     encoder: SentenceEncoder,
@@ -220,11 +205,8 @@ def save_model_folder(
     overwrite: bool = False,
 ) -> None:
     """Write the folder described in the module docstring at ``path``, atomically (a crash leaves an old one).
-
-    ``fitted_on`` is checked on load; ``card()`` makes README.md once the output is checked; ``include_encoder``
-    copies the encoder's HF files (from ``encoder_dir`` when it was loaded from a bundled copy). Raises OutputError
-    where ``path`` may not be written (:func:`~bertflow.io.files.check_output_folder`).
-    """
+    ``card()`` makes README.md once the output is checked; ``include_encoder`` copies the encoder's HF files (from
+    ``encoder_dir`` when it was loaded from a bundled copy). OutputError where ``path`` may not be written."""
     weighted = encoder.pooling.weighting.weighted
     if weighted and encoder.token_statistics is None:
         raise InputError(
@@ -305,9 +287,6 @@ def copy_encoder_files(encoder: SentenceEncoder, dest: Path, *, source: Path | N
     return len(files)
 
 
-# -- reading ---------------------------------------------------------------------------------------------------
-
-
 def load_model_folder(
     path: str | Path,
     assemble: Callable[[Path, dict[str, Any], Calibrator, str], T],
@@ -315,30 +294,22 @@ def load_model_folder(
     revision: str | None = None,
 ) -> T:
     """What ``assemble(folder, config, calibrator, source)`` makes of the model folder at ``path`` (or hub repo
-    ``path`` at ``revision``; ``source`` is the resolved folder or the hub id).
-
-    A local folder is read inside :func:`~bertflow.io.files.read_folder` (never two saves mixed), with a bundled
-    encoder's files. Raises ModelFileError: missing, corrupted or edited files, a newer format, or a path that is
-    neither a folder nor a hub repo that can be fetched.
-    """
+    ``path`` at ``revision``; ``source``: the resolved folder or the hub id), a local one read inside
+    :func:`~bertflow.io.files.read_folder` (never two saves mixed). ModelFileError: missing, corrupted or edited
+    files, a newer format, or a path that is neither a folder nor a hub repo that can be fetched."""
     folder = Path(path).expanduser()
     if not folder_present(folder):
         folder = download_model(str(path), revision)
-        config, calibrator = read_model_folder(folder)
-        return assemble(folder, config, calibrator, str(path))
+        return assemble(folder, *read_model_folder(folder), str(path))
+    source = str(folder.resolve())
 
-    # read() returns (assembled,) for a bundled encoder, else (config, calibrator) to assemble after the read.
-    def read(f: Path) -> tuple[T] | tuple[dict[str, Any], Calibrator]:
+    def read(f: Path) -> tuple[dict[str, Any], Calibrator, T | None]:
         config, calibrator = read_model_folder(f)
-        if bundles_encoder(config):  # its weights are files of the folder too: read them in the same read
-            return (assemble(f, config, calibrator, str(f.resolve())),)
-        return config, calibrator
+        # A bundled encoder's weights are files of the folder too: assembled within the same read.
+        return config, calibrator, assemble(f, config, calibrator, source) if bundles_encoder(config) else None
 
-    result = read_folder(folder, read)
-    if len(result) == 1:
-        return result[0]
-    config, calibrator = result
-    return assemble(folder, config, calibrator, str(folder.resolve()))
+    config, calibrator, made = read_folder(folder, read)
+    return made if made is not None else assemble(folder, config, calibrator, source)
 
 
 def read_model_folder(folder: Path) -> tuple[dict[str, Any], Calibrator]:
