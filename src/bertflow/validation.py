@@ -133,20 +133,17 @@ def check_calibrated(z: np.ndarray, x: np.ndarray, *, what: str = "the calibrato
 
 
 def raise_calibrated(z: np.ndarray, limit: float, *, what: str, first_row: int = 0, source: str = "") -> NoReturn:
-    """Raise the :func:`calibrated_error` of the worst value of ``z`` [N, D'] (NaN/Inf first, then the largest
-    magnitude), its row counted from ``first_row``."""
+    """Raise :func:`check_calibrated`'s error (also the encoder's on-device check's) at the worst value of ``z``
+    [N, D'] (NaN/Inf first, then the largest magnitude), its row counted from ``first_row``; ``source`` says where
+    the embeddings came from (``"from MODEL "``)."""
     magnitude = np.where(np.isfinite(z), np.abs(z), np.inf)
     row, col = (int(v) for v in np.unravel_index(int(np.argmax(magnitude)), z.shape))
-    raise InputError(calibrated_error(what, first_row + row, col, float(z[row, col]), limit, source))
-
-
-def calibrated_error(what: str, row: int, col: int, value: float, limit: float, source: str = "") -> str:
-    """The message of :func:`check_calibrated` (shared with the encoder's on-device check); ``source`` says where
-    the embeddings came from (``"from MODEL "``)."""
+    value = float(z[row, col])
     found = "NaN or Inf" if not np.isfinite(value) else f"{value:.3g}, beyond the plausible {limit:.3g},"
-    return (
-        f"{what} turned finite embeddings {source}into {found} at row {row}, column {col}: it overflows on these "
-        "inputs or its weights are corrupted; refit it on embeddings like them, or reload it from a verified copy"
+    raise InputError(
+        f"{what} turned finite embeddings {source}into {found} at row {first_row + row}, column {col}: it overflows "
+        "on these inputs or its weights are corrupted; refit it on embeddings like them, or reload it from a "
+        "verified copy"
     )
 
 
@@ -171,15 +168,14 @@ def check_array(
         raise InputError(f"{what} is a sparse matrix; calibrators take dense embeddings (convert with .toarray())")
     try:
         arr = np.asarray(x)
-        if np.iscomplexobj(arr):  # a cast to float would drop the imaginary parts with no more than a warning
-            raise InputError(f"Complex data not supported: {what} holds complex numbers; embeddings are real")
-        arr = arr.astype(dtype, copy=False)
+        if not np.iscomplexobj(arr):  # a cast to float would drop the imaginary parts with no more than a warning
+            arr = arr.astype(dtype, copy=False)
     except TypeError as e:
         raise InputTypeError(f"{what} is not a numeric array: {e}") from None
     except ValueError as e:
-        if isinstance(e, InputError):
-            raise
         raise InputError(f"{what} is not a numeric array: {e}") from None
+    if np.iscomplexobj(arr):
+        raise InputError(f"Complex data not supported: {what} holds complex numbers; embeddings are real")
     if arr.ndim != 2:
         raise InputError(f"{what} must be 2-D [n_samples, n_features], got shape {arr.shape}")
     if arr.shape[0] < min_rows:
