@@ -1,17 +1,10 @@
 """What a fitted model becomes in sentence-transformers' own modules, and why the rest needs bertflow.
 
 ``from_embedder(embedder)`` (:mod:`bertflow.integrations.st_export`) writes a folder that loads with plain
-``SentenceTransformer(path)`` exactly when sentence-transformers' built-in modules express both:
-
-* the pooling: ``cls``, ``mean``, layer averages and their sif/usif/idf weightings (``Pooling``,
-  ``WeightedLayerPooling``, ``WordWeights``); not ``pooler`` (no module applies BERT's pooler head);
-* the calibrator: an affine map ``x -> x W + b`` (identity, standard-norm, all-but-the-top, whitening, chains of
-  them) is a ``Dense`` with identity activation; anchored whitening and ``auto`` after a token-averaging pooling
-  are a chain of built-in modules (:mod:`bertflow.integrations.st_anchored`). The others (the flow; anchored and
-  auto after cls pooling) are bertflow's ``Calibration`` module, loaded with ``trust_remote_code=True`` and
-  bertflow installed; :func:`calibrator_needs_bertflow` says why for each.
-
-This module holds that knowledge without importing sentence-transformers, so the model card can state it.
+``SentenceTransformer(path)`` exactly when built-in modules express both the pooling and the calibrator (an affine
+map is a ``Dense``, anchored and auto after a token-averaging pooling a chain of modules); the others are bertflow's
+``Calibration`` module. This module holds that knowledge without importing sentence-transformers, so the model
+card can state it.
 """
 
 from __future__ import annotations

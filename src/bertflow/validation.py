@@ -16,20 +16,15 @@ import numpy as np
 
 from .errors import InputError, InputTypeError
 
-#: Largest plausible magnitude of a calibrated coordinate, in units of the input's scale (see :func:`output_limit`).
-#: Whitening, standard-norm and the flow give coordinates of unit variance on the fitting data, so by Chebyshev's
-#: inequality a coordinate beyond 1e6 has probability at most 1e-12 for data like it; the other maps (identity,
-#: all-but-the-top, anchored's unit-length blocks) never exceed a few times the input's own magnitude. Whitening
-#: divides by at most sqrt(rcond) = 1e-3 times the largest standard deviation, so a held-out row reaches the bound
-#: only 1,000 such deviations from the mean. A corrupted weight does not stay below: a flipped exponent bit
-#: multiplies a value by 2^32 or more (or makes it 1e35), and one such coordinate dominates every cosine (1.000000).
+#: Largest plausible magnitude of a calibrated coordinate, in units of the input's scale (see :func:`output_limit`):
+#: standardised coordinates have unit variance (Chebyshev: beyond 1e6 with probability <= 1e-12), the other maps
+#: stay within a few times the input, while a corrupted weight (a flipped exponent bit) lands far beyond.
 OUTPUT_LIMIT = 1e6
 
 
-#: Characters that are not whitespace to ``str.isspace`` but show nothing either: zero-width space, non-joiner and
-#: joiner, word joiner, byte-order mark (U+FEFF, also the zero-width no-break space), Mongolian vowel separator, NUL.
-#: A line made of them and whitespace is blank: the tokenizer drops them and the sentence would embed as an empty
-#: one (the special tokens only).
+#: Characters that are not whitespace to ``str.isspace`` but show nothing either (zero-width space, non-joiner and
+#: joiner, word joiner, U+FEFF, Mongolian vowel separator, NUL): the tokenizer drops them, so a line made of them and
+#: whitespace would embed as an empty one.
 INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff\u180e\x00"
 _BLANK = re.compile(f"[\\s{INVISIBLE}]*")
 #: Every character :data:`_BLANK` matches (``\\s`` is ``str.isspace``; tested over all code points), for ``str.strip``.
@@ -60,8 +55,7 @@ def check_sentence(index: int, item: object, *, what: str = "sentence") -> str:
     surrogate = _SURROGATE.search(item)
     if surrogate is not None:
         raise InputError(
-            f"{what} {index} holds a lone surrogate (U+{ord(surrogate.group()):04X} at character "
-            f"{surrogate.start()}), "
+            f"{what} {index} holds a lone surrogate (U+{ord(surrogate.group()):04X} at character {surrogate.start()}), "
             "which is not text and cannot be encoded as UTF-8; fix where the string came from (e.g. decode its bytes "
             "with errors='replace')"
         )
