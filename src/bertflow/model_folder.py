@@ -175,11 +175,8 @@ def fit_record(
     ranks: int | None = None,
 ) -> dict[str, Any]:
     """How a model was fitted, as saved with it: exactly the keys :data:`FIT_RECORD_KEYS` (``None`` where unknown).
-
-    ``regime`` labels the corpus, ``seconds`` is the wall time of encoding and fitting, ``device`` where it ran;
-    ``corpus_sha256`` is :func:`corpus_digest` of the sentences, ``corpus_file_sha256`` the file's (a distributed
-    fit of ``ranks`` processes never holds them all).
-    """
+    ``seconds``: wall time of encoding and fitting; ``corpus_sha256``: :func:`corpus_digest` of the sentences;
+    ``corpus_file_sha256``: the file's (a distributed fit of ``ranks`` processes never holds them all)."""
     machine = f"{platform.machine()} {platform.system()}, device {device}"
     return {
         "n_sentences": int(n_sentences),
