@@ -170,10 +170,9 @@ def push(
             folder = embedder.save(Path(tmp) / "model", include_encoder=include_encoder)
         finally:
             embedder.source = source
-        url = upload_folder(
+        return upload_folder(
             folder, repo_id, private=private, token=token, revision=revision, commit_message=commit_message
         )
-    return url
 
 
 def _why(e: Exception, offline: str, online: str) -> str:

@@ -90,6 +90,11 @@ LATER_ENCODER_KEYS = ("tokenizer_fingerprint",)
 #: The fields compared with a calibrator's ``fitted_on`` before it is applied (the dimension is checked apart);
 #: each only where both sides record it.
 _CHECKED_KEYS = ("fingerprint", "pooling", "max_length", "token_statistics", "tokenizer_fingerprint")
+#: What a mismatch of a key means, where its name does not say it.
+_MISMATCH_NOTES = {
+    "tokenizer_fingerprint": " (the tokenizer gives other token ids than at the fit: its tokenizer.json or "
+    "tokenizer_config.json changed, e.g. lowercasing, special tokens or truncation side)"
+}
 
 
 def encoder_record(encoder: Any, *, framework: str = "bertflow") -> dict[str, Any]:
@@ -136,13 +141,7 @@ def check_fitted_on(
             todo = advice(key, fitted_on[key]) if advice else "refit it or load the matching encoder"
             raise CompatibilityError(
                 f"the calibrator was fitted with {key}={fitted_on[key]!r} (encoder {fitted_on.get('model')}), but "
-                f"{subject} has {key}={ours[key]!r}; {todo}"
-                + (
-                    " (the tokenizer gives other token ids than at the fit: its tokenizer.json or "
-                    "tokenizer_config.json changed, e.g. lowercasing, special tokens or truncation side)"
-                    if key == "tokenizer_fingerprint"
-                    else ""
-                )
+                f"{subject} has {key}={ours[key]!r}; {todo}{_MISMATCH_NOTES.get(key, '')}"
             )
 
 
