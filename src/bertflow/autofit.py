@@ -1,16 +1,10 @@
 """The ``auto`` rule's fit, in one place: which poolings it reads and what it chooses from them.
 
 :class:`~bertflow.calibrators.auto.AutoCalibrator` decides the calibration from embeddings; on a raw MLM encoder the
-rule also switches a token-averaging pooling to its SIF-weighted form, counted on the shipped generic token prior
-(:mod:`bertflow.encoding.token_prior`). That second half needs the encoder, so it lives here, above both the
-encoder and the calibrators, and every caller goes through it: ``Embedder.fit`` (one forward pass) and the
-evaluation grid's ``auto`` cells (:mod:`bertflow.paper.grid`, :mod:`bertflow.paper.perset`, from the embedding
-cache). Use:
-
-1. :func:`auto_inputs` says which poolings to encode the fitting sentences with (the calibrated pooling, ``mean``
-   for the token anisotropy, and the prior-weighted pooling where a prior fits the tokenizer);
-2. the caller encodes them (the weighted one with ``encoder.token_statistics = inputs.prior.statistics``);
-3. :func:`fit_auto` reads the token anisotropy, fits the calibrator on the chosen pooling and says what it chose.
+rule also switches a token-averaging pooling to its SIF-weighted form, counted on the shipped generic token prior.
+That half needs the encoder, so it lives here, for ``Embedder.fit`` and the evaluation grid's ``auto`` cells: the
+caller encodes the poolings :func:`auto_inputs` names (the weighted one with the prior's statistics), then
+:func:`fit_auto` reads the token anisotropy, fits the calibrator on the chosen pooling and says what it chose.
 """
 
 from __future__ import annotations

@@ -91,96 +91,6 @@ def encoder_license(embedder: Embedder) -> str | None:
     return None
 
 
-def model_card(embedder: Embedder, *, include_encoder: bool = False) -> str:
-    """A Markdown model card with YAML front matter (read by the Hugging Face Hub) for a fitted ``embedder``: what
-    was fitted, on what, with which library version and licence, and how to load, search and publish it.
-    ``Embedder.save`` writes it as the folder's ``README.md``; ``include_encoder``: whether the folder bundles the
-    encoder's files (changes the licence statement)."""
-    return _card(
-        pinned_encoder_config(embedder.encoder),
-        embedder.calibrator,
-        embedder.fit_records()[0],
-        encoder_license=encoder_license(embedder),
-        include_encoder=include_encoder,
-    )
-
-
-def _front_matter(
-    enc: Mapping[str, Any], cal: Calibrator, *, encoder_license: str | None, include_encoder: bool
-) -> list[str]:
-    """The card's YAML front matter lines (licence, library, tags, base model), fences included."""
-    tags = ["bertflow", "sentence-embeddings", "sentence-similarity", f"calibrator-{cal.name}"]
-    if cal.name == "flow":
-        tags.append("bert-flow")
-    # The calibrator's files are Apache-2.0 like bertflow; bundled encoder files keep the encoder's licence,
-    # so a bundle is Apache-2.0 only where the encoder is too.
-    if include_encoder and encoder_license != "apache-2.0":
-        front = ["---", "license: other", "license_name: apache-2.0-and-encoder-license"]
-    else:
-        front = ["---", "license: apache-2.0"]
-    front += ["library_name: bertflow", "pipeline_tag: sentence-similarity", "tags:"]
-    front += [f"- {tag}" for tag in tags]
-    if on_hub(enc):
-        # The hub links base_model to the encoder's page; a local folder's name there would link elsewhere.
-        front += [f"base_model: {enc['model']}", "base_model_relation: adapter"]
-    front.append("---")
-    return front
-
-
-def _fitting_rows(
-    enc: Mapping[str, Any],
-    cal: Calibrator,
-    info: Mapping[str, Any],
-    *,
-    encoder_license: str | None,
-    include_encoder: bool,
-) -> list[tuple[str, Any]]:
-    """The rows (key, value) of the card's "How it was fitted" table."""
-    return [
-        ("encoder", encoder_reference(enc)),
-        ("encoder weights", "bundled in `encoder/`" if include_encoder else "referenced by id, not copied"),
-        ("pooling", f"`{enc['pooling']}`"),
-        *([("token statistics (digest)", f"`{enc['token_statistics']}`")] if enc.get("token_statistics") else []),
-        ("sentence-transformers export", _export_note(enc, cal)),
-        ("max_length (tokens)", enc["max_length"]),
-        ("embedding dimension in / out", f"{enc['dim']} / {cal.n_features_out_}"),
-        ("encoder fingerprint", f"`{enc['fingerprint']}`"),
-        *[(f"encoder file sha256 ({f})", f"`{digest}`") for f, digest in enc.get("weights_sha256", {}).items()],
-        ("encoder licence", f"`{encoder_license}`" if encoder_license else "not declared in its files"),
-        ("calibrator", f"`{cal!r}`"),
-        ("calibrator fingerprint", f"`{calibrator_fingerprint(cal)}`"),
-        *_auto_rows(info.get("auto")),
-        ("regime (fitting corpus)", info.get("regime", "unknown")),
-        ("corpus size (sentences)", info.get("n_sentences", "unknown")),
-        ("corpus_sha256", f"`{info['corpus_sha256']}`" if info.get("corpus_sha256") else "unknown"),
-        *([("corpus file sha256", f"`{info['corpus_file_sha256']}`")] if info.get("corpus_file_sha256") else []),
-        ("labels used", "none (label-free)"),
-        ("fitting time (s)", info.get("seconds", "unknown")),
-        ("fitted_at (UTC)", info.get("fitted_at", "unknown")),
-        ("machine", info.get("machine", "unknown")),
-        ("bertflow version", __version__),
-        ("format version", FORMAT_VERSION),
-    ]
-
-
-def _file_lines(enc: Mapping[str, Any], *, include_encoder: bool) -> list[str]:
-    """The card's "Files" section: one bullet per file or folder the saved model holds."""
-    lines = [
-        "## Files",
-        "",
-        f"- `{CONFIG_FILE}`: encoder reference, calibrator type, fitting record, sha256 of every other file",
-        f"- `{CALIBRATOR_DIR}/config.json`, `{CALIBRATOR_DIR}/model.safetensors`: the calibrator (no pickles)",
-    ]
-    if enc.get("token_statistics"):
-        lines.append(
-            "- `token_statistics/`: the token counts the pooling's weights come from (JSON + safetensors, counted "
-            "on unlabeled text)"
-        )
-    if include_encoder:
-        lines.append(f"- `{ENCODER_DIR}/`: the encoder's own Hugging Face files (its licence applies to them)")
-    return lines
-
-
 #: The card's "Use" section (same for every model).
 _USE = [
     "## Use",
@@ -205,21 +115,65 @@ _USE = [
 ]
 
 
-def _card(
-    encoder: Mapping[str, Any],
-    calibrator: Calibrator,
-    fitting: Mapping[str, Any],
-    *,
-    encoder_license: str | None,
-    include_encoder: bool = False,
-) -> str:
-    """The card's text from the saved ``encoder`` config (pinned revision, provenance), the fitted ``calibrator``
-    and the ``fitting`` record (older records may lack keys)."""
-    enc, cal = encoder, calibrator
-    licence = {"encoder_license": encoder_license, "include_encoder": include_encoder}
-    fitted = _fitting_rows(enc, cal, fitting, **licence)
+def model_card(embedder: Embedder, *, include_encoder: bool = False) -> str:
+    """A Markdown model card with YAML front matter (read by the Hugging Face Hub) for a fitted ``embedder``: what
+    was fitted, on what, with which library version and licence, and how to load, search and publish it.
+    ``Embedder.save`` writes it as the folder's ``README.md``; ``include_encoder``: whether the folder bundles the
+    encoder's files (changes the licence statement)."""
+    enc, cal, info = pinned_encoder_config(embedder.encoder), embedder.calibrator, embedder.fit_records()[0]
+    licence = encoder_license(embedder)
+    tags = ["bertflow", "sentence-embeddings", "sentence-similarity", f"calibrator-{cal.name}"]
+    if cal.name == "flow":
+        tags.append("bert-flow")
+    # The calibrator's files are Apache-2.0 like bertflow; bundled encoder files keep the encoder's licence,
+    # so a bundle is Apache-2.0 only where the encoder is too.
+    if include_encoder and licence != "apache-2.0":
+        front = ["---", "license: other", "license_name: apache-2.0-and-encoder-license"]
+    else:
+        front = ["---", "license: apache-2.0"]
+    front += ["library_name: bertflow", "pipeline_tag: sentence-similarity", "tags:", *[f"- {tag}" for tag in tags]]
+    if on_hub(enc):
+        # The hub links base_model to the encoder's page; a local folder's name there would link elsewhere.
+        front += [f"base_model: {enc['model']}", "base_model_relation: adapter"]
+    fitted = [
+        ("encoder", encoder_reference(enc)),
+        ("encoder weights", "bundled in `encoder/`" if include_encoder else "referenced by id, not copied"),
+        ("pooling", f"`{enc['pooling']}`"),
+        *([("token statistics (digest)", f"`{enc['token_statistics']}`")] if enc.get("token_statistics") else []),
+        ("sentence-transformers export", _export_note(enc, cal)),
+        ("max_length (tokens)", enc["max_length"]),
+        ("embedding dimension in / out", f"{enc['dim']} / {cal.n_features_out_}"),
+        ("encoder fingerprint", f"`{enc['fingerprint']}`"),
+        *[(f"encoder file sha256 ({f})", f"`{digest}`") for f, digest in enc.get("weights_sha256", {}).items()],
+        ("encoder licence", f"`{licence}`" if licence else "not declared in its files"),
+        ("calibrator", f"`{cal!r}`"),
+        ("calibrator fingerprint", f"`{calibrator_fingerprint(cal)}`"),
+        *_auto_rows(info.get("auto")),
+        ("regime (fitting corpus)", info.get("regime", "unknown")),
+        ("corpus size (sentences)", info.get("n_sentences", "unknown")),
+        ("corpus_sha256", f"`{info['corpus_sha256']}`" if info.get("corpus_sha256") else "unknown"),
+        *([("corpus file sha256", f"`{info['corpus_file_sha256']}`")] if info.get("corpus_file_sha256") else []),
+        ("labels used", "none (label-free)"),
+        ("fitting time (s)", info.get("seconds", "unknown")),
+        ("fitted_at (UTC)", info.get("fitted_at", "unknown")),
+        ("machine", info.get("machine", "unknown")),
+        ("bertflow version", __version__),
+        ("format version", FORMAT_VERSION),
+    ]
+    files = [
+        f"- `{CONFIG_FILE}`: encoder reference, calibrator type, fitting record, sha256 of every other file",
+        f"- `{CALIBRATOR_DIR}/config.json`, `{CALIBRATOR_DIR}/model.safetensors`: the calibrator (no pickles)",
+    ]
+    if enc.get("token_statistics"):
+        files.append(
+            "- `token_statistics/`: the token counts the pooling's weights come from (JSON + safetensors, counted "
+            "on unlabeled text)"
+        )
+    if include_encoder:
+        files.append(f"- `{ENCODER_DIR}/`: the encoder's own Hugging Face files (its licence applies to them)")
     lines = [
-        *_front_matter(enc, cal, **licence),
+        *front,
+        "---",
         f"# bertflow calibrator for `{enc['model']}`",
         "",
         f"A `{cal.name}` calibrator fitted **without labels** on sentence embeddings of `{enc['model']}`, with "
@@ -236,7 +190,9 @@ def _card(
         "`corpus_sha256` is the sha256 of the fitting sentences joined by newlines (each followed by `\\n`), "
         "so the corpus can be verified without being published.",
         "",
-        *_file_lines(enc, include_encoder=include_encoder),
+        "## Files",
+        "",
+        *files,
         "",
         *_USE,
         "",
@@ -244,7 +200,7 @@ def _card(
         "",
         f"The calibrator and its records (`{CONFIG_FILE}`, `{CALIBRATOR_DIR}/`, this card) are released under "
         "the Apache License 2.0, like bertflow. The encoder is not covered by it: its own licence applies"
-        + (f" (`{encoder_license}`, as its files declare)" if encoder_license else " (see its model card)")
+        + (f" (`{licence}`, as its files declare)" if licence else " (see its model card)")
         + (", also to its copy in `encoder/`." if include_encoder else "; its weights are not in this folder."),
         "",
     ]

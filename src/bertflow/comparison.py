@@ -1,15 +1,14 @@
 """Several fitted models scored on the same sentence pairs from one encoder and one forward pass.
 
 ``bertflow similarity --pairs PAIRS --model-dir A --model-dir B`` puts the raw encoder and each fitted model side
-by side. The models must have been fitted on one encoder (same weight and tokenizer fingerprints, max_length and
-width); their poolings may differ. The encoder is loaded once and the pairs are encoded once per distinct set of
-token statistics (one pass for any number of unweighted poolings, see :meth:`SentenceEncoder.encode`'s
-``poolings``); each model's calibrator is applied on the CPU to its pooling's vectors, and the raw cosines of each
-distinct pooling come from the same vectors.
+by side. The models must share one encoder (fingerprints, max_length, width); their poolings may differ. The pairs
+are encoded once per distinct set of token statistics; each model's calibrator is applied on the CPU to its
+pooling's vectors, and the raw cosines of each distinct pooling come from the same vectors.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,9 +115,7 @@ class ModelComparison:
             finally:
                 if self.encoder.token_statistics is not own:
                     self.encoder.token_statistics = own
-        raw: dict[str, np.ndarray] = {}
-        for label, key in self._raw_labels().items():
-            raw[label] = pair_cosines(vectors[key][:n], vectors[key][n:])
+        raw = {label: pair_cosines(vectors[key][:n], vectors[key][n:]) for label, key in self._raw_labels().items()}
         calibrated = {}
         for m in self.models:
             z = m.calibrator.transform(vectors[_key(m.pooling, m.token_statistics)])
@@ -138,9 +135,7 @@ class ModelComparison:
     def _raw_labels(self) -> dict[str, tuple[str, str | None]]:
         """``{"raw <pooling>": vector key}``; a pooling weighted with two models' statistics names the model."""
         raw = self._raw()
-        counts: dict[str, int] = {}
-        for pooling, _, _ in raw:
-            counts[pooling.name] = counts.get(pooling.name, 0) + 1
+        counts = Counter(pooling.name for pooling, _, _ in raw)
         return {
             f"raw {p.name}" + (f" ({name})" if counts[p.name] > 1 else ""): _key(p, stats) for p, stats, name in raw
         }
@@ -152,9 +147,7 @@ class ModelComparison:
             digest = stats.digest() if stats is not None else None
             groups.setdefault(digest, (stats, []))[1].append(pooling)
         if None in groups and len(groups) > 1:
-            plain = groups.pop(None)[1]
-            first = next(iter(groups))
-            groups[first][1].extend(plain)
+            groups[next(k for k in groups if k is not None)][1].extend(groups.pop(None)[1])
         return list(groups.values())
 
 

@@ -1,10 +1,6 @@
-"""sentence-transformers' ``encode`` / ``similarity`` conventions for :class:`~bertflow.embedder.Embedder`.
-
-The keywords of ``SentenceTransformer.encode`` (``precision``, ``convert_to_tensor``, ``convert_to_numpy``,
-``normalize_embeddings``, ``device``, ``prompt``) checked and applied to calibrated embeddings, and the cosine of
-two embedding inputs that ``SentenceTransformer.similarity`` computes, so code (and MTEB) written for a
-``SentenceTransformer`` runs unchanged on an Embedder.
-"""
+"""sentence-transformers' ``encode`` / ``similarity`` conventions for :class:`~bertflow.embedder.Embedder`: the
+keywords of ``SentenceTransformer.encode`` checked and applied to calibrated embeddings, and the cosine of two
+embedding inputs, so code (and MTEB) written for a ``SentenceTransformer`` runs unchanged on an Embedder."""
 
 from __future__ import annotations
 
@@ -15,16 +11,6 @@ import torch
 
 from .errors import InputError
 from .linalg import unit_rows
-
-__all__ = [
-    "PRECISIONS",
-    "EvaluationRecord",
-    "are_embeddings",
-    "check_encode_keywords",
-    "check_truncate_dim",
-    "convert_embeddings",
-    "embedding_cosine",
-]
 
 #: ``Embedder.encode(precision=...)`` values: sentence-transformers' (``quantize_embeddings``).
 PRECISIONS = ("float32", "int8", "uint8", "binary", "ubinary")
@@ -40,14 +26,9 @@ def check_encode_keywords(
     precision: str,
     output_value: str | None = "sentence_embedding",
 ) -> None:
-    """Refuse, before any encoding, what ``Embedder.encode`` cannot honour.
-
-    Raises:
-        TypeError: ``unknown`` (keywords that neither bertflow nor sentence-transformers' ``encode`` knows) is not
-            empty; all are named.
-        InputError: a prompt, a single ``device`` other than ``encoder_device``, an empty or unparsable device list,
-            a precision not in :data:`PRECISIONS`, an ``output_value`` other than ``"sentence_embedding"``.
-    """
+    """Refuse, before any encoding, what ``Embedder.encode`` cannot honour: TypeError naming the ``unknown``
+    keywords; InputError for a prompt, a single ``device`` other than ``encoder_device``, an empty or unparsable
+    device list, a precision not in :data:`PRECISIONS`, an ``output_value`` other than ``"sentence_embedding"``."""
     if unknown:
         raise TypeError(
             f"Embedder.encode() got unexpected keyword argument(s) {', '.join(map(repr, sorted(unknown)))}; it "
@@ -83,11 +64,8 @@ def check_encode_keywords(
 
 
 def check_truncate_dim(truncate_dim: int | None, dim: int) -> None:
-    """Refuse a ``truncate_dim`` that is not ``None`` or an int in [1, ``dim``] (the calibrated dimension).
-
-    Raises:
-        InputError: naming the value and ``dim``.
-    """
+    """Refuse (InputError) a ``truncate_dim`` that is not ``None`` or an int in [1, ``dim``], the calibrated
+    dimension."""
     if truncate_dim is None:
         return
     is_int = isinstance(truncate_dim, (int, np.integer)) and not isinstance(truncate_dim, bool)
@@ -111,11 +89,8 @@ def convert_embeddings(
     """``out`` (float32 [N, D'], or [D'] for one sentence when ``single``) as sentence-transformers' ``encode``
     returns it with these keywords: the first ``truncate_dim`` columns, unit rows (after truncation, as
     sentence-transformers), quantised (``quantize_embeddings``, ranges from ``out`` itself), and an array, one
-    tensor on ``device``, or (``convert_to_numpy=False``) a list of N tensors [D'].
-
-    Raises:
-        InputError: a precision other than float32 without sentence-transformers installed.
-    """
+    tensor on ``device``, or (``convert_to_numpy=False``) a list of N tensors [D']. InputError: a precision other
+    than float32 without sentence-transformers installed."""
     if truncate_dim is not None:
         out = np.ascontiguousarray(out[..., :truncate_dim])
     if normalize_embeddings:
@@ -171,11 +146,8 @@ def embedding_cosine(a: np.ndarray | torch.Tensor, b: np.ndarray | torch.Tensor,
 
 class EvaluationRecord:
     """The ``model_card_data`` that sentence-transformers' evaluators write their metrics to
-    (``evaluator(model)`` calls ``model.model_card_data.set_evaluation_metrics``).
-
-    Attributes:
-        evaluations: one dict per evaluator call, ``{"evaluator", "metrics", "epoch", "step"}``, oldest first.
-    """
+    (``model.model_card_data.set_evaluation_metrics``): :attr:`evaluations` holds one dict per call,
+    ``{"evaluator", "metrics", "epoch", "step"}``, oldest first."""
 
     def __init__(self) -> None:
         self.evaluations: list[dict[str, Any]] = []

@@ -51,12 +51,9 @@ class CompatibilityError(BertflowError, ValueError):
 
 
 class DivergenceError(BertflowError, RuntimeError):
-    """Flow fitting produced a non-finite loss; the message names the step.
-
-    Attributes:
-        result: what the trainer kept (a :class:`~bertflow.calibrators.flow_trainer.FlowFit`: the parameters of the
-            last clean check and the history), or ``None``.
-    """
+    """Flow fitting produced a non-finite loss; the message names the step. :attr:`result`: what the trainer kept
+    (a :class:`~bertflow.calibrators.flow_trainer.FlowFit`: the parameters of the last clean check and the history),
+    or ``None``."""
 
     result: Any = None
 

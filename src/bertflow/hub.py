@@ -36,16 +36,13 @@ def snapshot(
     try:
         return Path(snapshot_download(repo_id, revision=revision, allow_patterns=allow_patterns, token=token))
     except Exception as e:  # huggingface_hub raises many types: offline, not found, gated, invalid id, HTTP
-        hint = (
+        why = _why(
+            e,
             "HF_HUB_OFFLINE is set and it is not in the local cache: unset HF_HUB_OFFLINE where there is network, "
-            f"or download it first (hf download {repo_id})"
-            if _offline()
-            else "check the repo id and revision, your network, and (for a private or gated repo) `hf auth login`"
+            f"or download it first (hf download {repo_id})",
+            "check the repo id and revision, your network, and (for a private or gated repo) `hf auth login`",
         )
-        detail = " ".join(str(e).split())  # huggingface_hub's messages span lines; the CLI's errors take one
-        raise ModelFileError(
-            f"{repo_id!r} could not be fetched from the Hugging Face Hub ({type(e).__name__}: {detail}); {hint}"
-        ) from None
+        raise ModelFileError(f"{repo_id!r} could not be fetched from the Hugging Face Hub {why}") from None
 
 
 def download_model(name: str, revision: str | None) -> Path:
@@ -63,8 +60,7 @@ def download_model(name: str, revision: str | None) -> Path:
     try:
         return snapshot(name, revision)
     except ModelFileError as e:
-        detail = " ".join(str(e).split())  # huggingface_hub's messages span lines; the CLI's errors take one
-        raise ModelFileError(f"no such folder {name!r} here, and {detail}") from None
+        raise ModelFileError(f"no such folder {name!r} here, and {e}") from None
 
 
 def means_local(name: str) -> bool:
@@ -130,15 +126,12 @@ def upload_folder(
             commit_message=commit_message,
         )
     except Exception as e:  # huggingface_hub raises many types: offline, no token, forbidden, HTTP
-        detail = " ".join(str(e).split())  # its messages span lines; the CLI's errors take one
-        hint = (
-            "HF_HUB_OFFLINE is set: unset it where there is network"
-            if _offline()
-            else "check your network, the repo id, and that `hf auth login` (or token=) gives write access"
+        why = _why(
+            e,
+            "HF_HUB_OFFLINE is set: unset it where there is network",
+            "check your network, the repo id, and that `hf auth login` (or token=) gives write access",
         )
-        raise OutputError(
-            f"cannot push to {repo_id!r} on the Hugging Face Hub ({type(e).__name__}: {detail}); {hint}"
-        ) from None
+        raise OutputError(f"cannot push to {repo_id!r} on the Hugging Face Hub {why}") from None
     return str(getattr(info, "commit_url", info))
 
 
@@ -155,15 +148,10 @@ def push(
     """Publish a fitted ``embedder`` on the Hugging Face Hub (``repo_id`` ``"user/name"``), where ``Embedder.load``
     and ``--model-dir`` fetch it; returns the commit's URL.
 
-    Saved as by ``Embedder.save`` (``include_encoder`` as there) into a temporary folder, which
-    :func:`upload_folder` sends in one commit to ``revision`` (a branch, created if missing); ``private`` applies to
-    a repo created now; ``token`` defaults to ``hf auth login``'s or ``HF_TOKEN``.
-
-    Raises:
-        NotFittedError: the calibrator is not fitted (checked before anything is created on the Hub).
-        InputError: ``repo_id`` is not a hub repo id; the encoder is a local folder and ``include_encoder`` is
-            off (the saved folder names a local encoder only by a path relative to itself).
-        OutputError: the Hub could not be reached (``HF_HUB_OFFLINE``, no network) or refused the upload.
+    Saved as by ``Embedder.save`` into a temporary folder, which :func:`upload_folder` sends in one commit to
+    ``revision`` (a branch, created if missing); ``token`` defaults to ``hf auth login``'s or ``HF_TOKEN``. Before
+    anything is created on the Hub: NotFittedError, or InputError for a bad ``repo_id`` or a local encoder without
+    ``include_encoder``. OutputError: the Hub could not be reached or refused the upload.
     """
     import tempfile
 
@@ -182,12 +170,13 @@ def push(
             folder = embedder.save(Path(tmp) / "model", include_encoder=include_encoder)
         finally:
             embedder.source = source
-        url = upload_folder(
+        return upload_folder(
             folder, repo_id, private=private, token=token, revision=revision, commit_message=commit_message
         )
-    return url
 
 
-def _offline() -> bool:
-    """Whether ``HF_HUB_OFFLINE`` forbids network access to the Hub."""
-    return os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on")
+def _why(e: Exception, offline: str, online: str) -> str:
+    """``"(Type: message); hint"`` for a huggingface_hub failure, on one line (its messages span lines), with the
+    ``offline`` hint where ``HF_HUB_OFFLINE`` forbids network access, else the ``online`` one."""
+    offline_set = os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on")
+    return f"({type(e).__name__}: {' '.join(str(e).split())}); {offline if offline_set else online}"

@@ -15,14 +15,9 @@ A saved folder::
       encoder/                  only with ``save(..., include_encoder=True)``: the encoder's own HF files
                                 (config, safetensors weights, tokenizer, its README/licence)
 
-**No absolute local paths**: the folder may be published as it is. A local encoder is recorded by its folder's
-name with the sha256 of its weight files, and by ``encoder.local_path``, its path relative to the model folder
-(``../models/my-bert``), so the two folders can move together; failing that, a folder of the encoder's name in the
-working directory is taken. :func:`bertflow.hub.push` refuses such a model unless the encoder is bundled.
-Loading re-checks checksums, format version, and the encoder's fingerprint and dimension against the calibrator's.
-
-:meth:`Embedder.save <bertflow.embedder.Embedder.save>` and ``Embedder.load`` call :func:`save_model_folder` and
-:func:`load_model_folder`.
+No absolute local paths: a local encoder is named by its folder's name and ``encoder.local_path``, its path
+relative to the model folder. Loading re-checks checksums, format version, and the encoder's fingerprint and
+dimension against the calibrator's.
 """
 
 from __future__ import annotations
@@ -82,25 +77,24 @@ TORCH_BIN_PATTERNS = ("pytorch_model.bin", "pytorch_model-*.bin", "pytorch_model
 PROVENANCE_KEYS = ("commit", "weights_sha256", "packaged_as")
 
 
-# -- the fitting record -------------------------------------------------------------------------------------
-
 #: Keys of every fitting record (:func:`fit_record`), whichever route fitted the model.
 FIT_RECORD_KEYS = ("n_sentences", "corpus_sha256", "corpus_file_sha256", "regime", "seconds", "fitted_at", "machine")
-
-
-# -- the encoder record (fitted_on) and its checks ---------------------------------------------------------
 
 
 #: What a ``fitted_on`` record keeps of the encoder whose embeddings a calibrator was fitted on (plus ``framework``:
 #: ``"bertflow"`` for a :class:`~bertflow.encoding.encoder.SentenceEncoder`, ``"sentence-transformers"`` for a model
 #: of that library).
 ENCODER_KEYS = ("model", "revision", "pooling", "max_length", "dim", "fingerprint", "tokenizer_fingerprint")
-#: Keys that records written by an earlier bertflow lack: such a record is not compared on them (a folder saved
-#: before the tokenizer was fingerprinted still loads; its tokenizer cannot be checked).
+#: Keys that records written by an earlier bertflow lack: such a record is not compared on them.
 LATER_ENCODER_KEYS = ("tokenizer_fingerprint",)
 #: The fields compared with a calibrator's ``fitted_on`` before it is applied (the dimension is checked apart);
 #: each only where both sides record it.
 _CHECKED_KEYS = ("fingerprint", "pooling", "max_length", "token_statistics", "tokenizer_fingerprint")
+#: What a mismatch of a key means, where its name does not say it.
+_MISMATCH_NOTES = {
+    "tokenizer_fingerprint": " (the tokenizer gives other token ids than at the fit: its tokenizer.json or "
+    "tokenizer_config.json changed, e.g. lowercasing, special tokens or truncation side)"
+}
 
 
 def encoder_record(encoder: Any, *, framework: str = "bertflow") -> dict[str, Any]:
@@ -147,13 +141,7 @@ def check_fitted_on(
             todo = advice(key, fitted_on[key]) if advice else "refit it or load the matching encoder"
             raise CompatibilityError(
                 f"the calibrator was fitted with {key}={fitted_on[key]!r} (encoder {fitted_on.get('model')}), but "
-                f"{subject} has {key}={ours[key]!r}; {todo}"
-                + (
-                    " (the tokenizer gives other token ids than at the fit: its tokenizer.json or "
-                    "tokenizer_config.json changed, e.g. lowercasing, special tokens or truncation side)"
-                    if key == "tokenizer_fingerprint"
-                    else ""
-                )
+                f"{subject} has {key}={ours[key]!r}; {todo}{_MISMATCH_NOTES.get(key, '')}"
             )
 
 
@@ -171,8 +159,7 @@ def corpus_digest(sentences: Sequence[str]) -> str:
     """sha256 of the sentences joined by newlines: identifies a fitting corpus without storing it."""
     h = hashlib.sha256()
     for s in sentences:
-        h.update(s.encode("utf-8"))
-        h.update(b"\n")
+        h.update(s.encode("utf-8") + b"\n")
     return h.hexdigest()
 
 
@@ -187,11 +174,8 @@ def fit_record(
     ranks: int | None = None,
 ) -> dict[str, Any]:
     """How a model was fitted, as saved with it: exactly the keys :data:`FIT_RECORD_KEYS` (``None`` where unknown).
-
-    ``regime`` labels the corpus, ``seconds`` is the wall time of encoding and fitting, ``device`` where it ran;
-    ``corpus_sha256`` is :func:`corpus_digest` of the sentences, ``corpus_file_sha256`` the file's (a distributed
-    fit of ``ranks`` processes never holds them all).
-    """
+    ``seconds``: wall time of encoding and fitting; ``corpus_sha256``: :func:`corpus_digest` of the sentences;
+    ``corpus_file_sha256``: the file's (a distributed fit of ``ranks`` processes never holds them all)."""
     machine = f"{platform.machine()} {platform.system()}, device {device}"
     return {
         "n_sentences": int(n_sentences),
@@ -202,9 +186,6 @@ def fit_record(
         "fitted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": machine if ranks is None else f"{ranks} rank(s), {machine}",
     }
-
-
-# -- writing ---------------------------------------------------------------------------------------------------
 
 
 def save_model_folder(
@@ -220,11 +201,8 @@ def save_model_folder(
     overwrite: bool = False,
 ) -> None:
     """Write the folder described in the module docstring at ``path``, atomically (a crash leaves an old one).
-
-    ``fitted_on`` is checked on load; ``card()`` makes README.md once the output is checked; ``include_encoder``
-    copies the encoder's HF files (from ``encoder_dir`` when it was loaded from a bundled copy). Raises OutputError
-    where ``path`` may not be written (:func:`~bertflow.io.files.check_output_folder`).
-    """
+    ``card()`` makes README.md once the output is checked; ``include_encoder`` copies the encoder's HF files (from
+    ``encoder_dir`` when it was loaded from a bundled copy). OutputError where ``path`` may not be written."""
     weighted = encoder.pooling.weighting.weighted
     if weighted and encoder.token_statistics is None:
         raise InputError(
@@ -305,9 +283,6 @@ def copy_encoder_files(encoder: SentenceEncoder, dest: Path, *, source: Path | N
     return len(files)
 
 
-# -- reading ---------------------------------------------------------------------------------------------------
-
-
 def load_model_folder(
     path: str | Path,
     assemble: Callable[[Path, dict[str, Any], Calibrator, str], T],
@@ -315,30 +290,22 @@ def load_model_folder(
     revision: str | None = None,
 ) -> T:
     """What ``assemble(folder, config, calibrator, source)`` makes of the model folder at ``path`` (or hub repo
-    ``path`` at ``revision``; ``source`` is the resolved folder or the hub id).
-
-    A local folder is read inside :func:`~bertflow.io.files.read_folder` (never two saves mixed), with a bundled
-    encoder's files. Raises ModelFileError: missing, corrupted or edited files, a newer format, or a path that is
-    neither a folder nor a hub repo that can be fetched.
-    """
+    ``path`` at ``revision``; ``source``: the resolved folder or the hub id), a local one read inside
+    :func:`~bertflow.io.files.read_folder` (never two saves mixed). ModelFileError: missing, corrupted or edited
+    files, a newer format, or a path that is neither a folder nor a hub repo that can be fetched."""
     folder = Path(path).expanduser()
     if not folder_present(folder):
         folder = download_model(str(path), revision)
-        config, calibrator = read_model_folder(folder)
-        return assemble(folder, config, calibrator, str(path))
+        return assemble(folder, *read_model_folder(folder), str(path))
+    source = str(folder.resolve())
 
-    # read() returns (assembled,) for a bundled encoder, else (config, calibrator) to assemble after the read.
-    def read(f: Path) -> tuple[T] | tuple[dict[str, Any], Calibrator]:
+    def read(f: Path) -> tuple[dict[str, Any], Calibrator, T | None]:
         config, calibrator = read_model_folder(f)
-        if bundles_encoder(config):  # its weights are files of the folder too: read them in the same read
-            return (assemble(f, config, calibrator, str(f.resolve())),)
-        return config, calibrator
+        # A bundled encoder's weights are files of the folder too: assembled within the same read.
+        return config, calibrator, assemble(f, config, calibrator, source) if bundles_encoder(config) else None
 
-    result = read_folder(folder, read)
-    if len(result) == 1:
-        return result[0]
-    config, calibrator = result
-    return assemble(folder, config, calibrator, str(folder.resolve()))
+    config, calibrator, made = read_folder(folder, read)
+    return made if made is not None else assemble(folder, config, calibrator, source)
 
 
 def read_model_folder(folder: Path) -> tuple[dict[str, Any], Calibrator]:

@@ -1,17 +1,10 @@
 """What a fitted model becomes in sentence-transformers' own modules, and why the rest needs bertflow.
 
 ``from_embedder(embedder)`` (:mod:`bertflow.integrations.st_export`) writes a folder that loads with plain
-``SentenceTransformer(path)`` exactly when sentence-transformers' built-in modules express both:
-
-* the pooling: ``cls``, ``mean``, layer averages and their sif/usif/idf weightings (``Pooling``,
-  ``WeightedLayerPooling``, ``WordWeights``); not ``pooler`` (no module applies BERT's pooler head);
-* the calibrator: an affine map ``x -> x W + b`` (identity, standard-norm, all-but-the-top, whitening, chains of
-  them) is a ``Dense`` with identity activation; anchored whitening and ``auto`` after a token-averaging pooling
-  are a chain of built-in modules (:mod:`bertflow.integrations.st_anchored`). The others (the flow; anchored and
-  auto after cls pooling) are bertflow's ``Calibration`` module, loaded with ``trust_remote_code=True`` and
-  bertflow installed; :func:`calibrator_needs_bertflow` says why for each.
-
-This module holds that knowledge without importing sentence-transformers, so the model card can state it.
+``SentenceTransformer(path)`` exactly when built-in modules express both the pooling and the calibrator (an affine
+map is a ``Dense``, anchored and auto after a token-averaging pooling a chain of modules); the others are bertflow's
+``Calibration`` module. This module holds that knowledge without importing sentence-transformers, so the model
+card can state it.
 """
 
 from __future__ import annotations
@@ -35,23 +28,12 @@ _OWN_POOLING = (
 
 def anchored_parts(calibrator: Calibrator) -> tuple[np.ndarray, np.ndarray, float] | None:
     """``(mean [D], W [D, k], b)`` of a fitted calibrator whose transform is the anchored mix
-    ``[sqrt(1-b) x/|x|, sqrt(b) z/|z|]``, ``z = (x - mean) W`` (anchored whitening, auto), checked against its own
-    ``transform`` on probe vectors; ``None`` for any other calibrator or a transform that differs."""
+    ``[sqrt(1-b) x/|x|, sqrt(b) z/|z|]``, ``z = (x - mean) W`` (anchored whitening, auto); ``None`` for any other
+    calibrator."""
     if not isinstance(calibrator, AnchoredWhiteningCalibrator):
         return None
     calibrator.check_fitted()
-    mean, W, b = calibrator.mean_, calibrator.components_, float(calibrator.weight_)
-    probes = np.random.default_rng(0).normal(size=(8, calibrator.n_features_in_)) + mean
-    raw, cal = probes, (probes - mean) @ W
-    formula = np.hstack(
-        [
-            np.sqrt(1 - b) * raw / np.linalg.norm(raw, axis=1, keepdims=True),
-            np.sqrt(b) * cal / np.linalg.norm(cal, axis=1, keepdims=True),
-        ]
-    )
-    if not np.allclose(calibrator.transform64(probes), formula, rtol=1e-9, atol=1e-12):
-        return None  # the class computes something else now: not exportable this way
-    return mean, W, b
+    return calibrator.mean_, calibrator.components_, float(calibrator.weight_)
 
 
 def calibrator_needs_bertflow(calibrator: Calibrator, pooling: str | None) -> str | None:

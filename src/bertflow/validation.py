@@ -16,20 +16,15 @@ import numpy as np
 
 from .errors import InputError, InputTypeError
 
-#: Largest plausible magnitude of a calibrated coordinate, in units of the input's scale (see :func:`output_limit`).
-#: Whitening, standard-norm and the flow give coordinates of unit variance on the fitting data, so by Chebyshev's
-#: inequality a coordinate beyond 1e6 has probability at most 1e-12 for data like it; the other maps (identity,
-#: all-but-the-top, anchored's unit-length blocks) never exceed a few times the input's own magnitude. Whitening
-#: divides by at most sqrt(rcond) = 1e-3 times the largest standard deviation, so a held-out row reaches the bound
-#: only 1,000 such deviations from the mean. A corrupted weight does not stay below: a flipped exponent bit
-#: multiplies a value by 2^32 or more (or makes it 1e35), and one such coordinate dominates every cosine (1.000000).
+#: Largest plausible magnitude of a calibrated coordinate, in units of the input's scale (see :func:`output_limit`):
+#: standardised coordinates have unit variance (Chebyshev: beyond 1e6 with probability <= 1e-12), the other maps
+#: stay within a few times the input, while a corrupted weight (a flipped exponent bit) lands far beyond.
 OUTPUT_LIMIT = 1e6
 
 
-#: Characters that are not whitespace to ``str.isspace`` but show nothing either: zero-width space, non-joiner and
-#: joiner, word joiner, byte-order mark (U+FEFF, also the zero-width no-break space), Mongolian vowel separator, NUL.
-#: A line made of them and whitespace is blank: the tokenizer drops them and the sentence would embed as an empty
-#: one (the special tokens only).
+#: Characters that are not whitespace to ``str.isspace`` but show nothing either (zero-width space, non-joiner and
+#: joiner, word joiner, U+FEFF, Mongolian vowel separator, NUL): the tokenizer drops them, so a line made of them and
+#: whitespace would embed as an empty one.
 INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff\u180e\x00"
 _BLANK = re.compile(f"[\\s{INVISIBLE}]*")
 #: Every character :data:`_BLANK` matches (``\\s`` is ``str.isspace``; tested over all code points), for ``str.strip``.
@@ -60,8 +55,7 @@ def check_sentence(index: int, item: object, *, what: str = "sentence") -> str:
     surrogate = _SURROGATE.search(item)
     if surrogate is not None:
         raise InputError(
-            f"{what} {index} holds a lone surrogate (U+{ord(surrogate.group()):04X} at character "
-            f"{surrogate.start()}), "
+            f"{what} {index} holds a lone surrogate (U+{ord(surrogate.group()):04X} at character {surrogate.start()}), "
             "which is not text and cannot be encoded as UTF-8; fix where the string came from (e.g. decode its bytes "
             "with errors='replace')"
         )
@@ -133,20 +127,17 @@ def check_calibrated(z: np.ndarray, x: np.ndarray, *, what: str = "the calibrato
 
 
 def raise_calibrated(z: np.ndarray, limit: float, *, what: str, first_row: int = 0, source: str = "") -> NoReturn:
-    """Raise the :func:`calibrated_error` of the worst value of ``z`` [N, D'] (NaN/Inf first, then the largest
-    magnitude), its row counted from ``first_row``."""
+    """Raise :func:`check_calibrated`'s error (also the encoder's on-device check's) at the worst value of ``z``
+    [N, D'] (NaN/Inf first, then the largest magnitude), its row counted from ``first_row``; ``source`` says where
+    the embeddings came from (``"from MODEL "``)."""
     magnitude = np.where(np.isfinite(z), np.abs(z), np.inf)
     row, col = (int(v) for v in np.unravel_index(int(np.argmax(magnitude)), z.shape))
-    raise InputError(calibrated_error(what, first_row + row, col, float(z[row, col]), limit, source))
-
-
-def calibrated_error(what: str, row: int, col: int, value: float, limit: float, source: str = "") -> str:
-    """The message of :func:`check_calibrated` (shared with the encoder's on-device check); ``source`` says where
-    the embeddings came from (``"from MODEL "``)."""
+    value = float(z[row, col])
     found = "NaN or Inf" if not np.isfinite(value) else f"{value:.3g}, beyond the plausible {limit:.3g},"
-    return (
-        f"{what} turned finite embeddings {source}into {found} at row {row}, column {col}: it overflows on these "
-        "inputs or its weights are corrupted; refit it on embeddings like them, or reload it from a verified copy"
+    raise InputError(
+        f"{what} turned finite embeddings {source}into {found} at row {first_row + row}, column {col}: it overflows "
+        "on these inputs or its weights are corrupted; refit it on embeddings like them, or reload it from a "
+        "verified copy"
     )
 
 
@@ -171,15 +162,14 @@ def check_array(
         raise InputError(f"{what} is a sparse matrix; calibrators take dense embeddings (convert with .toarray())")
     try:
         arr = np.asarray(x)
-        if np.iscomplexobj(arr):  # a cast to float would drop the imaginary parts with no more than a warning
-            raise InputError(f"Complex data not supported: {what} holds complex numbers; embeddings are real")
-        arr = arr.astype(dtype, copy=False)
+        if not np.iscomplexobj(arr):  # a cast to float would drop the imaginary parts with no more than a warning
+            arr = arr.astype(dtype, copy=False)
     except TypeError as e:
         raise InputTypeError(f"{what} is not a numeric array: {e}") from None
     except ValueError as e:
-        if isinstance(e, InputError):
-            raise
         raise InputError(f"{what} is not a numeric array: {e}") from None
+    if np.iscomplexobj(arr):
+        raise InputError(f"Complex data not supported: {what} holds complex numbers; embeddings are real")
     if arr.ndim != 2:
         raise InputError(f"{what} must be 2-D [n_samples, n_features], got shape {arr.shape}")
     if arr.shape[0] < min_rows:
