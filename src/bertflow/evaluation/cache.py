@@ -1,12 +1,7 @@
-"""Embedding cache: each distinct sentence is encoded once per (encoder, pooling, max_length, dtype) and kept on disk.
+"""Embedding cache: each distinct sentence is encoded once per (encoder, pooling, max_length, dtype) and kept on disk;
+:func:`embed_cached` encodes what the cache lacks in one pass for every requested pooling.
 
-Evaluation grids re-use the same sentences over and over (every calibrator, regime and seed sees the same STS
-sentences), and several poolings come from the same forward pass, so :func:`embed_cached` runs the encoder once
-over the sentences missing from the cache and reads every requested pooling out of that pass
-(:meth:`SentenceEncoder.encode` with ``poolings``). The cache only stores what the encoder returns: it has no model
-loop of its own.
-
-Layout of the cache (one folder per encoder x pooling x max_length x compute dtype)::
+Layout of the cache::
 
     ROOT/                                    ~/.cache/bertflow/embeddings, $BERTFLOW_CACHE_DIR or --cache-dir
       <model-slug>--<fingerprint>--<tokenizer fingerprint>/
@@ -15,9 +10,8 @@ Layout of the cache (one folder per encoder x pooling x max_length x compute dty
           <shard>.npy                        float32 [n, D] embeddings
           <shard>.keys.json                  the sha1 (hex, of the UTF-8 sentence) of each row, in row order
 
-Shards are immutable and written atomically (temporary file + rename, the ``.keys.json`` last, so a shard
-without its keys file is ignored). Two processes writing the same folder at once therefore never corrupt it;
-at worst they both store a sentence, and either copy is used.
+Shards are immutable and written atomically, the ``.keys.json`` last (a shard without it is ignored), so two
+processes writing one folder never corrupt it.
 """
 
 from __future__ import annotations

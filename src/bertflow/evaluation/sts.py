@@ -1,16 +1,11 @@
-"""STS evaluation: cosine similarity of sentence embeddings against gold scores.
+"""STS evaluation: Spearman (and Pearson) x 100 of the cosine similarity of each pair's two embeddings against the
+gold score, under both conventions for tasks of several subsets:
 
-The primary metric is Spearman's rank correlation x 100 between the cosine similarity of each pair's two
-embeddings and the gold score; Pearson x 100 is reported alongside. STS12-16 consist of several subsets,
-and the literature aggregates them in two incompatible ways, so both are computed:
+* ``"all"``: one correlation over the concatenation of all subsets of a task (SBERT, SimCSE, MTEB).
+* ``"wmean"``: the mean of the per-subset correlations weighted by subset size (BERT-flow and BERT-whitening
+  papers, i.e. SentEval's ``wmean``).
 
-* ``"all"``: one correlation over the concatenation of all subsets of a task (SBERT, SimCSE, MTEB). It is
-  sensitive to whether similarity scales agree *across* subsets.
-* ``"wmean"``: the mean of the per-subset correlations weighted by subset size (BERT-flow and
-  BERT-whitening papers, i.e. SentEval's ``wmean``).
-
-For single-subset tasks (STS-B and SICK-R, test split) both are the same number. Numbers from different
-protocols are not comparable (e.g. BERT-flow target: 66.31 "all" vs 69.57 "wmean" average).
+For single-subset tasks (STS-B and SICK-R) both are the same number.
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
-"""The BERT-flow paper's analyses on any encoder and calibrator (``bertflow analyze``), on the STS-B test pairs:
-
-* **Lexical vs semantic similarity** (the paper's Table 6): Spearman x 100 of the gold, the raw and the calibrated
-  similarity against the *word-level* Levenshtein distance between the two sentences (lowercased word and
-  punctuation tokens), on all pairs and on the pairs with edit distance <= 4; and each similarity against gold.
-  The paper does not say whether its edit distance counts characters or words; we count words.
-* **Anisotropy** of the embeddings of the distinct STS-B test sentences, before and after calibration: the mean
-  pairwise cosine, the partition-function isotropy score (Mu & Viswanath 2018; Arora et al. 2016) and the
-  eigenvalue spectrum (:mod:`bertflow.paper.measures`).
-* **Plots** (:mod:`bertflow.paper.plots`): spectra, pairwise-cosine histograms, similarity against gold and against
-  edit distance.
-
-Other calibrators can be fitted the same way and shown beside the main one (``compare``, e.g. whitening beside the
-flow), so one report holds the paper's comparison. The report's Markdown: :func:`bertflow.paper.render.render_analysis`.
+"""The BERT-flow paper's analyses on any encoder and calibrator (``bertflow analyze``), on the STS-B test pairs: the
+paper's Table 6 (similarity against word-level edit distance and against gold), anisotropy before and after
+calibration (:mod:`bertflow.paper.measures`) and plots (:mod:`bertflow.paper.plots`), with ``compare`` calibrators
+fitted the same way beside the main one. The report's Markdown: :func:`bertflow.paper.render.render_analysis`.
 """
 
 from __future__ import annotations

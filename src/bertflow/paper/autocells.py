@@ -1,11 +1,8 @@
-"""``auto`` cells of the grid and the per-set protocol: the rule fitted by :func:`bertflow.autofit.fit_auto`, the
-function ``Embedder.fit`` calls, so a report's ``auto`` row is what ``bertflow fit --calibrator auto`` would give on
-the same sentences (on a raw encoder: the SIF-weighted pooling counted on the shipped prior).
+"""``auto`` cells of the grid and the per-set protocol: the rule fitted by :func:`bertflow.autofit.fit_auto`, as
+``Embedder.fit`` does, so a report's ``auto`` row is what ``bertflow fit --calibrator auto`` would give.
 
-The rule reads poolings besides the cell's own: ``mean`` (the token anisotropy) and the prior-weighted form of the
-pooling. :func:`encode_auto_inputs` adds them to the run's :class:`~bertflow.paper.grid.EmbeddingTable` through the
-embedding cache, the weighted ones under :func:`table_key` (``"<key>@prior"``), apart from a weighted pooling the
-run was asked for, whose token statistics come from the fitting sentences instead.
+The rule reads poolings besides the cell's own (``mean``, and the prior-weighted form of the pooling):
+:func:`encode_auto_inputs` adds them to the run's table, the weighted ones under :func:`table_key` (``"<key>@prior"``).
 """
 
 from __future__ import annotations

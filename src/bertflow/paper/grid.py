@@ -1,14 +1,9 @@
 """STS evaluation of an encoder + calibrator, and the grid behind ``bertflow reproduce``.
 
-A *cell* is one (pooling, calibrator, fitting regime) on one encoder. Its calibrator is fitted without labels on
-the regime's sentences (:mod:`bertflow.paper.regimes`) and the seven STS tasks are scored by cosine similarity
-in the calibrated space, under both the "all" and the "wmean" convention (see :mod:`bertflow.evaluation.sts`).
-Results: :mod:`bertflow.paper.results` (JSON) and :mod:`bertflow.paper.render` (Markdown).
-
-Every sentence is encoded once for all poolings (:func:`encode_table`), so a grid costs one encoder pass plus the
-calibrator fits. Each cell records how many evaluation sentences its fitting set contained ("test sentences seen").
-The pieces a run shares with the per-set protocol (:mod:`bertflow.paper.perset`) live here: the checks of a
-:class:`GridConfig`, :func:`encode_table`, :func:`fit_cell` and :func:`run_meta`.
+A *cell* is one (pooling, calibrator, fitting regime) on one encoder: its calibrator is fitted without labels on
+the regime's sentences (:mod:`bertflow.paper.regimes`) and the STS tasks are scored under both conventions. Every
+sentence is encoded once for all poolings (:func:`encode_table`). The per-set protocol (:mod:`bertflow.paper.perset`)
+shares :class:`GridConfig`, :func:`encode_table`, :func:`fit_cell` and :func:`run_meta`.
 """
 
 from __future__ import annotations

@@ -1,19 +1,7 @@
-"""The per-set protocol: every evaluation set scored on its own, its calibrator fitted on that set's own sentences.
-
-``bertflow reproduce --regimes per-set`` (and ``bertflow evaluate --regime per-set``) split the seven STS tasks
-into their evaluation sets: every STS12-16 subset (``STS12/MSRpar``, ``STS16/headlines`` ...), STS-B test and
-SICK-R test. Each set's calibrator is fitted, without labels, on that set's own distinct sentences (STS-B and
-SICK-R: all their splits' sentences, as the ``target`` regime does; a STS12-16 subset: that subset's sentences),
-which is how ``bertflow fit`` is used on a user's own data. With ``fit_sizes`` it is also fitted on seeded random
-samples of that many of the set's sentences (only for sets with more sentences than that) and scores the same
-pairs: small fitting sets. A frequency-weighted pooling (``sif:first-last-avg``) takes its token statistics from
-the same fitting sample.
-
-Each configuration is summarised against the **raw encoder** (the same encoder and pooling, without weighting or
-calibrator): the mean over sets, the worst set relative to raw and the number of sets more than 2 points below raw
-(:func:`bertflow.paper.results.summarize_sets`). Choosing among configurations without tuning on the set
-that is scored: :mod:`bertflow.paper.lodo`.
-"""
+"""The per-set protocol (``--regimes per-set``): every evaluation set (each STS12-16 subset, STS-B test, SICK-R
+test) scored on its own, its calibrator fitted on that set's own sentences or a seeded sample of them (``fit_sizes``),
+and summarised against the raw encoder (:func:`bertflow.paper.results.summarize_sets`). Choosing among its
+configurations without tuning on the scored set: :mod:`bertflow.paper.lodo`."""
 
 from __future__ import annotations
 
