@@ -10,6 +10,7 @@ import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,12 @@ import numpy as np
 from ..calibrators import Calibrator, parse_calibrator
 from ..encoding.encoder import SentenceEncoder
 from ..errors import InputError
-from ..evaluation.cache import EmbeddingCache, embed_cached, pooling_key
+from ..evaluation.cache import EmbeddingCache, pooling_key
 from ..evaluation.datasets import StsTask, load_nli_sentences, load_sts_task, resolve_data_dir
 from ..evaluation.sts import cosine_scores
+from ..io.text import distinct
 from ..resources import limited_threads, machine_info
+from .grid import encode_table
 from .measures import edit_distances, geometry, lexical_table
 from .plots import plot_analysis
 from .published import TABLE6, TABLE6_SOURCE
@@ -99,7 +102,8 @@ def analyze_stsb(
         raise InputError("STS-B test pairs have no gold scores")
     eval_sentences = task.eval_sentences()
     fit_sentences, regime_text, seen = _fitting_plan(calibrator, task, regime, data_dir, nli, corpus, corpus_name)
-    rows = _row_lookup(encoder, [*eval_sentences, *fit_sentences], pool, cache, batch_size, say)
+    encoded = encode_table(encoder, distinct([*eval_sentences, *fit_sentences]), [pool], cache, batch_size, say=say)
+    rows = partial(encoded.table.get, pool)
     fit = dict(seed=seed, epochs=flow_epochs, device=device)
     with limited_threads(blas_threads=1):  # small matrices; see GridConfig.fit_threads
         spec, spaces = _fitted_spaces(calibrator, compare, rows, fit_sentences, eval_sentences, fit, regime, say)
@@ -133,23 +137,6 @@ def analyze_stsb(
         (out / "analyze.md").write_text(render_analysis(result), encoding="utf-8")
     meta["seconds"] = round(time.perf_counter() - started, 1)
     return result
-
-
-def _row_lookup(
-    encoder: SentenceEncoder,
-    sentences: Sequence[str],
-    pool: str,
-    cache: EmbeddingCache | None,
-    batch_size: int | None,
-    say: Callable[[str], None],
-) -> Callable[[Sequence[str]], np.ndarray]:
-    """Encode the distinct ``sentences`` once (through the cache) and return ``rows(items)``: their embeddings [N, D]
-    under ``pool``."""
-    distinct = list(dict.fromkeys(sentences))
-    say(f"encoding {len(distinct)} distinct sentences with {encoder.model_id} ({pool})")
-    emb = embed_cached(encoder, distinct, [pool], cache=cache, batch_size=batch_size)[pool]
-    index = {s: i for i, s in enumerate(distinct)}
-    return lambda items: emb[np.fromiter((index[s] for s in items), dtype=np.int64, count=len(items))]
 
 
 def _checked_compare(calibrator: str | Calibrator, vector: Sequence[str], compare: Sequence[str]) -> list[str]:
