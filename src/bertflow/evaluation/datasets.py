@@ -56,8 +56,6 @@ def _key(name: str) -> str:
 def task_spec(name: str) -> TaskSpec:
     """The :class:`TaskSpec` of a task name, its folder name or an alias (``"stsb"``, ``"STSBenchmark"``, ``"sick"``);
     InputError listing the valid names for another."""
-    if not isinstance(name, str):
-        raise InputError(f"task name must be a string, got {type(name).__name__}")
     for spec in TASK_SPECS:
         if _key(name) in {_key(n) for n in (spec.name, spec.folder, *spec.aliases)}:
             return spec
@@ -182,11 +180,7 @@ def load_sts_tasks(names: Sequence[str] = STS_TASKS, data_dir: str | Path | None
     """Load several STS tasks (default: all seven) from the folder ``data_dir`` (required: ``None`` is refused, see
     :func:`resolve_data_dir`), keyed by canonical task name, in the given order."""
     root = resolve_data_dir(data_dir)
-    tasks: dict[str, StsTask] = {}
-    for name in names:
-        task = load_sts_task(name, root)
-        tasks[task.name] = task
-    return tasks
+    return {task.name: task for task in (load_sts_task(name, root) for name in names)}
 
 
 def load_nli_sentences(data_dir: str | Path) -> list[str]:

@@ -88,10 +88,7 @@ class EmbeddingTable:
 
     def get(self, pooling: str, sentences: Sequence[str]) -> np.ndarray:
         """Rows for ``sentences`` (each must be in the table) under ``pooling``: float32 [len(sentences), D]."""
-        try:
-            rows = np.fromiter((self.index[s] for s in sentences), dtype=np.int64, count=len(sentences))
-        except KeyError as e:
-            raise InputError(f"sentence {e.args[0]!r:.60} was never encoded") from None
+        rows = np.fromiter((self.index[s] for s in sentences), dtype=np.int64, count=len(sentences))
         return self.embeddings[pooling][rows]
 
 
@@ -225,20 +222,17 @@ def _run_cell(
 class GridConfig:
     """What ``bertflow reproduce`` (and ``bertflow evaluate``) runs.
 
-    ``model``: hub id or folder (``None``: the embedded all-MiniLM-L6-v2); ``poolings``: names or comma-separated
-    layer indices; ``calibrators``: specs (:func:`bertflow.calibrators.parse_calibrator`; ``None``:
+    ``model``: hub id or folder (``None``: the embedded all-MiniLM-L6-v2); ``calibrators``: specs (``None``:
     :func:`default_calibrators` for the model's dimension); ``regimes``: a subset of :data:`REGIMES`, or
     ``["per-set"]`` alone (:func:`bertflow.paper.perset.run_per_set`); ``seeds``: flow rows are fitted with seeds
-    ``0 .. seeds-1``, reported as mean +- std; ``corpus``: the ``corpus`` regime's sentences, ``corpus_name`` in
-    reports; ``data_dir``: the STS data folder, required unless the tasks (and NLI sentences) are handed to the run
-    (nothing searches for a default: the CLI's ``--data-dir`` does); ``use_cache=False`` keeps nothing on disk;
-    ``flow_options``: further :class:`~bertflow.calibrators.FlowCalibrator` arguments for every flow cell (``lr``,
-    ``coupling`` ...: ablations; the seed is the grid's); ``paper_rows``: a paper model whose published rows are
-    shown beside this encoder's, captioned with how the two differ (``None``: only when the encoder is that model);
-    ``fit_threads``: BLAS threads while fitting and scoring (``None``: the library default; 1 by default, as the
-    matrices are small and on a busy 2-core machine a multi-threaded SVD waited on barriers, measured 11x slower);
-    ``fit_sizes``, ``sample_seed``: per-set regime only (:mod:`bertflow.paper.perset`); ``command``: the command
-    line that produced the run, for the report.
+    ``0 .. seeds-1``; ``corpus``: the ``corpus`` regime's sentences, ``corpus_name`` in reports; ``data_dir``: the
+    STS data folder, required unless the tasks (and NLI sentences) are handed to the run; ``use_cache=False`` keeps
+    nothing on disk; ``flow_options``: further :class:`~bertflow.calibrators.FlowCalibrator` arguments for every
+    flow cell (ablations; the seed is the grid's); ``paper_rows``: a paper model whose published rows are shown
+    beside this encoder's (``None``: only when the encoder is that model); ``fit_threads``: BLAS threads while
+    fitting and scoring (``None``: the library default; 1 by default: on a busy 2-core machine a multi-threaded SVD
+    of these small matrices waited on barriers, 11x slower); ``fit_sizes``, ``sample_seed``: per-set regime only;
+    ``command``: the command line that produced the run, for the report.
     """
 
     model: str | None = None
