@@ -185,11 +185,8 @@ def load_sts_tasks(names: Sequence[str] = STS_TASKS, data_dir: str | Path | None
 
 def load_nli_sentences(data_dir: str | Path) -> list[str]:
     """Distinct sentences of SNLI dev + test (``NLI/snli_dev.tsv``, ``NLI/snli_test.tsv`` in ``data_dir``) in order
-    of first occurrence: the "nli" regime; DataNotFoundError when the files are missing.
-
-    BERT-flow's NLI setting fits the flow on full SNLI + MultiNLI (about 1M pairs), which the shipped data folder
-    lacks, so SNLI dev+test (19,666 pairs, about 25.7k distinct sentences, SentEval-tokenized text) stands in: a
-    generic, non-target fitting corpus, but not the paper's exact setting."""
+    of first occurrence: the "nli" regime, a stand-in for BERT-flow's full SNLI + MultiNLI, which the data folder
+    lacks; DataNotFoundError when the files are missing."""
     root = resolve_data_dir(data_dir)
     parts = [_read_data_file(root / "NLI" / fname) for fname in ("snli_dev.tsv", "snli_test.tsv")]
     return distinct(s for pairs in parts for s in pairs.sentences())

@@ -334,14 +334,12 @@ def download_sts(
     """Download the original STS12-16, STS Benchmark and SICK releases and build the TSV layout in ``cache_dir``
     (default ``~/.cache/bertflow/sts``, one of the folders the CLI's ``--data-dir`` default looks in); returns it.
 
-    Sources are the archives SentEval's data script uses (SemEval STS 2012-2016 English test packages, STS13 without
-    the LDC-licensed SMT subset; the STS Benchmark tarball; SICK train, trial and annotated test, relatedness score).
     Only scored pairs are kept, text is raw (not SentEval's tokenized copy), and the pair counts and the sha256 of
     every built file are checked against the pinned ones (InputError otherwise, NLI aside). Existing files of the
     layout are overwritten, nothing else in the folder is touched; a completed download is not repeated unless
-    ``force``. ``include_nli`` also builds ``NLI/snli_{dev,test}.tsv`` from the SNLI 1.0 zip (about 90 MB; raw SNLI
-    text). Every host is probed first, so without network the call fails (DataNotFoundError, saying how to use a
-    local copy) within about ``connect_timeout`` seconds; ``read_timeout`` bounds any single network read."""
+    ``force``. ``include_nli`` also builds ``NLI/snli_{dev,test}.tsv`` from the SNLI 1.0 zip (about 90 MB). Every
+    host is probed first, so without network the call fails (DataNotFoundError) within about ``connect_timeout``
+    seconds; ``read_timeout`` bounds any single network read."""
     target = Path(cache_dir).expanduser() if cache_dir is not None else DEFAULT_CACHE_DIR.expanduser()
     marker = target / _COMPLETE_MARKER
     if marker.is_file() and not force and (not include_nli or (target / "NLI" / "snli_test.tsv").is_file()):

@@ -99,10 +99,10 @@ class TaskScore:
 
     def score(self, protocol: Protocol = "all", metric: Metric = "spearman") -> float:
         """The task's headline number under ``protocol`` ("all" or "wmean") for ``metric``."""
-        if protocol not in ("all", "wmean"):
-            raise InputError(f"protocol must be 'all' or 'wmean', got {protocol!r}")
-        if metric not in ("spearman", "pearson"):
-            raise InputError(f"metric must be 'spearman' or 'pearson', got {metric!r}")
+        if protocol not in ("all", "wmean") or metric not in ("spearman", "pearson"):
+            raise InputError(
+                f"protocol must be 'all' or 'wmean', metric 'spearman' or 'pearson': got {protocol!r}, {metric!r}"
+            )
         return float(getattr(self, f"{protocol}_{metric}"))
 
 

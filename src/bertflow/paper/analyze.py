@@ -84,13 +84,11 @@ def analyze_stsb(
     """Run the paper's analyses on STS-B test; write ``analyze.json``, ``analyze.md`` and the plots into ``out_dir``
     (``None``: nothing written).
 
-    ``pooling``: ``None`` analyses the encoder's own; ``calibrator``: a spec fitted here under ``regime``
-    (``"target"``: STS-B train + dev + test sentences, ``"train"``, ``"nli"``, ``"corpus"``), or one already fitted
-    (``regime`` is then a label); ``data_dir`` or ``task`` (STS-B already loaded), and ``nli``, ``corpus``,
-    ``corpus_name`` for those regimes (NLI read from ``data_dir`` when not given); ``plots`` (needs matplotlib), also
-    in the ``vector`` formats (:data:`VECTOR_FORMATS`); ``compare``: more calibrator specs fitted on the same
-    sentences (flows with the same seed), shown beside the main one in every table and plot. The others: flow
-    settings, cache, report command, progress lines.
+    ``pooling``: ``None`` analyses the encoder's own; ``calibrator``: a spec fitted here under ``regime``, or one
+    already fitted (``regime`` is then a label); ``data_dir`` or ``task`` (STS-B already loaded), and ``nli``,
+    ``corpus``, ``corpus_name`` for those regimes; ``vector``: plot formats besides PNG (:data:`VECTOR_FORMATS`);
+    ``compare``: more calibrator specs fitted on the same sentences (flows with the same seed), shown beside the main
+    one in every table and plot.
     """
     say = progress or (lambda _msg: None)
     started = time.perf_counter()

@@ -346,10 +346,9 @@ def run_grid(
     progress: Progress | None = None,
 ) -> GridResult:
     """Run a pooling x calibrator x regime grid on one encoder: ``encoder`` instead of ``config.model`` (its pooling
-    is ignored), ``tasks`` and ``nli`` sentences instead of reading them from ``config.data_dir``, ``progress``
-    called with one line per finished step. Cells whose fit failed carry an ``error`` instead of scores. InputError
-    for an unknown pooling, calibrator or regime, ``seeds < 1``, ``corpus`` without sentences, or no
-    ``config.data_dir`` when ``tasks`` (or ``nli``) are not given; DataNotFoundError for missing data.
+    is ignored), ``tasks`` and ``nli`` sentences instead of reading them from ``config.data_dir``. Cells whose fit
+    failed carry an ``error`` instead of scores. InputError for bad options before any encoding; DataNotFoundError
+    for missing data.
     """
     say = progress or (lambda _msg: None)
     started = time.perf_counter()

@@ -191,16 +191,11 @@ def run_per_set(
     tasks: Mapping[str, StsTask] | None = None,
     progress: Progress | None = None,
 ) -> PerSetResult:
-    """Run the per-set protocol for every pooling x calibrator x fitting-set size of ``config``.
-
-    ``config.regimes`` must be ``["per-set"]``; ``config.fit_sizes`` adds sample sizes to "all" and
-    ``config.sample_seed`` seeds the samples. The raw encoder of every pooling's unweighted base is always scored
-    (it is the baseline), and every weighted pooling's uncalibrated row at every size. An ``auto`` cell fits the
-    rule as ``Embedder.fit`` does (:mod:`bertflow.paper.autocells`) and records its choice per set. ``encoder``
-    replaces ``config.model`` (its own pooling is ignored, its token statistics are set per fitting sample while a
-    weighted pooling is encoded, then restored); ``tasks`` replace reading ``config.tasks`` from ``config.data_dir``;
-    ``progress`` is called with one line per finished step. InputError for another regime, a bad fit size, an
-    unknown pooling or calibrator, ``seeds < 1``, or no ``config.data_dir`` when ``tasks`` are not given;
+    """Run the per-set protocol for every pooling x calibrator x fitting-set size of ``config`` (``regimes`` must be
+    ``["per-set"]``). The raw encoder of every pooling's unweighted base is always scored (it is the baseline), and
+    every weighted pooling's uncalibrated row at every size. ``encoder`` replaces ``config.model`` (its own pooling
+    is ignored; its token statistics are set per fitting sample while a weighted pooling is encoded, then restored);
+    ``tasks`` replace reading them from ``config.data_dir``. InputError for bad options before any encoding;
     DataNotFoundError for missing data.
     """
     say = progress or (lambda _msg: None)

@@ -71,7 +71,8 @@ def _settings(meta: Mapping[str, Any], heading: str, rows: Sequence[str], seeded
     if flow.get("epochs") is not None:
         changed = {k: v for k, v in flow.items() if k != "epochs"}
         how = "changed from the preset: " + ", ".join(f"{k}={v}" for k, v in changed.items())
-        lines.append(f"| flow training | {flow['epochs']:g} epoch(s), {how if changed else _OFFICIAL} |")
+        how = how if changed else "the official code's optimiser settings"
+        lines.append(f"| flow training | {flow['epochs']:g} epoch(s), {how} |")
     machine = (
         f"{m['platform']}; {m['cpu']}; {m['usable_cpus']} usable of {m['cpu_count']} CPUs; "
         f"torch {m['torch']} ({m['torch_threads']} thread(s)), transformers {m['transformers']}; device {m['device']}"
@@ -85,9 +86,6 @@ def _settings(meta: Mapping[str, Any], heading: str, rows: Sequence[str], seeded
         f"| started | {meta['started_at']} |",
         "",
     ]
-
-
-_OFFICIAL = "the official code's optimiser settings"
 
 
 def render_grid(result: GridResult, *, title: str = "bertflow reproduce", subsets: bool = False) -> str:
