@@ -62,9 +62,7 @@ def correlations(predicted: np.ndarray, gold: np.ndarray) -> tuple[float, float]
     if p.size < 2 or np.ptp(p) == 0 or np.ptp(g) == 0:
         logger.warning("correlation undefined (%d pairs, constant input); reporting NaN", p.size)
         return math.nan, math.nan
-    spearman = float(stats.spearmanr(p, g)[0]) * 100.0
-    pearson = float(stats.pearsonr(p, g)[0]) * 100.0
-    return spearman, pearson
+    return float(stats.spearmanr(p, g)[0]) * 100.0, float(stats.pearsonr(p, g)[0]) * 100.0
 
 
 @dataclass
@@ -147,9 +145,8 @@ class StsReport:
                 "mean": {"spearman": _nan_to_none(t.mean_spearman)},
                 "subsets": [{"name": s.name, "n_pairs": s.n_pairs, **_pair(s.spearman, s.pearson)} for s in t.subsets],
             }
-        average: dict[str, Any] = {}
-        for protocol in ("all", "wmean") if self.tasks else ():
-            average[protocol] = _pair(*(self.average(protocol, m) for m in ("spearman", "pearson")))  # type: ignore[arg-type]
+        protocols = ("all", "wmean") if self.tasks else ()
+        average = {p: _pair(self.average(p, "spearman"), self.average(p, "pearson")) for p in protocols}  # type: ignore[arg-type]
         return {
             "metric": "correlation x 100 between cosine similarity and gold score",
             "protocols": {
@@ -164,17 +161,13 @@ class StsReport:
         """Markdown table of ``metric`` with ``digits`` decimals, without a trailing newline: one row per protocol
         (all, wmean), one column per task, then "Avg."."""
         names = self._ordered()
-
-        def fmt(x: float) -> str:
-            return "nan" if math.isnan(x) else f"{x:.{digits}f}"
-
         lines = [
             "| protocol | " + " | ".join(names) + " | Avg. |",
             "|---|" + "---:|" * (len(names) + 1),
         ]
         for protocol in ("all", "wmean"):
-            cells = [fmt(self.tasks[n].score(protocol, metric)) for n in names]  # type: ignore[arg-type]
-            avg = fmt(self.average(protocol, metric)) if names else ""  # type: ignore[arg-type]
+            cells = [f"{self.tasks[n].score(protocol, metric):.{digits}f}" for n in names]  # type: ignore[arg-type]
+            avg = f"{self.average(protocol, metric):.{digits}f}" if names else ""  # type: ignore[arg-type]
             lines.append(f"| {protocol} | " + " | ".join(cells) + f" | {avg} |")
         return "\n".join(lines)
 
