@@ -56,11 +56,8 @@ _SICK_URLS: dict[str, str] = {
 _SNLI_URL = "https://nlp.stanford.edu/projects/snli/snli_1.0.zip"
 _COMPLETE_MARKER = ".bertflow-download-complete"
 
-# sha256 of every file the downloader builds from the official releases (NLI aside: raw SNLI is not what the
-# shipped SentEval-processed copy holds). They are the checksums of the files in bertflow's reference copy of the
-# data (../shared/data/sts/MANIFEST), which its README documents as built by the same rules (score, sentence1,
-# sentence2; unscored pairs dropped; CR removed) from the same official packages. A download that converts to
-# anything else (a changed, truncated or tampered source) is refused, and no completion marker is written.
+# sha256 of every file the downloader builds (NLI aside): the checksums of the reference copy of the data
+# (../shared/data/sts/MANIFEST), built by the same rules from the same official packages.
 _EXPECTED_SHA256: dict[str, str] = {
     "SICK/test.tsv": "978ef6b6956e3b7af701d349ca05d43b851d7e92b3790df22b41c785990b550e",
     "SICK/train.tsv": "0faf8457e52c3da2591c349a6554f0fe2e88367b54a76cdd7bc372b054f4405b",

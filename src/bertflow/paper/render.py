@@ -1,8 +1,5 @@
-"""The Markdown reports of ``bertflow reproduce`` / ``evaluate`` / ``analyze``, from their result objects. A grid run
-(:func:`render_grid`): settings, a summary table, per-task tables under both conventions, optional per-subset tables
-and the published rows beside ours. A per-set run (:func:`render_per_set`): settings, a summary per configuration
-against the raw encoder (mean, worst set, sets below raw), per-set tables and the leave-one-dataset-out selection.
-An analysis (:func:`render_analysis`): settings, the Table 6 analogue beside the paper's, anisotropy, plots."""
+"""The Markdown reports of ``bertflow reproduce`` / ``evaluate`` / ``analyze``, from their result objects
+(:func:`render_grid`, :func:`render_per_set`, :func:`render_analysis`)."""
 
 from __future__ import annotations
 
