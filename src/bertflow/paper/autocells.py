@@ -2,7 +2,7 @@
 ``Embedder.fit`` does, so a report's ``auto`` row is what ``bertflow fit --calibrator auto`` would give.
 
 The rule reads poolings besides the cell's own (``mean``, and the prior-weighted form of the pooling):
-:func:`encode_auto_inputs` adds them to the run's table, the weighted ones under :func:`table_key` (``"<key>@prior"``).
+:func:`encode_auto_inputs` adds the weighted ones to the run's table under :func:`table_key` (``"<key>@prior"``).
 """
 
 from __future__ import annotations
@@ -45,15 +45,11 @@ def encode_auto_inputs(
     cache: EmbeddingCache | None,
     batch_size: int | None,
 ) -> dict[str, AutoInputs]:
-    """The :class:`AutoInputs` of each pooling (by key), after adding to ``table`` the rows of ``sentences`` the rule
-    reads that it lacks (``mean``, and each prior-weighted pooling with the encoder's token statistics set to its
-    prior while it encodes, then restored)."""
+    """The :class:`AutoInputs` of each pooling (by key), after adding to ``table`` (which holds ``mean``, the token
+    anisotropy's pooling: :func:`~bertflow.paper.grid.encode_table` encodes it in the same pass) the rows of
+    ``sentences`` under each prior-weighted pooling, with the encoder's token statistics set to its prior while it
+    encodes, then restored."""
     inputs = {p.key: auto_inputs(encoder, p) for p in poolings}
-    plain = {i.mean.key: i.mean for i in inputs.values() if i.mean.key not in table.embeddings}
-    if plain:
-        table.embeddings.update(
-            embed_cached(encoder, sentences, list(plain.values()), cache=cache, batch_size=batch_size)
-        )
     for i in inputs.values():
         if i.weighted is None or i.prior is None or table_key(i, i.weighted) in table.embeddings:
             continue
