@@ -237,13 +237,6 @@ def evaluate_sts(
             raise InputError(f"embed has no function for task(s) {', '.join(missing)}")
     scores: dict[str, TaskScore] = {}
     for name, task in loaded.items():
-        task_embed = embed[name] if isinstance(embed, Mapping) else embed
-        scores[name] = evaluate_task(task, task_embed)
-        logger.info(
-            "%s: spearman all=%.2f wmean=%.2f (%d pairs)",
-            name,
-            scores[name].all_spearman,
-            scores[name].wmean_spearman,
-            task.n_eval_pairs,
-        )
+        s = scores[name] = evaluate_task(task, embed[name] if isinstance(embed, Mapping) else embed)
+        logger.info("%s: spearman all=%.2f wmean=%.2f (%d pairs)", name, s.all_spearman, s.wmean_spearman, s.n_pairs)
     return StsReport(scores)
