@@ -1,11 +1,7 @@
 """The reusable STS evaluator: correlation metrics under the "all" and "wmean" protocols and the data they read.
 
-Submodules: :mod:`~bertflow.evaluation.sts` (metrics), :mod:`~bertflow.evaluation.datasets` (the task records and
-loading), :mod:`~bertflow.evaluation.download` (``bertflow download-sts``) and :mod:`~bertflow.evaluation.cache`
-(embedding cache, one-pass multi-pooling encoding). The paper harness built on them (``bertflow reproduce``,
-``evaluate``, ``analyze``, the published numbers) is :mod:`bertflow.paper`. The metrics' names are importable from
-here too; they load on first use, so ``import bertflow.evaluation`` (and the CLI, which reads the task names) stays
-light: the metrics need scipy.
+The metrics' names are importable from here too; they load on first use, so ``import bertflow.evaluation`` (and
+the CLI, which reads the task names) stays light: the metrics need scipy.
 """
 
 from __future__ import annotations

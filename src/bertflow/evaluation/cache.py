@@ -1,12 +1,7 @@
-"""Embedding cache: each distinct sentence is encoded once per (encoder, pooling, max_length, dtype) and kept on disk.
+"""Embedding cache: each distinct sentence is encoded once per (encoder, pooling, max_length, dtype) and kept on disk;
+:func:`embed_cached` encodes what the cache lacks in one pass for every requested pooling.
 
-Evaluation grids re-use the same sentences over and over (every calibrator, regime and seed sees the same STS
-sentences), and several poolings come from the same forward pass, so :func:`embed_cached` runs the encoder once
-over the sentences missing from the cache and reads every requested pooling out of that pass
-(:meth:`SentenceEncoder.encode` with ``poolings``). The cache only stores what the encoder returns: it has no model
-loop of its own.
-
-Layout of the cache (one folder per encoder x pooling x max_length x compute dtype)::
+Layout of the cache::
 
     ROOT/                                    ~/.cache/bertflow/embeddings, $BERTFLOW_CACHE_DIR or --cache-dir
       <model-slug>--<fingerprint>--<tokenizer fingerprint>/
@@ -15,9 +10,8 @@ Layout of the cache (one folder per encoder x pooling x max_length x compute dty
           <shard>.npy                        float32 [n, D] embeddings
           <shard>.keys.json                  the sha1 (hex, of the UTF-8 sentence) of each row, in row order
 
-Shards are immutable and written atomically (temporary file + rename, the ``.keys.json`` last, so a shard
-without its keys file is ignored). Two processes writing the same folder at once therefore never corrupt it;
-at worst they both store a sentence, and either copy is used.
+Shards are immutable and written atomically, the ``.keys.json`` last (a shard without it is ignored), so two
+processes writing one folder never corrupt it.
 """
 
 from __future__ import annotations
@@ -30,7 +24,6 @@ import re
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -88,18 +81,6 @@ class EmbeddingCache:
         model = f"{slug}--{encoder.fingerprint()}--{encoder.tokenizer_fingerprint()}"
         return self.root / model / f"{_stored_key(encoder, pooling)}--len{encoder.max_length}--{dtype}"
 
-    def _meta(self, encoder: SentenceEncoder, pooling: str | Sequence[int] | Pooling) -> dict[str, Any]:
-        return {
-            "format": _FORMAT,
-            "model": encoder.model_id,
-            "fingerprint": encoder.fingerprint(),
-            "tokenizer_fingerprint": encoder.tokenizer_fingerprint(),
-            "pooling": _stored_key(encoder, pooling),
-            "max_length": encoder.max_length,
-            "dtype": str(encoder.dtype).removeprefix("torch."),
-            "dim": encoder.dim,
-        }
-
     def lookup(
         self, encoder: SentenceEncoder, pooling: str | Sequence[int] | Pooling, sentences: Sequence[str]
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -149,7 +130,17 @@ class EmbeddingCache:
         folder.mkdir(parents=True, exist_ok=True)
         meta_file = folder / "meta.json"
         if not meta_file.exists():
-            atomic_write_text(meta_file, json.dumps(self._meta(encoder, pooling), indent=2) + "\n")
+            meta = {
+                "format": _FORMAT,
+                "model": encoder.model_id,
+                "fingerprint": encoder.fingerprint(),
+                "tokenizer_fingerprint": encoder.tokenizer_fingerprint(),
+                "pooling": _stored_key(encoder, pooling),
+                "max_length": encoder.max_length,
+                "dtype": str(encoder.dtype).removeprefix("torch."),
+                "dim": encoder.dim,
+            }
+            atomic_write_text(meta_file, json.dumps(meta, indent=2) + "\n")
         # Unique, sortable shard name: concurrent writers never collide.
         name = f"{time.time_ns():020d}-{os.getpid()}"
         shard = folder / f"{name}.npy"
@@ -174,69 +165,6 @@ def _spec(p: str | Sequence[int] | Pooling) -> str | Sequence[int]:
     return p.to_spec() if isinstance(p, Pooling) else p
 
 
-def _cached_rows(
-    encoder: SentenceEncoder,
-    distinct: list[str],
-    spec_of: dict[str, str | Sequence[int]],
-    cache: EmbeddingCache | None,
-) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Per pooling key: the rows [N, D] of the ``distinct`` sentences the cache holds (zeros elsewhere) and the mask
-    [N] of those it lacks (every row without a cache)."""
-    result: dict[str, np.ndarray] = {}
-    missing: dict[str, np.ndarray] = {}
-    for key, spec in spec_of.items():
-        if cache is None:
-            result[key] = np.zeros((len(distinct), encoder.dim), dtype=np.float32)
-            missing[key] = np.ones(len(distinct), dtype=bool)
-        else:
-            result[key], found = cache.lookup(encoder, spec, distinct)
-            missing[key] = ~found
-    return result, missing
-
-
-def _encode_missing(
-    encoder: SentenceEncoder,
-    distinct: list[str],
-    todo: np.ndarray,
-    spec_of: dict[str, str | Sequence[int]],
-    result: dict[str, np.ndarray],
-    missing: dict[str, np.ndarray],
-    cache: EmbeddingCache | None,
-    batch_size: int | None,
-    chunk_size: int,
-    show: bool,
-) -> None:
-    """Encode the sentences ``todo`` (indices into ``distinct``) in one stream under every pooling that lacks one of
-    them, fill the missing rows of ``result`` and store each chunk in the cache as it arrives."""
-    from tqdm.auto import tqdm
-
-    need = [k for k in missing if missing[k].any()]  # the poolings that lack at least one sentence
-    with tqdm(total=len(todo), desc="encode", unit="sent", disable=not show) as bar:
-        # One stream through the encoder (its pipeline stays busy between chunks); each chunk of chunk_size
-        # sentences is stored as it arrives, so an interrupted run resumes where it stopped.
-        stream = encoder.iter_encode(
-            [distinct[i] for i in todo],
-            poolings=[spec_of[k] for k in need],
-            batch_size=batch_size,
-            chunk_size=chunk_size,
-            progress=bar.update,
-        )
-        start = 0
-        for encoded in stream:
-            chunk = todo[start : start + len(encoded[need[0]])]
-            start += len(chunk)
-            texts = [distinct[i] for i in chunk]
-            for key in need:
-                # Only rows that were missing are filled and stored: cached rows stay exactly as they were.
-                sel = missing[key][chunk]
-                if not sel.any():
-                    continue
-                result[key][chunk[sel]] = encoded[key][sel]
-                if cache is not None:
-                    kept = [t for t, m in zip(texts, sel, strict=True) if m]
-                    cache.store(encoder, spec_of[key], kept, encoded[key][sel])
-
-
 def embed_cached(
     encoder: SentenceEncoder,
     sentences: Iterable[str],
@@ -255,21 +183,48 @@ def embed_cached(
     stopped). ``batch_size`` caps sentences per forward pass (default: the encoder's token budget);
     ``show_progress_bar=None`` shows a bar for 4,096 sentences or more to encode.
     """
+    from tqdm.auto import tqdm
+
     items = validate_sentences(sentences)
-    keys = [pooling_key(_spec(p), encoder.num_layers) for p in poolings]
     # The key names a pooling for files and results; the spec is what parses ("layers-1-6" is a key, not a spec).
-    spec_of = {key: _spec(p) for key, p in zip(keys, poolings, strict=True)}
+    spec_of = {pooling_key(_spec(p), encoder.num_layers): _spec(p) for p in poolings}
     distinct = list(dict.fromkeys(items))
-    position = {s: i for i, s in enumerate(distinct)}
-    result, missing = _cached_rows(encoder, distinct, spec_of, cache)
+    result: dict[str, np.ndarray] = {}
+    missing: dict[str, np.ndarray] = {}  # per pooling key: the rows of distinct the cache lacks
+    for key, spec in spec_of.items():
+        result[key] = np.zeros((len(distinct), encoder.dim), dtype=np.float32)
+        missing[key] = np.ones(len(distinct), dtype=bool)
+        if cache is not None:
+            result[key], found = cache.lookup(encoder, spec, distinct)
+            missing[key] = ~found
     union = np.zeros(len(distinct), dtype=bool)
     for mask in missing.values():
         union |= mask
     todo = np.flatnonzero(union)
     if len(todo):
-        logger.info("encoding %d of %d distinct sentences (%s) with %s", len(todo), len(distinct), ", ".join(keys),
+        logger.info("encoding %d of %d distinct sentences (%s) with %s", len(todo), len(distinct), ", ".join(spec_of),
                     encoder.model_id)  # fmt: skip
+        need = [k for k in missing if missing[k].any()]  # the poolings that lack at least one sentence
         show = len(todo) >= 4096 if show_progress_bar is None else show_progress_bar
-        _encode_missing(encoder, distinct, todo, spec_of, result, missing, cache, batch_size, chunk_size, show)
+        with tqdm(total=len(todo), desc="encode", unit="sent", disable=not show) as bar:
+            # One stream through the encoder; each chunk is stored as it arrives, so an interrupted run resumes.
+            stream = encoder.iter_encode(
+                [distinct[i] for i in todo],
+                poolings=[spec_of[k] for k in need],
+                batch_size=batch_size,
+                chunk_size=chunk_size,
+                progress=bar.update,
+            )
+            start = 0
+            for encoded in stream:
+                chunk = todo[start : start + len(encoded[need[0]])]
+                start += len(chunk)
+                for key in need:
+                    # Only rows that were missing are filled and stored: cached rows stay exactly as they were.
+                    sel = missing[key][chunk]
+                    result[key][chunk[sel]] = encoded[key][sel]
+                    if cache is not None and sel.any():
+                        cache.store(encoder, spec_of[key], [distinct[i] for i in chunk[sel]], encoded[key][sel])
+    position = {s: i for i, s in enumerate(distinct)}
     rows = np.fromiter((position[s] for s in items), dtype=np.int64, count=len(items))
-    return {key: result[key][rows] for key in dict.fromkeys(keys)}
+    return {key: result[key][rows] for key in spec_of}

@@ -56,8 +56,6 @@ def _key(name: str) -> str:
 def task_spec(name: str) -> TaskSpec:
     """The :class:`TaskSpec` of a task name, its folder name or an alias (``"stsb"``, ``"STSBenchmark"``, ``"sick"``);
     InputError listing the valid names for another."""
-    if not isinstance(name, str):
-        raise InputError(f"task name must be a string, got {type(name).__name__}")
     for spec in TASK_SPECS:
         if _key(name) in {_key(n) for n in (spec.name, spec.folder, *spec.aliases)}:
             return spec
@@ -182,20 +180,13 @@ def load_sts_tasks(names: Sequence[str] = STS_TASKS, data_dir: str | Path | None
     """Load several STS tasks (default: all seven) from the folder ``data_dir`` (required: ``None`` is refused, see
     :func:`resolve_data_dir`), keyed by canonical task name, in the given order."""
     root = resolve_data_dir(data_dir)
-    tasks: dict[str, StsTask] = {}
-    for name in names:
-        task = load_sts_task(name, root)
-        tasks[task.name] = task
-    return tasks
+    return {task.name: task for task in (load_sts_task(name, root) for name in names)}
 
 
 def load_nli_sentences(data_dir: str | Path) -> list[str]:
     """Distinct sentences of SNLI dev + test (``NLI/snli_dev.tsv``, ``NLI/snli_test.tsv`` in ``data_dir``) in order
-    of first occurrence: the "nli" regime; DataNotFoundError when the files are missing.
-
-    BERT-flow's NLI setting fits the flow on full SNLI + MultiNLI (about 1M pairs), which the shipped data folder
-    lacks, so SNLI dev+test (19,666 pairs, about 25.7k distinct sentences, SentEval-tokenized text) stands in: a
-    generic, non-target fitting corpus, but not the paper's exact setting."""
+    of first occurrence: the "nli" regime, a stand-in for BERT-flow's full SNLI + MultiNLI, which the data folder
+    lacks; DataNotFoundError when the files are missing."""
     root = resolve_data_dir(data_dir)
     parts = [_read_data_file(root / "NLI" / fname) for fname in ("snli_dev.tsv", "snli_test.tsv")]
     return distinct(s for pairs in parts for s in pairs.sentences())

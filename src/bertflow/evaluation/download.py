@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import socket
@@ -55,11 +56,8 @@ _SICK_URLS: dict[str, str] = {
 _SNLI_URL = "https://nlp.stanford.edu/projects/snli/snli_1.0.zip"
 _COMPLETE_MARKER = ".bertflow-download-complete"
 
-# sha256 of every file the downloader builds from the official releases (NLI aside: raw SNLI is not what the
-# shipped SentEval-processed copy holds). They are the checksums of the files in bertflow's reference copy of the
-# data (../shared/data/sts/MANIFEST), which its README documents as built by the same rules (score, sentence1,
-# sentence2; unscored pairs dropped; CR removed) from the same official packages. A download that converts to
-# anything else (a changed, truncated or tampered source) is refused, and no completion marker is written.
+# sha256 of every file the downloader builds (NLI aside): the checksums of the reference copy of the data
+# (../shared/data/sts/MANIFEST), built by the same rules from the same official packages.
 _EXPECTED_SHA256: dict[str, str] = {
     "SICK/test.tsv": "978ef6b6956e3b7af701d349ca05d43b851d7e92b3790df22b41c785990b550e",
     "SICK/train.tsv": "0faf8457e52c3da2591c349a6554f0fe2e88367b54a76cdd7bc372b054f4405b",
@@ -94,45 +92,39 @@ _EXPECTED_SHA256: dict[str, str] = {
 }
 
 
-def _clean_field(text: str) -> str:
-    # The TSV format cannot hold these characters inside a field; the README's rule is "replace by a space".
-    return text.replace("\t", " ").replace("\r", " ").replace("\n", " ")
-
-
-def _decode_source(raw: bytes, name: str) -> list[str]:
-    """Decode a source file into lines split on LF only, without terminators (a CR before LF is dropped)."""
+def _lines(path: Path) -> list[str]:
+    """The lines of a source file, split on LF only, without terminators (a CR before LF and a BOM are dropped)."""
     try:
-        text = raw.decode("utf-8")
+        text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError:
-        logger.warning("%s is not valid UTF-8; undecodable bytes are replaced by U+FFFD", name)
-        text = raw.decode("utf-8", errors="replace")
-    if text.startswith(BOM):
-        text = text[1:]
-    lines = text.split("\n")
+        logger.warning("%s is not valid UTF-8; undecodable bytes are replaced by U+FFFD", path)
+        text = path.read_bytes().decode("utf-8", errors="replace")
+    lines = text.removeprefix(BOM).split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
+    return [line.removesuffix("\r") for line in lines]
 
 
-def _write_pairs_tsv(path: Path, header: str, rows: Iterable[tuple[str, str, str]]) -> int:
-    """Write ``header`` then one ``score<TAB>s1<TAB>s2`` row per item, atomically; return the row count."""
+def _write_pairs_tsv(path: Path, rows: Iterable[tuple[str, str, str]], first: str = "score") -> int:
+    """Write the header then one ``first<TAB>s1<TAB>s2`` row per item, atomically; return the row count. TAB, CR and
+    LF inside a field become spaces (the TSV format cannot hold them)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     n = 0
     with atomic_file(path, "w", encoding="utf-8", newline="\n") as fh:
-        fh.write(header + "\n")
-        for score, s1, s2 in rows:
-            fh.write(f"{_clean_field(score)}\t{_clean_field(s1)}\t{_clean_field(s2)}\n")
+        fh.write(f"{first}\tsentence1\tsentence2\n")
+        for row in rows:
+            fh.write("\t".join(f.replace("\t", " ").replace("\r", " ").replace("\n", " ") for f in row) + "\n")
             n += 1
     return n
 
 
 def _find_file(root: Path, name: str) -> Path:
+    """The shallowest file ``name`` below ``root`` (some mirrors nest processed copies deeper)."""
     matches = sorted(p for p in root.rglob(name) if p.is_file())
     if not matches:
         raise DataNotFoundError(
             f"the downloaded archive has no file {name}; the source may have changed. {USE_LOCAL_COPY}"
         )
-    # Prefer the shallowest match: some mirrors nest processed copies deeper.
     return min(matches, key=lambda p: (len(p.parts), str(p)))
 
 
@@ -150,8 +142,7 @@ def _convert_semeval_year(
     for subset in subsets:
         input_path = _find_file(src_dir, input_pattern.format(subset))
         gs_path = _find_file(src_dir, gs_pattern.format(subset))
-        pairs = _decode_source(input_path.read_bytes(), str(input_path))
-        gold = _decode_source(gs_path.read_bytes(), str(gs_path))
+        pairs, gold = _lines(input_path), _lines(gs_path)
         if len(pairs) != len(gold):
             raise InputError(f"{input_path} has {len(pairs)} lines but {gs_path} has {len(gold)}; cannot align scores")
         rows: list[tuple[str, str, str]] = []
@@ -167,30 +158,27 @@ def _convert_semeval_year(
             except ValueError:
                 raise InputError(f"{gs_path}: line {number}: score {score!r} is not a number") from None
             rows.append((score, fields[0], fields[1]))
-        counts[subset] = _write_pairs_tsv(dst_dir / f"{subset}.tsv", "score\tsentence1\tsentence2", rows)
+        counts[subset] = _write_pairs_tsv(dst_dir / f"{subset}.tsv", rows)
     return counts
 
 
 def _convert_stsb_csv(src: Path, dst: Path) -> int:
-    """Convert a raw STS Benchmark ``sts-<split>.csv`` (TAB-separated, no quoting) to the pair TSV.
-
-    Columns are genre, filename, year, id, score, sentence1, sentence2 and optional licence fields; only
-    score and the two sentences are kept.
-    """
+    """Convert a raw STS Benchmark ``sts-<split>.csv`` (TAB-separated, no quoting; genre, filename, year, id, score,
+    sentence1, sentence2, optional licence fields) to the pair TSV."""
     rows: list[tuple[str, str, str]] = []
-    for number, line in enumerate(_decode_source(src.read_bytes(), str(src)), start=1):
+    for number, line in enumerate(_lines(src), start=1):
         if not line:
             continue
         fields = line.split("\t")
         if len(fields) < 7:
             raise InputError(f"{src}: line {number} has {len(fields)} fields, expected at least 7")
         rows.append((fields[4].strip(), fields[5], fields[6]))
-    return _write_pairs_tsv(dst, "score\tsentence1\tsentence2", rows)
+    return _write_pairs_tsv(dst, rows)
 
 
 def _convert_sick(src: Path, dst: Path) -> int:
     """Convert an official SICK file (header pair_ID, sentence_A, sentence_B, relatedness_score, ...)."""
-    lines = _decode_source(src.read_bytes(), str(src))
+    lines = _lines(src)
     if not lines:
         raise InputError(f"{src} is empty")
     header = lines[0].split("\t")
@@ -206,22 +194,14 @@ def _convert_sick(src: Path, dst: Path) -> int:
         if len(fields) < len(header):
             raise InputError(f"{src}: line {number} has {len(fields)} fields, expected {len(header)}")
         rows.append((fields[i_s].strip(), fields[i_a], fields[i_b]))
-    return _write_pairs_tsv(dst, "score\tsentence1\tsentence2", rows)
+    return _write_pairs_tsv(dst, rows)
 
 
 def _convert_snli_jsonl(src: Path, dst: Path) -> int:
     """Convert an SNLI 1.0 ``.jsonl`` split to ``label<TAB>sentence1<TAB>sentence2``, dropping gold ``-``."""
-    import json
-
-    rows: list[tuple[str, str, str]] = []
-    for line in _decode_source(src.read_bytes(), str(src)):
-        if not line.strip():
-            continue
-        record = json.loads(line)
-        if record.get("gold_label", "-") == "-":
-            continue
-        rows.append((record["gold_label"], record["sentence1"], record["sentence2"]))
-    return _write_pairs_tsv(dst, "label\tsentence1\tsentence2", rows)
+    records = [json.loads(line) for line in _lines(src) if line.strip()]
+    rows = [(r["gold_label"], r["sentence1"], r["sentence2"]) for r in records if r.get("gold_label", "-") != "-"]
+    return _write_pairs_tsv(dst, rows, first="label")
 
 
 def _safe_extract(archive: Path, dest: Path) -> None:
@@ -340,43 +320,6 @@ def _unpacked(what: str, url: str, tmp: Path, name: str, read_timeout: float) ->
     return folder
 
 
-def _build_semeval(tmp: Path, target: Path, read_timeout: float) -> dict[str, int]:
-    """Download and convert the SemEval STS 2012-2016 packages into ``target/STS1x``; scored pairs per year."""
-    counts: dict[str, int] = {}
-    for year, (url, input_pattern, gs_pattern, subsets) in _SEMEVAL_YEARS.items():
-        unpacked = _unpacked(year, url, tmp, f"{year}.zip", read_timeout)
-        per_subset = _convert_semeval_year(unpacked, target / year, subsets, input_pattern, gs_pattern)
-        counts[year] = sum(per_subset.values())
-    return counts
-
-
-def _build_stsb(tmp: Path, target: Path, read_timeout: float) -> int:
-    """Download and convert the STS Benchmark into ``target/STSBenchmark``; the test split's scored pairs."""
-    stsb = _unpacked("STS Benchmark", _STSB_URL, tmp, "stsb.tar.gz", read_timeout)
-    counts = {}
-    for split in ("train", "dev", "test"):
-        csv_path = _find_file(stsb, f"sts-{split}.csv")
-        counts[split] = _convert_stsb_csv(csv_path, target / "STSBenchmark" / f"{split}.tsv")
-    return counts["test"]
-
-
-def _build_sick(tmp: Path, target: Path, read_timeout: float) -> int:
-    """Download and convert SICK into ``target/SICK``; the test split's scored pairs."""
-    counts = {}
-    for fname, url in _SICK_URLS.items():
-        logger.info("downloading SICK %s from %s", fname, url)
-        counts[fname] = _convert_sick(_download(url, tmp / f"sick-{fname}", read_timeout), target / "SICK" / fname)
-    return counts["test.tsv"]
-
-
-def _build_snli(tmp: Path, target: Path, read_timeout: float) -> None:
-    """Download SNLI 1.0 and write its dev and test pairs into ``target/NLI``."""
-    snli = _unpacked("SNLI 1.0", _SNLI_URL, tmp, "snli.zip", read_timeout)
-    for split in ("dev", "test"):
-        jsonl = _find_file(snli, f"snli_1.0_{split}.jsonl")
-        _convert_snli_jsonl(jsonl, target / "NLI" / f"snli_{split}.tsv")
-
-
 def download_sts(
     cache_dir: str | Path | None = None,
     *,
@@ -388,14 +331,12 @@ def download_sts(
     """Download the original STS12-16, STS Benchmark and SICK releases and build the TSV layout in ``cache_dir``
     (default ``~/.cache/bertflow/sts``, one of the folders the CLI's ``--data-dir`` default looks in); returns it.
 
-    Sources are the archives SentEval's data script uses (SemEval STS 2012-2016 English test packages, STS13 without
-    the LDC-licensed SMT subset; the STS Benchmark tarball; SICK train, trial and annotated test, relatedness score).
     Only scored pairs are kept, text is raw (not SentEval's tokenized copy), and the pair counts and the sha256 of
     every built file are checked against the pinned ones (InputError otherwise, NLI aside). Existing files of the
     layout are overwritten, nothing else in the folder is touched; a completed download is not repeated unless
-    ``force``. ``include_nli`` also builds ``NLI/snli_{dev,test}.tsv`` from the SNLI 1.0 zip (about 90 MB; raw SNLI
-    text). Every host is probed first, so without network the call fails (DataNotFoundError, saying how to use a
-    local copy) within about ``connect_timeout`` seconds; ``read_timeout`` bounds any single network read."""
+    ``force``. ``include_nli`` also builds ``NLI/snli_{dev,test}.tsv`` from the SNLI 1.0 zip (about 90 MB). Every
+    host is probed first, so without network the call fails (DataNotFoundError) within about ``connect_timeout``
+    seconds; ``read_timeout`` bounds any single network read."""
     target = Path(cache_dir).expanduser() if cache_dir is not None else DEFAULT_CACHE_DIR.expanduser()
     marker = target / _COMPLETE_MARKER
     if marker.is_file() and not force and (not include_nli or (target / "NLI" / "snli_test.tsv").is_file()):
@@ -411,11 +352,24 @@ def download_sts(
         raise DataNotFoundError(f"cannot create {target} ({exc}). {USE_LOCAL_COPY}") from None
     with tempfile.TemporaryDirectory(prefix="bertflow-sts-") as tmp_name:
         tmp = Path(tmp_name)
-        counts = _build_semeval(tmp, target, read_timeout)
-        counts["STS-B"] = _build_stsb(tmp, target, read_timeout)
-        counts["SICK-R"] = _build_sick(tmp, target, read_timeout)
+        counts: dict[str, int] = {}
+        for year, (url, input_pattern, gs_pattern, subsets) in _SEMEVAL_YEARS.items():
+            unpacked = _unpacked(year, url, tmp, f"{year}.zip", read_timeout)
+            counts[year] = sum(
+                _convert_semeval_year(unpacked, target / year, subsets, input_pattern, gs_pattern).values()
+            )
+        stsb = _unpacked("STS Benchmark", _STSB_URL, tmp, "stsb.tar.gz", read_timeout)
+        for split in ("train", "dev", "test"):  # the count checked is the test split's
+            counts["STS-B"] = _convert_stsb_csv(
+                _find_file(stsb, f"sts-{split}.csv"), target / f"STSBenchmark/{split}.tsv"
+            )
+        for name, url in _SICK_URLS.items():  # train, trial, test: the count checked is the test split's
+            logger.info("downloading SICK %s from %s", name, url)
+            counts["SICK-R"] = _convert_sick(_download(url, tmp / f"sick-{name}", read_timeout), target / "SICK" / name)
         if include_nli:
-            _build_snli(tmp, target, read_timeout)
+            snli = _unpacked("SNLI 1.0", _SNLI_URL, tmp, "snli.zip", read_timeout)
+            for split in ("dev", "test"):
+                _convert_snli_jsonl(_find_file(snli, f"snli_1.0_{split}.jsonl"), target / f"NLI/snli_{split}.tsv")
     wrong = {t: n for t, n in counts.items() if n != task_spec(t).official_pairs}
     if wrong:
         detail = ", ".join(f"{t}: {n} (official {task_spec(t).official_pairs})" for t, n in wrong.items())

@@ -1,16 +1,11 @@
-"""STS evaluation: cosine similarity of sentence embeddings against gold scores.
+"""STS evaluation: Spearman (and Pearson) x 100 of the cosine similarity of each pair's two embeddings against the
+gold score, under both conventions for tasks of several subsets:
 
-The primary metric is Spearman's rank correlation x 100 between the cosine similarity of each pair's two
-embeddings and the gold score; Pearson x 100 is reported alongside. STS12-16 consist of several subsets,
-and the literature aggregates them in two incompatible ways, so both are computed:
+* ``"all"``: one correlation over the concatenation of all subsets of a task (SBERT, SimCSE, MTEB).
+* ``"wmean"``: the mean of the per-subset correlations weighted by subset size (BERT-flow and BERT-whitening
+  papers, i.e. SentEval's ``wmean``).
 
-* ``"all"``: one correlation over the concatenation of all subsets of a task (SBERT, SimCSE, MTEB). It is
-  sensitive to whether similarity scales agree *across* subsets.
-* ``"wmean"``: the mean of the per-subset correlations weighted by subset size (BERT-flow and
-  BERT-whitening papers, i.e. SentEval's ``wmean``).
-
-For single-subset tasks (STS-B and SICK-R, test split) both are the same number. Numbers from different
-protocols are not comparable (e.g. BERT-flow target: 66.31 "all" vs 69.57 "wmean" average).
+For single-subset tasks (STS-B and SICK-R) both are the same number.
 """
 
 from __future__ import annotations
@@ -67,9 +62,7 @@ def correlations(predicted: np.ndarray, gold: np.ndarray) -> tuple[float, float]
     if p.size < 2 or np.ptp(p) == 0 or np.ptp(g) == 0:
         logger.warning("correlation undefined (%d pairs, constant input); reporting NaN", p.size)
         return math.nan, math.nan
-    spearman = float(stats.spearmanr(p, g)[0]) * 100.0
-    pearson = float(stats.pearsonr(p, g)[0]) * 100.0
-    return spearman, pearson
+    return float(stats.spearmanr(p, g)[0]) * 100.0, float(stats.pearsonr(p, g)[0]) * 100.0
 
 
 @dataclass
@@ -104,10 +97,10 @@ class TaskScore:
 
     def score(self, protocol: Protocol = "all", metric: Metric = "spearman") -> float:
         """The task's headline number under ``protocol`` ("all" or "wmean") for ``metric``."""
-        if protocol not in ("all", "wmean"):
-            raise InputError(f"protocol must be 'all' or 'wmean', got {protocol!r}")
-        if metric not in ("spearman", "pearson"):
-            raise InputError(f"metric must be 'spearman' or 'pearson', got {metric!r}")
+        if protocol not in ("all", "wmean") or metric not in ("spearman", "pearson"):
+            raise InputError(
+                f"protocol must be 'all' or 'wmean', metric 'spearman' or 'pearson': got {protocol!r}, {metric!r}"
+            )
         return float(getattr(self, f"{protocol}_{metric}"))
 
 
@@ -152,9 +145,8 @@ class StsReport:
                 "mean": {"spearman": _nan_to_none(t.mean_spearman)},
                 "subsets": [{"name": s.name, "n_pairs": s.n_pairs, **_pair(s.spearman, s.pearson)} for s in t.subsets],
             }
-        average: dict[str, Any] = {}
-        for protocol in ("all", "wmean") if self.tasks else ():
-            average[protocol] = _pair(*(self.average(protocol, m) for m in ("spearman", "pearson")))  # type: ignore[arg-type]
+        protocols = ("all", "wmean") if self.tasks else ()
+        average = {p: _pair(self.average(p, "spearman"), self.average(p, "pearson")) for p in protocols}  # type: ignore[arg-type]
         return {
             "metric": "correlation x 100 between cosine similarity and gold score",
             "protocols": {
@@ -169,17 +161,13 @@ class StsReport:
         """Markdown table of ``metric`` with ``digits`` decimals, without a trailing newline: one row per protocol
         (all, wmean), one column per task, then "Avg."."""
         names = self._ordered()
-
-        def fmt(x: float) -> str:
-            return "nan" if math.isnan(x) else f"{x:.{digits}f}"
-
         lines = [
             "| protocol | " + " | ".join(names) + " | Avg. |",
             "|---|" + "---:|" * (len(names) + 1),
         ]
         for protocol in ("all", "wmean"):
-            cells = [fmt(self.tasks[n].score(protocol, metric)) for n in names]  # type: ignore[arg-type]
-            avg = fmt(self.average(protocol, metric)) if names else ""  # type: ignore[arg-type]
+            cells = [f"{self.tasks[n].score(protocol, metric):.{digits}f}" for n in names]  # type: ignore[arg-type]
+            avg = f"{self.average(protocol, metric):.{digits}f}" if names else ""  # type: ignore[arg-type]
             lines.append(f"| {protocol} | " + " | ".join(cells) + f" | {avg} |")
         return "\n".join(lines)
 
@@ -249,13 +237,6 @@ def evaluate_sts(
             raise InputError(f"embed has no function for task(s) {', '.join(missing)}")
     scores: dict[str, TaskScore] = {}
     for name, task in loaded.items():
-        task_embed = embed[name] if isinstance(embed, Mapping) else embed
-        scores[name] = evaluate_task(task, task_embed)
-        logger.info(
-            "%s: spearman all=%.2f wmean=%.2f (%d pairs)",
-            name,
-            scores[name].all_spearman,
-            scores[name].wmean_spearman,
-            task.n_eval_pairs,
-        )
+        s = scores[name] = evaluate_task(task, embed[name] if isinstance(embed, Mapping) else embed)
+        logger.info("%s: spearman all=%.2f wmean=%.2f (%d pairs)", name, s.all_spearman, s.wmean_spearman, s.n_pairs)
     return StsReport(scores)

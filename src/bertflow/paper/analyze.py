@@ -1,17 +1,7 @@
-"""The BERT-flow paper's analyses on any encoder and calibrator (``bertflow analyze``), on the STS-B test pairs:
-
-* **Lexical vs semantic similarity** (the paper's Table 6): Spearman x 100 of the gold, the raw and the calibrated
-  similarity against the *word-level* Levenshtein distance between the two sentences (lowercased word and
-  punctuation tokens), on all pairs and on the pairs with edit distance <= 4; and each similarity against gold.
-  The paper does not say whether its edit distance counts characters or words; we count words.
-* **Anisotropy** of the embeddings of the distinct STS-B test sentences, before and after calibration: the mean
-  pairwise cosine, the partition-function isotropy score (Mu & Viswanath 2018; Arora et al. 2016) and the
-  eigenvalue spectrum (:mod:`bertflow.paper.measures`).
-* **Plots** (:mod:`bertflow.paper.plots`): spectra, pairwise-cosine histograms, similarity against gold and against
-  edit distance.
-
-Other calibrators can be fitted the same way and shown beside the main one (``compare``, e.g. whitening beside the
-flow), so one report holds the paper's comparison. The report's Markdown: :func:`bertflow.paper.render.render_analysis`.
+"""The BERT-flow paper's analyses on any encoder and calibrator (``bertflow analyze``), on the STS-B test pairs: the
+paper's Table 6 (similarity against word-level edit distance and against gold), anisotropy before and after
+calibration (:mod:`bertflow.paper.measures`) and plots (:mod:`bertflow.paper.plots`), with ``compare`` calibrators
+fitted the same way beside the main one. The report's Markdown: :func:`bertflow.paper.render.render_analysis`.
 """
 
 from __future__ import annotations
@@ -20,6 +10,7 @@ import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +19,12 @@ import numpy as np
 from ..calibrators import Calibrator, parse_calibrator
 from ..encoding.encoder import SentenceEncoder
 from ..errors import InputError
-from ..evaluation.cache import EmbeddingCache, embed_cached, pooling_key
+from ..evaluation.cache import EmbeddingCache, pooling_key
 from ..evaluation.datasets import StsTask, load_nli_sentences, load_sts_task, resolve_data_dir
 from ..evaluation.sts import cosine_scores
+from ..io.text import distinct
 from ..resources import limited_threads, machine_info
+from .grid import encode_table
 from .measures import edit_distances, geometry, lexical_table
 from .plots import plot_analysis
 from .published import TABLE6, TABLE6_SOURCE
@@ -91,13 +84,11 @@ def analyze_stsb(
     """Run the paper's analyses on STS-B test; write ``analyze.json``, ``analyze.md`` and the plots into ``out_dir``
     (``None``: nothing written).
 
-    ``pooling``: ``None`` analyses the encoder's own; ``calibrator``: a spec fitted here under ``regime``
-    (``"target"``: STS-B train + dev + test sentences, ``"train"``, ``"nli"``, ``"corpus"``), or one already fitted
-    (``regime`` is then a label); ``data_dir`` or ``task`` (STS-B already loaded), and ``nli``, ``corpus``,
-    ``corpus_name`` for those regimes (NLI read from ``data_dir`` when not given); ``plots`` (needs matplotlib), also
-    in the ``vector`` formats (:data:`VECTOR_FORMATS`); ``compare``: more calibrator specs fitted on the same
-    sentences (flows with the same seed), shown beside the main one in every table and plot. The others: flow
-    settings, cache, report command, progress lines.
+    ``pooling``: ``None`` analyses the encoder's own; ``calibrator``: a spec fitted here under ``regime``, or one
+    already fitted (``regime`` is then a label); ``data_dir`` or ``task`` (STS-B already loaded), and ``nli``,
+    ``corpus``, ``corpus_name`` for those regimes; ``vector``: plot formats besides PNG (:data:`VECTOR_FORMATS`);
+    ``compare``: more calibrator specs fitted on the same sentences (flows with the same seed), shown beside the main
+    one in every table and plot.
     """
     say = progress or (lambda _msg: None)
     started = time.perf_counter()
@@ -109,7 +100,8 @@ def analyze_stsb(
         raise InputError("STS-B test pairs have no gold scores")
     eval_sentences = task.eval_sentences()
     fit_sentences, regime_text, seen = _fitting_plan(calibrator, task, regime, data_dir, nli, corpus, corpus_name)
-    rows = _row_lookup(encoder, [*eval_sentences, *fit_sentences], pool, cache, batch_size, say)
+    encoded = encode_table(encoder, distinct([*eval_sentences, *fit_sentences]), [pool], cache, batch_size, say=say)
+    rows = partial(encoded.table.get, pool)
     fit = dict(seed=seed, epochs=flow_epochs, device=device)
     with limited_threads(blas_threads=1):  # small matrices; see GridConfig.fit_threads
         spec, spaces = _fitted_spaces(calibrator, compare, rows, fit_sentences, eval_sentences, fit, regime, say)
@@ -143,23 +135,6 @@ def analyze_stsb(
         (out / "analyze.md").write_text(render_analysis(result), encoding="utf-8")
     meta["seconds"] = round(time.perf_counter() - started, 1)
     return result
-
-
-def _row_lookup(
-    encoder: SentenceEncoder,
-    sentences: Sequence[str],
-    pool: str,
-    cache: EmbeddingCache | None,
-    batch_size: int | None,
-    say: Callable[[str], None],
-) -> Callable[[Sequence[str]], np.ndarray]:
-    """Encode the distinct ``sentences`` once (through the cache) and return ``rows(items)``: their embeddings [N, D]
-    under ``pool``."""
-    distinct = list(dict.fromkeys(sentences))
-    say(f"encoding {len(distinct)} distinct sentences with {encoder.model_id} ({pool})")
-    emb = embed_cached(encoder, distinct, [pool], cache=cache, batch_size=batch_size)[pool]
-    index = {s: i for i, s in enumerate(distinct)}
-    return lambda items: emb[np.fromiter((index[s] for s in items), dtype=np.int64, count=len(items))]
 
 
 def _checked_compare(calibrator: str | Calibrator, vector: Sequence[str], compare: Sequence[str]) -> list[str]:

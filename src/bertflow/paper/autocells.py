@@ -1,11 +1,8 @@
-"""``auto`` cells of the grid and the per-set protocol: the rule fitted by :func:`bertflow.autofit.fit_auto`, the
-function ``Embedder.fit`` calls, so a report's ``auto`` row is what ``bertflow fit --calibrator auto`` would give on
-the same sentences (on a raw encoder: the SIF-weighted pooling counted on the shipped prior).
+"""``auto`` cells of the grid and the per-set protocol: the rule fitted by :func:`bertflow.autofit.fit_auto`, as
+``Embedder.fit`` does, so a report's ``auto`` row is what ``bertflow fit --calibrator auto`` would give.
 
-The rule reads poolings besides the cell's own: ``mean`` (the token anisotropy) and the prior-weighted form of the
-pooling. :func:`encode_auto_inputs` adds them to the run's :class:`~bertflow.paper.grid.EmbeddingTable` through the
-embedding cache, the weighted ones under :func:`table_key` (``"<key>@prior"``), apart from a weighted pooling the
-run was asked for, whose token statistics come from the fitting sentences instead.
+The rule reads poolings besides the cell's own (``mean``, and the prior-weighted form of the pooling):
+:func:`encode_auto_inputs` adds the weighted ones to the run's table under :func:`table_key` (``"<key>@prior"``).
 """
 
 from __future__ import annotations
@@ -48,15 +45,11 @@ def encode_auto_inputs(
     cache: EmbeddingCache | None,
     batch_size: int | None,
 ) -> dict[str, AutoInputs]:
-    """The :class:`AutoInputs` of each pooling (by key), after adding to ``table`` the rows of ``sentences`` the rule
-    reads that it lacks (``mean``, and each prior-weighted pooling with the encoder's token statistics set to its
-    prior while it encodes, then restored)."""
+    """The :class:`AutoInputs` of each pooling (by key), after adding to ``table`` (which holds ``mean``, the token
+    anisotropy's pooling: :func:`~bertflow.paper.grid.encode_table` encodes it in the same pass) the rows of
+    ``sentences`` under each prior-weighted pooling, with the encoder's token statistics set to its prior while it
+    encodes, then restored."""
     inputs = {p.key: auto_inputs(encoder, p) for p in poolings}
-    plain = {i.mean.key: i.mean for i in inputs.values() if i.mean.key not in table.embeddings}
-    if plain:
-        table.embeddings.update(
-            embed_cached(encoder, sentences, list(plain.values()), cache=cache, batch_size=batch_size)
-        )
     for i in inputs.values():
         if i.weighted is None or i.prior is None or table_key(i, i.weighted) in table.embeddings:
             continue

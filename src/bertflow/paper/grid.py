@@ -1,14 +1,9 @@
 """STS evaluation of an encoder + calibrator, and the grid behind ``bertflow reproduce``.
 
-A *cell* is one (pooling, calibrator, fitting regime) on one encoder. Its calibrator is fitted without labels on
-the regime's sentences (:mod:`bertflow.paper.regimes`) and the seven STS tasks are scored by cosine similarity
-in the calibrated space, under both the "all" and the "wmean" convention (see :mod:`bertflow.evaluation.sts`).
-Results: :mod:`bertflow.paper.results` (JSON) and :mod:`bertflow.paper.render` (Markdown).
-
-Every sentence is encoded once for all poolings (:func:`encode_table`), so a grid costs one encoder pass plus the
-calibrator fits. Each cell records how many evaluation sentences its fitting set contained ("test sentences seen").
-The pieces a run shares with the per-set protocol (:mod:`bertflow.paper.perset`) live here: the checks of a
-:class:`GridConfig`, :func:`encode_table`, :func:`fit_cell` and :func:`run_meta`.
+A *cell* is one (pooling, calibrator, fitting regime) on one encoder: its calibrator is fitted without labels on
+the regime's sentences (:mod:`bertflow.paper.regimes`) and the STS tasks are scored under both conventions. Every
+sentence is encoded once for all poolings (:func:`encode_table`). The per-set protocol (:mod:`bertflow.paper.perset`)
+shares :class:`GridConfig`, :func:`encode_table`, :func:`fit_cell` and :func:`run_meta`.
 """
 
 from __future__ import annotations
@@ -93,10 +88,7 @@ class EmbeddingTable:
 
     def get(self, pooling: str, sentences: Sequence[str]) -> np.ndarray:
         """Rows for ``sentences`` (each must be in the table) under ``pooling``: float32 [len(sentences), D]."""
-        try:
-            rows = np.fromiter((self.index[s] for s in sentences), dtype=np.int64, count=len(sentences))
-        except KeyError as e:
-            raise InputError(f"sentence {e.args[0]!r:.60} was never encoded") from None
+        rows = np.fromiter((self.index[s] for s in sentences), dtype=np.int64, count=len(sentences))
         return self.embeddings[pooling][rows]
 
 
@@ -230,20 +222,17 @@ def _run_cell(
 class GridConfig:
     """What ``bertflow reproduce`` (and ``bertflow evaluate``) runs.
 
-    ``model``: hub id or folder (``None``: the embedded all-MiniLM-L6-v2); ``poolings``: names or comma-separated
-    layer indices; ``calibrators``: specs (:func:`bertflow.calibrators.parse_calibrator`; ``None``:
+    ``model``: hub id or folder (``None``: the embedded all-MiniLM-L6-v2); ``calibrators``: specs (``None``:
     :func:`default_calibrators` for the model's dimension); ``regimes``: a subset of :data:`REGIMES`, or
     ``["per-set"]`` alone (:func:`bertflow.paper.perset.run_per_set`); ``seeds``: flow rows are fitted with seeds
-    ``0 .. seeds-1``, reported as mean +- std; ``corpus``: the ``corpus`` regime's sentences, ``corpus_name`` in
-    reports; ``data_dir``: the STS data folder, required unless the tasks (and NLI sentences) are handed to the run
-    (nothing searches for a default: the CLI's ``--data-dir`` does); ``use_cache=False`` keeps nothing on disk;
-    ``flow_options``: further :class:`~bertflow.calibrators.FlowCalibrator` arguments for every flow cell (``lr``,
-    ``coupling`` ...: ablations; the seed is the grid's); ``paper_rows``: a paper model whose published rows are
-    shown beside this encoder's, captioned with how the two differ (``None``: only when the encoder is that model);
-    ``fit_threads``: BLAS threads while fitting and scoring (``None``: the library default; 1 by default, as the
-    matrices are small and on a busy 2-core machine a multi-threaded SVD waited on barriers, measured 11x slower);
-    ``fit_sizes``, ``sample_seed``: per-set regime only (:mod:`bertflow.paper.perset`); ``command``: the command
-    line that produced the run, for the report.
+    ``0 .. seeds-1``; ``corpus``: the ``corpus`` regime's sentences, ``corpus_name`` in reports; ``data_dir``: the
+    STS data folder, required unless the tasks (and NLI sentences) are handed to the run; ``use_cache=False`` keeps
+    nothing on disk; ``flow_options``: further :class:`~bertflow.calibrators.FlowCalibrator` arguments for every
+    flow cell (ablations; the seed is the grid's); ``paper_rows``: a paper model whose published rows are shown
+    beside this encoder's (``None``: only when the encoder is that model); ``fit_threads``: BLAS threads while
+    fitting and scoring (``None``: the library default; 1 by default: on a busy 2-core machine a multi-threaded SVD
+    of these small matrices waited on barriers, 11x slower); ``fit_sizes``, ``sample_seed``: per-set regime only;
+    ``command``: the command line that produced the run, for the report.
     """
 
     model: str | None = None
@@ -357,10 +346,9 @@ def run_grid(
     progress: Progress | None = None,
 ) -> GridResult:
     """Run a pooling x calibrator x regime grid on one encoder: ``encoder`` instead of ``config.model`` (its pooling
-    is ignored), ``tasks`` and ``nli`` sentences instead of reading them from ``config.data_dir``, ``progress``
-    called with one line per finished step. Cells whose fit failed carry an ``error`` instead of scores. InputError
-    for an unknown pooling, calibrator or regime, ``seeds < 1``, ``corpus`` without sentences, or no
-    ``config.data_dir`` when ``tasks`` (or ``nli``) are not given; DataNotFoundError for missing data.
+    is ignored), ``tasks`` and ``nli`` sentences instead of reading them from ``config.data_dir``. Cells whose fit
+    failed carry an ``error`` instead of scores. InputError for bad options before any encoding; DataNotFoundError
+    for missing data.
     """
     say = progress or (lambda _msg: None)
     started = time.perf_counter()

@@ -1,19 +1,7 @@
-"""The per-set protocol: every evaluation set scored on its own, its calibrator fitted on that set's own sentences.
-
-``bertflow reproduce --regimes per-set`` (and ``bertflow evaluate --regime per-set``) split the seven STS tasks
-into their evaluation sets: every STS12-16 subset (``STS12/MSRpar``, ``STS16/headlines`` ...), STS-B test and
-SICK-R test. Each set's calibrator is fitted, without labels, on that set's own distinct sentences (STS-B and
-SICK-R: all their splits' sentences, as the ``target`` regime does; a STS12-16 subset: that subset's sentences),
-which is how ``bertflow fit`` is used on a user's own data. With ``fit_sizes`` it is also fitted on seeded random
-samples of that many of the set's sentences (only for sets with more sentences than that) and scores the same
-pairs: small fitting sets. A frequency-weighted pooling (``sif:first-last-avg``) takes its token statistics from
-the same fitting sample.
-
-Each configuration is summarised against the **raw encoder** (the same encoder and pooling, without weighting or
-calibrator): the mean over sets, the worst set relative to raw and the number of sets more than 2 points below raw
-(:func:`bertflow.paper.results.summarize_sets`). Choosing among configurations without tuning on the set
-that is scored: :mod:`bertflow.paper.lodo`.
-"""
+"""The per-set protocol (``--regimes per-set``): every evaluation set (each STS12-16 subset, STS-B test, SICK-R
+test) scored on its own, its calibrator fitted on that set's own sentences or a seeded sample of them (``fit_sizes``),
+and summarised against the raw encoder (:func:`bertflow.paper.results.summarize_sets`). Choosing among its
+configurations without tuning on the scored set: :mod:`bertflow.paper.lodo`."""
 
 from __future__ import annotations
 
@@ -203,16 +191,11 @@ def run_per_set(
     tasks: Mapping[str, StsTask] | None = None,
     progress: Progress | None = None,
 ) -> PerSetResult:
-    """Run the per-set protocol for every pooling x calibrator x fitting-set size of ``config``.
-
-    ``config.regimes`` must be ``["per-set"]``; ``config.fit_sizes`` adds sample sizes to "all" and
-    ``config.sample_seed`` seeds the samples. The raw encoder of every pooling's unweighted base is always scored
-    (it is the baseline), and every weighted pooling's uncalibrated row at every size. An ``auto`` cell fits the
-    rule as ``Embedder.fit`` does (:mod:`bertflow.paper.autocells`) and records its choice per set. ``encoder``
-    replaces ``config.model`` (its own pooling is ignored, its token statistics are set per fitting sample while a
-    weighted pooling is encoded, then restored); ``tasks`` replace reading ``config.tasks`` from ``config.data_dir``;
-    ``progress`` is called with one line per finished step. InputError for another regime, a bad fit size, an
-    unknown pooling or calibrator, ``seeds < 1``, or no ``config.data_dir`` when ``tasks`` are not given;
+    """Run the per-set protocol for every pooling x calibrator x fitting-set size of ``config`` (``regimes`` must be
+    ``["per-set"]``). The raw encoder of every pooling's unweighted base is always scored (it is the baseline), and
+    every weighted pooling's uncalibrated row at every size. ``encoder`` replaces ``config.model`` (its own pooling
+    is ignored; its token statistics are set per fitting sample while a weighted pooling is encoded, then restored);
+    ``tasks`` replace reading them from ``config.data_dir``. InputError for bad options before any encoding;
     DataNotFoundError for missing data.
     """
     say = progress or (lambda _msg: None)

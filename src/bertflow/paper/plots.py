@@ -1,9 +1,6 @@
-"""The figures of ``bertflow analyze`` (matplotlib, Agg backend; PNG at 200 dpi, optionally PDF or SVG too).
-
-Four figures from the embeddings and similarities that :func:`bertflow.paper.analyze.analyze_stsb` measured:
-eigenvalue spectra, pairwise-cosine histograms, predicted similarity against gold, and similarity against edit
-distance with 95% confidence intervals and the number of pairs per distance. matplotlib is an optional extra
-(``bertflow[plots]``) and is imported only when a figure is drawn.
+"""The figures of ``bertflow analyze`` (matplotlib, Agg backend; PNG at 200 dpi, optionally PDF or SVG too):
+eigenvalue spectra, pairwise-cosine histograms, similarity against gold and against edit distance. matplotlib is an
+optional extra (``bertflow[plots]``), imported only when a figure is drawn.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """Published numbers of BERT-flow, BERT-whitening and their re-evaluations, with the protocol each one used.
 
-``bertflow reproduce`` prints these beside its own rows when the model is ``bert-base-uncased`` or
-``bert-large-uncased``. Every value is Spearman x 100 of cosine similarity, transcribed from
-``shared/reference/anchors.md`` (sections 1.8, 1.9, 2.2 and 3.1) into ``published.json`` beside this module (package
-data, read with :mod:`importlib.resources`), which cites the tables below. The two
-protocols are not comparable (see :mod:`bertflow.evaluation.sts`): "wmean" is what the BERT-flow and
-whitening papers report for STS12-16, "all" is what SimCSE and later work report.
-
-Sources:
-    * Li et al., "On the Sentence Embeddings from Pre-trained Language Models", EMNLP 2020, arXiv:2011.05864 v1
-      (Tables 2, 5 and 6 in the ar5iv rendering).
-    * Su et al., "Whitening Sentence Representations for Better Semantics and Faster Retrieval", arXiv:2103.15316
-      (Tables 1 and 2).
-    * Gao et al., "SimCSE", EMNLP 2021 (Table 5, Table C.1: BERT-flow and whitening re-run under "all"); SimCSE
-      issue #285 (first-last average with the true layers 1 + 12, "all").
+Every value is Spearman x 100 of cosine similarity, transcribed from ``shared/reference/anchors.md`` (sections 1.8,
+1.9, 2.2 and 3.1) into ``published.json`` beside this module (package data), which cites its sources: Li et al.
+2020 (BERT-flow, arXiv:2011.05864 v1), Su et al. 2021 (whitening, arXiv:2103.15316), Gao et al. 2021 (SimCSE) and
+SimCSE issue #285.
 """
 
 from __future__ import annotations

@@ -1,15 +1,5 @@
-"""Fitting regimes of the evaluation grid: which unlabeled sentences each task's calibrator is fitted on.
-
-* ``target``: per task, every sentence of that task (STS-B and SICK-R: train + dev + test; STS12-16: all subsets).
-  The BERT-flow paper's default. Transductive: the calibrator sees the test sentences (never their scores).
-* ``train``: per task, the train split only (STS-B and SICK-R); STS12-16 have none and are reported n/a.
-* ``nli``: one fit on the SNLI dev + test sentences of the data folder, used for every task.
-* ``corpus``: one fit on a user's text file, used for every task.
-* ``none``: no fitting (the raw encoder, calibrator ``none``).
-
-Each cell records how many evaluation sentences its fitting set contained ("test sentences seen",
-:func:`seen_counts`).
-"""
+"""Fitting regimes of the evaluation grid (:data:`REGIME_TEXT`): which unlabeled sentences each task's calibrator is
+fitted on, and how many evaluation sentences that set contains (:func:`seen_counts`)."""
 
 from __future__ import annotations
 

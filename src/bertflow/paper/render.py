@@ -1,8 +1,5 @@
-"""The Markdown reports of ``bertflow reproduce`` / ``evaluate`` / ``analyze``, from their result objects. A grid run
-(:func:`render_grid`): settings, a summary table, per-task tables under both conventions, optional per-subset tables
-and the published rows beside ours. A per-set run (:func:`render_per_set`): settings, a summary per configuration
-against the raw encoder (mean, worst set, sets below raw), per-set tables and the leave-one-dataset-out selection.
-An analysis (:func:`render_analysis`): settings, the Table 6 analogue beside the paper's, anisotropy, plots."""
+"""The Markdown reports of ``bertflow reproduce`` / ``evaluate`` / ``analyze``, from their result objects
+(:func:`render_grid`, :func:`render_per_set`, :func:`render_analysis`)."""
 
 from __future__ import annotations
 
@@ -71,7 +68,8 @@ def _settings(meta: Mapping[str, Any], heading: str, rows: Sequence[str], seeded
     if flow.get("epochs") is not None:
         changed = {k: v for k, v in flow.items() if k != "epochs"}
         how = "changed from the preset: " + ", ".join(f"{k}={v}" for k, v in changed.items())
-        lines.append(f"| flow training | {flow['epochs']:g} epoch(s), {how if changed else _OFFICIAL} |")
+        how = how if changed else "the official code's optimiser settings"
+        lines.append(f"| flow training | {flow['epochs']:g} epoch(s), {how} |")
     machine = (
         f"{m['platform']}; {m['cpu']}; {m['usable_cpus']} usable of {m['cpu_count']} CPUs; "
         f"torch {m['torch']} ({m['torch_threads']} thread(s)), transformers {m['transformers']}; device {m['device']}"
@@ -85,9 +83,6 @@ def _settings(meta: Mapping[str, Any], heading: str, rows: Sequence[str], seeded
         f"| started | {meta['started_at']} |",
         "",
     ]
-
-
-_OFFICIAL = "the official code's optimiser settings"
 
 
 def render_grid(result: GridResult, *, title: str = "bertflow reproduce", subsets: bool = False) -> str:

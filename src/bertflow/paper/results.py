@@ -81,11 +81,8 @@ class CellResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: per task mean/std under both conventions, per-subset means, averages and every run."""
-        tasks: dict[str, Any] = {}
-        for t in self.tasks:
-            if self.task_stat(t, "all") is None:
-                tasks[t] = None
-                continue
+        tasks: dict[str, Any] = dict.fromkeys(self.tasks)
+        for t in self.evaluated():
             first = self.reports[0].tasks[t]
             tasks[t] = {
                 "all": self.task_stat(t, "all"),
