@@ -156,7 +156,7 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
 
     def fit(self, X: np.ndarray, y: object = None) -> Calibrator:
         """Fit on embeddings ``X`` [N, D] (``y`` is ignored; it exists for pipelines). Returns ``self``."""
-        arr = check_array(X, what="X", min_rows=self._min_rows(), dtype=self._fit_dtype, owner=type(self).__name__)
+        arr = check_array(X, what="X", min_rows=self.min_rows(), dtype=self._fit_dtype, owner=type(self).__name__)
         self.check_params(arr)
         if self._needs_variance:
             check_spread(arr)
@@ -220,9 +220,6 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
 
     def min_rows(self) -> int:
         """Fewest rows ``fit`` accepts."""
-        return self._min_rows()
-
-    def _min_rows(self) -> int:
         return 2
 
     def check_params(self, X: np.ndarray) -> None:

@@ -6,8 +6,9 @@ its fitted state from the trainer's :class:`~bertflow.calibrators.flow_trainer.F
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -16,9 +17,9 @@ import torch
 from ..errors import DivergenceError, InputError
 from ..flows import GLOW_PRESETS, Glow
 from ..typing import TorchTransform
-from ..validation import check_epochs
+from ..validation import check_array, check_epochs
 from .base import Calibrator, as_tensor, check_latents, expect_shape
-from .flow_trainer import FlowFit, FlowTrainer, column_moments, shuffled_batches
+from .flow_trainer import FlowFit, FlowTrainer, column_moments
 from .registry import register
 
 
@@ -141,7 +142,7 @@ class FlowCalibrator(Calibrator):
         config.update(n_features=n_features, hidden_channels=int(self.hidden_channels), seed=int(self.seed))
         return config
 
-    def _min_rows(self) -> int:
+    def min_rows(self) -> int:
         return max(2, int(self.min_samples))
 
     def _validate_params(self, X: np.ndarray) -> None:
@@ -180,14 +181,13 @@ class FlowCalibrator(Calibrator):
         val = data.index_select(0, val_rows)
         try:
             result = trainer.run(
-                self._device_batches(data, train_rows, len(train_rows), trainer.generator),
+                trainer.row_batches(data, train_rows),
                 len(train_rows),
                 evaluate=(lambda glow: FlowTrainer.mean_bits_per_dim(glow, val)) if len(val) else None,
             )
         except DivergenceError as e:
             # Keep what the trainer kept, for inspection; fit() then leaves no fitted marker (n_features_in_).
-            if e.result is not None:
-                self._assign(e.result)
+            self._assign(e.result)
             raise
         self._assign(result)
 
@@ -204,34 +204,10 @@ class FlowCalibrator(Calibrator):
         return self
 
     def _assign(self, result: FlowFit) -> None:
-        """Set the fitted attributes from the trainer's result (the only place they are set after a fit)."""
-        self.flow_ = result.flow
-        self.active_ = result.active
-        self.passthrough_ = result.passthrough
-        self.passthrough_mean_ = result.passthrough_mean
-        self.passthrough_scale_ = result.passthrough_scale
-        self.n_steps_, self.best_step_, self.history_ = result.n_steps, result.best_step, result.history
-
-    def _batches(self, n: int, gen: torch.Generator) -> Iterator[torch.Tensor]:
-        """Endless stream of index batches: shuffled epochs, every batch full (see :func:`shuffled_batches`)."""
-        return shuffled_batches(n, self.batch_size, gen)
-
-    def _device_batches(
-        self, train: torch.Tensor, rows: torch.Tensor | None, n: int, gen: torch.Generator, steps_per_block: int = 4096
-    ) -> Iterator[torch.Tensor]:
-        """The batches of :meth:`_batches` (same generator calls, same order), gathered on ``train``'s device.
-
-        The indices of ``steps_per_block`` steps go to the device in one copy (and through ``rows``, the training
-        rows of ``train``) instead of one small host-to-device copy per step.
-        """
-        size = min(self.batch_size, n)
-        stream = self._batches(n, gen)
-        while True:
-            block = torch.cat([next(stream) for _ in range(steps_per_block)]).to(train.device)
-            if rows is not None:
-                block = rows.index_select(0, block)
-            for idx in block.split(size):
-                yield train.index_select(0, idx)
+        """Set the fitted attributes from the trainer's result (the only place they are set after a fit): each
+        field of :class:`FlowFit`, with a trailing ``_``."""
+        for field in dataclasses.fields(result):
+            setattr(self, f"{field.name}_", getattr(result, field.name))
 
     # -- using the fitted flow ---------------------------------------------------------------------------
 
@@ -251,8 +227,6 @@ class FlowCalibrator(Calibrator):
         return np.concatenate([z, X[:, self.passthrough_] - self.passthrough_mean_], axis=1)
 
     def _torch_transform(self, device: torch.device) -> TorchTransform:
-        import copy
-
         glow = copy.deepcopy(self.flow_).to(device).eval()
         active = torch.as_tensor(self.active_, device=device)
         constant = torch.as_tensor(self.passthrough_, device=device)
@@ -287,8 +261,6 @@ class FlowCalibrator(Calibrator):
     def score_samples(self, X: np.ndarray) -> np.ndarray:
         """Log-density log p(x) in nats per sample [N] (constant dimensions scored by their floored Gaussian)."""
         self.check_fitted()
-        from ..validation import check_array
-
         X = check_array(X, n_features=self.n_features_in_, owner=type(self).__name__)
         z, ladj = self._latent(X)
         log_p = -0.5 * (z**2).sum(axis=1) - 0.5 * z.shape[1] * math.log(2 * math.pi) + ladj

@@ -145,6 +145,18 @@ class FlowTrainer:
         shuffled epochs drawn from :attr:`generator`, every batch full."""
         return shuffled_batches(n_train, self.calibrator.batch_size, self.generator)
 
+    def row_batches(
+        self, data: torch.Tensor, rows: torch.Tensor, steps_per_block: int = 4096
+    ) -> Iterator[torch.Tensor]:
+        """The batches of :meth:`index_batches` over the training ``rows`` (indices into ``data`` [N, D_a], on its
+        device), gathered there: ``data[rows[idx]]``. The indices of ``steps_per_block`` steps go to the device in
+        one copy instead of one small host-to-device copy per step."""
+        stream = self.index_batches(len(rows))
+        while True:
+            block = rows.index_select(0, torch.cat([next(stream) for _ in range(steps_per_block)]).to(rows.device))
+            for idx in block.split(min(self.calibrator.batch_size, len(rows))):
+                yield data.index_select(0, idx)
+
     @torch.no_grad()
     def initialize(self, x: torch.Tensor) -> None:
         """ActNorm's data-dependent initialisation on rows ``x`` [n, D_a] (the first ``init_samples`` training

@@ -33,7 +33,7 @@ class IdentityCalibrator(Calibrator):
     def __init__(self) -> None:
         pass
 
-    def _min_rows(self) -> int:
+    def min_rows(self) -> int:
         return 1
 
     def _fit(self, X: np.ndarray) -> None:
