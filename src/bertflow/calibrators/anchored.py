@@ -23,7 +23,7 @@ from ..linalg import unit_rows
 from ..typing import TorchTransform
 from .base import Calibrator, as_tensor
 from .registry import register
-from .whitening import check_variance, descending_eigh, mean_and_covariance, read_projection, singular_shrinkage
+from .whitening import fit_spectrum, mean_and_covariance, read_projection
 
 logger = logging.getLogger(__name__)
 
@@ -107,14 +107,10 @@ class AnchoredWhiteningCalibrator(Calibrator):
     def _fit_mix(self, X: np.ndarray, alpha: float, weight: float | None) -> None:
         """Fit the partial whitening of strength ``alpha`` and the mix ``weight`` (None: the anisotropy)."""
         self.mean_, cov = mean_and_covariance(X)
-        eigvals, eigvecs = descending_eigh(cov)
-        check_variance(eigvals, self.mean_)
         # N <= D rows: the partial whitening too would be estimated from a singular covariance (whitening.py).
-        self.shrinkage_ = singular_shrinkage(None, eigvals, len(X), "anchored")
-        eigvals = eigvals + self.shrinkage_ * eigvals.mean()
-        keep = eigvals > self.rcond * eigvals[0]
-        self.explained_variance_ = eigvals[keep]
-        self.components_ = eigvecs[:, keep] * self.explained_variance_ ** (-alpha / 2.0)
+        eigvals, eigvecs, self.shrinkage_ = fit_spectrum(cov, self.mean_, len(X), None, self.rcond, "anchored")
+        self.explained_variance_ = eigvals
+        self.components_ = eigvecs * self.explained_variance_ ** (-alpha / 2.0)
         self.anisotropy_ = anisotropy(X)
         self.weight_ = self.anisotropy_ if weight is None else float(weight)
         logger.info(
@@ -122,7 +118,7 @@ class AnchoredWhiteningCalibrator(Calibrator):
             self.anisotropy_,
             self.weight_,
             alpha,
-            int(keep.sum()),
+            len(eigvals),
             X.shape[1],
         )
 
