@@ -66,7 +66,8 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
 
     Subclasses implement ``_fit(X)`` and ``_transform(X)`` on validated float64 arrays, and ``_get_state() -> (meta,
     arrays)`` / ``_set_state(meta, arrays)``; the public methods here validate, check fitting and cast once for all.
-    Output columns are named ``<classname><i>``, or keep the input's names where ``_one_to_one``.
+    Output columns are named ``<classname><i>``, or keep the input's names where ``_one_to_one``. Every ``__init__``
+    parameter must be JSON-serialisable (numbers, strings, lists, ``None``; nested calibrators for the chain).
     """
 
     #: The registry name (the ``type`` of a saved config), set by :func:`~bertflow.calibrators.registry.register`.
@@ -91,15 +92,11 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
     _needs_variance: ClassVar[bool] = True
     #: Whether output column i is input column i transformed (feature names pass through).
     _one_to_one: ClassVar[bool] = False
-    #: Parameters that are ``None`` when unset are written as JSON null; everything in ``__init__`` must be
-    #: JSON-serialisable (numbers, strings, lists, nested calibrators for :class:`Chain`).
 
     @classmethod
     def from_spec(cls, spec: str, number: int | None, **options: Any) -> Calibrator:
-        """An unfitted instance for one of :attr:`specs` (``number``: the ``K`` of a numbered spec, else ``None``).
-
-        The default passes ``number`` as the first argument and ignores ``options`` (the flow takes them).
-        """
+        """An unfitted instance for one of :attr:`specs` (``number``: the ``K`` of a numbered spec, else ``None``);
+        by default ``number`` is the first argument and ``options`` (the flow's) are ignored."""
         return cls() if number is None else cls(number)
 
     def is_affine(self) -> bool:
@@ -274,12 +271,8 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
         cls, config: dict[str, Any], arrays: dict[str, np.ndarray], *, source: str | Path = "calibrator config"
     ) -> Calibrator:
         """Rebuild a fitted calibrator from :meth:`to_config` output and its arrays, validating both (``source``
-        names the config in errors).
-
-        Raises:
-            ModelFileError: a missing key, a newer or missing format version, parameters or arrays that do not fit.
-            CompatibilityError: an unknown calibrator type, or another type than the class this is called on.
-        """
+        names the config in errors): ModelFileError for a missing key, a newer or missing format version, parameters
+        or arrays that do not fit; CompatibilityError for an unknown type, or another than the class called on."""
         for key in ("type", "params", "n_features_in", "state", "format_version"):
             if key not in config:
                 raise ModelFileError(f"calibrator config lacks {key!r}; the file was edited or is not bertflow's")

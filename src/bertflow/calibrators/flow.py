@@ -28,41 +28,32 @@ class FlowCalibrator(Calibrator):
     r"""BERT-flow (Li et al., EMNLP 2020): fit a Glow on embeddings by maximum likelihood; output its latent.
 
     The architecture defaults to the official code's flow (``preset="code"``: 3 levels x 3 steps, additive
-    coupling, channel reversal, coupling width 32); ``preset="paper"`` is the paper's Table 7 variant (2 levels,
-    random permutation). Any architectural argument left ``None`` comes from the preset.
-
-    Training follows the official code: AdamW (lr 1e-3 constant, weight decay 0.01), gradient-norm clip 1.0,
-    batches of 64 sentences, 1 epoch, shuffled and seeded. The loss, in bits per dimension, turns *negative* once
-    fitted: a continuous density can exceed 1. ActNorm is initialised explicitly at the start of ``fit`` on up to
-    ``init_samples`` shuffled rows, and stored, so loading never re-initialises.
-
-    Constant dimensions (std below ``1e-4`` x the median; all-MiniLM-L6-v2 has three) would dominate the
-    likelihood: they are set aside, only centred and appended after the latent.
+    coupling, channel reversal); ``preset="paper"`` is the paper's Table 7 variant (2 levels, random permutation).
+    Architectural arguments left ``None`` come from the preset. Training follows the official code: AdamW with a
+    constant lr, gradient-norm clipping, shuffled seeded batches; the loss, in bits per dimension, turns *negative*
+    once fitted (a continuous density can exceed 1). ActNorm is initialised at the start of ``fit`` on up to
+    ``init_samples`` shuffled rows, and stored, so loading never re-initialises. Constant dimensions (std below
+    ``1e-4`` x the median; all-MiniLM-L6-v2 has three) would dominate the likelihood: they are set aside, only
+    centred and appended after the latent.
 
     Args:
-        preset: ``"code"`` or ``"paper"``.
         n_levels, depth, hidden_channels, coupling, permutation: override the preset's Glow
             (coupling ``"additive"``/``"affine"``; permutation ``"reverse"``/``"random"``/``"lu"``).
-        lr, weight_decay, clip_grad_norm: optimiser settings.
-        batch_size: sentences per step.
-        epochs: passes over the data (fractional allowed: the paper's NLI setting used 0.15).
-        max_steps: if set, the number of steps, overriding ``epochs``.
+        epochs: passes over the data (fractional allowed: the paper's NLI setting used 0.15); ``max_steps``, if
+            set, overrides it.
         validation_fraction: if > 0, hold out this share of rows; their NLL, measured every ``eval_every``
-            steps, picks the best step (label-free early stopping) and the parameters of that step are kept.
-        eval_every: steps between held-out evaluations.
-        init_samples: rows used for ActNorm's data-dependent initialisation.
+            steps, picks the step whose parameters are kept (label-free early stopping).
         min_samples: fewer fitting rows are refused (a density with ~150k parameters on fewer is meaningless).
         seed: seeds the Glow's initial weights, the shuffling and the held-out split.
-        device: ``"cpu"``, ``"cuda"`` ...; ``None`` picks CUDA when available.
+        device: ``None`` picks CUDA when available.
         cuda_graph: on CUDA, replay one training step as a CUDA graph (same results, several times faster: a
             step is hundreds of tiny kernels). Ignored on CPU and in distributed fitting.
         verbose: show a progress bar with the running loss.
 
     Attributes:
         flow_: the fitted :class:`~bertflow.flows.Glow` on the non-constant dimensions.
-        passthrough_: [P] indices of the dimensions set aside as constant.
-        passthrough_mean_, passthrough_scale_: [P] their mean and (floored) std.
-        active_: [D_a] indices of the input dimensions the flow models (the others).
+        passthrough_: [P] indices of the dimensions set aside as constant; passthrough_mean_, passthrough_scale_:
+            [P] their mean and (floored) std; active_: [D_a] indices of the dimensions the flow models.
         history_: dict of lists: ``step``, ``train_bpd`` (logged steps), ``val_step``, ``val_bpd``.
         n_steps_: optimiser steps taken; best_step_: the step whose parameters were kept.
 
@@ -150,7 +141,7 @@ class FlowCalibrator(Calibrator):
             raise InputError(
                 f"the flow needs at least 2 features (embedding dimensions); X has {X.shape[1]} feature(s)"
             )
-        if not (math.isfinite(self.lr) and self.lr > 0) or self.batch_size < 1:
+        if not self.lr > 0 or self.batch_size < 1:  # NaN fails too; check_params refuses inf
             raise InputError("lr and batch_size must be positive")
         check_epochs(self.epochs)
         if self.max_steps is not None and self.max_steps < 1:
@@ -231,20 +222,15 @@ class FlowCalibrator(Calibrator):
         active = torch.as_tensor(self.active_, device=device)
         constant = torch.as_tensor(self.passthrough_, device=device)
         constant_mean = as_tensor(self.passthrough_mean_, device)
-        if not len(self.passthrough_):
-
-            @torch.no_grad()
-            def latent(x: torch.Tensor) -> torch.Tensor:
-                return glow(x)[0]
-
-            return latent
 
         @torch.no_grad()
-        def latent_and_constant(x: torch.Tensor) -> torch.Tensor:
+        def latent(x: torch.Tensor) -> torch.Tensor:
+            if not len(constant):
+                return glow(x)[0]
             z, _ = glow(x.index_select(1, active))
             return torch.cat([z, x.index_select(1, constant) - constant_mean], dim=1)
 
-        return latent_and_constant
+        return latent
 
     def inverse_transform(self, Z: np.ndarray) -> np.ndarray:
         """Map latents [N, D] (as returned by :meth:`transform`) back to embeddings [N, D]."""

@@ -161,7 +161,7 @@ class FlowTrainer:
     def initialize(self, x: torch.Tensor) -> None:
         """ActNorm's data-dependent initialisation on rows ``x`` [n, D_a] (the first ``init_samples`` training
         rows in shuffled order), on :attr:`device`."""
-        self._glow().initialize(x)
+        self.glow.initialize(x)
 
     # -- training ----------------------------------------------------------------------------------------
 
@@ -201,14 +201,14 @@ class FlowTrainer:
                     bar.set_postfix(bpd=f"{self.history['train_bpd'][-1]:.3f}")
                 if evaluate is not None and (k % cal.eval_every == 0 or k == total):
                     self.check(k)  # never keep the state of a diverged step as the best one
-                    self.observe(k, evaluate(self._glow()))
+                    self.observe(k, evaluate(self.glow))
         return self.finalise()
 
     def begin(self, n_train: int) -> int:
         """Start the optimiser (after :meth:`initialize`, and after any broadcast of the initialised parameters);
         returns the number of steps for ``n_train`` training rows."""
         cal = self.calibrator
-        glow = self._glow()
+        glow = self.glow
         self.size = min(cal.batch_size, int(n_train))
         self.total = cal.max_steps or max(1, math.ceil(cal.epochs * n_train / self.size))
         self.params = [p for p in glow.parameters() if p.requires_grad]
@@ -231,8 +231,6 @@ class FlowTrainer:
     def step(self, x: torch.Tensor) -> torch.Tensor:
         """One optimiser step on the batch ``x`` [b, D_a] (after :meth:`begin`); returns its loss (a 0-d device
         tensor, in bits per dimension; with ``reduce``, the global batch's)."""
-        if self.opt is None:
-            raise RuntimeError("FlowTrainer: call begin() before step()")
         if self._use_graph and self._graph is None:
             self._graph = _GraphStep.capture(self._step, self.params, self.opt, self.guard, x)
             self._use_graph = self._graph is not None
@@ -242,7 +240,7 @@ class FlowTrainer:
         return self._step(x)
 
     def _step(self, x: torch.Tensor) -> torch.Tensor:
-        glow = self._glow()
+        glow = self.glow
         if self.reduce is None:
             loss = glow.bits_per_dim(x).mean()
             loss.backward()
@@ -276,7 +274,7 @@ class FlowTrainer:
         self.history["val_step"].append(k)
         self.history["val_bpd"].append(val_bpd)
         if val_bpd < self.best[0]:
-            self.best = (val_bpd, k, {name: v.detach().clone() for name, v in self._glow().state_dict().items()})
+            self.best = (val_bpd, k, {name: v.detach().clone() for name, v in self.glow.state_dict().items()})
 
     @property
     def best_step(self) -> int:
@@ -285,7 +283,7 @@ class FlowTrainer:
 
     def finalise(self) -> FlowFit:
         """Keep the best step's parameters, put the Glow in eval mode, and return the fit."""
-        glow = self._glow()
+        glow = self.glow
         if self.best[2] is not None:
             glow.load_state_dict(self.best[2])
             logger.info("flow: kept step %d of %d (held-out bpd %.4f)", self.best[1], self.total, self.best[0])
@@ -293,7 +291,7 @@ class FlowTrainer:
 
     def _result(self, n_steps: int, best_step: int) -> FlowFit:
         return FlowFit(
-            flow=self._glow().eval(),
+            flow=self.glow.eval(),
             active=self.active,
             passthrough=self.passthrough,
             passthrough_mean=self.passthrough_mean,
@@ -312,11 +310,6 @@ class FlowTrainer:
         value = float(torch.cat([glow.bits_per_dim(c) for c in x.split(65536)]).mean())
         glow.train(was_training)
         return value
-
-    def _glow(self) -> Glow:
-        if self.glow is None:
-            raise RuntimeError("FlowTrainer: call build() first")
-        return self.glow
 
 
 def shuffled_batches(n: int, batch_size: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
