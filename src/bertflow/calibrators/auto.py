@@ -88,10 +88,6 @@ class AutoCalibrator(AnchoredWhiteningCalibrator):
 
     specs = {"auto": "the recommendation: anchored whitening set from label-free statistics (docs/beyond.md)"}
 
-    @classmethod
-    def from_spec(cls, spec: str, number: int | None, **options: Any) -> AutoCalibrator:
-        return cls()
-
     def __init__(self, *, low: float = 0.40, high: float = 0.50, rcond: float = 1e-6) -> None:
         self.low = low
         self.high = high

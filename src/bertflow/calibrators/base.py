@@ -308,11 +308,8 @@ def check_latents(calibrator: Calibrator, Z: object) -> np.ndarray:
     shape ([N, D'], or [D'] for one vector). NaN or Inf would otherwise come back as plausible-looking embeddings."""
     calibrator.check_fitted()
     single = np.ndim(Z) == 1
-    arr = check_array(np.atleast_2d(Z) if single else Z, what="Z", min_rows=0)
-    if arr.shape[1] != calibrator.n_features_out_:
-        raise InputError(
-            f"Z has {arr.shape[1]} features, but this {type(calibrator).__name__} outputs {calibrator.n_features_out_}"
-        )
+    Z = np.atleast_2d(Z) if single else Z
+    arr = check_array(Z, n_features=calibrator.n_features_out_, what="Z", min_rows=0, owner=type(calibrator).__name__)
     return arr[0] if single else arr
 
 

@@ -1,9 +1,6 @@
-"""FlowTrainer: how a :class:`~bertflow.calibrators.flow.FlowCalibrator`'s Glow is trained, step by step.
-
-``FlowCalibrator.fit`` (rows in memory) and :func:`bertflow.scale.fit.fit_flow_distributed` (rows on disk, one
-share of every batch per rank) both go through :class:`FlowTrainer`. Its helpers live here too: the seeded batch
-order (:func:`shuffled_batches`), per-dimension statistics on the device (:func:`column_moments`), the device-side
-divergence check (:class:`DivergenceGuard`) and the CUDA-graph step."""
+"""FlowTrainer: how a :class:`~bertflow.calibrators.flow.FlowCalibrator`'s Glow is trained, step by step, and its
+helpers: the seeded batch order, per-dimension statistics on the device, the device-side divergence check and the
+CUDA-graph step."""
 
 from __future__ import annotations
 
@@ -80,14 +77,7 @@ class FlowTrainer:
         self.passthrough = np.empty(0, dtype=np.int64)
         self.passthrough_mean = np.empty(0)
         self.passthrough_scale = np.empty(0)
-        # Set by begin(): steps in all, rows per global batch, the optimiser and the divergence guard.
-        self.total = 0
-        self.size = 0
-        self.params: list[torch.nn.Parameter] = []
-        self.opt: torch.optim.Optimizer | None = None
-        self.guard: DivergenceGuard | None = None
-        self._use_graph = False
-        self._graph: _GraphStep | None = None
+        # begin() sets the rest: steps in all (total), rows per global batch (size), params, opt, guard, the graph.
         self.history: dict[str, list[float]] = {"step": [], "train_bpd": [], "val_step": [], "val_bpd": []}
         self.best: tuple[float, int, dict[str, torch.Tensor] | None] = (math.inf, 0, None)  # (val bpd, step, state)
 
