@@ -103,8 +103,6 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
         """Whether this calibrator's map is affine (see :attr:`affine`; a chain is when all its steps are)."""
         return bool(vars(type(self)).get("affine", False))
 
-    # -- scikit-learn plumbing ---------------------------------------------------------------------------
-
     def __sklearn_tags__(self) -> Tags:
         tags = super().__sklearn_tags__()
         tags.transformer_tags.preserves_dtype = ["float32"]  # see the class docstring
@@ -148,8 +146,6 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
     def _n_features_out(self) -> int:
         """What ``ClassNamePrefixFeaturesOutMixin`` reads."""
         return self.n_features_out_
-
-    # -- the contract ------------------------------------------------------------------------------------
 
     def fit(self, X: np.ndarray, y: object = None) -> Calibrator:
         """Fit on embeddings ``X`` [N, D] (``y`` is ignored; it exists for pipelines). Returns ``self``."""
@@ -242,8 +238,6 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
     @abstractmethod
     def _set_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None: ...
 
-    # -- persistence -------------------------------------------------------------------------------------
-
     def to_config(self) -> dict[str, Any]:
         """JSON describing the class, its parameters and fitted scalar state (no arrays)."""
         self.check_fitted()
@@ -327,8 +321,6 @@ def as_tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
     """A fitted float64 array as the float32 tensor a torch transform computes with."""
     return torch.as_tensor(np.asarray(array, dtype=np.float32), device=device)
 
-
-# -- identity ---------------------------------------------------------------------------------------------------
 
 # Settings that change how a calibrator runs or where it came from, not what it computes: left out of its
 # fingerprint (at any depth of its config), so that it survives saving, loading, another device and an upgrade.

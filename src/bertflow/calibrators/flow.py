@@ -120,8 +120,6 @@ class FlowCalibrator(Calibrator):
         """``flow`` (the code preset) or ``flow-paper``; ``options`` are constructor arguments (``seed`` ...)."""
         return cls("paper" if spec == "flow-paper" else "code", **options)
 
-    # -- configuration -----------------------------------------------------------------------------------
-
     def glow_config(self, n_features: int) -> dict[str, Any]:
         """The Glow architecture these parameters ask for, on ``n_features`` inputs."""
         if self.preset not in GLOW_PRESETS:
@@ -152,8 +150,6 @@ class FlowCalibrator(Calibrator):
     def resolve_device(self) -> torch.device:
         """The device ``fit`` trains on: ``device``, else CUDA where there is one, else the CPU."""
         return torch.device(self.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-
-    # -- fitting -----------------------------------------------------------------------------------------
 
     def _fit(self, X: np.ndarray) -> None:
         # X is float32 (``_fit_dtype``): it goes to the device once, and everything else happens there, so a
@@ -199,8 +195,6 @@ class FlowCalibrator(Calibrator):
         field of :class:`FlowFit`, with a trailing ``_``."""
         for field in dataclasses.fields(result):
             setattr(self, f"{field.name}_", getattr(result, field.name))
-
-    # -- using the fitted flow ---------------------------------------------------------------------------
 
     @torch.no_grad()
     def _latent(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -262,8 +256,6 @@ class FlowCalibrator(Calibrator):
         """Mean negative log-likelihood in bits per dimension (the training objective's unit)."""
         return -self.score(X) / (self.n_features_in_ * math.log(2))
 
-    # -- persistence -------------------------------------------------------------------------------------
-
     def _get_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         arrays = {f"flow.{k}": v.detach().cpu().numpy() for k, v in self.flow_.state_dict().items()}
         arrays.update(
@@ -289,7 +281,7 @@ class FlowCalibrator(Calibrator):
         p = (len(self.passthrough_),)
         self.passthrough_mean_ = expect_shape(arrays, "passthrough_mean", p).astype(np.float64)
         self.passthrough_scale_ = expect_shape(arrays, "passthrough_scale", p).astype(np.float64)
-        d = glow.get_config()["n_features"] + len(self.passthrough_)
+        d = glow.n_features + len(self.passthrough_)
         if d != self.n_features_in_:
             raise ValueError(f"the flow covers {d} dimensions but the config declares {self.n_features_in_}")
         self.active_ = np.setdiff1d(np.arange(d), self.passthrough_)

@@ -81,8 +81,6 @@ class FlowTrainer:
         self.history: dict[str, list[float]] = {"step": [], "train_bpd": [], "val_step": [], "val_bpd": []}
         self.best: tuple[float, int, dict[str, torch.Tensor] | None] = (math.inf, 0, None)  # (val bpd, step, state)
 
-    # -- before training ---------------------------------------------------------------------------------
-
     def check_input(self, n_rows: int, n_features: int) -> None:
         """Refuse (InputError) bad hyperparameters, fewer than 2 features or too few rows, before any work."""
         cal = self.calibrator
@@ -152,8 +150,6 @@ class FlowTrainer:
         """ActNorm's data-dependent initialisation on rows ``x`` [n, D_a] (the first ``init_samples`` training
         rows in shuffled order), on :attr:`device`."""
         self.glow.initialize(x)
-
-    # -- training ----------------------------------------------------------------------------------------
 
     def run(
         self,
