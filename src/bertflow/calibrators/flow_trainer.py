@@ -145,7 +145,6 @@ class FlowTrainer:
             for idx in block.split(min(self.calibrator.batch_size, len(rows))):
                 yield data.index_select(0, idx)
 
-    @torch.no_grad()
     def initialize(self, x: torch.Tensor) -> None:
         """ActNorm's data-dependent initialisation on rows ``x`` [n, D_a] (the first ``init_samples`` training
         rows in shuffled order), on :attr:`device`."""
@@ -194,10 +193,9 @@ class FlowTrainer:
         """Start the optimiser (after :meth:`initialize`, and after any broadcast of the initialised parameters);
         returns the number of steps for ``n_train`` training rows."""
         cal = self.calibrator
-        glow = self.glow
         self.size = min(cal.batch_size, int(n_train))
         self.total = cal.max_steps or max(1, math.ceil(cal.epochs * n_train / self.size))
-        self.params = [p for p in glow.parameters() if p.requires_grad]
+        self.params = [p for p in self.glow.parameters() if p.requires_grad]
         cuda = self.device.type == "cuda"
         # Fused and capturable on CUDA: one kernel for the whole update, step counts kept on the device.
         self.opt = torch.optim.AdamW(
@@ -211,7 +209,7 @@ class FlowTrainer:
         # set the pace on CUDA: the whole step is captured once and replayed as a CUDA graph.
         self._use_graph = cuda and cal.cuda_graph and self.reduce is None
         self._graph = None
-        glow.train()
+        self.glow.train()
         return self.total
 
     def step(self, x: torch.Tensor) -> torch.Tensor:
