@@ -14,6 +14,7 @@ from bertflow import (
     InputError,
     WhiteningCalibrator,
 )
+from bertflow.calibrators.flow_trainer import FlowTrainer
 
 from .examples import PROPERTY
 
@@ -128,12 +129,12 @@ def test_float32_input_is_used_without_conversion_and_matches_float64(anisotropi
 
 
 def test_device_batches_are_the_shuffled_batches_of_the_training_rows(anisotropic_data):
-    """The batches gathered on the device are train[rows][idx] for the idx of _batches, step after step."""
-    cal = FlowCalibrator(batch_size=48)
+    """The batches gathered on the device are train[rows][idx] for the idx of index_batches, step after step."""
+    cal = FlowCalibrator(batch_size=48, seed=7)
     train = torch.from_numpy(anisotropic_data.astype(np.float32))
     rows = torch.randperm(len(train), generator=torch.Generator().manual_seed(1))[:300]
-    got = cal._device_batches(train, rows, len(rows), torch.Generator().manual_seed(7), steps_per_block=4)
-    want = cal._batches(len(rows), torch.Generator().manual_seed(7))
+    got = FlowTrainer(cal).row_batches(train, rows, steps_per_block=4)
+    want = FlowTrainer(cal).index_batches(len(rows))
     for _ in range(15):  # several blocks and epochs (300 rows = 6.25 batches)
         assert torch.equal(next(got), train[rows][next(want)])
 

@@ -1,5 +1,5 @@
 """ActNorm (bertflow.flows.actnorm) beyond the shared transform properties (test_base.py): identity start, data
-initialisation, the std floor, and data_init_mode."""
+initialisation, the std floor, and initialize_actnorms' init mode."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from bertflow.flows import ActNorm, FlowStep
-from bertflow.flows.actnorm import data_init_mode
+from bertflow.flows.actnorm import initialize_actnorms
 
 from .test_base import make_data
 
@@ -73,10 +73,10 @@ def test_actnorm_initialize_rejects_bad_batches() -> None:
     assert not bool(an.initialized)
 
 
-def test_data_init_mode_is_switched_off_even_on_error() -> None:
+def test_init_mode_is_switched_off_even_on_error() -> None:
     step = FlowStep(6, 8)
-    with pytest.raises(ValueError), data_init_mode(step):
-        step(torch.randn(1, 6))  # a single row cannot initialise
+    with pytest.raises(ValueError):
+        initialize_actnorms(step, torch.randn(1, 6))  # a single row cannot initialise
     assert all(m._data_init is None for m in step.modules() if isinstance(m, ActNorm))
     x = torch.randn(8, 6)
     step(x)

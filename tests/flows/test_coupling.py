@@ -8,14 +8,13 @@ import pytest
 import torch
 
 from bertflow.flows import ActNorm, AdditiveCoupling, AffineCoupling, Transform
-from bertflow.flows.coupling import CouplingNet, ZeroLinear, coupling_network
+from bertflow.flows.coupling import CouplingNet, ZeroLinear
 
 from .test_base import _ready, make_data
 
 
 def test_coupling_network_structure_and_zero_output() -> None:
-    net = coupling_network(5, 8, hidden=32)
-    assert isinstance(net, CouplingNet)
+    net = CouplingNet(5, 8, hidden=32)
     kinds = [type(m) for m in net.children()]
     assert kinds == [torch.nn.Linear, ActNorm, torch.nn.Linear, ActNorm, ZeroLinear]
     assert net.linear1.bias is None and net.linear2.bias is None

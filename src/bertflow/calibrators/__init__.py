@@ -16,23 +16,17 @@ from typing import Any
 
 from .registry import calibrator_names, calibrator_specs, catalogue, get_calibrator_class, parse_calibrator, register
 
-#: Names of this package that are not calibrator classes, and the module holding each.
-_OTHER_EXPORTS = {"Calibrator": "base"}
 
-
-def _class_modules() -> dict[str, str]:
-    return {entry.class_name: entry.module for entry in catalogue()}
+def _modules() -> dict[str, str]:
+    """The module holding each lazily exported name: the base class and every registered calibrator class."""
+    return {"Calibrator": f"{__name__}.base", **{entry.class_name: entry.module for entry in catalogue()}}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _OTHER_EXPORTS:
-        module = f"{__name__}.{_OTHER_EXPORTS[name]}"
-    else:
-        module = _class_modules().get(name)
-        if module is None:
-            raise AttributeError(f"module 'bertflow.calibrators' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
+    module = _modules().get(name)
+    if module is None:
+        raise AttributeError(f"module 'bertflow.calibrators' has no attribute {name!r}")
+    value = globals()[name] = getattr(importlib.import_module(module), name)
     return value
 
 
@@ -41,8 +35,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    *_OTHER_EXPORTS,
-    *_class_modules(),
+    *_modules(),
     "calibrator_names",
     "calibrator_specs",
     "get_calibrator_class",

@@ -1,13 +1,9 @@
 """Anchored whitening: partial whitening mixed with the raw cosine, the mix set by the data's anisotropy.
 
-Full whitening and the flow hurt encoders that were trained for cosine similarity (contrastive sentence
-encoders): they amplify low-variance directions that carry noise, and, fitted per task, they change each
-subset's similarity scale differently (the "all" protocol punishes that). They help only anisotropic
-embeddings, whose raw cosines all crowd near a common value. This calibrator therefore keeps the raw cosine as
-an *anchor* and adds a calibrated cosine in proportion to how anisotropic the fitting sentences are, a number
-measured without labels.
-
-See ``docs/beyond.md`` for the measurements behind the defaults.
+Full whitening and the flow hurt encoders trained for cosine similarity and help only anisotropic embeddings,
+whose raw cosines all crowd near a common value; so this calibrator keeps the raw cosine as an *anchor* and adds
+a calibrated cosine in proportion to the anisotropy of the fitting sentences, measured without labels
+(``docs/beyond.md`` has the measurements behind the defaults).
 """
 
 from __future__ import annotations
@@ -23,7 +19,7 @@ from ..linalg import unit_rows
 from ..typing import TorchTransform
 from .base import Calibrator, as_tensor
 from .registry import register
-from .whitening import check_variance, descending_eigh, mean_and_covariance, read_projection, singular_shrinkage
+from .whitening import fit_spectrum, mean_and_covariance, read_projection
 
 logger = logging.getLogger(__name__)
 
@@ -31,10 +27,9 @@ logger = logging.getLogger(__name__)
 def anisotropy(X: np.ndarray) -> float:
     r"""Expected cosine similarity of two sentences drawn independently from ``X`` [N, D].
 
-    Computed exactly, with no sampling, as :math:`\lVert \frac1N \sum_i x_i / \lVert x_i \rVert \rVert^2`
-    (the mean of the cosine over all N^2 ordered pairs, self-pairs included). 0 for embeddings spread evenly
-    around the origin, 1 when every embedding points the same way. all-MiniLM-L6-v2 gives about 0.05 (mean
-    pooling), 0.32 to 0.34 (last2avg, first-last-avg) and 0.54 (cls).
+    Computed exactly as :math:`\lVert \frac1N \sum_i x_i / \lVert x_i \rVert \rVert^2` (the mean cosine over
+    all N^2 ordered pairs, self-pairs included): 0 for embeddings spread evenly around the origin, 1 when every
+    embedding points the same way.
     """
     arr = np.asarray(X, dtype=np.float64)
     m = unit_rows(arr).mean(axis=0)
@@ -55,15 +50,11 @@ class AnchoredWhiteningCalibrator(Calibrator):
     :math:`(1-\beta)\cos(x, y) + \beta \cos(z_x, z_y)`: a convex mix of the raw cosine and the cosine after
     partial whitening (:math:`\alpha = 0`: centring only; :math:`\alpha = 1`: BERT-whitening).
 
-    The rule (no labels): :math:`\beta` is the anisotropy of the fitting embeddings, the expected cosine of two
-    random sentences (:func:`anisotropy`). Nearly isotropic embeddings (mean-pooled contrastive encoders,
-    :math:`\beta \approx 0.05`) are left almost unchanged; anisotropic ones (cls pooling, :math:`\beta \approx
-    0.5`) get an even mix.
-
     Args:
         alpha: whitening strength :math:`\alpha \in [0, 1]`; 0.5 (:math:`\Sigma^{-1/4}`, the default) is also what
             STS-B dev labels prefer (``docs/beyond.md``).
-        weight: :math:`\beta \in [0, 1]`; ``None`` (default): the anisotropy of the fitting embeddings.
+        weight: :math:`\beta \in [0, 1]`; ``None`` (default, the rule): the :func:`anisotropy` of the fitting
+            embeddings.
         rcond: as in :class:`WhiteningCalibrator`.
 
     Attributes:
@@ -107,14 +98,10 @@ class AnchoredWhiteningCalibrator(Calibrator):
     def _fit_mix(self, X: np.ndarray, alpha: float, weight: float | None) -> None:
         """Fit the partial whitening of strength ``alpha`` and the mix ``weight`` (None: the anisotropy)."""
         self.mean_, cov = mean_and_covariance(X)
-        eigvals, eigvecs = descending_eigh(cov)
-        check_variance(eigvals, self.mean_)
         # N <= D rows: the partial whitening too would be estimated from a singular covariance (whitening.py).
-        self.shrinkage_ = singular_shrinkage(None, eigvals, len(X), "anchored")
-        eigvals = eigvals + self.shrinkage_ * eigvals.mean()
-        keep = eigvals > self.rcond * eigvals[0]
-        self.explained_variance_ = eigvals[keep]
-        self.components_ = eigvecs[:, keep] * self.explained_variance_ ** (-alpha / 2.0)
+        eigvals, eigvecs, self.shrinkage_ = fit_spectrum(cov, self.mean_, len(X), None, self.rcond, "anchored")
+        self.explained_variance_ = eigvals
+        self.components_ = eigvecs * self.explained_variance_ ** (-alpha / 2.0)
         self.anisotropy_ = anisotropy(X)
         self.weight_ = self.anisotropy_ if weight is None else float(weight)
         logger.info(
@@ -122,7 +109,7 @@ class AnchoredWhiteningCalibrator(Calibrator):
             self.anisotropy_,
             self.weight_,
             alpha,
-            int(keep.sum()),
+            len(eigvals),
             X.shape[1],
         )
 

@@ -1,36 +1,21 @@
-r"""``--calibrator auto``: one label-free rule that holds on data it was not tuned on.
-
-The rule was chosen to be *robust*, not best on one average: every STS12-16 subset, STS-B and SICK-R was scored
-on its own with the calibrator fitted on that set's own sentences (and on 100 and 300 of them), for a raw MLM
-encoder (bert-gutenberg-L6-H384) and a contrastive one (all-MiniLM-L6-v2), and each discrete choice below was
-picked leave-one-dataset-out, so no set was scored by a rule tuned on it (docs/beyond.md, ``benchmarks/auto_rule.py``).
-What it found:
-
-* Full whitening collapses on small or narrow fitting sets (up to 37 points below the raw encoder on one set;
-  27 of 71 set x size cells more than 2 points below raw): a covariance from a few hundred sentences makes up
-  directions. Keeping part of the raw cosine (anchored whitening) and trusting the calibrated cosine less when
-  there are fewer sentences than dimensions removes almost all of these losses.
-* The raw MLM encoder wants more whitening than a sentence encoder, and frequency-weighted pooling (SIF), but
-  only with *generic* token frequencies (:mod:`bertflow.encoding.token_prior`; the fitting set's own counts
-  down-weight its topic words). Sentence encoders lose points with any weighting.
+r"""``--calibrator auto``: anchored whitening whose strength and mix follow label-free statistics.
 
 The output is :class:`AnchoredWhiteningCalibrator`'s, :math:`[\sqrt{1-\beta}\,\hat x, \sqrt\beta\,\hat z]` with
 :math:`z = (x-\mu) U \Lambda^{-\alpha/2}`, whose cosine is :math:`(1-\beta)\cos(x,y) + \beta\cos(z_x,z_y)`, set by:
 
 * **rawness** :math:`t = \operatorname{clip}((a_{tok} - 0.40) / 0.10, 0, 1)`, where :math:`a_{tok}` is the
-  *token anisotropy* of the encoder: the anisotropy (expected cosine of two random sentences) of the fitting
-  sentences' mean-pooled last-layer vectors. It separates the kinds of encoder on every fitting set measured, of
-  every size (raw MLM 0.52-0.73, all-MiniLM-L6-v2 0.03-0.35), whatever pooling is calibrated; the anisotropy or
-  concentration of the calibrated pooling does not (cls vectors of a sentence encoder are as anisotropic as a raw
-  encoder's). ``Embedder.fit`` computes it in the same forward pass; a plain ``fit(X)`` uses the anisotropy of
-  ``X`` instead (right for mean pooling).
-* **whitening strength** :math:`\alpha = 0.5 + 0.25\,t` (0.5: :math:`\Sigma^{-1/4}`; 0.75 on a raw encoder).
+  *token anisotropy* of the encoder: the anisotropy of the fitting sentences' mean-pooled last-layer vectors (raw
+  MLM encoders 0.52-0.73, all-MiniLM-L6-v2 0.03-0.35, on every fitting set measured). ``Embedder.fit`` computes
+  it in the same forward pass; a plain ``fit(X)`` uses the anisotropy of ``X`` instead (right for mean pooling).
+* **whitening strength** :math:`\alpha = 0.5 + 0.25\,t`.
 * **weight of the calibrated cosine** :math:`\beta = a \cdot \min(1, N/D)`: the anisotropy :math:`a` of ``X``
-  (the more the raw cosines crowd, the more calibration is mixed in), times the *reliability* of the covariance,
-  the number of fitting sentences over the dimension (a no-harm guard: with fewer sentences than dimensions most
-  directions are estimated from too few sentences, and the raw cosine keeps the larger share).
+  times the *reliability* of the covariance (a no-harm guard: with fewer sentences than dimensions the raw cosine
+  keeps the larger share).
 * With :math:`t \ge 0.5` and a generic token prior for the encoder's vocabulary, ``Embedder.fit`` also switches a
   token-averaging pooling to its SIF-weighted form (:data:`WEIGHTING`), counted on the prior.
+
+Each choice was picked leave-one-dataset-out on every STS12-16 subset, STS-B and SICK-R, for a raw and a
+contrastive encoder (docs/beyond.md, ``benchmarks/auto_rule.py``).
 """
 
 from __future__ import annotations
@@ -57,13 +42,8 @@ def reliability(n: int, d: int) -> float:
 
 def no_harm_warning(calibrator: Any, n: int, d: int) -> str | None:
     """A label-free warning that ``calibrator``, fitted on ``n`` sentences of ``d`` dimensions, is likely worse
-    than the raw encoder on this data, or ``None``.
-
-    With fewer than ``2 d`` sentences a whitening-type calibrator estimates most of its directions' scales from too
-    few sentences: on the per-set study (docs/beyond.md) full whitening fell more than 2 points below the raw
-    encoder on most such fits. ``auto`` acts on the same statistic (its reliability keeps more of the raw cosine),
-    so for it the warning says what it did.
-    """
+    than the raw encoder on this data (a whitening-type calibrator on fewer than ``2 d`` sentences: docs/beyond.md),
+    or ``None``; for ``auto``, which acts on the same statistic, what it did."""
     if isinstance(calibrator, AutoCalibrator):
         if calibrator.reliability_ >= 1.0:
             return None
@@ -87,11 +67,9 @@ def no_harm_warning(calibrator: Any, n: int, d: int) -> str | None:
 
 @register("auto")
 class AutoCalibrator(AnchoredWhiteningCalibrator):
-    r"""The recommendation: anchored whitening whose strength, mix and weighting follow label-free statistics.
-
-    See the module docstring for the rule and how it was chosen. The output is that of
-    :class:`AnchoredWhiteningCalibrator` (``2D`` columns at most), so it saves, loads and runs on the device the
-    same way.
+    r"""The recommendation: anchored whitening whose strength, mix and weighting follow label-free statistics
+    (the module docstring gives the rule); the output is :class:`AnchoredWhiteningCalibrator`'s (``2D`` columns at
+    most).
 
     Args:
         low: token anisotropy at and below which the encoder is treated as a sentence encoder (rawness 0;
@@ -110,10 +88,6 @@ class AutoCalibrator(AnchoredWhiteningCalibrator):
 
     specs = {"auto": "the recommendation: anchored whitening set from label-free statistics (docs/beyond.md)"}
 
-    @classmethod
-    def from_spec(cls, spec: str, number: int | None, **options: Any) -> AutoCalibrator:
-        return cls()
-
     def __init__(self, *, low: float = 0.40, high: float = 0.50, rcond: float = 1e-6) -> None:
         self.low = low
         self.high = high
@@ -121,7 +95,7 @@ class AutoCalibrator(AnchoredWhiteningCalibrator):
 
     def _validate_params(self, X: np.ndarray) -> None:
         low, high = float(self.low), float(self.high)
-        if not (np.isfinite(low) and np.isfinite(high) and 0.0 <= low < high <= 1.0):
+        if not 0.0 <= low < high <= 1.0:  # NaN fails too
             raise InputError(f"need 0 <= low < high <= 1 (token anisotropy thresholds), got {self.low}, {self.high}")
         if not 0 <= self.rcond < 1:
             raise InputError(f"rcond must be in [0, 1), got {self.rcond}")
@@ -132,10 +106,7 @@ class AutoCalibrator(AnchoredWhiteningCalibrator):
         return float(np.clip((float(token_anisotropy) - low) / (high - low), 0.0, 1.0))
 
     def fit(self, X: np.ndarray, y: object = None, *, token_anisotropy: float | None = None) -> AutoCalibrator:
-        """Fit on embeddings ``X`` [N, D]; ``token_anisotropy``: the encoder's (see the module docstring), if known.
-
-        ``y`` is ignored (pipelines). Returns ``self``.
-        """
+        """Fit on embeddings ``X`` [N, D]; ``token_anisotropy``: the encoder's (see the module docstring), if known."""
         if token_anisotropy is not None and not 0.0 <= float(token_anisotropy) <= 1.0:
             raise InputError(f"token_anisotropy must be in [0, 1], got {token_anisotropy}")
         self._probe = token_anisotropy  # read by _fit only, during this call

@@ -66,7 +66,8 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
 
     Subclasses implement ``_fit(X)`` and ``_transform(X)`` on validated float64 arrays, and ``_get_state() -> (meta,
     arrays)`` / ``_set_state(meta, arrays)``; the public methods here validate, check fitting and cast once for all.
-    Output columns are named ``<classname><i>``, or keep the input's names where ``_one_to_one``.
+    Output columns are named ``<classname><i>``, or keep the input's names where ``_one_to_one``. Every ``__init__``
+    parameter must be JSON-serialisable (numbers, strings, lists, ``None``; nested calibrators for the chain).
     """
 
     #: The registry name (the ``type`` of a saved config), set by :func:`~bertflow.calibrators.registry.register`.
@@ -91,22 +92,16 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
     _needs_variance: ClassVar[bool] = True
     #: Whether output column i is input column i transformed (feature names pass through).
     _one_to_one: ClassVar[bool] = False
-    #: Parameters that are ``None`` when unset are written as JSON null; everything in ``__init__`` must be
-    #: JSON-serialisable (numbers, strings, lists, nested calibrators for :class:`Chain`).
 
     @classmethod
     def from_spec(cls, spec: str, number: int | None, **options: Any) -> Calibrator:
-        """An unfitted instance for one of :attr:`specs` (``number``: the ``K`` of a numbered spec, else ``None``).
-
-        The default passes ``number`` as the first argument and ignores ``options`` (the flow takes them).
-        """
+        """An unfitted instance for one of :attr:`specs` (``number``: the ``K`` of a numbered spec, else ``None``);
+        by default ``number`` is the first argument and ``options`` (the flow's) are ignored."""
         return cls() if number is None else cls(number)
 
     def is_affine(self) -> bool:
         """Whether this calibrator's map is affine (see :attr:`affine`; a chain is when all its steps are)."""
         return bool(vars(type(self)).get("affine", False))
-
-    # -- scikit-learn plumbing ---------------------------------------------------------------------------
 
     def __sklearn_tags__(self) -> Tags:
         tags = super().__sklearn_tags__()
@@ -152,11 +147,9 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
         """What ``ClassNamePrefixFeaturesOutMixin`` reads."""
         return self.n_features_out_
 
-    # -- the contract ------------------------------------------------------------------------------------
-
     def fit(self, X: np.ndarray, y: object = None) -> Calibrator:
         """Fit on embeddings ``X`` [N, D] (``y`` is ignored; it exists for pipelines). Returns ``self``."""
-        arr = check_array(X, what="X", min_rows=self._min_rows(), dtype=self._fit_dtype, owner=type(self).__name__)
+        arr = check_array(X, what="X", min_rows=self.min_rows(), dtype=self._fit_dtype, owner=type(self).__name__)
         self.check_params(arr)
         if self._needs_variance:
             check_spread(arr)
@@ -220,9 +213,6 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
 
     def min_rows(self) -> int:
         """Fewest rows ``fit`` accepts."""
-        return self._min_rows()
-
-    def _min_rows(self) -> int:
         return 2
 
     def check_params(self, X: np.ndarray) -> None:
@@ -247,8 +237,6 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
 
     @abstractmethod
     def _set_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None: ...
-
-    # -- persistence -------------------------------------------------------------------------------------
 
     def to_config(self) -> dict[str, Any]:
         """JSON describing the class, its parameters and fitted scalar state (no arrays)."""
@@ -277,12 +265,8 @@ class Calibrator(TransformerMixin, BaseEstimator, ABC):
         cls, config: dict[str, Any], arrays: dict[str, np.ndarray], *, source: str | Path = "calibrator config"
     ) -> Calibrator:
         """Rebuild a fitted calibrator from :meth:`to_config` output and its arrays, validating both (``source``
-        names the config in errors).
-
-        Raises:
-            ModelFileError: a missing key, a newer or missing format version, parameters or arrays that do not fit.
-            CompatibilityError: an unknown calibrator type, or another type than the class this is called on.
-        """
+        names the config in errors): ModelFileError for a missing key, a newer or missing format version, parameters
+        or arrays that do not fit; CompatibilityError for an unknown type, or another than the class called on."""
         for key in ("type", "params", "n_features_in", "state", "format_version"):
             if key not in config:
                 raise ModelFileError(f"calibrator config lacks {key!r}; the file was edited or is not bertflow's")
@@ -318,11 +302,8 @@ def check_latents(calibrator: Calibrator, Z: object) -> np.ndarray:
     shape ([N, D'], or [D'] for one vector). NaN or Inf would otherwise come back as plausible-looking embeddings."""
     calibrator.check_fitted()
     single = np.ndim(Z) == 1
-    arr = check_array(np.atleast_2d(Z) if single else Z, what="Z", min_rows=0)
-    if arr.shape[1] != calibrator.n_features_out_:
-        raise InputError(
-            f"Z has {arr.shape[1]} features, but this {type(calibrator).__name__} outputs {calibrator.n_features_out_}"
-        )
+    Z = np.atleast_2d(Z) if single else Z
+    arr = check_array(Z, n_features=calibrator.n_features_out_, what="Z", min_rows=0, owner=type(calibrator).__name__)
     return arr[0] if single else arr
 
 
@@ -340,8 +321,6 @@ def as_tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
     """A fitted float64 array as the float32 tensor a torch transform computes with."""
     return torch.as_tensor(np.asarray(array, dtype=np.float32), device=device)
 
-
-# -- identity ---------------------------------------------------------------------------------------------------
 
 # Settings that change how a calibrator runs or where it came from, not what it computes: left out of its
 # fingerprint (at any depth of its config), so that it survives saving, loading, another device and an upgrade.

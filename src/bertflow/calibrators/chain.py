@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,13 +55,7 @@ class ChainCalibrator(Calibrator):
 
     def _torch_transform(self, device: torch.device) -> TorchTransform:
         parts = [step._torch_transform(device) for step in self.steps_]
-
-        def chained(x: torch.Tensor) -> torch.Tensor:
-            for part in parts:
-                x = part(x)
-            return x
-
-        return chained
+        return lambda x: functools.reduce(lambda y, part: part(y), parts, x)
 
     def inverse_transform(self, Z: np.ndarray) -> np.ndarray:
         """Invert every step in reverse order; only where every step is invertible."""

@@ -6,8 +6,9 @@ its fitted state from the trainer's :class:`~bertflow.calibrators.flow_trainer.F
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -16,9 +17,9 @@ import torch
 from ..errors import DivergenceError, InputError
 from ..flows import GLOW_PRESETS, Glow
 from ..typing import TorchTransform
-from ..validation import check_epochs
+from ..validation import check_array, check_epochs
 from .base import Calibrator, as_tensor, check_latents, expect_shape
-from .flow_trainer import FlowFit, FlowTrainer, column_moments, shuffled_batches
+from .flow_trainer import FlowFit, FlowTrainer, column_moments
 from .registry import register
 
 
@@ -27,41 +28,32 @@ class FlowCalibrator(Calibrator):
     r"""BERT-flow (Li et al., EMNLP 2020): fit a Glow on embeddings by maximum likelihood; output its latent.
 
     The architecture defaults to the official code's flow (``preset="code"``: 3 levels x 3 steps, additive
-    coupling, channel reversal, coupling width 32); ``preset="paper"`` is the paper's Table 7 variant (2 levels,
-    random permutation). Any architectural argument left ``None`` comes from the preset.
-
-    Training follows the official code: AdamW (lr 1e-3 constant, weight decay 0.01), gradient-norm clip 1.0,
-    batches of 64 sentences, 1 epoch, shuffled and seeded. The loss, in bits per dimension, turns *negative* once
-    fitted: a continuous density can exceed 1. ActNorm is initialised explicitly at the start of ``fit`` on up to
-    ``init_samples`` shuffled rows, and stored, so loading never re-initialises.
-
-    Constant dimensions (std below ``1e-4`` x the median; all-MiniLM-L6-v2 has three) would dominate the
-    likelihood: they are set aside, only centred and appended after the latent.
+    coupling, channel reversal); ``preset="paper"`` is the paper's Table 7 variant (2 levels, random permutation).
+    Architectural arguments left ``None`` come from the preset. Training follows the official code: AdamW with a
+    constant lr, gradient-norm clipping, shuffled seeded batches; the loss, in bits per dimension, turns *negative*
+    once fitted (a continuous density can exceed 1). ActNorm is initialised at the start of ``fit`` on up to
+    ``init_samples`` shuffled rows, and stored, so loading never re-initialises. Constant dimensions (std below
+    ``1e-4`` x the median; all-MiniLM-L6-v2 has three) would dominate the likelihood: they are set aside, only
+    centred and appended after the latent.
 
     Args:
-        preset: ``"code"`` or ``"paper"``.
         n_levels, depth, hidden_channels, coupling, permutation: override the preset's Glow
             (coupling ``"additive"``/``"affine"``; permutation ``"reverse"``/``"random"``/``"lu"``).
-        lr, weight_decay, clip_grad_norm: optimiser settings.
-        batch_size: sentences per step.
-        epochs: passes over the data (fractional allowed: the paper's NLI setting used 0.15).
-        max_steps: if set, the number of steps, overriding ``epochs``.
+        epochs: passes over the data (fractional allowed: the paper's NLI setting used 0.15); ``max_steps``, if
+            set, overrides it.
         validation_fraction: if > 0, hold out this share of rows; their NLL, measured every ``eval_every``
-            steps, picks the best step (label-free early stopping) and the parameters of that step are kept.
-        eval_every: steps between held-out evaluations.
-        init_samples: rows used for ActNorm's data-dependent initialisation.
+            steps, picks the step whose parameters are kept (label-free early stopping).
         min_samples: fewer fitting rows are refused (a density with ~150k parameters on fewer is meaningless).
         seed: seeds the Glow's initial weights, the shuffling and the held-out split.
-        device: ``"cpu"``, ``"cuda"`` ...; ``None`` picks CUDA when available.
+        device: ``None`` picks CUDA when available.
         cuda_graph: on CUDA, replay one training step as a CUDA graph (same results, several times faster: a
             step is hundreds of tiny kernels). Ignored on CPU and in distributed fitting.
         verbose: show a progress bar with the running loss.
 
     Attributes:
         flow_: the fitted :class:`~bertflow.flows.Glow` on the non-constant dimensions.
-        passthrough_: [P] indices of the dimensions set aside as constant.
-        passthrough_mean_, passthrough_scale_: [P] their mean and (floored) std.
-        active_: [D_a] indices of the input dimensions the flow models (the others).
+        passthrough_: [P] indices of the dimensions set aside as constant; passthrough_mean_, passthrough_scale_:
+            [P] their mean and (floored) std; active_: [D_a] indices of the dimensions the flow models.
         history_: dict of lists: ``step``, ``train_bpd`` (logged steps), ``val_step``, ``val_bpd``.
         n_steps_: optimiser steps taken; best_step_: the step whose parameters were kept.
 
@@ -128,8 +120,6 @@ class FlowCalibrator(Calibrator):
         """``flow`` (the code preset) or ``flow-paper``; ``options`` are constructor arguments (``seed`` ...)."""
         return cls("paper" if spec == "flow-paper" else "code", **options)
 
-    # -- configuration -----------------------------------------------------------------------------------
-
     def glow_config(self, n_features: int) -> dict[str, Any]:
         """The Glow architecture these parameters ask for, on ``n_features`` inputs."""
         if self.preset not in GLOW_PRESETS:
@@ -141,7 +131,7 @@ class FlowCalibrator(Calibrator):
         config.update(n_features=n_features, hidden_channels=int(self.hidden_channels), seed=int(self.seed))
         return config
 
-    def _min_rows(self) -> int:
+    def min_rows(self) -> int:
         return max(2, int(self.min_samples))
 
     def _validate_params(self, X: np.ndarray) -> None:
@@ -149,7 +139,7 @@ class FlowCalibrator(Calibrator):
             raise InputError(
                 f"the flow needs at least 2 features (embedding dimensions); X has {X.shape[1]} feature(s)"
             )
-        if not (math.isfinite(self.lr) and self.lr > 0) or self.batch_size < 1:
+        if not self.lr > 0 or self.batch_size < 1:  # NaN fails too; check_params refuses inf
             raise InputError("lr and batch_size must be positive")
         check_epochs(self.epochs)
         if self.max_steps is not None and self.max_steps < 1:
@@ -160,8 +150,6 @@ class FlowCalibrator(Calibrator):
     def resolve_device(self) -> torch.device:
         """The device ``fit`` trains on: ``device``, else CUDA where there is one, else the CPU."""
         return torch.device(self.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-
-    # -- fitting -----------------------------------------------------------------------------------------
 
     def _fit(self, X: np.ndarray) -> None:
         # X is float32 (``_fit_dtype``): it goes to the device once, and everything else happens there, so a
@@ -180,14 +168,13 @@ class FlowCalibrator(Calibrator):
         val = data.index_select(0, val_rows)
         try:
             result = trainer.run(
-                self._device_batches(data, train_rows, len(train_rows), trainer.generator),
+                trainer.row_batches(data, train_rows),
                 len(train_rows),
                 evaluate=(lambda glow: FlowTrainer.mean_bits_per_dim(glow, val)) if len(val) else None,
             )
         except DivergenceError as e:
             # Keep what the trainer kept, for inspection; fit() then leaves no fitted marker (n_features_in_).
-            if e.result is not None:
-                self._assign(e.result)
+            self._assign(e.result)
             raise
         self._assign(result)
 
@@ -204,36 +191,10 @@ class FlowCalibrator(Calibrator):
         return self
 
     def _assign(self, result: FlowFit) -> None:
-        """Set the fitted attributes from the trainer's result (the only place they are set after a fit)."""
-        self.flow_ = result.flow
-        self.active_ = result.active
-        self.passthrough_ = result.passthrough
-        self.passthrough_mean_ = result.passthrough_mean
-        self.passthrough_scale_ = result.passthrough_scale
-        self.n_steps_, self.best_step_, self.history_ = result.n_steps, result.best_step, result.history
-
-    def _batches(self, n: int, gen: torch.Generator) -> Iterator[torch.Tensor]:
-        """Endless stream of index batches: shuffled epochs, every batch full (see :func:`shuffled_batches`)."""
-        return shuffled_batches(n, self.batch_size, gen)
-
-    def _device_batches(
-        self, train: torch.Tensor, rows: torch.Tensor | None, n: int, gen: torch.Generator, steps_per_block: int = 4096
-    ) -> Iterator[torch.Tensor]:
-        """The batches of :meth:`_batches` (same generator calls, same order), gathered on ``train``'s device.
-
-        The indices of ``steps_per_block`` steps go to the device in one copy (and through ``rows``, the training
-        rows of ``train``) instead of one small host-to-device copy per step.
-        """
-        size = min(self.batch_size, n)
-        stream = self._batches(n, gen)
-        while True:
-            block = torch.cat([next(stream) for _ in range(steps_per_block)]).to(train.device)
-            if rows is not None:
-                block = rows.index_select(0, block)
-            for idx in block.split(size):
-                yield train.index_select(0, idx)
-
-    # -- using the fitted flow ---------------------------------------------------------------------------
+        """Set the fitted attributes from the trainer's result (the only place they are set after a fit): each
+        field of :class:`FlowFit`, with a trailing ``_``."""
+        for field in dataclasses.fields(result):
+            setattr(self, f"{field.name}_", getattr(result, field.name))
 
     @torch.no_grad()
     def _latent(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -251,26 +212,19 @@ class FlowCalibrator(Calibrator):
         return np.concatenate([z, X[:, self.passthrough_] - self.passthrough_mean_], axis=1)
 
     def _torch_transform(self, device: torch.device) -> TorchTransform:
-        import copy
-
         glow = copy.deepcopy(self.flow_).to(device).eval()
         active = torch.as_tensor(self.active_, device=device)
         constant = torch.as_tensor(self.passthrough_, device=device)
         constant_mean = as_tensor(self.passthrough_mean_, device)
-        if not len(self.passthrough_):
-
-            @torch.no_grad()
-            def latent(x: torch.Tensor) -> torch.Tensor:
-                return glow(x)[0]
-
-            return latent
 
         @torch.no_grad()
-        def latent_and_constant(x: torch.Tensor) -> torch.Tensor:
+        def latent(x: torch.Tensor) -> torch.Tensor:
+            if not len(constant):
+                return glow(x)[0]
             z, _ = glow(x.index_select(1, active))
             return torch.cat([z, x.index_select(1, constant) - constant_mean], dim=1)
 
-        return latent_and_constant
+        return latent
 
     def inverse_transform(self, Z: np.ndarray) -> np.ndarray:
         """Map latents [N, D] (as returned by :meth:`transform`) back to embeddings [N, D]."""
@@ -287,8 +241,6 @@ class FlowCalibrator(Calibrator):
     def score_samples(self, X: np.ndarray) -> np.ndarray:
         """Log-density log p(x) in nats per sample [N] (constant dimensions scored by their floored Gaussian)."""
         self.check_fitted()
-        from ..validation import check_array
-
         X = check_array(X, n_features=self.n_features_in_, owner=type(self).__name__)
         z, ladj = self._latent(X)
         log_p = -0.5 * (z**2).sum(axis=1) - 0.5 * z.shape[1] * math.log(2 * math.pi) + ladj
@@ -303,8 +255,6 @@ class FlowCalibrator(Calibrator):
     def bits_per_dim(self, X: np.ndarray) -> float:
         """Mean negative log-likelihood in bits per dimension (the training objective's unit)."""
         return -self.score(X) / (self.n_features_in_ * math.log(2))
-
-    # -- persistence -------------------------------------------------------------------------------------
 
     def _get_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         arrays = {f"flow.{k}": v.detach().cpu().numpy() for k, v in self.flow_.state_dict().items()}
@@ -331,7 +281,7 @@ class FlowCalibrator(Calibrator):
         p = (len(self.passthrough_),)
         self.passthrough_mean_ = expect_shape(arrays, "passthrough_mean", p).astype(np.float64)
         self.passthrough_scale_ = expect_shape(arrays, "passthrough_scale", p).astype(np.float64)
-        d = glow.get_config()["n_features"] + len(self.passthrough_)
+        d = glow.n_features + len(self.passthrough_)
         if d != self.n_features_in_:
             raise ValueError(f"the flow covers {d} dimensions but the config declares {self.n_features_in_}")
         self.active_ = np.setdiff1d(np.arange(d), self.passthrough_)

@@ -1,9 +1,6 @@
-"""FlowTrainer: how a :class:`~bertflow.calibrators.flow.FlowCalibrator`'s Glow is trained, step by step.
-
-``FlowCalibrator.fit`` (rows in memory) and :func:`bertflow.scale.fit.fit_flow_distributed` (rows on disk, one
-share of every batch per rank) both go through :class:`FlowTrainer`. Its helpers live here too: the seeded batch
-order (:func:`shuffled_batches`), per-dimension statistics on the device (:func:`column_moments`), the device-side
-divergence check (:class:`DivergenceGuard`) and the CUDA-graph step."""
+"""FlowTrainer: how a :class:`~bertflow.calibrators.flow.FlowCalibrator`'s Glow is trained, step by step, and its
+helpers: the seeded batch order, per-dimension statistics on the device, the device-side divergence check and the
+CUDA-graph step."""
 
 from __future__ import annotations
 
@@ -80,18 +77,9 @@ class FlowTrainer:
         self.passthrough = np.empty(0, dtype=np.int64)
         self.passthrough_mean = np.empty(0)
         self.passthrough_scale = np.empty(0)
-        # Set by begin(): steps in all, rows per global batch, the optimiser and the divergence guard.
-        self.total = 0
-        self.size = 0
-        self.params: list[torch.nn.Parameter] = []
-        self.opt: torch.optim.Optimizer | None = None
-        self.guard: DivergenceGuard | None = None
-        self._use_graph = False
-        self._graph: _GraphStep | None = None
+        # begin() sets the rest: steps in all (total), rows per global batch (size), params, opt, guard, the graph.
         self.history: dict[str, list[float]] = {"step": [], "train_bpd": [], "val_step": [], "val_bpd": []}
         self.best: tuple[float, int, dict[str, torch.Tensor] | None] = (math.inf, 0, None)  # (val bpd, step, state)
-
-    # -- before training ---------------------------------------------------------------------------------
 
     def check_input(self, n_rows: int, n_features: int) -> None:
         """Refuse (InputError) bad hyperparameters, fewer than 2 features or too few rows, before any work."""
@@ -145,13 +133,22 @@ class FlowTrainer:
         shuffled epochs drawn from :attr:`generator`, every batch full."""
         return shuffled_batches(n_train, self.calibrator.batch_size, self.generator)
 
-    @torch.no_grad()
+    def row_batches(
+        self, data: torch.Tensor, rows: torch.Tensor, steps_per_block: int = 4096
+    ) -> Iterator[torch.Tensor]:
+        """The batches of :meth:`index_batches` over the training ``rows`` (indices into ``data`` [N, D_a], on its
+        device), gathered there: ``data[rows[idx]]``. The indices of ``steps_per_block`` steps go to the device in
+        one copy instead of one small host-to-device copy per step."""
+        stream = self.index_batches(len(rows))
+        while True:
+            block = rows.index_select(0, torch.cat([next(stream) for _ in range(steps_per_block)]).to(rows.device))
+            for idx in block.split(min(self.calibrator.batch_size, len(rows))):
+                yield data.index_select(0, idx)
+
     def initialize(self, x: torch.Tensor) -> None:
         """ActNorm's data-dependent initialisation on rows ``x`` [n, D_a] (the first ``init_samples`` training
         rows in shuffled order), on :attr:`device`."""
-        self._glow().initialize(x)
-
-    # -- training ----------------------------------------------------------------------------------------
+        self.glow.initialize(x)
 
     def run(
         self,
@@ -189,17 +186,16 @@ class FlowTrainer:
                     bar.set_postfix(bpd=f"{self.history['train_bpd'][-1]:.3f}")
                 if evaluate is not None and (k % cal.eval_every == 0 or k == total):
                     self.check(k)  # never keep the state of a diverged step as the best one
-                    self.observe(k, evaluate(self._glow()))
+                    self.observe(k, evaluate(self.glow))
         return self.finalise()
 
     def begin(self, n_train: int) -> int:
         """Start the optimiser (after :meth:`initialize`, and after any broadcast of the initialised parameters);
         returns the number of steps for ``n_train`` training rows."""
         cal = self.calibrator
-        glow = self._glow()
         self.size = min(cal.batch_size, int(n_train))
         self.total = cal.max_steps or max(1, math.ceil(cal.epochs * n_train / self.size))
-        self.params = [p for p in glow.parameters() if p.requires_grad]
+        self.params = [p for p in self.glow.parameters() if p.requires_grad]
         cuda = self.device.type == "cuda"
         # Fused and capturable on CUDA: one kernel for the whole update, step counts kept on the device.
         self.opt = torch.optim.AdamW(
@@ -213,14 +209,12 @@ class FlowTrainer:
         # set the pace on CUDA: the whole step is captured once and replayed as a CUDA graph.
         self._use_graph = cuda and cal.cuda_graph and self.reduce is None
         self._graph = None
-        glow.train()
+        self.glow.train()
         return self.total
 
     def step(self, x: torch.Tensor) -> torch.Tensor:
         """One optimiser step on the batch ``x`` [b, D_a] (after :meth:`begin`); returns its loss (a 0-d device
         tensor, in bits per dimension; with ``reduce``, the global batch's)."""
-        if self.opt is None:
-            raise RuntimeError("FlowTrainer: call begin() before step()")
         if self._use_graph and self._graph is None:
             self._graph = _GraphStep.capture(self._step, self.params, self.opt, self.guard, x)
             self._use_graph = self._graph is not None
@@ -230,7 +224,7 @@ class FlowTrainer:
         return self._step(x)
 
     def _step(self, x: torch.Tensor) -> torch.Tensor:
-        glow = self._glow()
+        glow = self.glow
         if self.reduce is None:
             loss = glow.bits_per_dim(x).mean()
             loss.backward()
@@ -264,7 +258,7 @@ class FlowTrainer:
         self.history["val_step"].append(k)
         self.history["val_bpd"].append(val_bpd)
         if val_bpd < self.best[0]:
-            self.best = (val_bpd, k, {name: v.detach().clone() for name, v in self._glow().state_dict().items()})
+            self.best = (val_bpd, k, {name: v.detach().clone() for name, v in self.glow.state_dict().items()})
 
     @property
     def best_step(self) -> int:
@@ -273,7 +267,7 @@ class FlowTrainer:
 
     def finalise(self) -> FlowFit:
         """Keep the best step's parameters, put the Glow in eval mode, and return the fit."""
-        glow = self._glow()
+        glow = self.glow
         if self.best[2] is not None:
             glow.load_state_dict(self.best[2])
             logger.info("flow: kept step %d of %d (held-out bpd %.4f)", self.best[1], self.total, self.best[0])
@@ -281,7 +275,7 @@ class FlowTrainer:
 
     def _result(self, n_steps: int, best_step: int) -> FlowFit:
         return FlowFit(
-            flow=self._glow().eval(),
+            flow=self.glow.eval(),
             active=self.active,
             passthrough=self.passthrough,
             passthrough_mean=self.passthrough_mean,
@@ -300,11 +294,6 @@ class FlowTrainer:
         value = float(torch.cat([glow.bits_per_dim(c) for c in x.split(65536)]).mean())
         glow.train(was_training)
         return value
-
-    def _glow(self) -> Glow:
-        if self.glow is None:
-            raise RuntimeError("FlowTrainer: call build() first")
-        return self.glow
 
 
 def shuffled_batches(n: int, batch_size: int, generator: torch.Generator) -> Iterator[torch.Tensor]:

@@ -1,16 +1,11 @@
-"""The calibrator registry, discovered: adding a calibrator is adding one module.
+"""The calibrator registry, discovered: adding a calibrator is adding one module (docs/architecture.md's recipe).
 
-A calibrator module is any module of this package, or a module named by an entry point of the group
-``bertflow.calibrators`` (a third-party package's ``[project.entry-points."bertflow.calibrators"]``). In it, a
-class decorated with :func:`register` is saved and loaded under that name, and declares as class attributes the
-short specs it is built from (``specs``: spec -> one line of help; ``-K`` / ``-P`` mark a number, as in
-``whitening-K``), spellings that mean the same (``aliases``) and whether its map is affine (``affine``, read by
-the sentence-transformers export). Nothing else lists calibrators.
-
-:func:`catalogue` reads the modules' *source* (no import: the CLI's help loads neither torch nor scikit-learn), so
-those declarations are literals; :func:`get_calibrator_class` / :func:`parse_calibrator` import the module a name
-or spec needs. Loading a saved calibrator goes through this registry, never a dotted path named in a file, so a
-saved folder cannot make bertflow import arbitrary code.
+A calibrator module is any module of this package, or one named by an entry point of the group
+``bertflow.calibrators``; in it, a class decorated with :func:`register` is saved and loaded under that name and
+declares its ``specs`` and ``aliases`` as literal class attributes. :func:`catalogue` reads them from the modules'
+*source* (no import: the CLI's help loads neither torch nor scikit-learn); :func:`get_calibrator_class` /
+:func:`parse_calibrator` import the module a name or spec needs. Loading a saved calibrator goes through this
+registry, never a dotted path named in a file, so a saved folder cannot make bertflow import arbitrary code.
 """
 
 from __future__ import annotations

@@ -30,10 +30,7 @@ class IdentityCalibrator(Calibrator):
     _needs_variance = False
     _one_to_one = True  # output column i is input column i transformed
 
-    def __init__(self) -> None:
-        pass
-
-    def _min_rows(self) -> int:
+    def min_rows(self) -> int:
         return 1
 
     def _fit(self, X: np.ndarray) -> None:
@@ -73,9 +70,6 @@ class StandardNormCalibrator(Calibrator):
     specs = {"standard-norm": "per-dimension z-score (SN)"}
     aliases = {"sn": "standard-norm"}
     affine = True
-
-    def __init__(self) -> None:
-        pass
 
     def _fit(self, X: np.ndarray) -> None:
         self.mean_ = X.mean(axis=0)

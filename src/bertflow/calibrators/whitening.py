@@ -30,12 +30,6 @@ def mean_and_covariance(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean, centred.T @ centred / (X.shape[0] - 1)
 
 
-def descending_eigh(cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Eigenvalues [D] (largest first, clipped at 0) and eigenvectors [D, D] (columns) of a covariance."""
-    eigvals, eigvecs = np.linalg.eigh(cov)  # ascending; symmetric, so eigh is exact and cheaper than SVD
-    return eigvals[::-1].clip(min=0.0), eigvecs[:, ::-1]
-
-
 #: Largest weight of the identity target that automatic shrinkage uses (a shrinkage of 99 mean eigenvalues):
 #: Oracle Approximating Shrinkage reaches 1 only for covariances that are already nearly isotropic, where any large
 #: value gives the same cosines, and a finite value keeps ``shrinkage_`` a plain JSON number.
@@ -91,12 +85,26 @@ def singular_shrinkage(shrinkage: float | None, eigvals: np.ndarray, n: int, wha
     return value
 
 
-def check_variance(eigvals: np.ndarray, mean: np.ndarray) -> None:
-    """Refuse a covariance with (almost) no variance: the largest eigenvalue [of D] is 0, or its standard deviation
-    is below :data:`SPREAD_RTOL` times the largest absolute coordinate of ``mean`` [D]
-    (rows equal up to float32 rounding; the moments path has no rows to compare)."""
+def fit_spectrum(
+    cov: np.ndarray, mean: np.ndarray, n: int, shrinkage: float | None, rcond: float, what: str
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """The eigenvalues [k] (descending, after shrinkage) and eigenvectors [D, k] of the covariance [D, D] of ``n``
+    rows of mean ``mean`` [D] that carry variance (eigenvalue above ``rcond`` times the largest), and the shrinkage
+    used (:func:`singular_shrinkage`; ``what`` names the calibrator in its warning).
+
+    InputError for a covariance with (almost) no variance: its largest standard deviation below
+    :data:`SPREAD_RTOL` times the largest absolute coordinate of ``mean`` (rows equal up to float32 rounding; the
+    moments path has no rows to compare).
+    """
+    eigvals, eigvecs = np.linalg.eigh(cov)  # ascending; symmetric, so eigh is exact and cheaper than SVD
+    eigvals, eigvecs = eigvals[::-1].clip(min=0.0), eigvecs[:, ::-1]
     if not eigvals[0] > (SPREAD_RTOL * float(np.abs(mean).max())) ** 2:
         raise InputError(no_variance_message())
+    shrinkage = singular_shrinkage(shrinkage, eigvals, n, what)
+    if shrinkage > 0:
+        eigvals = eigvals + shrinkage * eigvals.mean()
+    keep = eigvals > rcond * eigvals[0]
+    return eigvals[keep], eigvecs[:, keep], shrinkage
 
 
 def read_projection(arrays: dict[str, np.ndarray], d: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -201,13 +209,8 @@ class WhiteningCalibrator(Calibrator):
     def _fit_covariance(self, cov: np.ndarray, n: int) -> None:
         """Set the fitted attributes other than ``mean_`` from the covariance [D, D] of ``n`` rows."""
         d = cov.shape[0]
-        eigvals, eigvecs = descending_eigh(cov)
-        check_variance(eigvals, self.mean_)
-        self.shrinkage_ = singular_shrinkage(self.shrinkage, eigvals, n, "whitening")
-        if self.shrinkage_ > 0:
-            eigvals = eigvals + self.shrinkage_ * eigvals.mean()
-        keep = eigvals > self.rcond * eigvals[0]
-        rank = int(keep.sum())
+        eigvals, eigvecs, self.shrinkage_ = fit_spectrum(cov, self.mean_, n, self.shrinkage, self.rcond, "whitening")
+        rank = len(eigvals)
         if rank < d:
             logger.warning(
                 "whitening: %d of %d directions carry (almost) no variance%s and are dropped",

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import torch
 from torch import Tensor, nn
 
 from bertflow.errors import InputError
-from bertflow.flows.base import Transform
+from bertflow.flows.base import Transform, check_positive_int
 
 # Absolute and relative floors on the per-feature std used by the data-dependent init. Real sentence-embedding
 # checkpoints have (near-)constant dimensions; dividing by their raw std gives scales around 1e6 and the
@@ -18,7 +15,7 @@ _ABS_STD_FLOOR = 1e-6
 _REL_STD_FLOOR = 1e-3
 
 # Seed of the stand-in noise used for floored features during a data-dependent init pass (see
-# `data_init_mode`); fixed so that initialisation is deterministic.
+# `initialize_actnorms`); fixed so that initialisation is deterministic.
 _STAND_IN_SEED = 0
 
 
@@ -33,29 +30,23 @@ class ActNorm(Transform):
 
     def __init__(self, num_features: int, logscale_factor: float = 3.0) -> None:
         super().__init__()
-        if isinstance(num_features, bool) or not isinstance(num_features, int) or num_features < 1:
-            raise InputError(f"ActNorm needs a positive integer num_features, got {num_features!r}")
-        self.num_features = num_features
+        self.num_features = check_positive_int("ActNorm num_features", num_features)
         self.logscale_factor = float(logscale_factor)
         self.bias = nn.Parameter(torch.zeros(self.num_features))
         self.log_scale = nn.Parameter(torch.zeros(self.num_features))
         self.register_buffer("initialized", torch.tensor(False))
-        # Not state: `data_init_mode` sets it to a generator for the duration of one init pass, else None.
+        # Not state: `initialize_actnorms` sets it to a generator for the duration of one init pass, else None.
         self._data_init: torch.Generator | None = None
 
     def extra_repr(self) -> str:
         return f"{self.num_features}, logscale_factor={self.logscale_factor}"
 
     @torch.no_grad()
-    def initialize(self, x: Tensor) -> None:
+    def initialize(self, x: Tensor) -> Tensor:
         """Sets ``bias`` and ``log_scale`` so that the output on ``x`` (``[N, C]``, ``N >= 2``, finite; else
         InputError) has zero mean and unit std per feature, in float64. The std is floored at
-        ``max(1e-6, 1e-3 * median std)``, so a near-constant feature gets a large but bounded scale."""
-        self._fit(x)
-
-    @torch.no_grad()
-    def _fit(self, x: Tensor) -> Tensor:
-        """Does :meth:`initialize` and returns the bool mask ``[C]`` of features whose std was floored."""
+        ``max(1e-6, 1e-3 * median std)``, so a near-constant feature gets a large but bounded scale. Returns the
+        bool mask ``[C]`` of the features whose std was floored."""
         if x.dim() != 2 or x.shape[1] != self.num_features:
             raise InputError(f"ActNorm.initialize expects a [N, {self.num_features}] batch, got shape {tuple(x.shape)}")
         if x.shape[0] < 2:
@@ -74,12 +65,12 @@ class ActNorm(Transform):
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """Normalises ``x``."""
-        floored = self._fit(x) if self._data_init is not None else None
+        floored = self.initialize(x) if self._data_init is not None else None
         logs = self.logscale_factor * self.log_scale
         y = (x + self.bias) * torch.exp(logs)
         ladj = logs.sum().expand(x.shape[0])
         if floored is not None and bool(floored.any()):
-            # Init pass only: hand the floored features on as unit-variance stand-ins (see data_init_mode).
+            # Init pass only: hand the floored features on as unit-variance stand-ins (see initialize_actnorms).
             noise = torch.randn(x.shape[0], int(floored.sum()), generator=self._data_init, dtype=torch.float64)
             y = y.clone()
             y[:, floored.to(y.device)] = noise.to(device=y.device, dtype=y.dtype)
@@ -92,33 +83,26 @@ class ActNorm(Transform):
         return x, (-logs.sum()).expand(y.shape[0])
 
 
-@contextmanager
-def data_init_mode(module: nn.Module) -> Iterator[None]:
-    """Makes every :class:`ActNorm` inside ``module`` initialise itself on the batches it sees.
+def initialize_actnorms(transform: Transform, x: Tensor) -> None:
+    """Data-dependent initialisation of every :class:`ActNorm` in ``transform`` with one forward pass on ``x``
+    [N >= 2, D] (InputError if unusable, see :meth:`ActNorm.initialize`).
 
-    Inside the ``with`` block each ActNorm calls :meth:`ActNorm.initialize` on its own input before
-    transforming it, so one forward pass initialises them all in the order data flows through them (later
-    ones see the normalised outputs of earlier ones, as in Glow). The mode is switched off on exit, even on
-    error.
+    During the pass each ActNorm initialises itself on its own input before transforming it, so they are
+    initialised in the order data flows through them (later ones see the normalised outputs of earlier ones, as in
+    Glow). The mode is switched off on exit, even on error.
 
     One deliberate difference from a plain forward pass: a feature an ActNorm had to floor is passed on as seeded
     standard-normal noise. Otherwise every ActNorm downstream floors it again, multiplying gains of up to ~1e3
     until the total is the naive ``1 / std`` the floor prevents (~1e9), and the first training step diverges. The
     pass's outputs are therefore not meaningful; only the initialised parameters are.
     """
-    norms = [m for m in module.modules() if isinstance(m, ActNorm)]
+    norms = [m for m in transform.modules() if isinstance(m, ActNorm)]
     gen = torch.Generator().manual_seed(_STAND_IN_SEED)
     for m in norms:
         m._data_init = gen
     try:
-        yield
+        with torch.no_grad():
+            transform(x)
     finally:
         for m in norms:
             m._data_init = None
-
-
-def initialize_actnorms(transform: Transform, x: Tensor) -> None:
-    """Data-dependent initialisation of every ActNorm in ``transform`` with one forward pass on ``x`` [N >= 2, D]
-    (InputError if unusable, see :meth:`ActNorm.initialize`)."""
-    with torch.no_grad(), data_init_mode(transform):
-        transform(x)

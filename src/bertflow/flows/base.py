@@ -14,10 +14,22 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from bertflow.errors import InputError
+
+
+def check_positive_int(name: str, value: object) -> int:
+    """``value`` if it is an integer >= 1 (not a bool), else InputError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
 
 class Transform(nn.Module):
     """An invertible map on ``[B, D]`` batches with its log-determinant (the module's sign convention; ``[B]``, in
     nats). Transforms keep the number of features and never mix the samples of a batch."""
+
+    def extra_repr(self) -> str:
+        return str(getattr(self, "num_features", ""))
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """Maps data to latent: ``(y, log|det dy/dx|)``."""

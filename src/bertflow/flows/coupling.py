@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from bertflow.errors import InputError
 from bertflow.flows.actnorm import ActNorm
-from bertflow.flows.base import Transform
+from bertflow.flows.base import Transform, check_positive_int
 
 # Std of the normal init of the hidden Linear weights (Glow's default initializer). The ActNorm that follows
 # each of them is data-initialised, so this only matters before `initialize` is called.
@@ -60,8 +60,7 @@ class CouplingNet(nn.Module):
     ) -> None:
         super().__init__()
         for name, value in (("in_features", in_features), ("out_features", out_features), ("hidden", hidden)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InputError(f"CouplingNet needs a positive integer {name}, got {value!r}")
+            check_positive_int(f"CouplingNet {name}", value)
         self.linear1 = nn.Linear(in_features, hidden, bias=False)
         self.norm1 = ActNorm(hidden)
         self.linear2 = nn.Linear(hidden, hidden, bias=False)
@@ -79,15 +78,10 @@ class CouplingNet(nn.Module):
         return self.out(h)
 
 
-def coupling_network(
-    in_features: int, out_features: int, hidden: int = 32, *, generator: torch.Generator | None = None
-) -> CouplingNet:
-    """A fresh :class:`CouplingNet` ``n_in -> n_out``, whose output is exactly zero until it is trained."""
-    return CouplingNet(in_features, out_features, hidden, generator=generator)
-
-
 class _Coupling(Transform):
-    """Shared split logic: ``x_a = x[:, :n - n//2]`` conditions, ``x_b = x[:, n - n//2:]`` is transformed."""
+    """Shared split logic: ``x_a = x[:, :n - n//2]`` conditions, ``x_b = x[:, n - n//2:]`` is transformed, by
+    ``y_b = (x_b + shift) * exp(log_scale)`` with ``(shift, log_scale) = _shift_logscale(x_a)``; ``log_scale`` is
+    ``None`` for a shift only (log-det 0)."""
 
     def __init__(
         self, num_features: int, net_out_per_feature: int, hidden: int, generator: torch.Generator | None
@@ -99,32 +93,38 @@ class _Coupling(Transform):
         self.n_a = num_features - num_features // 2
         self.n_b = num_features // 2
         self.hidden = int(hidden)
-        self.net = coupling_network(self.n_a, net_out_per_feature * self.n_b, hidden, generator=generator)
+        self.net = CouplingNet(self.n_a, net_out_per_feature * self.n_b, hidden, generator=generator)
 
     def extra_repr(self) -> str:
         return f"{self.num_features}, hidden={self.hidden}"
 
+    def _shift_logscale(self, x_a: Tensor) -> tuple[Tensor, Tensor | None]:
+        return self.net(x_a), None
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Transforms the second half by functions of the first."""
+        x_a, x_b = x[:, : self.n_a], x[:, self.n_a :]
+        shift, log_scale = self._shift_logscale(x_a)
+        y_b = x_b + shift
+        if log_scale is None:
+            return torch.cat([x_a, y_b], dim=1), x.new_zeros(x.shape[0])
+        return torch.cat([x_a, y_b * torch.exp(log_scale)], dim=1), log_scale.sum(dim=1)
+
+    def inverse(self, y: Tensor) -> tuple[Tensor, Tensor]:
+        """Undoes :meth:`forward` (``y_a = x_a``, so the network sees the same input as in forward)."""
+        y_a, y_b = y[:, : self.n_a], y[:, self.n_a :]
+        shift, log_scale = self._shift_logscale(y_a)
+        if log_scale is None:
+            return torch.cat([y_a, y_b - shift], dim=1), y.new_zeros(y.shape[0])
+        return torch.cat([y_a, y_b * torch.exp(-log_scale) - shift], dim=1), -log_scale.sum(dim=1)
+
 
 class AdditiveCoupling(_Coupling):
-    """NICE additive coupling ``y_b = x_b + net(x_a)``, ``y_a = x_a``; volume preserving (log-det 0).
-
-    The official BERT-flow default.
-    """
+    """NICE additive coupling ``y_b = x_b + net(x_a)``, ``y_a = x_a`` (the official BERT-flow default); volume
+    preserving (log-det 0)."""
 
     def __init__(self, num_features: int, hidden: int = 32, *, generator: torch.Generator | None = None) -> None:
         super().__init__(num_features, 1, hidden, generator)
-
-    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Shifts the second half by a function of the first."""
-        x_a, x_b = x[:, : self.n_a], x[:, self.n_a :]
-        y_b = x_b + self.net(x_a)
-        return torch.cat([x_a, y_b], dim=1), x.new_zeros(x.shape[0])
-
-    def inverse(self, y: Tensor) -> tuple[Tensor, Tensor]:
-        """Subtracts the shift (``y_a = x_a``, so the network sees the same input as in forward)."""
-        y_a, y_b = y[:, : self.n_a], y[:, self.n_a :]
-        x_b = y_b - self.net(y_a)
-        return torch.cat([y_a, x_b], dim=1), y.new_zeros(y.shape[0])
 
 
 class AffineCoupling(_Coupling):
@@ -143,17 +143,3 @@ class AffineCoupling(_Coupling):
         out = self.net(x_a)
         # logsigmoid rather than log(sigmoid(.)): exact for very negative raw scales instead of -inf.
         return out[:, 0::2], F.logsigmoid(out[:, 1::2] + 2.0)
-
-    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Shifts then scales the second half by functions of the first."""
-        x_a, x_b = x[:, : self.n_a], x[:, self.n_a :]
-        shift, log_scale = self._shift_logscale(x_a)
-        y_b = (x_b + shift) * torch.exp(log_scale)
-        return torch.cat([x_a, y_b], dim=1), log_scale.sum(dim=1)
-
-    def inverse(self, y: Tensor) -> tuple[Tensor, Tensor]:
-        """Unscales then unshifts the second half."""
-        y_a, y_b = y[:, : self.n_a], y[:, self.n_a :]
-        shift, log_scale = self._shift_logscale(y_a)
-        x_b = y_b * torch.exp(-log_scale) - shift
-        return torch.cat([y_a, x_b], dim=1), -log_scale.sum(dim=1)

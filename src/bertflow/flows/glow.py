@@ -9,7 +9,7 @@ are factored out and scored under a fixed standard normal. The latent is
 
 from __future__ import annotations
 
-import copy
+import inspect
 import math
 from typing import Any, Literal
 
@@ -18,14 +18,14 @@ from torch import Tensor
 
 from bertflow.errors import InputError
 from bertflow.flows.actnorm import ActNorm, initialize_actnorms
-from bertflow.flows.base import Composite, Transform
+from bertflow.flows.base import Composite, Transform, check_positive_int
 from bertflow.flows.coupling import AdditiveCoupling, AffineCoupling
 from bertflow.flows.permutation import InvertibleLinearLU, RandomPermutation, ReversePermutation
 
 CouplingName = Literal["additive", "affine"]
 PermutationName = Literal["reverse", "random", "lu"]
 
-COUPLINGS: tuple[str, ...] = ("additive", "affine")
+COUPLINGS = {"additive": AdditiveCoupling, "affine": AffineCoupling}
 PERMUTATIONS: tuple[str, ...] = ("reverse", "random", "lu")
 
 GLOW_PRESETS: dict[str, dict[str, Any]] = {
@@ -41,12 +41,6 @@ _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 def _check_name(kind: str, name: str, allowed: tuple[str, ...]) -> None:
     if name not in allowed:
         raise InputError(f"unknown {kind} {name!r}; expected one of {', '.join(repr(a) for a in allowed)}")
-
-
-def _check_positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputError(f"{name} must be a positive integer, got {value!r}")
-    return value
 
 
 class FlowStep(Transform):
@@ -77,11 +71,7 @@ class FlowStep(Transform):
             self.permutation = InvertibleLinearLU(num_features, seed)
         # Offset so the net's init stream is not the one that drew the permutation.
         gen = torch.Generator().manual_seed(int(seed) + 1)
-        self.coupling: Transform
-        if coupling == "additive":
-            self.coupling = AdditiveCoupling(num_features, hidden_channels, generator=gen)
-        else:
-            self.coupling = AffineCoupling(num_features, hidden_channels, generator=gen)
+        self.coupling = COUPLINGS[coupling](num_features, hidden_channels, generator=gen)
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """Applies ActNorm, permutation and coupling."""
@@ -118,12 +108,8 @@ class Glow(Transform):
         seed: int = 0,
     ) -> None:
         super().__init__()
-        _check_positive_int("n_features", n_features)
-        _check_positive_int("n_levels", n_levels)
-        _check_positive_int("depth", depth)
-        _check_positive_int("hidden_channels", hidden_channels)
-        _check_name("coupling", coupling, COUPLINGS)
-        _check_name("permutation", permutation, PERMUTATIONS)
+        for name in ("n_features", "n_levels", "depth", "hidden_channels"):
+            check_positive_int(name, locals()[name])
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise InputError(f"seed must be an integer, got {seed!r}")
 
@@ -168,21 +154,11 @@ class Glow(Transform):
     def from_preset(cls, name: str, n_features: int, **overrides: Any) -> Glow:
         """Builds a Glow from a named preset of :data:`GLOW_PRESETS`."""
         _check_name("Glow preset", name, tuple(GLOW_PRESETS))
-        cfg = copy.deepcopy(GLOW_PRESETS[name])
-        cfg.update(overrides)
-        return cls(n_features, **cfg)
+        return cls(n_features, **{**GLOW_PRESETS[name], **overrides})
 
     def get_config(self) -> dict[str, Any]:
         """Returns the constructor arguments as a JSON-serialisable dict (``Glow(**cfg)`` rebuilds it)."""
-        return {
-            "n_features": self.n_features,
-            "n_levels": self.n_levels,
-            "depth": self.depth,
-            "hidden_channels": self.hidden_channels,
-            "coupling": self.coupling,
-            "permutation": self.permutation,
-            "seed": self.seed,
-        }
+        return {name: getattr(self, name) for name in inspect.signature(Glow).parameters}
 
     def _check_input(self, x: Tensor, what: str) -> None:
         if x.dim() != 2 or x.shape[1] != self.n_features:
@@ -232,7 +208,7 @@ class Glow(Transform):
     def initialize(self, x: Tensor) -> None:
         """Explicit data-dependent initialisation of every ActNorm (``x``: ``[N, D]``, ``N >= 2``), in the order
         data flows through them, in one no-grad pass; never implicit. A floored feature goes on as unit-variance
-        stand-in noise so later ActNorms do not floor it again (:func:`bertflow.flows.actnorm.data_init_mode`)."""
+        stand-in noise so later ActNorms do not floor it again (:func:`bertflow.flows.actnorm.initialize_actnorms`)."""
         self._check_input(x, "initialize")
         initialize_actnorms(self, x)
 

@@ -9,14 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from bertflow.errors import InputError
-from bertflow.flows.base import Transform
-
-
-def _check_features(name: str, n: int) -> int:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise InputError(f"{name} needs a positive integer number of features, got {n!r}")
-    return n
+from bertflow.flows.base import Transform, check_positive_int
 
 
 class ReversePermutation(Transform):
@@ -24,10 +17,7 @@ class ReversePermutation(Transform):
 
     def __init__(self, num_features: int) -> None:
         super().__init__()
-        self.num_features = _check_features("ReversePermutation", num_features)
-
-    def extra_repr(self) -> str:
-        return str(self.num_features)
+        self.num_features = check_positive_int("ReversePermutation num_features", num_features)
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """Reverses the features."""
@@ -47,12 +37,9 @@ class RandomPermutation(Transform):
 
     def __init__(self, num_features: int, seed: int = 0) -> None:
         super().__init__()
-        self.num_features = _check_features("RandomPermutation", num_features)
+        self.num_features = check_positive_int("RandomPermutation num_features", num_features)
         gen = torch.Generator().manual_seed(int(seed))
         self.register_buffer("perm", torch.randperm(self.num_features, generator=gen))
-
-    def extra_repr(self) -> str:
-        return str(self.num_features)
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """Permutes the features."""
@@ -78,8 +65,7 @@ class InvertibleLinearLU(Transform):
 
     def __init__(self, num_features: int, seed: int = 0) -> None:
         super().__init__()
-        n = _check_features("InvertibleLinearLU", num_features)
-        self.num_features = n
+        self.num_features = n = check_positive_int("InvertibleLinearLU num_features", num_features)
         gen = torch.Generator().manual_seed(int(seed))
         # Drawn and factorised in float64 so that float32 parameters are the rounded exact factors.
         # geqrf + householder_product and lu_factor stand in for linalg.qr / linalg.lu, which are ~100x slower
@@ -108,9 +94,6 @@ class InvertibleLinearLU(Transform):
         self.register_buffer("lower_mask", torch.tril(torch.ones(n, n, dtype=dtype), -1), persistent=False)
         self.register_buffer("upper_mask", torch.triu(torch.ones(n, n, dtype=dtype), 1), persistent=False)
         self.register_buffer("eye", torch.eye(n, dtype=dtype), persistent=False)
-
-    def extra_repr(self) -> str:
-        return str(self.num_features)
 
     def _factors(self) -> tuple[Tensor, Tensor]:
         """Returns the unit lower factor ``L`` and the full upper factor ``U + diag(s)``, each ``[C, C]``."""
