@@ -3,7 +3,7 @@
 
 ``variants``
     One fresh process per architecture and ``--variants`` entry, ``+``-joined steps: ``FIELD=0|1`` (an
-    ``EncodeSettings`` field set to False/True when the encoder is made, e.g. ``warm_up=1``, ``cuda_graphs=0``),
+    ``EncodeSettings`` field set to False/True when the encoder is made, e.g. ``warm_up=1``),
     then, after the load, ``base`` (nothing), ``warmup`` (:func:`bertflow.encoding.warmup.warm_up`), ``reserve``
     (one large CUDA allocation, freed: the caching allocator keeps it), ``synthN`` (``encode`` of N synthetic
     token-id sentences of every length), ``eager`` (``CUDA_MODULE_LOADING=EAGER``).

@@ -446,7 +446,6 @@ class SentenceEncoder:
         budget = max_tokens or self.token_budget
         if budget < 1:
             raise InputError(f"max_tokens must be positive, got {budget}")
-        self._runner.use_graphs(self._settings.graph_budget(self.device.type, self.dim, budget))
         prepared, prefetcher = self._prepared_chunks(sentences, budget, batch_size, chunk_size)
         stats = self.last_stats = EncodeStats()
         # On CUDA, a chunk is handed out only after the next one is queued on the device, so the GPU keeps

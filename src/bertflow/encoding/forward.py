@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -24,7 +24,6 @@ from ..validation import OUTPUT_LIMIT, check_finite, raise_calibrated
 from .batching import HostBatch, PreparedChunk
 from .device import attention_backends, transformers_major
 from .fused import triton_available
-from .graphs import BatchGraphs
 from .packed import (
     ATTENTIONS,
     CUDA_ATTENTION,
@@ -133,7 +132,6 @@ class ModelRunner:
         if self.packed is not None and self.half_cuda and triton_available(device):
             self.packed.kernels = CUDA_KERNELS  # fused layer steps (encoding/fused.py); benchmarks swap it
         self.cuda_attention: Attention = ATTENTIONS[CUDA_ATTENTION]  # benchmarks swap it to compare kernels
-        self.graphs: BatchGraphs | None = None  # CUDA graphs of the slotted forward (use_graphs)
 
     def plan(
         self,
@@ -258,78 +256,19 @@ class ModelRunner:
     def _forward_packed(
         self, batch: HostBatch, plan: PoolingPlan, attention: Attention, check: bool, cudnn: bool
     ) -> torch.Tensor:
-        """:meth:`forward` on real tokens only (replayed from a CUDA graph where :attr:`graphs` has one)."""
-        rows, width = batch.rows, batch.width
-        graphs = self.graphs
-        if graphs is not None and attention is slotted_attention and not cudnn and not plan.tables:
-            if self.packed_verified or not check:
-                result = graphs.run(self._graph_key(plan), batch.buffer, rows, width)
-                if result is not None:
-                    return result
-        buf = batch.buffer.to(self.device, non_blocking=True)
-        # The lengths are read from the host copy of the buffer: the packed size is known without a device sync.
-        total = rows * width if batch.uniform else int(batch.buffer[rows * width :].sum())
-        result = self._pooled_packed(buf, rows, width, total, plan, attention, cudnn)
-        if check and not self.packed_verified:
-            # Once per runner, the automatic path proves itself on real input against the padded forward (one sync).
-            reference = self.forward(batch, plan, cudnn, unpadded=False)
-            deviation = max_cosine_deviation(result, reference)
-            self.packed_verified = True
-            if not deviation <= UNPADDED_TOLERANCE:
-                self.unpadded_refused = f"its first batch deviated from the padded forward by {deviation:.2e}"
-                logger.warning("%s: unpadded forward off, %s", self.model_id, self.unpadded_refused)
-                return reference
-        return result
-
-    def use_graphs(self, budget: int | None) -> None:
-        """Replay CUDA graphs of the slotted unpadded forward (:mod:`.graphs`) for batches of up to ``budget`` token
-        slots, or stop (``None``, or off CUDA); graphs of another budget, or of changed weights, are dropped."""
-        if budget is None or self.device.type != "cuda":
-            self.graphs = None
-        elif self.graphs is None or self.graphs.budget != budget:
-            self.graphs = BatchGraphs(self.device, budget, list(self.model.parameters()))
-        else:
-            self.graphs.check_weights()
-
-    @staticmethod
-    def _graph_key(plan: PoolingPlan) -> tuple[Any, ...]:
-        """What a CUDA graph of ``plan`` depends on besides the batch's width: its poolings and layers."""
-        return tuple(p.key for p in plan.poolings), plan.layers
-
-    @torch.inference_mode()
-    def record_graphs(self, plan: PoolingPlan, widths: Iterable[int]) -> None:
-        """Record the graph of each of ``widths`` for ``plan`` now, on synthetic rows (at load: :mod:`.warmup`)."""
-        if self.graphs is None or plan.tables or self.packed_attention(None) is not slotted_attention:
-            return
-        key = self._graph_key(plan)
-
-        def compute(buffer: torch.Tensor, rows: int, width: int) -> torch.Tensor:
-            return self._pooled_packed(buffer, rows, width, None, plan, slotted_attention, False)
-
-        for width in widths:
-            if (key, width) not in self.graphs.graphs:
-                self.graphs.record(key, width, compute)
-
-    def _pooled_packed(
-        self,
-        buf: torch.Tensor,
-        rows: int,
-        width: int,
-        total: int | None,
-        plan: PoolingPlan,
-        attention: Attention,
-        cudnn: bool,
-    ) -> torch.Tensor:
-        """Pooled float32 vectors [rows, P x D] of the batch in ``buf`` (int32 on the device, laid out as in
-        :class:`HostBatch`) by the unpadded forward; ``total``: its real tokens (unused by the slotted layout).
-        Device work only, no sync: what a CUDA graph records."""
+        """:meth:`forward` on real tokens only; the pooled layers are scattered back to [rows, width, D]."""
         assert self.packed is not None
+        rows, width = batch.rows, batch.width
+        buf = batch.buffer.to(self.device, non_blocking=True)
         input_ids = buf[: rows * width].view(rows, width).long()
-        lengths = buf[rows * width :]
+        # The lengths are read from the host copy of the buffer: the packed size is known without a device sync.
+        if batch.uniform:
+            lengths, total = buf.new_full((rows,), width), rows * width
+        else:
+            lengths, total = buf[rows * width :], int(batch.buffer[rows * width :].sum())
         if attention is slotted_attention:
             packing = Packing.slots(lengths, width)
         else:
-            assert total is not None
             packing = Packing.from_lengths(lengths, width, total)
         with attention_backends(self.device, cudnn):  # SDPA inside the grouped and padded attentions
             states = self.packed.states(input_ids, packing, plan.layers, attention)
@@ -342,7 +281,17 @@ class ModelRunner:
         pooled_states = self.collect(plan, outputs, captured)
         weights = {spec: table[input_ids] for spec, table in plan.tables.items()}  # [rows, width] each
         pooled = [p.pool(pooled_states, packing.mask, weights.get(p.weighting.spec)) for p in plan.poolings]
-        return pooled[0] if len(pooled) == 1 else torch.cat(pooled, dim=1)
+        result = pooled[0] if len(pooled) == 1 else torch.cat(pooled, dim=1)
+        if check and not self.packed_verified:
+            # Once per runner, the automatic path proves itself on real input against the padded forward (one sync).
+            reference = self.forward(batch, plan, cudnn, unpadded=False)
+            deviation = max_cosine_deviation(result, reference)
+            self.packed_verified = True
+            if not deviation <= UNPADDED_TOLERANCE:
+                self.unpadded_refused = f"its first batch deviated from the padded forward by {deviation:.2e}"
+                logger.warning("%s: unpadded forward off, %s", self.model_id, self.unpadded_refused)
+                return reference
+        return result
 
     @torch.inference_mode()
     def launch(

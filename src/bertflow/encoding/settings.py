@@ -36,11 +36,9 @@ MIN_LENGTH_RATIO = 0.9
 #: adds, docs/performance.md).
 DEFAULT_MIN_TOKENS = {"cuda": 32768, "cpu": 0}
 FLOOR_HIDDEN = 768
-#: ``warm_up=None``: warm a CUDA encoder up when it is loaded (:mod:`bertflow.encoding.warmup`); ``cuda_graphs=None``:
-#: record and replay CUDA graphs where the batch floor reaches the token budget (batches are then full, so a graph
-#: per width fits them: :mod:`bertflow.encoding.graphs`). Chosen by measurement (docs/performance.md, issue 23).
-WARM_UP_BY_DEFAULT = True
-GRAPHS_BY_DEFAULT = False
+#: ``warm_up=None``: warm a CUDA encoder up when it is loaded (:mod:`bertflow.encoding.warmup`). Off: on an H200 the
+#: load grew by more than the first encode shrank (docs/performance.md, issue 23).
+WARM_UP_BY_DEFAULT = False
 
 
 def device_kind(device_type: str) -> str:
@@ -67,12 +65,9 @@ class EncodeSettings:
     - ``unpadded``: run the model on real tokens only (:mod:`bertflow.encoding.packed`); ``None``: on CUDA in half
       precision for a BERT model whose first batch matches the padded forward; ``True``: for any BERT model (off
       CUDA with a slower attention that pads; other models are an error); ``False``: never.
-    - ``cuda_graphs``: replay the unpadded forward of a batch from a CUDA graph per width, recorded by the warm-up
-      (:mod:`bertflow.encoding.graphs`); ``None``: :data:`GRAPHS_BY_DEFAULT`, where the batch floor reaches the
-      token budget.
-    - ``warm_up``: when the encoder is loaded, pay its one-time costs on synthetic token ids (worker processes,
-      kernels, memory caches, graphs: :mod:`bertflow.encoding.warmup`) instead of in the first ``encode``;
-      ``None``: on CUDA (:data:`WARM_UP_BY_DEFAULT`).
+    - ``warm_up``: when the encoder is loaded, pay its one-time costs on synthetic token ids (kernels, memory
+      caches, the unpadded forward's check: :mod:`bertflow.encoding.warmup`) instead of in the first ``encode``;
+      ``None``: :data:`WARM_UP_BY_DEFAULT` on CUDA.
 
     Example:
         >>> import dataclasses
@@ -90,7 +85,6 @@ class EncodeSettings:
     first_chunk: int = FIRST_CUDA_CHUNK
     cudnn_attention: bool = False
     unpadded: bool | None = None
-    cuda_graphs: bool | None = None
     warm_up: bool | None = None
 
     def __post_init__(self) -> None:
@@ -110,7 +104,7 @@ class EncodeSettings:
             raise InputError(f"min_length_ratio must be at most 1, got {self.min_length_ratio!r}")
         if not isinstance(self.cudnn_attention, bool):
             raise InputError(f"cudnn_attention must be True or False, got {self.cudnn_attention!r}")
-        for name in ("unpadded", "cuda_graphs", "warm_up"):
+        for name in ("unpadded", "warm_up"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, bool):
                 raise InputError(f"{name} must be None, True or False, got {value!r}")
@@ -128,14 +122,6 @@ class EncodeSettings:
         if floor and hidden is not None and hidden < FLOOR_HIDDEN:
             floor = min(self.token_budget(device_type), int(floor * (FLOOR_HIDDEN / hidden) ** 2))
         return floor
-
-    def graph_budget(self, device_type: str, hidden: int, budget: int) -> int | None:
-        """``budget`` (token slots per batch) if the encoder replays CUDA graphs here (``cuda_graphs``), else
-        ``None``."""
-        if device_type != "cuda" or self.cuda_graphs is False:
-            return None
-        full = self.min_batch_tokens(device_type, hidden) >= budget
-        return budget if self.cuda_graphs or (GRAPHS_BY_DEFAULT and full) else None
 
     def warms_up(self, device_type: str) -> bool:
         """Whether an encoder on this device type warms up when it is loaded (``warm_up``)."""

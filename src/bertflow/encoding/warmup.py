@@ -1,11 +1,10 @@
 """Paying a CUDA encoder's one-time costs when it is loaded, not in its first encode (``EncodeSettings.warm_up``).
 
 A process's first encode pays for what no later one does: the unpadded forward's first batch is checked against
-the padded one, kernels are compiled or loaded, the CUDA and pinned-memory caches grow, CUDA graphs are recorded
-(:mod:`.graphs`). :func:`warm_up` pays these on synthetic token ids (never user text) through the encoder's own
-forward. It starts no tokenisation worker processes (the first encode of more than one chunk still does): an
-encoder that only ever sees single chunks (queries) never needs them. docs/performance.md gives what it costs and
-what it buys.
+the padded one, kernels are compiled or loaded, the CUDA and pinned-memory caches grow. :func:`warm_up` pays these
+on synthetic token ids (never user text) through the encoder's own forward. It starts no tokenisation worker
+processes (the first encode of more than one chunk still does): an encoder that only ever sees single chunks
+(queries) never needs them. Off by default: docs/performance.md gives what it costs and what it buys.
 """
 
 from __future__ import annotations
@@ -21,14 +20,11 @@ if TYPE_CHECKING:
 
 #: Synthetic sentences encoded (one chunk), their lengths cycling through 2 .. ``max_length``.
 WARM_UP_SENTENCES = 8192
-#: Widths (tokens per row) whose CUDA graphs are recorded at load at most: 2 .. min(max_length, this).
-GRAPH_WIDTHS_AT_LOAD = 128
 
 
 def warm_up(encoder: SentenceEncoder) -> None:
     """Encode :data:`WARM_UP_SENTENCES` sentences of random token ids as one chunk (results dropped,
-    :attr:`~.encoder.SentenceEncoder.last_stats` untouched), then record the CUDA graph of every width the encoder
-    may replay (:meth:`~.forward.ModelRunner.record_graphs`, where ``cuda_graphs`` says so)."""
+    :attr:`~.encoder.SentenceEncoder.last_stats` untouched)."""
     n = WARM_UP_SENTENCES
     lengths = 2 + np.arange(n) % (encoder.max_length - 1)
     offsets = np.zeros(n + 1, dtype=np.int64)
@@ -40,5 +36,3 @@ def warm_up(encoder: SentenceEncoder) -> None:
     for _ in encoder.iter_encode(TokenArrays(ids, offsets), chunk_size=n, poolings=poolings):
         pass
     encoder.last_stats = stats
-    widths = range(2, min(encoder.max_length, GRAPH_WIDTHS_AT_LOAD) + 1)
-    encoder._runner.record_graphs(encoder._plan(poolings), widths)  # graphs set up by the encode (use_graphs)
