@@ -36,18 +36,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from encode_profile_gpu import _counters  # noqa: E402
 from gpu_checks import random_model, sts_pool, synthetic  # noqa: E402
-
-
-def _counters() -> dict[str, int]:
-    """CUDA segments allocated (cudaMalloc calls) and pinned host allocations so far."""
-    out = {"cuda_segments": int(torch.cuda.memory_stats().get("segment.all.allocated", 0))}
-    try:
-        host = torch.cuda.host_memory_stats()
-        out["host_allocs"] = int(host.get("num_host_alloc", host.get("allocations.allocated", 0)))
-    except (AttributeError, RuntimeError):
-        pass
-    return out
 
 
 def synthetic_tokens(n: int, max_length: int, vocab: int, seed: int = 3) -> Any:
