@@ -226,6 +226,17 @@ def cut_chunks(sentences: Iterable[str], sizes: Iterator[int]) -> Iterator[tuple
         offset += len(chunk)
 
 
+def cut_tokens(tokens: TokenArrays, sizes: Iterator[int]) -> Iterator[tuple[int, TokenArrays]]:
+    """Cut already tokenised sentences into ``(first_row, tokens)`` chunks of the given sizes."""
+    offset = 0
+    for size in sizes:
+        if offset >= len(tokens):
+            return
+        stop = min(len(tokens), offset + size)
+        yield offset, tokens.slice(offset, stop)
+        offset = stop
+
+
 def pack_rows(
     tokens: TokenArrays, rows: np.ndarray, width: int, pad_id: int, uniform: bool, pinned: bool
 ) -> torch.Tensor:

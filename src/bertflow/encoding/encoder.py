@@ -33,7 +33,7 @@ from ..errors import InputError
 from ..resources import return_free_memory
 from ..typing import DeviceTransform
 from ..validation import sentence_list
-from .batching import EncodeStats, Prefetcher, PreparedChunk, cut_chunks, prepare_chunk
+from .batching import EncodeStats, Prefetcher, PreparedChunk, cut_chunks, cut_tokens, prepare_chunk
 from .device import resolve_device, resolve_dtype
 from .forward import ModelRunner, Pending, PoolingPlan
 from .loading import (
@@ -49,6 +49,7 @@ from .pooling import Pooling
 from .settings import DEFAULT_CHUNK, EncodeSettings, device_kind
 from .token_stats import TokenStatistics
 from .tokenization import TokenArrays, TokenizerPool, auto_processes, tokenize_arrays
+from .warmup import warm_up
 
 logger = logging.getLogger(__name__)
 
@@ -141,6 +142,8 @@ class SentenceEncoder:
         self.token_statistics = token_statistics
         self._tokenizer_fingerprint: str | None = None
         self.last_stats = EncodeStats()
+        if settings.warms_up(self.device.type):
+            warm_up(self)
 
     # -- throughput settings -----------------------------------------------------------------------------
 
@@ -485,7 +488,7 @@ class SentenceEncoder:
         """The stream's chunks, tokenised and batched in order: on ``tokenize_workers`` background threads (the
         returned :class:`Prefetcher`, which the caller closes) unless the input is one chunk in all."""
         sizes = self._chunk_sizes(chunk_size)
-        chunks = _cut_tokens(sentences, sizes) if isinstance(sentences, TokenArrays) else cut_chunks(sentences, sizes)
+        chunks = cut_tokens(sentences, sizes) if isinstance(sentences, TokenArrays) else cut_chunks(sentences, sizes)
 
         # One chunk in all (a query, a small batch): nothing to overlap, so no threads, and tokenised here, where
         # it costs less than the round trip to a worker process.
@@ -625,17 +628,6 @@ class SentenceEncoder:
             f"SentenceEncoder({self.model_id!r}, pooling={self.pooling.to_spec()!r}, "
             f"max_length={self.max_length}, device={str(self.device)!r}, dtype={str(self.dtype)[6:]!r})"
         )
-
-
-def _cut_tokens(tokens: TokenArrays, sizes: Iterator[int]) -> Iterator[tuple[int, TokenArrays]]:
-    """Cut already tokenised sentences into ``(first_row, tokens)`` chunks of the given sizes."""
-    offset = 0
-    for size in sizes:
-        if offset >= len(tokens):
-            return
-        stop = min(len(tokens), offset + size)
-        yield offset, tokens.slice(offset, stop)
-        offset = stop
 
 
 # The Rust tokenizer's own thread pool does the parallel work; keep it on (and quiet the fork warning in CLI

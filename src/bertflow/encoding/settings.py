@@ -36,6 +36,9 @@ MIN_LENGTH_RATIO = 0.9
 #: adds, docs/performance.md).
 DEFAULT_MIN_TOKENS = {"cuda": 32768, "cpu": 0}
 FLOOR_HIDDEN = 768
+#: ``warm_up=None``: warm a CUDA encoder up when it is loaded (:mod:`bertflow.encoding.warmup`). Off: on an H200 the
+#: load grew by more than the first encode shrank (docs/performance.md, issue 23).
+WARM_UP_BY_DEFAULT = False
 
 
 def device_kind(device_type: str) -> str:
@@ -62,6 +65,9 @@ class EncodeSettings:
     - ``unpadded``: run the model on real tokens only (:mod:`bertflow.encoding.packed`); ``None``: on CUDA in half
       precision for a BERT model whose first batch matches the padded forward; ``True``: for any BERT model (off
       CUDA with a slower attention that pads; other models are an error); ``False``: never.
+    - ``warm_up``: when the encoder is loaded, pay its one-time costs on synthetic token ids (kernels, memory
+      caches, the unpadded forward's check: :mod:`bertflow.encoding.warmup`) instead of in the first ``encode``;
+      ``None``: :data:`WARM_UP_BY_DEFAULT` on CUDA.
 
     Example:
         >>> import dataclasses
@@ -79,6 +85,7 @@ class EncodeSettings:
     first_chunk: int = FIRST_CUDA_CHUNK
     cudnn_attention: bool = False
     unpadded: bool | None = None
+    warm_up: bool | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_tokens", "chunk_size", "first_chunk"):
@@ -97,8 +104,10 @@ class EncodeSettings:
             raise InputError(f"min_length_ratio must be at most 1, got {self.min_length_ratio!r}")
         if not isinstance(self.cudnn_attention, bool):
             raise InputError(f"cudnn_attention must be True or False, got {self.cudnn_attention!r}")
-        if self.unpadded is not None and not isinstance(self.unpadded, bool):
-            raise InputError(f"unpadded must be None, True or False, got {self.unpadded!r}")
+        for name in ("unpadded", "warm_up"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, bool):
+                raise InputError(f"{name} must be None, True or False, got {value!r}")
 
     def token_budget(self, device_type: str) -> int:
         """Padded tokens per forward pass on a device of this type (``max_tokens`` or the default)."""
@@ -113,3 +122,7 @@ class EncodeSettings:
         if floor and hidden is not None and hidden < FLOOR_HIDDEN:
             floor = min(self.token_budget(device_type), int(floor * (FLOOR_HIDDEN / hidden) ** 2))
         return floor
+
+    def warms_up(self, device_type: str) -> bool:
+        """Whether an encoder on this device type warms up when it is loaded (``warm_up``)."""
+        return self.warm_up if self.warm_up is not None else WARM_UP_BY_DEFAULT and device_type == "cuda"
