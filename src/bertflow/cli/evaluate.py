@@ -8,7 +8,7 @@ import os
 import shlex
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -23,7 +23,6 @@ from .options import (
     ColumnOpt,
     DeviceOpt,
     DtypeOpt,
-    EncodingErrors,
     EpochsOpt,
     ErrorsOpt,
     MaxLenOpt,
@@ -34,9 +33,7 @@ from .options import (
     SeedOpt,
     ThreadsOpt,
     build_encoder,
-    check_device,
     check_model_dir_options,
-    limit_threads,
     load_embedder,
     progress_log,
     quiet_libraries,
@@ -106,7 +103,7 @@ RegimesOpt = Annotated[
     ),
 ]
 SelectOpt = Annotated[
-    str | None,
+    Literal["lodo"] | None,
     typer.Option(
         help="Regime per-set: 'lodo' adds the leave-one-dataset-out choice among the grid's configurations "
         "(picked on the other datasets, scored on the held-out one)."
@@ -201,8 +198,8 @@ def _cache(cache_dir: Path | None, no_cache: bool):  # noqa: ANN202
     return None if no_cache else EmbeddingCache(cache_dir)
 
 
-def _corpus(corpus: Path | None, column: list[str] | None, errors: EncodingErrors) -> list[str] | None:
-    return read_corpus(corpus, column, errors.value, True) if corpus is not None else None
+def _corpus(corpus: Path | None, column: list[str] | None, errors: str) -> list[str] | None:
+    return read_corpus(corpus, column, errors, True) if corpus is not None else None
 
 
 def _check_report(output: Path | None, stem: str) -> None:
@@ -276,21 +273,19 @@ def evaluate(
     batch_size: BatchOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = "auto",
-    encoding_errors: ErrorsOpt = EncodingErrors.strict,
+    encoding_errors: ErrorsOpt = "strict",
     threads: ThreadsOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """STS evaluation (Spearman x100, "all" and "wmean", per subset) of an encoder + calibrator, with its regime."""
     options = {name: value for name, value in locals().items() if name != "ctx"}
     _check_report(output, "evaluate")
-    check_device(device)
     check_model_dir_options(ctx, model_dir)
     regime = options["regime"] = regime.strip().lower()
     sizes = _fit_sizes(fit_sizes, regime == "per-set" and not model_dir)
     if regime == "per-set" and corpus is not None:
         raise InputError("--corpus has no role in the per-set regime: each set is fitted on its own sentences")
     quiet_libraries()
-    limit_threads(threads)
     root = find_data_dir(data_dir)
     if corpus is not None and regime == "target":
         options["regime"] = "corpus"  # --corpus alone means: fit on it
@@ -368,7 +363,7 @@ def reproduce(
     batch_size: BatchOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = "auto",
-    encoding_errors: ErrorsOpt = EncodingErrors.strict,
+    encoding_errors: ErrorsOpt = "strict",
     threads: ThreadsOpt = None,
     paper_rows: PaperRowsOpt = None,
     quiet: QuietOpt = False,
@@ -376,17 +371,14 @@ def reproduce(
     """Grid of pooling x calibrator x fitting regime on one model: Markdown + JSON, paper numbers beside BERT's."""
     options = dict(locals())
     _check_report(output, "reproduce")
-    check_device(device)
     quiet_libraries()
-    limit_threads(threads)
     regime_list = _split(regimes)
     if corpus is not None and "corpus" not in regime_list:
         regime_list.append("corpus")
     per_set = "per-set" in regime_list
     sizes = _fit_sizes(fit_sizes, per_set)
-    if select is not None and (select != "lodo" or not per_set):
-        got = f"got --select {select!r}, --regimes {regimes}"
-        raise InputError(f"--select takes 'lodo', with --regimes per-set ({got})")
+    if select is not None and not per_set:
+        raise InputError(f"--select lodo goes with --regimes per-set (got --regimes {regimes})")
     config = _grid_config(
         options,
         find_data_dir(data_dir),
@@ -439,7 +431,7 @@ def analyze(
     batch_size: BatchOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = "auto",
-    encoding_errors: ErrorsOpt = EncodingErrors.strict,
+    encoding_errors: ErrorsOpt = "strict",
     threads: ThreadsOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -450,13 +442,11 @@ def analyze(
         from ..paper.plots import require_matplotlib
 
         require_matplotlib()
-    check_device(device)
     check_model_dir_options(ctx, model_dir)
     from ..paper.analyze import analyze_stsb
     from ..paper.render import render_analysis
 
     quiet_libraries()
-    limit_threads(threads)
     if corpus is not None and regime == "target":
         options["regime"] = regime = "corpus"
     root = find_data_dir(data_dir)

@@ -4,11 +4,10 @@ quieting libraries."""
 from __future__ import annotations
 
 import contextlib
-import enum
 import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -19,14 +18,6 @@ STDIO = "-"
 
 #: ``--calibrator`` help: every spec :func:`~bertflow.calibrators.parse_calibrator` knows, so none goes unlisted.
 CALIBRATOR_HELP = f"{' | '.join(calibrator_specs())}, joined with '+' (e.g. standard-norm+natsv-6)."
-
-ThreadsOpt = Annotated[
-    int | None,
-    typer.Option(
-        help="torch CPU threads for encoding (default: torch's choice). On a machine whose cores other processes "
-        "use, 1 can be several times faster than 2."
-    ),
-]
 
 
 @contextlib.contextmanager
@@ -51,22 +42,13 @@ def progress_log(logger_name: str, quiet: bool) -> Iterator[None]:
         logger.propagate = propagate
 
 
-def limit_threads(n: int | None) -> None:
-    """Apply ``--threads``: torch's CPU thread count for the rest of the command (``None``: leave torch's choice)."""
+def limit_threads(n: int | None) -> int | None:
+    """Apply ``--threads`` (its callback): torch's CPU thread count for the command (``None``: torch's choice)."""
     if n is not None:
-        from ..errors import InputError
         from ..resources import set_torch_threads
 
-        if n < 1:
-            raise InputError(f"--threads must be at least 1, got {n}")
         set_torch_threads(n)
-
-
-class EncodingErrors(str, enum.Enum):
-    """What to do with bytes that are not UTF-8."""
-
-    strict = "strict"
-    replace = "replace"
+    return n
 
 
 def stderr_is_terminal() -> bool:
@@ -173,12 +155,27 @@ def check_model_dir_options(ctx: typer.Context, model_dir: str | None) -> None:
         )
 
 
-def check_device(device: str | None) -> None:
-    """Refuse an unknown device, or a CUDA one on a machine without CUDA, before any model is loaded."""
+def check_device(device: str | None) -> str | None:
+    """Refuse an unknown device, or a CUDA one on a machine without CUDA (``--device``'s callback, before any model
+    is loaded)."""
     if device is not None:
         from ..encoding.device import resolve_device
 
         resolve_device(device)
+    return device
+
+
+def check_input_file(path: Path | None) -> Path | None:
+    """An input file argument's callback: ``-`` (standard input) or something that exists and is not a folder (click's
+    own check refuses ``-`` for a ``Path`` in recent typer)."""
+    from ..errors import InputError
+
+    if path is not None and str(path) != STDIO:
+        if not path.exists():
+            raise InputError(f"cannot read {path}: no such file")
+        if path.is_dir():
+            raise InputError(f"cannot read {path}: it is a folder, expected a text file")
+    return path
 
 
 def check_text_arguments(texts: Sequence[str], what: str = "sentence") -> None:
@@ -197,6 +194,13 @@ def check_text_arguments(texts: Sequence[str], what: str = "sentence") -> None:
 
 # -- options that several commands share, each defined once (an option of one command stays with it) ----------
 
+CorpusArg = Annotated[
+    Path,
+    typer.Argument(
+        help="Text file, one sentence per line, or a TSV with --column; - reads standard input.",
+        callback=check_input_file,
+    ),
+]
 ModelOpt = Annotated[
     str | None, typer.Option("--model", "-m", help="Hub id or local folder; default: the embedded all-MiniLM-L6-v2.")
 ]
@@ -283,7 +287,9 @@ TokenSourceOpt = Annotated[
 ]
 MaxLenOpt = Annotated[int, typer.Option(help="Tokens per sentence after truncation (the paper used 64).")]
 CalibratorOpt = Annotated[str, typer.Option(help=CALIBRATOR_HELP)]
-DeviceOpt = Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 ...; default: CUDA when available.")]
+DeviceOpt = Annotated[
+    str | None, typer.Option(help="cpu, cuda, cuda:1 ...; default: CUDA when available.", callback=check_device)
+]
 DtypeOpt = Annotated[
     str,
     typer.Option(
@@ -299,7 +305,7 @@ ColumnOpt = Annotated[
     typer.Option("--column", "-c", help="For a TSV corpus: column name or 0-based index to read; repeat for several."),
 ]
 ErrorsOpt = Annotated[
-    EncodingErrors,
+    Literal[source_constant("io/text", "EncodingErrors")],
     typer.Option(
         "--encoding-errors", help="strict: stop at bytes that are not UTF-8 (naming the line); replace: use U+FFFD."
     ),
@@ -318,6 +324,15 @@ OverwriteFileOpt = Annotated[
     typer.Option(
         metavar="",
         help="Replace an existing --output file that bertflow did not write (one it wrote is replaced anyway).",
+    ),
+]
+ThreadsOpt = Annotated[
+    int | None,
+    typer.Option(
+        help="torch CPU threads for encoding (default: torch's choice). On a machine whose cores other processes "
+        "use, 1 can be several times faster than 2.",
+        min=1,
+        callback=limit_threads,
     ),
 ]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", metavar="", help="No progress bars or lines on stderr.")]
