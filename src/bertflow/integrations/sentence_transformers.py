@@ -1,18 +1,10 @@
 """A calibrated sentence-transformers model: the :class:`Calibration` module, its encoder check, and the guarded
 loader of a saved one (:func:`load_calibrated`). Building one is :mod:`.st_export`.
 
-:class:`Calibration` applies a fitted bertflow calibrator to the pooled (unnormalised) vectors, as a float32 torch
-function on their device; inference only (fine-tune first, then calibrate). It saves as ``{idx}_Calibration/``: the
-calibrator's ``config.json`` + ``model.safetensors`` (never a pickle), ``fitting.json`` (corpus size and sha256,
-regime) and ``fitted_on.json``, which :meth:`Calibration.on_model_ready` compares with the transformer's weight
-fingerprint, pooling and ``max_seq_length``. ``modules.json`` names it by its dotted path,
-``bertflow.integrations.sentence_transformers.Calibration`` (hence this module's name, kept by saved models).
-
-Loading it needs ``trust_remote_code=True``: sentence-transformers >= 6 imports no class outside its namespace
-without it (and has no allow-list); with it, the installed bertflow is imported (the class path has more than one
-dot, which transformers' dynamic-module loader rejects: no code is read from the folder). But the flag also lets a
-repository's own modeling code run, so :func:`load_calibrated` first refuses a folder holding code, an ``auto_map``
-or a foreign module class (:func:`check_no_code`), and checks the module list and the export's checksums.
+``modules.json`` names the module by its dotted path, ``bertflow.integrations.sentence_transformers.Calibration``
+(hence this module's name, kept by saved models). Loading it needs ``trust_remote_code=True``, which would also let
+a repository's own modeling code run, so :func:`load_calibrated` first refuses a folder that could run code
+(:func:`check_no_code`) and checks the module list and the export's checksums.
 """
 
 from __future__ import annotations
@@ -137,11 +129,11 @@ class Calibration(Module):
     """A sentence-transformers module that maps ``features["sentence_embedding"]`` through a fitted ``calibrator``
     (fitted on this model's pooled embeddings; :func:`~.st_export.fit_calibrator` builds the pipeline).
 
-    Place it after Pooling (and Dense, if any) and before a final ``Normalize``: see the module docstring. The
-    output keeps the input's device and dtype; the calibrator computes in float32/float64 on its own device (the
-    flow on CUDA when available), whatever the model's precision. ``fitting`` (how it was fitted: ``n_sentences``,
-    ``corpus_sha256``, ``regime``) is saved in ``fitting.json``; ``fitted_on``
-    (:func:`~bertflow.model_folder.encoder_record`) in ``fitted_on.json``, compared with the model it is loaded into.
+    Place it after Pooling (and Dense, if any) and before a final ``Normalize``. The output keeps the input's device
+    and dtype; the calibrator computes in float32/float64 on its own device (the flow on CUDA when available),
+    whatever the model's precision. ``fitting`` (how it was fitted: ``n_sentences``, ``corpus_sha256``, ``regime``)
+    is saved in ``fitting.json``; ``fitted_on`` (:func:`~bertflow.model_folder.encoder_record`) in
+    ``fitted_on.json``, compared with the model it is loaded into.
     """
 
     config_keys: list[str] = []  # everything lives in the calibrator's own config.json

@@ -1,21 +1,10 @@
 """Exporting to sentence-transformers: a ``SentenceTransformer`` whose pipeline ends in a bertflow calibration, from
-a ``SentenceTransformer`` and a corpus (:func:`fit_calibrator`) or from a fitted Embedder (:func:`from_embedder`)::
+a ``SentenceTransformer`` and a corpus (:func:`fit_calibrator`) or from a fitted Embedder (:func:`from_embedder`).
 
-    from bertflow.integrations.st_export import fit_calibrator
-    model = fit_calibrator(base, my_sentences, calibrator="whitening-256")  # Transformer, Pooling, Dense, Normalize
-    model.save("minilm-whitening")                  # loads with plain SentenceTransformer(path), no bertflow
-    fit_calibrator(base, my_sentences, calibrator="flow").save("minilm-flow")  # ..., Calibration, Normalize:
-    # bertflow.integrations.sentence_transformers.load_calibrated("minilm-flow")
-
-**Where.** A calibrator is fitted on, and applied to, the *unnormalised* pooled vectors (BERT-flow's density and
-whitening's covariance are those of the raw embeddings): after Pooling (and any Dense), before a trailing
-``Normalize``, which ``fit_calibrator`` keeps when the model had one (cosine is unchanged by it, and dot product
-then equals cosine); ``normalize=False`` drops it (e.g. to read the flow's Gaussian latents).
-
-**Which module.** Affine calibrators (whitening(-k), standard-norm, all-but-the-top, identity, their chains) become
-sentence-transformers' own ``Dense`` (:func:`as_dense`); anchored whitening and auto exported from an Embedder after
-a token-averaging pooling, a chain of its built-in modules (:mod:`.st_anchored`): both load without bertflow or
-``trust_remote_code``. The others become bertflow's :class:`~.sentence_transformers.Calibration` module.
+The calibrator is fitted on, and applied to, the *unnormalised* pooled vectors: after Pooling (and any Dense),
+before a trailing ``Normalize``. Affine calibrators become sentence-transformers' own ``Dense`` (:func:`as_dense`),
+anchored whitening and auto after a token-averaging pooling a chain of built-in modules (:mod:`.st_anchored`): both
+load without bertflow. The others become bertflow's :class:`~.sentence_transformers.Calibration` module.
 """
 
 from __future__ import annotations
@@ -308,9 +297,10 @@ def from_embedder(embedder: Embedder, *, normalize: bool = False, portable: bool
     libraries' poolings, about 1e-5 in cosine), on the encoder's device, with cosine similarity.
 
     The pipeline is ``Transformer`` (the encoder's checkpoint, ``max_seq_length`` = its ``max_length``) -> the
-    pooling as sentence-transformers' own modules (:func:`pooling_modules`) -> the calibrator (module docstring;
-    copied, so refitting the Embedder later leaves the model alone) [-> ``Normalize`` with ``normalize``: unit
-    vectors, cosine unchanged]. ``portable=False`` keeps bertflow's :class:`Calibration` for every calibrator.
+    pooling as sentence-transformers' own modules (:func:`pooling_modules`) -> the calibrator (``Dense``, the
+    :mod:`.st_anchored` chain or :class:`Calibration`; copied, so refitting the Embedder later leaves the model
+    alone) [-> ``Normalize`` with ``normalize``: unit vectors, cosine unchanged]. ``portable=False`` keeps
+    bertflow's :class:`Calibration` for every calibrator.
     InputError for a pooling sentence-transformers' modules cannot express (``pooler``, a pooling added to
     bertflow) or an encoder built from a model object rather than a checkpoint.
     """
