@@ -194,6 +194,8 @@ def encode(
     table, out_kind = _table_options(input, output, column, text_column, id_column)
     check_model_dir_options(ctx, model_dir)
     announce(f"loading {model_label([model_dir] if model_dir else [], model)} ...", quiet)
+    from tqdm.auto import tqdm
+
     from ..embedder import iter_calibrated
 
     quiet_libraries()
@@ -204,7 +206,7 @@ def encode(
         encoder, calibrator = build_encoder(model, pooling, max_length, device, dtype), None
     n, stream = _input_stream(input, table, column, encoding_errors)
     dim = calibrator.n_features_out_ if calibrator is not None else encoder.dim
-    with _progress_bar(n, quiet) as bar:
+    with tqdm(total=n, desc="encode", unit="sent", disable=quiet) as bar:  # on stderr, out of n where known
         # Calibrated on the device, checked once there (NaN, Inf, overflow), as Embedder.encode does.
         parts = iter_calibrated(encoder, calibrator, stream, batch_size=batch_size, progress=bar.update)
         if out_kind != "npy":
@@ -216,13 +218,6 @@ def encode(
         else:
             row = _write_npy(output, input, parts, n, dim)
     typer.echo(json.dumps({"output": str(output), "rows": row, "dim": dim}), err=to_stdout)
-
-
-def _progress_bar(n: int | None, quiet: bool) -> Any:
-    """``encode``'s bar on stderr: sentences, out of ``n`` where known; disabled with ``--quiet``."""
-    from tqdm.auto import tqdm
-
-    return tqdm(total=n, desc="encode", unit="sent", disable=quiet)
 
 
 def _input_stream(input: Path, table: Any, column: list[str] | None, errors: str) -> tuple[int | None, Iterator[str]]:  # noqa: A002
