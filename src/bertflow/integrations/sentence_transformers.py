@@ -280,13 +280,9 @@ def check_module_list(folder: str | Path) -> None:
 
 def check_no_code(folder: str | Path) -> None:
     """Refuse (ModelFileError naming the first offending file) a saved sentence-transformers folder that could run
-    code under ``trust_remote_code=True``.
-
-    The flag is global to a load: besides letting sentence-transformers import bertflow's :class:`Calibration`, it
-    lets transformers run a repository's own modeling files. A folder passes when it holds no ``*.py`` file, no
-    JSON config (at the top or in a module folder) has an ``auto_map``, and ``modules.json`` names only
-    sentence-transformers' classes and bertflow's Calibration.
-    """
+    code under ``trust_remote_code=True``: one that holds a ``*.py`` file, a JSON config (at the top or in a module
+    folder) with an ``auto_map``, or a ``modules.json`` naming a class that is neither sentence-transformers' nor
+    bertflow's Calibration."""
     root = Path(folder)
     code = sorted(root.rglob("*.py"))
     if code:
@@ -314,16 +310,11 @@ def check_no_code(folder: str | Path) -> None:
 def load_calibrated(
     model_name_or_path: str, *, revision: str | None = None, token: bool | str | None = None, **kwargs: Any
 ) -> SentenceTransformer:
-    """Load a saved calibrated ``SentenceTransformer`` (local folder or Hub id) after :func:`check_no_code`.
-
-    A model with a :class:`Calibration` module needs ``trust_remote_code=True`` (sentence-transformers >= 6
-    imports no class outside its namespace without it), and that flag would also run code shipped in the
-    repository. This loader fetches the files first (no code runs), refuses any folder that could run code, and
-    only then loads with the flag. Keyword arguments go to ``SentenceTransformer`` (``device=...``). ModelFileError
-    for code, an ``auto_map`` or a foreign module class, a module listed but missing or a calibration module not
-    listed (:func:`check_module_list`), a file of the export missing or altered (:func:`verify_export_checksums`),
-    or a Hub repo that cannot be fetched.
-    """
+    """Load a saved calibrated ``SentenceTransformer`` (local folder or Hub id) with ``trust_remote_code=True``, which
+    a :class:`Calibration` module needs, after fetching its files (no code runs) and refusing any folder that could
+    run code (:func:`check_no_code`), is incomplete (:func:`check_module_list`) or was altered
+    (:func:`verify_export_checksums`): ModelFileError, as for a Hub repo that cannot be fetched. Keyword arguments
+    go to ``SentenceTransformer`` (``device=...``)."""
     folder = Path(model_name_or_path).expanduser()
     if not folder.is_dir():
         from ..hub import snapshot

@@ -85,12 +85,8 @@ class CalibratedSentenceTransformer(SentenceTransformer):
 
 def affine_map(calibrator: Calibrator) -> tuple[np.ndarray, np.ndarray]:
     """The fitted ``calibrator`` as one affine map ``x -> x @ W + b`` (float64): ``(W [D, D'], b [D'])`` with
-    ``b = -mean @ W`` (the mean folded into the bias).
-
-    Affine: identity, standard-norm, all-but-the-top, whitening (any ``n_components``) and chains of these (the
-    fitted steps, ``steps_``, composed into one matrix). The flow is non-linear; the anchored and auto calibrators
-    normalise two blocks separately, which no single affine map does: InputError (``calibrator.is_affine()``).
-    """
+    ``b = -mean @ W`` (the mean folded into the bias); a chain's steps composed into one matrix. InputError where
+    ``calibrator.is_affine()`` is false (the flow; anchored and auto normalise two blocks separately)."""
     calibrator.check_fitted()
     if not calibrator.is_affine():
         raise InputError(
@@ -107,12 +103,7 @@ def affine_map(calibrator: Calibrator) -> tuple[np.ndarray, np.ndarray]:
 
 def as_dense(calibrator: Calibrator) -> Dense:
     """A sentence-transformers ``Dense`` module (identity activation) computing the affine ``calibrator``
-    (InputError for flow, anchored, auto: :func:`affine_map`).
-
-    It saves as ``config.json`` + ``model.safetensors`` in sentence-transformers' own format and reloads with
-    plain ``SentenceTransformer(path)``: no ``trust_remote_code``, no bertflow. Its output agrees with
-    ``calibrator.transform`` to float32 rounding.
-    """
+    (:func:`affine_map`) to float32 rounding; it saves and reloads without bertflow."""
     W, b = affine_map(calibrator)
     return Dense(
         W.shape[0],
@@ -126,14 +117,9 @@ def as_dense(calibrator: Calibrator) -> Dense:
 
 @dataclass
 class BertflowModelCardData(SentenceTransformerModelCardData):
-    """Model card data of a model that ends in a bertflow calibration.
-
-    After sentence-transformers' usage snippet the card gets a "bertflow calibration" section: the fit record
-    (``facts``: encoder, pooling, calibrator, corpus size and sha256, licences) and whether the folder loads
-    without bertflow, and if not why (:func:`bertflow.portability.calibrator_needs_bertflow`). With a
-    :class:`Calibration` module (``needs_bertflow`` set) the snippet also installs bertflow and loads with
-    ``trust_remote_code=True``, which sentence-transformers' own snippet says neither of.
-    """
+    """Model card data of a model that ends in a bertflow calibration: after sentence-transformers' usage snippet, a
+    "bertflow calibration" section with the fit record (``facts``) and whether the folder loads without bertflow,
+    and if not why (``needs_bertflow``: the snippet then also installs bertflow and passes ``trust_remote_code``)."""
 
     facts: list[tuple[str, str]] = field(default_factory=list)
     needs_bertflow: str | None = None
