@@ -30,6 +30,7 @@ from .options import (
     PoolingOpt,
     QuietOpt,
     SeedOpt,
+    TextColumnOpt,
     ThreadsOpt,
     TokenSourceOpt,
     TokenStatsOpt,
@@ -44,7 +45,6 @@ from .options import (
     model_label,
     quiet_libraries,
     read_corpus,
-    source_constant,
     weighted_pooling,
 )
 
@@ -105,7 +105,7 @@ def fit(
     cal = parse_calibrator(
         calibrator, seed=seed, epochs=epochs, validation_fraction=validation_fraction, device=device, verbose=not quiet
     )
-    quiet_libraries()
+    quiet_libraries(threads)
     sentences = read_corpus(corpus, column, encoding_errors, unique)
     token_corpus = read_corpus(token_stats, None, encoding_errors, False) if token_stats else None
     encoder = build_encoder(model, pooling, max_length, device, dtype)
@@ -166,13 +166,7 @@ def encode(
     pooling: PoolingOpt = "mean",
     max_length: MaxLenOpt = 64,
     column: ColumnOpt = None,
-    text_column: Annotated[
-        str | None,
-        typer.Option(
-            help="The text column of a Parquet / Arrow input "
-            f"(default: {source_constant('io/arrow', 'DEFAULT_TEXT_COLUMN')})."
-        ),
-    ] = None,
+    text_column: TextColumnOpt = None,
     id_column: Annotated[
         str | None, typer.Option(help="A Parquet / Arrow input column copied beside each embedding (table output).")
     ] = None,
@@ -198,7 +192,7 @@ def encode(
 
     from ..embedder import iter_calibrated
 
-    quiet_libraries()
+    quiet_libraries(threads)
     if model_dir:
         embedder = load_embedder(model_dir, device, dtype)
         encoder, calibrator = embedder.encoder, embedder.calibrator
@@ -390,7 +384,7 @@ def similarity(
     announce(f"loading {model_label(model_dirs, model)} ...", quiet)
     from ..comparison import ModelComparison
 
-    quiet_libraries()
+    quiet_libraries(threads)
     if len(model_dirs) == 1 and sentences:
         embedder = load_embedder(model_dirs[0], device, dtype)
         typer.echo(f"{float(embedder.similarity(sentences[0], sentences[1])):.6f}")

@@ -30,6 +30,7 @@ from .options import (
     PoolingOpt,
     QuietOpt,
     SeedOpt,
+    TextColumnOpt,
     ValidationFractionOpt,
     check_device,
     quiet_libraries,
@@ -139,12 +140,14 @@ def _run(body: Any, devices: str | None, backend: str, timeout_minutes: float, a
 
 
 def _guarded(body: Any, device: str | None, args: dict[str, Any]) -> None:
-    """Run one rank's body; print its bertflow error as one line (once, for errors broadcast from rank 0), exit 2."""
+    """Run one rank's body on its device (``--devices``' entry, else :func:`_rank_device`); print its bertflow error
+    as one line (once, for errors broadcast from rank 0), exit 2."""
     from ..errors import BertflowError, describe_os_error
     from ..scale.launch import current_topology
 
     try:
-        body(device, args)
+        quiet_libraries()
+        body(device or _rank_device(args["device"]), args)
     except (BertflowError, OSError) as e:
         topology = current_topology()
         if not getattr(e, "from_rank0", False):
@@ -158,16 +161,14 @@ def _guarded(body: Any, device: str | None, args: dict[str, Any]) -> None:
         raise SystemExit(2) from None
 
 
-def _encode_worker_body(device: str | None, args: dict[str, Any]) -> None:
+def _encode_worker_body(device: str, args: dict[str, Any]) -> None:
     from ..calibrators import FlowCalibrator
     from ..embedder import Embedder
     from ..encoding.encoder import SentenceEncoder
     from ..scale.encode import encode_file_to_store
     from ..scale.launch import current_topology
 
-    quiet_libraries()
     topology = current_topology()
-    device = device or _rank_device(args["device"])
     if device.startswith("cuda"):
         import torch
 
@@ -210,13 +211,6 @@ ShardSizeOpt = Annotated[int, typer.Option(help="Rows per shard file (a multiple
 ChunkSizeOpt = Annotated[int, typer.Option(help="Sentences length-sorted together by the encoder.")]
 MergeOpt = Annotated[bool, typer.Option(metavar="", help="Also write OUTPUT/embeddings.npy, all rows in one array.")]
 RestartOpt = Annotated[bool, typer.Option(metavar="", help="Delete a store already in OUTPUT instead of resuming it.")]
-TextColumnOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="The text column of a Parquet/Arrow input "
-        f"(default: {source_constant('io/arrow', 'DEFAULT_TEXT_COLUMN')})."
-    ),
-]
 InputFormatOpt = Annotated[
     Literal[_INPUT_FORMATS] | None,
     typer.Option(help=f"{' | '.join(_INPUT_FORMATS)}; default: from the input's suffix."),
@@ -280,7 +274,7 @@ def distributed_encode(
     _run(_encode_worker_body, devices, backend, timeout_minutes, args)
 
 
-def _fit_worker_body(device: str | None, args: dict[str, Any]) -> None:
+def _fit_worker_body(device: str, args: dict[str, Any]) -> None:
     from ..calibrators import FlowCalibrator, WhiteningCalibrator, parse_calibrator
     from ..embedder import Embedder
     from ..encoding.encoder import SentenceEncoder
@@ -290,9 +284,7 @@ def _fit_worker_body(device: str | None, args: dict[str, Any]) -> None:
     from ..scale.launch import current_topology
     from ..scale.reader import open_embeddings
 
-    quiet_libraries()
     topology = current_topology()
-    device = device or _rank_device(args["device"])
     # Every shard's sha256 is checked before fitting (one read of the store, which the fit reads at least once
     # anyway): one flipped float in one shard would otherwise give a plausible-looking, useless model.
     store = open_embeddings(args["store"], verify=True)

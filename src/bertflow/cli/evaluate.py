@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from ..errors import DataNotFoundError, InputError, OutputError
+from ..errors import DataNotFoundError, InputError
 from ..evaluation.datasets import DATA_DIR_ENV, DEFAULT_CACHE_DIR, HOW_TO_GET_DATA, STS_TASKS, resolve_data_dir
 from ..paper.published import PAPER_MODELS
 from ..paper.regimes import REGIME_TEXT, REGIMES
@@ -207,9 +207,7 @@ def _check_report(output: Path | None, stem: str) -> None:
     from ..io.files import check_output_file
 
     if output is not None:
-        if output.exists() and not output.is_dir():
-            raise OutputError(f"cannot write the report to {output}: it exists and is not a folder")
-        for suffix in (".md", ".json"):
+        for suffix in (".md", ".json"):  # OutputError where output is a file, too
             check_output_file(output / f"{stem}{suffix}", create_parents=True)
 
 
@@ -285,7 +283,7 @@ def evaluate(
     sizes = _fit_sizes(fit_sizes, regime == "per-set" and not model_dir)
     if regime == "per-set" and corpus is not None:
         raise InputError("--corpus has no role in the per-set regime: each set is fitted on its own sentences")
-    quiet_libraries()
+    quiet_libraries(threads)
     root = find_data_dir(data_dir)
     if corpus is not None and regime == "target":
         options["regime"] = "corpus"  # --corpus alone means: fit on it
@@ -371,7 +369,7 @@ def reproduce(
     """Grid of pooling x calibrator x fitting regime on one model: Markdown + JSON, paper numbers beside BERT's."""
     options = dict(locals())
     _check_report(output, "reproduce")
-    quiet_libraries()
+    quiet_libraries(threads)
     regime_list = _split(regimes)
     if corpus is not None and "corpus" not in regime_list:
         regime_list.append("corpus")
@@ -446,7 +444,7 @@ def analyze(
     from ..paper.analyze import analyze_stsb
     from ..paper.render import render_analysis
 
-    quiet_libraries()
+    quiet_libraries(threads)
     if corpus is not None and regime == "target":
         options["regime"] = regime = "corpus"
     root = find_data_dir(data_dir)

@@ -42,15 +42,6 @@ def progress_log(logger_name: str, quiet: bool) -> Iterator[None]:
         logger.propagate = propagate
 
 
-def limit_threads(n: int | None) -> int | None:
-    """Apply ``--threads`` (its callback): torch's CPU thread count for the command (``None``: torch's choice)."""
-    if n is not None:
-        from ..resources import set_torch_threads
-
-        set_torch_threads(n)
-    return n
-
-
 def stderr_is_terminal() -> bool:
     """Whether standard error is a terminal (a person watching), not a pipe or a file."""
     import sys
@@ -76,12 +67,17 @@ def model_label(model_dirs: Sequence[str], model: str | None) -> str:
     return model or "the default encoder (all-MiniLM-L6-v2)"
 
 
-def quiet_libraries() -> None:
-    """Silence transformers' per-load progress bars and info logs; bertflow shows its own progress."""
+def quiet_libraries(threads: int | None = None) -> None:
+    """Silence transformers' per-load progress bars and info logs (bertflow shows its own progress), and apply
+    ``--threads``: torch's CPU thread count for the rest of the command (``None``: torch's choice)."""
     import transformers
 
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
+    if threads is not None:
+        from ..resources import set_torch_threads
+
+        set_torch_threads(threads)
 
 
 def build_encoder(model: str | None, pooling: str, max_length: int, device: str | None, dtype: str):
@@ -114,16 +110,12 @@ def load_embedder(model_dir: str, device: str | None, dtype: str):
 
 def read_corpus(path: Path, columns: Sequence[str] | None, errors: str, unique: bool) -> list[str]:
     """Sentences from a text file (one per line) or from one or more columns of a TSV with a header."""
-    from ..io.text import read_sentences, read_tsv_column
+    from ..io.text import distinct, read_sentences, read_tsv_column
 
     if not columns:
         return read_sentences(path, errors=errors, unique=unique)
-    sentences: list[str] = []
-    for col in columns:
-        sentences.extend(read_tsv_column(path, column_key(col), errors=errors, refuse_blank=True))
-    if unique:
-        sentences = list(dict.fromkeys(sentences))
-    return sentences
+    sentences = [s for c in columns for s in read_tsv_column(path, column_key(c), errors=errors, refuse_blank=True)]
+    return distinct(sentences) if unique else sentences
 
 
 def column_key(column: str) -> str | int:
@@ -310,6 +302,13 @@ ErrorsOpt = Annotated[
         "--encoding-errors", help="strict: stop at bytes that are not UTF-8 (naming the line); replace: use U+FFFD."
     ),
 ]
+TextColumnOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="The text column of a Parquet / Arrow input "
+        f"(default: {source_constant('io/arrow', 'DEFAULT_TEXT_COLUMN')})."
+    ),
+]
 SeedOpt = Annotated[int, typer.Option(help="Seed of the flow's initialisation and shuffling.")]
 EpochsOpt = Annotated[float, typer.Option(help="Flow training epochs (fractions allowed).")]
 ValidationFractionOpt = Annotated[float, typer.Option(help="Hold out this share; its NLL picks the flow's best step.")]
@@ -332,7 +331,6 @@ ThreadsOpt = Annotated[
         help="torch CPU threads for encoding (default: torch's choice). On a machine whose cores other processes "
         "use, 1 can be several times faster than 2.",
         min=1,
-        callback=limit_threads,
     ),
 ]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", metavar="", help="No progress bars or lines on stderr.")]

@@ -93,7 +93,7 @@ def build(
     from ..search.sentences import index_file
 
     VectorSearch(1, backend=backend, approximate=approximate)  # faiss missing for them: said before the model loads
-    quiet_libraries()
+    quiet_libraries(threads)
     started = time.perf_counter()
     embedder = load_embedder(model_dir, device, dtype)
     index = index_file(
@@ -181,7 +181,7 @@ def query(
             f"{index} is a bertflow {kind} folder, not a search index; build an index from it first "
             f"(bertflow search build CORPUS --model-dir MODEL -o INDEX)"
         )
-    quiet_libraries()
+    quiet_libraries(threads)
     items: list[str] = []
     for text in given:
         items += read_sentences("-", errors=encoding_errors) if text == "-" else [text]
