@@ -43,7 +43,7 @@ class _Group(TyperGroup):
         except BrokenPipeError:
             end_on_broken_pipe()
             ctx.exit(EXIT_BROKEN_PIPE)
-        except _UsageError as e:  # an option click refused (unknown, out of range, not a choice, no such file)
+        except _UsageError as e:  # an option click refused (unknown, out of range, not a choice)
             where = f" (see {e.ctx.command_path} --help)" if e.ctx else ""
             typer.echo(f"bertflow: error: {e.format_message()}{where}", err=True)
             ctx.exit(EXIT_USAGE)
