@@ -53,9 +53,8 @@ def stderr_is_terminal() -> bool:
 
 
 def announce(message: str, quiet: bool) -> None:
-    """``bertflow: MESSAGE`` on stderr before a step silent for seconds (importing torch and loading a model took
-    ~16 s on a busy 2-core machine; issue 24, item 10); only on a terminal and without ``--quiet``, so a piped
-    stderr keeps the one-line error the README promises."""
+    """``bertflow: MESSAGE`` on stderr before a step silent for seconds (importing torch, loading a model); only on a
+    terminal and without ``--quiet``, so a piped stderr keeps the one-line error the README promises."""
     if not quiet and stderr_is_terminal():
         typer.echo(f"bertflow: {message}", err=True)
 
