@@ -41,6 +41,7 @@ from .options import (
     check_input_file,
     check_model_dir_options,
     check_text_arguments,
+    fit_summary,
     load_embedder,
     model_label,
     quiet_libraries,
@@ -118,15 +119,7 @@ def fit(
         token_source=token_source,  # type: ignore[arg-type]  # checked by Embedder.fit
     )
     embedder.save(output, overwrite=overwrite)
-    summary = {
-        "output": str(output),
-        "sentences": len(sentences),
-        "calibrator": repr(cal),
-        "seconds": embedder.fit_info["seconds"],
-    }
-    if hasattr(cal, "history_") and cal.history_["train_bpd"]:
-        summary["final_train_bpd"] = round(cal.history_["train_bpd"][-1], 4)
-    typer.echo(json.dumps(summary))
+    typer.echo(fit_summary(output, len(sentences), cal, embedder.fit_info["seconds"]))
 
 
 @app.command(

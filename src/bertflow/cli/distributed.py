@@ -33,6 +33,7 @@ from .options import (
     TextColumnOpt,
     ValidationFractionOpt,
     check_device,
+    fit_summary,
     quiet_libraries,
     source_constant,
 )
@@ -330,16 +331,8 @@ def _fit_worker_body(device: str, args: dict[str, Any]) -> None:
         ranks=topology.world_size,
     )
     embedder.record_fit(fit_info).save(args["output"], overwrite=args.get("overwrite", False))
-    summary = {
-        "output": args["output"],
-        "sentences": int(store.shape[0]),
-        "calibrator": repr(cal),
-        "world_size": topology.world_size,
-        "seconds": round(seconds, 2),
-    }
-    if isinstance(cal, FlowCalibrator) and cal.history_["train_bpd"]:
-        summary["final_train_bpd"] = round(cal.history_["train_bpd"][-1], 4)
-    print(json.dumps(summary), flush=True)
+    summary = fit_summary(args["output"], int(store.shape[0]), cal, round(seconds, 2), world_size=topology.world_size)
+    print(summary, flush=True)
 
 
 @app.command("distributed-fit", epilog=_EPILOG_FIT)

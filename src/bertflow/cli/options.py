@@ -79,6 +79,18 @@ def quiet_libraries(threads: int | None = None) -> None:
         set_torch_threads(threads)
 
 
+def fit_summary(output: str | Path, sentences: int, cal: Any, seconds: float, **extra: Any) -> str:
+    """The JSON line ``fit`` and ``distributed-fit`` print: the model folder, the sentences fitted on, the calibrator,
+    ``extra`` facts, the seconds and, for a flow, its last training bits per dimension."""
+    import json
+
+    summary = {"output": str(output), "sentences": sentences, "calibrator": repr(cal), **extra, "seconds": seconds}
+    history = getattr(cal, "history_", None)
+    if history and history["train_bpd"]:
+        summary["final_train_bpd"] = round(history["train_bpd"][-1], 4)
+    return json.dumps(summary)
+
+
 def build_encoder(model: str | None, pooling: str, max_length: int, device: str | None, dtype: str):
     """A :class:`~bertflow.encoding.encoder.SentenceEncoder` from CLI options."""
     from ..encoding.encoder import SentenceEncoder
