@@ -63,6 +63,9 @@ def test_cli_encode_then_fit_as_one_rank(tiny_model_dir, corpus_file, tmp_path):
     assert r.exit_code == 2 and "batch_size differ" in r.output
     r = runner.invoke(app, ["distributed-fit", str(out), "-o", str(model), "--calibrator", "whitening-8", "-q"])
     assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    assert list(summary) == ["output", "sentences", "calibrator", "world_size", "seconds"]
+    assert (summary["sentences"], summary["world_size"]) == (203, 1)
     embedder = Embedder.load(model)
     assert embedder.calibrator.n_components_ == 8 and embedder.fit_info["n_sentences"] == 203
     expected = WhiteningCalibrator(8).fit(np.asarray(open_embeddings(out)))

@@ -61,6 +61,15 @@ def test_cli_fit_with_weighting_and_token_stats(tiny_model_dir, tmp_path):
 
 
 @pytest.mark.slow
+def test_fit_prints_one_summary_line_with_the_flows_last_bits_per_dimension(tiny_model_dir, corpus, tmp_path):
+    for calibrator, last in (("flow", ["final_train_bpd"]), ("standard-norm", [])):
+        r = invoke("fit", corpus, "-o", tmp_path / calibrator, "--model", tiny_model_dir, "--calibrator", calibrator)
+        assert r.exit_code == 0, r.output
+        summary = json.loads(r.stdout.strip().splitlines()[-1])
+        assert list(summary) == ["output", "sentences", "calibrator", "seconds", *last], calibrator
+        assert summary["sentences"] == len(CORPUS) and summary["output"] == str(tmp_path / calibrator)
+
+
 def test_fit_reads_standard_input(tiny_model_dir, corpus, tmp_path):
     proc = cli("fit", "-", "-o", tmp_path / "m", "--model", tiny_model_dir, "--calibrator", "standard-norm", "-q",
                stdin=corpus.read_bytes())  # fmt: skip

@@ -7,7 +7,6 @@ import os
 import sys
 from typing import Annotated
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -23,6 +22,10 @@ EXIT_RUNTIME = 1
 EXIT_BROKEN_PIPE = 141
 
 
+#: click's UsageError, the base of every refusal while parsing (recent typer ships its own copy of click).
+_UsageError = typer.BadParameter.__base__
+
+
 def end_on_broken_pipe() -> None:
     """Point standard output at /dev/null, so the interpreter's last flush cannot fail again with a traceback."""
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -30,28 +33,33 @@ def end_on_broken_pipe() -> None:
 
 
 class _Group(TyperGroup):
-    """Turns bertflow's own errors into one clear line on stderr and exit status :data:`EXIT_USAGE` or
-    :data:`EXIT_RUNTIME`, never a traceback; a closed standard output ends quietly (:data:`EXIT_BROKEN_PIPE`)."""
+    """Turns click's usage errors and bertflow's own errors into one clear line on stderr and exit status
+    :data:`EXIT_USAGE` or :data:`EXIT_RUNTIME`, never a traceback; a closed standard output ends quietly
+    (:data:`EXIT_BROKEN_PIPE`)."""
 
-    def invoke(self, ctx: click.Context):  # noqa: ANN201
+    def invoke(self, ctx: typer.Context):  # noqa: ANN201
         try:
             return super().invoke(ctx)
         except BrokenPipeError:
             end_on_broken_pipe()
             ctx.exit(EXIT_BROKEN_PIPE)
+        except _UsageError as e:  # an option click refused (unknown, out of range, not a choice)
+            where = f" (see {e.ctx.command_path} --help)" if e.ctx else ""
+            typer.echo(f"bertflow: error: {e.format_message()}{where}", err=True)
+            ctx.exit(EXIT_USAGE)
         except Exception as e:  # OSError included
             # Imported here, on the error path only: bertflow.errors loads scikit-learn (NotFittedError's base),
             # which `bertflow --help` should not pay for.
             from ..errors import BertflowError, DivergenceError, describe_os_error
 
             if isinstance(e, DivergenceError):
-                click.echo(f"bertflow: error: {e}", err=True)
+                typer.echo(f"bertflow: error: {e}", err=True)
                 ctx.exit(EXIT_RUNTIME)
             elif isinstance(e, BertflowError):
-                click.echo(f"bertflow: error: {e}", err=True)
+                typer.echo(f"bertflow: error: {e}", err=True)
             elif isinstance(e, OSError):
                 # Disk full, a folder turned read-only mid-run...: what the system said, about which file, one line.
-                click.echo(f"bertflow: error: {describe_os_error(e)}", err=True)
+                typer.echo(f"bertflow: error: {describe_os_error(e)}", err=True)
                 ctx.exit(EXIT_RUNTIME)
             else:
                 raise

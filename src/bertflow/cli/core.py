@@ -17,9 +17,9 @@ from .options import (
     BatchOpt,
     CalibratorOpt,
     ColumnOpt,
+    CorpusArg,
     DeviceOpt,
     DtypeOpt,
-    EncodingErrors,
     EpochsOpt,
     ErrorsOpt,
     MaxLenOpt,
@@ -30,6 +30,7 @@ from .options import (
     PoolingOpt,
     QuietOpt,
     SeedOpt,
+    TextColumnOpt,
     ThreadsOpt,
     TokenSourceOpt,
     TokenStatsOpt,
@@ -37,15 +38,14 @@ from .options import (
     WeightingOpt,
     announce,
     build_encoder,
-    check_device,
+    check_input_file,
     check_model_dir_options,
     check_text_arguments,
-    limit_threads,
+    fit_summary,
     load_embedder,
     model_label,
     quiet_libraries,
     read_corpus,
-    source_constant,
     weighted_pooling,
 )
 
@@ -70,10 +70,7 @@ logger = logging.getLogger(__name__)
 """
 )
 def fit(
-    corpus: Annotated[
-        Path,
-        typer.Argument(help="Text file, one sentence per line, or a TSV with --column; - reads standard input."),
-    ],
+    corpus: CorpusArg,
     output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write the fitted model to.")],
     model: ModelOpt = None,
     pooling: PoolingOpt = "mean",
@@ -87,7 +84,7 @@ def fit(
     seed: SeedOpt = 0,
     epochs: EpochsOpt = 1.0,
     validation_fraction: ValidationFractionOpt = 0.0,
-    encoding_errors: ErrorsOpt = EncodingErrors.strict,
+    encoding_errors: ErrorsOpt = "strict",
     batch_size: BatchOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = "auto",
@@ -102,19 +99,16 @@ def fit(
     from ..validation import check_epochs
 
     # Every option is checked before the corpus is read and the encoder loaded, so none fails after the fit.
-    check_input_file(corpus)
     inputs = [corpus, *([model] if model else []), *([token_stats] if token_stats else [])]
     check_output_folder(output, "model", overwrite=overwrite, inputs=inputs)
     pooling = weighted_pooling(pooling, weighting)
-    check_device(device)
     check_epochs(epochs)
-    limit_threads(threads)
     cal = parse_calibrator(
         calibrator, seed=seed, epochs=epochs, validation_fraction=validation_fraction, device=device, verbose=not quiet
     )
-    quiet_libraries()
-    sentences = read_corpus(corpus, column, encoding_errors.value, unique)
-    token_corpus = read_corpus(token_stats, None, encoding_errors.value, False) if token_stats else None
+    quiet_libraries(threads)
+    sentences = read_corpus(corpus, column, encoding_errors, unique)
+    token_corpus = read_corpus(token_stats, None, encoding_errors, False) if token_stats else None
     encoder = build_encoder(model, pooling, max_length, device, dtype)
     embedder = Embedder(encoder, cal).fit(
         sentences,
@@ -125,15 +119,7 @@ def fit(
         token_source=token_source,  # type: ignore[arg-type]  # checked by Embedder.fit
     )
     embedder.save(output, overwrite=overwrite)
-    summary = {
-        "output": str(output),
-        "sentences": len(sentences),
-        "calibrator": repr(cal),
-        "seconds": embedder.fit_info["seconds"],
-    }
-    if hasattr(cal, "history_") and cal.history_["train_bpd"]:
-        summary["final_train_bpd"] = round(cal.history_["train_bpd"][-1], 4)
-    typer.echo(json.dumps(summary))
+    typer.echo(fit_summary(output, len(sentences), cal, embedder.fit_info["seconds"]))
 
 
 @app.command(
@@ -155,7 +141,8 @@ def encode(
         Path,
         typer.Argument(
             help="Text file, one sentence per line, a TSV with --column, or a .parquet / .arrow table; - reads "
-            "standard input (text)."
+            "standard input (text).",
+            callback=check_input_file,
         ),
     ],
     output: Annotated[
@@ -172,17 +159,11 @@ def encode(
     pooling: PoolingOpt = "mean",
     max_length: MaxLenOpt = 64,
     column: ColumnOpt = None,
-    text_column: Annotated[
-        str | None,
-        typer.Option(
-            help="The text column of a Parquet / Arrow input "
-            f"(default: {source_constant('io/arrow', 'DEFAULT_TEXT_COLUMN')})."
-        ),
-    ] = None,
+    text_column: TextColumnOpt = None,
     id_column: Annotated[
         str | None, typer.Option(help="A Parquet / Arrow input column copied beside each embedding (table output).")
     ] = None,
-    encoding_errors: ErrorsOpt = EncodingErrors.strict,
+    encoding_errors: ErrorsOpt = "strict",
     batch_size: BatchOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = "auto",
@@ -193,27 +174,26 @@ def encode(
     """Embed every line (or table row) of a file into a .npy, .parquet or .arrow (streamed: memory stays bounded
     for any file size)."""
     to_stdout = str(output) == STDIO
-    check_input_file(input)
     if not to_stdout:
         from ..io.files import check_output_file
 
         check_output_file(output, inputs=[input, *([model_dir] if model_dir else [])], overwrite=overwrite)
     table, out_kind = _table_options(input, output, column, text_column, id_column)
-    check_device(device)
     check_model_dir_options(ctx, model_dir)
     announce(f"loading {model_label([model_dir] if model_dir else [], model)} ...", quiet)
+    from tqdm.auto import tqdm
+
     from ..embedder import iter_calibrated
 
-    limit_threads(threads)
-    quiet_libraries()
+    quiet_libraries(threads)
     if model_dir:
         embedder = load_embedder(model_dir, device, dtype)
         encoder, calibrator = embedder.encoder, embedder.calibrator
     else:
         encoder, calibrator = build_encoder(model, pooling, max_length, device, dtype), None
-    n, stream = _input_stream(input, table, column, encoding_errors.value)
+    n, stream = _input_stream(input, table, column, encoding_errors)
     dim = calibrator.n_features_out_ if calibrator is not None else encoder.dim
-    with _progress_bar(n, quiet) as bar:
+    with tqdm(total=n, desc="encode", unit="sent", disable=quiet) as bar:  # on stderr, out of n where known
         # Calibrated on the device, checked once there (NaN, Inf, overflow), as Embedder.encode does.
         parts = iter_calibrated(encoder, calibrator, stream, batch_size=batch_size, progress=bar.update)
         if out_kind != "npy":
@@ -225,13 +205,6 @@ def encode(
         else:
             row = _write_npy(output, input, parts, n, dim)
     typer.echo(json.dumps({"output": str(output), "rows": row, "dim": dim}), err=to_stdout)
-
-
-def _progress_bar(n: int | None, quiet: bool) -> Any:
-    """``encode``'s bar on stderr: sentences, out of ``n`` where known; disabled with ``--quiet``."""
-    from tqdm.auto import tqdm
-
-    return tqdm(total=n, desc="encode", unit="sent", disable=quiet)
 
 
 def _input_stream(input: Path, table: Any, column: list[str] | None, errors: str) -> tuple[int | None, Iterator[str]]:  # noqa: A002
@@ -295,18 +268,6 @@ def _table_options(
         raise InputError("--id-column needs a table output (-o x.parquet or x.arrow): a .npy holds only vectors")
     table = TableColumn(input, text_column or DEFAULT_TEXT_COLUMN, in_kind, id_column) if in_kind != "text" else None
     return table, out_kind
-
-
-def check_input_file(path: Path) -> None:
-    """An input file argument: ``-`` (standard input) or something that exists and is not a folder."""
-    from ..errors import InputError
-
-    if str(path) == STDIO:
-        return
-    if not path.exists():
-        raise InputError(f"cannot read {path}: no such file")
-    if path.is_dir():
-        raise InputError(f"cannot read {path}: it is a folder, expected a text file")
 
 
 def _is_regular_file(path: Path) -> bool:
@@ -374,7 +335,8 @@ def similarity(
         Path | None,
         typer.Option(
             help="TSV with a header holding sentence1 and sentence2 columns; other columns (score, id ...) are "
-            "optional and copied to the output after the cosine. - reads standard input."
+            "optional and copied to the output after the cosine. - reads standard input.",
+            callback=check_input_file,
         ),
     ] = None,
     output: Annotated[
@@ -396,7 +358,7 @@ def similarity(
     model: ModelOpt = None,
     pooling: PoolingOpt = "mean",
     max_length: MaxLenOpt = 64,
-    encoding_errors: ErrorsOpt = EncodingErrors.strict,
+    encoding_errors: ErrorsOpt = "strict",
     device: DeviceOpt = None,
     dtype: DtypeOpt = "auto",
     overwrite: OverwriteFileOpt = False,
@@ -410,14 +372,12 @@ def similarity(
 
     model_dirs = model_dir or []
     output = _check_similarity_inputs(sentences, pairs, output, overwrite)
-    check_device(device)
     check_model_dir_options(ctx, ", ".join(model_dirs))
     # Every check above is cheap; what follows (torch, transformers, the weights and their fingerprint) takes seconds.
     announce(f"loading {model_label(model_dirs, model)} ...", quiet)
     from ..comparison import ModelComparison
 
-    limit_threads(threads)
-    quiet_libraries()
+    quiet_libraries(threads)
     if len(model_dirs) == 1 and sentences:
         embedder = load_embedder(model_dirs[0], device, dtype)
         typer.echo(f"{float(embedder.similarity(sentences[0], sentences[1])):.6f}")
@@ -431,7 +391,7 @@ def similarity(
         for name, cos in (scores.calibrated or scores.raw).items():
             typer.echo(f"{cos[0]:.6f}" if len(model_dirs) < 2 else f"{cos[0]:.6f}\t{name}")
         return
-    data = read_pairs(pairs, errors=encoding_errors.value, require_target=False, keep_columns=True)
+    data = read_pairs(pairs, errors=encoding_errors, require_target=False, keep_columns=True)
     # A bar on stderr for any file (a few hundred pairs take seconds on CPU), none with -q. Raw and calibrated
     # cosines come from the same pass (no second, silent encoding).
     result = comparison.score_pairs(data.sentences1, data.sentences2, show_progress_bar=not quiet)
@@ -458,8 +418,6 @@ def _check_similarity_inputs(
         if len(sentences) != 2:
             raise InputError(f"similarity takes exactly two sentences, got {len(sentences)}")
         check_text_arguments(sentences)
-    if pairs is not None:
-        check_input_file(pairs)
     if output is not None and str(output) == STDIO:
         output = None
     if output is not None:

@@ -6,14 +6,13 @@ with ``--devices cuda:0,cuda:1`` and no launcher, this process spawns one rank p
 
 from __future__ import annotations
 
-import enum
 import functools
 import json
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -22,7 +21,6 @@ from ._app import app
 from .options import (
     BatchOpt,
     DtypeOpt,
-    EncodingErrors,
     EpochsOpt,
     ErrorsOpt,
     MaxLenOpt,
@@ -32,7 +30,10 @@ from .options import (
     PoolingOpt,
     QuietOpt,
     SeedOpt,
+    TextColumnOpt,
     ValidationFractionOpt,
+    check_device,
+    fit_summary,
     quiet_libraries,
     source_constant,
 )
@@ -68,12 +69,25 @@ def distributed_specs() -> list[str]:
     return [spec for entry in catalogue() if entry.name in DISTRIBUTED_CALIBRATORS for spec in entry.specs]
 
 
+def _check_devices(devices: str | None) -> str | None:
+    """``--devices``' callback: refuse an unknown or absent device before any rank starts."""
+    for name in (devices or "").split(","):
+        check_device(name.strip() or None)
+    return devices
+
+
 DevicesOpt = Annotated[
     str | None,
-    typer.Option(help="Comma-separated local devices, one rank each, spawned here without torchrun (cuda:0,cuda:1)."),
+    typer.Option(
+        help="Comma-separated local devices, one rank each, spawned here without torchrun (cuda:0,cuda:1).",
+        callback=_check_devices,
+    ),
 ]
 RankDeviceOpt = Annotated[
-    str | None, typer.Option(help="This rank's device; default cuda:LOCAL_RANK when CUDA is available, else cpu.")
+    str | None,
+    typer.Option(
+        help="This rank's device; default cuda:LOCAL_RANK when CUDA is available, else cpu.", callback=check_device
+    ),
 ]
 BackendOpt = Annotated[str, typer.Option(help="torch.distributed backend: gloo (default, CPU and GPU) or nccl.")]
 TimeoutOpt = Annotated[
@@ -83,8 +97,7 @@ TimeoutOpt = Annotated[
 
 #: How distributed-encode reads its input (default: from the suffix), and the file format of a store's shards.
 _INPUT_FORMATS = ("text", *source_constant("io/arrow", "TABLE_FORMATS"))
-InputFormat = enum.Enum("InputFormat", {f: f for f in _INPUT_FORMATS}, type=str)
-ShardFormat = enum.Enum("ShardFormat", {f: f for f in source_constant("scale/layout", "SHARD_SUFFIXES")}, type=str)
+_SHARD_FORMATS = tuple(source_constant("scale/layout", "SHARD_SUFFIXES"))
 
 
 def _rank_device(device: str | None) -> str:
@@ -101,11 +114,12 @@ def _rank_device(device: str | None) -> str:
 def _run(body: Any, devices: str | None, backend: str, timeout_minutes: float, args: dict[str, Any]) -> None:
     """Run ``body(device, args)`` (module level, so spawned ranks can import it) on every rank, through
     :func:`_guarded`: spawned per ``--devices``, or as this launcher's rank."""
+    from ..errors import InputError
     from ..scale.launch import Topology, launch_local, process_group
 
     if devices:
         if Topology.from_env().world_size > 1:
-            _raise_input("--devices spawns its own ranks; do not combine it with torchrun or srun")
+            raise InputError("--devices spawns its own ranks; do not combine it with torchrun or srun")
         names = [d.strip() for d in devices.split(",") if d.strip()]
         import torch.multiprocessing as mp
 
@@ -126,29 +140,15 @@ def _run(body: Any, devices: str | None, backend: str, timeout_minutes: float, a
         _guarded(body, None, args)
 
 
-def _check_device_option(device: str | None, devices: str | None) -> None:
-    """Refuse unknown or absent devices before any rank starts (``cuda`` alone means each rank's own GPU)."""
-    from .options import check_device
-
-    check_device(device)
-    for name in (devices or "").split(","):
-        if name.strip():
-            check_device(name.strip())
-
-
-def _raise_input(message: str) -> None:
-    from ..errors import InputError
-
-    raise InputError(message)
-
-
 def _guarded(body: Any, device: str | None, args: dict[str, Any]) -> None:
-    """Run one rank's body; print its bertflow error as one line (once, for errors broadcast from rank 0), exit 2."""
+    """Run one rank's body on its device (``--devices``' entry, else :func:`_rank_device`); print its bertflow error
+    as one line (once, for errors broadcast from rank 0), exit 2."""
     from ..errors import BertflowError, describe_os_error
     from ..scale.launch import current_topology
 
     try:
-        body(device, args)
+        quiet_libraries()
+        body(device or _rank_device(args["device"]), args)
     except (BertflowError, OSError) as e:
         topology = current_topology()
         if not getattr(e, "from_rank0", False):
@@ -162,16 +162,14 @@ def _guarded(body: Any, device: str | None, args: dict[str, Any]) -> None:
         raise SystemExit(2) from None
 
 
-def _encode_worker_body(device: str | None, args: dict[str, Any]) -> None:
+def _encode_worker_body(device: str, args: dict[str, Any]) -> None:
     from ..calibrators import FlowCalibrator
     from ..embedder import Embedder
     from ..encoding.encoder import SentenceEncoder
     from ..scale.encode import encode_file_to_store
     from ..scale.launch import current_topology
 
-    quiet_libraries()
     topology = current_topology()
-    device = device or _rank_device(args["device"])
     if device.startswith("cuda"):
         import torch
 
@@ -214,19 +212,12 @@ ShardSizeOpt = Annotated[int, typer.Option(help="Rows per shard file (a multiple
 ChunkSizeOpt = Annotated[int, typer.Option(help="Sentences length-sorted together by the encoder.")]
 MergeOpt = Annotated[bool, typer.Option(metavar="", help="Also write OUTPUT/embeddings.npy, all rows in one array.")]
 RestartOpt = Annotated[bool, typer.Option(metavar="", help="Delete a store already in OUTPUT instead of resuming it.")]
-TextColumnOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="The text column of a Parquet/Arrow input "
-        f"(default: {source_constant('io/arrow', 'DEFAULT_TEXT_COLUMN')})."
-    ),
-]
 InputFormatOpt = Annotated[
-    InputFormat | None,
-    typer.Option(help=f"{' | '.join(f.value for f in InputFormat)}; default: from the input's suffix."),
+    Literal[_INPUT_FORMATS] | None,
+    typer.Option(help=f"{' | '.join(_INPUT_FORMATS)}; default: from the input's suffix."),
 ]
 ShardFormatOpt = Annotated[
-    ShardFormat,
+    Literal[_SHARD_FORMATS],
     typer.Option("--format", help="Shard files: npy (memory-mapped) | parquet | arrow (row, id, embedding)."),
 ]
 IdColumnOpt = Annotated[
@@ -249,12 +240,12 @@ def distributed_encode(
     dtype: DtypeOpt = "auto",
     device: RankDeviceOpt = None,
     devices: DevicesOpt = None,
-    encoding_errors: ErrorsOpt = EncodingErrors.strict,
+    encoding_errors: ErrorsOpt = "strict",
     merge: MergeOpt = False,
     overwrite: RestartOpt = False,
     text_column: TextColumnOpt = None,
     input_format: InputFormatOpt = None,
-    shard_format: ShardFormatOpt = ShardFormat.npy,
+    shard_format: ShardFormatOpt = "npy",
     id_column: IdColumnOpt = None,
     backend: BackendOpt = "gloo",
     timeout_minutes: TimeoutOpt = 60.0,
@@ -262,54 +253,29 @@ def distributed_encode(
 ) -> None:
     """Encode a text file (or a Parquet/Arrow text column) into sharded embeddings on every rank of a torchrun/srun
     job (resumable)."""
-    args = dict(locals())
+    args = {**locals(), "input": str(input), "output": str(output)}
+    from ..encoding.pooling import parse_without_model
+    from ..errors import InputError
+    from ..io.arrow import TableColumn, open_input
     from ..io.files import check_output_folder
 
-    _check_model_options(model_dir, model, pooling)
+    if model_dir and model:
+        raise InputError("give --model-dir (a fitted model) or --model (a raw encoder), not both")
+    if not model_dir and parse_without_model(pooling).weighting.weighted:
+        # A weighted pooling's token counts are fitted with the model (bertflow fit); a raw encoder has none.
+        raise InputError(f"pooling {pooling!r} needs token statistics: fit a model with it and pass --model-dir")
     # An existing store is resumed (or restarted with --overwrite); anything else non-empty is refused.
     check_output_folder(output, "store", overwrite=overwrite, resume=True, inputs=[input, *filter(None, [model_dir])])
-    _check_device_option(device, devices)
-    _check_input_options(input, text_column, input_format, shard_format, id_column)
-    args |= {"input": str(input), "output": str(output), "encoding_errors": encoding_errors.value}
-    args |= {"input_format": input_format and input_format.value, "shard_format": shard_format.value}
+    # The input and format options, and a table's columns (its metadata only), before any rank starts.
+    if id_column is not None and shard_format == "npy":
+        raise InputError("--id-column needs table shards (--format parquet or arrow): .npy shards hold only vectors")
+    source = open_input(input, text_column=text_column, input_format_name=input_format, id_column=id_column)
+    if isinstance(source, TableColumn):
+        _ = source.rows  # opens the file: a missing column or a column that is not text fails here
     _run(_encode_worker_body, devices, backend, timeout_minutes, args)
 
 
-def _check_model_options(model_dir: Path | None, model: str | None, pooling: str) -> None:
-    """Refuse ``--model-dir`` with ``--model``, and a weighted pooling without a fitted model, before any rank."""
-    if model_dir and model:
-        _raise_input("give --model-dir (a fitted model) or --model (a raw encoder), not both")
-    from ..encoding.pooling import parse_without_model
-
-    if not model_dir and parse_without_model(pooling).weighting.weighted:
-        # A weighted pooling's token counts are fitted with the model (bertflow fit); a raw encoder has none.
-        _raise_input(f"pooling {pooling!r} needs token statistics: fit a model with it and pass --model-dir")
-
-
-def _check_input_options(
-    input: Path,
-    text_column: str | None,
-    input_format: InputFormat | None,
-    shard_format: ShardFormat,
-    id_column: str | None,
-) -> None:
-    """Refuse input and format options that do not fit together, or a table without the columns named, before any
-    rank starts (reads a table's metadata only)."""
-    from ..io.arrow import TableColumn, open_input
-
-    if id_column is not None and shard_format is ShardFormat.npy:
-        _raise_input("--id-column needs table shards (--format parquet or arrow): .npy shards hold only vectors")
-    source = open_input(
-        input,
-        text_column=text_column,
-        input_format_name=input_format.value if input_format is not None else None,
-        id_column=id_column,
-    )
-    if isinstance(source, TableColumn):
-        _ = source.rows  # opens the file: a missing column or a column that is not text fails here
-
-
-def _fit_worker_body(device: str | None, args: dict[str, Any]) -> None:
+def _fit_worker_body(device: str, args: dict[str, Any]) -> None:
     from ..calibrators import FlowCalibrator, WhiteningCalibrator, parse_calibrator
     from ..embedder import Embedder
     from ..encoding.encoder import SentenceEncoder
@@ -319,9 +285,7 @@ def _fit_worker_body(device: str | None, args: dict[str, Any]) -> None:
     from ..scale.launch import current_topology
     from ..scale.reader import open_embeddings
 
-    quiet_libraries()
     topology = current_topology()
-    device = device or _rank_device(args["device"])
     # Every shard's sha256 is checked before fitting (one read of the store, which the fit reads at least once
     # anyway): one flipped float in one shard would otherwise give a plausible-looking, useless model.
     store = open_embeddings(args["store"], verify=True)
@@ -367,16 +331,8 @@ def _fit_worker_body(device: str | None, args: dict[str, Any]) -> None:
         ranks=topology.world_size,
     )
     embedder.record_fit(fit_info).save(args["output"], overwrite=args.get("overwrite", False))
-    summary = {
-        "output": args["output"],
-        "sentences": int(store.shape[0]),
-        "calibrator": repr(cal),
-        "world_size": topology.world_size,
-        "seconds": round(seconds, 2),
-    }
-    if isinstance(cal, FlowCalibrator) and cal.history_["train_bpd"]:
-        summary["final_train_bpd"] = round(cal.history_["train_bpd"][-1], 4)
-    print(json.dumps(summary), flush=True)
+    summary = fit_summary(args["output"], int(store.shape[0]), cal, round(seconds, 2), world_size=topology.world_size)
+    print(summary, flush=True)
 
 
 @app.command("distributed-fit", epilog=_EPILOG_FIT)
@@ -405,5 +361,4 @@ def distributed_fit(
     # Before any rank starts: a destination that may not be written fails now, not after the fit.
     check_output_folder(output, "model", overwrite=overwrite, inputs=[store])
     check_epochs(epochs)
-    _check_device_option(device, devices)
     _run(_fit_worker_body, devices, backend, timeout_minutes, args)

@@ -4,11 +4,10 @@ quieting libraries."""
 from __future__ import annotations
 
 import contextlib
-import enum
 import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -19,14 +18,6 @@ STDIO = "-"
 
 #: ``--calibrator`` help: every spec :func:`~bertflow.calibrators.parse_calibrator` knows, so none goes unlisted.
 CALIBRATOR_HELP = f"{' | '.join(calibrator_specs())}, joined with '+' (e.g. standard-norm+natsv-6)."
-
-ThreadsOpt = Annotated[
-    int | None,
-    typer.Option(
-        help="torch CPU threads for encoding (default: torch's choice). On a machine whose cores other processes "
-        "use, 1 can be several times faster than 2."
-    ),
-]
 
 
 @contextlib.contextmanager
@@ -51,24 +42,6 @@ def progress_log(logger_name: str, quiet: bool) -> Iterator[None]:
         logger.propagate = propagate
 
 
-def limit_threads(n: int | None) -> None:
-    """Apply ``--threads``: torch's CPU thread count for the rest of the command (``None``: leave torch's choice)."""
-    if n is not None:
-        from ..errors import InputError
-        from ..resources import set_torch_threads
-
-        if n < 1:
-            raise InputError(f"--threads must be at least 1, got {n}")
-        set_torch_threads(n)
-
-
-class EncodingErrors(str, enum.Enum):
-    """What to do with bytes that are not UTF-8."""
-
-    strict = "strict"
-    replace = "replace"
-
-
 def stderr_is_terminal() -> bool:
     """Whether standard error is a terminal (a person watching), not a pipe or a file."""
     import sys
@@ -80,9 +53,8 @@ def stderr_is_terminal() -> bool:
 
 
 def announce(message: str, quiet: bool) -> None:
-    """``bertflow: MESSAGE`` on stderr before a step silent for seconds (importing torch and loading a model took
-    ~16 s on a busy 2-core machine; issue 24, item 10); only on a terminal and without ``--quiet``, so a piped
-    stderr keeps the one-line error the README promises."""
+    """``bertflow: MESSAGE`` on stderr before a step silent for seconds (importing torch, loading a model); only on a
+    terminal and without ``--quiet``, so a piped stderr keeps the one-line error the README promises."""
     if not quiet and stderr_is_terminal():
         typer.echo(f"bertflow: {message}", err=True)
 
@@ -94,12 +66,29 @@ def model_label(model_dirs: Sequence[str], model: str | None) -> str:
     return model or "the default encoder (all-MiniLM-L6-v2)"
 
 
-def quiet_libraries() -> None:
-    """Silence transformers' per-load progress bars and info logs; bertflow shows its own progress."""
+def quiet_libraries(threads: int | None = None) -> None:
+    """Silence transformers' per-load progress bars and info logs (bertflow shows its own progress), and apply
+    ``--threads``: torch's CPU thread count for the rest of the command (``None``: torch's choice)."""
     import transformers
 
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
+    if threads is not None:
+        from ..resources import set_torch_threads
+
+        set_torch_threads(threads)
+
+
+def fit_summary(output: str | Path, sentences: int, cal: Any, seconds: float, **extra: Any) -> str:
+    """The JSON line ``fit`` and ``distributed-fit`` print: the model folder, the sentences fitted on, the calibrator,
+    ``extra`` facts, the seconds and, for a flow, its last training bits per dimension."""
+    import json
+
+    summary = {"output": str(output), "sentences": sentences, "calibrator": repr(cal), **extra, "seconds": seconds}
+    history = getattr(cal, "history_", None)
+    if history and history["train_bpd"]:
+        summary["final_train_bpd"] = round(history["train_bpd"][-1], 4)
+    return json.dumps(summary)
 
 
 def build_encoder(model: str | None, pooling: str, max_length: int, device: str | None, dtype: str):
@@ -132,16 +121,12 @@ def load_embedder(model_dir: str, device: str | None, dtype: str):
 
 def read_corpus(path: Path, columns: Sequence[str] | None, errors: str, unique: bool) -> list[str]:
     """Sentences from a text file (one per line) or from one or more columns of a TSV with a header."""
-    from ..io.text import read_sentences, read_tsv_column
+    from ..io.text import distinct, read_sentences, read_tsv_column
 
     if not columns:
         return read_sentences(path, errors=errors, unique=unique)
-    sentences: list[str] = []
-    for col in columns:
-        sentences.extend(read_tsv_column(path, column_key(col), errors=errors, refuse_blank=True))
-    if unique:
-        sentences = list(dict.fromkeys(sentences))
-    return sentences
+    sentences = [s for c in columns for s in read_tsv_column(path, column_key(c), errors=errors, refuse_blank=True)]
+    return distinct(sentences) if unique else sentences
 
 
 def column_key(column: str) -> str | int:
@@ -173,12 +158,27 @@ def check_model_dir_options(ctx: typer.Context, model_dir: str | None) -> None:
         )
 
 
-def check_device(device: str | None) -> None:
-    """Refuse an unknown device, or a CUDA one on a machine without CUDA, before any model is loaded."""
+def check_device(device: str | None) -> str | None:
+    """Refuse an unknown device, or a CUDA one on a machine without CUDA (``--device``'s callback, before any model
+    is loaded)."""
     if device is not None:
         from ..encoding.device import resolve_device
 
         resolve_device(device)
+    return device
+
+
+def check_input_file(path: Path | None) -> Path | None:
+    """An input file argument's callback: ``-`` (standard input) or something that exists and is not a folder (click's
+    own check refuses ``-`` for a ``Path`` in recent typer)."""
+    from ..errors import InputError
+
+    if path is not None and str(path) != STDIO:
+        if not path.exists():
+            raise InputError(f"cannot read {path}: no such file")
+        if path.is_dir():
+            raise InputError(f"cannot read {path}: it is a folder, expected a text file")
+    return path
 
 
 def check_text_arguments(texts: Sequence[str], what: str = "sentence") -> None:
@@ -197,6 +197,13 @@ def check_text_arguments(texts: Sequence[str], what: str = "sentence") -> None:
 
 # -- options that several commands share, each defined once (an option of one command stays with it) ----------
 
+CorpusArg = Annotated[
+    Path,
+    typer.Argument(
+        help="Text file, one sentence per line, or a TSV with --column; - reads standard input.",
+        callback=check_input_file,
+    ),
+]
 ModelOpt = Annotated[
     str | None, typer.Option("--model", "-m", help="Hub id or local folder; default: the embedded all-MiniLM-L6-v2.")
 ]
@@ -283,7 +290,9 @@ TokenSourceOpt = Annotated[
 ]
 MaxLenOpt = Annotated[int, typer.Option(help="Tokens per sentence after truncation (the paper used 64).")]
 CalibratorOpt = Annotated[str, typer.Option(help=CALIBRATOR_HELP)]
-DeviceOpt = Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 ...; default: CUDA when available.")]
+DeviceOpt = Annotated[
+    str | None, typer.Option(help="cpu, cuda, cuda:1 ...; default: CUDA when available.", callback=check_device)
+]
 DtypeOpt = Annotated[
     str,
     typer.Option(
@@ -299,9 +308,16 @@ ColumnOpt = Annotated[
     typer.Option("--column", "-c", help="For a TSV corpus: column name or 0-based index to read; repeat for several."),
 ]
 ErrorsOpt = Annotated[
-    EncodingErrors,
+    Literal[source_constant("io/text", "EncodingErrors")],
     typer.Option(
         "--encoding-errors", help="strict: stop at bytes that are not UTF-8 (naming the line); replace: use U+FFFD."
+    ),
+]
+TextColumnOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="The text column of a Parquet / Arrow input "
+        f"(default: {source_constant('io/arrow', 'DEFAULT_TEXT_COLUMN')})."
     ),
 ]
 SeedOpt = Annotated[int, typer.Option(help="Seed of the flow's initialisation and shuffling.")]
@@ -318,6 +334,14 @@ OverwriteFileOpt = Annotated[
     typer.Option(
         metavar="",
         help="Replace an existing --output file that bertflow did not write (one it wrote is replaced anyway).",
+    ),
+]
+ThreadsOpt = Annotated[
+    int | None,
+    typer.Option(
+        help="torch CPU threads for encoding (default: torch's choice). On a machine whose cores other processes "
+        "use, 1 can be several times faster than 2.",
+        min=1,
     ),
 ]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", metavar="", help="No progress bars or lines on stderr.")]

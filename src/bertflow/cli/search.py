@@ -6,30 +6,30 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
 from ._app import app
 from .options import (
     BatchOpt,
+    CorpusArg,
     DeviceOpt,
     DtypeOpt,
-    EncodingErrors,
     ErrorsOpt,
     OverwriteOpt,
     QuietOpt,
     ThreadsOpt,
-    check_device,
     check_text_arguments,
     column_key,
-    limit_threads,
     load_embedder,
     quiet_libraries,
     source_constant,
 )
 
 logger = logging.getLogger(__name__)
+
+Backend = Literal[source_constant("search/ann", "Backend")]
 
 search_app = typer.Typer(
     help="Semantic search: embed a corpus into an index with a fitted model, then query it.",
@@ -53,10 +53,7 @@ Ids are 1-based line numbers for a text file and 1-based data-row numbers for a 
 """
 )
 def build(
-    corpus: Annotated[
-        Path,
-        typer.Argument(help="Text file, one sentence per line, or a TSV with --column; - reads standard input."),
-    ],
+    corpus: CorpusArg,
     output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write the index to.")],
     model_dir: Annotated[str, typer.Option(help="A folder written by `bertflow fit`, or a hub id holding one.")],
     column: Annotated[
@@ -66,10 +63,10 @@ def build(
         bool, typer.Option(metavar="", help="Index each distinct sentence once (its first occurrence).")
     ] = False,
     backend: Annotated[
-        str, typer.Option(help="torch (exact, blockwise; no extra dependency) or faiss (exact; needs faiss-cpu).")
+        Backend, typer.Option(help="torch (exact, blockwise; no extra dependency) or faiss (exact; needs faiss-cpu).")
     ] = "torch",
     approximate: Annotated[
-        str,
+        Literal[source_constant("search/ann", "Approximate")],
         typer.Option(
             help=f"{', '.join(source_constant('search/ann', 'Approximate'))}. auto: exact below "
             f"{source_constant('search/ann', 'AUTO_APPROXIMATE_MIN_ROWS'):,} rows; from there HNSW only if its "
@@ -78,7 +75,7 @@ def build(
             "corpora, recall below 1; need faiss-cpu). Recorded in the index with the recall measured."
         ),
     ] = "auto",
-    encoding_errors: ErrorsOpt = EncodingErrors.strict,
+    encoding_errors: ErrorsOpt = "strict",
     batch_size: BatchOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = "auto",
@@ -88,19 +85,15 @@ def build(
 ) -> None:
     """Embed a corpus with a fitted model and save it as a searchable index (with the model's identity)."""
     from ..io.files import check_output_folder
-    from .core import check_input_file
 
-    check_input_file(corpus)
     # Before the model loads and the corpus is embedded: the index may not replace the model, the corpus, or a
     # folder of another kind, and an existing index only with --overwrite.
     check_output_folder(output, "index", overwrite=overwrite, inputs=[corpus, model_dir])
     from ..search.ann import VectorSearch
     from ..search.sentences import index_file
 
-    VectorSearch(1, approximate=approximate)  # type: ignore[arg-type]  # a bad value fails before the model loads
-    check_device(device)
-    limit_threads(threads)
-    quiet_libraries()
+    VectorSearch(1, backend=backend, approximate=approximate)  # faiss missing for them: said before the model loads
+    quiet_libraries(threads)
     started = time.perf_counter()
     embedder = load_embedder(model_dir, device, dtype)
     index = index_file(
@@ -108,9 +101,9 @@ def build(
         corpus,
         column=None if column is None else column_key(column),
         unique=unique,
-        errors=encoding_errors.value,
-        backend=backend,  # type: ignore[arg-type]  # validated by VectorSearch
-        approximate=approximate,  # type: ignore[arg-type]
+        errors=encoding_errors,
+        backend=backend,
+        approximate=approximate,
         batch_size=batch_size,
         show_progress_bar=not quiet,
     )
@@ -161,10 +154,10 @@ def query(
     ] = None,
     json_output: Annotated[bool, typer.Option("--json", metavar="", help="One JSON object per query.")] = False,
     backend: Annotated[
-        str | None,
+        Backend | None,
         typer.Option(help=f"Override the index's backend: {' or '.join(source_constant('search/ann', 'Backend'))}."),
     ] = None,
-    encoding_errors: ErrorsOpt = EncodingErrors.strict,
+    encoding_errors: ErrorsOpt = "strict",
     device: DeviceOpt = None,
     dtype: DtypeOpt = "auto",
     threads: ThreadsOpt = None,
@@ -174,7 +167,6 @@ def query(
     from ..errors import InputError
     from ..io.files import folder_kind
     from ..io.text import read_sentences
-    from ..search.ann import BACKENDS
     from ..search.index import EmbeddingIndex
     from ..search.sentences import query as query_index
 
@@ -182,26 +174,22 @@ def query(
     if given.count("-") > 1:
         raise InputError("- (standard input) may be given once among the queries")
     check_text_arguments([t for t in given if t != "-"], what="query")
-    # Options and the kind of folder first: neither is the index's fault, and neither needs it loaded.
-    if backend is not None and backend not in BACKENDS:
-        raise InputError(f"--backend must be {' or '.join(BACKENDS)}, got {backend!r}")
+    # The kind of folder first: not the index's fault, and it needs no index loaded.
     kind = folder_kind(Path(index))
     if kind is not None and kind != "index":
         raise InputError(
             f"{index} is a bertflow {kind} folder, not a search index; build an index from it first "
             f"(bertflow search build CORPUS --model-dir MODEL -o INDEX)"
         )
-    check_device(device)
-    limit_threads(threads)
-    quiet_libraries()
+    quiet_libraries(threads)
     items: list[str] = []
     for text in given:
-        items += read_sentences("-", errors=encoding_errors.value) if text == "-" else [text]
+        items += read_sentences("-", errors=encoding_errors) if text == "-" else [text]
     if queries is not None:
-        items += read_sentences(queries, errors=encoding_errors.value)
+        items += read_sentences(queries, errors=encoding_errors)
     if not items:
         raise InputError('give query sentences as arguments or --queries FILE, e.g. bertflow search query IDX "text"')
-    idx = EmbeddingIndex.load(index, backend=backend)  # type: ignore[arg-type]  # validated by EmbeddingIndex
+    idx = EmbeddingIndex.load(index, backend=backend)
     source = model_dir or idx.model_source
     if not source:
         raise InputError(f"{index} does not record the model it was built with; pass --model-dir")

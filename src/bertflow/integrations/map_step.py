@@ -1,22 +1,10 @@
 """A map step for data-parallel engines (Ray Data, Spark, a ``multiprocessing.Pool``): batches of text in, the same
-batches with an embedding column out.
+batches with an embedding column out (:class:`MapEncoder`).
 
-:class:`MapEncoder` is a callable class: each worker builds one (loading the model once), then calls it on every
-batch it is given. It holds only its settings until the first call, and pickles without the loaded model, so it can
-be shipped to workers as an object (Spark) or built there from keyword arguments (Ray's ``fn_constructor_kwargs``).
-
-Ray Data::
-
-    ds.map_batches(MapEncoder, fn_constructor_kwargs={"model_dir": "my-flow", "device": "cuda"},
-                   batch_format="pyarrow", batch_size=4096, concurrency=4, num_gpus=1)
-
-Spark (``mapInArrow`` passes an iterator of record batches; Spark reads a variable-size list, hence
-``fixed_size=False``)::
-
-    enc = MapEncoder("my-flow", text_column="text", fixed_size=False)
-    df.mapInArrow(enc.map_batches, "id string, text string, embedding array<float>")
-
-See docs/distributed.md. Ray and Spark are not dependencies of bertflow; pyarrow is needed for Arrow batches only.
+Each worker builds one :class:`MapEncoder` (loading the model once, at its first batch) and calls it on every batch.
+It pickles without the loaded model, so it can be shipped to workers as an object (Spark's
+``df.mapInArrow(enc.map_batches, ...)``) or built there from keyword arguments (Ray's ``fn_constructor_kwargs``).
+Ray and Spark are not dependencies of bertflow; pyarrow is needed for Arrow batches only.
 """
 
 from __future__ import annotations

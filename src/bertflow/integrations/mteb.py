@@ -1,24 +1,7 @@
-"""A fitted :class:`~bertflow.Embedder` as an MTEB encoder, and STS data as a local MTEB task.
-
-:class:`MTEBEncoder` implements mteb 2.x's ``EncoderProtocol`` (``encode`` of a ``DataLoader`` of batches,
-``similarity``, ``similarity_pairwise``, ``mteb_model_meta``), so any MTEB task runs on a bertflow model::
-
-    import mteb
-    from bertflow import Embedder
-    from bertflow.integrations.mteb import MTEBEncoder
-
-    model = Embedder.load("my-flow")
-    results = mteb.evaluate(MTEBEncoder(model), mteb.get_tasks(tasks=["STSBenchmark"]))
-
-:func:`sts_task` builds an MTEB STS task from pairs already on disk (``SentencePairs``, e.g. bertflow's STS
-data), with no hub download, so the MTEB numbers can be set beside bertflow's own (:mod:`bertflow.evaluation`)::
-
-    from bertflow.evaluation.datasets import load_sts_task
-    task = sts_task("STSB-local", load_sts_task("STSB", "path/to/sts").eval_subsets["test"])
-    mteb.evaluate(MTEBEncoder(model), [task], cache=None)
-
-The Embedder is symmetric and has no prompts: MTEB's ``prompt_type`` (query/document) and task instructions are
-ignored, as they are for a ``SentenceTransformer`` without prompts. Similarity is cosine, as in bertflow.
+"""A fitted :class:`~bertflow.Embedder` as an mteb 2.x encoder (:class:`MTEBEncoder`:
+``mteb.evaluate(MTEBEncoder(model), tasks)``), and scored pairs already on disk as a local MTEB STS task
+(:func:`sts_task`, no hub download). The Embedder is symmetric and has no prompts: MTEB's ``prompt_type`` and task
+instructions are ignored, as for a ``SentenceTransformer`` without prompts; similarity is cosine.
 """
 
 from __future__ import annotations

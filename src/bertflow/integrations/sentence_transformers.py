@@ -1,18 +1,10 @@
 """A calibrated sentence-transformers model: the :class:`Calibration` module, its encoder check, and the guarded
 loader of a saved one (:func:`load_calibrated`). Building one is :mod:`.st_export`.
 
-:class:`Calibration` applies a fitted bertflow calibrator to the pooled (unnormalised) vectors, as a float32 torch
-function on their device; inference only (fine-tune first, then calibrate). It saves as ``{idx}_Calibration/``: the
-calibrator's ``config.json`` + ``model.safetensors`` (never a pickle), ``fitting.json`` (corpus size and sha256,
-regime) and ``fitted_on.json``, which :meth:`Calibration.on_model_ready` compares with the transformer's weight
-fingerprint, pooling and ``max_seq_length``. ``modules.json`` names it by its dotted path,
-``bertflow.integrations.sentence_transformers.Calibration`` (hence this module's name, kept by saved models).
-
-Loading it needs ``trust_remote_code=True``: sentence-transformers >= 6 imports no class outside its namespace
-without it (and has no allow-list); with it, the installed bertflow is imported (the class path has more than one
-dot, which transformers' dynamic-module loader rejects: no code is read from the folder). But the flag also lets a
-repository's own modeling code run, so :func:`load_calibrated` first refuses a folder holding code, an ``auto_map``
-or a foreign module class (:func:`check_no_code`), and checks the module list and the export's checksums.
+``modules.json`` names the module by its dotted path, ``bertflow.integrations.sentence_transformers.Calibration``
+(hence this module's name, kept by saved models). Loading it needs ``trust_remote_code=True``, which would also let
+a repository's own modeling code run, so :func:`load_calibrated` first refuses a folder that could run code
+(:func:`check_no_code`) and checks the module list and the export's checksums.
 """
 
 from __future__ import annotations
@@ -137,11 +129,11 @@ class Calibration(Module):
     """A sentence-transformers module that maps ``features["sentence_embedding"]`` through a fitted ``calibrator``
     (fitted on this model's pooled embeddings; :func:`~.st_export.fit_calibrator` builds the pipeline).
 
-    Place it after Pooling (and Dense, if any) and before a final ``Normalize``: see the module docstring. The
-    output keeps the input's device and dtype; the calibrator computes in float32/float64 on its own device (the
-    flow on CUDA when available), whatever the model's precision. ``fitting`` (how it was fitted: ``n_sentences``,
-    ``corpus_sha256``, ``regime``) is saved in ``fitting.json``; ``fitted_on``
-    (:func:`~bertflow.model_folder.encoder_record`) in ``fitted_on.json``, compared with the model it is loaded into.
+    Place it after Pooling (and Dense, if any) and before a final ``Normalize``. The output keeps the input's device
+    and dtype; the calibrator computes in float32/float64 on its own device (the flow on CUDA when available),
+    whatever the model's precision. ``fitting`` (how it was fitted: ``n_sentences``, ``corpus_sha256``, ``regime``)
+    is saved in ``fitting.json``; ``fitted_on`` (:func:`~bertflow.model_folder.encoder_record`) in
+    ``fitted_on.json``, compared with the model it is loaded into.
     """
 
     config_keys: list[str] = []  # everything lives in the calibrator's own config.json
@@ -288,13 +280,9 @@ def check_module_list(folder: str | Path) -> None:
 
 def check_no_code(folder: str | Path) -> None:
     """Refuse (ModelFileError naming the first offending file) a saved sentence-transformers folder that could run
-    code under ``trust_remote_code=True``.
-
-    The flag is global to a load: besides letting sentence-transformers import bertflow's :class:`Calibration`, it
-    lets transformers run a repository's own modeling files. A folder passes when it holds no ``*.py`` file, no
-    JSON config (at the top or in a module folder) has an ``auto_map``, and ``modules.json`` names only
-    sentence-transformers' classes and bertflow's Calibration.
-    """
+    code under ``trust_remote_code=True``: one that holds a ``*.py`` file, a JSON config (at the top or in a module
+    folder) with an ``auto_map``, or a ``modules.json`` naming a class that is neither sentence-transformers' nor
+    bertflow's Calibration."""
     root = Path(folder)
     code = sorted(root.rglob("*.py"))
     if code:
@@ -322,16 +310,11 @@ def check_no_code(folder: str | Path) -> None:
 def load_calibrated(
     model_name_or_path: str, *, revision: str | None = None, token: bool | str | None = None, **kwargs: Any
 ) -> SentenceTransformer:
-    """Load a saved calibrated ``SentenceTransformer`` (local folder or Hub id) after :func:`check_no_code`.
-
-    A model with a :class:`Calibration` module needs ``trust_remote_code=True`` (sentence-transformers >= 6
-    imports no class outside its namespace without it), and that flag would also run code shipped in the
-    repository. This loader fetches the files first (no code runs), refuses any folder that could run code, and
-    only then loads with the flag. Keyword arguments go to ``SentenceTransformer`` (``device=...``). ModelFileError
-    for code, an ``auto_map`` or a foreign module class, a module listed but missing or a calibration module not
-    listed (:func:`check_module_list`), a file of the export missing or altered (:func:`verify_export_checksums`),
-    or a Hub repo that cannot be fetched.
-    """
+    """Load a saved calibrated ``SentenceTransformer`` (local folder or Hub id) with ``trust_remote_code=True``, which
+    a :class:`Calibration` module needs, after fetching its files (no code runs) and refusing any folder that could
+    run code (:func:`check_no_code`), is incomplete (:func:`check_module_list`) or was altered
+    (:func:`verify_export_checksums`): ModelFileError, as for a Hub repo that cannot be fetched. Keyword arguments
+    go to ``SentenceTransformer`` (``device=...``)."""
     folder = Path(model_name_or_path).expanduser()
     if not folder.is_dir():
         from ..hub import snapshot

@@ -1,27 +1,11 @@
 """Anchored whitening and ``auto`` as sentence-transformers' own modules, after a token-averaging pooling.
 
 Both calibrators output ``[sqrt(1-b) x/|x|, sqrt(b) z/|z|]`` with ``z = (x - mean) W``: two blocks of one vector,
-each normalised on its own. No single sentence-transformers module does that, but a chain of its built-in modules
-(sentence-transformers >= 6.2) does, exactly, when ``x`` is a (weighted) mean of token embeddings ``h_t``:
-
-1. the pooling modules give ``x`` (``sentence_embedding``);
-2. ``Normalize`` writes ``x/|x|`` into the ``cls_token_embeddings`` key, which ``Pooling``'s ``cls`` mode returns
-   as it is;
-3. ``Dense`` on ``token_embeddings`` maps each token to ``(h_t - mean) W`` (an affine map commutes with the mean;
-   with token weights the tokens are recomputed and weighted after it: ``w_t (h_t - mean) W``, whose mean is a
-   positive multiple of ``z``);
-4. the multi-vector ``HierarchicalTokenPooling``, with a ``pool_factor`` above any sentence length, merges each
-   sentence's tokens into one cluster, its mean, and L2-normalises it: ``z/|z|`` as a one-token sequence;
-5. ``Pooling(("cls", "max"))`` concatenates the two blocks (``max`` over one token is that token), and a
-   diagonal ``Dense`` scales them by ``sqrt(1-b)`` and ``sqrt(b)``.
-
-The saved folder then loads with plain ``SentenceTransformer(path)``, no bertflow, no ``trust_remote_code``.
-Limits, which :func:`anchored_modules` answers with ``None`` (the caller keeps bertflow's ``Calibration``
-module): cls pooling (the first token is not a mean, and ``Pooling``'s ``cls`` mode is taken by the key), and a
-calibrator whose transform is not that formula. Costs: step 4 runs a Ward linkage (scipy) on each sentence's
-tokens on the CPU (a per-sentence cost that a ``Dense`` export does not have). It acts for the tasks ``query`` and
-``document`` (``encode``, ``encode_query``, ``encode_document``); an ``encode(..., task=...)`` naming another task
-would skip it.
+each normalised on its own. A chain of built-in modules (sentence-transformers >= 6.2) computes it exactly when ``x``
+is a (weighted) mean of token embeddings ``h_t``: ``Normalize`` writes ``x/|x|`` into ``cls_token_embeddings``, a
+``Dense`` maps each token to ``(h_t - mean) W`` (an affine map commutes with the mean), ``HierarchicalTokenPooling``
+with one cluster per sentence averages and normalises them (``z/|z|``), ``Pooling(("cls", "max"))`` concatenates
+the two blocks and a diagonal ``Dense`` scales them. The saved folder loads with plain ``SentenceTransformer(path)``.
 """
 
 from __future__ import annotations
@@ -49,7 +33,7 @@ _ONE_CLUSTER = 1e9
 
 def anchored_modules(calibrator: Calibrator, encoder: SentenceEncoder, pooling: list[Module]) -> list[Module] | None:
     """The modules that follow ``pooling`` (:func:`~.st_export.pooling_modules` of ``encoder``) to compute
-    ``calibrator`` (anchored whitening or auto), or ``None`` where they cannot (module docstring): ``[Normalize,
+    ``calibrator`` (anchored whitening or auto), or ``None`` for cls pooling or another calibrator: ``[Normalize,
     (WeightedLayerPooling,) Dense, (WordWeights,) HierarchicalTokenPooling, Pooling, Dense]``, whose output is
     ``calibrator.transform`` of the pooled vectors, [N, D + k], to float32 rounding.
     """

@@ -1,21 +1,10 @@
 """Exporting to sentence-transformers: a ``SentenceTransformer`` whose pipeline ends in a bertflow calibration, from
-a ``SentenceTransformer`` and a corpus (:func:`fit_calibrator`) or from a fitted Embedder (:func:`from_embedder`)::
+a ``SentenceTransformer`` and a corpus (:func:`fit_calibrator`) or from a fitted Embedder (:func:`from_embedder`).
 
-    from bertflow.integrations.st_export import fit_calibrator
-    model = fit_calibrator(base, my_sentences, calibrator="whitening-256")  # Transformer, Pooling, Dense, Normalize
-    model.save("minilm-whitening")                  # loads with plain SentenceTransformer(path), no bertflow
-    fit_calibrator(base, my_sentences, calibrator="flow").save("minilm-flow")  # ..., Calibration, Normalize:
-    # bertflow.integrations.sentence_transformers.load_calibrated("minilm-flow")
-
-**Where.** A calibrator is fitted on, and applied to, the *unnormalised* pooled vectors (BERT-flow's density and
-whitening's covariance are those of the raw embeddings): after Pooling (and any Dense), before a trailing
-``Normalize``, which ``fit_calibrator`` keeps when the model had one (cosine is unchanged by it, and dot product
-then equals cosine); ``normalize=False`` drops it (e.g. to read the flow's Gaussian latents).
-
-**Which module.** Affine calibrators (whitening(-k), standard-norm, all-but-the-top, identity, their chains) become
-sentence-transformers' own ``Dense`` (:func:`as_dense`); anchored whitening and auto exported from an Embedder after
-a token-averaging pooling, a chain of its built-in modules (:mod:`.st_anchored`): both load without bertflow or
-``trust_remote_code``. The others become bertflow's :class:`~.sentence_transformers.Calibration` module.
+The calibrator is fitted on, and applied to, the *unnormalised* pooled vectors: after Pooling (and any Dense),
+before a trailing ``Normalize``. Affine calibrators become sentence-transformers' own ``Dense`` (:func:`as_dense`),
+anchored whitening and auto after a token-averaging pooling a chain of built-in modules (:mod:`.st_anchored`): both
+load without bertflow. The others become bertflow's :class:`~.sentence_transformers.Calibration` module.
 """
 
 from __future__ import annotations
@@ -96,12 +85,8 @@ class CalibratedSentenceTransformer(SentenceTransformer):
 
 def affine_map(calibrator: Calibrator) -> tuple[np.ndarray, np.ndarray]:
     """The fitted ``calibrator`` as one affine map ``x -> x @ W + b`` (float64): ``(W [D, D'], b [D'])`` with
-    ``b = -mean @ W`` (the mean folded into the bias).
-
-    Affine: identity, standard-norm, all-but-the-top, whitening (any ``n_components``) and chains of these (the
-    fitted steps, ``steps_``, composed into one matrix). The flow is non-linear; the anchored and auto calibrators
-    normalise two blocks separately, which no single affine map does: InputError (``calibrator.is_affine()``).
-    """
+    ``b = -mean @ W`` (the mean folded into the bias); a chain's steps composed into one matrix. InputError where
+    ``calibrator.is_affine()`` is false (the flow; anchored and auto normalise two blocks separately)."""
     calibrator.check_fitted()
     if not calibrator.is_affine():
         raise InputError(
@@ -118,12 +103,7 @@ def affine_map(calibrator: Calibrator) -> tuple[np.ndarray, np.ndarray]:
 
 def as_dense(calibrator: Calibrator) -> Dense:
     """A sentence-transformers ``Dense`` module (identity activation) computing the affine ``calibrator``
-    (InputError for flow, anchored, auto: :func:`affine_map`).
-
-    It saves as ``config.json`` + ``model.safetensors`` in sentence-transformers' own format and reloads with
-    plain ``SentenceTransformer(path)``: no ``trust_remote_code``, no bertflow. Its output agrees with
-    ``calibrator.transform`` to float32 rounding.
-    """
+    (:func:`affine_map`) to float32 rounding; it saves and reloads without bertflow."""
     W, b = affine_map(calibrator)
     return Dense(
         W.shape[0],
@@ -137,14 +117,9 @@ def as_dense(calibrator: Calibrator) -> Dense:
 
 @dataclass
 class BertflowModelCardData(SentenceTransformerModelCardData):
-    """Model card data of a model that ends in a bertflow calibration.
-
-    After sentence-transformers' usage snippet the card gets a "bertflow calibration" section: the fit record
-    (``facts``: encoder, pooling, calibrator, corpus size and sha256, licences) and whether the folder loads
-    without bertflow, and if not why (:func:`bertflow.portability.calibrator_needs_bertflow`). With a
-    :class:`Calibration` module (``needs_bertflow`` set) the snippet also installs bertflow and loads with
-    ``trust_remote_code=True``, which sentence-transformers' own snippet says neither of.
-    """
+    """Model card data of a model that ends in a bertflow calibration: after sentence-transformers' usage snippet, a
+    "bertflow calibration" section with the fit record (``facts``) and whether the folder loads without bertflow,
+    and if not why (``needs_bertflow``: the snippet then also installs bertflow and passes ``trust_remote_code``)."""
 
     facts: list[tuple[str, str]] = field(default_factory=list)
     needs_bertflow: str | None = None
@@ -308,9 +283,10 @@ def from_embedder(embedder: Embedder, *, normalize: bool = False, portable: bool
     libraries' poolings, about 1e-5 in cosine), on the encoder's device, with cosine similarity.
 
     The pipeline is ``Transformer`` (the encoder's checkpoint, ``max_seq_length`` = its ``max_length``) -> the
-    pooling as sentence-transformers' own modules (:func:`pooling_modules`) -> the calibrator (module docstring;
-    copied, so refitting the Embedder later leaves the model alone) [-> ``Normalize`` with ``normalize``: unit
-    vectors, cosine unchanged]. ``portable=False`` keeps bertflow's :class:`Calibration` for every calibrator.
+    pooling as sentence-transformers' own modules (:func:`pooling_modules`) -> the calibrator (``Dense``, the
+    :mod:`.st_anchored` chain or :class:`Calibration`; copied, so refitting the Embedder later leaves the model
+    alone) [-> ``Normalize`` with ``normalize``: unit vectors, cosine unchanged]. ``portable=False`` keeps
+    bertflow's :class:`Calibration` for every calibrator.
     InputError for a pooling sentence-transformers' modules cannot express (``pooler``, a pooling added to
     bertflow) or an encoder built from a model object rather than a checkpoint.
     """

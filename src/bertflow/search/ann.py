@@ -1,17 +1,14 @@
 """Top-k over stored float32 rows [N, D] (unit rows for cosine), exact or approximate: :class:`VectorSearch`.
 
-- exact, ``backend="torch"``: scores in blocks of ``query_chunk_size`` x ``corpus_chunk_size``, each block's top-k
-  merged into a running top-k, so memory stays one block whatever N (as sentence-transformers'
-  ``util.semantic_search``); ``backend="faiss"``: a ``faiss.IndexFlatIP``, same results, faster for many queries.
-- approximate (needs faiss), built from the rows at the first query after rows were added: ``"hnsw"``
-  (``IndexHNSWFlat``) or ``"ivf"`` (``IndexIVFFlat``, k-means lists; ``nprobe >= nlist`` is exact).
-- ``"auto"``: exact below :data:`AUTO_APPROXIMATE_MIN_ROWS` rows; from there, with faiss, HNSW only if its recall@10
-  on held-out rows (:meth:`VectorSearch.measure_recall`) reaches :data:`AUTO_MIN_RECALL`: calibrated embeddings are
-  close to isotropic, the hard case for HNSW, so a fixed switch could silently lose most true neighbours.
+Exact search runs in torch blocks (memory stays one block whatever N) or a faiss flat index; an approximate one
+(faiss HNSW or IVF) is built from the rows at the first query after rows were added. ``"auto"`` chooses HNSW only
+where its measured recall reaches :data:`AUTO_MIN_RECALL`: calibrated embeddings are close to isotropic, the hard
+case for HNSW, so a fixed switch could silently lose most true neighbours.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 from typing import Any, Literal, get_args
 
@@ -41,12 +38,8 @@ RECALL_SAMPLE = 500
 
 
 def faiss_available() -> bool:
-    """Whether the optional ``faiss`` package (``faiss-cpu``) can be imported."""
-    try:
-        import faiss  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether the optional ``faiss`` package (``faiss-cpu``) is installed."""
+    return importlib.util.find_spec("faiss") is not None
 
 
 def import_faiss(

@@ -1,18 +1,8 @@
 """:class:`EmbeddingIndex`: the rows of a search index (vectors, ids, texts), the identity of the model that
 embedded them (checked by :meth:`EmbeddingIndex.check_model`: scores between two embedding spaces are meaningless),
-and its folder::
-
-    my-index/
-      index.json               format and version, metric, dim, ids, texts, the model identity (encoder config +
-                               fingerprint, calibrator type + fingerprint), its source (hub id ``model_source``, or
-                               ``model_local_path`` relative to the index folder: never an absolute path), the kind
-                               of search with its ``ann_params`` and measured ``recall``, the sha256 of the other
-                               files and ``content_sha256`` of the rest of index.json (an edited id is refused)
-      embeddings.safetensors   float32 [N, D] (unit rows for cosine)
-      ann.faiss                an approximate search's faiss index, so that a query need not rebuild it (HNSW over
-                               100k x 384 rows: ~40 s on 2 CPU cores); a faiss that cannot read it rebuilds it
-
-Where faiss is missing, an index saved with the faiss backend or an approximate kind loads as torch / exact.
+and its folder: ``index.json`` (settings, ids, texts, the model's identity and source, the measured recall, the
+sha256 of the other files and ``content_sha256`` of the rest of itself), ``embeddings.safetensors`` (float32 [N, D])
+and, for an approximate search, ``ann.faiss`` (its faiss index, so that a query need not rebuild it).
 """
 
 from __future__ import annotations
