@@ -130,6 +130,10 @@ def test_save_load_roundtrip(calibrator, anisotropic_data, tmp_path):
     loaded = Calibrator.load(tmp_path / "cal")
     assert type(loaded) is type(calibrator)
     np.testing.assert_array_equal(loaded.transform(anisotropic_data), calibrator.transform(anisotropic_data))
+    # On the device path too (what Embedder.encode runs): a fitted array whose memory order differs from the loaded
+    # one's (column-major from a boolean index) makes torch's matmul round differently, by ~1e-7.
+    x = torch.from_numpy(anisotropic_data)
+    torch.testing.assert_close(loaded.torch_transform("cpu")(x), calibrator.torch_transform("cpu")(x), rtol=0, atol=0)
 
 
 def test_rejects_bad_input(calibrator, anisotropic_data):

@@ -103,8 +103,10 @@ def fit_spectrum(
     shrinkage = singular_shrinkage(shrinkage, eigvals, n, what)
     if shrinkage > 0:
         eigvals = eigvals + shrinkage * eigvals.mean()
-    keep = eigvals > rcond * eigvals[0]
-    return eigvals[keep], eigvecs[:, keep], shrinkage
+    # Descending, so the directions kept are a prefix: slices keep the fitted arrays C-ordered, as a loaded model's
+    # are (a boolean index would copy them column-major, and matmuls then round differently from the loaded model).
+    rank = int((eigvals > rcond * eigvals[0]).sum())
+    return eigvals[:rank], eigvecs[:, :rank], shrinkage
 
 
 def read_projection(arrays: dict[str, np.ndarray], d: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
