@@ -8,6 +8,7 @@ problem with a file's content is an :class:`~bertflow.errors.InputError` naming 
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import io
@@ -415,22 +416,40 @@ def index_lines(path: str | Path, every: int, *, block_size: int = 1 << 24) -> L
 
 def read_lines(path: str | Path, offset: int, count: int, *, first_line: int = 1, errors: str = "strict") -> list[str]:
     """``count`` lines from byte ``offset`` (:func:`index_lines`), decoded and checked as :func:`decode_line` does;
-    ``first_line`` (1-based) numbers them in errors.
+    ``first_line`` (1-based) numbers them in errors. InputError: the file ended early (changed since indexed), a
+    line not UTF-8 (strict), or a blank line.
 
-    Read as one block (a 131,072-line shard in tens of ms; line by line took ~6 us a line on the thread that feeds
-    the encoder); a block with a NUL, a lone CR, bytes that are not UTF-8 or too few lines is read again line by
-    line, which gives the same text or names the bad line.
-
-    Raises:
-        InputError: the file ended early (changed since indexed), a line not UTF-8 (strict), or a blank line.
+    The lines are decoded as one block (line by line took ~6 us a line on the thread that feeds the encoder); a
+    block with a NUL, a lone CR or bytes that are not UTF-8 is decoded line by line, which gives the same text or
+    names the bad line.
     """
     p = Path(path)
-    text = _read_block(p, offset, count)
+    try:
+        with open(p, "rb") as fh:
+            fh.seek(offset)
+            raw = list(itertools.islice(fh, count))
+    except OSError as e:
+        raise InputError(f"cannot read {p}: {e.strerror or e}") from None
+    data = b"".join(raw)
+    if b"\r" in data and data.count(b"\r") == data.count(b"\r\n"):
+        data = data.replace(b"\r\n", b"\n")  # every CR ends a line: the terminator decode_line removes
+    text = None
+    if raw and len(raw) == count and b"\r" not in data and b"\x00" not in data:
+        with contextlib.suppress(UnicodeDecodeError):
+            text = data.removesuffix(b"\n").decode("utf-8")
     if text is None:
-        return _read_lines_one_by_one(p, offset, count, first_line, errors)
-    if offset == 0 and text.startswith(BOM):
-        text = text[1:]
-    lines = text.split("\n")
+        lines = []
+        for i, line in enumerate(raw):
+            lines.append(decode_line(line, p, first_line + i, errors, first=i == 0 and offset == 0))
+            if is_blank(lines[-1]):
+                _blank_line_error(p, first_line + i)
+        if len(lines) != count:
+            raise InputError(
+                f"{p} ended after line {first_line + len(lines) - 1}, but {count} lines were expected from line "
+                f"{first_line}: the file changed since it was indexed"
+            )
+        return lines
+    lines = (text[1:] if offset == 0 and text.startswith(BOM) else text).split("\n")
     # Blank lines (is_blank) are empty, all whitespace, or hold an invisible character: the two first checks run at C
     # speed over the list, and the rare block with an invisible character anywhere is checked line by line.
     if "" in lines or any(map(str.isspace, lines)) or any(c in text for c in INVISIBLE):
@@ -445,61 +464,3 @@ def _blank_line_error(path: Path, number: int) -> NoReturn:
         f"{path}: line {number} is empty or only whitespace or invisible characters; every line becomes one "
         "row, so remove blank lines first (e.g. grep -v '^[[:space:]]*$')"
     )
-
-
-def _read_block(path: Path, offset: int, count: int, block_size: int = 1 << 22) -> str | None:
-    """The ``count`` lines from byte ``offset`` as one text joined by ``\\n`` (a BOM kept), or ``None`` where they
-    need the line-by-line reader (see :func:`read_lines`)."""
-    pieces: list[bytes] = []
-    found = 0  # newlines in pieces
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(offset)
-            while found < count:
-                block = fh.read(block_size)
-                if not block:
-                    break
-                n = block.count(b"\n")
-                if found + n >= count:
-                    where = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
-                    pieces.append(block[: int(where[count - found - 1]) + 1])
-                    found = count
-                    break
-                pieces.append(block)
-                found += n
-    except OSError as e:
-        raise InputError(f"cannot read {path}: {e.strerror or e}") from None
-    data = b"".join(pieces)
-    if b"\r" in data:
-        if data.count(b"\r") != data.count(b"\r\n"):
-            return None
-        data = data.replace(b"\r\n", b"\n")  # every CR ends a line: the terminator the line reader removes
-    if data.endswith(b"\n"):
-        data = data[:-1]
-    elif found == count - 1 and data:
-        found = count  # the file's last line, without a terminator
-    if found != count or count == 0 or b"\x00" in data:
-        return None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-
-
-def _read_lines_one_by_one(path: Path, offset: int, count: int, first_line: int, errors: str) -> list[str]:
-    """:func:`read_lines` line by line: the reference, and the reader of blocks that need a line's own checks."""
-    out: list[str] = []
-    with open(path, "rb") as fh:
-        fh.seek(offset)
-        for i, raw in enumerate(itertools.islice(fh, count)):
-            number = first_line + i
-            text = decode_line(raw, path, number, errors, first=i == 0 and offset == 0)
-            if is_blank(text):
-                _blank_line_error(path, number)
-            out.append(text)
-    if len(out) != count:
-        raise InputError(
-            f"{path} ended after line {first_line + len(out) - 1}, but {count} lines were expected from line "
-            f"{first_line}: the file changed since it was indexed"
-        )
-    return out
