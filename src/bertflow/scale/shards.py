@@ -110,16 +110,21 @@ class ShardWriter:
             self._pending.pop(0).result()
 
     def commit(self) -> dict[str, Any]:
-        """Finish the shard (InputError if short): wait for the writes, fsync, rename, write the record; return it."""
+        """Finish the shard: wait for the writes, fsync, rename, write the record; return it. On failure (InputError
+        if short) the shard is aborted."""
         if self._done:
             raise RuntimeError("this shard was already committed or aborted")
-        for future in self._pending:
-            future.result()
-        self._pending.clear()
-        if self._written != self.spec.rows:
-            raise InputError(f"shard {self.spec.index} got {self._written} rows, expected {self.spec.rows}")
-        self._shutdown()
-        size, digest = self._finish()
+        try:
+            for future in self._pending:
+                future.result()
+            self._pending.clear()
+            if self._written != self.spec.rows:
+                raise InputError(f"shard {self.spec.index} got {self._written} rows, expected {self.spec.rows}")
+            self._shutdown()
+            size, digest = self._finish()
+        except BaseException:
+            self.abort()
+            raise
         record = {
             "index": self.spec.index,
             "start": self.spec.start,
