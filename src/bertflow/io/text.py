@@ -366,9 +366,6 @@ def distinct(sentences: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(sentences))
 
 
-# -- the input file: line index and reads by offset ----------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class LineIndex:
     """One pass over a text file: its size in bytes, sha256, line count (a last line without a newline counts)

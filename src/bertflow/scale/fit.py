@@ -22,9 +22,6 @@ if TYPE_CHECKING:
     from ..calibrators import FlowCalibrator, WhiteningCalibrator
 
 
-# -- distributed fitting -------------------------------------------------------------------------------------------
-
-
 @dataclass
 class Moments:
     """Float64 sums over all ranks of ``n`` rows ``x_i`` [D] less ``shift`` (the mean of the ranks' first chunks:

@@ -20,8 +20,6 @@ from .. import errors
 from ..errors import BertflowError, InputError, describe_os_error
 from ..resources import share_cpu_threads
 
-# -- topology and process group ---------------------------------------------------------------------------------
-
 
 @dataclass(frozen=True)
 class Topology:
@@ -163,9 +161,6 @@ def run_on_main(fn: Callable[[], Any]) -> Any:
         error.from_rank0 = rank != 0  # type: ignore[attr-defined]  # the CLI prints it once, on rank 0
         raise error
     return payload[1]
-
-
-# -- local multi-process launch (no torchrun) ---------------------------------------------------------------------
 
 
 def launch_local(

@@ -35,8 +35,6 @@ SHARD_SUFFIXES = {"npy": ".npy", "parquet": ".parquet", "arrow": ".arrow"}
 #: rank's shards, so smaller ones cost only their commits (issue 23 goal 3).
 DEFAULT_SHARD_SIZE = 32768
 
-# -- small file helpers ---------------------------------------------------------------------------------------
-
 
 def read_record(path: Path) -> dict[str, Any] | None:
     """The JSON object in ``path``, or ``None`` when it is missing or unreadable (an incomplete record)."""
@@ -69,9 +67,6 @@ def read_manifest(folder: str | Path) -> dict[str, Any]:
         if key not in data:
             raise ModelFileError(f"{path} lacks {key!r}; was it edited?")
     return data
-
-
-# -- the shard plan ---------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -155,12 +150,9 @@ def shard_record(folder: str | Path, spec: ShardSpec, dim: int, dtype: str = "fl
             from ..io.arrow import embedding_table_rows
 
             return record if dtype == "float32" and embedding_table_rows(path, spec.format, dim) == spec.rows else None
-        with open(path, "rb") as fh:
-            version = np.lib.format.read_magic(fh)
-            if version == (1, 0):
-                shape, _, file_dtype = np.lib.format.read_array_header_1_0(fh)
-            else:
-                shape, _, file_dtype = np.lib.format.read_array_header_2_0(fh)
+        with open(path, "rb") as fh:  # a version 1.0 header, as ShardWriter writes
+            np.lib.format.read_magic(fh)
+            shape, _, file_dtype = np.lib.format.read_array_header_1_0(fh)
     except (OSError, ValueError):
         return None
     if tuple(shape) != (spec.rows, dim) or file_dtype != np.dtype(dtype):
@@ -179,9 +171,6 @@ def remove_temporary_files(folder: str | Path) -> int:
                 f.unlink(missing_ok=True)
                 removed += 1
     return removed
-
-
-# -- completing a store ----------------------------------------------------------------------------------------
 
 
 def new_manifest(

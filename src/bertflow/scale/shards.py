@@ -30,13 +30,7 @@ class ShardWriter:
 
     Rows are written and hashed by a ``background`` thread, overlapping the encoding of the next rows. Nothing
     under the final names exists until :meth:`commit` returns; an exception in the ``with`` block deletes the
-    temporary file.
-
-    Example:
-        >>> with ShardWriter("out", ShardSpec(0, 0, 3), dim=2) as w:
-        ...     w.write(np.zeros((3, 2), np.float32))
-        ...     w.commit()
-    """
+    temporary file."""
 
     def __init__(
         self,
@@ -227,10 +221,8 @@ def open_shard_writer(
     record: dict[str, Any] | None = None,
     ids: tuple[str, Any] | None = None,
 ) -> ShardWriter:
-    """The writer of shard ``spec`` in its format: a :class:`ShardWriter` (``.npy``; InputError with ``ids``) or a
+    """The writer of shard ``spec`` in its format: a :class:`ShardWriter` (``.npy``, no ``ids``) or a
     :class:`TableShardWriter`."""
     if spec.format == "npy":
-        if ids is not None:
-            raise InputError("an id column can only be stored in Parquet or Arrow shards (--format parquet|arrow)")
         return ShardWriter(folder, spec, dim, record=record)
     return TableShardWriter(folder, spec, dim, record=record, ids=ids)
