@@ -47,23 +47,14 @@ def _open_binary(path: str | Path) -> io.BufferedIOBase:
         return open(os.dup(sys.stdin.fileno()), "rb")  # noqa: SIM115 - the caller closes it
     try:
         fh = open(p, "rb")  # noqa: SIM115 - the caller closes it
+        if fh.peek(2)[:2] != _GZIP_MAGIC:
+            return fh
+        fh.close()  # reopened by name, so that the GzipFile owns (and closes) its file
+        return gzip.open(p, "rb")
     except FileNotFoundError:
         raise InputError(f"cannot read {p}: no such file") from None
     except IsADirectoryError:
         raise InputError(f"cannot read {p}: it is a directory, expected a text file") from None
-    except OSError as exc:
-        raise InputError(f"cannot read {p}: {exc.strerror or exc}") from None
-    try:
-        is_gzip = fh.peek(2)[:2] == _GZIP_MAGIC
-    except OSError as exc:
-        fh.close()
-        raise InputError(f"cannot read {p}: {exc.strerror or exc}") from None
-    if not is_gzip:
-        return fh
-    # Reopened by name so that the GzipFile owns (and closes) its file.
-    fh.close()
-    try:
-        return gzip.open(p, "rb")
     except OSError as exc:
         raise InputError(f"cannot read {p}: {exc.strerror or exc}") from None
 

@@ -1,12 +1,7 @@
 """Sharded encoding to disk (``bertflow distributed-encode``); for several devices of one machine in memory see
-:func:`bertflow.encoding.multiprocess.encode_multi_device`.
-
-Rank 0 indexes the input file once (line count, sha256, the byte offset of every shard's first line) and writes
-the manifest; each rank then encodes its contiguous block of the shards that are not finished yet, seeking straight
-to their byte offsets, and writes each shard atomically (:class:`bertflow.scale.shards.ShardWriter`). Shard
-boundaries are multiples of the encoder's chunk size, so every forward pass sees exactly the sentences it would in
-one process: the store is bit for bit what ``SentenceEncoder.iter_encode`` (or ``bertflow encode``) gives on the
-same kind of device.
+:func:`bertflow.encoding.multiprocess.encode_multi_device`. Shard boundaries are multiples of the encoder's chunk
+size, so every forward pass sees exactly the sentences it would in one process: the store is bit for bit what
+``SentenceEncoder.iter_encode`` (or ``bertflow encode``) gives on the same kind of device.
 """
 
 from __future__ import annotations

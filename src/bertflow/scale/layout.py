@@ -1,9 +1,5 @@
-"""The layout of an embedding store on disk: file names, the manifest, the shard plan and shard completion.
-
-What the files mean is described in :mod:`bertflow.scale.store`. This module decides what a store *is* (names,
-``manifest.json``, which rows each shard holds, whether a shard is complete); :mod:`bertflow.scale.shards` writes
-shards and :mod:`bertflow.scale.reader` reads them back.
-"""
+"""The layout of an embedding store on disk (:mod:`bertflow.scale.store`): file names, the manifest, the shard plan
+(which rows each shard holds) and shard completion."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
 """Writing one shard of an embedding store, ``.npy`` (:class:`ShardWriter`) or Parquet/Arrow
-(:class:`TableShardWriter`).
-
-Each writer writes under a temporary name, fsyncs and renames, and only then writes the shard's completion record,
-so a killed writer never leaves a short shard (see :mod:`bertflow.scale.store` for the layout).
-"""
+(:class:`TableShardWriter`): under a temporary name, fsynced and renamed, and only then its completion record, so a
+killed writer never leaves a short shard."""
 
 from __future__ import annotations
 
