@@ -131,7 +131,7 @@ def atomic_directory(target: str | Path) -> Iterator[Path]:
     if target.exists() and not target.is_dir():
         raise ModelFileError(f"{target} exists and is not a folder")
     new, old = _beside(target, "new"), _beside(target, "old")
-    with _hold_lock(_beside(target, "lock"), target, "save"):
+    with folder_lock(target, "save", _beside(target, "lock")):
         # What a killed save of target left: no other save of it runs now. The old folder only once target is a
         # complete folder again (else it is the only copy, and stays until the new one is in place).
         _remove(new)
@@ -428,18 +428,13 @@ LOCK_NAME = ".lock"
 
 
 @contextlib.contextmanager
-def folder_lock(folder: str | Path, what: str) -> Iterator[None]:
-    """Hold ``FOLDER/.lock`` (``filelock``'s OS lock: free at once when its holder dies) while ``what`` runs; a
-    second run gets an :class:`OutputError` at once naming the holder's host and pid."""
-    with _hold_lock(Path(folder) / LOCK_NAME, folder, what):
-        yield
-
-
-@contextlib.contextmanager
-def _hold_lock(path: Path, place: str | Path, what: str) -> Iterator[None]:
-    """Hold the lock file ``path`` for ``what`` on ``place`` (see :func:`folder_lock`)."""
+def folder_lock(place: str | Path, what: str, path: Path | None = None) -> Iterator[None]:
+    """Hold the lock file ``path`` (default ``PLACE/.lock``; ``filelock``'s OS lock: free at once when its holder
+    dies) while ``what`` runs on ``place``; a second run gets an :class:`OutputError` at once naming the holder's
+    host and pid."""
     from filelock import FileLock, Timeout
 
+    path = path or Path(place) / LOCK_NAME
     lock = FileLock(path, timeout=0)
     try:
         lock.acquire()

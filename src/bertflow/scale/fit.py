@@ -117,18 +117,8 @@ def _all_reduce(tensor: torch.Tensor, op: Any = None) -> None:
 
 def _row_chunks(X: Any, start: int, stop: int, rows: int) -> Iterator[np.ndarray]:
     """Rows ``[start, stop)`` of an array-like (ndarray, memmap, ShardedEmbeddings) in blocks of ``rows``."""
-    if hasattr(X, "iter_chunks"):
-        yield from X.iter_chunks(start, stop, rows)
-        return
     for a in range(start, stop, rows):
         yield np.asarray(X[a : min(a + rows, stop)])
-
-
-def _take(X: Any, rows: np.ndarray) -> np.ndarray:
-    """Rows at ``rows`` (any order) of an array-like, read in one pass."""
-    if hasattr(X, "take") and not isinstance(X, np.ndarray):
-        return X.take(rows)
-    return np.asarray(X[rows])
 
 
 def _check_matrix(X: Any) -> tuple[int, int]:
@@ -196,7 +186,7 @@ def _rank_batches(
         local = [np.array_split(train_rows[idx], world)[rank] for idx in block]
         wanted = np.concatenate(local)
         unique, inverse = np.unique(wanted, return_inverse=True)
-        data = _take(X, unique)[:, active].astype(np.float32)
+        data = np.asarray(X[unique])[:, active].astype(np.float32)
         pos = 0
         for part in local:
             sel = inverse[pos : pos + len(part)]
@@ -215,7 +205,7 @@ class _HeldOutScore:
             self._cache = self._read(self.rows)
 
     def _read(self, rows: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(_take(self.X, rows)[:, self.active].astype(np.float32)).to(self.device)
+        return torch.from_numpy(np.asarray(self.X[rows])[:, self.active].astype(np.float32)).to(self.device)
 
     @torch.no_grad()
     def __call__(self, glow: torch.nn.Module) -> float:
@@ -271,7 +261,7 @@ def fit_flow_distributed(
     # The trainer's seeded generator draws the split and every batch, as in one process.
     val_rows, train_rows = (rows.numpy() for rows in trainer.split(n))
     if rank == 0:
-        init = _take(X, train_rows[: cal.init_samples])[:, active].astype(np.float32)
+        init = np.asarray(X[train_rows[: cal.init_samples]])[:, active].astype(np.float32)
         trainer.initialize(torch.from_numpy(init).to(dev))
     if world > 1:
         state = broadcast_object({k: v.cpu() for k, v in glow.state_dict().items()} if rank == 0 else None)
