@@ -164,27 +164,17 @@ class TableShardWriter(ShardWriter):
     one row group or record batch per :meth:`write`), with ``ids = (name, pyarrow array of the shard's rows)``
     copied beside the embeddings."""
 
-    def __init__(
-        self,
-        folder: str | Path,
-        spec: ShardSpec,
-        dim: int,
-        dtype: str = "float32",
-        *,
-        record: dict[str, Any] | None = None,
-        background: bool = True,
-        ids: tuple[str, Any] | None = None,
-    ) -> None:
-        if np.dtype(dtype) != np.float32:
-            raise InputError(f"Parquet and Arrow shards hold float32 embeddings, not {dtype}")
-        if ids is not None and len(ids[1]) != spec.rows:
-            raise InputError(f"shard {spec.index} holds {spec.rows} rows but got {len(ids[1])} ids")
+    def __init__(self, *args: Any, ids: tuple[str, Any] | None = None, **kwargs: Any) -> None:
         self._ids = ids
-        super().__init__(folder, spec, dim, dtype, record=record, background=background)
+        super().__init__(*args, **kwargs)
 
     def _open(self) -> None:
         from ..io.arrow import EmbeddingTableWriter, pyarrow
 
+        if self.dtype != np.float32:
+            raise InputError(f"Parquet and Arrow shards hold float32 embeddings, not {self.dtype}")
+        if self._ids is not None and len(self._ids[1]) != self.spec.rows:
+            raise InputError(f"shard {self.spec.index} holds {self.spec.rows} rows but got {len(self._ids[1])} ids")
         self._stack = contextlib.ExitStack()
         self._fh = self._stack.enter_context(atomic_file(self.path, "wb"))
         id_field = pyarrow().field(self._ids[0], self._ids[1].type) if self._ids is not None else None
