@@ -79,13 +79,7 @@ IDENTITY_KEYS = (
 WARMUP_CHUNKS = 3
 
 
-def _warm_up(
-    encoder: SentenceEncoder,
-    calibrator: Calibrator | None,
-    source: InputSource,
-    mine: Sequence[ShardSpec],
-    encode_kwargs: dict[str, int],
-) -> float:
+def _warm_up(encoder: SentenceEncoder, plan: StorePlan, mine: Sequence[ShardSpec]) -> float:
     """On CUDA, run the first chunks of the rank's first shard through the encode loop (vectors discarded) before
     the timed phase: a cold rank's start-up (tokeniser workers, kernels, the calibrator's CUDA graph) made its first
     shard run at under half speed, and belongs to loading. Returns seconds."""
@@ -97,9 +91,9 @@ def _warm_up(
     first = mine[0]
     # A few chunks, so that as many are in flight as in the timed loop (their pinned host buffers are allocated
     # here, and cached for it).
-    stop = min(first.stop, first.start + WARMUP_CHUNKS * encode_kwargs["chunk_size"])
-    lines = source.read(first.start, stop, first.offset)
-    for _ in iter_calibrated(encoder, calibrator, iter(lines), **encode_kwargs):  # iter: a stream starts the workers
+    stop = min(first.stop, first.start + WARMUP_CHUNKS * plan.encode_kwargs["chunk_size"])
+    lines = plan.source.read(first.start, stop, first.offset)
+    for _ in iter_calibrated(encoder, plan.calibrator, iter(lines), **plan.encode_kwargs):  # iter: a stream starts the workers
         pass
     return time.perf_counter() - t
 
@@ -262,7 +256,7 @@ def _run_rank(
 
     rank, world = rank_and_world()
     record = {"rank": rank, "world_size": world, "device": str(getattr(encoder, "device", "unknown"))}
-    warmup = _warm_up(encoder, plan.calibrator, plan.source, mine, plan.encode_kwargs)
+    warmup = _warm_up(encoder, plan, mine)
     barrier()  # every rank has its encoder loaded, warmed and its plan: the timed phase starts together
     t0 = time.perf_counter()
     total = sum(s.rows for s in mine)
@@ -296,8 +290,8 @@ def _summarise(
 ) -> dict[str, Any]:
     """Rank 0, after every shard is written: complete the manifest, merge if asked, and return the run's summary."""
     counts = {"encoded_shards": encoded, "skipped_shards": skipped}
-    run = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)), "world_size": len(per_rank)}
-    run |= {**counts, "seconds": round(wall, 4)}
+    started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))
+    run = {"started_at": started_at, "world_size": len(per_rank), **counts, "seconds": round(wall, 4)}
     final = finalize_manifest(folder, run={**run, "host": socket.gethostname(), "bertflow_version": __version__})
     merged = str(merge_shards(folder)) if merge else None
     encoded_rows = sum(r["rows"] for r in per_rank)
