@@ -90,10 +90,10 @@ def _warm_up(encoder: SentenceEncoder, plan: StorePlan, mine: Sequence[ShardSpec
     t = time.perf_counter()
     first = mine[0]
     # A few chunks, so that as many are in flight as in the timed loop (their pinned host buffers are allocated
-    # here, and cached for it).
+    # here, and cached for it), as a stream (iter), which starts the tokeniser workers.
     stop = min(first.stop, first.start + WARMUP_CHUNKS * plan.encode_kwargs["chunk_size"])
     lines = plan.source.read(first.start, stop, first.offset)
-    for _ in iter_calibrated(encoder, plan.calibrator, iter(lines), **plan.encode_kwargs):  # iter: a stream starts the workers
+    for _ in iter_calibrated(encoder, plan.calibrator, iter(lines), **plan.encode_kwargs):
         pass
     return time.perf_counter() - t
 
