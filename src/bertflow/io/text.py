@@ -206,8 +206,6 @@ def read_tsv_column(
     """
     p = Path(path)
     rows = _iter_tsv_rows(p, errors)
-    index: int
-    label: str
     if isinstance(column, bool) or not isinstance(column, (str, int)):
         raise InputError(f"column must be a header name or a 0-based index, got {column!r}")
     header_fields: list[str] | None = None
@@ -251,13 +249,9 @@ def read_tsv_column(
 
 @dataclass
 class SentencePairs:
-    """N aligned sentence pairs, optionally with a gold score (STS) or a label (NLI) per pair.
-
-    Attributes:
-        scores: gold similarity, float64 ``(N,)`` on the data set's own scale (0-5 STS, 1-5 SICK), or None.
-        labels: class label per pair (e.g. ``"entailment"``) for NLI files, else None.
-        columns: every column of the file by header name, as raw text (``read_pairs(..., keep_columns=True)``).
-    """
+    """N aligned sentence pairs, optionally with a gold score (STS) or a label (NLI) per pair: ``scores``, float64
+    ``(N,)`` on the data set's own scale (0-5 STS, 1-5 SICK); ``labels`` (e.g. ``"entailment"``); ``columns``, every
+    column of the file by header name as raw text (``read_pairs(..., keep_columns=True)``)."""
 
     sentences1: list[str]
     sentences2: list[str]
@@ -293,11 +287,9 @@ def read_pairs(
 
     Every row has exactly as many fields as the header (a TAB inside a sentence would shift columns); other
     columns are allowed. ``require_target=False`` reads pairs without a score or label column; ``keep_columns``
-    also returns every column as text (:attr:`SentencePairs.columns`).
-
-    Raises:
-        InputError: a missing or wrong header, a row with the wrong number of fields, a non-numeric or non-finite
-            score, an empty sentence (each with its line number), or no rows.
+    also returns every column as text (:attr:`SentencePairs.columns`). InputError, with the line number: a missing
+    or wrong header, a row with the wrong number of fields, a non-numeric or non-finite score, an empty sentence;
+    or no rows.
     """
     p = Path(path)
     rows = _iter_tsv_rows(p, errors)
@@ -311,12 +303,8 @@ def read_pairs(
         raise InputError(
             f"{p}: line {first[0]} must be a header with the columns {wanted}, TAB-separated; got {header!r}"
         )
-    i1, i2 = header.index("sentence1"), header.index("sentence2")
-    i_target = header.index(target) if target is not None else None
-    columns: list[list[str]] = [[] for _ in header]
-    s1: list[str] = []
-    s2: list[str] = []
-    targets: list[str] = []
+    i1, i2, it = header.index("sentence1"), header.index("sentence2"), header.index(target) if target else -1
+    table: list[list[str]] = []
     scores: list[float] = []
     for number, fields in rows:
         if len(fields) != len(header):
@@ -324,12 +312,11 @@ def read_pairs(
                 f"{p}: line {number} has {len(fields)} TAB-separated field(s), expected {len(header)} "
                 f"({', '.join(header)})"
             )
-        a, b = fields[i1], fields[i2]
-        t = fields[i_target] if i_target is not None else ""
-        if is_blank(a) or is_blank(b):
-            which = "sentence1" if is_blank(a) else "sentence2"
+        if is_blank(fields[i1]) or is_blank(fields[i2]):
+            which = "sentence1" if is_blank(fields[i1]) else "sentence2"
             raise InputError(f"{p}: line {number}: {which} is empty (or only whitespace or invisible characters)")
         if target == "score":
+            t = fields[it]
             try:
                 value = float(t)
             except ValueError:
@@ -337,19 +324,15 @@ def read_pairs(
             if not math.isfinite(value):
                 raise InputError(f"{p}: line {number}: score {t!r} is not finite")
             scores.append(value)
-        elif target == "label":
-            targets.append(t)
-        s1.append(a)
-        s2.append(b)
-        if keep_columns:
-            for column, field in zip(columns, fields, strict=True):
-                column.append(field)
-    if not s1:
+        table.append(fields)
+    if not table:
         raise InputError(f"no sentence pairs in {p}")
-    kept = dict(zip(header, columns, strict=True)) if keep_columns else None
+    s1, s2 = [row[i1] for row in table], [row[i2] for row in table]
+    kept = {name: [row[i] for row in table] for i, name in enumerate(header)} if keep_columns else None
     if target == "score":
         return SentencePairs(s1, s2, np.asarray(scores, dtype=np.float64), columns=kept)
-    return SentencePairs(s1, s2, None, targets if target == "label" else None, columns=kept)
+    labels = [row[it] for row in table] if target == "label" else None
+    return SentencePairs(s1, s2, None, labels, columns=kept)
 
 
 def distinct(sentences: Iterable[str]) -> list[str]:
