@@ -365,7 +365,7 @@ def test_line_index_agrees_with_the_whole_file_reader(tmp_path, content, every):
     path.write_bytes(content)
     expected = [text for _, text in iter_lines(path)]
     index = index_lines(path, every, block_size=3)  # tiny blocks: boundaries fall across block edges
-    assert index.lines == len(expected) and index.bytes == len(content)
+    assert index.rows == index.record["lines"] == len(expected) and index.record["bytes"] == len(content)
     assert len(index.offsets) == -(-len(expected) // every)
     got = []
     for k, offset in enumerate(index.offsets):

@@ -26,7 +26,7 @@ import numpy as np
 from ..errors import InputError, ModelFileError
 from ..validation import is_blank
 from .formats import sha256_file
-from .text import index_lines, read_lines
+from .text import InputIndex, TextLines
 
 #: Table formats read (``--input-format``), and the file name suffixes read as each.
 TABLE_FORMATS = ("parquet", "arrow")
@@ -55,17 +55,6 @@ def input_format(path: str | Path, explicit: str | None = None) -> str:
             raise InputError(f"input format must be text, parquet or arrow, got {explicit!r}")
         return explicit
     return TABLE_SUFFIXES.get(Path(path).suffix.lower(), "text")
-
-
-@dataclass(frozen=True)
-class InputIndex:
-    """What indexing an input learns: ``rows``; ``offsets``, the byte offset of every shard's first line (text
-    files; None for tables, read by row number); ``record``, the input's identity in the manifest (size, sha256,
-    a table's column) that a resumed run must repeat."""
-
-    rows: int
-    offsets: tuple[int, ...] | None
-    record: dict[str, Any]
 
 
 def _is_text(pa: Any, kind: Any) -> bool:
@@ -217,26 +206,6 @@ class TableColumn:
         kind = self.id_field().type  # ValueError without an id column
         chunks = list(self._iter_column(self.id_column, start, stop))
         return pyarrow().concat_arrays(chunks) if chunks else pyarrow().array([], type=kind)
-
-
-@dataclass(frozen=True)
-class TextLines:
-    """A text file as the input of a sharded run (one sentence per line, read by byte offset)."""
-
-    path: Path
-    errors: str = "strict"
-
-    def index(self, every: int) -> InputIndex:
-        """One pass over the input (:func:`index_lines`): lines, every shard's byte offset (``every``: rows per
-        shard), the file's sha256."""
-        found = index_lines(self.path, every)
-        return InputIndex(
-            found.lines, found.offsets, {"bytes": found.bytes, "sha256": found.sha256, "lines": found.lines}
-        )
-
-    def read(self, start: int, stop: int, offset: int = 0) -> list[str]:
-        """Lines ``start + 1 .. stop`` (rows ``[start, stop)``), the first beginning at byte ``offset``."""
-        return read_lines(self.path, offset, stop - start, first_line=start + 1, errors=self.errors)
 
 
 #: What a sharded run reads: a text file or a table's text column (``index(every)``, ``read(start, stop, offset)``).

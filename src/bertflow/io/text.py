@@ -21,7 +21,7 @@ import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, NoReturn
+from typing import Any, Literal, NoReturn
 
 import numpy as np
 
@@ -341,20 +341,20 @@ def distinct(sentences: Iterable[str]) -> list[str]:
 
 
 @dataclass(frozen=True)
-class LineIndex:
-    """One pass over a text file: its size in bytes, sha256, line count (a last line without a newline counts)
-    and ``offsets``, the byte offset of line ``k * every`` for every ``k * every < lines``."""
+class InputIndex:
+    """What indexing the input of a sharded run learns: ``rows``; ``offsets``, the byte offset of every shard's first
+    line (text files; None for tables, read by row number); ``record``, the input's identity in the manifest (size,
+    sha256, a table's column) that a resumed run must repeat."""
 
-    bytes: int
-    sha256: str
-    lines: int
-    offsets: tuple[int, ...]
-    every: int
+    rows: int
+    offsets: tuple[int, ...] | None
+    record: dict[str, Any]
 
 
-def index_lines(path: str | Path, every: int, *, block_size: int = 1 << 24) -> LineIndex:
-    """The :class:`LineIndex` of ``path`` with offsets every ``every`` lines (the shard size), streamed in blocks
-    of ``block_size`` bytes; lines split on ``b"\\n"`` as :func:`iter_lines` does (row ``i`` is line ``i + 1``)."""
+def index_lines(path: str | Path, every: int, *, block_size: int = 1 << 24) -> InputIndex:
+    """One pass over a text file, streamed in blocks of ``block_size`` bytes: its line count (a last line without a
+    newline counts), the byte offset of line ``k * every`` for every ``k * every < lines`` (``every``: the shard
+    size), its size and sha256. Lines split on ``b"\\n"`` as :func:`iter_lines` does (row ``i`` is line ``i + 1``)."""
     if every < 1:
         raise InputError(f"every must be positive, got {every}")
     p = Path(path)
@@ -382,7 +382,23 @@ def index_lines(path: str | Path, every: int, *, block_size: int = 1 << 24) -> L
         raise InputError(f"cannot read {p}: {e.strerror or e}") from None
     lines = newlines + (1 if position and last != b"\n" else 0)
     n_shards = -(-lines // every)
-    return LineIndex(position, h.hexdigest(), lines, tuple(offsets[:n_shards]), every)
+    return InputIndex(lines, tuple(offsets[:n_shards]), {"bytes": position, "sha256": h.hexdigest(), "lines": lines})
+
+
+@dataclass(frozen=True)
+class TextLines:
+    """A text file as the input of a sharded run (one sentence per line, read by byte offset)."""
+
+    path: Path
+    errors: str = "strict"
+
+    def index(self, every: int) -> InputIndex:
+        """:func:`index_lines` (``every``: rows per shard)."""
+        return index_lines(self.path, every)
+
+    def read(self, start: int, stop: int, offset: int = 0) -> list[str]:
+        """Lines ``start + 1 .. stop`` (rows ``[start, stop)``), the first beginning at byte ``offset``."""
+        return read_lines(self.path, offset, stop - start, first_line=start + 1, errors=self.errors)
 
 
 def read_lines(path: str | Path, offset: int, count: int, *, first_line: int = 1, errors: str = "strict") -> list[str]:
