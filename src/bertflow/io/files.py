@@ -374,15 +374,11 @@ def written_by_bertflow(path: str | Path) -> bool:
     except OSError:
         return False
     if head.startswith(np.lib.format.MAGIC_PREFIX):
-        if len(head) < NPY_HEADER_BYTES or head[6:8] != b"\x01\x00":
-            return False
-        try:
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(io.BytesIO(head[8:]))
+        try:  # the header embeddings_npy_header writes, byte for byte, and as many rows as the size holds
+            rows, dim = np.lib.format.read_array_header_1_0(io.BytesIO(head[8:]))[0]
         except (ValueError, SyntaxError):
             return False
-        if fortran or dtype != np.dtype("<f4") or len(shape) != 2:
-            return False
-        return head.endswith(b"\n") and size == NPY_HEADER_BYTES + 4 * shape[0] * shape[1]
+        return head == embeddings_npy_header(rows, dim) and size == NPY_HEADER_BYTES + 4 * rows * dim
     column = head.split(b"\n", 1)[0].rstrip(b"\r").split(b"\t", 1)[0]
     mark = PAIRS_TSV_FIRST_COLUMN.encode()
     return column == mark or (column.startswith(mark + b":") and len(column) > len(mark) + 1)
