@@ -57,39 +57,32 @@ def all_reduce_moments(
     them); ``device`` accumulates there (CUDA makes the D x D products cheap). InputError: no rows on any rank,
     wrong width, or NaN / Inf."""
     dev = torch.device(device or "cpu")
-    iterator = iter(chunks)
-    first = next(iterator, None)
+    blocks = (_checked_block(block, dim) for block in chunks)
+    first = next(blocks, None)
     seed = torch.zeros(dim + 1, dtype=torch.float64, device=dev)
     if first is not None:
-        first = _checked_block(first, dim)
         seed[0] = len(first)
         seed[1:] = torch.from_numpy(first.astype(np.float64).sum(axis=0)).to(dev)
     _all_reduce(seed)
     if seed[0] == 0:
         raise InputError("no rows to compute statistics from, on any rank")
     shift = seed[1:] / seed[0]
-    n = 0
-    total = torch.zeros(dim, dtype=torch.float64, device=dev)
-    squares = torch.zeros(dim, dtype=torch.float64, device=dev)
-    products = torch.zeros((dim, dim), dtype=torch.float64, device=dev) if outer else None
-    abs_max = torch.zeros(1, dtype=torch.float64, device=dev)
-    rest = (_checked_block(block, dim) for block in iterator)  # the first block was checked above, once
-    for block in itertools.chain([first] if first is not None else [], rest):
+    # One vector, all-reduced at once: n, the sum [D], the sum of squares [D], the outer products [D * D].
+    flat = torch.zeros(1 + 2 * dim + (dim * dim if outer else 0), dtype=torch.float64, device=dev)
+    abs_max = 0.0
+    for block in itertools.chain([first] if first is not None else [], blocks):
         if not len(block):
             continue
         c = torch.from_numpy(block.astype(np.float64, copy=False)).to(dev) - shift
-        n += len(block)
-        total += c.sum(dim=0)
-        squares += (c * c).sum(dim=0)
-        if products is not None:
-            products += c.T @ c
-        abs_max = torch.maximum(abs_max, torch.tensor([float(np.abs(block).max())], dtype=torch.float64, device=dev))
-    parts = [torch.tensor([float(n)], dtype=torch.float64, device=dev), total, squares]
-    if products is not None:
-        parts.append(products.reshape(-1))
-    flat = torch.cat(parts)
+        flat[0] += len(block)
+        flat[1 : dim + 1] += c.sum(dim=0)
+        flat[dim + 1 : 2 * dim + 1] += (c * c).sum(dim=0)
+        if outer:
+            flat[2 * dim + 1 :] += (c.T @ c).reshape(-1)
+        abs_max = max(abs_max, float(np.abs(block).max()))
+    largest = torch.tensor([abs_max], dtype=torch.float64, device=dev)
     _all_reduce(flat)
-    _all_reduce(abs_max, dist.ReduceOp.MAX if dist.is_available() else None)
+    _all_reduce(largest, dist.ReduceOp.MAX if dist.is_available() else None)
     flat = flat.cpu().numpy()
     return Moments(
         n=int(round(flat[0])),
@@ -97,7 +90,7 @@ def all_reduce_moments(
         sum=flat[1 : dim + 1],
         sum_sq=flat[dim + 1 : 2 * dim + 1],
         sum_outer=flat[2 * dim + 1 :].reshape(dim, dim) if outer else None,
-        abs_max=float(abs_max.item()),
+        abs_max=float(largest.item()),
     )
 
 
