@@ -137,10 +137,9 @@ def atomic_directory(target: str | Path) -> Iterator[Path]:
         _remove(new)
         if target.is_dir():
             _remove(old)
-        os.mkdir(new, 0o700)
+        os.mkdir(new)  # files and folders made in it follow the umask, as a plain save would
         try:
             yield new
-            apply_umask(new)
             for f in new.rglob("*"):
                 if f.is_file():
                     with open(f, "rb") as fh:
@@ -451,24 +450,3 @@ def folder_lock(place: str | Path, what: str, path: Path | None = None) -> Itera
         with contextlib.suppress(OSError):
             path.unlink()
         lock.release()
-
-
-def current_umask() -> int:
-    """The process's umask, read from /proc where possible (``os.umask`` must set one to read it, racing threads)."""
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def apply_umask(folder: Path) -> None:
-    """Give ``folder`` and its contents the modes a plain ``mkdir`` / ``open`` would (0777 / 0666 less the umask):
-    the temporary folder is 0700 and copies keep their source's mode, so others could not read a saved model."""
-    mask = current_umask()
-    for path in [folder, *folder.rglob("*")]:
-        if path.is_symlink():
-            continue
-        os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
