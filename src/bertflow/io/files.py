@@ -128,8 +128,6 @@ def atomic_directory(target: str | Path) -> Iterator[Path]:
     """
     target = Path(target).expanduser().resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
-    if target.exists() and not target.is_dir():
-        raise ModelFileError(f"{target} exists and is not a folder")
     new, old = _beside(target, "new"), _beside(target, "old")
     with folder_lock(target, "save", _beside(target, "lock")):
         # What a killed save of target left: no other save of it runs now. The old folder only once target is a
