@@ -118,11 +118,8 @@ def _remove(path: Path) -> None:
 @contextlib.contextmanager
 def atomic_directory(target: str | Path) -> Iterator[Path]:
     """Yield a new empty folder beside ``target``; when the block ends its files are fsynced and it takes
-    ``target``'s place (old renamed to ``.NAME.bertflow-old``, new renamed in, old deleted).
-
-    A killed process leaves ``target`` holding the old or the new complete folder, except between the two renames,
-    when the old one is ``.NAME.bertflow-old``: loading names it (:func:`read_folder`), :func:`check_output_folder`
-    counts it as ``target``, and it is deleted only once a new folder is in place. One save of ``target`` at a time
+    ``target``'s place (old renamed to ``.NAME.bertflow-old``, new renamed in, old deleted only then; a kill between
+    the renames is named by :func:`read_folder` and :func:`check_output_folder`). One save of ``target`` at a time
     (an OS lock on ``.NAME.bertflow-lock``), so the next save removes what a killed one left. An exception in the
     block leaves ``target`` as it was. Callers check the destination first (:func:`check_output_folder`).
     """
