@@ -150,28 +150,22 @@ def read_sentences(
     it), repeats dropped with ``unique``. InputError for an unreadable file or no sentences."""
     p = Path(path)
     sentences: list[str] = []
-    seen: set[str] = set()
     n_blank = 0
-    n_duplicate = 0
     for number, text in iter_lines(p, errors=errors):
-        if is_blank(text):
-            if not skip_blank:
-                raise InputError(
-                    f"{p}: line {number} is empty or only whitespace or invisible characters (zero-width, U+FEFF, "
-                    "NUL); remove it or allow skipping blank lines"
-                )
+        if not is_blank(text):
+            sentences.append(text)
+        elif skip_blank:
             n_blank += 1
-            continue
-        if unique:
-            if text in seen:
-                n_duplicate += 1
-                continue
-            seen.add(text)
-        sentences.append(text)
+        else:
+            raise InputError(
+                f"{p}: line {number} is empty or only whitespace or invisible characters (zero-width, U+FEFF, "
+                "NUL); remove it or allow skipping blank lines"
+            )
     if n_blank:
         logger.info("%s: skipped %d blank line(s)", p, n_blank)
-    if n_duplicate:
-        logger.info("%s: dropped %d duplicate sentence(s)", p, n_duplicate)
+    if unique and len(kept := distinct(sentences)) < len(sentences):
+        logger.info("%s: dropped %d duplicate sentence(s)", p, len(sentences) - len(kept))
+        sentences = kept
     if not sentences:
         detail = f" ({n_blank} blank line(s) skipped)" if n_blank else ""
         raise InputError(f"no sentences in {p}{detail}")
