@@ -25,7 +25,7 @@ from .._version import __version__
 from ..calibrators.base import calibrator_identity
 from ..errors import CompatibilityError, InputError
 from ..io.arrow import InputSource, open_input
-from ..io.files import LOCK_NAME, folder_lock
+from ..io.files import check_output_folder, folder_lock
 from ..model_folder import LATER_ENCODER_KEYS
 from ..resources import share
 from .launch import all_gather_object, barrier, rank_and_world, run_on_main
@@ -136,23 +136,15 @@ def _open_store(plan: StorePlan, lock: contextlib.ExitStack) -> tuple[dict[str, 
     """Rank 0: take the store's lock (held by ``lock`` until the run ends), index the input, create or check the
     manifest, clear stale temporaries; return (manifest, indices of the shards done)."""
     folder, identity = plan.folder, plan.identity
-    if folder.exists() and not folder.is_dir():
-        raise InputError(f"{folder} exists and is not a folder")
+    # A store is resumed (or started afresh with overwrite); a file or a folder holding anything else is refused.
+    check_output_folder(folder, "store", resume=True, inputs=[plan.source.path])
     folder.mkdir(parents=True, exist_ok=True)
     lock.enter_context(folder_lock(folder, "distributed-encode run"))
     has_manifest = (folder / MANIFEST_NAME).is_file()
-    if not has_manifest:
-        # Not a store: --overwrite does not change that (it replaces a store, never somebody else's files).
-        strangers = [p.name for p in folder.iterdir() if p.name not in (SHARD_DIR, LOCK_NAME)]
-        if strangers:
-            raise InputError(
-                f"{folder} is not empty and holds no embedding store ({', '.join(sorted(strangers)[:5])}...); "
-                "write to a new or empty folder"
-            )
-    if plan.overwrite:
-        for name in (MANIFEST_NAME, MERGED_NAME):
-            (folder / name).unlink(missing_ok=True)
+    if plan.overwrite:  # the manifest goes last: until then the folder is still a store
         shutil.rmtree(folder / SHARD_DIR, ignore_errors=True)
+        for name in (MERGED_NAME, MANIFEST_NAME):
+            (folder / name).unlink(missing_ok=True)
         has_manifest = False
     index = plan.source.index(plan.shard_size)  # a text file's lines or a table's text column (bertflow.io.arrow)
     if index.rows == 0:
