@@ -192,10 +192,9 @@ class _HeldOutScore:
 
     def __init__(self, X: Any, rows: np.ndarray, active: np.ndarray, total: int, device: torch.device) -> None:
         self.X, self.rows, self.active, self.total, self.device = X, np.sort(rows), active, total, device
-        self._cache: torch.Tensor | None = None
         # Hold the share in memory when it is small (the usual case); stream it from disk otherwise.
-        if len(self.rows) * len(active) * 4 <= 512 * 2**20:
-            self._cache = self._read(self.rows)
+        small = len(self.rows) * len(active) * 4 <= 512 * 2**20
+        self._cache = self._read(self.rows) if small else None
 
     def _read(self, rows: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.asarray(self.X[rows])[:, self.active].astype(np.float32)).to(self.device)

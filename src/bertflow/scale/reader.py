@@ -77,14 +77,11 @@ class ShardedEmbeddings:
             return np.empty((0, self.shape[1]), dtype=self.dtype)
         first = int(np.searchsorted(self._starts, start, side="right")) - 1
         last = int(np.searchsorted(self._starts, stop - 1, side="right")) - 1
-        if first == last:
-            base = self.specs[first].start
-            return self.shard(first)[start - base : stop - base]
         parts = []
         for k in range(first, last + 1):
             base = self.specs[k].start
             parts.append(self.shard(k)[max(start, base) - base : min(stop, self.specs[k].stop) - base])
-        return np.concatenate(parts)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def take(self, indices: np.ndarray | Sequence[int]) -> np.ndarray:
         """Rows at ``indices`` (any order, repeats allowed, negative counts from the end) as [len, D]."""
