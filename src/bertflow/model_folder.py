@@ -279,7 +279,7 @@ def copy_encoder_files(encoder: SentenceEncoder, dest: Path, *, source: Path | N
         )
     dest.mkdir(parents=True)
     for file in sorted(files):
-        shutil.copy2(file, dest / file.name)
+        shutil.copyfile(file, dest / file.name)  # a new file: the umask's mode, not the source's
     return len(files)
 
 

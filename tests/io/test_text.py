@@ -365,7 +365,7 @@ def test_line_index_agrees_with_the_whole_file_reader(tmp_path, content, every):
     path.write_bytes(content)
     expected = [text for _, text in iter_lines(path)]
     index = index_lines(path, every, block_size=3)  # tiny blocks: boundaries fall across block edges
-    assert index.lines == len(expected) and index.bytes == len(content)
+    assert index.rows == index.record["lines"] == len(expected) and index.record["bytes"] == len(content)
     assert len(index.offsets) == -(-len(expected) // every)
     got = []
     for k, offset in enumerate(index.offsets):
@@ -419,7 +419,24 @@ def test_read_lines_decodes_a_plain_block_at_once(tmp_path, monkeypatch):
 )
 def test_read_lines_equals_the_line_by_line_reader(tmp_path, content):
     # The block reader gives the same lines, or the same error naming the same line, as decoding each line.
-    from bertflow.io.text import _read_lines_one_by_one
+    import itertools
+
+    from bertflow.io.text import _blank_line_error, decode_line
+
+    def one_by_one(path, offset, count, first_line, errors):
+        out = []
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            for i, raw in enumerate(itertools.islice(fh, count)):
+                out.append(decode_line(raw, path, first_line + i, errors, first=i == 0 and offset == 0))
+                if is_blank(out[-1]):
+                    _blank_line_error(path, first_line + i)
+        if len(out) != count:
+            raise InputError(
+                f"{path} ended after line {first_line + len(out) - 1}, but {count} lines were expected from line "
+                f"{first_line}: the file changed since it was indexed"
+            )
+        return out
 
     path = tmp_path / "in.txt"
     path.write_bytes(content)
@@ -428,7 +445,7 @@ def test_read_lines_equals_the_line_by_line_reader(tmp_path, content):
         for count in range(4):
             for errors in ("strict", "replace"):
                 outcomes = []
-                for read in (read_lines, _read_lines_one_by_one):
+                for read in (read_lines, one_by_one):
                     try:
                         if read is read_lines:
                             outcomes.append(read(path, offset, count, first_line=k + 1, errors=errors))

@@ -10,7 +10,7 @@ import pytest
 
 from bertflow import Embedder, WhiteningCalibrator
 from bertflow.embedder import iter_calibrated
-from bertflow.errors import InputError
+from bertflow.errors import InputError, OutputError
 from bertflow.scale.encode import encode_file_to_store
 from bertflow.scale.layout import read_manifest
 from bertflow.scale.reader import open_embeddings
@@ -78,7 +78,7 @@ def test_bad_options_and_folders_are_refused(tiny_encoder, corpus_file, tmp_path
         encode_file_to_store(path, tmp_path / "a", tiny_encoder, shard_size=40, chunk_size=16)
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "thesis.tex").write_text("precious")
-    with pytest.raises(InputError, match="not empty and holds no embedding store"):
+    with pytest.raises(OutputError, match=r"not empty and holds other files \(thesis.tex\)"):
         encode_file_to_store(path, tmp_path / "busy", tiny_encoder, **ENCODE)
     blank = tmp_path / "blank.txt"
     blank.write_text("one\n\nthree\n", encoding="utf-8")

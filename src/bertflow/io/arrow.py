@@ -19,14 +19,14 @@ import hashlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any
 
 import numpy as np
 
 from ..errors import InputError, ModelFileError
 from ..validation import is_blank
 from .formats import sha256_file
-from .text import index_lines, read_lines
+from .text import InputIndex, TextLines
 
 #: Table formats read (``--input-format``), and the file name suffixes read as each.
 TABLE_FORMATS = ("parquet", "arrow")
@@ -55,31 +55,6 @@ def input_format(path: str | Path, explicit: str | None = None) -> str:
             raise InputError(f"input format must be text, parquet or arrow, got {explicit!r}")
         return explicit
     return TABLE_SUFFIXES.get(Path(path).suffix.lower(), "text")
-
-
-@dataclass(frozen=True)
-class InputIndex:
-    """What indexing an input learns: ``rows``; ``offsets``, the byte offset of every shard's first line (text
-    files; None for tables, read by row number); ``record``, the input's identity in the manifest (size, sha256,
-    a table's column) that a resumed run must repeat."""
-
-    rows: int
-    offsets: tuple[int, ...] | None
-    record: dict[str, Any]
-
-
-class InputSource(Protocol):
-    """What a sharded run reads: a text file (:class:`TextLines`) or a table (:class:`TableColumn`)."""
-
-    path: Path
-
-    def index(self, every: int) -> InputIndex:
-        """One pass over the input: rows, shard offsets, identity (``every``: rows per shard)."""
-        ...
-
-    def read(self, start: int, stop: int, offset: int = 0) -> list[str]:
-        """The sentences of rows ``[start, stop)`` (``offset``: byte offset of row ``start`` in a text file)."""
-        ...
 
 
 def _is_text(pa: Any, kind: Any) -> bool:
@@ -233,23 +208,8 @@ class TableColumn:
         return pyarrow().concat_arrays(chunks) if chunks else pyarrow().array([], type=kind)
 
 
-@dataclass(frozen=True)
-class TextLines:
-    """A text file as the input of a sharded run (one sentence per line, read by byte offset)."""
-
-    path: Path
-    errors: str = "strict"
-
-    def index(self, every: int) -> InputIndex:
-        """Count the lines and record every shard's byte offset and the file's sha256 (:func:`index_lines`)."""
-        found = index_lines(self.path, every)
-        return InputIndex(
-            found.lines, found.offsets, {"bytes": found.bytes, "sha256": found.sha256, "lines": found.lines}
-        )
-
-    def read(self, start: int, stop: int, offset: int = 0) -> list[str]:
-        """Lines ``start + 1 .. stop`` (rows ``[start, stop)``), the first beginning at byte ``offset``."""
-        return read_lines(self.path, offset, stop - start, first_line=start + 1, errors=self.errors)
+#: What a sharded run reads: a text file or a table's text column (``index(every)``, ``read(start, stop, offset)``).
+InputSource = TextLines | TableColumn
 
 
 def open_input(
@@ -281,9 +241,6 @@ def iter_table_sentences(source: TableColumn, block_rows: int = 65536) -> Iterat
         yield from source.read(start, min(n, start + block_rows))
 
 
-# -- embedding tables (the shards of --format parquet|arrow stores) ----------------------------------------------
-
-
 class _HashingFile:
     """A write-only file for pyarrow that hashes every byte on its way to ``fh`` (so no second read is needed)."""
 
@@ -311,16 +268,6 @@ class _HashingFile:
         return True
 
 
-def embedding_schema(dim: int, id_field: Any = None) -> Any:
-    """Schema of an embedding table: ``row`` int64, the id field if any, ``embedding`` fixed_size_list<float32>[D]."""
-    pa = pyarrow()
-    fields = [pa.field(ROW_COLUMN, pa.int64(), nullable=False)]
-    if id_field is not None:
-        fields.append(id_field)
-    fields.append(pa.field(EMBEDDING_COLUMN, pa.list_(pa.float32(), int(dim)), nullable=False))
-    return pa.schema(fields)
-
-
 class EmbeddingTableWriter:
     """Write an embedding table of width ``dim`` (with ``id_field``, a ``pyarrow.Field``, if any) to the open file
     ``fh`` (not closed), one Parquet row group or Arrow IPC record batch per block."""
@@ -328,7 +275,9 @@ class EmbeddingTableWriter:
     def __init__(self, fh: IO[bytes], kind: str, dim: int, id_field: Any = None) -> None:
         pa = pyarrow()
         self._pa, self.dim = pa, int(dim)
-        self.schema = embedding_schema(dim, id_field)
+        row = pa.field(ROW_COLUMN, pa.int64(), nullable=False)
+        embedding = pa.field(EMBEDDING_COLUMN, pa.list_(pa.float32(), self.dim), nullable=False)
+        self.schema = pa.schema([row, id_field, embedding] if id_field is not None else [row, embedding])
         self._sink = _HashingFile(fh)
         if kind == "parquet":
             # Floats do not repeat: dictionary encoding would only cost time.

@@ -118,29 +118,23 @@ def _remove(path: Path) -> None:
 @contextlib.contextmanager
 def atomic_directory(target: str | Path) -> Iterator[Path]:
     """Yield a new empty folder beside ``target``; when the block ends its files are fsynced and it takes
-    ``target``'s place (old renamed to ``.NAME.bertflow-old``, new renamed in, old deleted).
-
-    A killed process leaves ``target`` holding the old or the new complete folder, except between the two renames,
-    when the old one is ``.NAME.bertflow-old``: loading names it (:func:`read_folder`), :func:`check_output_folder`
-    counts it as ``target``, and it is deleted only once a new folder is in place. One save of ``target`` at a time
+    ``target``'s place (old renamed to ``.NAME.bertflow-old``, new renamed in, old deleted only then; a kill between
+    the renames is named by :func:`read_folder` and :func:`check_output_folder`). One save of ``target`` at a time
     (an OS lock on ``.NAME.bertflow-lock``), so the next save removes what a killed one left. An exception in the
     block leaves ``target`` as it was. Callers check the destination first (:func:`check_output_folder`).
     """
     target = Path(target).expanduser().resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
-    if target.exists() and not target.is_dir():
-        raise ModelFileError(f"{target} exists and is not a folder")
     new, old = _beside(target, "new"), _beside(target, "old")
-    with _hold_lock(_beside(target, "lock"), target, "save"):
+    with folder_lock(target, "save", _beside(target, "lock")):
         # What a killed save of target left: no other save of it runs now. The old folder only once target is a
         # complete folder again (else it is the only copy, and stays until the new one is in place).
         _remove(new)
         if target.is_dir():
             _remove(old)
-        os.mkdir(new, 0o700)
+        os.mkdir(new)  # files and folders made in it follow the umask, as a plain save would
         try:
             yield new
-            apply_umask(new)
             for f in new.rglob("*"):
                 if f.is_file():
                     with open(f, "rb") as fh:
@@ -374,15 +368,11 @@ def written_by_bertflow(path: str | Path) -> bool:
     except OSError:
         return False
     if head.startswith(np.lib.format.MAGIC_PREFIX):
-        if len(head) < NPY_HEADER_BYTES or head[6:8] != b"\x01\x00":
-            return False
-        try:
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(io.BytesIO(head[8:]))
+        try:  # the header embeddings_npy_header writes, byte for byte, and as many rows as the size holds
+            rows, dim = np.lib.format.read_array_header_1_0(io.BytesIO(head[8:]))[0]
         except (ValueError, SyntaxError):
             return False
-        if fortran or dtype != np.dtype("<f4") or len(shape) != 2:
-            return False
-        return head.endswith(b"\n") and size == NPY_HEADER_BYTES + 4 * shape[0] * shape[1]
+        return head == embeddings_npy_header(rows, dim) and size == NPY_HEADER_BYTES + 4 * rows * dim
     column = head.split(b"\n", 1)[0].rstrip(b"\r").split(b"\t", 1)[0]
     mark = PAIRS_TSV_FIRST_COLUMN.encode()
     return column == mark or (column.startswith(mark + b":") and len(column) > len(mark) + 1)
@@ -428,18 +418,13 @@ LOCK_NAME = ".lock"
 
 
 @contextlib.contextmanager
-def folder_lock(folder: str | Path, what: str) -> Iterator[None]:
-    """Hold ``FOLDER/.lock`` (``filelock``'s OS lock: free at once when its holder dies) while ``what`` runs; a
-    second run gets an :class:`OutputError` at once naming the holder's host and pid."""
-    with _hold_lock(Path(folder) / LOCK_NAME, folder, what):
-        yield
-
-
-@contextlib.contextmanager
-def _hold_lock(path: Path, place: str | Path, what: str) -> Iterator[None]:
-    """Hold the lock file ``path`` for ``what`` on ``place`` (see :func:`folder_lock`)."""
+def folder_lock(place: str | Path, what: str, path: Path | None = None) -> Iterator[None]:
+    """Hold the lock file ``path`` (default ``PLACE/.lock``; ``filelock``'s OS lock: free at once when its holder
+    dies) while ``what`` runs on ``place``; a second run gets an :class:`OutputError` at once naming the holder's
+    host and pid."""
     from filelock import FileLock, Timeout
 
+    path = path or Path(place) / LOCK_NAME
     lock = FileLock(path, timeout=0)
     try:
         lock.acquire()
@@ -460,24 +445,3 @@ def _hold_lock(path: Path, place: str | Path, what: str) -> Iterator[None]:
         with contextlib.suppress(OSError):
             path.unlink()
         lock.release()
-
-
-def current_umask() -> int:
-    """The process's umask, read from /proc where possible (``os.umask`` must set one to read it, racing threads)."""
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def apply_umask(folder: Path) -> None:
-    """Give ``folder`` and its contents the modes a plain ``mkdir`` / ``open`` would (0777 / 0666 less the umask):
-    the temporary folder is 0700 and copies keep their source's mode, so others could not read a saved model."""
-    mask = current_umask()
-    for path in [folder, *folder.rglob("*")]:
-        if path.is_symlink():
-            continue
-        os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)

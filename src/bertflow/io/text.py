@@ -8,6 +8,7 @@ problem with a file's content is an :class:`~bertflow.errors.InputError` naming 
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import io
@@ -20,7 +21,7 @@ import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, NoReturn
+from typing import Any, Literal, NoReturn
 
 import numpy as np
 
@@ -46,23 +47,14 @@ def _open_binary(path: str | Path) -> io.BufferedIOBase:
         return open(os.dup(sys.stdin.fileno()), "rb")  # noqa: SIM115 - the caller closes it
     try:
         fh = open(p, "rb")  # noqa: SIM115 - the caller closes it
+        if fh.peek(2)[:2] != _GZIP_MAGIC:
+            return fh
+        fh.close()  # reopened by name, so that the GzipFile owns (and closes) its file
+        return gzip.open(p, "rb")
     except FileNotFoundError:
         raise InputError(f"cannot read {p}: no such file") from None
     except IsADirectoryError:
         raise InputError(f"cannot read {p}: it is a directory, expected a text file") from None
-    except OSError as exc:
-        raise InputError(f"cannot read {p}: {exc.strerror or exc}") from None
-    try:
-        is_gzip = fh.peek(2)[:2] == _GZIP_MAGIC
-    except OSError as exc:
-        fh.close()
-        raise InputError(f"cannot read {p}: {exc.strerror or exc}") from None
-    if not is_gzip:
-        return fh
-    # Reopened by name so that the GzipFile owns (and closes) its file.
-    fh.close()
-    try:
-        return gzip.open(p, "rb")
     except OSError as exc:
         raise InputError(f"cannot read {p}: {exc.strerror or exc}") from None
 
@@ -158,28 +150,22 @@ def read_sentences(
     it), repeats dropped with ``unique``. InputError for an unreadable file or no sentences."""
     p = Path(path)
     sentences: list[str] = []
-    seen: set[str] = set()
     n_blank = 0
-    n_duplicate = 0
     for number, text in iter_lines(p, errors=errors):
-        if is_blank(text):
-            if not skip_blank:
-                raise InputError(
-                    f"{p}: line {number} is empty or only whitespace or invisible characters (zero-width, U+FEFF, "
-                    "NUL); remove it or allow skipping blank lines"
-                )
+        if not is_blank(text):
+            sentences.append(text)
+        elif skip_blank:
             n_blank += 1
-            continue
-        if unique:
-            if text in seen:
-                n_duplicate += 1
-                continue
-            seen.add(text)
-        sentences.append(text)
+        else:
+            raise InputError(
+                f"{p}: line {number} is empty or only whitespace or invisible characters (zero-width, U+FEFF, "
+                "NUL); remove it or allow skipping blank lines"
+            )
     if n_blank:
         logger.info("%s: skipped %d blank line(s)", p, n_blank)
-    if n_duplicate:
-        logger.info("%s: dropped %d duplicate sentence(s)", p, n_duplicate)
+    if unique and len(kept := distinct(sentences)) < len(sentences):
+        logger.info("%s: dropped %d duplicate sentence(s)", p, len(sentences) - len(kept))
+        sentences = kept
     if not sentences:
         detail = f" ({n_blank} blank line(s) skipped)" if n_blank else ""
         raise InputError(f"no sentences in {p}{detail}")
@@ -214,8 +200,6 @@ def read_tsv_column(
     """
     p = Path(path)
     rows = _iter_tsv_rows(p, errors)
-    index: int
-    label: str
     if isinstance(column, bool) or not isinstance(column, (str, int)):
         raise InputError(f"column must be a header name or a 0-based index, got {column!r}")
     header_fields: list[str] | None = None
@@ -259,13 +243,9 @@ def read_tsv_column(
 
 @dataclass
 class SentencePairs:
-    """N aligned sentence pairs, optionally with a gold score (STS) or a label (NLI) per pair.
-
-    Attributes:
-        scores: gold similarity, float64 ``(N,)`` on the data set's own scale (0-5 STS, 1-5 SICK), or None.
-        labels: class label per pair (e.g. ``"entailment"``) for NLI files, else None.
-        columns: every column of the file by header name, as raw text (``read_pairs(..., keep_columns=True)``).
-    """
+    """N aligned sentence pairs, optionally with a gold score (STS) or a label (NLI) per pair: ``scores``, float64
+    ``(N,)`` on the data set's own scale (0-5 STS, 1-5 SICK); ``labels`` (e.g. ``"entailment"``); ``columns``, every
+    column of the file by header name as raw text (``read_pairs(..., keep_columns=True)``)."""
 
     sentences1: list[str]
     sentences2: list[str]
@@ -301,11 +281,9 @@ def read_pairs(
 
     Every row has exactly as many fields as the header (a TAB inside a sentence would shift columns); other
     columns are allowed. ``require_target=False`` reads pairs without a score or label column; ``keep_columns``
-    also returns every column as text (:attr:`SentencePairs.columns`).
-
-    Raises:
-        InputError: a missing or wrong header, a row with the wrong number of fields, a non-numeric or non-finite
-            score, an empty sentence (each with its line number), or no rows.
+    also returns every column as text (:attr:`SentencePairs.columns`). InputError, with the line number: a missing
+    or wrong header, a row with the wrong number of fields, a non-numeric or non-finite score, an empty sentence;
+    or no rows.
     """
     p = Path(path)
     rows = _iter_tsv_rows(p, errors)
@@ -319,12 +297,8 @@ def read_pairs(
         raise InputError(
             f"{p}: line {first[0]} must be a header with the columns {wanted}, TAB-separated; got {header!r}"
         )
-    i1, i2 = header.index("sentence1"), header.index("sentence2")
-    i_target = header.index(target) if target is not None else None
-    columns: list[list[str]] = [[] for _ in header]
-    s1: list[str] = []
-    s2: list[str] = []
-    targets: list[str] = []
+    i1, i2, it = header.index("sentence1"), header.index("sentence2"), header.index(target) if target else -1
+    table: list[list[str]] = []
     scores: list[float] = []
     for number, fields in rows:
         if len(fields) != len(header):
@@ -332,12 +306,11 @@ def read_pairs(
                 f"{p}: line {number} has {len(fields)} TAB-separated field(s), expected {len(header)} "
                 f"({', '.join(header)})"
             )
-        a, b = fields[i1], fields[i2]
-        t = fields[i_target] if i_target is not None else ""
-        if is_blank(a) or is_blank(b):
-            which = "sentence1" if is_blank(a) else "sentence2"
+        if is_blank(fields[i1]) or is_blank(fields[i2]):
+            which = "sentence1" if is_blank(fields[i1]) else "sentence2"
             raise InputError(f"{p}: line {number}: {which} is empty (or only whitespace or invisible characters)")
         if target == "score":
+            t = fields[it]
             try:
                 value = float(t)
             except ValueError:
@@ -345,19 +318,15 @@ def read_pairs(
             if not math.isfinite(value):
                 raise InputError(f"{p}: line {number}: score {t!r} is not finite")
             scores.append(value)
-        elif target == "label":
-            targets.append(t)
-        s1.append(a)
-        s2.append(b)
-        if keep_columns:
-            for column, field in zip(columns, fields, strict=True):
-                column.append(field)
-    if not s1:
+        table.append(fields)
+    if not table:
         raise InputError(f"no sentence pairs in {p}")
-    kept = dict(zip(header, columns, strict=True)) if keep_columns else None
+    s1, s2 = [row[i1] for row in table], [row[i2] for row in table]
+    kept = {name: [row[i] for row in table] for i, name in enumerate(header)} if keep_columns else None
     if target == "score":
         return SentencePairs(s1, s2, np.asarray(scores, dtype=np.float64), columns=kept)
-    return SentencePairs(s1, s2, None, targets if target == "label" else None, columns=kept)
+    labels = [row[it] for row in table] if target == "label" else None
+    return SentencePairs(s1, s2, None, labels, columns=kept)
 
 
 def distinct(sentences: Iterable[str]) -> list[str]:
@@ -365,24 +334,21 @@ def distinct(sentences: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(sentences))
 
 
-# -- the input file: line index and reads by offset ----------------------------------------------------------------
-
-
 @dataclass(frozen=True)
-class LineIndex:
-    """One pass over a text file: its size in bytes, sha256, line count (a last line without a newline counts)
-    and ``offsets``, the byte offset of line ``k * every`` for every ``k * every < lines``."""
+class InputIndex:
+    """What indexing the input of a sharded run learns: ``rows``; ``offsets``, the byte offset of every shard's first
+    line (text files; None for tables, read by row number); ``record``, the input's identity in the manifest (size,
+    sha256, a table's column) that a resumed run must repeat."""
 
-    bytes: int
-    sha256: str
-    lines: int
-    offsets: tuple[int, ...]
-    every: int
+    rows: int
+    offsets: tuple[int, ...] | None
+    record: dict[str, Any]
 
 
-def index_lines(path: str | Path, every: int, *, block_size: int = 1 << 24) -> LineIndex:
-    """The :class:`LineIndex` of ``path`` with offsets every ``every`` lines (the shard size), streamed in blocks
-    of ``block_size`` bytes; lines split on ``b"\\n"`` as :func:`iter_lines` does (row ``i`` is line ``i + 1``)."""
+def index_lines(path: str | Path, every: int, *, block_size: int = 1 << 24) -> InputIndex:
+    """One pass over a text file, streamed in blocks of ``block_size`` bytes: its line count (a last line without a
+    newline counts), the byte offset of line ``k * every`` for every ``k * every < lines`` (``every``: the shard
+    size), its size and sha256. Lines split on ``b"\\n"`` as :func:`iter_lines` does (row ``i`` is line ``i + 1``)."""
     if every < 1:
         raise InputError(f"every must be positive, got {every}")
     p = Path(path)
@@ -410,27 +376,61 @@ def index_lines(path: str | Path, every: int, *, block_size: int = 1 << 24) -> L
         raise InputError(f"cannot read {p}: {e.strerror or e}") from None
     lines = newlines + (1 if position and last != b"\n" else 0)
     n_shards = -(-lines // every)
-    return LineIndex(position, h.hexdigest(), lines, tuple(offsets[:n_shards]), every)
+    return InputIndex(lines, tuple(offsets[:n_shards]), {"bytes": position, "sha256": h.hexdigest(), "lines": lines})
+
+
+@dataclass(frozen=True)
+class TextLines:
+    """A text file as the input of a sharded run (one sentence per line, read by byte offset)."""
+
+    path: Path
+    errors: str = "strict"
+
+    def index(self, every: int) -> InputIndex:
+        """:func:`index_lines` (``every``: rows per shard)."""
+        return index_lines(self.path, every)
+
+    def read(self, start: int, stop: int, offset: int = 0) -> list[str]:
+        """Lines ``start + 1 .. stop`` (rows ``[start, stop)``), the first beginning at byte ``offset``."""
+        return read_lines(self.path, offset, stop - start, first_line=start + 1, errors=self.errors)
 
 
 def read_lines(path: str | Path, offset: int, count: int, *, first_line: int = 1, errors: str = "strict") -> list[str]:
     """``count`` lines from byte ``offset`` (:func:`index_lines`), decoded and checked as :func:`decode_line` does;
-    ``first_line`` (1-based) numbers them in errors.
+    ``first_line`` (1-based) numbers them in errors. InputError: the file ended early (changed since indexed), a
+    line not UTF-8 (strict), or a blank line.
 
-    Read as one block (a 131,072-line shard in tens of ms; line by line took ~6 us a line on the thread that feeds
-    the encoder); a block with a NUL, a lone CR, bytes that are not UTF-8 or too few lines is read again line by
-    line, which gives the same text or names the bad line.
-
-    Raises:
-        InputError: the file ended early (changed since indexed), a line not UTF-8 (strict), or a blank line.
+    The lines are decoded as one block (line by line took ~6 us a line on the thread that feeds the encoder); a
+    block with a NUL, a lone CR or bytes that are not UTF-8 is decoded line by line, which gives the same text or
+    names the bad line.
     """
     p = Path(path)
-    text = _read_block(p, offset, count)
+    try:
+        with open(p, "rb") as fh:
+            fh.seek(offset)
+            raw = list(itertools.islice(fh, count))
+    except OSError as e:
+        raise InputError(f"cannot read {p}: {e.strerror or e}") from None
+    data = b"".join(raw)
+    if b"\r" in data and data.count(b"\r") == data.count(b"\r\n"):
+        data = data.replace(b"\r\n", b"\n")  # every CR ends a line: the terminator decode_line removes
+    text = None
+    if raw and len(raw) == count and b"\r" not in data and b"\x00" not in data:
+        with contextlib.suppress(UnicodeDecodeError):
+            text = data.removesuffix(b"\n").decode("utf-8")
     if text is None:
-        return _read_lines_one_by_one(p, offset, count, first_line, errors)
-    if offset == 0 and text.startswith(BOM):
-        text = text[1:]
-    lines = text.split("\n")
+        lines = []
+        for i, line in enumerate(raw):
+            lines.append(decode_line(line, p, first_line + i, errors, first=i == 0 and offset == 0))
+            if is_blank(lines[-1]):
+                _blank_line_error(p, first_line + i)
+        if len(lines) != count:
+            raise InputError(
+                f"{p} ended after line {first_line + len(lines) - 1}, but {count} lines were expected from line "
+                f"{first_line}: the file changed since it was indexed"
+            )
+        return lines
+    lines = (text[1:] if offset == 0 and text.startswith(BOM) else text).split("\n")
     # Blank lines (is_blank) are empty, all whitespace, or hold an invisible character: the two first checks run at C
     # speed over the list, and the rare block with an invisible character anywhere is checked line by line.
     if "" in lines or any(map(str.isspace, lines)) or any(c in text for c in INVISIBLE):
@@ -445,61 +445,3 @@ def _blank_line_error(path: Path, number: int) -> NoReturn:
         f"{path}: line {number} is empty or only whitespace or invisible characters; every line becomes one "
         "row, so remove blank lines first (e.g. grep -v '^[[:space:]]*$')"
     )
-
-
-def _read_block(path: Path, offset: int, count: int, block_size: int = 1 << 22) -> str | None:
-    """The ``count`` lines from byte ``offset`` as one text joined by ``\\n`` (a BOM kept), or ``None`` where they
-    need the line-by-line reader (see :func:`read_lines`)."""
-    pieces: list[bytes] = []
-    found = 0  # newlines in pieces
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(offset)
-            while found < count:
-                block = fh.read(block_size)
-                if not block:
-                    break
-                n = block.count(b"\n")
-                if found + n >= count:
-                    where = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
-                    pieces.append(block[: int(where[count - found - 1]) + 1])
-                    found = count
-                    break
-                pieces.append(block)
-                found += n
-    except OSError as e:
-        raise InputError(f"cannot read {path}: {e.strerror or e}") from None
-    data = b"".join(pieces)
-    if b"\r" in data:
-        if data.count(b"\r") != data.count(b"\r\n"):
-            return None
-        data = data.replace(b"\r\n", b"\n")  # every CR ends a line: the terminator the line reader removes
-    if data.endswith(b"\n"):
-        data = data[:-1]
-    elif found == count - 1 and data:
-        found = count  # the file's last line, without a terminator
-    if found != count or count == 0 or b"\x00" in data:
-        return None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-
-
-def _read_lines_one_by_one(path: Path, offset: int, count: int, first_line: int, errors: str) -> list[str]:
-    """:func:`read_lines` line by line: the reference, and the reader of blocks that need a line's own checks."""
-    out: list[str] = []
-    with open(path, "rb") as fh:
-        fh.seek(offset)
-        for i, raw in enumerate(itertools.islice(fh, count)):
-            number = first_line + i
-            text = decode_line(raw, path, number, errors, first=i == 0 and offset == 0)
-            if is_blank(text):
-                _blank_line_error(path, number)
-            out.append(text)
-    if len(out) != count:
-        raise InputError(
-            f"{path} ended after line {first_line + len(out) - 1}, but {count} lines were expected from line "
-            f"{first_line}: the file changed since it was indexed"
-        )
-    return out

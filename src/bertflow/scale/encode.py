@@ -1,12 +1,7 @@
 """Sharded encoding to disk (``bertflow distributed-encode``); for several devices of one machine in memory see
-:func:`bertflow.encoding.multiprocess.encode_multi_device`.
-
-Rank 0 indexes the input file once (line count, sha256, the byte offset of every shard's first line) and writes
-the manifest; each rank then encodes its contiguous block of the shards that are not finished yet, seeking straight
-to their byte offsets, and writes each shard atomically (:class:`bertflow.scale.shards.ShardWriter`). Shard
-boundaries are multiples of the encoder's chunk size, so every forward pass sees exactly the sentences it would in
-one process: the store is bit for bit what ``SentenceEncoder.iter_encode`` (or ``bertflow encode``) gives on the
-same kind of device.
+:func:`bertflow.encoding.multiprocess.encode_multi_device`. Shard boundaries are multiples of the encoder's chunk
+size, so every forward pass sees exactly the sentences it would in one process: the store is bit for bit what
+``SentenceEncoder.iter_encode`` (or ``bertflow encode``) gives on the same kind of device.
 """
 
 from __future__ import annotations
@@ -30,7 +25,7 @@ from .._version import __version__
 from ..calibrators.base import calibrator_identity
 from ..errors import CompatibilityError, InputError
 from ..io.arrow import InputSource, open_input
-from ..io.files import LOCK_NAME, folder_lock
+from ..io.files import check_output_folder, folder_lock
 from ..model_folder import LATER_ENCODER_KEYS
 from ..resources import share
 from .launch import all_gather_object, barrier, rank_and_world, run_on_main
@@ -54,7 +49,6 @@ from .store import merge_shards
 if TYPE_CHECKING:
     from ..calibrators import Calibrator
     from ..encoding.encoder import SentenceEncoder
-    from .shards import ShardWriter
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +56,7 @@ logger = logging.getLogger(__name__)
 #: Manifest fields that a resumed run must reproduce exactly (otherwise its shards would not fit together). The
 #: library version is not one: a store half encoded by one bertflow release is resumed by the next (the encoder and
 #: the calibrator are recorded by fingerprints that do not depend on it, ``bertflow.model_folder.encoder_record``).
+#: ``shard_format`` and ``id_column`` are absent (None) for .npy stores, as before they existed.
 IDENTITY_KEYS = (
     "input",
     "encoder",
@@ -75,39 +70,16 @@ IDENTITY_KEYS = (
     "batch_size",
     "max_tokens",
     "encoding_errors",
-    "shard_format",  # absent (None) for .npy stores, as before it existed
+    "shard_format",
     "id_column",
 )
-
-
-# -- distributed encoding ------------------------------------------------------------------------------------------
-
-
-def _encode_kwargs(batch_size: int | None, chunk_size: int) -> dict[str, int]:
-    # batch_size only when given: then the encoder's own default batching applies (a token budget).
-    return {"chunk_size": int(chunk_size)} | ({"batch_size": int(batch_size)} if batch_size is not None else {})
 
 
 #: Chunks of its first shard that a CUDA rank encodes (and discards) before the timed phase.
 WARMUP_CHUNKS = 3
 
 
-def _commit(writer: ShardWriter) -> dict[str, Any]:
-    """Commit a finished shard (on the committer thread); a failed commit removes its temporary file."""
-    try:
-        return writer.commit()
-    except BaseException:
-        writer.abort()
-        raise
-
-
-def _warm_up(
-    encoder: SentenceEncoder,
-    calibrator: Calibrator | None,
-    source: InputSource,
-    mine: Sequence[ShardSpec],
-    encode_kwargs: dict[str, int],
-) -> float:
+def _warm_up(encoder: SentenceEncoder, plan: StorePlan, mine: Sequence[ShardSpec]) -> float:
     """On CUDA, run the first chunks of the rank's first shard through the encode loop (vectors discarded) before
     the timed phase: a cold rank's start-up (tokeniser workers, kernels, the calibrator's CUDA graph) made its first
     shard run at under half speed, and belongs to loading. Returns seconds."""
@@ -118,10 +90,10 @@ def _warm_up(
     t = time.perf_counter()
     first = mine[0]
     # A few chunks, so that as many are in flight as in the timed loop (their pinned host buffers are allocated
-    # here, and cached for it).
-    stop = min(first.stop, first.start + WARMUP_CHUNKS * encode_kwargs["chunk_size"])
-    lines = source.read(first.start, stop, first.offset)
-    for _ in iter_calibrated(encoder, calibrator, iter(lines), **encode_kwargs):  # iter: a stream starts the workers
+    # here, and cached for it), as a stream (iter), which starts the tokeniser workers.
+    stop = min(first.stop, first.start + WARMUP_CHUNKS * plan.encode_kwargs["chunk_size"])
+    lines = plan.source.read(first.start, stop, first.offset)
+    for _ in iter_calibrated(encoder, plan.calibrator, iter(lines), **plan.encode_kwargs):
         pass
     return time.perf_counter() - t
 
@@ -140,36 +112,51 @@ def _same_setting(key: str, recorded: Any, current: Any) -> bool:
     return recorded == current
 
 
-def _prepare_store(
-    source: InputSource, folder: Path, identity: dict[str, Any], shard_size: int, overwrite: bool
-) -> tuple[dict[str, Any], list[int]]:
-    """Rank 0, under the store's lock: index the input, create or check the manifest, clear stale temporaries;
-    return (manifest, indices of the shards done)."""
+@dataclass(frozen=True)
+class StorePlan:
+    """One rank's part of :func:`encode_file_to_store` (same names), checked before any work. ``identity``: the
+    settings the manifest records and a resumed run must repeat (:data:`IDENTITY_KEYS`), ``dim`` the row width;
+    ``encode_kwargs``: ``chunk_size`` (and ``batch_size`` when given) for the encode loop."""
+
+    source: InputSource
+    folder: Path
+    calibrator: Calibrator | None
+    identity: dict[str, Any]
+    encode_kwargs: dict[str, int]
+    shard_size: int
+    overwrite: bool
+    id_column: str | None
+
+    @property
+    def dim(self) -> int:
+        return int(self.identity["dim"])
+
+
+def _open_store(plan: StorePlan, lock: contextlib.ExitStack) -> tuple[dict[str, Any], list[int]]:
+    """Rank 0: take the store's lock (held by ``lock`` until the run ends), index the input, create or check the
+    manifest, clear stale temporaries; return (manifest, indices of the shards done)."""
+    folder, identity = plan.folder, plan.identity
+    # A store is resumed (or started afresh with overwrite); a file or a folder holding anything else is refused.
+    check_output_folder(folder, "store", resume=True, inputs=[plan.source.path])
+    folder.mkdir(parents=True, exist_ok=True)
+    lock.enter_context(folder_lock(folder, "distributed-encode run"))
     has_manifest = (folder / MANIFEST_NAME).is_file()
-    if not has_manifest:
-        # Not a store: --overwrite does not change that (it replaces a store, never somebody else's files).
-        strangers = [p.name for p in folder.iterdir() if p.name not in (SHARD_DIR, LOCK_NAME)]
-        if strangers:
-            raise InputError(
-                f"{folder} is not empty and holds no embedding store ({', '.join(sorted(strangers)[:5])}...); "
-                "write to a new or empty folder"
-            )
-    if overwrite:
-        for name in (MANIFEST_NAME, MERGED_NAME):
-            (folder / name).unlink(missing_ok=True)
+    if plan.overwrite:  # the manifest goes last: until then the folder is still a store
         shutil.rmtree(folder / SHARD_DIR, ignore_errors=True)
+        for name in (MERGED_NAME, MANIFEST_NAME):
+            (folder / name).unlink(missing_ok=True)
         has_manifest = False
-    index = source.index(shard_size)  # a text file's lines or a table's text column (bertflow.io.arrow)
+    index = plan.source.index(plan.shard_size)  # a text file's lines or a table's text column (bertflow.io.arrow)
     if index.rows == 0:
-        raise InputError(f"{source.path} has no {'lines' if index.offsets is not None else 'rows'} to encode")
-    specs = plan_shards(index.rows, shard_size, index.offsets, shard_format=identity.get("shard_format", "npy"))
+        raise InputError(f"{plan.source.path} has no {'lines' if index.offsets is not None else 'rows'} to encode")
+    specs = plan_shards(index.rows, plan.shard_size, index.offsets, shard_format=identity.get("shard_format", "npy"))
     fresh = new_manifest(
         rows=index.rows,
         dim=identity["dim"],
         specs=specs,
-        shard_size=shard_size,
+        shard_size=plan.shard_size,
         input=index.record,
-        input_path=str(source.path.resolve()),
+        input_path=str(plan.source.path.resolve()),
         **{k: v for k, v in identity.items() if k not in ("dim",)},
     )
     fresh = _normalised(fresh)
@@ -197,106 +184,6 @@ def _prepare_store(
         logger.info("%s: removed %d temporary file(s) left by an interrupted run", folder, removed)
     done = [s.index for s in specs if shard_record(folder, s, manifest["dim"], manifest["dtype"]) is not None]
     return manifest, done
-
-
-@dataclass(frozen=True)
-class StorePlan:
-    """One rank's part of :func:`encode_file_to_store` (same names), checked before any work. ``identity``: the
-    settings the manifest records and a resumed run must repeat (:data:`IDENTITY_KEYS`), ``dim`` the row width;
-    ``encode_kwargs``: ``chunk_size`` (and ``batch_size`` when given) for the encode loop."""
-
-    source: InputSource
-    folder: Path
-    calibrator: Calibrator | None
-    identity: dict[str, Any]
-    encode_kwargs: dict[str, int]
-    shard_size: int
-    overwrite: bool
-    id_column: str | None
-
-    @property
-    def dim(self) -> int:
-        return int(self.identity["dim"])
-
-
-def plan_store(
-    input_path: str | Path,
-    folder: str | Path,
-    encoder: SentenceEncoder,
-    *,
-    calibrator: Calibrator | None,
-    shard_size: int,
-    chunk_size: int,
-    batch_size: int | None,
-    encoding_errors: str,
-    overwrite: bool,
-    text_column: str | None,
-    input_format: str | None,
-    shard_format: str,
-    id_column: str | None,
-) -> StorePlan:
-    """Check the options of :func:`encode_file_to_store` (same arguments) and open the input, reading no rows;
-    InputError naming the first bad one."""
-    from ..calibrators import IdentityCalibrator
-
-    if shard_size < 1 or chunk_size < 1 or (batch_size is not None and batch_size < 1):
-        raise InputError("shard_size, chunk_size and batch_size must be positive")
-    if shard_size % chunk_size:
-        raise InputError(
-            f"shard_size ({shard_size}) must be a multiple of chunk_size ({chunk_size}), so that every shard is made "
-            "of whole encoder chunks and the output does not depend on how the input was split"
-        )
-    if encoding_errors not in ("strict", "replace"):
-        raise InputError(f"encoding_errors must be 'strict' or 'replace', got {encoding_errors!r}")
-    if isinstance(calibrator, IdentityCalibrator):
-        calibrator = None
-    if id_column is not None and shard_format == "npy":
-        raise InputError("--id-column needs table shards (--format parquet or arrow): .npy shards hold only vectors")
-    input_path = Path(input_path)
-    source = open_input(
-        input_path,
-        text_column=text_column,
-        input_format_name=input_format,
-        id_column=id_column,
-        encoding_errors=encoding_errors,
-    )
-    identity = {
-        "encoder": encoder.get_config(),
-        "compute_dtype": str(getattr(encoder, "dtype", "unknown")).replace("torch.", ""),
-        "calibrator": calibrator_identity(calibrator) if calibrator is not None else None,
-        "dim": int(calibrator.n_features_out_) if calibrator is not None else int(encoder.dim),
-        "dtype": "float32",
-        "chunk_size": int(chunk_size),
-        "batch_size": batch_size,
-        # The encoder's padded-token budget per forward pass shapes the batches too (None: its device default).
-        "max_tokens": getattr(encoder, "max_tokens", None),
-        "encoding_errors": encoding_errors,
-        # Only when not the default, so that .npy stores keep the manifest (and resume) they always had.
-        **({"shard_format": shard_format} if shard_format != "npy" else {}),
-        **({"id_column": id_column} if id_column is not None else {}),
-    }
-    if not input_path.is_file():
-        raise InputError(f"cannot read {input_path}: no such file")
-    return StorePlan(
-        source=source,
-        folder=Path(folder),
-        calibrator=calibrator,
-        identity=identity,
-        encode_kwargs=_encode_kwargs(batch_size, chunk_size),
-        shard_size=int(shard_size),
-        overwrite=overwrite,
-        id_column=id_column,
-    )
-
-
-def _open_store(plan: StorePlan, lock: contextlib.ExitStack) -> tuple[dict[str, Any], list[int]]:
-    """Rank 0: take the store's lock (held by ``lock`` until the run ends), then :func:`_prepare_store`."""
-    folder = plan.folder
-    if folder.exists() and not folder.is_dir():
-        raise InputError(f"{folder} exists and is not a folder")
-    folder.mkdir(parents=True, exist_ok=True)
-    lock.enter_context(folder_lock(folder, "distributed-encode run"))
-    return _prepare_store(plan.source, folder, plan.identity, plan.shard_size, plan.overwrite)
 
 
 def _check_same_as_rank_0(manifest: dict[str, Any], plan: StorePlan, rank: int) -> None:
@@ -345,7 +232,7 @@ def _encode_shards(
             except BaseException:
                 writer.abort()
                 raise
-            committing = committer.submit(_commit, writer)
+            committing = committer.submit(writer.commit)
             shard_times.append((spec.rows, time.perf_counter() - t_shard))
         if committing is not None:
             committing.result()
@@ -361,7 +248,7 @@ def _run_rank(
 
     rank, world = rank_and_world()
     record = {"rank": rank, "world_size": world, "device": str(getattr(encoder, "device", "unknown"))}
-    warmup = _warm_up(encoder, plan.calibrator, plan.source, mine, plan.encode_kwargs)
+    warmup = _warm_up(encoder, plan, mine)
     barrier()  # every rank has its encoder loaded, warmed and its plan: the timed phase starts together
     t0 = time.perf_counter()
     total = sum(s.rows for s in mine)
@@ -395,8 +282,8 @@ def _summarise(
 ) -> dict[str, Any]:
     """Rank 0, after every shard is written: complete the manifest, merge if asked, and return the run's summary."""
     counts = {"encoded_shards": encoded, "skipped_shards": skipped}
-    run = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)), "world_size": len(per_rank)}
-    run |= {**counts, "seconds": round(wall, 4)}
+    started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))
+    run = {"started_at": started_at, "world_size": len(per_rank), **counts, "seconds": round(wall, 4)}
     final = finalize_manifest(folder, run={**run, "host": socket.gethostname(), "bertflow_version": __version__})
     merged = str(merge_shards(folder)) if merge else None
     encoded_rows = sum(r["rows"] for r in per_rank)
@@ -434,37 +321,66 @@ def encode_file_to_store(
     id_column: str | None = None,
 ) -> dict[str, Any]:
     """Encode every line of a text file (or every row of a table's text column) into an embedding store, this
-    process being one rank of the job; call it on every rank (inside :func:`process_group`, or alone).
+    process being one rank of the job; call it on every rank (inside :func:`process_group`, or alone). Returns a
+    JSON-ready summary: of the whole run on rank 0, of this rank's work on the others.
+
+    ``input_path`` is UTF-8 text, one sentence per line (a blank line is an error: row ``i`` is line ``i + 1``), or a
+    Parquet / Arrow IPC file whose ``text_column`` is encoded row by row (``input_format``: ``"text"``,
+    ``"parquet"`` or ``"arrow"``; default from the suffix); ``folder`` is the store (:mod:`bertflow.scale.store`).
+    ``encoder`` is this rank's, on its device; ``calibrator``, if any, is applied to every chunk. ``shard_size`` is a
+    multiple of ``chunk_size``; with the ``chunk_size`` and ``batch_size`` (None: the encoder's token budget) of
+    ``encoder.iter_encode`` the store is bit-identical to it on the same kind of device. ``overwrite`` starts an
+    existing store afresh instead of resuming it; ``merge`` also writes ``embeddings.npy`` (rank 0); ``shard_format``
+    is ``"npy"``, ``"parquet"`` or ``"arrow"``, and ``id_column`` a table column copied beside each vector.
 
     Rank 0 indexes the input and writes the manifest; the shards not yet complete are split into contiguous
     blocks, one per rank, each written atomically; after a barrier rank 0 completes the manifest and optionally
-    merges. Re-running the same call resumes: complete shards are skipped.
-
-    Args:
-        input_path: UTF-8 text, one sentence per line (a blank line is an error: row ``i`` is line ``i + 1``), or a
-            Parquet / Arrow IPC file whose ``text_column`` is encoded row by row (:mod:`bertflow.io.arrow`).
-        folder: the store folder (:mod:`bertflow.scale.store`).
-        encoder, calibrator: this rank's encoder on its device; a fitted calibrator applied to every chunk, or None.
-        shard_size: rows per shard, a multiple of ``chunk_size``.
-        chunk_size, batch_size: as in ``iter_encode`` (``batch_size`` None: the encoder's token budget); with the
-            same values the store is bit-identical to ``encoder.iter_encode`` on the same kind of device.
-        encoding_errors: ``"strict"`` or ``"replace"`` for bytes that are not UTF-8.
-        overwrite: start an existing store afresh instead of resuming it.
-        merge: also write ``embeddings.npy`` (rank 0). show_progress: a progress bar on rank 0.
-        text_column, input_format: a table's text column; ``"text"``, ``"parquet"`` or ``"arrow"`` (default: suffix).
-        shard_format: ``"npy"``, ``"parquet"`` or ``"arrow"``; id_column: a table column copied beside each vector.
-
-    Returns:
-        A JSON-ready summary: of the whole run on rank 0, of this rank's work on the others.
-
-    Raises:
-        InputError: bad input file or options, or a store in ``folder`` made with other settings.
+    merges. Re-running the same call resumes: complete shards are skipped. InputError: a bad input file or option
+    (before any work), or a store in ``folder`` made with other settings.
     """
-    plan = plan_store(
-        input_path, folder, encoder, calibrator=calibrator, shard_size=shard_size, chunk_size=chunk_size,
-        batch_size=batch_size, encoding_errors=encoding_errors, overwrite=overwrite, text_column=text_column,
-        input_format=input_format, shard_format=shard_format, id_column=id_column,
-    )  # fmt: skip
+    from ..calibrators import IdentityCalibrator
+
+    if shard_size < 1 or chunk_size < 1 or (batch_size is not None and batch_size < 1):
+        raise InputError("shard_size, chunk_size and batch_size must be positive")
+    if shard_size % chunk_size:
+        raise InputError(
+            f"shard_size ({shard_size}) must be a multiple of chunk_size ({chunk_size}), so that every shard is made "
+            "of whole encoder chunks and the output does not depend on how the input was split"
+        )
+    if encoding_errors not in ("strict", "replace"):
+        raise InputError(f"encoding_errors must be 'strict' or 'replace', got {encoding_errors!r}")
+    if isinstance(calibrator, IdentityCalibrator):
+        calibrator = None
+    if id_column is not None and shard_format == "npy":
+        raise InputError("--id-column needs table shards (--format parquet or arrow): .npy shards hold only vectors")
+    input_path = Path(input_path)
+    source = open_input(
+        input_path,
+        text_column=text_column,
+        input_format_name=input_format,
+        id_column=id_column,
+        encoding_errors=encoding_errors,
+    )
+    identity = {
+        "encoder": encoder.get_config(),
+        "compute_dtype": str(getattr(encoder, "dtype", "unknown")).replace("torch.", ""),
+        "calibrator": calibrator_identity(calibrator) if calibrator is not None else None,
+        "dim": int(calibrator.n_features_out_) if calibrator is not None else int(encoder.dim),
+        "dtype": "float32",
+        "chunk_size": int(chunk_size),
+        "batch_size": batch_size,
+        # The encoder's padded-token budget per forward pass shapes the batches too (None: its device default).
+        "max_tokens": getattr(encoder, "max_tokens", None),
+        "encoding_errors": encoding_errors,
+        # Only when not the default, so that .npy stores keep the manifest (and resume) they always had.
+        **({"shard_format": shard_format} if shard_format != "npy" else {}),
+        **({"id_column": id_column} if id_column is not None else {}),
+    }
+    if not input_path.is_file():
+        raise InputError(f"cannot read {input_path}: no such file")
+    # batch_size only when given: then the encoder's own default batching applies (a token budget).
+    encode_kwargs = {"chunk_size": int(chunk_size)} | ({"batch_size": int(batch_size)} if batch_size else {})
+    plan = StorePlan(source, Path(folder), calibrator, identity, encode_kwargs, int(shard_size), overwrite, id_column)
     rank, world = rank_and_world()
     started = time.time()
     # Rank 0 holds FOLDER/.lock for the whole run: a second run on the same store stops with a clear error instead

@@ -22,9 +22,6 @@ if TYPE_CHECKING:
     from ..calibrators import FlowCalibrator, WhiteningCalibrator
 
 
-# -- distributed fitting -------------------------------------------------------------------------------------------
-
-
 @dataclass
 class Moments:
     """Float64 sums over all ranks of ``n`` rows ``x_i`` [D] less ``shift`` (the mean of the ranks' first chunks:
@@ -60,39 +57,32 @@ def all_reduce_moments(
     them); ``device`` accumulates there (CUDA makes the D x D products cheap). InputError: no rows on any rank,
     wrong width, or NaN / Inf."""
     dev = torch.device(device or "cpu")
-    iterator = iter(chunks)
-    first = next(iterator, None)
+    blocks = (_checked_block(block, dim) for block in chunks)
+    first = next(blocks, None)
     seed = torch.zeros(dim + 1, dtype=torch.float64, device=dev)
     if first is not None:
-        first = _checked_block(first, dim)
         seed[0] = len(first)
         seed[1:] = torch.from_numpy(first.astype(np.float64).sum(axis=0)).to(dev)
     _all_reduce(seed)
     if seed[0] == 0:
         raise InputError("no rows to compute statistics from, on any rank")
     shift = seed[1:] / seed[0]
-    n = 0
-    total = torch.zeros(dim, dtype=torch.float64, device=dev)
-    squares = torch.zeros(dim, dtype=torch.float64, device=dev)
-    products = torch.zeros((dim, dim), dtype=torch.float64, device=dev) if outer else None
-    abs_max = torch.zeros(1, dtype=torch.float64, device=dev)
-    rest = (_checked_block(block, dim) for block in iterator)  # the first block was checked above, once
-    for block in itertools.chain([first] if first is not None else [], rest):
+    # One vector, all-reduced at once: n, the sum [D], the sum of squares [D], the outer products [D * D].
+    flat = torch.zeros(1 + 2 * dim + (dim * dim if outer else 0), dtype=torch.float64, device=dev)
+    abs_max = 0.0
+    for block in itertools.chain([first] if first is not None else [], blocks):
         if not len(block):
             continue
         c = torch.from_numpy(block.astype(np.float64, copy=False)).to(dev) - shift
-        n += len(block)
-        total += c.sum(dim=0)
-        squares += (c * c).sum(dim=0)
-        if products is not None:
-            products += c.T @ c
-        abs_max = torch.maximum(abs_max, torch.tensor([float(np.abs(block).max())], dtype=torch.float64, device=dev))
-    parts = [torch.tensor([float(n)], dtype=torch.float64, device=dev), total, squares]
-    if products is not None:
-        parts.append(products.reshape(-1))
-    flat = torch.cat(parts)
+        flat[0] += len(block)
+        flat[1 : dim + 1] += c.sum(dim=0)
+        flat[dim + 1 : 2 * dim + 1] += (c * c).sum(dim=0)
+        if outer:
+            flat[2 * dim + 1 :] += (c.T @ c).reshape(-1)
+        abs_max = max(abs_max, float(np.abs(block).max()))
+    largest = torch.tensor([abs_max], dtype=torch.float64, device=dev)
     _all_reduce(flat)
-    _all_reduce(abs_max, dist.ReduceOp.MAX if dist.is_available() else None)
+    _all_reduce(largest, dist.ReduceOp.MAX if dist.is_available() else None)
     flat = flat.cpu().numpy()
     return Moments(
         n=int(round(flat[0])),
@@ -100,7 +90,7 @@ def all_reduce_moments(
         sum=flat[1 : dim + 1],
         sum_sq=flat[dim + 1 : 2 * dim + 1],
         sum_outer=flat[2 * dim + 1 :].reshape(dim, dim) if outer else None,
-        abs_max=float(abs_max.item()),
+        abs_max=float(largest.item()),
     )
 
 
@@ -120,18 +110,8 @@ def _all_reduce(tensor: torch.Tensor, op: Any = None) -> None:
 
 def _row_chunks(X: Any, start: int, stop: int, rows: int) -> Iterator[np.ndarray]:
     """Rows ``[start, stop)`` of an array-like (ndarray, memmap, ShardedEmbeddings) in blocks of ``rows``."""
-    if hasattr(X, "iter_chunks"):
-        yield from X.iter_chunks(start, stop, rows)
-        return
     for a in range(start, stop, rows):
         yield np.asarray(X[a : min(a + rows, stop)])
-
-
-def _take(X: Any, rows: np.ndarray) -> np.ndarray:
-    """Rows at ``rows`` (any order) of an array-like, read in one pass."""
-    if hasattr(X, "take") and not isinstance(X, np.ndarray):
-        return X.take(rows)
-    return np.asarray(X[rows])
 
 
 def _check_matrix(X: Any) -> tuple[int, int]:
@@ -199,7 +179,7 @@ def _rank_batches(
         local = [np.array_split(train_rows[idx], world)[rank] for idx in block]
         wanted = np.concatenate(local)
         unique, inverse = np.unique(wanted, return_inverse=True)
-        data = _take(X, unique)[:, active].astype(np.float32)
+        data = np.asarray(X[unique])[:, active].astype(np.float32)
         pos = 0
         for part in local:
             sel = inverse[pos : pos + len(part)]
@@ -212,13 +192,12 @@ class _HeldOutScore:
 
     def __init__(self, X: Any, rows: np.ndarray, active: np.ndarray, total: int, device: torch.device) -> None:
         self.X, self.rows, self.active, self.total, self.device = X, np.sort(rows), active, total, device
-        self._cache: torch.Tensor | None = None
         # Hold the share in memory when it is small (the usual case); stream it from disk otherwise.
-        if len(self.rows) * len(active) * 4 <= 512 * 2**20:
-            self._cache = self._read(self.rows)
+        small = len(self.rows) * len(active) * 4 <= 512 * 2**20
+        self._cache = self._read(self.rows) if small else None
 
     def _read(self, rows: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(_take(self.X, rows)[:, self.active].astype(np.float32)).to(self.device)
+        return torch.from_numpy(np.asarray(self.X[rows])[:, self.active].astype(np.float32)).to(self.device)
 
     @torch.no_grad()
     def __call__(self, glow: torch.nn.Module) -> float:
@@ -274,7 +253,7 @@ def fit_flow_distributed(
     # The trainer's seeded generator draws the split and every batch, as in one process.
     val_rows, train_rows = (rows.numpy() for rows in trainer.split(n))
     if rank == 0:
-        init = _take(X, train_rows[: cal.init_samples])[:, active].astype(np.float32)
+        init = np.asarray(X[train_rows[: cal.init_samples]])[:, active].astype(np.float32)
         trainer.initialize(torch.from_numpy(init).to(dev))
     if world > 1:
         state = broadcast_object({k: v.cpu() for k, v in glow.state_dict().items()} if rank == 0 else None)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
-import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -19,8 +18,6 @@ import torch.distributed as dist
 from .. import errors
 from ..errors import BertflowError, InputError, describe_os_error
 from ..resources import share_cpu_threads
-
-# -- topology and process group ---------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -165,9 +162,6 @@ def run_on_main(fn: Callable[[], Any]) -> Any:
     return payload[1]
 
 
-# -- local multi-process launch (no torchrun) ---------------------------------------------------------------------
-
-
 def launch_local(
     fn: Callable[..., Any],
     devices: Sequence[str],
@@ -182,16 +176,11 @@ def launch_local(
 
     if not devices:
         raise InputError("launch_local needs at least one device")
-    folder = tempfile.mkdtemp(prefix="bertflow-pg-")
-    try:
+    with tempfile.TemporaryDirectory(prefix="bertflow-pg-", ignore_cleanup_errors=True) as folder:
+        rendezvous = os.path.join(folder, "rendezvous")
         mp.spawn(
-            _local_entry,
-            args=(fn, list(devices), os.path.join(folder, "rendezvous"), backend, timeout_minutes, args),
-            nprocs=len(devices),
-            join=True,
+            _local_entry, args=(fn, list(devices), rendezvous, backend, timeout_minutes, args), nprocs=len(devices)
         )
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _local_entry(

@@ -1,9 +1,5 @@
-"""The layout of an embedding store on disk: file names, the manifest, the shard plan and shard completion.
-
-What the files mean is described in :mod:`bertflow.scale.store`. This module decides what a store *is* (names,
-``manifest.json``, which rows each shard holds, whether a shard is complete); :mod:`bertflow.scale.shards` writes
-shards and :mod:`bertflow.scale.reader` reads them back.
-"""
+"""The layout of an embedding store on disk (:mod:`bertflow.scale.store`): file names, the manifest, the shard plan
+(which rows each shard holds) and shard completion."""
 
 from __future__ import annotations
 
@@ -32,10 +28,8 @@ SHARD_SUFFIXES = {"npy": ".npy", "parquet": ".parquet", "arrow": ".arrow"}
 #: Rows per shard unless asked otherwise: two chunks of the default 16,384. Shards are the unit a rank takes, so
 #: their size bounds the imbalance between ranks (1M rows in shards of 65,536 left one of 2 ranks 1.1x the other's
 #: rows, and the job waits for the slower) and what a killed rank loses; the encode loop streams through all of a
-#: rank's shards, so smaller ones cost only their commits (issue 23 goal 3).
+#: rank's shards, so smaller ones cost only their commits.
 DEFAULT_SHARD_SIZE = 32768
-
-# -- small file helpers ---------------------------------------------------------------------------------------
 
 
 def read_record(path: Path) -> dict[str, Any] | None:
@@ -69,9 +63,6 @@ def read_manifest(folder: str | Path) -> dict[str, Any]:
         if key not in data:
             raise ModelFileError(f"{path} lacks {key!r}; was it edited?")
     return data
-
-
-# -- the shard plan ---------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -126,8 +117,6 @@ def plan_shards(
         raise InputError(f"the shard format must be one of {', '.join(SHARD_SUFFIXES)}, got {shard_format!r}")
     suffix = SHARD_SUFFIXES[shard_format]
     count = -(-n_rows // shard_size)
-    if offsets is not None and len(offsets) != count:
-        raise ValueError(f"{count} shards need {count} offsets, got {len(offsets)}")
     return [
         ShardSpec(
             k, k * shard_size, min((k + 1) * shard_size, n_rows), int(offsets[k]) if offsets is not None else 0, suffix
@@ -155,12 +144,9 @@ def shard_record(folder: str | Path, spec: ShardSpec, dim: int, dtype: str = "fl
             from ..io.arrow import embedding_table_rows
 
             return record if dtype == "float32" and embedding_table_rows(path, spec.format, dim) == spec.rows else None
-        with open(path, "rb") as fh:
-            version = np.lib.format.read_magic(fh)
-            if version == (1, 0):
-                shape, _, file_dtype = np.lib.format.read_array_header_1_0(fh)
-            else:
-                shape, _, file_dtype = np.lib.format.read_array_header_2_0(fh)
+        with open(path, "rb") as fh:  # a version 1.0 header, as ShardWriter writes
+            np.lib.format.read_magic(fh)
+            shape, _, file_dtype = np.lib.format.read_array_header_1_0(fh)
     except (OSError, ValueError):
         return None
     if tuple(shape) != (spec.rows, dim) or file_dtype != np.dtype(dtype):
@@ -179,9 +165,6 @@ def remove_temporary_files(folder: str | Path) -> int:
                 f.unlink(missing_ok=True)
                 removed += 1
     return removed
-
-
-# -- completing a store ----------------------------------------------------------------------------------------
 
 
 def new_manifest(

@@ -77,14 +77,11 @@ class ShardedEmbeddings:
             return np.empty((0, self.shape[1]), dtype=self.dtype)
         first = int(np.searchsorted(self._starts, start, side="right")) - 1
         last = int(np.searchsorted(self._starts, stop - 1, side="right")) - 1
-        if first == last:
-            base = self.specs[first].start
-            return self.shard(first)[start - base : stop - base]
         parts = []
         for k in range(first, last + 1):
             base = self.specs[k].start
             parts.append(self.shard(k)[max(start, base) - base : min(stop, self.specs[k].stop) - base])
-        return np.concatenate(parts)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def take(self, indices: np.ndarray | Sequence[int]) -> np.ndarray:
         """Rows at ``indices`` (any order, repeats allowed, negative counts from the end) as [len, D]."""
@@ -111,13 +108,7 @@ class ShardedEmbeddings:
             if len(key) != 2:
                 raise IndexError(f"a store is 2-D; got an index with {len(key)} parts")
             key, columns = key
-        if isinstance(key, (int, np.integer)):
-            i = int(key) + (self.shape[0] if key < 0 else 0)
-            if not 0 <= i < self.shape[0]:
-                raise IndexError(f"row {key} out of range for {self.shape[0]} rows")
-            k = int(np.searchsorted(self._starts, i, side="right")) - 1
-            out = np.asarray(self.shard(k)[i - self.specs[k].start])
-        elif isinstance(key, slice):
+        if isinstance(key, slice):
             start, stop, step = key.indices(self.shape[0])
             out = self.rows(start, stop) if step == 1 else self.take(np.arange(start, stop, step))
         else:
@@ -129,6 +120,7 @@ class ShardedEmbeddings:
             elif not np.issubdtype(arr.dtype, np.integer):
                 raise IndexError(f"rows are indexed by integers, slices or masks, not {arr.dtype}")
             out = self.take(arr)
+            out = out if arr.ndim else out[0]  # an integer: one row [D]
         return out if columns is None else out[..., columns]
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:

@@ -1,9 +1,6 @@
 """Writing one shard of an embedding store, ``.npy`` (:class:`ShardWriter`) or Parquet/Arrow
-(:class:`TableShardWriter`).
-
-Each writer writes under a temporary name, fsyncs and renames, and only then writes the shard's completion record,
-so a killed writer never leaves a short shard (see :mod:`bertflow.scale.store` for the layout).
-"""
+(:class:`TableShardWriter`): under a temporary name, fsynced and renamed, and only then its completion record, so a
+killed writer never leaves a short shard."""
 
 from __future__ import annotations
 
@@ -30,13 +27,7 @@ class ShardWriter:
 
     Rows are written and hashed by a ``background`` thread, overlapping the encoding of the next rows. Nothing
     under the final names exists until :meth:`commit` returns; an exception in the ``with`` block deletes the
-    temporary file.
-
-    Example:
-        >>> with ShardWriter("out", ShardSpec(0, 0, 3), dim=2) as w:
-        ...     w.write(np.zeros((3, 2), np.float32))
-        ...     w.commit()
-    """
+    temporary file."""
 
     def __init__(
         self,
@@ -110,16 +101,21 @@ class ShardWriter:
             self._pending.pop(0).result()
 
     def commit(self) -> dict[str, Any]:
-        """Finish the shard (InputError if short): wait for the writes, fsync, rename, write the record; return it."""
+        """Finish the shard: wait for the writes, fsync, rename, write the record; return it. On failure (InputError
+        if short) the shard is aborted."""
         if self._done:
             raise RuntimeError("this shard was already committed or aborted")
-        for future in self._pending:
-            future.result()
-        self._pending.clear()
-        if self._written != self.spec.rows:
-            raise InputError(f"shard {self.spec.index} got {self._written} rows, expected {self.spec.rows}")
-        self._shutdown()
-        size, digest = self._finish()
+        try:
+            for future in self._pending:
+                future.result()
+            self._pending.clear()
+            if self._written != self.spec.rows:
+                raise InputError(f"shard {self.spec.index} got {self._written} rows, expected {self.spec.rows}")
+            self._shutdown()
+            size, digest = self._finish()
+        except BaseException:
+            self.abort()
+            raise
         record = {
             "index": self.spec.index,
             "start": self.spec.start,
@@ -168,27 +164,17 @@ class TableShardWriter(ShardWriter):
     one row group or record batch per :meth:`write`), with ``ids = (name, pyarrow array of the shard's rows)``
     copied beside the embeddings."""
 
-    def __init__(
-        self,
-        folder: str | Path,
-        spec: ShardSpec,
-        dim: int,
-        dtype: str = "float32",
-        *,
-        record: dict[str, Any] | None = None,
-        background: bool = True,
-        ids: tuple[str, Any] | None = None,
-    ) -> None:
-        if np.dtype(dtype) != np.float32:
-            raise InputError(f"Parquet and Arrow shards hold float32 embeddings, not {dtype}")
-        if ids is not None and len(ids[1]) != spec.rows:
-            raise InputError(f"shard {spec.index} holds {spec.rows} rows but got {len(ids[1])} ids")
+    def __init__(self, *args: Any, ids: tuple[str, Any] | None = None, **kwargs: Any) -> None:
         self._ids = ids
-        super().__init__(folder, spec, dim, dtype, record=record, background=background)
+        super().__init__(*args, **kwargs)
 
     def _open(self) -> None:
         from ..io.arrow import EmbeddingTableWriter, pyarrow
 
+        if self.dtype != np.float32:
+            raise InputError(f"Parquet and Arrow shards hold float32 embeddings, not {self.dtype}")
+        if self._ids is not None and len(self._ids[1]) != self.spec.rows:
+            raise InputError(f"shard {self.spec.index} holds {self.spec.rows} rows but got {len(self._ids[1])} ids")
         self._stack = contextlib.ExitStack()
         self._fh = self._stack.enter_context(atomic_file(self.path, "wb"))
         id_field = pyarrow().field(self._ids[0], self._ids[1].type) if self._ids is not None else None
@@ -222,10 +208,8 @@ def open_shard_writer(
     record: dict[str, Any] | None = None,
     ids: tuple[str, Any] | None = None,
 ) -> ShardWriter:
-    """The writer of shard ``spec`` in its format: a :class:`ShardWriter` (``.npy``; InputError with ``ids``) or a
+    """The writer of shard ``spec`` in its format: a :class:`ShardWriter` (``.npy``, no ``ids``) or a
     :class:`TableShardWriter`."""
     if spec.format == "npy":
-        if ids is not None:
-            raise InputError("an id column can only be stored in Parquet or Arrow shards (--format parquet|arrow)")
         return ShardWriter(folder, spec, dim, record=record)
     return TableShardWriter(folder, spec, dim, record=record, ids=ids)

@@ -1,25 +1,7 @@
-"""Embedding stores: a folder of ``.npy`` shards plus a JSON manifest, read back as one array in input order.
-
-Written by :func:`bertflow.scale.encode.encode_file_to_store` (``bertflow distributed-encode``), one shard file at a
-time by whichever rank encoded it, or by :func:`write_store` from an in-memory matrix. Layout::
-
-    OUTDIR/
-      manifest.json            what was encoded and how (input identity, encoder record and compute dtype,
-                               calibrator identity, dim, dtype) and the shard plan (rows, input byte offsets)
-      shards/part-000000.npy   float32 [rows, D]: input rows [start, stop), in input order
-      shards/part-000000.json  the shard's completion record: rows, bytes, sha256, rank, device, seconds
-      embeddings.npy           only after a merge (``--merge`` or :func:`merge_shards`): every row in one array
-
-A store may hold Parquet or Arrow IPC shards instead (``--format parquet|arrow``): tables of ``row``, an optional id
-column and ``embedding`` (:mod:`bertflow.io.arrow`), written and completed the same way, in ``format_version`` 2
-(so a bertflow that reads only ``.npy`` shards refuses it by name).
-
-Shards are numbered over the whole input, not per rank, so a run resumed with other ranks reuses every finished
-one. A shard is written under a temporary name, fsynced and renamed, and only then is its record written, so a
-killed writer leaves a temporary file that the next run deletes and redoes, never a short shard.
-
-:mod:`bertflow.scale.layout` holds names, manifest, plan and completion; :mod:`bertflow.scale.shards` the writers;
-:mod:`bertflow.scale.reader` :func:`open_embeddings`; this module :func:`write_store` and :func:`merge_shards`.
+"""Embedding stores: a folder of shards (``shards/part-NNNNNN.npy`` or Parquet/Arrow tables, each with a
+completion record ``part-NNNNNN.json``) and ``manifest.json``, read back as one array in input order. ``layout``
+holds names, manifest, plan and completion, ``shards`` the writers, ``reader`` :func:`open_embeddings`; this module
+:func:`write_store` and :func:`merge_shards`.
 """
 
 from __future__ import annotations
