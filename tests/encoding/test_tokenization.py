@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 from pathlib import Path
@@ -12,7 +13,9 @@ import torch
 
 from bertflow import SentenceEncoder
 from bertflow.encoding.tokenization import (
+    GC_ENABLED,
     MIN_PART,
+    CountedSetting,
     TokenArrays,
     TokenizerPool,
     WordPieceShortcut,
@@ -35,6 +38,43 @@ def test_concatenate_joins_in_order():
     joined = TokenArrays.concatenate([a, b])
     assert _split(joined) == [[1, 2], [3], [], [4, 5]]
     assert joined.lengths.tolist() == [2, 1, 0, 2]
+
+
+def test_counted_setting_is_restored_when_the_last_holder_leaves():
+    """Two overlapping holders (concurrent encodes): the first to leave does not restore the setting under the
+    other, in either order; the last one does."""
+    value = ["saved"]
+    setting = CountedSetting(lambda: value[0], lambda v: value.__setitem__(0, v))
+    setting.hold("fast")
+    setting.hold("fast")
+    setting.release()
+    assert value == ["fast"]
+    setting.release()
+    assert value == ["saved"]
+    with setting.held("a"):
+        setting.hold("b")  # a later holder only counts
+        assert value == ["a"]
+    assert value == ["a"]
+    setting.release()
+    assert value == ["saved"]
+
+
+def test_overlapping_tokenisations_keep_the_collector_paused(tiny_model_dir):
+    """A tokenisation that ends while another is still running leaves the garbage collector paused for it."""
+    rust = SentenceEncoder(str(tiny_model_dir), device="cpu", tokenize_processes=0)._rust_tokenizer
+
+    class Overlapped:  # another thread starts tokenising while this call is inside the tokenizer
+        def encode_batch(self, items, add_special_tokens):
+            GC_ENABLED.hold(False)
+            return rust.encode_batch(items, add_special_tokens=add_special_tokens)
+
+    assert gc.isenabled()
+    try:
+        assert len(tokenize_arrays(Overlapped(), SENTENCES)) == len(SENTENCES)
+        assert not gc.isenabled()  # the other tokenisation is still running
+    finally:
+        GC_ENABLED.release()
+    assert gc.isenabled()
 
 
 def test_auto_processes_only_on_cuda_with_the_shortcut(tiny_model_dir, monkeypatch):

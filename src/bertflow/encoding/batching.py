@@ -22,7 +22,7 @@ import torch
 from ..errors import InputError
 from ..validation import check_sentences
 from .settings import MIN_LENGTH_RATIO, UNIFORM_FILL
-from .tokenization import TokenArrays
+from .tokenization import CountedSetting, TokenArrays
 
 
 def plan_batches(
@@ -126,29 +126,8 @@ _END = object()
 #: the launching thread waited up to Python's default 5 ms to get it back, with the GPU idle when it is ahead
 #: (MiniLM-L6 on an H200: docs/performance.md). ``None`` leaves the interval alone.
 FAST_SWITCH_INTERVAL: float | None = 0.0005
-
-
-class _SwitchInterval:
-    """Process-wide ``sys.setswitchinterval`` for as long as any user holds it (counted), then restored."""
-
-    lock = threading.Lock()
-    users = 0
-    saved = 0.0
-
-    @classmethod
-    def enter(cls, interval: float) -> None:
-        with cls.lock:
-            if cls.users == 0:
-                cls.saved = sys.getswitchinterval()
-                sys.setswitchinterval(min(interval, cls.saved))
-            cls.users += 1
-
-    @classmethod
-    def exit(cls) -> None:
-        with cls.lock:
-            cls.users -= 1
-            if cls.users == 0:
-                sys.setswitchinterval(cls.saved)
+#: Python's thread switch interval, lowered while any fast-switching :class:`Prefetcher` runs.
+SWITCH_INTERVAL = CountedSetting(sys.getswitchinterval, sys.setswitchinterval)
 
 
 class Prefetcher:
@@ -171,7 +150,7 @@ class Prefetcher:
         self._thread.start()
         self._switch = fast_switch and FAST_SWITCH_INTERVAL is not None
         if self._switch:
-            _SwitchInterval.enter(FAST_SWITCH_INTERVAL)  # type: ignore[arg-type]
+            SWITCH_INTERVAL.hold(min(FAST_SWITCH_INTERVAL, sys.getswitchinterval()))  # type: ignore[type-var]
 
     def _put(self, obj: Any) -> bool:
         while not self._stop.is_set():
@@ -210,7 +189,7 @@ class Prefetcher:
         self._pool.shutdown(wait=True, cancel_futures=True)
         if self._switch:
             self._switch = False
-            _SwitchInterval.exit()
+            SWITCH_INTERVAL.release()
 
 
 def cut_chunks(sentences: Iterable[str], sizes: Iterator[int]) -> Iterator[tuple[int, list[str]]]:

@@ -1,19 +1,5 @@
-"""SentenceEncoder: a frozen Hugging Face encoder plus an explicit pooling, producing float32 sentence vectors.
-
-How a corpus is encoded (``docs/performance.md`` says what each step buys):
-
-1. The stream is cut into chunks; a background thread tokenises each into flat numpy arrays (:mod:`.tokenization`:
-   on a GPU host in worker processes, so that reading the ids out does not hold this process's GIL).
-2. Inside a chunk, sentences are sorted by token count and cut into token-budget batches with bounded padding
-   (:mod:`.batching`); a batch of one length carries no padding and no mask, so SDPA can take its flash kernel.
-3. Batches are packed into pinned host buffers on that thread, so the main thread only copies them to the device
-   and launches the model (:mod:`.forward`) while the next chunk is tokenised.
-4. Pooled vectors stay on the device until the chunk is done, are put back in input order (and optionally
-   transformed, e.g. calibrated) there and copied to the host in one transfer: one sync per chunk.
-
-Results do not depend on the batch size, the token budget, the chunk size or the number of tokenisation workers
-(up to floating-point summation order).
-"""
+"""SentenceEncoder: a frozen Hugging Face encoder plus an explicit pooling, producing float32 sentence vectors (the
+chunk pipeline that streams a corpus through the model: :mod:`.stream`)."""
 
 from __future__ import annotations
 
@@ -30,12 +16,11 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..resources import return_free_memory
 from ..typing import DeviceTransform
 from ..validation import sentence_list
-from .batching import EncodeStats, Prefetcher, PreparedChunk, cut_chunks, cut_tokens, prepare_chunk
+from .batching import EncodeStats, PreparedChunk, cut_chunks, prepare_chunk
 from .device import resolve_device, resolve_dtype
-from .forward import ModelRunner, Pending, PoolingPlan
+from .forward import ModelRunner, PoolingPlan
 from .loading import (
     cached_hub_file,
     check_max_length,
@@ -47,8 +32,9 @@ from .loading import (
 )
 from .pooling import Pooling
 from .settings import DEFAULT_CHUNK, EncodeSettings, device_kind
+from .stream import split_poolings, stream_chunks
 from .token_stats import TokenStatistics
-from .tokenization import TokenArrays, TokenizerPool, auto_processes, tokenize_arrays
+from .tokenization import TokenArrays, TokenizerPool, auto_processes, tokenize_arrays, truncating_tokenizer
 from .warmup import warm_up
 
 logger = logging.getLogger(__name__)
@@ -133,7 +119,7 @@ class SentenceEncoder:
         self.num_layers = int(self.model.config.num_hidden_layers)
         self._runner = ModelRunner(self.model, self.device, self.model_id)
         (self.pooling,) = self._runner.check([pooling])
-        self._rust_tokenizer = self._make_rust_tokenizer()
+        self._rust_tokenizer = truncating_tokenizer(self.tokenizer, self.max_length)
         # What ``tokenize_processes=None`` means here (the CPU count and the tokenizer decide), worked out once.
         self._auto_processes = auto_processes(device_kind(self.device.type), self._rust_tokenizer)
         self._pad_id = int(self.tokenizer.pad_token_id or 0)
@@ -332,16 +318,6 @@ class SentenceEncoder:
             return_token_type_ids=False,
         )["input_ids"]
 
-    def _make_rust_tokenizer(self) -> Any:
-        """A private copy of the Rust tokenizer that truncates like :meth:`tokenize` and never pads (a copy: those
-        settings are state on the tokenizer object, which the user's Hugging Face tokenizer shares)."""
-        from tokenizers import Tokenizer
-
-        rust = Tokenizer.from_str(self.tokenizer.backend_tokenizer.to_str())
-        rust.no_padding()
-        rust.enable_truncation(self.max_length, direction=getattr(self.tokenizer, "truncation_side", "right"))
-        return rust
-
     def _tokenize_arrays(self, sentences: Sequence[str], pooled: bool = True) -> TokenArrays:
         """Token ids of ``sentences`` as flat numpy arrays: in the worker processes when there are any and
         ``pooled``, else on the calling thread (what the tokenisation threads run)."""
@@ -357,13 +333,15 @@ class SentenceEncoder:
                 self.close()
         return tokenize_arrays(self._rust_tokenizer, sentences)
 
-    def _start_pool(self) -> None:
-        """Start (or resize, or stop) the tokenisation worker processes to match ``tokenize_processes``."""
+    def _start_pool(self) -> TokenizerPool | None:
+        """Start (or resize, or stop) the tokenisation worker processes to match ``tokenize_processes``; returns
+        them (``None``: none run)."""
         want = self.tokenize_processes
         if self._token_pool is not None and self._token_pool.processes != want:
             self.close()
         if want > 0 and self._token_pool is None:
             self._token_pool = TokenizerPool(self._rust_tokenizer.to_str(), want)
+        return self._token_pool
 
     def close(self) -> None:
         """Stop the tokenisation worker processes, if any (they start again at the next large ``encode``; they also
@@ -414,110 +392,20 @@ class SentenceEncoder:
         """Padded tokens per forward pass: ``max_tokens``, or the device's default (65,536 on CUDA, 4,096 on CPU)."""
         return self._settings.token_budget(self.device.type)
 
-    def _chunk_sizes(self, chunk_size: int | None) -> Iterator[int]:
-        chunk_size = chunk_size if chunk_size is not None else self._settings.chunk_size
-        if chunk_size is not None:
-            return itertools.repeat(int(chunk_size))
-        top = DEFAULT_CHUNK[device_kind(self.device.type)]
-        if self.device.type != "cuda":
-            return itertools.repeat(top)
-        first = self._settings.first_chunk
-        ramp = itertools.takewhile(lambda s: s < top, (first << i for i in itertools.count()))
-        return itertools.chain(ramp, itertools.repeat(top))
-
-    def _iter_chunks(
-        self,
-        sentences: Iterable[str],
-        *,
-        batch_size: int | None,
-        chunk_size: int | None,
-        max_tokens: int | None,
-        plan: PoolingPlan,
-        transform: DeviceTransform | None = None,
-        progress: Callable[[int], None] | None = None,
-    ) -> Iterator[tuple[int, np.ndarray]]:
-        """Yield ``(first_row, float32 [n, D])`` per chunk, in order (on CUDA a view of pinned memory).
-        ``progress(rows)`` is told per forward batch off CUDA (a CPU chunk takes minutes), per collected chunk on
-        CUDA (per-batch updates there would need a sync)."""
-        if (batch_size is not None and batch_size < 1) or (chunk_size is not None and chunk_size < 1):
-            raise InputError("batch_size and chunk_size must be positive")
-        if transform is not None and len(plan.poolings) > 1:
-            raise InputError("a transform (calibrator) applies to one pooling; ask for one pooling with it")
-        budget = max_tokens or self.token_budget
-        if budget < 1:
-            raise InputError(f"max_tokens must be positive, got {budget}")
-        prepared, prefetcher = self._prepared_chunks(sentences, budget, batch_size, chunk_size)
-        stats = self.last_stats = EncodeStats()
-        # On CUDA, a chunk is handed out only after the next one is queued on the device, so the GPU keeps
-        # working while the caller consumes the result (writes it to a file, runs a calibrator ...).
-        delay = self.device.type == "cuda"
-        on_batch = None if delay else progress
-        on_chunk = progress if delay else None
-        pending: Pending | None = None
-        error: BaseException | None = None
-        try:
-            while True:
-                try:
-                    chunk = next(prepared)
-                except StopIteration:
-                    break
-                except Exception as e:  # noqa: BLE001 - raised below, after the chunks before it
-                    error = e
-                    break
-                launched = self._runner.launch(
-                    chunk, plan, transform, on_batch, self._settings.cudnn_attention, self._settings.unpadded
-                )
-                stats.add(chunk)
-                if pending is not None:
-                    yield self._collect(pending, on_chunk)
-                pending = launched
-                if not delay:
-                    yield self._collect(pending, on_chunk)
-                    pending = None
-            if pending is not None:
-                yield self._collect(pending, on_chunk)
-        finally:
-            if prefetcher is not None:
-                prefetcher.close()
-        if error is not None:
-            raise error
-
-    def _prepared_chunks(
-        self, sentences: Iterable[str], budget: int, batch_size: int | None, chunk_size: int | None
-    ) -> tuple[Iterator[PreparedChunk], Prefetcher | None]:
-        """The stream's chunks, tokenised and batched in order: on ``tokenize_workers`` background threads (the
-        returned :class:`Prefetcher`, which the caller closes) unless the input is one chunk in all."""
-        sizes = self._chunk_sizes(chunk_size)
-        chunks = cut_tokens(sentences, sizes) if isinstance(sentences, TokenArrays) else cut_chunks(sentences, sizes)
-
-        # One chunk in all (a query, a small batch): nothing to overlap, so no threads, and tokenised here, where
-        # it costs less than the round trip to a worker process.
-        sized = isinstance(sentences, (Sequence, TokenArrays))
-        single = sized and len(sentences) <= next(self._chunk_sizes(chunk_size))
-
-        def prepare(item: tuple[int, Sequence[str] | TokenArrays]) -> PreparedChunk:
-            return self._prepare(item, budget, batch_size, pooled=not single)
-
-        if not single:
-            self._start_pool()  # before our threads start: the workers are forked from this thread
-        threads = self.tokenize_workers
-        if threads is None:
-            threads = 2 if self._token_pool is not None else 1
-        if threads > 0 and not single:
-            cuda = self.device.type == "cuda"
-            prefetcher = Prefetcher(chunks, prepare, threads, depth=threads + 1, fast_switch=cuda)
-            return iter(prefetcher), prefetcher
-        return map(prepare, chunks), None
-
-    def _collect(self, pending: Pending, on_chunk: Callable[[int], None] | None) -> tuple[int, np.ndarray]:
-        part = self._runner.finish(pending)
-        if self.device.type == "cpu":
-            # The chunk's activations, MBs of another size per batch shape, are freed now; glibc would keep them
-            # in a growing heap and a long stream's resident memory would climb chunk by chunk (issue 24, item 9).
-            return_free_memory()
-        if on_chunk is not None:
-            on_chunk(len(part))
-        return pending.offset, part
+    def _iter_chunks(self, sentences: Iterable[str] | TokenArrays, **options: Any) -> Iterator[tuple[int, np.ndarray]]:
+        """:func:`.stream.stream_chunks` of ``sentences`` with this encoder's model, settings, device and
+        tokenisation (``options``: its other arguments); :attr:`last_stats` counts the chunks launched."""
+        self.last_stats = EncodeStats()
+        return stream_chunks(
+            sentences,
+            runner=self._runner,
+            settings=self._settings,
+            device=self.device,
+            prepare=self._prepare,
+            start_pool=self._start_pool,
+            stats=self.last_stats,
+            **options,
+        )
 
     def iter_encode(
         self,
@@ -553,17 +441,10 @@ class SentenceEncoder:
             progress=progress,
         ):
             if poolings is not None:
-                yield self._split(part, plan)  # copies, also out of pinned memory
+                yield split_poolings(part, plan, self.dim)  # copies, also out of pinned memory
             else:
                 # Copy out of pinned (page-locked) memory, which callers should not be left holding.
                 yield part.copy() if self.device.type == "cuda" else part
-
-    def _split(self, part: np.ndarray, plan: PoolingPlan) -> dict[str, np.ndarray]:
-        """``{pooling key: [n, D]}`` from the poolings side by side ([n, P x D], in the plan's order)."""
-        if len(plan.poolings) == 1:  # possibly transformed, to another width
-            return {plan.poolings[0].key: np.array(part, dtype=np.float32)}
-        d = self.dim
-        return {p.key: np.ascontiguousarray(part[..., i * d : (i + 1) * d]) for i, p in enumerate(plan.poolings)}
 
     def encode(
         self,
@@ -591,7 +472,7 @@ class SentenceEncoder:
         if not items:
             self.last_stats = EncodeStats()
             if poolings is not None:
-                return self._split(np.empty((0, self.dim * len(plan.poolings)), dtype=np.float32), plan)
+                return split_poolings(np.empty((0, self.dim * len(plan.poolings)), dtype=np.float32), plan, self.dim)
             # The width is the transform's (a calibrator may change it), as for any other input.
             empty = torch.zeros((0, self.dim), device=self.device)
             width = self.dim if transform is None else int(transform(empty).shape[1])
@@ -621,7 +502,7 @@ class SentenceEncoder:
                 out[row : row + len(part)] = part
         assert out is not None
         out = out[0] if single else out
-        return out if poolings is None else self._split(out, plan)
+        return out if poolings is None else split_poolings(out, plan, self.dim)
 
     def __repr__(self) -> str:
         return (

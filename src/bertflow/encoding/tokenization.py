@@ -21,9 +21,10 @@ import re
 import signal
 import string
 import sys
+import threading
 import warnings
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -75,16 +76,47 @@ class TokenArrays:
         return cls(np.concatenate([p.ids for p in parts]), offsets)
 
 
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector (process-wide) for the ``with`` block; restore its state after."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
+class CountedSetting:
+    """A process-wide setting that concurrent users hold: the first :meth:`hold` saves it (``get()``) and sets the
+    value asked for (``put(value)``), later ones only count, and the last :meth:`release` puts the saved one back,
+    so overlapping users (threads of concurrent encodes) never restore it under each other."""
+
+    def __init__(self, get: Callable[[], Any], put: Callable[[Any], None]) -> None:
+        self._get, self._put = get, put
+        self._lock = threading.Lock()
+        self._users = 0
+        self._saved: Any = None
+        if hasattr(os, "register_at_fork"):  # a child forked while another thread held the lock would wait forever
+            os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        self._lock, self._users = threading.Lock(), 0
+
+    def hold(self, value: Any) -> None:
+        with self._lock:
+            if self._users == 0:
+                self._saved = self._get()
+                self._put(value)
+            self._users += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users == 0:
+                self._put(self._saved)
+
+    @contextlib.contextmanager
+    def held(self, value: Any) -> Iterator[None]:
+        """:meth:`hold` ``value`` for the ``with`` block."""
+        self.hold(value)
+        try:
+            yield
+        finally:
+            self.release()
+
+
+#: Python's cyclic garbage collector (enabled or not), paused while any thread tokenises.
+GC_ENABLED = CountedSetting(gc.isenabled, lambda on: gc.enable() if on else gc.disable())
 
 
 def tokenize_arrays(tokenizer: Any, sentences: Sequence[str], shortcut: WordPieceShortcut | None = None) -> TokenArrays:
@@ -94,7 +126,7 @@ def tokenize_arrays(tokenizer: Any, sentences: Sequence[str], shortcut: WordPiec
     # One Python list per sentence (and per word, in the shortcut): tens of thousands of allocations, which set off
     # the cyclic garbage collector, whose full passes over a large heap took up to 5x as long as the read-out itself
     # (measured on the GPU host). Lists of ints and strings cannot form cycles, so collection is paused here.
-    with _gc_paused():
+    with GC_ENABLED.held(False):
         ids: list[Any] = shortcut.ids(items) if shortcut is not None else []
         rest = [i for i, v in enumerate(ids) if v is None]
         if shortcut is None or rest:
@@ -304,6 +336,18 @@ def auto_processes(device_type: str, tokenizer: Any = None) -> int:
     if share < 8 or (tokenizer is not None and WordPieceShortcut.from_tokenizer(tokenizer) is None):
         return 0
     return min(8, share // 2)
+
+
+def truncating_tokenizer(tokenizer: Any, max_length: int) -> Any:
+    """A private copy of the Hugging Face ``tokenizer``'s Rust tokenizer that truncates to ``max_length`` tokens
+    (special tokens included, on the tokenizer's truncation side) and never pads (a copy: those settings are state
+    on the tokenizer object, which the user's Hugging Face tokenizer shares)."""
+    from tokenizers import Tokenizer
+
+    rust = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+    rust.no_padding()
+    rust.enable_truncation(max_length, direction=getattr(tokenizer, "truncation_side", "right"))
+    return rust
 
 
 # -- inside a worker process -------------------------------------------------------------------------------

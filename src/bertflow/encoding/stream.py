@@ -1,0 +1,170 @@
+"""The chunk pipeline that streams a corpus through the model (what :meth:`SentenceEncoder.iter_encode` runs).
+
+How a corpus is encoded (``docs/performance.md`` says what each step buys):
+
+1. The stream is cut into chunks; a background thread tokenises each into flat numpy arrays (:mod:`.tokenization`:
+   on a GPU host in worker processes, so that reading the ids out does not hold this process's GIL).
+2. Inside a chunk, sentences are sorted by token count and cut into token-budget batches with bounded padding
+   (:mod:`.batching`); a batch of one length carries no padding and no mask, so SDPA can take its flash kernel.
+3. Batches are packed into pinned host buffers on that thread, so the main thread only copies them to the device
+   and launches the model (:mod:`.forward`) while the next chunk is tokenised.
+4. Pooled vectors stay on the device until the chunk is done, are put back in input order (and optionally
+   transformed, e.g. calibrated) there and copied to the host in one transfer: one sync per chunk.
+
+Results do not depend on the batch size, the token budget, the chunk size or the number of tokenisation workers
+(up to floating-point summation order).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from ..errors import InputError
+from ..resources import return_free_memory
+from ..typing import DeviceTransform
+from .batching import EncodeStats, Prefetcher, PreparedChunk, cut_chunks, cut_tokens
+from .forward import ModelRunner, Pending, PoolingPlan
+from .settings import DEFAULT_CHUNK, EncodeSettings, device_kind
+from .tokenization import TokenArrays, TokenizerPool
+
+#: ``prepare((first_row, sentences or tokens), max_tokens, max_rows, pooled)``: tokenise one chunk (in the worker
+#: processes if ``pooled``; unless already tokenised), sort and pack it (:func:`.batching.prepare_chunk`).
+Prepare = Callable[[tuple[int, Sequence[str] | TokenArrays], int, int | None, bool], PreparedChunk]
+
+
+def chunk_sizes(settings: EncodeSettings, device_type: str, chunk_size: int | None) -> Iterator[int]:
+    """Sentences per chunk, chunk after chunk: ``chunk_size``, else ``settings.chunk_size``, else the device's
+    default (16,384 on CPU; on CUDA ``settings.first_chunk`` doubling up to 65,536)."""
+    chunk_size = chunk_size if chunk_size is not None else settings.chunk_size
+    if chunk_size is not None:
+        return itertools.repeat(int(chunk_size))
+    top = DEFAULT_CHUNK[device_kind(device_type)]
+    if device_type != "cuda":
+        return itertools.repeat(top)
+    first = settings.first_chunk
+    ramp = itertools.takewhile(lambda s: s < top, (first << i for i in itertools.count()))
+    return itertools.chain(ramp, itertools.repeat(top))
+
+
+def stream_chunks(
+    sentences: Iterable[str] | TokenArrays,
+    *,
+    runner: ModelRunner,
+    plan: PoolingPlan,
+    settings: EncodeSettings,
+    device: torch.device,
+    prepare: Prepare,
+    start_pool: Callable[[], TokenizerPool | None],
+    stats: EncodeStats,
+    batch_size: int | None,
+    chunk_size: int | None,
+    max_tokens: int | None,
+    transform: DeviceTransform | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> Iterator[tuple[int, np.ndarray]]:
+    """Yield ``(first_row, float32 [n, D])`` per chunk of ``sentences``, in order (on CUDA a view of pinned memory),
+    from ``runner``'s forward passes of ``plan``; ``stats`` counts each chunk launched. ``start_pool()`` starts the
+    tokenisation worker processes for a stream of more than one chunk and returns them (``None``: none run).
+    ``progress(rows)`` is told per forward batch off CUDA (a CPU chunk takes minutes), per collected chunk on CUDA
+    (per-batch updates there would need a sync). The other arguments are :meth:`SentenceEncoder.iter_encode`'s."""
+    if (batch_size is not None and batch_size < 1) or (chunk_size is not None and chunk_size < 1):
+        raise InputError("batch_size and chunk_size must be positive")
+    if transform is not None and len(plan.poolings) > 1:
+        raise InputError("a transform (calibrator) applies to one pooling; ask for one pooling with it")
+    budget = max_tokens or settings.token_budget(device.type)
+    if budget < 1:
+        raise InputError(f"max_tokens must be positive, got {budget}")
+    prepared, prefetcher = _prepared_chunks(
+        sentences, settings, device, prepare, start_pool, budget, batch_size, chunk_size
+    )
+    # On CUDA, a chunk is handed out only after the next one is queued on the device, so the GPU keeps
+    # working while the caller consumes the result (writes it to a file, runs a calibrator ...).
+    delay = device.type == "cuda"
+    on_batch = None if delay else progress
+    on_chunk = progress if delay else None
+    cpu = device.type == "cpu"
+    pending: Pending | None = None
+    error: BaseException | None = None
+    try:
+        while True:
+            try:
+                chunk = next(prepared)
+            except StopIteration:
+                break
+            except Exception as e:  # noqa: BLE001 - raised below, after the chunks before it
+                error = e
+                break
+            launched = runner.launch(chunk, plan, transform, on_batch, settings.cudnn_attention, settings.unpadded)
+            stats.add(chunk)
+            if pending is not None:
+                yield _collect(runner, pending, cpu, on_chunk)
+            pending = launched
+            if not delay:
+                yield _collect(runner, pending, cpu, on_chunk)
+                pending = None
+        if pending is not None:
+            yield _collect(runner, pending, cpu, on_chunk)
+    finally:
+        if prefetcher is not None:
+            prefetcher.close()
+    if error is not None:
+        raise error
+
+
+def _prepared_chunks(
+    sentences: Iterable[str] | TokenArrays,
+    settings: EncodeSettings,
+    device: torch.device,
+    prepare: Prepare,
+    start_pool: Callable[[], TokenizerPool | None],
+    budget: int,
+    batch_size: int | None,
+    chunk_size: int | None,
+) -> tuple[Iterator[PreparedChunk], Prefetcher | None]:
+    """The stream's chunks, tokenised and batched in order: on ``settings.tokenize_workers`` background threads (the
+    returned :class:`Prefetcher`, which the caller closes) unless the input is one chunk in all."""
+    sizes = chunk_sizes(settings, device.type, chunk_size)
+    chunks = cut_tokens(sentences, sizes) if isinstance(sentences, TokenArrays) else cut_chunks(sentences, sizes)
+
+    # One chunk in all (a query, a small batch): nothing to overlap, so no threads, and tokenised here, where
+    # it costs less than the round trip to a worker process.
+    sized = isinstance(sentences, (Sequence, TokenArrays))
+    single = sized and len(sentences) <= next(chunk_sizes(settings, device.type, chunk_size))
+
+    def prepare_one(item: tuple[int, Sequence[str] | TokenArrays]) -> PreparedChunk:
+        return prepare(item, budget, batch_size, not single)
+
+    # Before our threads start: the workers are forked from this thread.
+    pool = None if single else start_pool()
+    threads = settings.tokenize_workers
+    if threads is None:
+        threads = 2 if pool is not None else 1
+    if threads > 0 and not single:
+        cuda = device.type == "cuda"
+        prefetcher = Prefetcher(chunks, prepare_one, threads, depth=threads + 1, fast_switch=cuda)
+        return iter(prefetcher), prefetcher
+    return map(prepare_one, chunks), None
+
+
+def _collect(
+    runner: ModelRunner, pending: Pending, cpu: bool, on_chunk: Callable[[int], None] | None
+) -> tuple[int, np.ndarray]:
+    part = runner.finish(pending)
+    if cpu:
+        # The chunk's activations, MBs of another size per batch shape, are freed now; glibc would keep them
+        # in a growing heap and a long stream's resident memory would climb chunk by chunk (issue 24, item 9).
+        return_free_memory()
+    if on_chunk is not None:
+        on_chunk(len(part))
+    return pending.offset, part
+
+
+def split_poolings(part: np.ndarray, plan: PoolingPlan, dim: int) -> dict[str, np.ndarray]:
+    """``{pooling key: [n, dim]}`` from the poolings side by side ([n, P x dim], in the plan's order); copies."""
+    if len(plan.poolings) == 1:  # possibly transformed, to another width
+        return {plan.poolings[0].key: np.array(part, dtype=np.float32)}
+    return {p.key: np.ascontiguousarray(part[..., i * dim : (i + 1) * dim]) for i, p in enumerate(plan.poolings)}

@@ -1,0 +1,105 @@
+"""The chunk pipeline (bertflow.encoding.stream): chunk sizes, order across chunks, tokenisation threads, errors
+after earlier chunks, abandoned streams, progress and the encode statistics."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from bertflow import InputError, SentenceEncoder
+from bertflow.encoding.settings import EncodeSettings
+from bertflow.encoding.stream import chunk_sizes
+
+from ..conftest import SENTENCES
+from .test_encoder import LONGER
+
+
+def test_chunk_sizes_ramp_up_on_cuda_only():
+    """On CUDA the first chunks double from ``first_chunk`` up to 65,536 (the GPU starts early); on CPU every chunk
+    has the default size; a chunk size asked for (in the call or the settings) wins everywhere."""
+    settings = EncodeSettings(first_chunk=4096)
+    assert list(itertools.islice(chunk_sizes(settings, "cuda", None), 6)) == [4096, 8192, 16384, 32768, 65536, 65536]
+    assert list(itertools.islice(chunk_sizes(settings, "cpu", None), 2)) == [16384, 16384]
+    assert list(itertools.islice(chunk_sizes(settings, "cuda", 7), 2)) == [7, 7]
+    fixed = EncodeSettings(chunk_size=5)
+    assert list(itertools.islice(chunk_sizes(fixed, "cuda", None), 2)) == [5, 5]
+    assert list(itertools.islice(chunk_sizes(fixed, "cpu", 3), 2)) == [3, 3]
+
+
+def test_chunked_stream_equals_list(tiny_encoder):
+    ref = tiny_encoder.encode(SENTENCES)
+    parts = list(tiny_encoder.iter_encode(iter(SENTENCES), batch_size=2, chunk_size=3))
+    assert [len(p) for p in parts] == [3, 3, 2]
+    np.testing.assert_allclose(np.concatenate(parts), ref, atol=1e-5)
+
+
+@pytest.mark.parametrize("workers", [0, 1, 3])
+def test_token_budget_and_workers_do_not_change_embeddings(tiny_model_dir, workers):
+    ref = SentenceEncoder(str(tiny_model_dir), device="cpu", tokenize_workers=0).encode(LONGER, batch_size=1)
+    enc = SentenceEncoder(str(tiny_model_dir), device="cpu", tokenize_workers=workers)
+    for max_tokens in (1, 16, 50, 10**6):
+        np.testing.assert_allclose(enc.encode(LONGER, max_tokens=max_tokens), ref, atol=1e-5)
+    parts = list(enc.iter_encode(iter(LONGER * 3), chunk_size=5, max_tokens=40))
+    assert [len(p) for p in parts] == [5, 5, 5, 5, 5, 5, 5, 1]
+    np.testing.assert_allclose(np.concatenate(parts), np.concatenate([ref] * 3), atol=1e-5)
+
+
+def test_stats_count_real_and_padded_tokens(tiny_model_dir):
+    enc = SentenceEncoder(str(tiny_model_dir), device="cpu")
+    enc.encode(LONGER, max_tokens=10**6)
+    stats = enc.last_stats
+    lengths = [len(ids) for ids in enc.tokenize(LONGER)]
+    assert stats.sentences == len(LONGER) and stats.real_tokens == sum(lengths)
+    assert stats.padded_tokens >= stats.real_tokens and 0 < stats.padding_efficiency <= 1
+    enc.encode(LONGER, max_tokens=1)  # one sentence per batch: no padding at all
+    assert enc.last_stats.padding_efficiency == 1.0 and enc.last_stats.uniform_batches == len(LONGER)
+
+
+def test_stream_error_names_the_row_after_earlier_chunks(tiny_model_dir):
+    enc = SentenceEncoder(str(tiny_model_dir), device="cpu", tokenize_workers=2)
+    stream = (s for s in [*SENTENCES[:5], "  ", *SENTENCES])
+    got = []
+    with pytest.raises(InputError, match="sentence 5 is empty"):
+        for part in enc.iter_encode(stream, chunk_size=2):
+            got.append(part)
+    assert sum(len(p) for p in got) == 4  # the chunks before the bad one were delivered
+
+
+def test_abandoned_stream_stops_its_threads(tiny_model_dir):
+    import threading
+
+    enc = SentenceEncoder(str(tiny_model_dir), device="cpu", tokenize_workers=2)
+    before = threading.active_count()
+    for _ in range(3):
+        it = enc.iter_encode(iter(SENTENCES * 50), chunk_size=4)
+        next(it)
+        it.close()
+    import time
+
+    deadline = time.monotonic() + 5
+    while threading.active_count() > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert threading.active_count() <= before
+
+
+def test_progress_moves_per_batch_within_a_chunk(tiny_model_dir, monkeypatch):
+    """On CPU a chunk holds 16,384 sentences (minutes for a real model): progress is told after every forward
+    batch, before the chunk is handed out, and the counts add up to the input."""
+    enc = SentenceEncoder(str(tiny_model_dir), pooling="mean", device="cpu", max_tokens=64, tokenize_workers=0)
+    forwards = []
+    forward = enc._runner.forward
+    monkeypatch.setattr(enc._runner, "forward", lambda batch, *a: forwards.append(batch.rows) or forward(batch, *a))
+    sentences = SENTENCES * 2
+    updates: list[int] = []
+    parts = enc.iter_encode(sentences, progress=updates.append)
+    first = next(parts)
+    assert len(first) == len(sentences) and enc.last_stats.chunk_sizes == [len(sentences)]  # one chunk
+    assert len(updates) == len(forwards) >= 4 and updates == forwards  # several updates inside that chunk
+    assert sum(updates) == len(sentences)
+    assert next(parts, None) is None
+    # encode forwards the same counts to its caller (a bar spanning several calls) and returns the same rows.
+    updates.clear()
+    np.testing.assert_array_equal(enc.encode(sentences, progress=updates.append), first)
+    assert len(updates) >= 4 and sum(updates) == len(sentences)
