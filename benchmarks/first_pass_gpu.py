@@ -2,8 +2,9 @@
 (issue 23, goals 1 and 2).
 
 ``variants``
-    One fresh process per architecture and ``--variants`` entry, ``+``-joined steps: ``FIELD=0|1`` (an
-    ``EncodeSettings`` field set to False/True when the encoder is made, e.g. ``warm_up=1``),
+    One fresh process per architecture and ``--variants`` entry, ``+``-joined steps: ``FIELD=VALUE`` (an
+    ``EncodeSettings`` field set when the encoder is made: 0/1 for a flag, e.g. ``warm_up=1``, else an int,
+    e.g. ``first_chunk=16384``),
     then, after the load, ``base`` (nothing), ``warmup`` (:func:`bertflow.encoding.warmup.warm_up`), ``reserve``
     (one large CUDA allocation, freed: the caching allocator keeps it), ``synthN`` (``encode`` of N synthetic
     token-id sentences of every length), ``eager`` (``CUDA_MODULE_LOADING=EAGER``).
@@ -22,6 +23,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -68,7 +70,8 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     if fields:
         from bertflow.encoding.settings import EncodeSettings
 
-        kwargs["settings"] = EncodeSettings(**{k: bool(int(v)) for k, v in fields.items()})
+        flags = {f.name for f in dataclasses.fields(EncodeSettings) if isinstance(f.default, bool)}
+        kwargs["settings"] = EncodeSettings(**{k: bool(int(v)) if k in flags else int(v) for k, v in fields.items()})
     enc = SentenceEncoder(str(args.model), pooling="mean", device="cuda", **kwargs)
     torch.cuda.synchronize()
     out: dict[str, Any] = {"arch": args.arch, "variant": args.variant, "load_s": time.perf_counter() - t}
