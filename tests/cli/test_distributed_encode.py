@@ -99,6 +99,7 @@ def test_cli_reads_a_table_and_refuses_bad_columns_and_folders(tiny_model_dir, t
         (["--text-column", "body"], "has no column 'body'; its columns: doc_id, text"),
         (["--text-column", "doc_id"], "column 'doc_id' has type int64, not text"),
         (["--id-column", "doc_id"], "--id-column needs table shards"),
+        (["--shard-size", "40"], "must be a multiple of chunk_size (16)"),
     ]:
         r = runner.invoke(app, [*base, "-o", str(tmp_path / "new"), *sizes, *extra])
         assert r.exit_code == 2 and r.output.count("\n") == 1 and message in r.output, r.output

@@ -258,6 +258,7 @@ def distributed_encode(
     from ..errors import InputError
     from ..io.arrow import TableColumn, open_input
     from ..io.files import check_output_folder
+    from ..scale.layout import check_store_options
 
     if model_dir and model:
         raise InputError("give --model-dir (a fitted model) or --model (a raw encoder), not both")
@@ -266,9 +267,15 @@ def distributed_encode(
         raise InputError(f"pooling {pooling!r} needs token statistics: fit a model with it and pass --model-dir")
     # An existing store is resumed (or restarted with --overwrite); anything else non-empty is refused.
     check_output_folder(output, "store", overwrite=overwrite, resume=True, inputs=[input, *filter(None, [model_dir])])
-    # The input and format options, and a table's columns (its metadata only), before any rank starts.
-    if id_column is not None and shard_format == "npy":
-        raise InputError("--id-column needs table shards (--format parquet or arrow): .npy shards hold only vectors")
+    # The store options, the input and a table's columns (its metadata only), before any rank starts.
+    check_store_options(
+        shard_size=shard_size,
+        chunk_size=chunk_size,
+        batch_size=batch_size,
+        encoding_errors=encoding_errors,
+        shard_format=shard_format,
+        id_column=id_column,
+    )
     source = open_input(input, text_column=text_column, input_format_name=input_format, id_column=id_column)
     if isinstance(source, TableColumn):
         _ = source.rows  # opens the file: a missing column or a column that is not text fails here

@@ -35,6 +35,7 @@ from .layout import (
     MERGED_NAME,
     SHARD_DIR,
     ShardSpec,
+    check_store_options,
     finalize_manifest,
     new_manifest,
     plan_shards,
@@ -340,19 +341,16 @@ def encode_file_to_store(
     """
     from ..calibrators import IdentityCalibrator
 
-    if shard_size < 1 or chunk_size < 1 or (batch_size is not None and batch_size < 1):
-        raise InputError("shard_size, chunk_size and batch_size must be positive")
-    if shard_size % chunk_size:
-        raise InputError(
-            f"shard_size ({shard_size}) must be a multiple of chunk_size ({chunk_size}), so that every shard is made "
-            "of whole encoder chunks and the output does not depend on how the input was split"
-        )
-    if encoding_errors not in ("strict", "replace"):
-        raise InputError(f"encoding_errors must be 'strict' or 'replace', got {encoding_errors!r}")
+    check_store_options(
+        shard_size=shard_size,
+        chunk_size=chunk_size,
+        batch_size=batch_size,
+        encoding_errors=encoding_errors,
+        shard_format=shard_format,
+        id_column=id_column,
+    )
     if isinstance(calibrator, IdentityCalibrator):
         calibrator = None
-    if id_column is not None and shard_format == "npy":
-        raise InputError("--id-column needs table shards (--format parquet or arrow): .npy shards hold only vectors")
     input_path = Path(input_path)
     source = open_input(
         input_path,

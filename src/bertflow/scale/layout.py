@@ -106,6 +106,30 @@ class ShardSpec:
         return cls(int(entry["index"]), int(entry["start"]), int(entry["stop"]), int(entry.get("offset", 0)), suffix)
 
 
+def check_store_options(
+    *,
+    shard_size: int,
+    chunk_size: int,
+    batch_size: int | None,
+    encoding_errors: str,
+    shard_format: str,
+    id_column: str | None,
+) -> None:
+    """Refuse (InputError) store options that cannot work, before any work: sizes below 1, a ``shard_size`` that is
+    not a multiple of ``chunk_size``, an unknown ``encoding_errors``, an ``id_column`` with ``.npy`` shards."""
+    if shard_size < 1 or chunk_size < 1 or (batch_size is not None and batch_size < 1):
+        raise InputError("shard_size, chunk_size and batch_size must be positive")
+    if shard_size % chunk_size:
+        raise InputError(
+            f"shard_size ({shard_size}) must be a multiple of chunk_size ({chunk_size}), so that every shard is made "
+            "of whole encoder chunks and the output does not depend on how the input was split"
+        )
+    if encoding_errors not in ("strict", "replace"):
+        raise InputError(f"encoding_errors must be 'strict' or 'replace', got {encoding_errors!r}")
+    if id_column is not None and shard_format == "npy":
+        raise InputError("--id-column needs table shards (--format parquet or arrow): .npy shards hold only vectors")
+
+
 def plan_shards(
     n_rows: int, shard_size: int, offsets: Sequence[int] | None = None, *, shard_format: str = "npy"
 ) -> list[ShardSpec]:
