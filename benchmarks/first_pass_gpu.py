@@ -42,20 +42,10 @@ from encode_profile_gpu import _counters  # noqa: E402
 from gpu_checks import random_model, sts_pool, synthetic  # noqa: E402
 
 
-def synthetic_tokens(n: int, max_length: int, vocab: int, seed: int = 3) -> Any:
-    """``n`` sentences of random ids, lengths cycling through 3 .. ``max_length``."""
-    from bertflow.encoding.tokenization import TokenArrays
-
-    lengths = 3 + np.arange(n) % (max_length - 2)
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    ids = np.random.default_rng(seed).integers(1000, vocab, size=int(offsets[-1]), dtype=np.int32)
-    return TokenArrays(ids, offsets)
-
-
 def child(args: argparse.Namespace) -> dict[str, Any]:
     begin = time.perf_counter()
     from bertflow import SentenceEncoder
+    from bertflow.encoding.warmup import synthetic_tokens, warm_up
 
     pool = sts_pool(args.data_dir)
     rng = np.random.default_rng(0)
@@ -82,14 +72,13 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
             continue
         t = time.perf_counter()
         if step == "warmup":
-            from bertflow.encoding.warmup import warm_up
-
             warm_up(enc)
         elif step == "reserve":
             block = torch.empty(4 << 30, dtype=torch.uint8, device="cuda")
             del block
         elif step.startswith("synth"):
-            enc.encode(synthetic_tokens(int(step[5:]), enc.max_length, enc.vocab_size), show_progress_bar=False)
+            tokens = synthetic_tokens(int(step[5:]), enc.max_length, enc.vocab_size, seed=3)
+            enc.encode(tokens, show_progress_bar=False)
         torch.cuda.synchronize()
         steps[step] = time.perf_counter() - t
     out["steps_s"] = steps

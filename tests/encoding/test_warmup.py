@@ -27,6 +27,14 @@ def test_warm_up_setting():
         EncodeSettings(warm_up=1)
 
 
+def test_synthetic_tokens_cycle_through_every_length_within_the_vocabulary():
+    tokens = warmup.synthetic_tokens(130, max_length=8, vocab_size=50, seed=1)
+    assert len(tokens) == 130 and tokens.lengths.tolist()[:8] == [2, 3, 4, 5, 6, 7, 8, 2]
+    assert tokens.ids.min() >= 0 and tokens.ids.max() < 50 and len(tokens.ids) == tokens.lengths.sum()
+    again = warmup.synthetic_tokens(130, max_length=8, vocab_size=50, seed=1)
+    assert np.array_equal(again.ids, tokens.ids)  # seeded: the same ids every time
+
+
 def test_warm_up_changes_nothing_the_caller_sees(tiny_model_dir, monkeypatch):
     """An encoder warmed up at load gives the same vectors, and its stats are those of the caller's own encodes."""
     plain = SentenceEncoder(str(tiny_model_dir), pooling="mean", device="cpu", tokenize_workers=0)

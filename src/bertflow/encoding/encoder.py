@@ -127,9 +127,9 @@ class SentenceEncoder:
         self._token_statistics: TokenStatistics | None = None
         self.token_statistics = token_statistics
         self._tokenizer_fingerprint: str | None = None
-        self.last_stats = EncodeStats()
         if settings.warms_up(self.device.type):
             warm_up(self)
+        self.last_stats = EncodeStats()  # after the warm-up: the stats are of the caller's encodes only
 
     # -- throughput settings -----------------------------------------------------------------------------
 

@@ -22,17 +22,20 @@ if TYPE_CHECKING:
 WARM_UP_SENTENCES = 8192
 
 
-def warm_up(encoder: SentenceEncoder) -> None:
-    """Encode :data:`WARM_UP_SENTENCES` sentences of random token ids as one chunk (results dropped,
-    :attr:`~.encoder.SentenceEncoder.last_stats` untouched)."""
-    n = WARM_UP_SENTENCES
-    lengths = 2 + np.arange(n) % (encoder.max_length - 1)
+def synthetic_tokens(n: int, max_length: int, vocab_size: int, seed: int = 0) -> TokenArrays:
+    """``n`` sentences of random token ids in ``[0, vocab_size)``, their lengths cycling through 2 .. ``max_length``."""
+    lengths = 2 + np.arange(n) % (max_length - 1)
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    ids = np.random.default_rng(0).integers(0, encoder.vocab_size, size=int(offsets[-1]), dtype=np.int32)
+    ids = np.random.default_rng(seed).integers(0, vocab_size, size=int(offsets[-1]), dtype=np.int32)
+    return TokenArrays(ids, offsets)
+
+
+def warm_up(encoder: SentenceEncoder) -> None:
+    """Encode :data:`WARM_UP_SENTENCES` :func:`synthetic_tokens` as one chunk (results dropped)."""
+    n = WARM_UP_SENTENCES
     # A weighted pooling may have no token statistics yet: the warm-up then runs the same forward with "mean".
     poolings = ["mean"] if encoder.pooling.weighting.weighted else None
-    stats = encoder.last_stats
-    for _ in encoder.iter_encode(TokenArrays(ids, offsets), chunk_size=n, poolings=poolings):
+    tokens = synthetic_tokens(n, encoder.max_length, encoder.vocab_size)
+    for _ in encoder.iter_encode(tokens, chunk_size=n, poolings=poolings):
         pass
-    encoder.last_stats = stats
