@@ -15,6 +15,25 @@ def _blas_threads() -> list[int]:
     return [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
 
 
+def test_counted_setting_is_restored_when_the_last_holder_leaves():
+    """Two overlapping holders (concurrent encodes): the first to leave does not restore the setting under the
+    other, in either order; the last one does."""
+    value = ["saved"]
+    setting = resources.CountedSetting(lambda: value[0], lambda v: value.__setitem__(0, v))
+    setting.hold("fast")
+    setting.hold("fast")
+    setting.release()
+    assert value == ["fast"]
+    setting.release()
+    assert value == ["saved"]
+    with setting.held("a"):
+        setting.hold("b")  # a later holder only counts
+        assert value == ["a"]
+    assert value == ["a"]
+    setting.release()
+    assert value == ["saved"]
+
+
 def test_usable_cpus_is_the_affinity_mask(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 3, 5}, raising=False)
     assert resources.usable_cpus() == 3

@@ -1,4 +1,5 @@
-"""What this process may use of the machine: usable cores, CPU thread limits, and a description for reports.
+"""What this process may use of the machine: usable cores, CPU thread limits, process-wide settings that
+concurrent users hold (:class:`CountedSetting`), and a description for reports.
 
 A leaf module: it imports nothing of bertflow but the version, and torch, threadpoolctl and the libraries named in
 :func:`machine_info` only when called (``import bertflow.resources`` stays cheap).
@@ -9,13 +10,53 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from ._version import __version__
 
 _libc: Any = None  # glibc's handle once looked up; False off glibc
+
+
+class CountedSetting:
+    """A process-wide setting that concurrent users hold: the first :meth:`hold` saves it (``get()``) and sets the
+    value asked for (``put(value)``), later ones only count, and the last :meth:`release` puts the saved one back,
+    so overlapping users (threads of concurrent encodes) never restore it under each other."""
+
+    def __init__(self, get: Callable[[], Any], put: Callable[[Any], None]) -> None:
+        self._get, self._put = get, put
+        self._lock = threading.Lock()
+        self._users = 0
+        self._saved: Any = None
+        if hasattr(os, "register_at_fork"):  # a child forked while another thread held the lock would wait forever
+            os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        self._lock, self._users = threading.Lock(), 0
+
+    def hold(self, value: Any) -> None:
+        with self._lock:
+            if self._users == 0:
+                self._saved = self._get()
+                self._put(value)
+            self._users += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users == 0:
+                self._put(self._saved)
+
+    @contextlib.contextmanager
+    def held(self, value: Any) -> Iterator[None]:
+        """:meth:`hold` ``value`` for the ``with`` block."""
+        self.hold(value)
+        try:
+            yield
+        finally:
+            self.release()
 
 
 def usable_cpus() -> int:

@@ -15,7 +15,6 @@ from bertflow import SentenceEncoder
 from bertflow.encoding.tokenization import (
     GC_ENABLED,
     MIN_PART,
-    CountedSetting,
     TokenArrays,
     TokenizerPool,
     WordPieceShortcut,
@@ -38,25 +37,6 @@ def test_concatenate_joins_in_order():
     joined = TokenArrays.concatenate([a, b])
     assert _split(joined) == [[1, 2], [3], [], [4, 5]]
     assert joined.lengths.tolist() == [2, 1, 0, 2]
-
-
-def test_counted_setting_is_restored_when_the_last_holder_leaves():
-    """Two overlapping holders (concurrent encodes): the first to leave does not restore the setting under the
-    other, in either order; the last one does."""
-    value = ["saved"]
-    setting = CountedSetting(lambda: value[0], lambda v: value.__setitem__(0, v))
-    setting.hold("fast")
-    setting.hold("fast")
-    setting.release()
-    assert value == ["fast"]
-    setting.release()
-    assert value == ["saved"]
-    with setting.held("a"):
-        setting.hold("b")  # a later holder only counts
-        assert value == ["a"]
-    assert value == ["a"]
-    setting.release()
-    assert value == ["saved"]
 
 
 def test_overlapping_tokenisations_keep_the_collector_paused(tiny_model_dir):

@@ -20,9 +20,10 @@ import numpy as np
 import torch
 
 from ..errors import InputError
+from ..resources import CountedSetting
 from ..validation import check_sentences
 from .settings import MIN_LENGTH_RATIO, UNIFORM_FILL
-from .tokenization import CountedSetting, TokenArrays
+from .tokenization import TokenArrays
 
 
 def plan_batches(

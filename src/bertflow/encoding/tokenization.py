@@ -10,7 +10,6 @@ ids on plain ASCII text 5-6x faster for BERT-style WordPiece tokenizers.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import itertools
 import json
@@ -21,17 +20,16 @@ import re
 import signal
 import string
 import sys
-import threading
 import warnings
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..resources import usable_cpus
+from ..resources import CountedSetting, usable_cpus
 
 logger = logging.getLogger(__name__)
 
@@ -74,45 +72,6 @@ class TokenArrays:
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         return cls(np.concatenate([p.ids for p in parts]), offsets)
-
-
-class CountedSetting:
-    """A process-wide setting that concurrent users hold: the first :meth:`hold` saves it (``get()``) and sets the
-    value asked for (``put(value)``), later ones only count, and the last :meth:`release` puts the saved one back,
-    so overlapping users (threads of concurrent encodes) never restore it under each other."""
-
-    def __init__(self, get: Callable[[], Any], put: Callable[[Any], None]) -> None:
-        self._get, self._put = get, put
-        self._lock = threading.Lock()
-        self._users = 0
-        self._saved: Any = None
-        if hasattr(os, "register_at_fork"):  # a child forked while another thread held the lock would wait forever
-            os.register_at_fork(after_in_child=self._forget)
-
-    def _forget(self) -> None:
-        self._lock, self._users = threading.Lock(), 0
-
-    def hold(self, value: Any) -> None:
-        with self._lock:
-            if self._users == 0:
-                self._saved = self._get()
-                self._put(value)
-            self._users += 1
-
-    def release(self) -> None:
-        with self._lock:
-            self._users -= 1
-            if self._users == 0:
-                self._put(self._saved)
-
-    @contextlib.contextmanager
-    def held(self, value: Any) -> Iterator[None]:
-        """:meth:`hold` ``value`` for the ``with`` block."""
-        self.hold(value)
-        try:
-            yield
-        finally:
-            self.release()
 
 
 #: Python's cyclic garbage collector (enabled or not), paused while any thread tokenises.
