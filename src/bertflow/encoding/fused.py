@@ -4,7 +4,8 @@ On STS text the unpadded forward of BERT-base spends about a quarter of its devi
 memory-bound steps over the whole ``[total_tokens, hidden]`` activation (docs/performance.md, third round):
 :func:`add_layer_norm` reads each input once (Triton; float32 statistics, so it rounds once where the modules round
 twice), :func:`qkv_weights` makes one GEMM of width 3H out of three, :func:`linear_gelu` puts the tanh GELU (within
-5e-4 of the exact one) in the GEMM's epilogue. Plain torch where Triton or CUDA is missing (CPU tests compare).
+5e-4 of the exact one) in the GEMM's epilogue, and :func:`slot_attention` runs the slotted layout's attention
+without a mask tensor. Plain torch where Triton or CUDA is missing (CPU tests compare).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-_KERNEL: Any = None
+_KERNELS: Any = None
 
 
 def triton_available(device: torch.device) -> bool:
@@ -35,11 +36,12 @@ def _triton_importable() -> bool:
     return True
 
 
-def _kernel() -> Any:
-    """The Triton kernel, defined on first use (Triton is imported only on a CUDA machine)."""
-    global _KERNEL
-    if _KERNEL is not None:
-        return _KERNEL
+def _kernels() -> Any:
+    """The Triton kernels and the ``triton`` module, defined on first use (Triton is imported only on a CUDA
+    machine): ``(add_ln, slot_attn, triton)``."""
+    global _KERNELS
+    if _KERNELS is not None:
+        return _KERNELS
     import triton
     import triton.language as tl
 
@@ -60,8 +62,49 @@ def _kernel() -> Any:
         out = d * rstd[:, None] * w[None, :] + b[None, :]
         tl.store(o_ptr + offs, out.to(o_ptr.dtype.element_ty), mask=mask)
 
-    _KERNEL = (add_ln, triton)
-    return _KERNEL
+    # One program per (group of `group` slots, head): the group's q, k, v tiles, scores, softmax and output in
+    # registers. Which keys a query sees is computed from the slot numbers and the sentence lengths, so no mask
+    # is read (the SDPA route reads a [group, group] bias per group and head). Batch sizes vary: not specialised.
+    @triton.jit(do_not_specialize=["rows", "width", "group"])
+    def slot_attn(
+        q_ptr,
+        k_ptr,
+        v_ptr,
+        len_ptr,
+        o_ptr,
+        rows,
+        width,
+        group,
+        scale,
+        s_tok,
+        s_head,
+        o_tok,
+        o_head,
+        BLOCK: tl.constexpr,
+        D: tl.constexpr,
+    ):
+        i = tl.arange(0, BLOCK)
+        inside = i < group
+        slot = tl.program_id(0) * group + i
+        sentence = slot // width
+        length = tl.load(len_ptr + sentence, mask=inside & (sentence < rows), other=0)
+        real = inside & (slot % width < length)
+        d = tl.arange(0, D)
+        at = slot.to(tl.int64)[:, None] * s_tok + tl.program_id(1) * s_head + d[None, :]
+        q = tl.load(q_ptr + at, mask=inside[:, None], other=0.0)
+        k = tl.load(k_ptr + at, mask=inside[:, None], other=0.0)
+        v = tl.load(v_ptr + at, mask=inside[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k)) * scale
+        # A query sees the real tokens of its own sentence, and itself (so a padding slot has one key, no NaN).
+        seen = ((sentence[:, None] == sentence[None, :]) & real[None, :]) | (i[:, None] == i[None, :])
+        s = tl.where(seen, s, float("-inf"))
+        p = tl.exp(s - tl.max(s, axis=1)[:, None])
+        out = tl.dot(p.to(v.dtype), v) / tl.sum(p, axis=1)[:, None]
+        to = slot.to(tl.int64)[:, None] * o_tok + tl.program_id(1) * o_head + d[None, :]
+        tl.store(o_ptr + to, out.to(o_ptr.dtype.element_ty), mask=inside[:, None])
+
+    _KERNELS = (add_ln, slot_attn, triton)
+    return _KERNELS
 
 
 def add_layer_norm(y: torch.Tensor, residual: torch.Tensor, norm: torch.nn.LayerNorm) -> torch.Tensor:
@@ -72,11 +115,66 @@ def add_layer_norm(y: torch.Tensor, residual: torch.Tensor, norm: torch.nn.Layer
     m, n = y.shape
     y, residual = y.contiguous(), residual.contiguous()
     out = torch.empty_like(y)
-    kernel, triton = _kernel()
+    kernel, _, triton = _kernels()
     block = triton.next_power_of_2(n)
     rows = max(1, min(16, 4096 // block))
     kernel[(triton.cdiv(m, rows),)](
         y, residual, norm.weight, norm.bias, out, m, n, float(norm.eps), ROWS=rows, BLOCK=block, num_warps=4
+    )
+    return out
+
+
+#: Most slots in one group that :func:`slot_attention` takes (its [group, group] scores stay in registers).
+SLOT_GROUP_MAX = 128
+
+
+def slot_attention_fits(q: torch.Tensor, group: int) -> bool:
+    """Whether :func:`slot_attention` runs its kernel for ``q`` [slots, heads, head_dim] in groups of ``group``
+    slots: CUDA with Triton, half precision, head_dim a power of two from 16 to 128, ``group`` <= 128."""
+    d = q.shape[-1]
+    return (
+        triton_available(q.device)
+        and q.dtype in (torch.float16, torch.bfloat16)
+        and 16 <= d <= 128
+        and d & (d - 1) == 0
+        and group <= SLOT_GROUP_MAX
+        and q.stride(-1) == 1
+    )
+
+
+def slot_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: torch.Tensor, width: int, group: int
+) -> torch.Tensor:
+    """Attention within each sentence of a slotted batch (CUDA, Triton; :func:`slot_attention_fits` says when).
+
+    ``q``, ``k``, ``v`` [slots, heads, head_dim] (views of one QKV GEMM's output are fine: rows may be strided), slot
+    ``s`` holds position ``s % width`` of sentence ``s // width``; ``lengths`` int32 [rows], the real tokens of each
+    sentence (sentences from ``rows`` on are all padding); ``group`` consecutive slots (whole sentences) form one
+    program. Returns [slots, heads, head_dim] contiguous: softmax(q k^T / sqrt(head_dim)) v over the real tokens of
+    the query's sentence; a padding slot also sees itself (a padding-only sentence: only itself).
+    """
+    slots, heads, d = q.shape
+    if slots % group or group % width or not (k.stride() == v.stride() == q.stride()):
+        raise ValueError(f"slot_attention: {slots} slots, groups of {group}, width {width}, strides must match")
+    out = torch.empty((slots, heads, d), dtype=q.dtype, device=q.device)
+    _, kernel, _ = _kernels()
+    kernel[(slots // group, heads)](
+        q,
+        k,
+        v,
+        lengths,
+        out,
+        int(lengths.shape[0]),
+        width,
+        group,
+        d**-0.5,
+        q.stride(0),
+        q.stride(1),
+        out.stride(0),
+        out.stride(1),
+        BLOCK=SLOT_GROUP_MAX,
+        D=d,
+        num_warps=8,
     )
     return out
 

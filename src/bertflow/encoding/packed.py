@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .fused import add_layer_norm, linear_gelu, qkv_weights
+from .fused import add_layer_norm, linear_gelu, qkv_weights, slot_attention, slot_attention_fits
 
 #: Attention over packed tokens: ``(q, k, v [total, heads, head_dim], packing) -> [total, heads, head_dim]``.
 Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "Packing"], torch.Tensor]
@@ -185,8 +185,20 @@ def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing
 def slotted_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing) -> torch.Tensor:
     """:func:`grouped_attention` on the layout of :meth:`Packing.slots`: the groups are views, nothing is gathered.
 
-    Real tokens get :func:`padded_attention`'s result; a padding slot attends to itself only.
+    Real tokens get :func:`padded_attention`'s result; a padding slot attends to itself only. On CUDA the Triton
+    kernel :func:`~bertflow.encoding.fused.slot_attention` runs it where it fits (no mask tensor is built or
+    read), else :func:`slotted_sdpa_attention`.
     """
+    if not packing.slotted:
+        raise ValueError("slotted_attention needs a Packing.slots layout")
+    group = packing.per_group * packing.width
+    if slot_attention_fits(q, group):
+        return slot_attention(q, k, v, packing.lengths, packing.width, group)
+    return slotted_sdpa_attention(q, k, v, packing)
+
+
+def slotted_sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing) -> torch.Tensor:
+    """:func:`slotted_attention` by SDPA under the block-diagonal mask of :meth:`Packing.group_bias` (any device)."""
     if not packing.slotted:
         raise ValueError("slotted_attention needs a Packing.slots layout")
     bias = packing.group_bias(q.dtype)
@@ -229,9 +241,10 @@ ATTENTIONS: dict[str, Attention] = {
     "padded": padded_attention,
     "grouped": grouped_attention,
     "slotted": slotted_attention,
+    "slotted-sdpa": slotted_sdpa_attention,
 }
 #: Attentions that run on the :meth:`Packing.slots` layout instead of packed real tokens.
-SLOTTED = frozenset({"slotted"})
+SLOTTED = frozenset({"slotted", "slotted-sdpa"})
 #: The attention of the unpadded forward on CUDA, and whether that forward is the CUDA default
 #: (``EncodeSettings.unpadded=None``): chosen by measurement (docs/performance.md, issue 23: on an H200 the
 #: grouped attention made BERT-base's forward 1.10x faster than the padded one, varlen 0.94x; with the fused
@@ -267,7 +280,7 @@ def unsupported_reason(model: torch.nn.Module) -> str | None:
     for layer in model.encoder.layer:
         parts = (layer, layer.attention, layer.attention.self, layer.attention.output)
         expected = (mb.BertLayer, mb.BertAttention, mb.BertSelfAttention, mb.BertSelfOutput)
-        if any(type(p) is not t for p, t in zip(parts, expected)):
+        if any(type(p) is not t for p, t in zip(parts, expected, strict=True)):
             return "custom transformer layers"
         if type(layer.intermediate) is not mb.BertIntermediate or type(layer.output) is not mb.BertOutput:
             return "custom feed-forward blocks"
