@@ -20,6 +20,7 @@ from bertflow.encoding.packed import (
     padded_attention,
     slotted_attention,
     unsupported_reason,
+    uses_slots,
     varlen_available,
 )
 from bertflow.encoding.settings import EncodeSettings
@@ -102,8 +103,9 @@ def test_packed_layers_equal_padded_hf_forward(tiny_bert):
         assert sorted(PackedBert(tiny_bert).states(ids, p, [2], padded_attention)) == [2]
 
 
+@pytest.mark.parametrize("name", sorted(SLOTTED))
 @pytest.mark.parametrize("width", [8, 40, 70])
-def test_slotted_layout_equals_padded_hf_forward(tiny_bert, width):
+def test_slotted_layout_equals_padded_hf_forward(tiny_bert, width, name):
     """The slots layout (padded batch grown to whole attention groups, attention on views) gives the padded HF
     forward's states at every real token, with one or several sentences per attention row; padding rows get
     finite values."""
@@ -116,15 +118,16 @@ def test_slotted_layout_equals_padded_hf_forward(tiny_bert, width):
     with torch.inference_mode():
         ref = tiny_bert(input_ids=ids, attention_mask=p.mask.long(), output_hidden_states=True).hidden_states
         for kernels in ("modules", "fused"):
-            states = PackedBert(tiny_bert, kernels=kernels).states(ids, p, [1, 3], slotted_attention)
+            states = PackedBert(tiny_bert, kernels=kernels).states(ids, p, [1, 3], ATTENTIONS[name])
             for k, flat in states.items():
                 assert torch.isfinite(flat).all()
                 got = p.unpack(flat)
                 assert got.shape == (len(LENGTHS), width, tiny_bert.config.hidden_size)
                 torch.testing.assert_close(got[p.mask], ref[k][p.mask], rtol=1e-5, atol=1e-5)
+    assert uses_slots(ATTENTIONS[name]) and not uses_slots(padded_attention)
     with pytest.raises(ValueError, match="slots"):
         q = torch.zeros(int(lengths.sum()), 2, 4)
-        slotted_attention(q, q, q, Packing.from_lengths(lengths, width, int(lengths.sum())))
+        ATTENTIONS[name](q, q, q, Packing.from_lengths(lengths, width, int(lengths.sum())))
 
 
 @pytest.mark.parametrize("kernels", ["fused", "fused-gelu"])

@@ -34,8 +34,8 @@ from .packed import (
     Packing,
     max_cosine_deviation,
     padded_attention,
-    slotted_attention,
     unsupported_reason,
+    uses_slots,
 )
 from .pooling import Pooling, Weighting
 from .token_stats import TokenStatistics
@@ -266,7 +266,7 @@ class ModelRunner:
             lengths, total = buf.new_full((rows,), width), rows * width
         else:
             lengths, total = buf[rows * width :], int(batch.buffer[rows * width :].sum())
-        if attention is slotted_attention:
+        if uses_slots(attention):
             packing = Packing.slots(lengths, width)
         else:
             packing = Packing.from_lengths(lengths, width, total)

@@ -147,15 +147,17 @@ def slot_attention(
 ) -> torch.Tensor:
     """Attention within each sentence of a slotted batch (CUDA, Triton; :func:`slot_attention_fits` says when).
 
-    ``q``, ``k``, ``v`` [slots, heads, head_dim] (views of one QKV GEMM's output are fine: rows may be strided), slot
+    ``q``, ``k``, ``v`` [slots, heads, head_dim] (views of one QKV GEMM's output are taken as they are), slot
     ``s`` holds position ``s % width`` of sentence ``s // width``; ``lengths`` int32 [rows], the real tokens of each
     sentence (sentences from ``rows`` on are all padding); ``group`` consecutive slots (whole sentences) form one
     program. Returns [slots, heads, head_dim] contiguous: softmax(q k^T / sqrt(head_dim)) v over the real tokens of
     the query's sentence; a padding slot also sees itself (a padding-only sentence: only itself).
     """
     slots, heads, d = q.shape
-    if slots % group or group % width or not (k.stride() == v.stride() == q.stride()):
-        raise ValueError(f"slot_attention: {slots} slots, groups of {group}, width {width}, strides must match")
+    if slots % group or group % width:
+        raise ValueError(f"slot_attention: {slots} slots do not make groups of {group} slots of width {width}")
+    if not q.stride() == k.stride() == v.stride():  # the kernel takes one set of strides for the three
+        q, k, v = (t.contiguous() for t in (q, k, v))
     out = torch.empty((slots, heads, d), dtype=q.dtype, device=q.device)
     _, kernel, _ = _kernels()
     kernel[(slots // group, heads)](

@@ -245,6 +245,13 @@ ATTENTIONS: dict[str, Attention] = {
 }
 #: Attentions that run on the :meth:`Packing.slots` layout instead of packed real tokens.
 SLOTTED = frozenset({"slotted", "slotted-sdpa"})
+
+
+def uses_slots(attention: Attention) -> bool:
+    """Whether ``attention`` (one of :data:`ATTENTIONS`) runs on the :meth:`Packing.slots` layout."""
+    return any(attention is ATTENTIONS[name] for name in SLOTTED)
+
+
 #: The attention of the unpadded forward on CUDA, and whether that forward is the CUDA default
 #: (``EncodeSettings.unpadded=None``): chosen by measurement (docs/performance.md, issue 23: on an H200 the
 #: grouped attention made BERT-base's forward 1.10x faster than the padded one, varlen 0.94x; with the fused
