@@ -65,13 +65,14 @@ def _kernels() -> Any:
     # One program per (group of `group` slots, head): the group's q, k, v tiles, scores, softmax and output in
     # registers. Which keys a query sees is computed from the slot numbers and the sentence lengths, so no mask
     # is read (the SDPA route reads a [group, group] bias per group and head). Batch sizes vary: not specialised.
-    @triton.jit(do_not_specialize=["rows", "width", "group"])
+    @triton.jit(do_not_specialize=["slots", "rows", "width", "group"])
     def slot_attn(
         q_ptr,
         k_ptr,
         v_ptr,
         len_ptr,
         o_ptr,
+        slots,
         rows,
         width,
         group,
@@ -84,8 +85,8 @@ def _kernels() -> Any:
         D: tl.constexpr,
     ):
         i = tl.arange(0, BLOCK)
-        inside = i < group
         slot = tl.program_id(0) * group + i
+        inside = (i < group) & (slot < slots)
         sentence = slot // width
         length = tl.load(len_ptr + sentence, mask=inside & (sentence < rows), other=0)
         real = inside & (slot % width < length)
@@ -124,48 +125,53 @@ def add_layer_norm(y: torch.Tensor, residual: torch.Tensor, norm: torch.nn.Layer
     return out
 
 
-#: Most slots in one group that :func:`slot_attention` takes (its [group, group] scores stay in registers).
-SLOT_GROUP_MAX = 128
+#: Widest sentence that :func:`slot_attention` takes (a group's [block, block] scores stay in registers).
+SLOT_WIDTH_MAX = 128
 
 
-def slot_attention_fits(q: torch.Tensor, group: int) -> bool:
-    """Whether :func:`slot_attention` runs its kernel for ``q`` [slots, heads, head_dim] in groups of ``group``
-    slots: CUDA with Triton, half precision, head_dim a power of two from 16 to 128, ``group`` <= 128."""
+def slot_attention_fits(q: torch.Tensor, width: int) -> bool:
+    """Whether :func:`slot_attention` runs its kernel for ``q`` [slots, heads, head_dim] and sentences of ``width``
+    slots: CUDA with Triton, half precision, head_dim a power of two from 16 to 128, ``width`` <= 128."""
     d = q.shape[-1]
     return (
         triton_available(q.device)
         and q.dtype in (torch.float16, torch.bfloat16)
         and 16 <= d <= 128
         and d & (d - 1) == 0
-        and group <= SLOT_GROUP_MAX
+        and width <= SLOT_WIDTH_MAX
         and q.stride(-1) == 1
     )
 
 
 def slot_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: torch.Tensor, width: int, group: int
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: torch.Tensor, width: int
 ) -> torch.Tensor:
     """Attention within each sentence of a slotted batch (CUDA, Triton; :func:`slot_attention_fits` says when).
 
     ``q``, ``k``, ``v`` [slots, heads, head_dim] (views of one QKV GEMM's output are taken as they are), slot
     ``s`` holds position ``s % width`` of sentence ``s // width``; ``lengths`` int32 [rows], the real tokens of each
-    sentence (sentences from ``rows`` on are all padding); ``group`` consecutive slots (whole sentences) form one
-    program. Returns [slots, heads, head_dim] contiguous: softmax(q k^T / sqrt(head_dim)) v over the real tokens of
-    the query's sentence; a padding slot also sees itself (a padding-only sentence: only itself).
+    sentence (slots from ``rows * width`` on are padding). Returns [slots, heads, head_dim] contiguous:
+    softmax(q k^T / sqrt(head_dim)) v over the real tokens of the query's sentence; a padding slot also sees
+    itself (a padding-only sentence: only itself).
     """
     slots, heads, d = q.shape
-    if slots % group or group % width:
-        raise ValueError(f"slot_attention: {slots} slots do not make groups of {group} slots of width {width}")
+    if slots % width:
+        raise ValueError(f"slot_attention: {slots} slots are not whole sentences of width {width}")
     if not q.stride() == k.stride() == v.stride():  # the kernel takes one set of strides for the three
         q, k, v = (t.contiguous() for t in (q, k, v))
+    # The smallest tile that holds a whole sentence: compute grows with the tile (scores are [block, block]),
+    # and a tile of 16 is the least a tensor-core product takes. Four tile sizes: at most four compilations.
+    block = max(16, 1 << (width - 1).bit_length())
+    group = block // width * width
     out = torch.empty((slots, heads, d), dtype=q.dtype, device=q.device)
     _, kernel, _ = _kernels()
-    kernel[(slots // group, heads)](
+    kernel[(-(-slots // group), heads)](
         q,
         k,
         v,
         lengths,
         out,
+        slots,
         int(lengths.shape[0]),
         width,
         group,
@@ -174,9 +180,9 @@ def slot_attention(
         q.stride(1),
         out.stride(0),
         out.stride(1),
-        BLOCK=SLOT_GROUP_MAX,
+        BLOCK=block,
         D=d,
-        num_warps=8,
+        num_warps=min(8, block // 16),
     )
     return out
 

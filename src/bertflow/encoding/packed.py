@@ -191,9 +191,8 @@ def slotted_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing
     """
     if not packing.slotted:
         raise ValueError("slotted_attention needs a Packing.slots layout")
-    group = packing.per_group * packing.width
-    if slot_attention_fits(q, group):
-        return slot_attention(q, k, v, packing.lengths, packing.width, group)
+    if slot_attention_fits(q, packing.width):
+        return slot_attention(q, k, v, packing.lengths, packing.width)
     return slotted_sdpa_attention(q, k, v, packing)
 
 
