@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import InputError
+from ..errors import CompatibilityError, InputError
 from ..typing import DeviceTransform
 from ..validation import sentence_list
 from .batching import EncodeStats, PreparedChunk, cut_chunks, prepare_chunk
@@ -158,8 +158,7 @@ class SentenceEncoder:
 
     @property
     def tokenize_processes(self) -> int:
-        """Tokenisation worker processes used: ``settings.tokenize_processes``, or the automatic choice (0 once a
-        worker died)."""
+        """Tokenising worker processes: ``settings.tokenize_processes``, or the automatic choice (0 once one died)."""
         return self.chunk_tokenizer.processes(self._settings.tokenize_processes)
 
     @tokenize_processes.setter
@@ -292,8 +291,6 @@ class SentenceEncoder:
         kwargs.update(overrides)
         recorded, given = config.get("token_statistics"), kwargs.get("token_statistics")
         if recorded is not None and given is not None and given.digest() != recorded:
-            from ..errors import CompatibilityError
-
             raise CompatibilityError(
                 f"the token statistics given (digest {given.digest()}) are not those the encoder's vectors were "
                 f"weighted with (digest {recorded})"
@@ -304,13 +301,7 @@ class SentenceEncoder:
 
     def tokenize(self, sentences: Sequence[str]) -> list[list[int]]:
         """Token ids per sentence, truncated to ``max_length`` with special tokens (Rust batch tokenizer)."""
-        return self.tokenizer(
-            list(sentences),
-            truncation=True,
-            max_length=self.max_length,
-            return_attention_mask=False,
-            return_token_type_ids=False,
-        )["input_ids"]
+        return [e.ids for e in self.chunk_tokenizer.rust.encode_batch(list(sentences))]
 
     def close(self) -> None:
         """Stop the tokenisation worker processes, if any (they start again at the next large ``encode``; they also

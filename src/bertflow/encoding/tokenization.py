@@ -70,8 +70,7 @@ class TokenArrays:
         if len(parts) == 1:
             return parts[0]
         lengths = np.concatenate([p.lengths for p in parts])
-        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
+        offsets = np.concatenate([np.zeros(1, np.int64), np.cumsum(lengths)])
         return cls(np.concatenate([p.ids for p in parts]), offsets)
 
 
@@ -99,8 +98,7 @@ def tokenize_arrays(tokenizer: Any, sentences: Sequence[str], shortcut: WordPiec
                 for i, e in zip(rest, encodings, strict=True):
                     ids[i] = e.ids
     lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-    offsets = np.zeros(len(ids) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
+    offsets = np.concatenate([np.zeros(1, np.int64), np.cumsum(lengths)])
     flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(offsets[-1]))
     return TokenArrays(flat, offsets)
 
@@ -393,7 +391,6 @@ class ChunkTokenizer:
         self.rust.no_padding()
         self.rust.enable_truncation(max_length, direction=getattr(tokenizer, "truncation_side", "right"))
         self.auto_processes = auto_processes(device_type, self.rust)
-        #: The running worker processes, or ``None``.
         self.pool: TokenizerPool | None = None
         self._broken = False
 
