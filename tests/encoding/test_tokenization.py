@@ -142,16 +142,16 @@ def _report_gc(sentences: list[str]) -> TokenArrays:
 
 def test_workers_collect_garbage_when_started_during_a_tokenisation(tiny_model_dir, monkeypatch):
     """Workers forked while another thread tokenises (the collector paused in this process) collect garbage."""
+    from transformers import AutoTokenizer
+
     from bertflow.encoding import tokenization
 
     monkeypatch.setattr(tokenization, "_worker_tokenize", _report_gc)  # found by name in the workers
-    from transformers import AutoTokenizer
-
     chunks = ChunkTokenizer(AutoTokenizer.from_pretrained(str(tiny_model_dir)), 64, "cpu")
-    with GC_ENABLED.held(False):
+    with GC_ENABLED.held(False):  # as while another thread tokenises
         chunks.start(2)
     try:
-        assert chunks.tokenize(["a"] * 2 * MIN_PART).ids.tolist() == [1, 1]  # one part per worker
+        assert chunks.tokenize(["a"] * 2 * MIN_PART).ids.tolist() == [1, 1]  # two parts, both answered by workers
     finally:
         chunks.close()
 
