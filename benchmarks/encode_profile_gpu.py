@@ -95,7 +95,7 @@ def forward(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     for arch in args.archs.split(","):
         model = random_model(arch, args.tokenizer_dir, work / arch)
         enc = SentenceEncoder(str(model), pooling="mean", device="cuda", settings=EncodeSettings(tokenize_processes=0))
-        chunk = enc._prepare((0, text), enc.token_budget, None, pooled=False)
+        chunk = enc.prepare_chunk((0, text), enc.token_budget, None, pooled=False)
         plan, runner = enc._plan(None), enc._runner
         real = chunk.real_tokens
         res: dict[str, Any] = {"batches": len(chunk.batches), "real_tokens": real, "padded_tokens": chunk.padded_tokens}
@@ -188,8 +188,8 @@ def host(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     enc = SentenceEncoder(str(model), pooling="mean", device="cuda")
     enc.encode(synthetic(args.tokenizer_dir, 20000), show_progress_bar=False)
     clock = Clock()
-    clock.wrap(enc, "_tokenize_arrays", "tokenize (worker round trip)")
-    clock.wrap(enc, "_prepare", "prepare chunk (tokenize + sort + pack)")
+    clock.wrap(enc.chunk_tokenizer, "tokenize", "tokenize (worker round trip)")
+    clock.wrap(enc, "prepare_chunk", "prepare chunk (tokenize + sort + pack)")
     clock.wrap(enc._runner, "launch", "main: queue chunk")
     clock.wrap(enc._runner, "finish", "main: wait for chunk")
     gc_start: dict[str, float] = {}
@@ -265,8 +265,8 @@ def traced_pass(enc: Any, text: list[str]) -> dict[str, Any]:
     """One ``enc.encode(text)`` with a per-chunk timeline (seconds from the call; device times from CUDA events)."""
     events: list[dict[str, Any]] = []
     lock = threading.Lock()
-    originals = {"prepare": enc._prepare, "launch": enc._runner.launch, "finish": enc._runner.finish}
-    originals["tokenize"] = enc._tokenize_arrays
+    originals = {"prepare": enc.prepare_chunk, "launch": enc._runner.launch, "finish": enc._runner.finish}
+    originals["tokenize"] = enc.chunk_tokenizer.tokenize
 
     def tokenize(sentences: Any, *a: Any, **k: Any) -> Any:
         t = time.perf_counter()
@@ -317,8 +317,8 @@ def traced_pass(enc: Any, text: list[str]) -> dict[str, Any]:
         events.append({"what": "finish", "row": pending.offset, "t0": t, "t1": time.perf_counter()})
         return out
 
-    enc._prepare, enc._runner.launch, enc._runner.finish = prepare, launch, finish
-    enc._tokenize_arrays = tokenize
+    enc.prepare_chunk, enc._runner.launch, enc._runner.finish = prepare, launch, finish
+    enc.chunk_tokenizer.tokenize = tokenize
     try:
         before = _counters()
         torch.cuda.synchronize()
@@ -330,7 +330,7 @@ def traced_pass(enc: Any, text: list[str]) -> dict[str, Any]:
         wall = time.perf_counter() - t0
         after = _counters()
     finally:
-        del enc._prepare, enc._runner.launch, enc._runner.finish, enc._tokenize_arrays
+        del enc.prepare_chunk, enc._runner.launch, enc._runner.finish, enc.chunk_tokenizer.tokenize
     rows = []
     busy = 0.0
     last_end = 0.0
@@ -363,17 +363,17 @@ def roundtrip(enc: Any, text: list[str]) -> dict[str, Any]:
     from bertflow.encoding.batching import prepare_chunk
     from bertflow.encoding.tokenization import WordPieceShortcut, tokenize_arrays
 
-    shortcut = WordPieceShortcut.from_tokenizer(enc._rust_tokenizer)
+    shortcut = WordPieceShortcut.from_tokenizer(enc.chunk_tokenizer.rust)
     out: dict[str, Any] = {}
     for n in (512, 2048, 4096, 16384):
         part = text[:n]
         times: dict[str, list[float]] = {"pool": [], "in_process": [], "prepare": []}
         for _ in range(5):
             t = time.perf_counter()
-            tokens = enc._token_pool.tokenize(part)
+            tokens = enc.chunk_tokenizer.pool.tokenize(part)
             times["pool"].append(time.perf_counter() - t)
             t = time.perf_counter()
-            tokenize_arrays(enc._rust_tokenizer, part, shortcut)
+            tokenize_arrays(enc.chunk_tokenizer.rust, part, shortcut)
             times["in_process"].append(time.perf_counter() - t)
             t = time.perf_counter()
             prepare_chunk(
@@ -442,7 +442,7 @@ def timeline(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             if args.cprofile and spec == args.settings.split(";")[0]:
                 # The main thread in one more warm pass, then queueing one 65,536-sentence chunk with nothing else
                 # running (the launch cost without the tokenisation threads).
-                chunk = enc._prepare((0, sts_text(args.data_dir, 65536)), enc.token_budget, None, pooled=False)
+                chunk = enc.prepare_chunk((0, sts_text(args.data_dir, 65536)), enc.token_budget, None, pooled=False)
                 plan = enc._plan(None)
                 for _ in range(2):
                     enc._runner.finish(enc._runner.launch(chunk, plan, unpadded=enc.settings.unpadded))

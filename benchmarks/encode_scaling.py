@@ -24,7 +24,7 @@ from bertflow.encoding.encoder import SentenceEncoder
 
 def pretokenized(encoder: SentenceEncoder) -> SentenceEncoder:
     """``encoder`` with its chunk tokenisation memoised (keyed by the chunk's size and end sentences)."""
-    compute = encoder._tokenize_arrays
+    compute = encoder.chunk_tokenizer.tokenize
     memo: dict = {}
 
     def lookup(sentences, pooled=True):  # noqa: ANN001, ANN202 - same signature as the method it replaces
@@ -33,7 +33,7 @@ def pretokenized(encoder: SentenceEncoder) -> SentenceEncoder:
             memo[key] = compute(sentences, pooled)
         return memo[key]
 
-    encoder._tokenize_arrays = lookup
+    encoder.chunk_tokenizer.tokenize = lookup
     return encoder
 
 

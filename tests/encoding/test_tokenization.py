@@ -15,6 +15,7 @@ from bertflow import SentenceEncoder
 from bertflow.encoding.tokenization import (
     GC_ENABLED,
     MIN_PART,
+    ChunkTokenizer,
     TokenArrays,
     TokenizerPool,
     WordPieceShortcut,
@@ -41,7 +42,7 @@ def test_concatenate_joins_in_order():
 
 def test_overlapping_tokenisations_keep_the_collector_paused(tiny_model_dir):
     """A tokenisation that ends while another is still running leaves the garbage collector paused for it."""
-    rust = SentenceEncoder(str(tiny_model_dir), device="cpu", tokenize_processes=0)._rust_tokenizer
+    rust = _rust(tiny_model_dir)
 
     class Overlapped:  # another thread starts tokenising while this call is inside the tokenizer
         def encode_batch(self, items, add_special_tokens):
@@ -78,8 +79,7 @@ def test_auto_processes_only_on_cuda_with_the_shortcut(tiny_model_dir, monkeypat
 
 
 def test_pool_matches_in_process_tokenisation(tiny_model_dir):
-    enc = SentenceEncoder(str(tiny_model_dir), device="cpu", max_length=12, tokenize_processes=0)
-    rust = enc._rust_tokenizer
+    rust = _rust(tiny_model_dir, max_length=12)
     many = LONGER * (2 * MIN_PART // len(LONGER) + 1)  # enough for two parts
     reference = tokenize_arrays(rust, many)  # uses the Rust thread pool here before the fork below
     pool = TokenizerPool(rust.to_str(), processes=2)
@@ -105,7 +105,7 @@ def test_pool_with_spawned_workers(tiny_model_dir, monkeypatch):
     from bertflow.encoding import tokenization
 
     monkeypatch.setattr(tokenization, "_start_method", lambda: "spawn")
-    rust = SentenceEncoder(str(tiny_model_dir), device="cpu", tokenize_processes=0)._rust_tokenizer
+    rust = _rust(tiny_model_dir)
     pool = TokenizerPool(rust.to_str(), processes=1)
     try:
         got = pool.tokenize(LONGER)
@@ -119,9 +119,9 @@ def test_pool_with_spawned_workers(tiny_model_dir, monkeypatch):
 def test_pool_stops_its_workers_when_collected(tiny_model_dir):
     import gc
 
-    rust = SentenceEncoder(str(tiny_model_dir), device="cpu", tokenize_processes=0)._rust_tokenizer
+    rust = _rust(tiny_model_dir)
     pool = TokenizerPool(rust.to_str(), processes=2)
-    pids = list(pool._executor._processes)
+    pids = pool.pids
     assert len(pids) == 2
     del pool
     gc.collect()
@@ -131,28 +131,48 @@ def test_pool_stops_its_workers_when_collected(tiny_model_dir):
 
 
 def test_pool_needs_a_process(tiny_model_dir):
-    enc = SentenceEncoder(str(tiny_model_dir), device="cpu", tokenize_processes=0)
     with pytest.raises(ValueError, match="at least one process"):
-        TokenizerPool(enc._rust_tokenizer.to_str(), processes=0)
+        TokenizerPool(_rust(tiny_model_dir).to_str(), processes=0)
+
+
+def _report_gc(sentences: list[str]) -> TokenArrays:
+    """In place of a worker's tokenisation: one sentence whose one id is whether the worker collects garbage."""
+    return TokenArrays(np.array([gc.isenabled()], np.int32), np.array([0, 1], np.int64))
+
+
+def test_workers_collect_garbage_when_started_during_a_tokenisation(tiny_model_dir, monkeypatch):
+    """Workers forked while another thread tokenises (the collector paused in this process) collect garbage."""
+    from transformers import AutoTokenizer
+
+    from bertflow.encoding import tokenization
+
+    monkeypatch.setattr(tokenization, "_worker_tokenize", _report_gc)  # found by name in the workers
+    chunks = ChunkTokenizer(AutoTokenizer.from_pretrained(str(tiny_model_dir)), 64, "cpu")
+    with GC_ENABLED.held(False):  # as while another thread tokenises
+        chunks.start(2)
+    try:
+        assert chunks.tokenize(["a"] * 2 * MIN_PART).ids.tolist() == [1, 1]  # two parts, both answered by workers
+    finally:
+        chunks.close()
 
 
 def test_encoder_with_worker_processes_gives_the_same_embeddings(tiny_model_dir):
     ref = SentenceEncoder(str(tiny_model_dir), device="cpu", tokenize_processes=0)
     enc = SentenceEncoder(str(tiny_model_dir), device="cpu", tokenize_processes=2)
-    assert enc._token_pool is None  # started only by a stream of more than one chunk
+    assert enc.chunk_tokenizer.pool is None  # started only by a stream of more than one chunk
     stream = LONGER * 4
     expected = np.concatenate(list(ref.iter_encode(iter(stream), chunk_size=7)))
     got = np.concatenate(list(enc.iter_encode(iter(stream), chunk_size=7)))
-    assert enc._token_pool is not None and enc._token_pool.processes == 2
+    assert enc.chunk_tokenizer.pool is not None and enc.chunk_tokenizer.pool.processes == 2
     np.testing.assert_allclose(got, expected, atol=1e-5)
 
     def refuse(sentences):
         raise AssertionError("a single chunk (a query, a small list) went to the worker processes")
 
-    enc._token_pool.tokenize = refuse  # a small list is tokenised here: cheaper than the round trip
+    enc.chunk_tokenizer.pool.tokenize = refuse  # a small list is tokenised here: cheaper than the round trip
     np.testing.assert_allclose(enc.encode(stream[:9]), expected[:9], atol=1e-5)
     enc.close()
-    assert enc._token_pool is None
+    assert enc.chunk_tokenizer.pool is None
     np.testing.assert_allclose(enc.encode(stream[:5]), expected[:5], atol=1e-5)  # works after close, in-process
 
 
@@ -164,7 +184,7 @@ def test_workers_forked_from_a_process_using_cuda(tiny_model_dir):
     for _ in range(2):  # the pool outlives an encode call
         got = np.concatenate(list(enc.iter_encode(iter(LONGER * 40), chunk_size=50)))
         np.testing.assert_allclose(got, expected, atol=1e-5)
-        assert enc._token_pool is not None and not enc._token_pool.closed
+        assert enc.chunk_tokenizer.pool is not None and not enc.chunk_tokenizer.pool.closed
     enc.close()
 
 
@@ -172,14 +192,14 @@ def test_dead_worker_falls_back_to_in_process_tokenisation(tiny_model_dir, caplo
     enc = SentenceEncoder(str(tiny_model_dir), device="cpu", tokenize_processes=2)
     ref = SentenceEncoder(str(tiny_model_dir), device="cpu", tokenize_processes=0).encode(LONGER)
     list(enc.iter_encode(iter(LONGER), chunk_size=10))  # starts the pool
-    assert enc._token_pool is not None
-    for pid in list(enc._token_pool._executor._processes):  # a worker killed for memory, say
+    assert enc.chunk_tokenizer.pool is not None
+    for pid in enc.chunk_tokenizer.pool.pids:  # a worker killed for memory, say
         os.kill(pid, signal.SIGKILL)
-    with caplog.at_level("WARNING", logger="bertflow.encoding.encoder"):
+    with caplog.at_level("WARNING", logger="bertflow.encoding.tokenization"):
         parts = list(enc.iter_encode(iter(LONGER), chunk_size=10))
     np.testing.assert_allclose(np.concatenate(parts), ref, atol=1e-5)
     assert "worker process died" in caplog.text
-    assert enc.tokenize_processes == 0 and enc._token_pool is None
+    assert enc.tokenize_processes == 0 and enc.chunk_tokenizer.pool is None
 
 
 def test_with_block_stops_the_workers(tiny_model_dir):
@@ -187,25 +207,26 @@ def test_with_block_stops_the_workers(tiny_model_dir):
 
     with SentenceEncoder(str(tiny_model_dir), device="cpu", tokenize_processes=1) as enc:
         list(enc.iter_encode(iter(LONGER), chunk_size=10))
-        pool = enc._token_pool
+        pool = enc.chunk_tokenizer.pool
         assert pool is not None and not pool.closed
-    assert pool.closed and enc._token_pool is None
+    assert pool.closed and enc.chunk_tokenizer.pool is None
     with Embedder(enc, IdentityCalibrator()).fit(LONGER) as model:
         list(model.encoder.iter_encode(iter(LONGER), chunk_size=10))
-        assert model.encoder._token_pool is not None
-    assert model.encoder._token_pool is None
+        assert model.encoder.chunk_tokenizer.pool is not None
+    assert model.encoder.chunk_tokenizer.pool is None
 
 
 def test_changing_the_process_count_restarts_the_pool(tiny_model_dir):
     enc = SentenceEncoder(str(tiny_model_dir), device="cpu", tokenize_processes=1)
     list(enc.iter_encode(iter(LONGER), chunk_size=10))
-    first = enc._token_pool
+    first = enc.chunk_tokenizer.pool
     enc.tokenize_processes = 2
     list(enc.iter_encode(iter(LONGER), chunk_size=10))
-    assert first is not None and first.closed and enc._token_pool is not None and enc._token_pool.processes == 2
+    assert first is not None and first.closed
+    assert enc.chunk_tokenizer.pool is not None and enc.chunk_tokenizer.pool.processes == 2
     enc.tokenize_processes = 0
     list(enc.iter_encode(iter(LONGER), chunk_size=10))
-    assert enc._token_pool is None
+    assert enc.chunk_tokenizer.pool is None
 
 
 def test_negative_process_count_is_refused(tiny_model_dir):

@@ -49,7 +49,7 @@ def test_warm_up_changes_nothing_the_caller_sees(tiny_model_dir, monkeypatch):
     monkeypatch.setattr(type(plain._runner), "forward", counting)
     warmed = SentenceEncoder(str(tiny_model_dir), pooling="mean", device="cpu", settings=EncodeSettings(warm_up=True))
     assert sum(calls) == 128  # the synthetic sentences went through the forward at load
-    assert warmed.last_stats.sentences == 0 and warmed._token_pool is None  # no worker processes started
+    assert warmed.last_stats.sentences == 0 and warmed.chunk_tokenizer.pool is None  # no worker processes started
     np.testing.assert_allclose(warmed.encode(SENTENCES), plain.encode(SENTENCES), rtol=1e-5, atol=1e-6)
     assert warmed.last_stats.sentences == len(SENTENCES)
 

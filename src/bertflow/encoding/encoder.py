@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import logging
-import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..errors import InputError
+from ..errors import CompatibilityError, InputError
 from ..typing import DeviceTransform
 from ..validation import sentence_list
 from .batching import EncodeStats, PreparedChunk, cut_chunks, prepare_chunk
@@ -34,10 +31,8 @@ from .pooling import Pooling
 from .settings import DEFAULT_CHUNK, EncodeSettings, device_kind
 from .stream import split_poolings, stream_chunks
 from .token_stats import TokenStatistics
-from .tokenization import TokenArrays, TokenizerPool, auto_processes, tokenize_arrays, truncating_tokenizer
+from .tokenization import ChunkTokenizer, TokenArrays
 from .warmup import warm_up
-
-logger = logging.getLogger(__name__)
 
 # -- the encoder -------------------------------------------------------------------------------------------
 
@@ -55,6 +50,8 @@ class SentenceEncoder:
     (:class:`~bertflow.encoding.settings.EncodeSettings`, which says what each does; ``max_tokens``,
     ``tokenize_workers`` and ``tokenize_processes`` are shortcuts for its fields and win over them), replaceable
     later (``enc.settings = dataclasses.replace(enc.settings, uniform_fill=0.7)``); no setting changes the vectors.
+    ``chunk_tokenizer`` (:class:`~bertflow.encoding.tokenization.ChunkTokenizer`) tokenises the chunks, in worker
+    processes on a GPU host; :meth:`prepare_chunk` tokenises and packs one.
 
     Example:
         >>> enc = SentenceEncoder(pooling="mean")
@@ -92,7 +89,6 @@ class SentenceEncoder:
         self.max_length = int(max_length)
         self.revision = revision
         self._settings = settings
-        self._token_pool: TokenizerPool | None = None
         self._load_path: str | None = None  # what from_pretrained got (a folder or a hub id); None for an object
         self._provenance: dict[str, Any] | None = None
         if model is not None:
@@ -119,9 +115,7 @@ class SentenceEncoder:
         self.num_layers = int(self.model.config.num_hidden_layers)
         self._runner = ModelRunner(self.model, self.device, self.model_id)
         (self.pooling,) = self._runner.check([pooling])
-        self._rust_tokenizer = truncating_tokenizer(self.tokenizer, self.max_length)
-        # What ``tokenize_processes=None`` means here (the CPU count and the tokenizer decide), worked out once.
-        self._auto_processes = auto_processes(device_kind(self.device.type), self._rust_tokenizer)
+        self.chunk_tokenizer = ChunkTokenizer(self.tokenizer, self.max_length, device_kind(self.device.type))
         self._pad_id = int(self.tokenizer.pad_token_id or 0)
         self._fingerprint: str | None = None
         self._token_statistics: TokenStatistics | None = None
@@ -164,9 +158,8 @@ class SentenceEncoder:
 
     @property
     def tokenize_processes(self) -> int:
-        """Tokenisation worker processes used: ``settings.tokenize_processes``, or the automatic choice."""
-        chosen = self._settings.tokenize_processes
-        return self._auto_processes if chosen is None else chosen
+        """Tokenising worker processes: ``settings.tokenize_processes``, or the automatic choice (0 once one died)."""
+        return self.chunk_tokenizer.processes(self._settings.tokenize_processes)
 
     @tokenize_processes.setter
     def tokenize_processes(self, value: int | None) -> None:
@@ -210,7 +203,7 @@ class SentenceEncoder:
             parts = [TokenStatistics.from_tokens(sentences, self.vocab_size)]
         else:
             parts = [
-                TokenStatistics.from_tokens(self._tokenize_arrays(chunk), self.vocab_size)
+                TokenStatistics.from_tokens(self.chunk_tokenizer.tokenize(chunk), self.vocab_size)
                 for _, chunk in cut_chunks(sentences, itertools.repeat(chunk_size))
             ]
         if not parts or parts[0].n_sentences == 0:
@@ -224,8 +217,8 @@ class SentenceEncoder:
         items = sentence_list(sentences)
         size = DEFAULT_CHUNK[device_kind(self.device.type)]
         if len(items) > size:
-            self._start_pool()
-        parts = [self._tokenize_arrays(chunk) for _, chunk in cut_chunks(items, itertools.repeat(size))]
+            self.chunk_tokenizer.start(self.tokenize_processes)
+        parts = [self.chunk_tokenizer.tokenize(chunk) for _, chunk in cut_chunks(items, itertools.repeat(size))]
         return TokenArrays.concatenate(parts) if parts else TokenArrays(np.empty(0, np.int32), np.zeros(1, np.int64))
 
     # -- facts about the encoder -------------------------------------------------------------------------
@@ -298,8 +291,6 @@ class SentenceEncoder:
         kwargs.update(overrides)
         recorded, given = config.get("token_statistics"), kwargs.get("token_statistics")
         if recorded is not None and given is not None and given.digest() != recorded:
-            from ..errors import CompatibilityError
-
             raise CompatibilityError(
                 f"the token statistics given (digest {given.digest()}) are not those the encoder's vectors were "
                 f"weighted with (digest {recorded})"
@@ -310,45 +301,12 @@ class SentenceEncoder:
 
     def tokenize(self, sentences: Sequence[str]) -> list[list[int]]:
         """Token ids per sentence, truncated to ``max_length`` with special tokens (Rust batch tokenizer)."""
-        return self.tokenizer(
-            list(sentences),
-            truncation=True,
-            max_length=self.max_length,
-            return_attention_mask=False,
-            return_token_type_ids=False,
-        )["input_ids"]
-
-    def _tokenize_arrays(self, sentences: Sequence[str], pooled: bool = True) -> TokenArrays:
-        """Token ids of ``sentences`` as flat numpy arrays: in the worker processes when there are any and
-        ``pooled``, else on the calling thread (what the tokenisation threads run)."""
-        pool = self._token_pool
-        if pooled and pool is not None and not pool.closed:
-            try:
-                return pool.tokenize(sentences)
-            except BrokenProcessPool:
-                # A worker died (killed for memory, say): nothing is lost, this chunk and the rest are
-                # tokenised here.
-                logger.warning("a tokenisation worker process died; tokenising in this process from now on")
-                self.tokenize_processes = 0
-                self.close()
-        return tokenize_arrays(self._rust_tokenizer, sentences)
-
-    def _start_pool(self) -> TokenizerPool | None:
-        """Start (or resize, or stop) the tokenisation worker processes to match ``tokenize_processes``; returns
-        them (``None``: none run)."""
-        want = self.tokenize_processes
-        if self._token_pool is not None and self._token_pool.processes != want:
-            self.close()
-        if want > 0 and self._token_pool is None:
-            self._token_pool = TokenizerPool(self._rust_tokenizer.to_str(), want)
-        return self._token_pool
+        return [e.ids for e in self.chunk_tokenizer.rust.encode_batch(list(sentences))]
 
     def close(self) -> None:
         """Stop the tokenisation worker processes, if any (they start again at the next large ``encode``; they also
         stop when the encoder is garbage-collected, or at interpreter exit)."""
-        pool, self._token_pool = self._token_pool, None
-        if pool is not None:
-            pool.close()
+        self.chunk_tokenizer.close()
 
     def __enter__(self) -> SentenceEncoder:
         return self
@@ -356,14 +314,15 @@ class SentenceEncoder:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _prepare(
+    def prepare_chunk(
         self, item: tuple[int, Sequence[str] | TokenArrays], max_tokens: int, max_rows: int | None, pooled: bool = True
     ) -> PreparedChunk:
-        """Tokenise (in the worker processes if ``pooled``; unless already tokenised), sort and pack one chunk (runs
-        on a tokenisation thread)."""
+        """Tokenise ``item = (first_row, sentences)`` (in the worker processes if ``pooled``; unless already
+        tokenised), sort and pack it into batches of at most ``max_tokens`` padded tokens and ``max_rows`` rows, as
+        :meth:`encode` does on its tokenisation threads (:func:`.batching.prepare_chunk`)."""
         offset, sentences = item
         settings = self._settings
-        tokens = sentences if isinstance(sentences, TokenArrays) else self._tokenize_arrays(sentences, pooled)
+        tokens = sentences if isinstance(sentences, TokenArrays) else self.chunk_tokenizer.tokenize(sentences, pooled)
         return prepare_chunk(
             offset,
             tokens,
@@ -401,8 +360,8 @@ class SentenceEncoder:
             runner=self._runner,
             settings=self._settings,
             device=self.device,
-            prepare=self._prepare,
-            start_pool=self._start_pool,
+            prepare=self.prepare_chunk,
+            start_pool=lambda: self.chunk_tokenizer.start(self.tokenize_processes),
             stats=self.last_stats,
             **options,
         )
@@ -509,8 +468,3 @@ class SentenceEncoder:
             f"SentenceEncoder({self.model_id!r}, pooling={self.pooling.to_spec()!r}, "
             f"max_length={self.max_length}, device={str(self.device)!r}, dtype={str(self.dtype)[6:]!r})"
         )
-
-
-# The Rust tokenizer's own thread pool does the parallel work; keep it on (and quiet the fork warning in CLI
-# subprocesses, which never tokenise before forking).
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")

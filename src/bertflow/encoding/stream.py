@@ -31,8 +31,7 @@ from .forward import ModelRunner, Pending, PoolingPlan
 from .settings import DEFAULT_CHUNK, EncodeSettings, device_kind
 from .tokenization import TokenArrays, TokenizerPool
 
-#: ``prepare((first_row, sentences or tokens), max_tokens, max_rows, pooled)``: tokenise one chunk (in the worker
-#: processes if ``pooled``; unless already tokenised), sort and pack it (:func:`.batching.prepare_chunk`).
+#: ``prepare((first_row, sentences or tokens), max_tokens, max_rows, pooled)``: :meth:`SentenceEncoder.prepare_chunk`.
 Prepare = Callable[[tuple[int, Sequence[str] | TokenArrays], int, int | None, bool], PreparedChunk]
 
 

@@ -24,6 +24,7 @@ import warnings
 import weakref
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,8 +70,7 @@ class TokenArrays:
         if len(parts) == 1:
             return parts[0]
         lengths = np.concatenate([p.lengths for p in parts])
-        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
+        offsets = np.concatenate([np.zeros(1, np.int64), np.cumsum(lengths)])
         return cls(np.concatenate([p.ids for p in parts]), offsets)
 
 
@@ -98,8 +98,7 @@ def tokenize_arrays(tokenizer: Any, sentences: Sequence[str], shortcut: WordPiec
                 for i, e in zip(rest, encodings, strict=True):
                     ids[i] = e.ids
     lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-    offsets = np.zeros(len(ids) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
+    offsets = np.concatenate([np.zeros(1, np.int64), np.cumsum(lengths)])
     flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(offsets[-1]))
     return TokenArrays(flat, offsets)
 
@@ -297,18 +296,6 @@ def auto_processes(device_type: str, tokenizer: Any = None) -> int:
     return min(8, share // 2)
 
 
-def truncating_tokenizer(tokenizer: Any, max_length: int) -> Any:
-    """A private copy of the Hugging Face ``tokenizer``'s Rust tokenizer that truncates to ``max_length`` tokens
-    (special tokens included, on the tokenizer's truncation side) and never pads (a copy: those settings are state
-    on the tokenizer object, which the user's Hugging Face tokenizer shares)."""
-    from tokenizers import Tokenizer
-
-    rust = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
-    rust.no_padding()
-    rust.enable_truncation(max_length, direction=getattr(tokenizer, "truncation_side", "right"))
-    return rust
-
-
 # -- inside a worker process -------------------------------------------------------------------------------
 
 _WORKER_TOKENIZER: Any = None
@@ -320,6 +307,8 @@ def _init_worker(tokenizer_json: str) -> None:
     # A forked worker inherits the parent's Rust thread pool as memory only, without its threads: using it
     # would hang. Each worker tokenises serially; the pool's processes are the parallelism.
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    # Forked while another thread tokenised (the collector paused, GC_ENABLED), it would never collect again.
+    gc.enable()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the parent to handle, then it stops us
     from tokenizers import Tokenizer
 
@@ -329,10 +318,6 @@ def _init_worker(tokenizer_json: str) -> None:
 
 def _worker_tokenize(sentences: list[str]) -> TokenArrays:
     return tokenize_arrays(_WORKER_TOKENIZER, sentences, _WORKER_SHORTCUT)
-
-
-def _worker_ready() -> int:
-    return os.getpid()
 
 
 class TokenizerPool:
@@ -360,8 +345,11 @@ class TokenizerPool:
         # the workers use nothing of the parent's threads (see _init_worker).
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
-            pids = {f.result() for f in [self._executor.submit(_worker_ready) for _ in range(self.processes)]}
-        logger.debug("tokenizer pool: %d worker processes %s", self.processes, sorted(pids))
+            for future in [executor.submit(os.getpid) for _ in range(self.processes)]:
+                future.result()
+        #: Process ids of the workers (all started by now under fork; spawn starts them as work comes).
+        self.pids = sorted(executor._processes)
+        logger.debug("tokenizer pool: %d worker processes %s", self.processes, self.pids)
 
     def tokenize(self, sentences: Sequence[str]) -> TokenArrays:
         """Token arrays of ``sentences`` (as :func:`tokenize_arrays` would return them); ``BrokenProcessPool`` when a
@@ -386,3 +374,60 @@ class TokenizerPool:
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
         return self._executor is None
+
+
+class ChunkTokenizer:
+    """How an encoder tokenises its chunks: with :attr:`rust`, a copy of the Hugging Face fast ``tokenizer``'s Rust
+    tokenizer that truncates to ``max_length`` tokens (special tokens included, on its truncation side) and never
+    pads (a copy: those settings are state the user's tokenizer shares), in the worker processes of :attr:`pool`
+    while they run (:attr:`auto_processes`: how many ``tokenize_processes=None`` means on ``device_type``). A worker
+    that dies (killed for memory, say) loses nothing: that chunk and all later ones are tokenised in this process,
+    with a warning."""
+
+    def __init__(self, tokenizer: Any, max_length: int, device_type: str) -> None:
+        from tokenizers import Tokenizer
+
+        self.rust = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+        self.rust.no_padding()
+        self.rust.enable_truncation(max_length, direction=getattr(tokenizer, "truncation_side", "right"))
+        self.auto_processes = auto_processes(device_type, self.rust)
+        self.pool: TokenizerPool | None = None
+        self._broken = False
+
+    def processes(self, requested: int | None) -> int:
+        """Worker processes to run when ``requested`` (``None``: :attr:`auto_processes`); 0 once a worker died."""
+        if self._broken:
+            return 0
+        return self.auto_processes if requested is None else requested
+
+    def start(self, processes: int) -> TokenizerPool | None:
+        """Start (or resize, or stop) the worker processes to match ``processes``; returns them (``None``: none run)."""
+        if self.pool is not None and self.pool.processes != processes:
+            self.close()
+        if processes > 0 and self.pool is None:
+            self.pool = TokenizerPool(self.rust.to_str(), processes)
+        return self.pool
+
+    def tokenize(self, sentences: Sequence[str], pooled: bool = True) -> TokenArrays:
+        """Token ids of ``sentences``: in the worker processes when there are any and ``pooled``, else on the
+        calling thread."""
+        pool = self.pool
+        if pooled and pool is not None and not pool.closed:
+            try:
+                return pool.tokenize(sentences)
+            except BrokenProcessPool:
+                logger.warning("a tokenisation worker process died; tokenising in this process from now on")
+                self._broken = True
+                self.close()
+        return tokenize_arrays(self.rust, sentences)
+
+    def close(self) -> None:
+        """Stop the worker processes, if any (:meth:`start` starts them again)."""
+        pool, self.pool = self.pool, None
+        if pool is not None:
+            pool.close()
+
+
+# The Rust tokenizer's own thread pool does the parallel work; keep it on (and quiet the fork warning in CLI
+# subprocesses, which never tokenise before forking).
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
