@@ -34,6 +34,24 @@ def test_counted_setting_is_restored_when_the_last_holder_leaves():
     assert value == ["saved"]
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_counted_setting_is_put_back_in_a_child_forked_while_held():
+    """A child forked while a thread holds the setting has no such thread: the saved value is back, nobody holds it."""
+    value = ["saved"]
+    setting = resources.CountedSetting(lambda: value[0], lambda v: value.__setitem__(0, v))
+    with setting.held("paused"):
+        pid = os.fork()
+        if pid == 0:  # the child: exit status 0 only if the value was put back and a new holder works
+            ok = value == ["saved"]
+            with setting.held("again"):
+                ok = ok and value == ["again"]
+            os._exit(0 if ok and value == ["saved"] else 1)
+        assert value == ["paused"]  # the parent still holds it
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert value == ["saved"]
+
+
 def test_usable_cpus_is_the_affinity_mask(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 3, 5}, raising=False)
     assert resources.usable_cpus() == 3

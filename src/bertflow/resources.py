@@ -34,6 +34,10 @@ class CountedSetting:
             os.register_at_fork(after_in_child=self._forget)
 
     def _forget(self) -> None:
+        # In a child forked while threads held the setting: they do not exist there, so nobody would put the saved
+        # value back (the collector, say, would stay paused in the child for good). The child starts unheld.
+        if self._users:
+            self._put(self._saved)
         self._lock, self._users = threading.Lock(), 0
 
     def hold(self, value: Any) -> None:

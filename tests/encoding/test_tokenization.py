@@ -136,12 +136,14 @@ def test_pool_needs_a_process(tiny_model_dir):
 
 
 def _report_gc(sentences: list[str]) -> TokenArrays:
-    """In place of a worker's tokenisation: one sentence whose one id is whether the worker collects garbage."""
-    return TokenArrays(np.array([gc.isenabled()], np.int32), np.array([0, 1], np.int64))
+    """In place of a worker's tokenisation: one sentence whose one id is whether the worker collects garbage and
+    has set the heap it inherited aside (frozen objects)."""
+    return TokenArrays(np.array([gc.isenabled() and gc.get_freeze_count() > 0], np.int32), np.array([0, 1], np.int64))
 
 
 def test_workers_collect_garbage_when_started_during_a_tokenisation(tiny_model_dir, monkeypatch):
-    """Workers forked while another thread tokenises (the collector paused in this process) collect garbage."""
+    """Workers forked while another thread tokenises (the collector paused in this process) collect garbage, but
+    not over the heap they inherited (walking it would copy the parent's memory into every worker)."""
     from transformers import AutoTokenizer
 
     from bertflow.encoding import tokenization

@@ -307,8 +307,11 @@ def _init_worker(tokenizer_json: str) -> None:
     # A forked worker inherits the parent's Rust thread pool as memory only, without its threads: using it
     # would hang. Each worker tokenises serially; the pool's processes are the parallelism.
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    # Forked while another thread tokenised (the collector paused, GC_ENABLED), it would never collect again.
-    gc.enable()
+    # The worker collects its own garbage (the collector as in the parent before any GC_ENABLED hold: put back at
+    # the fork), but never walks the heap it inherited: a collection writes to each object's header, so the
+    # parent's memory would be copied page by page (first passes of MiniLM-L6 fell from ~250k to 40k-80k sentences
+    # per second on an H200 host, docs/performance.md). gc.freeze() sets every inherited object aside.
+    gc.freeze()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the parent to handle, then it stops us
     from tokenizers import Tokenizer
 
