@@ -298,6 +298,8 @@ def test_slot_attention_kernel_cuda(width, head_dim):
     again = slot_attention(q, k2, v, s.lengths, width)
     torch.testing.assert_close(again[: int(lengths[0])], got[: int(lengths[0])], rtol=0, atol=0)
     assert slotted_attention(q, k, v, s).equal(got)  # the slotted attention takes the kernel where it fits
+    unaligned = torch.cat([s.lengths[:1], s.lengths])[1:]  # a view 4 bytes into its buffer
+    assert slot_attention(q, k, v, unaligned, width).equal(got)
     assert not slot_attention_fits(q, 129) and not slot_attention_fits(q.float(), width)
 
 

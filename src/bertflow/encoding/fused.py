@@ -159,8 +159,29 @@ def slot_attention(
         raise ValueError(f"slot_attention: {slots} slots are not whole sentences of width {width}")
     if not q.stride() == k.stride() == v.stride():  # the kernel takes one set of strides for the three
         q, k, v = (t.contiguous() for t in (q, k, v))
+    if lengths.data_ptr() % 16:  # Triton compiles a kernel per pointer alignment: always give it an aligned one
+        lengths = lengths.clone()
+    key = (q.device, q.dtype, q.shape[1:], q.stride())
+    if key not in _SLOT_READY:
+        # Triton compiles a kernel the first time it meets a tile size (about 0.5 s each on an H200 host, then
+        # cached on disk, a few ms to load): all of them at the first batch, not in the middle of a later pass.
+        scratch = torch.empty_strided((SLOT_WIDTH_MAX, heads, d), q.stride(), dtype=q.dtype, device=q.device).zero_()
+        one = torch.ones(1, dtype=torch.int32, device=q.device)
+        for tile in (16, 32, 64, SLOT_WIDTH_MAX):
+            _slot_attn(scratch, scratch, scratch, one, tile)
+        _SLOT_READY.add(key)
+    return _slot_attn(q, k, v, lengths, width)
+
+
+#: The (device, dtype, [heads, head_dim], strides) whose kernels are compiled or loaded in this process.
+_SLOT_READY: set[tuple[Any, ...]] = set()
+
+
+def _slot_attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: torch.Tensor, width: int) -> torch.Tensor:
+    """Launch the kernel of :func:`slot_attention` on checked inputs."""
+    slots, heads, d = q.shape
     # The smallest tile that holds a whole sentence: compute grows with the tile (scores are [block, block]),
-    # and a tile of 16 is the least a tensor-core product takes. Four tile sizes: at most four compilations.
+    # and a tile of 16 is the least a tensor-core product takes.
     block = max(16, 1 << (width - 1).bit_length())
     group = block // width * width
     out = torch.empty((slots, heads, d), dtype=q.dtype, device=q.device)
