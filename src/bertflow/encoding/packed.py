@@ -5,7 +5,8 @@ kernels for short rows are dominated by their fixed cost. Here the real tokens o
 one ``[total_tokens, hidden]`` tensor (:class:`Packing`), the model's own modules run on it (or, on CUDA, the
 fused steps of :mod:`bertflow.encoding.fused`: :data:`KERNELS`), and attention keeps each sentence to itself, by
 one of :data:`ATTENTIONS`: :func:`slotted_attention` (the CUDA choice: the length-sorted padded batch grown to
-whole groups of ~128 token slots, so the groups are views), :func:`grouped_attention` (sentences side by side in
+whole groups of ~128 token slots, so the groups are views; a Triton kernel on CUDA, else
+:func:`slotted_sdpa_attention`), :func:`grouped_attention` (sentences side by side in
 rows of ~128 tokens under a block-diagonal mask, so a kernel's tiles are full), :func:`varlen_attention` (torch's
 variable-length flash kernel: one mostly empty tile per short sentence, slower than padded, measured) and
 :func:`padded_attention` (pads for attention only: the reference of the tests, and the CPU path).
@@ -254,7 +255,8 @@ def uses_slots(attention: Attention) -> bool:
 #: The attention of the unpadded forward on CUDA, and whether that forward is the CUDA default
 #: (``EncodeSettings.unpadded=None``): chosen by measurement (docs/performance.md, issue 23: on an H200 the
 #: grouped attention made BERT-base's forward 1.10x faster than the padded one, varlen 0.94x; with the fused
-#: kernels, the slotted layout 1.38x, grouped 1.30x).
+#: kernels, the slotted layout 1.38x, grouped 1.30x; its Triton kernel instead of SDPA under a mask, 1.12x more
+#: for BERT-base and 1.37x for MiniLM-L6).
 CUDA_ATTENTION = "slotted"
 UNPADDED_BY_DEFAULT = True
 #: How the unpadded layers run on CUDA in half precision where Triton is available (:data:`KERNELS`); elsewhere
