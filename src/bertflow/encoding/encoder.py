@@ -34,8 +34,6 @@ from .token_stats import TokenStatistics
 from .tokenization import ChunkTokenizer, TokenArrays
 from .warmup import warm_up
 
-# -- the encoder -------------------------------------------------------------------------------------------
-
 
 class SentenceEncoder:
     """A frozen transformer with an explicit pooling that maps sentences to float32 vectors.
@@ -125,8 +123,6 @@ class SentenceEncoder:
             warm_up(self)
         self.last_stats = EncodeStats()  # after the warm-up: the stats are of the caller's encodes only
 
-    # -- throughput settings -----------------------------------------------------------------------------
-
     @property
     def settings(self) -> EncodeSettings:
         """The throughput knobs (:class:`EncodeSettings`); assign a new one (``dataclasses.replace``) to change them."""
@@ -164,8 +160,6 @@ class SentenceEncoder:
     @tokenize_processes.setter
     def tokenize_processes(self, value: int | None) -> None:
         self.settings = dataclasses.replace(self._settings, tokenize_processes=value)
-
-    # -- token statistics (weighted poolings) ------------------------------------------------------------
 
     @property
     def vocab_size(self) -> int:
@@ -220,8 +214,6 @@ class SentenceEncoder:
             self.chunk_tokenizer.start(self.tokenize_processes)
         parts = [self.chunk_tokenizer.tokenize(chunk) for _, chunk in cut_chunks(items, itertools.repeat(size))]
         return TokenArrays.concatenate(parts) if parts else TokenArrays(np.empty(0, np.int32), np.zeros(1, np.int64))
-
-    # -- facts about the encoder -------------------------------------------------------------------------
 
     @property
     def dim(self) -> int:
@@ -297,8 +289,6 @@ class SentenceEncoder:
             )
         return cls(config["model"], **kwargs)
 
-    # -- tokenisation ------------------------------------------------------------------------------------
-
     def tokenize(self, sentences: Sequence[str]) -> list[list[int]]:
         """Token ids per sentence, truncated to ``max_length`` with special tokens (Rust batch tokenizer)."""
         return [e.ids for e in self.chunk_tokenizer.rust.encode_batch(list(sentences))]
@@ -343,8 +333,6 @@ class SentenceEncoder:
         if "own" not in self._plans:
             self._plans["own"] = self._runner.plan([self.pooling], self._token_statistics)
         return self._plans["own"]
-
-    # -- encoding ----------------------------------------------------------------------------------------
 
     @property
     def token_budget(self) -> int:

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ..errors import InputError
+from ..validation import means_local
 from .pooling import Pooling
 
 logger = logging.getLogger(__name__)
@@ -89,15 +90,6 @@ def resolve_model(name_or_path: str | None) -> tuple[str, str]:
     return name_or_path, name_or_path
 
 
-def _looks_like_path(name: str) -> bool:
-    """Whether ``name`` can only mean a local folder: it starts with ``.``, ``/`` or ``~``, has more than two parts
-    (a hub id is ``name`` or ``org/name``), or its first folder exists here (``models/bert-typo``)."""
-    parts = name.replace("\\", "/").split("/")
-    if len(parts) > 2 or name.startswith((".", "/", "~")) or (os.sep == "\\" and ":" in name):
-        return True
-    return len(parts) == 2 and Path(parts[0]).expanduser().is_dir()
-
-
 def check_model_source(name: str, revision: str | None = None) -> None:
     """Fail at once, in one line, where ``from_pretrained`` would fail late or at length: ``name`` is a file, a
     path that does not exist (a typo), or a hub id that is not in the local cache while downloads are off
@@ -109,7 +101,7 @@ def check_model_source(name: str, revision: str | None = None) -> None:
         if not path.is_dir():
             raise InputError(f"cannot load the encoder {name!r}: it is a file; give a model folder or a hub id")
         return
-    if _looks_like_path(name):
+    if means_local(name, bare=False):
         raise InputError(f"cannot load the encoder {name!r}: no such folder (looked in {Path.cwd()})")
     if cached_hub_file(name, "config.json", revision) is not None:
         return

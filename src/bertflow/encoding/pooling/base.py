@@ -43,8 +43,6 @@ class Pooling(ABC):
         if cls.names:
             _REGISTRY.append(cls)
 
-    # -- what a pooling is ------------------------------------------------------------------------------------
-
     @property
     @abstractmethod
     def layers(self) -> tuple[int, ...]:
@@ -83,8 +81,6 @@ class Pooling(ABC):
         """This class's pooling for the (normalised) spec ``name`` on a model with ``num_layers`` layers, ``None``
         when ``name`` is not one of its specs, an InputError when it is but does not fit the model."""
 
-    # -- derived ----------------------------------------------------------------------------------------------
-
     @property
     def name(self) -> str:
         """Readable spec: ``"mean"``, ``"layers"``, ``"sif:first-last-avg"`` ..."""
@@ -109,8 +105,6 @@ class Pooling(ABC):
 
     def __str__(self) -> str:
         return self.name
-
-    # -- parsing ----------------------------------------------------------------------------------------------
 
     @classmethod
     def parse(cls, spec: str | Sequence[int] | Pooling, num_layers: int) -> Pooling:
