@@ -76,12 +76,10 @@ class SentenceEncoder:
     ) -> None:
         if max_length < 2:
             raise InputError(f"max_length must be at least 2 (room for the special tokens), got {max_length}")
-        shortcuts = {"max_tokens": max_tokens, "tokenize_workers": tokenize_workers}
-        shortcuts["tokenize_processes"] = tokenize_processes
-        given = {k: v for k, v in shortcuts.items() if v is not None}
-        settings = settings if settings is not None else EncodeSettings()
-        if given:  # the keyword shortcuts win over the same field of ``settings``
-            settings = dataclasses.replace(settings, **given)
+        # The keyword shortcuts win over the same field of ``settings``.
+        given = dict(max_tokens=max_tokens, tokenize_workers=tokenize_workers, tokenize_processes=tokenize_processes)
+        given = {k: v for k, v in given.items() if v is not None}
+        settings = dataclasses.replace(settings or EncodeSettings(), **given)
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
         self.max_length = int(max_length)

@@ -18,6 +18,7 @@ import torch
 from ..errors import InputError
 from ..validation import means_local
 from .pooling import Pooling
+from .tokenization import truncating_copy
 
 logger = logging.getLogger(__name__)
 
@@ -291,11 +292,7 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
     changes the ids the encoder sees (normaliser, pre-tokeniser, special tokens, post-processor, truncation side),
     which the weights' fingerprint does not cover. It hashes behaviour, not files. Cost: a few milliseconds.
     """
-    from tokenizers import Tokenizer
-
-    rust = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())  # a copy: truncation is state on the object
-    rust.no_padding()
-    rust.enable_truncation(_PROBE_MAX_TOKENS, direction=getattr(tokenizer, "truncation_side", "right"))
+    rust = truncating_copy(tokenizer, _PROBE_MAX_TOKENS)
     h = hashlib.sha256()
     for text, full in zip(_PROBE_TEXTS, rust.encode_batch(list(_PROBE_TEXTS)), strict=True):
         h.update(f"{text}\0{full.ids}\0{full.type_ids}\n".encode())

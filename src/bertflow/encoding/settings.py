@@ -81,14 +81,10 @@ class EncodeSettings:
     warm_up: bool | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_tokens", "chunk_size", "first_chunk"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise InputError(f"{name} must be a positive integer, got {value!r}")
-        for name in ("tokenize_workers", "tokenize_processes", "min_tokens"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise InputError(f"{name} must be 0 or more, got {value!r}")
+        for name in ("max_tokens", "chunk_size", "first_chunk", "tokenize_workers", "tokenize_processes", "min_tokens"):
+            value, low = getattr(self, name), int(name in ("max_tokens", "chunk_size", "first_chunk"))
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
+                raise InputError(f"{name} must be {'a positive integer' if low else '0 or more'}, got {value!r}")
         for name in ("uniform_fill", "min_length_ratio"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:

@@ -155,7 +155,7 @@ def _collect(
     part = runner.finish(pending)
     if cpu:
         # The chunk's activations, MBs of another size per batch shape, are freed now; glibc would keep them
-        # in a growing heap and a long stream's resident memory would climb chunk by chunk (issue 24, item 9).
+        # in a growing heap and a long stream's resident memory would climb chunk by chunk.
         return_free_memory()
     if on_chunk is not None:
         on_chunk(len(part))

@@ -369,20 +369,25 @@ class TokenizerPool:
         return self._executor is None
 
 
+def truncating_copy(tokenizer: Any, max_length: int) -> Any:
+    """A copy of a Hugging Face fast ``tokenizer``'s Rust tokenizer that truncates to ``max_length`` tokens (special
+    tokens included, on its ``truncation_side``) and never pads (a copy: those settings are state on the object)."""
+    from tokenizers import Tokenizer
+
+    rust = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+    rust.no_padding()
+    rust.enable_truncation(max_length, direction=getattr(tokenizer, "truncation_side", "right"))
+    return rust
+
+
 class ChunkTokenizer:
-    """How an encoder tokenises its chunks: with :attr:`rust`, a copy of the Hugging Face fast ``tokenizer``'s Rust
-    tokenizer that truncates to ``max_length`` tokens (special tokens included, on its truncation side) and never
-    pads (a copy: those settings are state the user's tokenizer shares), in the worker processes of :attr:`pool`
-    while they run (:attr:`auto_processes`: how many ``tokenize_processes=None`` means on ``device_type``). A worker
-    that dies (killed for memory, say) loses nothing: that chunk and all later ones are tokenised in this process,
-    with a warning."""
+    """How an encoder tokenises its chunks: with :attr:`rust` (:func:`truncating_copy` of ``tokenizer``), in the
+    worker processes of :attr:`pool` while they run (:attr:`auto_processes`: how many ``tokenize_processes=None``
+    means on ``device_type``). A worker that dies (killed for memory, say) loses nothing: that chunk and all later
+    ones are tokenised in this process, with a warning."""
 
     def __init__(self, tokenizer: Any, max_length: int, device_type: str) -> None:
-        from tokenizers import Tokenizer
-
-        self.rust = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
-        self.rust.no_padding()
-        self.rust.enable_truncation(max_length, direction=getattr(tokenizer, "truncation_side", "right"))
+        self.rust = truncating_copy(tokenizer, max_length)
         self.auto_processes = auto_processes(device_type, self.rust)
         self.pool: TokenizerPool | None = None
         self._broken = False
