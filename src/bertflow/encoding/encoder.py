@@ -365,8 +365,7 @@ class SentenceEncoder:
     ) -> Iterator[Any]:
         """Encode a stream of non-blank sentences, yielding float32 arrays [n, D] chunk by chunk, in input order.
 
-        The one forward-pass implementation (:meth:`encode`, the evaluation cache, ``Embedder``, the CLI and the
-        scale-out workers go through it); memory stays bounded by a few chunks. ``batch_size`` optionally caps
+        The one forward-pass implementation; memory stays bounded by a few chunks. ``batch_size`` optionally caps
         sentences per forward pass; ``chunk_size``: sentences sorted together (rows per array; ``None``: 16,384 on
         CPU, on CUDA 4,096 doubling up to 65,536); ``max_tokens``: padded tokens per forward pass (``None``: the
         encoder's). ``transform`` maps each chunk's float32 tensor [n, D] to [n, D'] on the device before the copy

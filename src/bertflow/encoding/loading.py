@@ -323,8 +323,7 @@ def weights_fingerprint(
 
     Each parameter (name, shape, value) is hashed after rounding to bfloat16: the same checkpoint in any precision,
     on any device, from any source (folder, hub cache, bundled copy, object in memory) gives the same value, while
-    a weight change beyond bfloat16's resolution (relative 2^-9) changes it. Cost: one pass over the weights, 0.5 s
-    for a 6-layer 384-wide BERT and 1.0 s for BERT-base on a shared 2-core Xeon (``benchmarks/fingerprint_cost.py``).
+    a weight change beyond bfloat16's resolution (relative 2^-9) changes it. Cost: one pass over the weights.
     Memoised per process by :func:`checkpoint_key` (``load_path``, ``revision``): a second load of the same files
     costs nothing, an edited file is hashed again, a model without ``load_path`` every time.
     """

@@ -47,20 +47,17 @@ class EncodeSettings:
     - ``chunk_size``: sentences tokenised and sorted together by length, every chunk; ``None``: 16,384 on CPU, on
       CUDA ``first_chunk`` first, doubling up to 65,536.
     - ``tokenize_workers``: threads that prepare chunks while the model runs (0: the calling thread); ``None``: two
-      with tokenisation processes (a second chunk in flight keeps them busy), else one (two would compete for the
-      Rust tokenizer's thread pool: docs/performance.md).
-    - ``tokenize_processes``: worker processes that tokenise for those threads, so that reading the tokenizer's
-      output does not hold the GIL while the model is launched (started at the first ``encode`` of more than one
-      chunk, kept until ``close()``); ``None``: :func:`bertflow.encoding.tokenization.auto_processes`.
+      with tokenisation processes, else one (docs/performance.md).
+    - ``tokenize_processes``: worker processes that tokenise for those threads (started at the first ``encode`` of
+      more than one chunk, kept until ``close()``); ``None``: :func:`bertflow.encoding.tokenization.auto_processes`.
     - ``uniform_fill``, ``min_length_ratio``: how batches are cut (:func:`bertflow.encoding.batching.plan_batches`);
       ``min_tokens``: padded tokens below which a batch is filled up anyway (``None``: :meth:`min_batch_tokens`).
     - ``cudnn_attention``: let torch pick cuDNN attention on CUDA (off by default: it plans every new shape).
     - ``unpadded``: run the model on real tokens only (:mod:`bertflow.encoding.packed`); ``None``: on CUDA in half
       precision for a BERT model whose first batch matches the padded forward; ``True``: for any BERT model (off
       CUDA with a slower attention that pads; other models are an error); ``False``: never.
-    - ``warm_up``: when the encoder is loaded, pay its one-time costs on synthetic token ids (kernels, memory
-      caches, the unpadded forward's check: :mod:`bertflow.encoding.warmup`) instead of in the first ``encode``;
-      ``None``: :data:`WARM_UP_BY_DEFAULT` on CUDA.
+    - ``warm_up``: pay the one-time costs (:mod:`bertflow.encoding.warmup`) when the encoder is loaded instead of in
+      the first ``encode``; ``None``: :data:`WARM_UP_BY_DEFAULT` on CUDA.
 
     Example:
         >>> import dataclasses
