@@ -360,8 +360,6 @@ def checkpoint_key(load_path: str | None, revision: str | None) -> tuple[str, ..
 
 def _hash_weights(model: torch.nn.Module, tokenizer: Any) -> str:
     """The sha256 behind :func:`weights_fingerprint` (one pass over every parameter)."""
-    import torch
-
     h = hashlib.sha256()
     cfg = model.config
     for key in _FINGERPRINT_CONFIG_KEYS:
