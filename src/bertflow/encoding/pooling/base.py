@@ -115,10 +115,8 @@ class Pooling(ABC):
             return spec
         if isinstance(spec, str):
             text = spec.strip().lower().replace("_", "-")
-        else:
+        else:  # an empty list is refused by the layer pooling's build, as an empty string
             text = ",".join(str(int(i)) for i in spec)
-            if not text:
-                raise InputError("pooling layer list is empty: give at least one hidden-state index")
         weighting = NO_WEIGHTING
         if ":" in text:
             prefix, _, text = text.partition(":")
