@@ -2,9 +2,8 @@
 
 :class:`~bertflow.calibrators.auto.AutoCalibrator` decides the calibration from embeddings; on a raw MLM encoder the
 rule also switches a token-averaging pooling to its SIF-weighted form, counted on the shipped generic token prior.
-That half needs the encoder, so it lives here, for ``Embedder.fit`` and the evaluation grid's ``auto`` cells: the
-caller encodes the poolings :func:`auto_inputs` names (the weighted one with the prior's statistics), then
-:func:`fit_auto` reads the token anisotropy, fits the calibrator on the chosen pooling and says what it chose.
+That half needs the encoder, so it lives here: the caller encodes the poolings :func:`auto_inputs` names, then
+:func:`fit_auto` chooses and fits.
 """
 
 from __future__ import annotations

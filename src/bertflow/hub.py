@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import InputError, ModelFileError, OutputError
+from .validation import means_local
 
 if TYPE_CHECKING:
     from .embedder import Embedder
@@ -61,16 +62,6 @@ def download_model(name: str, revision: str | None) -> Path:
         return snapshot(name, revision)
     except ModelFileError as e:
         raise ModelFileError(f"no such folder {name!r} here, and {e}") from None
-
-
-def means_local(name: str) -> bool:
-    """Whether ``name``, no existing path, can only have meant a local folder (a typo): a model on the Hub is
-    always ``user/name``, so a bare name, a path starting with ``.``, ``/`` or ``~``, one of more than two parts,
-    or one whose first folder exists here (``runs/my-flwo``) is not looked up (a typo would get a network error)."""
-    parts = name.replace("\\", "/").split("/")
-    if len(parts) != 2 or name.startswith((".", "/", "~")):
-        return True
-    return Path(parts[0]).expanduser().is_dir()
 
 
 def did_you_mean(path: Path) -> str:

@@ -1,23 +1,9 @@
 """The saved-model folder of an :class:`~bertflow.embedder.Embedder`: writing it, reading it back, verifying it.
 
-A saved folder::
-
-    my-model/
-      bertflow_config.json      encoder (id, revision pinned to a hub commit, pooling, max_length, fingerprint,
-                                provenance: commit or weight files' sha256), calibrator type and the record of
-                                the encoder it was fitted on (``fitted_on``), fitting record, library version,
-                                sha256 of every other file
-      calibrator/config.json    calibrator parameters and fitted scalars
-      calibrator/model.safetensors
-      token_statistics/         only with a frequency-weighted pooling (``sif:mean`` ...): the token counts its
-                                weights come from (token_statistics.json + token_statistics.safetensors)
-      README.md                 model card (YAML front matter for the Hugging Face Hub): how it was fitted
-      encoder/                  only with ``save(..., include_encoder=True)``: the encoder's own HF files
-                                (config, safetensors weights, tokenizer, its README/licence)
-
-No absolute local paths: a local encoder is named by its folder's name and ``encoder.local_path``, its path
-relative to the model folder. Loading re-checks checksums, format version, and the encoder's fingerprint and
-dimension against the calibrator's.
+The layout is in README.md: ``bertflow_config.json`` (encoder, calibrator, fitting record, sha256 of every other
+file), ``calibrator/``, ``token_statistics/`` (a weighted pooling's), ``README.md`` (the model card) and, with
+``include_encoder``, ``encoder/``. No absolute local paths: a local encoder is named by its folder's name and
+``encoder.local_path``, its path relative to the model folder.
 """
 
 from __future__ import annotations
@@ -200,7 +186,7 @@ def save_model_folder(
     encoder_dir: Path | None = None,
     overwrite: bool = False,
 ) -> None:
-    """Write the folder described in the module docstring at ``path``, atomically (a crash leaves an old one).
+    """Write the model folder at ``path``, atomically (a crash leaves an old one).
     ``card()`` makes README.md once the output is checked; ``include_encoder`` copies the encoder's HF files (from
     ``encoder_dir`` when it was loaded from a bundled copy). OutputError where ``path`` may not be written."""
     weighted = encoder.pooling.weighting.weighted

@@ -72,16 +72,12 @@ def usable_cpus() -> int:
 
 
 def return_free_memory() -> bool:
-    """Give the free pages of glibc's heap back to the system (``malloc_trim(0)``); a no-op off glibc.
-
-    Why: glibc maps each allocation of 128 KiB or more on its own at first, but every time such a block is freed it
-    raises that threshold to the block's size (up to 32 MiB). After the first forward passes on CPU, activations
-    (MBs, a new size for each batch shape) come from the heap, whose free holes glibc neither reuses for the next,
-    differently sized batch nor returns: ``bertflow encode`` of 200k sentences grew from 1.27 to 1.96 GB. The
-    encoder calls this once per chunk (thousands of sentences, seconds of work), so resident memory stays bounded by
-    one chunk's worth while each batch keeps the heap's fast reuse (fixing the threshold instead made every
-    activation a fresh mapping and STS-length encoding ~21% slower: ``benchmarks/heap_policy_ab.py``). Returns
+    """Give the free pages of glibc's heap back to the system (``malloc_trim(0)``); a no-op off glibc. Returns
     whether ``malloc_trim`` ran and released at least one page.
+
+    Why: after the first forward passes on CPU, activations (MBs, a new size for each batch shape) come from
+    glibc's heap, whose free holes it neither reuses for the next batch nor returns (docs/robustness.md, item 9).
+    The encoder calls this once per chunk, so resident memory stays bounded by one chunk's worth.
     """
     global _libc
     if _libc is None:

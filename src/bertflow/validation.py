@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import math
 import operator
+import os
 import re
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any, NoReturn
 
 import numpy as np
@@ -200,3 +202,14 @@ def check_epochs(epochs: float) -> float:
     if not math.isfinite(value) or value <= 0:
         raise InputError(f"epochs must be a positive, finite number (fractions allowed), got {epochs!r}")
     return value
+
+
+def means_local(name: str, *, bare: bool = True) -> bool:
+    """Whether ``name``, no existing path, can only have meant a local folder (a typo, which is then not looked up
+    on the Hub): it starts with ``.``, ``/`` or ``~``, has more than two parts (a hub id is ``name`` or
+    ``org/name``), its first folder exists here (``runs/my-flwo``), or it is a bare name and ``bare`` (a bertflow
+    model on the Hub is always ``user/name``; an encoder may be ``bert-base-uncased``)."""
+    parts = name.replace("\\", "/").split("/")
+    if len(parts) > 2 or name.startswith((".", "/", "~")) or (os.sep == "\\" and ":" in name):
+        return True
+    return bare if len(parts) == 1 else Path(parts[0]).expanduser().is_dir()

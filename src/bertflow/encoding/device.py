@@ -69,10 +69,7 @@ def attention_backends(device: torch.device, cudnn: bool = False) -> contextlib.
 
 
 def transformers_major() -> int:
-    """The installed transformers major version (0 if unreadable)."""
+    """The installed transformers major version."""
     import transformers
 
-    try:
-        return int(transformers.__version__.split(".")[0])
-    except ValueError:
-        return 0
+    return int(transformers.__version__.split(".")[0])

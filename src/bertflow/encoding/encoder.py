@@ -34,8 +34,6 @@ from .token_stats import TokenStatistics
 from .tokenization import ChunkTokenizer, TokenArrays
 from .warmup import warm_up
 
-# -- the encoder -------------------------------------------------------------------------------------------
-
 
 class SentenceEncoder:
     """A frozen transformer with an explicit pooling that maps sentences to float32 vectors.
@@ -78,12 +76,10 @@ class SentenceEncoder:
     ) -> None:
         if max_length < 2:
             raise InputError(f"max_length must be at least 2 (room for the special tokens), got {max_length}")
-        shortcuts = {"max_tokens": max_tokens, "tokenize_workers": tokenize_workers}
-        shortcuts["tokenize_processes"] = tokenize_processes
-        given = {k: v for k, v in shortcuts.items() if v is not None}
-        settings = settings if settings is not None else EncodeSettings()
-        if given:  # the keyword shortcuts win over the same field of ``settings``
-            settings = dataclasses.replace(settings, **given)
+        # The keyword shortcuts win over the same field of ``settings``.
+        given = dict(max_tokens=max_tokens, tokenize_workers=tokenize_workers, tokenize_processes=tokenize_processes)
+        given = {k: v for k, v in given.items() if v is not None}
+        settings = dataclasses.replace(settings or EncodeSettings(), **given)
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
         self.max_length = int(max_length)
@@ -125,8 +121,6 @@ class SentenceEncoder:
             warm_up(self)
         self.last_stats = EncodeStats()  # after the warm-up: the stats are of the caller's encodes only
 
-    # -- throughput settings -----------------------------------------------------------------------------
-
     @property
     def settings(self) -> EncodeSettings:
         """The throughput knobs (:class:`EncodeSettings`); assign a new one (``dataclasses.replace``) to change them."""
@@ -164,8 +158,6 @@ class SentenceEncoder:
     @tokenize_processes.setter
     def tokenize_processes(self, value: int | None) -> None:
         self.settings = dataclasses.replace(self._settings, tokenize_processes=value)
-
-    # -- token statistics (weighted poolings) ------------------------------------------------------------
 
     @property
     def vocab_size(self) -> int:
@@ -220,8 +212,6 @@ class SentenceEncoder:
             self.chunk_tokenizer.start(self.tokenize_processes)
         parts = [self.chunk_tokenizer.tokenize(chunk) for _, chunk in cut_chunks(items, itertools.repeat(size))]
         return TokenArrays.concatenate(parts) if parts else TokenArrays(np.empty(0, np.int32), np.zeros(1, np.int64))
-
-    # -- facts about the encoder -------------------------------------------------------------------------
 
     @property
     def dim(self) -> int:
@@ -297,8 +287,6 @@ class SentenceEncoder:
             )
         return cls(config["model"], **kwargs)
 
-    # -- tokenisation ------------------------------------------------------------------------------------
-
     def tokenize(self, sentences: Sequence[str]) -> list[list[int]]:
         """Token ids per sentence, truncated to ``max_length`` with special tokens (Rust batch tokenizer)."""
         return [e.ids for e in self.chunk_tokenizer.rust.encode_batch(list(sentences))]
@@ -344,8 +332,6 @@ class SentenceEncoder:
             self._plans["own"] = self._runner.plan([self.pooling], self._token_statistics)
         return self._plans["own"]
 
-    # -- encoding ----------------------------------------------------------------------------------------
-
     @property
     def token_budget(self) -> int:
         """Padded tokens per forward pass: ``max_tokens``, or the device's default (65,536 on CUDA, 4,096 on CPU)."""
@@ -379,8 +365,7 @@ class SentenceEncoder:
     ) -> Iterator[Any]:
         """Encode a stream of non-blank sentences, yielding float32 arrays [n, D] chunk by chunk, in input order.
 
-        The one forward-pass implementation (:meth:`encode`, the evaluation cache, ``Embedder``, the CLI and the
-        scale-out workers go through it); memory stays bounded by a few chunks. ``batch_size`` optionally caps
+        The one forward-pass implementation; memory stays bounded by a few chunks. ``batch_size`` optionally caps
         sentences per forward pass; ``chunk_size``: sentences sorted together (rows per array; ``None``: 16,384 on
         CPU, on CUDA 4,096 doubling up to 65,536); ``max_tokens``: padded tokens per forward pass (``None``: the
         encoder's). ``transform`` maps each chunk's float32 tensor [n, D] to [n, D'] on the device before the copy

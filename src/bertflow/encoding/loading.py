@@ -16,7 +16,9 @@ from typing import Any
 import torch
 
 from ..errors import InputError
+from ..validation import means_local
 from .pooling import Pooling
+from .tokenization import truncating_copy
 
 logger = logging.getLogger(__name__)
 
@@ -89,15 +91,6 @@ def resolve_model(name_or_path: str | None) -> tuple[str, str]:
     return name_or_path, name_or_path
 
 
-def _looks_like_path(name: str) -> bool:
-    """Whether ``name`` can only mean a local folder: it starts with ``.``, ``/`` or ``~``, has more than two parts
-    (a hub id is ``name`` or ``org/name``), or its first folder exists here (``models/bert-typo``)."""
-    parts = name.replace("\\", "/").split("/")
-    if len(parts) > 2 or name.startswith((".", "/", "~")) or (os.sep == "\\" and ":" in name):
-        return True
-    return len(parts) == 2 and Path(parts[0]).expanduser().is_dir()
-
-
 def check_model_source(name: str, revision: str | None = None) -> None:
     """Fail at once, in one line, where ``from_pretrained`` would fail late or at length: ``name`` is a file, a
     path that does not exist (a typo), or a hub id that is not in the local cache while downloads are off
@@ -109,7 +102,7 @@ def check_model_source(name: str, revision: str | None = None) -> None:
         if not path.is_dir():
             raise InputError(f"cannot load the encoder {name!r}: it is a file; give a model folder or a hub id")
         return
-    if _looks_like_path(name):
+    if means_local(name, bare=False):
         raise InputError(f"cannot load the encoder {name!r}: no such folder (looked in {Path.cwd()})")
     if cached_hub_file(name, "config.json", revision) is not None:
         return
@@ -299,11 +292,7 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
     changes the ids the encoder sees (normaliser, pre-tokeniser, special tokens, post-processor, truncation side),
     which the weights' fingerprint does not cover. It hashes behaviour, not files. Cost: a few milliseconds.
     """
-    from tokenizers import Tokenizer
-
-    rust = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())  # a copy: truncation is state on the object
-    rust.no_padding()
-    rust.enable_truncation(_PROBE_MAX_TOKENS, direction=getattr(tokenizer, "truncation_side", "right"))
+    rust = truncating_copy(tokenizer, _PROBE_MAX_TOKENS)
     h = hashlib.sha256()
     for text, full in zip(_PROBE_TEXTS, rust.encode_batch(list(_PROBE_TEXTS)), strict=True):
         h.update(f"{text}\0{full.ids}\0{full.type_ids}\n".encode())
@@ -334,8 +323,7 @@ def weights_fingerprint(
 
     Each parameter (name, shape, value) is hashed after rounding to bfloat16: the same checkpoint in any precision,
     on any device, from any source (folder, hub cache, bundled copy, object in memory) gives the same value, while
-    a weight change beyond bfloat16's resolution (relative 2^-9) changes it. Cost: one pass over the weights, 0.5 s
-    for a 6-layer 384-wide BERT and 1.0 s for BERT-base on a shared 2-core Xeon (``benchmarks/fingerprint_cost.py``).
+    a weight change beyond bfloat16's resolution (relative 2^-9) changes it. Cost: one pass over the weights.
     Memoised per process by :func:`checkpoint_key` (``load_path``, ``revision``): a second load of the same files
     costs nothing, an edited file is hashed again, a model without ``load_path`` every time.
     """
@@ -372,8 +360,6 @@ def checkpoint_key(load_path: str | None, revision: str | None) -> tuple[str, ..
 
 def _hash_weights(model: torch.nn.Module, tokenizer: Any) -> str:
     """The sha256 behind :func:`weights_fingerprint` (one pass over every parameter)."""
-    import torch
-
     h = hashlib.sha256()
     cfg = model.config
     for key in _FINGERPRINT_CONFIG_KEYS:

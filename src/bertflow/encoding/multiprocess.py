@@ -42,11 +42,9 @@ def encode_multi_device(
 
     items = validate_sentences(sentences)
     config = encoder.get_config() if hasattr(encoder, "get_config") else dict(encoder)
-    # A token budget set on the encoder object is not part of its config, but shapes the batches: carry it over.
-    overrides = {"max_tokens": encoder.max_tokens} if getattr(encoder, "max_tokens", None) is not None else {}
-    # A weighted pooling's token statistics are not in the config either (only their digest): they travel too.
-    if getattr(encoder, "token_statistics", None) is not None:
-        overrides["token_statistics"] = encoder.token_statistics
+    # Not in the config (the statistics only by digest), but they shape the batches or weight the tokens.
+    overrides = {k: getattr(encoder, k, None) for k in ("max_tokens", "token_statistics")}
+    overrides = {k: v for k, v in overrides.items() if v is not None}
     if not devices:
         raise InputError("encode_multi_device needs at least one device")
     if chunk_size < 1 or (batch_size is not None and batch_size < 1):
@@ -91,8 +89,6 @@ def _encode_part(
     if encoder.get_config().get("fingerprint") != config.get("fingerprint"):
         raise CompatibilityError(f"{config['model']} on {devices[index]} has other weights than the encoder given")
     row = start
-    for part in encoder.iter_encode(
-        sentences[start:stop], chunk_size=chunk_size, **({} if batch_size is None else {"batch_size": batch_size})
-    ):
+    for part in encoder.iter_encode(sentences[start:stop], chunk_size=chunk_size, batch_size=batch_size):
         out[row : row + len(part)] = torch.from_numpy(part)
         row += len(part)

@@ -10,34 +10,27 @@ from dataclasses import dataclass
 
 from ..errors import InputError
 
-#: Default token budget per forward pass (padded tokens: rows x width). On a GPU, batches must be large
-#: enough to keep the matrix units busy (a BERT-base forward of 8k tokens is launch-bound on an H100); on a
-#: CPU, beyond a few thousand tokens larger batches only add memory traffic (1k to 4k tokens measured alike on
-#: 2 quiet cores, 8k slower: docs/performance.md).
+#: Default token budget per forward pass (padded tokens: rows x width). A GPU needs large batches to keep its
+#: matrix units busy; on a CPU larger batches only add memory traffic (docs/performance.md).
 DEFAULT_MAX_TOKENS = {"cuda": 65536, "cpu": 4096}
 #: Default sentences per chunk (the sorting window). A GPU starts with a small chunk so that it gets work
 #: after a few milliseconds of tokenisation, then doubles it up to the maximum.
 DEFAULT_CHUNK = {"cuda": 65536, "cpu": 16384}
 FIRST_CUDA_CHUNK = 4096
 #: A batch is cut where the token count changes if the run of equal lengths already fills this share of the
-#: batch: such a batch needs no padding mask. Lower values make more, smaller mask-free batches.
+#: batch: such a batch needs no padding mask.
 UNIFORM_FILL = 0.5
-#: A batch takes no sentence shorter than this share of its width (its longest sentence): on a small input, a
-#: large token budget would otherwise pad short sentences to the longest one in the whole chunk.
+#: A batch takes no sentence shorter than this share of its width (its longest sentence) ...
 MIN_LENGTH_RATIO = 0.9
-#: ... unless the batch would then be smaller than this many padded tokens. A forward pass of BERT-base costs about
-#: 4 ms of host time to launch whatever its size (measured on an H200, docs/performance.md), so on a GPU a batch
-#: must be large to keep the device busy. On a CPU the launch cost is small and padding is paid in full, so the
-#: length rule alone decides (on 2 quiet cores a 4,096-token floor cost 16% on STS sentences and 10% on paragraphs).
-#: The CUDA floor is for a model of :data:`FLOOR_HIDDEN` width; a narrower one gets ``(FLOOR_HIDDEN / hidden)^2``
-#: times as much (up to the token budget): a token's work per layer grows with the square of the width, the
-#: launch cost per layer does not, so MiniLM-L6 (384 wide) needs batches 4x larger than BERT-base to cover it
-#: (on an H200: 285k vs 237k sentences/s with a 65,536-token floor; BERT-base lost 10% to the padding such a floor
-#: adds, docs/performance.md).
+#: ... unless the batch would then be smaller than this many padded tokens: a forward pass costs milliseconds of
+#: host time to launch whatever its size, while on a CPU padding is paid in full. The CUDA floor is for a model of
+#: :data:`FLOOR_HIDDEN` width; a narrower one gets ``(FLOOR_HIDDEN / hidden)^2`` times as much (up to the token
+#: budget), since a token's work per layer grows with the square of the width and the launch cost does not
+#: (docs/performance.md).
 DEFAULT_MIN_TOKENS = {"cuda": 32768, "cpu": 0}
 FLOOR_HIDDEN = 768
-#: ``warm_up=None``: warm a CUDA encoder up when it is loaded (:mod:`bertflow.encoding.warmup`). Off: on an H200 the
-#: load grew by more than the first encode shrank (docs/performance.md, issue 23).
+#: ``warm_up=None``: warm a CUDA encoder up when it is loaded (:mod:`bertflow.encoding.warmup`); off, as the load
+#: grew by more than the first encode shrank (docs/performance.md).
 WARM_UP_BY_DEFAULT = False
 
 
@@ -54,20 +47,17 @@ class EncodeSettings:
     - ``chunk_size``: sentences tokenised and sorted together by length, every chunk; ``None``: 16,384 on CPU, on
       CUDA ``first_chunk`` first, doubling up to 65,536.
     - ``tokenize_workers``: threads that prepare chunks while the model runs (0: the calling thread); ``None``: two
-      with tokenisation processes (a second chunk in flight keeps them busy), else one (two would compete for the
-      Rust tokenizer's thread pool: docs/performance.md).
-    - ``tokenize_processes``: worker processes that tokenise for those threads, so that reading the tokenizer's
-      output does not hold the GIL while the model is launched (started at the first ``encode`` of more than one
-      chunk, kept until ``close()``); ``None``: :func:`bertflow.encoding.tokenization.auto_processes`.
+      with tokenisation processes, else one (docs/performance.md).
+    - ``tokenize_processes``: worker processes that tokenise for those threads (started at the first ``encode`` of
+      more than one chunk, kept until ``close()``); ``None``: :func:`bertflow.encoding.tokenization.auto_processes`.
     - ``uniform_fill``, ``min_length_ratio``: how batches are cut (:func:`bertflow.encoding.batching.plan_batches`);
       ``min_tokens``: padded tokens below which a batch is filled up anyway (``None``: :meth:`min_batch_tokens`).
     - ``cudnn_attention``: let torch pick cuDNN attention on CUDA (off by default: it plans every new shape).
     - ``unpadded``: run the model on real tokens only (:mod:`bertflow.encoding.packed`); ``None``: on CUDA in half
       precision for a BERT model whose first batch matches the padded forward; ``True``: for any BERT model (off
       CUDA with a slower attention that pads; other models are an error); ``False``: never.
-    - ``warm_up``: when the encoder is loaded, pay its one-time costs on synthetic token ids (kernels, memory
-      caches, the unpadded forward's check: :mod:`bertflow.encoding.warmup`) instead of in the first ``encode``;
-      ``None``: :data:`WARM_UP_BY_DEFAULT` on CUDA.
+    - ``warm_up``: pay the one-time costs (:mod:`bertflow.encoding.warmup`) when the encoder is loaded instead of in
+      the first ``encode``; ``None``: :data:`WARM_UP_BY_DEFAULT` on CUDA.
 
     Example:
         >>> import dataclasses
@@ -88,14 +78,10 @@ class EncodeSettings:
     warm_up: bool | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_tokens", "chunk_size", "first_chunk"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise InputError(f"{name} must be a positive integer, got {value!r}")
-        for name in ("tokenize_workers", "tokenize_processes", "min_tokens"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise InputError(f"{name} must be 0 or more, got {value!r}")
+        for name in ("max_tokens", "chunk_size", "first_chunk", "tokenize_workers", "tokenize_processes", "min_tokens"):
+            value, low = getattr(self, name), int(name in ("max_tokens", "chunk_size", "first_chunk"))
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
+                raise InputError(f"{name} must be {'a positive integer' if low else '0 or more'}, got {value!r}")
         for name in ("uniform_fill", "min_length_ratio"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:

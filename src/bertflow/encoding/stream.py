@@ -1,18 +1,8 @@
-"""The chunk pipeline that streams a corpus through the model (what :meth:`SentenceEncoder.iter_encode` runs).
-
-How a corpus is encoded (``docs/performance.md`` says what each step buys):
-
-1. The stream is cut into chunks; a background thread tokenises each into flat numpy arrays (:mod:`.tokenization`:
-   on a GPU host in worker processes, so that reading the ids out does not hold this process's GIL).
-2. Inside a chunk, sentences are sorted by token count and cut into token-budget batches with bounded padding
-   (:mod:`.batching`); a batch of one length carries no padding and no mask, so SDPA can take its flash kernel.
-3. Batches are packed into pinned host buffers on that thread, so the main thread only copies them to the device
-   and launches the model (:mod:`.forward`) while the next chunk is tokenised.
-4. Pooled vectors stay on the device until the chunk is done, are put back in input order (and optionally
-   transformed, e.g. calibrated) there and copied to the host in one transfer: one sync per chunk.
-
-Results do not depend on the batch size, the token budget, the chunk size or the number of tokenisation workers
-(up to floating-point summation order).
+"""The chunk pipeline that streams a corpus through the model (what :meth:`SentenceEncoder.iter_encode` runs):
+chunks tokenised (:mod:`.tokenization`) and batched (:mod:`.batching`) on background threads while the model
+(:mod:`.forward`) runs on the previous one; docs/performance.md gives the steps and what each buys. Results do not
+depend on the batch size, the token budget, the chunk size or the number of tokenisation workers (up to
+floating-point summation order).
 """
 
 from __future__ import annotations
@@ -155,7 +145,7 @@ def _collect(
     part = runner.finish(pending)
     if cpu:
         # The chunk's activations, MBs of another size per batch shape, are freed now; glibc would keep them
-        # in a growing heap and a long stream's resident memory would climb chunk by chunk (issue 24, item 9).
+        # in a growing heap and a long stream's resident memory would climb chunk by chunk.
         return_free_memory()
     if on_chunk is not None:
         on_chunk(len(part))

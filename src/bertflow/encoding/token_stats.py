@@ -47,8 +47,6 @@ class TokenStatistics:
         self.n_sentences = int(n_sentences)
         self._digest: str | None = None
 
-    # -- building ----------------------------------------------------------------------------------------------
-
     @classmethod
     def from_tokens(cls, tokens: TokenArrays, vocab_size: int) -> TokenStatistics:
         """Count the token ids of tokenised sentences; an InputError for an id outside ``[0, vocab_size)``."""
@@ -90,8 +88,6 @@ class TokenStatistics:
             self.document_frequency + other.document_frequency,
             self.n_sentences + other.n_sentences,
         )
-
-    # -- facts -------------------------------------------------------------------------------------------------
 
     @property
     def vocab_size(self) -> int:
@@ -142,8 +138,6 @@ class TokenStatistics:
             f"TokenStatistics(vocab_size={self.vocab_size}, n_sentences={self.n_sentences}, "
             f"n_tokens={self.n_tokens}, digest={self.digest()!r})"
         )
-
-    # -- persistence -------------------------------------------------------------------------------------------
 
     def save(self, folder: str | Path) -> None:
         """Write :data:`STATS_CONFIG` (scalars, format version) and :data:`STATS_ARRAYS` (the count vectors) into

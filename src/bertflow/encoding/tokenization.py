@@ -1,11 +1,9 @@
 """Tokenisation into flat numpy arrays (:class:`TokenArrays`), on the calling thread or in worker processes.
 
-The Rust tokenizer's batch call is parallel and releases the GIL, but reading its result out (one Python list
-per sentence) holds it; on a GPU host that competes with the thread that launches the model, and for MiniLM-L6
-sets the pace of the whole pipeline (``docs/performance.md``). A :class:`TokenizerPool` moves it into worker
-processes that send back two plain arrays. The Rust pipeline itself costs 25-45 us of one core per short
-sentence, more cores than a 16-core host has for MiniLM-L6; the workers use a :class:`WordPieceShortcut`, the same
-ids on plain ASCII text 5-6x faster for BERT-style WordPiece tokenizers.
+Reading the Rust tokenizer's result out (one Python list per sentence) holds the GIL, which on a GPU host the
+thread that launches the model needs: a :class:`TokenizerPool` moves it into worker processes that send back two
+plain arrays, and they use a :class:`WordPieceShortcut`, the same ids on plain ASCII text several times faster
+for BERT-style WordPiece tokenizers (``docs/performance.md``).
 """
 
 from __future__ import annotations
@@ -275,12 +273,8 @@ def auto_processes(device_type: str, tokenizer: Any = None) -> int:
     cores (at most 8; none below 8 cores), provided the ``tokenizers.Tokenizer`` (if given) takes the
     :class:`WordPieceShortcut`; otherwise none. On CPU none, since there the model needs every core, and none
     where workers cannot be forked (off Linux). The share divides the cores among the ``LOCAL_WORLD_SIZE`` ranks
-    that torchrun starts on one host.
-
-    On a 16-core H200 host, MiniLM-L6 encoded 40k / 200k / 1M STS sentences at 229k / 266k / 244k per second
-    with 4 workers and 266k / 347k / 346k with 8, against 160-174k in-process. Without the shortcut, workers
-    that run the Rust pipeline serially were slower than in-process tokenisation (110k with 8), hence the
-    condition (docs/performance.md).
+    that torchrun starts on one host. Without the shortcut, workers that run the Rust pipeline serially were
+    slower than in-process tokenisation, hence the condition (docs/performance.md).
     """
     if device_type != "cuda" or _start_method() != "fork":
         # Spawned workers would re-run the caller's main module: not something to start unasked.
@@ -296,8 +290,6 @@ def auto_processes(device_type: str, tokenizer: Any = None) -> int:
     return min(8, share // 2)
 
 
-# -- inside a worker process -------------------------------------------------------------------------------
-
 _WORKER_TOKENIZER: Any = None
 _WORKER_SHORTCUT: WordPieceShortcut | None = None
 
@@ -307,10 +299,8 @@ def _init_worker(tokenizer_json: str) -> None:
     # A forked worker inherits the parent's Rust thread pool as memory only, without its threads: using it
     # would hang. Each worker tokenises serially; the pool's processes are the parallelism.
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    # The worker collects its own garbage (the collector as in the parent before any GC_ENABLED hold: put back at
-    # the fork), but never walks the heap it inherited: a collection writes to each object's header, so the
-    # parent's memory would be copied page by page (first passes of MiniLM-L6 fell from ~250k to 40k-80k sentences
-    # per second on an H200 host, docs/performance.md). gc.freeze() sets every inherited object aside.
+    # The worker collects its own garbage but never walks the heap it inherited (gc.freeze): a collection writes
+    # to each object's header, so the parent's memory would be copied page by page (docs/performance.md).
     gc.freeze()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the parent to handle, then it stops us
     from tokenizers import Tokenizer
@@ -379,20 +369,25 @@ class TokenizerPool:
         return self._executor is None
 
 
+def truncating_copy(tokenizer: Any, max_length: int) -> Any:
+    """A copy of a Hugging Face fast ``tokenizer``'s Rust tokenizer that truncates to ``max_length`` tokens (special
+    tokens included, on its ``truncation_side``) and never pads (a copy: those settings are state on the object)."""
+    from tokenizers import Tokenizer
+
+    rust = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+    rust.no_padding()
+    rust.enable_truncation(max_length, direction=getattr(tokenizer, "truncation_side", "right"))
+    return rust
+
+
 class ChunkTokenizer:
-    """How an encoder tokenises its chunks: with :attr:`rust`, a copy of the Hugging Face fast ``tokenizer``'s Rust
-    tokenizer that truncates to ``max_length`` tokens (special tokens included, on its truncation side) and never
-    pads (a copy: those settings are state the user's tokenizer shares), in the worker processes of :attr:`pool`
-    while they run (:attr:`auto_processes`: how many ``tokenize_processes=None`` means on ``device_type``). A worker
-    that dies (killed for memory, say) loses nothing: that chunk and all later ones are tokenised in this process,
-    with a warning."""
+    """How an encoder tokenises its chunks: with :attr:`rust` (:func:`truncating_copy` of ``tokenizer``), in the
+    worker processes of :attr:`pool` while they run (:attr:`auto_processes`: how many ``tokenize_processes=None``
+    means on ``device_type``). A worker that dies (killed for memory, say) loses nothing: that chunk and all later
+    ones are tokenised in this process, with a warning."""
 
     def __init__(self, tokenizer: Any, max_length: int, device_type: str) -> None:
-        from tokenizers import Tokenizer
-
-        self.rust = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
-        self.rust.no_padding()
-        self.rust.enable_truncation(max_length, direction=getattr(tokenizer, "truncation_side", "right"))
+        self.rust = truncating_copy(tokenizer, max_length)
         self.auto_processes = auto_processes(device_type, self.rust)
         self.pool: TokenizerPool | None = None
         self._broken = False

@@ -43,8 +43,6 @@ class Pooling(ABC):
         if cls.names:
             _REGISTRY.append(cls)
 
-    # -- what a pooling is ------------------------------------------------------------------------------------
-
     @property
     @abstractmethod
     def layers(self) -> tuple[int, ...]:
@@ -83,8 +81,6 @@ class Pooling(ABC):
         """This class's pooling for the (normalised) spec ``name`` on a model with ``num_layers`` layers, ``None``
         when ``name`` is not one of its specs, an InputError when it is but does not fit the model."""
 
-    # -- derived ----------------------------------------------------------------------------------------------
-
     @property
     def name(self) -> str:
         """Readable spec: ``"mean"``, ``"layers"``, ``"sif:first-last-avg"`` ..."""
@@ -110,8 +106,6 @@ class Pooling(ABC):
     def __str__(self) -> str:
         return self.name
 
-    # -- parsing ----------------------------------------------------------------------------------------------
-
     @classmethod
     def parse(cls, spec: str | Sequence[int] | Pooling, num_layers: int) -> Pooling:
         """Build a pooling from a spec (``"mean"``, ``"sif:first-last-avg"``, ``"1,-1"``, ``[0, -1]``, or a
@@ -121,10 +115,8 @@ class Pooling(ABC):
             return spec
         if isinstance(spec, str):
             text = spec.strip().lower().replace("_", "-")
-        else:
+        else:  # an empty list is refused by the layer pooling's build, as an empty string
             text = ",".join(str(int(i)) for i in spec)
-            if not text:
-                raise InputError("pooling layer list is empty: give at least one hidden-state index")
         weighting = NO_WEIGHTING
         if ":" in text:
             prefix, _, text = text.partition(":")
