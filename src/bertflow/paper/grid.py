@@ -2,8 +2,7 @@
 
 A *cell* is one (pooling, calibrator, fitting regime) on one encoder: its calibrator is fitted without labels on
 the regime's sentences (:mod:`bertflow.paper.regimes`) and the STS tasks are scored under both conventions. Every
-sentence is encoded once for all poolings (:func:`encode_table`). The per-set protocol (:mod:`bertflow.paper.perset`)
-shares :class:`GridConfig`, :func:`encode_table`, :func:`fit_cell` and :func:`run_meta`.
+sentence is encoded once for all poolings (:func:`encode_table`).
 """
 
 from __future__ import annotations
@@ -226,13 +225,12 @@ class GridConfig:
     :func:`default_calibrators` for the model's dimension); ``regimes``: a subset of :data:`REGIMES`, or
     ``["per-set"]`` alone (:func:`bertflow.paper.perset.run_per_set`); ``seeds``: flow rows are fitted with seeds
     ``0 .. seeds-1``; ``corpus``: the ``corpus`` regime's sentences, ``corpus_name`` in reports; ``data_dir``: the
-    STS data folder, required unless the tasks (and NLI sentences) are handed to the run; ``use_cache=False`` keeps
-    nothing on disk; ``flow_options``: further :class:`~bertflow.calibrators.FlowCalibrator` arguments for every
-    flow cell (ablations; the seed is the grid's); ``paper_rows``: a paper model whose published rows are shown
-    beside this encoder's (``None``: only when the encoder is that model); ``fit_threads``: BLAS threads while
-    fitting and scoring (``None``: the library default; 1 by default: on a busy 2-core machine a multi-threaded SVD
-    of these small matrices waited on barriers, 11x slower); ``fit_sizes``, ``sample_seed``: per-set regime only;
-    ``command``: the command line that produced the run, for the report.
+    STS data folder, required unless the tasks (and NLI sentences) are handed to the run; ``flow_options``: further
+    :class:`~bertflow.calibrators.FlowCalibrator` arguments for every flow cell (ablations; the seed is the grid's);
+    ``paper_rows``: a paper model whose published rows are shown beside this encoder's (``None``: only when the
+    encoder is that model); ``fit_threads``: BLAS threads while fitting and scoring (``None``: the library default;
+    1 by default: on a busy 2-core machine a multi-threaded SVD of these small matrices waited on barriers, 11x
+    slower); ``fit_sizes``, ``sample_seed``: per-set regime only; ``command``: the command line of the run.
     """
 
     model: str | None = None
@@ -347,9 +345,7 @@ def run_grid(
 ) -> GridResult:
     """Run a pooling x calibrator x regime grid on one encoder: ``encoder`` instead of ``config.model`` (its pooling
     is ignored), ``tasks`` and ``nli`` sentences instead of reading them from ``config.data_dir``. Cells whose fit
-    failed carry an ``error`` instead of scores. InputError for bad options before any encoding; DataNotFoundError
-    for missing data.
-    """
+    failed carry an ``error`` instead of scores. InputError for bad options before any encoding."""
     say = progress or (lambda _msg: None)
     started = time.perf_counter()
     regimes = _checked_regimes(config)
@@ -455,14 +451,11 @@ def evaluate_embedder(
     started = time.perf_counter()
     encoder: SentenceEncoder = embedder.encoder
     embedder.check_fitted()
-    root: Path | None = None
-    if tasks is None:
-        root = resolve_data_dir(data_dir)
-        tasks = load_sts_tasks(task_names, root)
+    tasks, root = loaded_tasks(GridConfig(tasks=task_names, data_dir=data_dir), tasks)
     pool = pooling_key(encoder.pooling.to_spec(), encoder.num_layers)
     sentences = distinct(s for task in tasks.values() for s in task.eval_sentences())
     encoded = encode_table(encoder, sentences, [pool], cache, batch_size)
-    info = getattr(embedder, "fit_info", {}) or {}
+    info = embedder.fit_info
     label = str(info.get("regime", "unknown"))
     note = (
         f"unknown: fitted beforehand on {info.get('n_sentences', '?')} sentences ({label!r}); "

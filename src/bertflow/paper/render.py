@@ -11,7 +11,7 @@ import numpy as np
 
 from ..evaluation.datasets import STS_TASKS
 from .published import PAPER_TASKS, TABLE6, TABLE6_SOURCE, PublishedResult, matching
-from .results import GridResult, PerSetResult, SetSummary, fit_size_label, mean_std
+from .results import GridResult, PerSetResult, SetSummary, fit_size_label
 
 if TYPE_CHECKING:
     from .analyze import AnalysisResult
@@ -171,9 +171,7 @@ def _subset_lines(result: GridResult) -> list[str]:
         lines += [f"### {c.pooling} / {c.calibrator} / {c.regime}", "", "| task | subset | pairs | Spearman |"]
         lines.append("|---|---|---:|---:|")
         for t in c.evaluated():
-            for i, s in enumerate(c.reports[0].tasks[t].subsets):
-                stat = mean_std([r.tasks[t].subsets[i].spearman for r in c.reports])
-                lines.append(f"| {t} | {s.name} | {s.n_pairs} | {format_stat(stat)} |")
+            lines += [f"| {t} | {s.name} | {s.n_pairs} | {format_stat(stat)} |" for s, stat in c.subset_stats(t)]
         lines.append("")
     return lines
 
