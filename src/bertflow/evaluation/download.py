@@ -243,14 +243,10 @@ def _check_reachable(urls: Iterable[str], timeout: float) -> None:
         parts = urllib.parse.urlsplit(url)
         if parts.hostname is None:
             raise DataNotFoundError(f"bad download URL {url!r}. {USE_LOCAL_COPY}")
-        host, port = parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
         proxy = proxies.get(parts.scheme)
         if proxy and not urllib.request.proxy_bypass(parts.hostname):
-            proxy_parts = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
-            if proxy_parts.hostname:
-                host = proxy_parts.hostname
-                port = proxy_parts.port or (443 if proxy_parts.scheme == "https" else 80)
-        hosts.setdefault((host, port), url)
+            parts = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+        hosts.setdefault((parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)), url)
     failures: dict[tuple[str, int], str] = {}
     lock = threading.Lock()  # late probes may still report while the result is being read
 
