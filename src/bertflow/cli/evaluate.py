@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import json
 import os
 import shlex
 from collections.abc import Callable, Mapping
@@ -214,8 +213,7 @@ def _check_report(output: Path | None, stem: str) -> None:
 def _publish(output: Path | None, stem: str, result: Any) -> None:
     """Write the report of a grid or per-set ``result`` as ``OUTPUT/STEM.md`` and ``.json`` (when ``output`` is
     given) and print the Markdown (``bertflow evaluate`` adds the per-subset tables of a grid)."""
-    from ..io.files import atomic_write_text
-    from ..paper.render import render_grid, render_per_set
+    from ..paper.render import render_grid, render_per_set, write_report
     from ..paper.results import PerSetResult
 
     title = f"bertflow {stem}"
@@ -224,9 +222,7 @@ def _publish(output: Path | None, stem: str, result: Any) -> None:
     else:
         markdown = render_grid(result, title=title, subsets=stem == "evaluate")
     if output is not None:
-        output.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(output / f"{stem}.md", markdown)
-        atomic_write_text(output / f"{stem}.json", json.dumps(result.to_dict(), indent=2, allow_nan=False) + "\n")
+        write_report(output, stem, markdown, result.to_dict())
     typer.echo(markdown, nl=False)
 
 

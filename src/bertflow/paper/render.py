@@ -1,10 +1,12 @@
 """The Markdown reports of ``bertflow reproduce`` / ``evaluate`` / ``analyze``, from their result objects
-(:func:`render_grid`, :func:`render_per_set`, :func:`render_analysis`)."""
+(:func:`render_grid`, :func:`render_per_set`, :func:`render_analysis`), and their files (:func:`write_report`)."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -16,6 +18,16 @@ from .results import GridResult, PerSetResult, SetSummary, fit_size_label
 if TYPE_CHECKING:
     from .analyze import AnalysisResult
     from .lodo import LodoSelection
+
+
+def write_report(folder: Path, stem: str, markdown: str, data: Mapping[str, Any]) -> None:
+    """Write a report as ``FOLDER/STEM.md`` and ``FOLDER/STEM.json`` (strict JSON: no NaN), atomically, creating the
+    folder."""
+    from ..io.files import atomic_write_text
+
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(folder / f"{stem}.md", markdown)
+    atomic_write_text(folder / f"{stem}.json", json.dumps(data, indent=2, allow_nan=False) + "\n")
 
 
 def format_stat(stat: Mapping[str, Any] | None, digits: int = 2) -> str:
