@@ -124,10 +124,7 @@ class StsReport:
         return known + [t for t in self.tasks if t not in known]
 
     def average(self, protocol: Protocol = "all", metric: Metric = "spearman") -> float:
-        """Plain (unweighted) mean over the evaluated tasks, as the papers' "Avg." column.
-
-        It is the 7-task average only when all seven tasks were evaluated. NaN if any task is NaN.
-        """
+        """Plain (unweighted) mean over the evaluated tasks, as the papers' "Avg." column; NaN if any task is NaN."""
         if not self.tasks:
             raise InputError("the report has no tasks")
         return float(np.mean([t.score(protocol, metric) for t in self.tasks.values()]))
