@@ -32,6 +32,11 @@ Protocol = Literal["all", "wmean"]
 Metric = Literal["spearman", "pearson"]
 EmbedFn = Callable[[list[str]], Any]
 """Maps a list of N sentences to an (N, D) array of embeddings (numpy, or anything ``np.asarray`` accepts)."""
+#: What each protocol means, as reports state it.
+PROTOCOL_TEXT = {
+    "all": "one correlation over all subsets of a task concatenated (SBERT, SimCSE, MTEB)",
+    "wmean": "subset-size-weighted mean of per-subset correlations (BERT-flow and whitening papers)",
+}
 
 
 def _as_2d_float(x: Any, name: str) -> np.ndarray:
@@ -146,10 +151,7 @@ class StsReport:
         average = {p: _pair(self.average(p, "spearman"), self.average(p, "pearson")) for p in protocols}  # type: ignore[arg-type]
         return {
             "metric": "correlation x 100 between cosine similarity and gold score",
-            "protocols": {
-                "all": "one correlation over all subsets of a task concatenated (SBERT/SimCSE/MTEB)",
-                "wmean": "subset-size-weighted mean of per-subset correlations (BERT-flow/whitening papers)",
-            },
+            "protocols": dict(PROTOCOL_TEXT),
             "tasks": out_tasks,
             "average": average,
         }

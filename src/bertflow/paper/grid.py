@@ -25,7 +25,7 @@ from ..encoding.pooling import Pooling
 from ..errors import BertflowError, InputError
 from ..evaluation.cache import EmbeddingCache, embed_cached, pooling_key
 from ..evaluation.datasets import STS_TASKS, StsTask, load_nli_sentences, load_sts_tasks, resolve_data_dir
-from ..evaluation.sts import StsReport, evaluate_task
+from ..evaluation.sts import PROTOCOL_TEXT, StsReport, evaluate_task
 from ..io.text import distinct
 from ..resources import limited_threads, machine_info
 from .autocells import encode_auto_inputs, fit_auto_cell, is_auto
@@ -43,8 +43,7 @@ Progress = Callable[[str], None]
 
 _PROTOCOL = {
     "metric": "Spearman × 100 of cosine similarity against the gold score (Pearson in the JSON)",
-    "all": "one correlation over all subsets of a task concatenated (SBERT, SimCSE, MTEB)",
-    "wmean": "subset-size-weighted mean of per-subset correlations (BERT-flow and whitening papers)",
+    **PROTOCOL_TEXT,
     "average": "plain mean over the tasks (the papers' Avg.)",
     "seeds": "flow rows: mean ± sample std (ddof=1) over seeds 0..N-1",
 }
