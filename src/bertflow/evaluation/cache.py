@@ -53,11 +53,8 @@ def sentence_key(sentence: str) -> str:
 
 
 def pooling_key(pooling: str | Sequence[int] | Pooling, num_layers: int) -> str:
-    """Canonical text of a pooling for file names and dictionary keys, e.g. ``"mean"`` or ``"layers-1-6"``.
-
-    Names are resolved against the model first, so ``"first-last"`` and ``"first_last_avg"`` share a key and
-    an explicit ``[1, 6]`` on a 6-layer model is ``"layers-1-6"``.
-    """
+    """Canonical text of a pooling for file names and dictionary keys, resolved against the model: ``"first-last"``
+    and ``"first_last_avg"`` share a key, ``[1, 6]`` on a 6-layer model is ``"layers-1-6"``."""
     return Pooling.parse(pooling, num_layers).key
 
 

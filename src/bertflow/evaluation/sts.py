@@ -1,12 +1,6 @@
 """STS evaluation: Spearman (and Pearson) x 100 of the cosine similarity of each pair's two embeddings against the
-gold score, under both conventions for tasks of several subsets:
-
-* ``"all"``: one correlation over the concatenation of all subsets of a task (SBERT, SimCSE, MTEB).
-* ``"wmean"``: the mean of the per-subset correlations weighted by subset size (BERT-flow and BERT-whitening
-  papers, i.e. SentEval's ``wmean``).
-
-For single-subset tasks (STS-B and SICK-R) both are the same number.
-"""
+gold score, under both conventions for tasks of several subsets (:data:`PROTOCOL_TEXT`; ``"wmean"`` is SentEval's);
+for single-subset tasks (STS-B and SICK-R) both are the same number."""
 
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
 """Leave-one-dataset-out selection: choose among candidate configurations without looking at the scored dataset.
-
 For each dataset D (one of the seven STS tasks with all its sets), every candidate is scored by the
-:class:`Objective` on the *other* datasets' per-set results, the best one is picked and scored on D's sets:
-
-    J(c; S) = mean_{s in S} score_s(c) - penalty x #{s in S : score_s(c) < raw_s(c) - margin}
-
-with ``margin = 2`` and ``penalty = 1`` point, raw_s(c) the raw encoder under c's pooling. Ties go to the candidate
-listed first (the raw encoder before calibrators).
-"""
+:class:`Objective` on the *other* datasets' per-set results, the best one (ties: the first listed) is picked and
+scored on D's sets."""
 
 from __future__ import annotations
 
