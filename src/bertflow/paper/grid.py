@@ -365,7 +365,18 @@ def run_grid(
     auto_for = parsed if any(is_auto(s) for s in specs) else []
     encoded = encode_table(encoder, distinct(needed), parsed, config.cache(), config.batch_size, auto_for=auto_for,
                            say=say)  # fmt: skip
-    cells = _run_cells(encoded, [p.key for p in parsed], specs, fit_by_regime, tasks, config, flow_kwargs, say)
+    # Every (pooling, calibrator, regime) cell, in that order (the raw encoder once per pooling, unfitted).
+    no_fit = [fitting_sets("none", tasks)]
+    plan = [(p.key, spec, fits) for p in parsed for spec in specs
+            for fits in (no_fit if is_identity(spec) else fit_by_regime.values())]  # fmt: skip
+    cells: list[CellResult] = []
+    for i, (pooling, spec, fits) in enumerate(plan, start=1):
+        auto = encoded.auto.get(pooling) if is_auto(spec) else None
+        with limited_threads(blas_threads=config.fit_threads):
+            cell = _run_cell(encoded.table, pooling, spec, fits, tasks, seeds_of(spec, config.seeds), flow_kwargs, auto)
+        cells.append(cell)
+        shown = "error" if cell.error else format_stat(cell.average_stat("all"))
+        say(f"[{i}/{len(plan)}] {pooling} / {spec} / {fits.regime}: avg all {shown} ({cell.seconds:.1f} s)")
     regime_text = {"none": REGIME_TEXT["none"]} if any(is_identity(s) for s in specs) else {}
     meta = run_meta(
         encoder, tasks, data_dir, encoded, cells, command=config.command, device=config.device, started=started,
@@ -392,31 +403,6 @@ def _checked_regimes(config: GridConfig) -> list[str]:
     if config.paper_rows is not None and config.paper_rows not in PAPER_MODELS:
         raise InputError(f"no published rows for {config.paper_rows!r}; use one of {', '.join(PAPER_MODELS)}")
     return regimes
-
-
-def _run_cells(
-    encoded: Encoded,
-    poolings: Sequence[str],
-    specs: Sequence[str],
-    fit_by_regime: Mapping[str, FittingSets],
-    tasks: Mapping[str, StsTask],
-    config: GridConfig,
-    flow_kwargs: Mapping[str, Any],
-    say: Progress,
-) -> list[CellResult]:
-    """Every (pooling, calibrator, regime) cell, in that order (the raw encoder once per pooling, unfitted)."""
-    no_fit = [fitting_sets("none", tasks)]
-    plan = [(p, spec, fits) for p in poolings for spec in specs
-            for fits in (no_fit if is_identity(spec) else fit_by_regime.values())]  # fmt: skip
-    cells: list[CellResult] = []
-    for i, (pooling, spec, fits) in enumerate(plan, start=1):
-        auto = encoded.auto.get(pooling) if is_auto(spec) else None
-        with limited_threads(blas_threads=config.fit_threads):
-            cell = _run_cell(encoded.table, pooling, spec, fits, tasks, seeds_of(spec, config.seeds), flow_kwargs, auto)
-        cells.append(cell)
-        shown = "error" if cell.error else format_stat(cell.average_stat("all"))
-        say(f"[{i}/{len(plan)}] {pooling} / {spec} / {fits.regime}: avg all {shown} ({cell.seconds:.1f} s)")
-    return cells
 
 
 def _published_meta(encoder: SentenceEncoder, paper_rows: str | None) -> dict[str, Any]:
