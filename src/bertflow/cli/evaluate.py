@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import json
 import os
 import shlex
 from collections.abc import Callable, Mapping
@@ -174,18 +173,15 @@ def echo_command(command: Callable[..., Any], options: Mapping[str, Any]) -> str
 
 
 def _fit_sizes(text: str | None, per_set: bool) -> list[int]:
-    """``--fit-sizes 100,300,1000`` as integers, checked before any work (only with the per-set regime)."""
+    """``--fit-sizes 100,300,1000`` as integers (only with the per-set regime, whose protocol checks them)."""
     if text is None:
         return []
     if not per_set:
         raise InputError("--fit-sizes belongs to the per-set regime: --regimes per-set (evaluate: --regime per-set)")
     try:
-        sizes = [int(part) for part in _split(text)]
+        return [int(part) for part in _split(text)]
     except ValueError:
         raise InputError(f"--fit-sizes takes comma-separated whole numbers (100,300,1000), got {text!r}") from None
-    if not sizes or min(sizes) < 2:
-        raise InputError(f"--fit-sizes must be whole numbers of at least 2, got {text!r}")
-    return sizes
 
 
 def _progress(quiet: bool):  # noqa: ANN202 - a callable or None
@@ -211,14 +207,19 @@ def _check_report(output: Path | None, stem: str) -> None:
             check_output_file(output / f"{stem}{suffix}", create_parents=True)
 
 
-def _publish(output: Path | None, stem: str, markdown: str, data: dict[str, Any]) -> None:
-    """Write the report files ``OUTPUT/STEM.md`` and ``.json`` (when ``output`` is given) and print the Markdown."""
-    from ..io.files import atomic_write_text
+def _publish(output: Path | None, stem: str, result: Any) -> None:
+    """Write the report of a grid or per-set ``result`` as ``OUTPUT/STEM.md`` and ``.json`` (when ``output`` is
+    given) and print the Markdown (``bertflow evaluate`` adds the per-subset tables of a grid)."""
+    from ..paper.render import render_grid, render_per_set, write_report
+    from ..paper.results import PerSetResult
 
+    title = f"bertflow {stem}"
+    if isinstance(result, PerSetResult):
+        markdown = render_per_set(result, title=title)
+    else:
+        markdown = render_grid(result, title=title, subsets=stem == "evaluate")
     if output is not None:
-        output.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(output / f"{stem}.md", markdown)
-        atomic_write_text(output / f"{stem}.json", json.dumps(data, indent=2, allow_nan=False) + "\n")
+        write_report(output, stem, markdown, result.to_dict())
     typer.echo(markdown, nl=False)
 
 
@@ -290,38 +291,31 @@ def evaluate(
     command = echo_command(evaluate, options)
     if model_dir:
         from ..paper.grid import evaluate_embedder
-        from ..paper.render import render_grid
 
         embedder = load_embedder(model_dir, device, dtype)
         result = evaluate_embedder(embedder, task_names=_split(tasks), data_dir=root, cache=_cache(cache_dir, no_cache),
                                    batch_size=batch_size, command=command)  # fmt: skip
-        _publish(output, "evaluate", render_grid(result, title="bertflow evaluate", subsets=True), result.to_dict())
+        _publish(output, "evaluate", result)
         return
     calibrators = ["none", calibrator] if calibrator != "none" else ["none"]
     config = _grid_config(options, root, poolings=[pooling], calibrators=calibrators, regimes=[options["regime"]],
                           fit_sizes=sizes, command=command)  # fmt: skip
-    _run_and_publish(config, output, "evaluate", title="bertflow evaluate", progress=_progress(quiet))
+    _publish(output, "evaluate", _run(config, None, _progress(quiet)))
 
 
-def _run_and_publish(config: Any, output: Path | None, stem: str, *, title: str, select: str | None = None,
-                     progress: Any = None) -> None:  # fmt: skip
-    """Run the grid, or the per-set protocol (with the ``lodo`` selection when ``select`` says so), and publish its
-    report as ``OUTPUT/STEM.md`` and ``.json`` (``bertflow evaluate`` adds the per-subset tables of a grid)."""
-    from ..paper.render import render_grid, render_per_set
-
-    if "per-set" in config.regimes:
-        from ..paper.lodo import select_lodo
-        from ..paper.perset import run_per_set
-
-        per_set = run_per_set(config, progress=progress)
-        if select == "lodo":
-            per_set.lodo = select_lodo(per_set)
-        _publish(output, stem, render_per_set(per_set, title=title), per_set.to_dict())
-    else:
+def _run(config: Any, select: str | None, progress: Any) -> Any:
+    """Run the grid, or the per-set protocol (with the ``lodo`` selection when ``select`` says so)."""
+    if "per-set" not in config.regimes:
         from ..paper.grid import run_grid
 
-        result = run_grid(config, progress=progress)
-        _publish(output, stem, render_grid(result, title=title, subsets=stem == "evaluate"), result.to_dict())
+        return run_grid(config, progress=progress)
+    from ..paper.lodo import select_lodo
+    from ..paper.perset import run_per_set
+
+    per_set = run_per_set(config, progress=progress)
+    if select == "lodo":
+        per_set.lodo = select_lodo(per_set)
+    return per_set
 
 
 @app.command(
@@ -388,7 +382,7 @@ def reproduce(
         fit_sizes=sizes,
         command=echo_command(reproduce, options),
     )
-    _run_and_publish(config, output, "reproduce", title="bertflow reproduce", select=select, progress=_progress(quiet))
+    _publish(output, "reproduce", _run(config, select, _progress(quiet)))
     if not quiet:
         typer.echo(f"wrote {output / 'reproduce.md'} and {output / 'reproduce.json'}", err=True)
 

@@ -53,12 +53,9 @@ def sentence_key(sentence: str) -> str:
 
 
 def pooling_key(pooling: str | Sequence[int] | Pooling, num_layers: int) -> str:
-    """Canonical text of a pooling for file names and dictionary keys, e.g. ``"mean"`` or ``"layers-1-6"``.
-
-    Names are resolved against the model first, so ``"first-last"`` and ``"first_last_avg"`` share a key and
-    an explicit ``[1, 6]`` on a 6-layer model is ``"layers-1-6"``.
-    """
-    return (pooling if isinstance(pooling, Pooling) else Pooling.parse(pooling, num_layers)).key
+    """Canonical text of a pooling for file names and dictionary keys, resolved against the model: ``"first-last"``
+    and ``"first_last_avg"`` share a key, ``[1, 6]`` on a 6-layer model is ``"layers-1-6"``."""
+    return Pooling.parse(pooling, num_layers).key
 
 
 def _slug(text: str) -> str:
@@ -102,12 +99,10 @@ class EmbeddingCache:
             except (OSError, ValueError) as e:
                 logger.warning("embedding cache: ignoring unreadable shard %s (%s)", shard, e)
                 continue
-            if rows.ndim != 2 or rows.shape != (len(keys), encoder.dim):
+            if rows.shape != (len(keys), encoder.dim):
                 logger.warning("embedding cache: ignoring shard %s with shape %s", shard, rows.shape)
                 continue
             hits = [(r, wanted[k]) for r, k in enumerate(keys) if k in wanted]
-            if not hits:
-                continue
             src = np.fromiter((r for r, _ in hits), dtype=np.int64, count=len(hits))
             block = np.asarray(rows[src], dtype=np.float32)
             for (_, targets), row in zip(hits, block, strict=True):
@@ -161,10 +156,6 @@ def _stored_key(encoder: SentenceEncoder, pooling: str | Sequence[int] | Pooling
     return f"{parsed.key}--tokens{stats.digest()}"
 
 
-def _spec(p: str | Sequence[int] | Pooling) -> str | Sequence[int]:
-    return p.to_spec() if isinstance(p, Pooling) else p
-
-
 def embed_cached(
     encoder: SentenceEncoder,
     sentences: Iterable[str],
@@ -186,23 +177,20 @@ def embed_cached(
     from tqdm.auto import tqdm
 
     items = validate_sentences(sentences)
-    # The key names a pooling for files and results; the spec is what parses ("layers-1-6" is a key, not a spec).
-    spec_of = {pooling_key(_spec(p), encoder.num_layers): _spec(p) for p in poolings}
+    parsed = {p.key: p for p in (Pooling.parse(p, encoder.num_layers) for p in poolings)}
     distinct = list(dict.fromkeys(items))
     result: dict[str, np.ndarray] = {}
     missing: dict[str, np.ndarray] = {}  # per pooling key: the rows of distinct the cache lacks
-    for key, spec in spec_of.items():
-        result[key] = np.zeros((len(distinct), encoder.dim), dtype=np.float32)
-        missing[key] = np.ones(len(distinct), dtype=bool)
-        if cache is not None:
-            result[key], found = cache.lookup(encoder, spec, distinct)
+    for key, pooling in parsed.items():
+        if cache is None:
+            result[key] = np.zeros((len(distinct), encoder.dim), dtype=np.float32)
+            missing[key] = np.ones(len(distinct), dtype=bool)
+        else:
+            result[key], found = cache.lookup(encoder, pooling, distinct)
             missing[key] = ~found
-    union = np.zeros(len(distinct), dtype=bool)
-    for mask in missing.values():
-        union |= mask
-    todo = np.flatnonzero(union)
+    todo = np.flatnonzero(np.logical_or.reduce(list(missing.values())))
     if len(todo):
-        logger.info("encoding %d of %d distinct sentences (%s) with %s", len(todo), len(distinct), ", ".join(spec_of),
+        logger.info("encoding %d of %d distinct sentences (%s) with %s", len(todo), len(distinct), ", ".join(parsed),
                     encoder.model_id)  # fmt: skip
         need = [k for k in missing if missing[k].any()]  # the poolings that lack at least one sentence
         show = len(todo) >= 4096 if show_progress_bar is None else show_progress_bar
@@ -210,7 +198,7 @@ def embed_cached(
             # One stream through the encoder; each chunk is stored as it arrives, so an interrupted run resumes.
             stream = encoder.iter_encode(
                 [distinct[i] for i in todo],
-                poolings=[spec_of[k] for k in need],
+                poolings=[parsed[k] for k in need],
                 batch_size=batch_size,
                 chunk_size=chunk_size,
                 progress=bar.update,
@@ -224,7 +212,7 @@ def embed_cached(
                     sel = missing[key][chunk]
                     result[key][chunk[sel]] = encoded[key][sel]
                     if cache is not None and sel.any():
-                        cache.store(encoder, spec_of[key], [distinct[i] for i in chunk[sel]], encoded[key][sel])
+                        cache.store(encoder, parsed[key], [distinct[i] for i in chunk[sel]], encoded[key][sel])
     position = {s: i for i, s in enumerate(distinct)}
     rows = np.fromiter((position[s] for s in items), dtype=np.int64, count=len(items))
-    return {key: result[key][rows] for key in spec_of}
+    return {key: result[key][rows] for key in parsed}

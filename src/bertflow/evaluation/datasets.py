@@ -177,8 +177,8 @@ def load_sts_task(name: str, data_dir: str | Path) -> StsTask:
 
 
 def load_sts_tasks(names: Sequence[str] = STS_TASKS, data_dir: str | Path | None = None) -> dict[str, StsTask]:
-    """Load several STS tasks (default: all seven) from the folder ``data_dir`` (required: ``None`` is refused, see
-    :func:`resolve_data_dir`), keyed by canonical task name, in the given order."""
+    """Load several STS tasks from the folder ``data_dir`` (required), keyed by canonical task name, in the given
+    order."""
     root = resolve_data_dir(data_dir)
     return {task.name: task for task in (load_sts_task(name, root) for name in names)}
 

@@ -162,18 +162,24 @@ def _convert_semeval_year(
     return counts
 
 
-def _convert_stsb_csv(src: Path, dst: Path) -> int:
-    """Convert a raw STS Benchmark ``sts-<split>.csv`` (TAB-separated, no quoting; genre, filename, year, id, score,
-    sentence1, sentence2, optional licence fields) to the pair TSV."""
-    rows: list[tuple[str, str, str]] = []
-    for number, line in enumerate(_lines(src), start=1):
+def _score_rows(src: Path, lines: list[str], first: int, width: int, score: int, s1: int, s2: int) -> list[tuple]:
+    """``(score, sentence1, sentence2)`` from the TAB-separated non-empty ``lines`` (numbered from ``first``) of at
+    least ``width`` fields, taken at the indices ``score``, ``s1``, ``s2``."""
+    rows = []
+    for number, line in enumerate(lines, start=first):
         if not line:
             continue
         fields = line.split("\t")
-        if len(fields) < 7:
-            raise InputError(f"{src}: line {number} has {len(fields)} fields, expected at least 7")
-        rows.append((fields[4].strip(), fields[5], fields[6]))
-    return _write_pairs_tsv(dst, rows)
+        if len(fields) < width:
+            raise InputError(f"{src}: line {number} has {len(fields)} fields, expected at least {width}")
+        rows.append((fields[score].strip(), fields[s1], fields[s2]))
+    return rows
+
+
+def _convert_stsb_csv(src: Path, dst: Path) -> int:
+    """Convert a raw STS Benchmark ``sts-<split>.csv`` (TAB-separated, no quoting; genre, filename, year, id, score,
+    sentence1, sentence2, optional licence fields) to the pair TSV."""
+    return _write_pairs_tsv(dst, _score_rows(src, _lines(src), 1, 7, 4, 5, 6))
 
 
 def _convert_sick(src: Path, dst: Path) -> int:
@@ -186,15 +192,7 @@ def _convert_sick(src: Path, dst: Path) -> int:
         i_a, i_b, i_s = (header.index(c) for c in ("sentence_A", "sentence_B", "relatedness_score"))
     except ValueError:
         raise InputError(f"{src}: unexpected SICK header {header!r}") from None
-    rows: list[tuple[str, str, str]] = []
-    for number, line in enumerate(lines[1:], start=2):
-        if not line:
-            continue
-        fields = line.split("\t")
-        if len(fields) < len(header):
-            raise InputError(f"{src}: line {number} has {len(fields)} fields, expected {len(header)}")
-        rows.append((fields[i_s].strip(), fields[i_a], fields[i_b]))
-    return _write_pairs_tsv(dst, rows)
+    return _write_pairs_tsv(dst, _score_rows(src, lines[1:], 2, len(header), i_s, i_a, i_b))
 
 
 def _convert_snli_jsonl(src: Path, dst: Path) -> int:
@@ -243,14 +241,10 @@ def _check_reachable(urls: Iterable[str], timeout: float) -> None:
         parts = urllib.parse.urlsplit(url)
         if parts.hostname is None:
             raise DataNotFoundError(f"bad download URL {url!r}. {USE_LOCAL_COPY}")
-        host, port = parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
         proxy = proxies.get(parts.scheme)
         if proxy and not urllib.request.proxy_bypass(parts.hostname):
-            proxy_parts = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
-            if proxy_parts.hostname:
-                host = proxy_parts.hostname
-                port = proxy_parts.port or (443 if proxy_parts.scheme == "https" else 80)
-        hosts.setdefault((host, port), url)
+            parts = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+        hosts.setdefault((parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)), url)
     failures: dict[tuple[str, int], str] = {}
     lock = threading.Lock()  # late probes may still report while the result is being read
 

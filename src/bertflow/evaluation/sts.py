@@ -1,12 +1,6 @@
 """STS evaluation: Spearman (and Pearson) x 100 of the cosine similarity of each pair's two embeddings against the
-gold score, under both conventions for tasks of several subsets:
-
-* ``"all"``: one correlation over the concatenation of all subsets of a task (SBERT, SimCSE, MTEB).
-* ``"wmean"``: the mean of the per-subset correlations weighted by subset size (BERT-flow and BERT-whitening
-  papers, i.e. SentEval's ``wmean``).
-
-For single-subset tasks (STS-B and SICK-R) both are the same number.
-"""
+gold score, under both conventions for tasks of several subsets (:data:`PROTOCOL_TEXT`; ``"wmean"`` is SentEval's);
+for single-subset tasks (STS-B and SICK-R) both are the same number."""
 
 from __future__ import annotations
 
@@ -32,6 +26,11 @@ Protocol = Literal["all", "wmean"]
 Metric = Literal["spearman", "pearson"]
 EmbedFn = Callable[[list[str]], Any]
 """Maps a list of N sentences to an (N, D) array of embeddings (numpy, or anything ``np.asarray`` accepts)."""
+#: What each protocol means, as reports state it.
+PROTOCOL_TEXT = {
+    "all": "one correlation over all subsets of a task concatenated (SBERT, SimCSE, MTEB)",
+    "wmean": "subset-size-weighted mean of per-subset correlations (BERT-flow and whitening papers)",
+}
 
 
 def _as_2d_float(x: Any, name: str) -> np.ndarray:
@@ -124,10 +123,7 @@ class StsReport:
         return known + [t for t in self.tasks if t not in known]
 
     def average(self, protocol: Protocol = "all", metric: Metric = "spearman") -> float:
-        """Plain (unweighted) mean over the evaluated tasks, as the papers' "Avg." column.
-
-        It is the 7-task average only when all seven tasks were evaluated. NaN if any task is NaN.
-        """
+        """Plain (unweighted) mean over the evaluated tasks, as the papers' "Avg." column; NaN if any task is NaN."""
         if not self.tasks:
             raise InputError("the report has no tasks")
         return float(np.mean([t.score(protocol, metric) for t in self.tasks.values()]))
@@ -149,10 +145,7 @@ class StsReport:
         average = {p: _pair(self.average(p, "spearman"), self.average(p, "pearson")) for p in protocols}  # type: ignore[arg-type]
         return {
             "metric": "correlation x 100 between cosine similarity and gold score",
-            "protocols": {
-                "all": "one correlation over all subsets of a task concatenated (SBERT/SimCSE/MTEB)",
-                "wmean": "subset-size-weighted mean of per-subset correlations (BERT-flow/whitening papers)",
-            },
+            "protocols": dict(PROTOCOL_TEXT),
             "tasks": out_tasks,
             "average": average,
         }

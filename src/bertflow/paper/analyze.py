@@ -6,10 +6,9 @@ fitted the same way beside the main one. The report's Markdown: :func:`bertflow.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ from .measures import edit_distances, geometry, lexical_table
 from .plots import plot_analysis
 from .published import TABLE6, TABLE6_SOURCE
 from .regimes import fitting_sets, seen_counts
-from .render import render_analysis
+from .render import render_analysis, write_report
 
 #: Plot formats ``analyze`` can write besides the PNG.
 VECTOR_FORMATS = ("pdf", "svg")
@@ -49,13 +48,7 @@ class AnalysisResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict of everything, the paper's Table 6 included for reference."""
-        return {
-            "meta": self.meta,
-            "lexical": self.lexical,
-            "geometry": self.geometry,
-            "paper_table6": {"rows": TABLE6, "source": TABLE6_SOURCE},
-            "plots": self.plots,
-        }
+        return {**asdict(self), "paper_table6": {"rows": TABLE6, "source": TABLE6_SOURCE}}
 
 
 def analyze_stsb(
@@ -121,19 +114,16 @@ def analyze_stsb(
         "machine": machine_info(device),
     }  # fmt: skip
     result = AnalysisResult(meta, lexical_table(test.scores, cosines, distance), geo)
-    if out_dir is not None:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        if plots:
-            named = {"calibrated": spec} if spec not in spaces else {}  # legends name the calibrator
-            title = f"{Path(encoder.model_id).name}, {pool} pooling, {regime} regime"
-            result.plots = plot_analysis(out, {named.get(k, k): v for k, v in spaces.items()},
-                                         {named.get(k, k): v for k, v in cosines.items()},
-                                         test.scores, distance, title, seed, vector)  # fmt: skip
-        meta["seconds"] = round(time.perf_counter() - started, 1)
-        (out / "analyze.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
-        (out / "analyze.md").write_text(render_analysis(result), encoding="utf-8")
+    if out_dir is not None and plots:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        named = {"calibrated": spec} if spec not in spaces else {}  # legends name the calibrator
+        title = f"{Path(encoder.model_id).name}, {pool} pooling, {regime} regime"
+        result.plots = plot_analysis(Path(out_dir), {named.get(k, k): v for k, v in spaces.items()},
+                                     {named.get(k, k): v for k, v in cosines.items()},
+                                     test.scores, distance, title, seed, vector)  # fmt: skip
     meta["seconds"] = round(time.perf_counter() - started, 1)
+    if out_dir is not None:
+        write_report(Path(out_dir), "analyze", render_analysis(result), result.to_dict())
     return result
 
 

@@ -2,8 +2,7 @@
 
 A *cell* is one (pooling, calibrator, fitting regime) on one encoder: its calibrator is fitted without labels on
 the regime's sentences (:mod:`bertflow.paper.regimes`) and the STS tasks are scored under both conventions. Every
-sentence is encoded once for all poolings (:func:`encode_table`). The per-set protocol (:mod:`bertflow.paper.perset`)
-shares :class:`GridConfig`, :func:`encode_table`, :func:`fit_cell` and :func:`run_meta`.
+sentence is encoded once for all poolings (:func:`encode_table`).
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from ..encoding.pooling import Pooling
 from ..errors import BertflowError, InputError
 from ..evaluation.cache import EmbeddingCache, embed_cached, pooling_key
 from ..evaluation.datasets import STS_TASKS, StsTask, load_nli_sentences, load_sts_tasks, resolve_data_dir
-from ..evaluation.sts import StsReport, evaluate_task
+from ..evaluation.sts import PROTOCOL_TEXT, StsReport, evaluate_task
 from ..io.text import distinct
 from ..resources import limited_threads, machine_info
 from .autocells import encode_auto_inputs, fit_auto_cell, is_auto
@@ -44,8 +43,7 @@ Progress = Callable[[str], None]
 
 _PROTOCOL = {
     "metric": "Spearman × 100 of cosine similarity against the gold score (Pearson in the JSON)",
-    "all": "one correlation over all subsets of a task concatenated (SBERT, SimCSE, MTEB)",
-    "wmean": "subset-size-weighted mean of per-subset correlations (BERT-flow and whitening papers)",
+    **PROTOCOL_TEXT,
     "average": "plain mean over the tasks (the papers' Avg.)",
     "seeds": "flow rows: mean ± sample std (ddof=1) over seeds 0..N-1",
 }
@@ -226,13 +224,12 @@ class GridConfig:
     :func:`default_calibrators` for the model's dimension); ``regimes``: a subset of :data:`REGIMES`, or
     ``["per-set"]`` alone (:func:`bertflow.paper.perset.run_per_set`); ``seeds``: flow rows are fitted with seeds
     ``0 .. seeds-1``; ``corpus``: the ``corpus`` regime's sentences, ``corpus_name`` in reports; ``data_dir``: the
-    STS data folder, required unless the tasks (and NLI sentences) are handed to the run; ``use_cache=False`` keeps
-    nothing on disk; ``flow_options``: further :class:`~bertflow.calibrators.FlowCalibrator` arguments for every
-    flow cell (ablations; the seed is the grid's); ``paper_rows``: a paper model whose published rows are shown
-    beside this encoder's (``None``: only when the encoder is that model); ``fit_threads``: BLAS threads while
-    fitting and scoring (``None``: the library default; 1 by default: on a busy 2-core machine a multi-threaded SVD
-    of these small matrices waited on barriers, 11x slower); ``fit_sizes``, ``sample_seed``: per-set regime only;
-    ``command``: the command line that produced the run, for the report.
+    STS data folder, required unless the tasks (and NLI sentences) are handed to the run; ``flow_options``: further
+    :class:`~bertflow.calibrators.FlowCalibrator` arguments for every flow cell (ablations; the seed is the grid's);
+    ``paper_rows``: a paper model whose published rows are shown beside this encoder's (``None``: only when the
+    encoder is that model); ``fit_threads``: BLAS threads while fitting and scoring (``None``: the library default;
+    1 by default: on a busy 2-core machine a multi-threaded SVD of these small matrices waited on barriers, 11x
+    slower); ``fit_sizes``, ``sample_seed``: per-set regime only; ``command``: the command line of the run.
     """
 
     model: str | None = None
@@ -347,9 +344,7 @@ def run_grid(
 ) -> GridResult:
     """Run a pooling x calibrator x regime grid on one encoder: ``encoder`` instead of ``config.model`` (its pooling
     is ignored), ``tasks`` and ``nli`` sentences instead of reading them from ``config.data_dir``. Cells whose fit
-    failed carry an ``error`` instead of scores. InputError for bad options before any encoding; DataNotFoundError
-    for missing data.
-    """
+    failed carry an ``error`` instead of scores. InputError for bad options before any encoding."""
     say = progress or (lambda _msg: None)
     started = time.perf_counter()
     regimes = _checked_regimes(config)
@@ -370,7 +365,18 @@ def run_grid(
     auto_for = parsed if any(is_auto(s) for s in specs) else []
     encoded = encode_table(encoder, distinct(needed), parsed, config.cache(), config.batch_size, auto_for=auto_for,
                            say=say)  # fmt: skip
-    cells = _run_cells(encoded, [p.key for p in parsed], specs, fit_by_regime, tasks, config, flow_kwargs, say)
+    # Every (pooling, calibrator, regime) cell, in that order (the raw encoder once per pooling, unfitted).
+    no_fit = [fitting_sets("none", tasks)]
+    plan = [(p.key, spec, fits) for p in parsed for spec in specs
+            for fits in (no_fit if is_identity(spec) else fit_by_regime.values())]  # fmt: skip
+    cells: list[CellResult] = []
+    for i, (pooling, spec, fits) in enumerate(plan, start=1):
+        auto = encoded.auto.get(pooling) if is_auto(spec) else None
+        with limited_threads(blas_threads=config.fit_threads):
+            cell = _run_cell(encoded.table, pooling, spec, fits, tasks, seeds_of(spec, config.seeds), flow_kwargs, auto)
+        cells.append(cell)
+        shown = "error" if cell.error else format_stat(cell.average_stat("all"))
+        say(f"[{i}/{len(plan)}] {pooling} / {spec} / {fits.regime}: avg all {shown} ({cell.seconds:.1f} s)")
     regime_text = {"none": REGIME_TEXT["none"]} if any(is_identity(s) for s in specs) else {}
     meta = run_meta(
         encoder, tasks, data_dir, encoded, cells, command=config.command, device=config.device, started=started,
@@ -394,36 +400,9 @@ def _checked_regimes(config: GridConfig) -> list[str]:
     for r in regimes:
         if r not in REGIMES:
             raise InputError(f"unknown regime {r!r}; use one of {', '.join(REGIMES)}")
-    if "corpus" in regimes and not config.corpus:
-        raise InputError("the corpus regime needs a corpus file (--corpus FILE)")
     if config.paper_rows is not None and config.paper_rows not in PAPER_MODELS:
         raise InputError(f"no published rows for {config.paper_rows!r}; use one of {', '.join(PAPER_MODELS)}")
     return regimes
-
-
-def _run_cells(
-    encoded: Encoded,
-    poolings: Sequence[str],
-    specs: Sequence[str],
-    fit_by_regime: Mapping[str, FittingSets],
-    tasks: Mapping[str, StsTask],
-    config: GridConfig,
-    flow_kwargs: Mapping[str, Any],
-    say: Progress,
-) -> list[CellResult]:
-    """Every (pooling, calibrator, regime) cell, in that order (the raw encoder once per pooling, unfitted)."""
-    no_fit = [fitting_sets("none", tasks)]
-    plan = [(p, spec, fits) for p in poolings for spec in specs
-            for fits in (no_fit if is_identity(spec) else fit_by_regime.values())]  # fmt: skip
-    cells: list[CellResult] = []
-    for i, (pooling, spec, fits) in enumerate(plan, start=1):
-        auto = encoded.auto.get(pooling) if is_auto(spec) else None
-        with limited_threads(blas_threads=config.fit_threads):
-            cell = _run_cell(encoded.table, pooling, spec, fits, tasks, seeds_of(spec, config.seeds), flow_kwargs, auto)
-        cells.append(cell)
-        shown = "error" if cell.error else format_stat(cell.average_stat("all"))
-        say(f"[{i}/{len(plan)}] {pooling} / {spec} / {fits.regime}: avg all {shown} ({cell.seconds:.1f} s)")
-    return cells
 
 
 def _published_meta(encoder: SentenceEncoder, paper_rows: str | None) -> dict[str, Any]:
@@ -455,14 +434,11 @@ def evaluate_embedder(
     started = time.perf_counter()
     encoder: SentenceEncoder = embedder.encoder
     embedder.check_fitted()
-    root: Path | None = None
-    if tasks is None:
-        root = resolve_data_dir(data_dir)
-        tasks = load_sts_tasks(task_names, root)
+    tasks, root = loaded_tasks(GridConfig(tasks=task_names, data_dir=data_dir), tasks)
     pool = pooling_key(encoder.pooling.to_spec(), encoder.num_layers)
     sentences = distinct(s for task in tasks.values() for s in task.eval_sentences())
     encoded = encode_table(encoder, sentences, [pool], cache, batch_size)
-    info = getattr(embedder, "fit_info", {}) or {}
+    info = embedder.fit_info
     label = str(info.get("regime", "unknown"))
     note = (
         f"unknown: fitted beforehand on {info.get('n_sentences', '?')} sentences ({label!r}); "

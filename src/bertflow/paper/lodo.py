@@ -1,13 +1,7 @@
 """Leave-one-dataset-out selection: choose among candidate configurations without looking at the scored dataset.
-
 For each dataset D (one of the seven STS tasks with all its sets), every candidate is scored by the
-:class:`Objective` on the *other* datasets' per-set results, the best one is picked and scored on D's sets:
-
-    J(c; S) = mean_{s in S} score_s(c) - penalty x #{s in S : score_s(c) < raw_s(c) - margin}
-
-with ``margin = 2`` and ``penalty = 1`` point, raw_s(c) the raw encoder under c's pooling. Ties go to the candidate
-listed first (the raw encoder before calibrators).
-"""
+:class:`Objective` on the *other* datasets' per-set results, the best one (ties: the first listed) is picked and
+scored on D's sets."""
 
 from __future__ import annotations
 
@@ -102,8 +96,8 @@ def leave_one_dataset_out(
 
     ``scores``: per candidate label (in tie-break order), Spearman x 100 per set, finite on every set used; ``raw``:
     per candidate, its raw baseline per set; ``dataset_of``: each set's dataset (``"STS12/MSRpar" -> "STS12"``), its
-    sets the ones used; ``objective`` default :class:`Objective`. InputError for no candidate, fewer than two
-    datasets, or a candidate or baseline missing a set.
+    sets the ones used. InputError for no candidate, fewer than two datasets, or a candidate or baseline missing a
+    set.
     """
     objective = objective or Objective()
     labels = list(scores)
@@ -148,8 +142,7 @@ def select_lodo(
 
     The candidates at a size are its cells plus the raw unweighted cells (the raw encoder does not depend on the
     size), restricted to the sets scored at that size, and to ``candidates`` (``"pooling / calibrator"`` labels) if
-    given; a cell that failed, or whose correlation is undefined (NaN) on a set, is left out and listed. The
-    objective defaults to :class:`Objective` with ``result.margin``.
+    given; a cell that failed, or whose correlation is undefined (NaN) on a set, is left out and listed.
     """
     objective = objective or Objective(margin=result.margin)
     out = []

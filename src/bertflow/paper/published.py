@@ -111,11 +111,9 @@ def stand_in_caption(paper_model: str, model_id: str, layers: int, dim: int) -> 
 
 
 def paper_model_name(model_id: str) -> str | None:
-    """``"bert-base-uncased"`` / ``"bert-large-uncased"`` if ``model_id`` names one of them, else ``None``.
-
-    Accepts hub ids with an organisation (``google-bert/bert-base-uncased``) and local folders named after the
-    model; anything else (including cased or NLI-fine-tuned variants) returns ``None``.
-    """
+    """``"bert-base-uncased"`` / ``"bert-large-uncased"`` if ``model_id`` names one of them (a hub id with an
+    organisation, ``google-bert/bert-base-uncased``, or a folder named after it), else ``None`` (cased or
+    NLI-fine-tuned variants too)."""
     name = Path(model_id.rstrip("/")).name.lower()
     return name if name in PAPER_MODELS else None
 

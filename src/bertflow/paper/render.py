@@ -1,21 +1,33 @@
 """The Markdown reports of ``bertflow reproduce`` / ``evaluate`` / ``analyze``, from their result objects
-(:func:`render_grid`, :func:`render_per_set`, :func:`render_analysis`)."""
+(:func:`render_grid`, :func:`render_per_set`, :func:`render_analysis`), and their files (:func:`write_report`)."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..evaluation.datasets import STS_TASKS
 from .published import PAPER_TASKS, TABLE6, TABLE6_SOURCE, PublishedResult, matching
-from .results import GridResult, PerSetResult, SetSummary, fit_size_label, mean_std
+from .results import GridResult, PerSetResult, SetSummary, fit_size_label
 
 if TYPE_CHECKING:
     from .analyze import AnalysisResult
     from .lodo import LodoSelection
+
+
+def write_report(folder: Path, stem: str, markdown: str, data: Mapping[str, Any]) -> None:
+    """Write a report as ``FOLDER/STEM.md`` and ``FOLDER/STEM.json`` (strict JSON: no NaN), atomically, creating the
+    folder."""
+    from ..io.files import atomic_write_text
+
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(folder / f"{stem}.md", markdown)
+    atomic_write_text(folder / f"{stem}.json", json.dumps(data, indent=2, allow_nan=False) + "\n")
 
 
 def format_stat(stat: Mapping[str, Any] | None, digits: int = 2) -> str:
@@ -171,9 +183,7 @@ def _subset_lines(result: GridResult) -> list[str]:
         lines += [f"### {c.pooling} / {c.calibrator} / {c.regime}", "", "| task | subset | pairs | Spearman |"]
         lines.append("|---|---|---:|---:|")
         for t in c.evaluated():
-            for i, s in enumerate(c.reports[0].tasks[t].subsets):
-                stat = mean_std([r.tasks[t].subsets[i].spearman for r in c.reports])
-                lines.append(f"| {t} | {s.name} | {s.n_pairs} | {format_stat(stat)} |")
+            lines += [f"| {t} | {s.name} | {s.n_pairs} | {format_stat(stat)} |" for s, stat in c.subset_stats(t)]
         lines.append("")
     return lines
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ..evaluation.sts import StsReport
+from ..evaluation.sts import StsReport, SubsetScore
 from .published import PublishedResult
 
 
@@ -63,6 +63,11 @@ class CellResult:
             return None
         return mean_std([r.average(protocol, metric) for r in self.reports])  # type: ignore[arg-type]
 
+    def subset_stats(self, task: str) -> list[tuple[SubsetScore, dict[str, Any]]]:
+        """Each subset of an evaluated ``task`` with the mean/std over seeds of its Spearman."""
+        subsets = self.reports[0].tasks[task].subsets
+        return [(s, mean_std([r.tasks[task].subsets[i].spearman for r in self.reports])) for i, s in enumerate(subsets)]
+
     def seen_summary(self) -> str:
         """A short statement of how many evaluation sentences the calibrator saw while fitting."""
         if self.seen_note is not None:
@@ -83,19 +88,11 @@ class CellResult:
         """JSON-ready: per task mean/std under both conventions, per-subset means, averages and every run."""
         tasks: dict[str, Any] = dict.fromkeys(self.tasks)
         for t in self.evaluated():
-            first = self.reports[0].tasks[t]
             tasks[t] = {
                 "all": self.task_stat(t, "all"),
                 "wmean": self.task_stat(t, "wmean"),
                 "pearson": {"all": self.task_stat(t, "all", "pearson"), "wmean": self.task_stat(t, "wmean", "pearson")},
-                "subsets": [
-                    {
-                        "name": s.name,
-                        "n_pairs": s.n_pairs,
-                        "spearman": mean_std([r.tasks[t].subsets[i].spearman for r in self.reports]),
-                    }
-                    for i, s in enumerate(first.subsets)
-                ],
+                "subsets": [{"name": s.name, "n_pairs": s.n_pairs, "spearman": st} for s, st in self.subset_stats(t)],
             }
         return {
             "pooling": self.pooling,
