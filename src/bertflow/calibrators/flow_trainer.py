@@ -21,7 +21,6 @@ from .simple import floored_std
 if TYPE_CHECKING:
     from .flow import FlowCalibrator
 
-# The trainer's messages are FlowCalibrator's: they keep the logger they had before the trainer got its own module.
 logger = logging.getLogger("bertflow.calibrators.flow")
 
 #: A dimension whose std is below this fraction of the median std is treated as constant (see FlowCalibrator).
@@ -260,18 +259,14 @@ class FlowTrainer:
         if val_bpd < self.best[0]:
             self.best = (val_bpd, k, {name: v.detach().clone() for name, v in self.glow.state_dict().items()})
 
-    @property
-    def best_step(self) -> int:
-        """The step whose parameters :meth:`finalise` keeps: the best held-out score's, else the last."""
-        return self.best[1] if self.best[2] is not None else self.total
-
     def finalise(self) -> FlowFit:
-        """Keep the best step's parameters, put the Glow in eval mode, and return the fit."""
-        glow = self.glow
-        if self.best[2] is not None:
-            glow.load_state_dict(self.best[2])
-            logger.info("flow: kept step %d of %d (held-out bpd %.4f)", self.best[1], self.total, self.best[0])
-        return self._result(self.total, self.best_step)
+        """Keep the best held-out step's parameters (else the last step's), put the Glow in eval mode, and return
+        the fit."""
+        if self.best[2] is None:
+            return self._result(self.total, self.total)
+        self.glow.load_state_dict(self.best[2])
+        logger.info("flow: kept step %d of %d (held-out bpd %.4f)", self.best[1], self.total, self.best[0])
+        return self._result(self.total, self.best[1])
 
     def _result(self, n_steps: int, best_step: int) -> FlowFit:
         return FlowFit(
@@ -345,10 +340,6 @@ class DivergenceGuard:
         bad = ~(torch.isfinite(loss) & torch.isfinite(norm))
         self.first_bad.copy_(torch.where(bad & (self.first_bad == 0), self.counter, self.first_bad))
 
-    def reset(self) -> None:
-        self.counter.zero_()
-        self.first_bad.zero_()
-
     @torch.no_grad()
     def check(self, step: int) -> int:
         """0 if every step up to ``step`` was finite (the snapshot then becomes ``step``'s parameters); otherwise
@@ -391,7 +382,8 @@ class _GraphStep:
                 for v in values.values():
                     if torch.is_tensor(v):
                         v.zero_()
-            guard.reset()
+            guard.counter.zero_()
+            guard.first_bad.zero_()
 
         try:
             side = torch.cuda.Stream(device=example.device)

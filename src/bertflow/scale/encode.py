@@ -270,39 +270,6 @@ def _run_rank(
     return summary, t0
 
 
-def _summarise(
-    folder: Path,
-    shards: int,
-    encoded: int,
-    skipped: int,
-    per_rank: list[dict[str, Any]],
-    *,
-    wall: float,
-    started: float,
-    merge: bool,
-) -> dict[str, Any]:
-    """Rank 0, after every shard is written: complete the manifest, merge if asked, and return the run's summary."""
-    counts = {"encoded_shards": encoded, "skipped_shards": skipped}
-    started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))
-    run = {"started_at": started_at, "world_size": len(per_rank), **counts, "seconds": round(wall, 4)}
-    final = finalize_manifest(folder, run={**run, "host": socket.gethostname(), "bertflow_version": __version__})
-    merged = str(merge_shards(folder)) if merge else None
-    encoded_rows = sum(r["rows"] for r in per_rank)
-    return {
-        "output": str(folder),
-        "rows": final["rows"],
-        "dim": final["dim"],
-        "shards": shards,
-        **counts,
-        "encoded_rows": encoded_rows,
-        "world_size": len(per_rank),
-        "seconds": round(wall, 4),
-        "rows_per_second": round(encoded_rows / wall, 2) if wall > 0 and encoded_rows else None,
-        "merged": merged,
-        "per_rank": per_rank,
-    }
-
-
 def encode_file_to_store(
     input_path: str | Path,
     folder: str | Path,
@@ -396,6 +363,24 @@ def encode_file_to_store(
         per_rank = all_gather_object(mine_summary)
         if rank != 0:
             return mine_summary
-        return _summarise(
-            plan.folder, len(specs), len(todo), len(done), per_rank, wall=wall, started=started, merge=merge
+        # Rank 0, after every shard is written: complete the manifest, merge if asked, and summarise the run.
+        counts = {"encoded_shards": len(todo), "skipped_shards": len(done)}
+        started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))
+        run = {"started_at": started_at, "world_size": world, **counts, "seconds": round(wall, 4)}
+        final = finalize_manifest(
+            plan.folder, run={**run, "host": socket.gethostname(), "bertflow_version": __version__}
         )
+        encoded_rows = sum(r["rows"] for r in per_rank)
+        return {
+            "output": str(plan.folder),
+            "rows": final["rows"],
+            "dim": final["dim"],
+            "shards": len(specs),
+            **counts,
+            "encoded_rows": encoded_rows,
+            "world_size": world,
+            "seconds": round(wall, 4),
+            "rows_per_second": round(encoded_rows / wall, 2) if wall > 0 and encoded_rows else None,
+            "merged": str(merge_shards(plan.folder)) if merge else None,
+            "per_rank": per_rank,
+        }

@@ -39,14 +39,11 @@ class Moments:
     def mean(self) -> np.ndarray:
         return self.shift + self.sum / self.n
 
-    def var(self, ddof: int = 0) -> np.ndarray:
-        d = self.sum / self.n
-        return np.maximum(self.sum_sq - self.n * d * d, 0.0) / (self.n - ddof)
-
     @property
     def std(self) -> np.ndarray:
         """[D] population std (ddof 0), as ``np.std``."""
-        return np.sqrt(self.var(0))
+        d = self.sum / self.n
+        return np.sqrt(np.maximum(self.sum_sq - self.n * d * d, 0.0) / self.n)
 
 
 def all_reduce_moments(
