@@ -107,14 +107,18 @@ class FlowTrainer:
         return self.active
 
     def build(self) -> Glow:
-        """The untrained, uninitialised Glow on the active dimensions (after :meth:`prepare`), seeded by ``seed``,
-        on :attr:`device`."""
+        """The untrained, uninitialised Glow on the active dimensions (after :meth:`prepare`): the calibrator's
+        preset with the architecture arguments it sets, seeded by ``seed``, on :attr:`device`."""
         cal = self.calibrator
+        arch = {
+            k: getattr(cal, k) for k in ("n_levels", "depth", "coupling", "permutation") if getattr(cal, k) is not None
+        }
         try:
-            config = cal.glow_config(len(self.active))
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(cal.seed)
-                glow = Glow(**config)
+                glow = Glow.from_preset(
+                    cal.preset, len(self.active), hidden_channels=int(cal.hidden_channels), seed=int(cal.seed), **arch
+                )
         except ValueError as e:
             raise InputError(f"cannot build the flow for these embeddings: {e}") from None
         self.glow = glow.to(self.device)

@@ -153,12 +153,11 @@ def _open_store(plan: StorePlan, lock: contextlib.ExitStack) -> tuple[dict[str, 
     specs = plan_shards(index.rows, plan.shard_size, index.offsets, shard_format=identity.get("shard_format", "npy"))
     fresh = new_manifest(
         rows=index.rows,
-        dim=identity["dim"],
         specs=specs,
         shard_size=plan.shard_size,
         input=index.record,
         input_path=str(plan.source.path.resolve()),
-        **{k: v for k, v in identity.items() if k not in ("dim",)},
+        **identity,
     )
     fresh = _normalised(fresh)
     if has_manifest:
@@ -176,10 +175,9 @@ def _open_store(plan: StorePlan, lock: contextlib.ExitStack) -> tuple[dict[str, 
             # Shards will be rewritten: a merged copy made before would no longer be the store's concatenation.
             (folder / MERGED_NAME).unlink(missing_ok=True)
             manifest.pop("merged", None)
-        write_manifest(folder, manifest)
     else:
         manifest = fresh
-        write_manifest(folder, manifest)
+    write_manifest(folder, manifest)
     removed = remove_temporary_files(folder)
     if removed:
         logger.info("%s: removed %d temporary file(s) left by an interrupted run", folder, removed)
