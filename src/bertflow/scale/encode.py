@@ -57,7 +57,6 @@ logger = logging.getLogger(__name__)
 #: Manifest fields that a resumed run must reproduce exactly (otherwise its shards would not fit together). The
 #: library version is not one: a store half encoded by one bertflow release is resumed by the next (the encoder and
 #: the calibrator are recorded by fingerprints that do not depend on it, ``bertflow.model_folder.encoder_record``).
-#: ``shard_format`` and ``id_column`` are absent (None) for .npy stores, as before they existed.
 IDENTITY_KEYS = (
     "input",
     "encoder",

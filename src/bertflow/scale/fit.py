@@ -105,8 +105,9 @@ def _all_reduce(tensor: torch.Tensor, op: Any = None) -> None:
         dist.all_reduce(tensor, op=op if op is not None else dist.ReduceOp.SUM)
 
 
-def _row_chunks(X: Any, start: int, stop: int, rows: int) -> Iterator[np.ndarray]:
-    """Rows ``[start, stop)`` of an array-like (ndarray, memmap, ShardedEmbeddings) in blocks of ``rows``."""
+def _share_chunks(X: Any, rows: int) -> Iterator[np.ndarray]:
+    """This rank's share of the rows of an array-like (ndarray, memmap, ShardedEmbeddings) in blocks of ``rows``."""
+    start, stop = share(int(X.shape[0]), *rank_and_world())
     for a in range(start, stop, rows):
         yield np.asarray(X[a : min(a + rows, stop)])
 
@@ -135,10 +136,8 @@ def fit_whitening_distributed(
     from ..calibrators import WhiteningCalibrator
 
     cal = calibrator if calibrator is not None else WhiteningCalibrator()
-    n, d = _check_matrix(X)
-    rank, world = rank_and_world()
-    lo, hi = share(n, rank, world)
-    moments = all_reduce_moments(_row_chunks(X, lo, hi, chunk_rows), d, outer=True, device=device)
+    _, d = _check_matrix(X)
+    moments = all_reduce_moments(_share_chunks(X, chunk_rows), d, outer=True, device=device)
     return cal.fit_from_moments(moments.n, moments.sum, moments.sum_outer, shift=moments.shift)
 
 
@@ -243,8 +242,7 @@ def fit_flow_distributed(
     trainer.check_input(n, d)
     if min(cal.batch_size, n) < world:
         raise InputError(f"batch_size ({cal.batch_size}) must be at least the number of ranks ({world})")
-    lo, hi = share(n, rank, world)
-    moments = all_reduce_moments(_row_chunks(X, lo, hi, chunk_rows), d, outer=False)
+    moments = all_reduce_moments(_share_chunks(X, chunk_rows), d, outer=False)
     active = trainer.prepare(moments.mean, moments.std, moments.abs_max, n)
     glow = trainer.build()
     # The trainer's seeded generator draws the split and every batch, as in one process.

@@ -26,9 +26,7 @@ STORE_FORMAT_VERSION = 2
 #: Shard file formats and their suffixes (``npy`` is the default and memory-maps; the others are for other tools).
 SHARD_SUFFIXES = {"npy": ".npy", "parquet": ".parquet", "arrow": ".arrow"}
 #: Rows per shard unless asked otherwise: two chunks of the default 16,384. Shards are the unit a rank takes, so
-#: their size bounds the imbalance between ranks (1M rows in shards of 65,536 left one of 2 ranks 1.1x the other's
-#: rows, and the job waits for the slower) and what a killed rank loses; the encode loop streams through all of a
-#: rank's shards, so smaller ones cost only their commits.
+#: their size bounds the imbalance between ranks and what a killed rank loses; smaller ones cost only their commits.
 DEFAULT_SHARD_SIZE = 32768
 
 
