@@ -52,7 +52,7 @@ class FlowTrainer:
     :meth:`check`, :meth:`observe`, :meth:`finalise`), which returns the :class:`FlowFit`. It never writes onto
     the calibrator.
 
-    ``reduce`` (distributed: :class:`bertflow.scale.fit.GradientAllReduce`) is called after every ``backward``
+    ``reduce`` (distributed: :func:`bertflow.scale.fit.all_reduce_gradients`) is called after every ``backward``
     with this process's loss term (its rows' bits per dimension summed / global batch size); it sums the gradients
     over the processes in place and returns the global loss. Such steps are never captured as a CUDA graph.
     """

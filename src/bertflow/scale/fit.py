@@ -141,21 +141,19 @@ def fit_whitening_distributed(
     return cal.fit_from_moments(moments.n, moments.sum, moments.sum_outer, shift=moments.shift)
 
 
-class GradientAllReduce:
+def all_reduce_gradients(glow: torch.nn.Module, local_loss: torch.Tensor) -> torch.Tensor:
     """The ``reduce`` hook of :class:`~bertflow.calibrators.flow_trainer.FlowTrainer`: one all-reduce per step of a
-    flat vector of every gradient and the loss term, so every rank takes the identical step (no drift)."""
-
-    def __call__(self, glow: torch.nn.Module, local_loss: torch.Tensor) -> torch.Tensor:
-        """All-reduce in place; returns the global batch loss (a 0-d tensor)."""
-        params = [p for p in glow.parameters() if p.requires_grad]
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        flat = torch.cat([g.reshape(-1) for g in grads] + [local_loss.reshape(1).to(grads[0].dtype)])
-        _all_reduce(flat)
-        offset = 0
-        for p in params:
-            p.grad = flat[offset : offset + p.numel()].view_as(p)
-            offset += p.numel()
-        return flat[-1]
+    flat vector of every gradient and the loss term, in place, so every rank takes the identical step (no drift);
+    returns the global batch loss (a 0-d tensor)."""
+    params = [p for p in glow.parameters() if p.requires_grad]
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads] + [local_loss.reshape(1).to(grads[0].dtype)])
+    _all_reduce(flat)
+    offset = 0
+    for p in params:
+        p.grad = flat[offset : offset + p.numel()].view_as(p)
+        offset += p.numel()
+    return flat[-1]
 
 
 def _rank_batches(
@@ -238,7 +236,7 @@ def fit_flow_distributed(
     n, d = _check_matrix(X)
     rank, world = rank_and_world()
     dev = torch.device(device or cal.device or default_device())
-    trainer = FlowTrainer(cal, device=dev, reduce=GradientAllReduce(), verbose=cal.verbose and rank == 0)
+    trainer = FlowTrainer(cal, device=dev, reduce=all_reduce_gradients, verbose=cal.verbose and rank == 0)
     trainer.check_input(n, d)
     if min(cal.batch_size, n) < world:
         raise InputError(f"batch_size ({cal.batch_size}) must be at least the number of ranks ({world})")
