@@ -178,15 +178,11 @@ def shard_record(folder: str | Path, spec: ShardSpec, dim: int, dtype: str = "fl
 
 def remove_temporary_files(folder: str | Path) -> int:
     """Delete the temporary files killed writers left in a store (under its lock); returns how many."""
-    removed = 0
-    for path in (Path(folder), Path(folder) / SHARD_DIR):
-        if not path.is_dir():
-            continue
-        for f in path.iterdir():
-            if f.name.startswith(".") and TMP_MARK in f.name and f.is_file():
-                f.unlink(missing_ok=True)
-                removed += 1
-    return removed
+    pattern = f".*{TMP_MARK}*"
+    found = [f for f in [*Path(folder).glob(pattern), *(Path(folder) / SHARD_DIR).glob(pattern)] if f.is_file()]
+    for f in found:
+        f.unlink(missing_ok=True)
+    return len(found)
 
 
 def new_manifest(
