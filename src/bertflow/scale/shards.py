@@ -38,12 +38,11 @@ class ShardWriter:
         record: dict[str, Any] | None = None,
         background: bool = True,
     ) -> None:
-        self.folder = Path(folder)
         self.spec = spec
         self.dim = int(dim)
         self.dtype = np.dtype(np.float32)
         self.extra = dict(record or {})
-        self.shard_dir = self.folder / SHARD_DIR
+        self.shard_dir = Path(folder) / SHARD_DIR
         self.shard_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.shard_dir / spec.name
         self._written = 0  # rows handed to write()
