@@ -51,7 +51,7 @@ def test_steps_driven_one_by_one_reproduce_fit(anisotropic_data):
 
     assert cal.history_["val_step"] == ref.history_["val_step"] == [10, 20, 30, 40]
     np.testing.assert_allclose(cal.history_["val_bpd"], ref.history_["val_bpd"], rtol=1e-5)
-    assert cal.best_step_ == ref.best_step_ == trainer.best_step
+    assert cal.best_step_ == ref.best_step_ == result.best_step
     assert cal.n_steps_ == ref.n_steps_ == 40
     np.testing.assert_allclose(cal.transform(anisotropic_data), ref.transform(anisotropic_data), atol=1e-4)
 

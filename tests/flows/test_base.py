@@ -140,6 +140,6 @@ def test_composite_sums_and_reverses() -> None:
     yb, lb = b(ya)
     torch.testing.assert_close(y, yb, rtol=0, atol=0)
     torch.testing.assert_close(ladj, la + lb, rtol=1e-12, atol=1e-12)
-    assert len(comp) == 2 and comp[1] is b
+    assert list(comp.transforms) == [a, b]
     with pytest.raises(TypeError):
         Composite(torch.nn.Linear(2, 2))  # type: ignore[arg-type]

@@ -1,21 +1,11 @@
 r"""``--calibrator auto``: anchored whitening whose strength and mix follow label-free statistics.
 
-The output is :class:`AnchoredWhiteningCalibrator`'s, :math:`[\sqrt{1-\beta}\,\hat x, \sqrt\beta\,\hat z]` with
-:math:`z = (x-\mu) U \Lambda^{-\alpha/2}`, whose cosine is :math:`(1-\beta)\cos(x,y) + \beta\cos(z_x,z_y)`, set by:
-
-* **rawness** :math:`t = \operatorname{clip}((a_{tok} - 0.40) / 0.10, 0, 1)`, where :math:`a_{tok}` is the
-  *token anisotropy* of the encoder: the anisotropy of the fitting sentences' mean-pooled last-layer vectors (raw
-  MLM encoders 0.52-0.73, all-MiniLM-L6-v2 0.03-0.35, on every fitting set measured). ``Embedder.fit`` computes
-  it in the same forward pass; a plain ``fit(X)`` uses the anisotropy of ``X`` instead (right for mean pooling).
-* **whitening strength** :math:`\alpha = 0.5 + 0.25\,t`.
-* **weight of the calibrated cosine** :math:`\beta = a \cdot \min(1, N/D)`: the anisotropy :math:`a` of ``X``
-  times the *reliability* of the covariance (a no-harm guard: with fewer sentences than dimensions the raw cosine
-  keeps the larger share).
-* With :math:`t \ge 0.5` and a generic token prior for the encoder's vocabulary, ``Embedder.fit`` also switches a
-  token-averaging pooling to its SIF-weighted form (:data:`WEIGHTING`), counted on the prior.
-
-Each choice was picked leave-one-dataset-out on every STS12-16 subset, STS-B and SICK-R, for a raw and a
-contrastive encoder (docs/beyond.md, ``benchmarks/auto_rule.py``).
+Rawness :math:`t = \operatorname{clip}((a_{tok} - 0.40) / 0.10, 0, 1)` from the encoder's *token anisotropy*
+:math:`a_{tok}` (the anisotropy of the fitting sentences' mean-pooled last-layer vectors, which ``Embedder.fit``
+computes in the same forward pass; a plain ``fit(X)`` uses that of ``X``); whitening strength :math:`\alpha = 0.5 +
+0.25\,t`; weight of the calibrated cosine :math:`\beta = a \cdot \min(1, N/D)`, the anisotropy of ``X`` times the
+reliability of the covariance (a no-harm guard). With :math:`t \ge 0.5` ``Embedder.fit`` also switches a
+token-averaging pooling to :data:`WEIGHTING`. docs/beyond.md has the measurements behind each choice.
 """
 
 from __future__ import annotations

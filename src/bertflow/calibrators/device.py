@@ -1,18 +1,10 @@
 """A calibrator's torch transform made cheap to call on a GPU: one CUDA graph replay per chunk of vectors.
 
-:meth:`Calibrator.torch_transform` is a few hundred small torch operations for a flow (ActNorm, permutation and
-coupling net per step, nine steps) and two for a whitening. On an H100 their kernels take 1.5% / 0.3% of the GPU
-time of encoding, but launching them one by one from Python made ``Embedder.encode`` 6.1% / 1.0% slower than
-``SentenceEncoder.encode`` end to end (issue 17). :func:`fast_torch_transform` captures the transform as a CUDA
-graph per input shape and replays it: one launch per chunk instead of hundreds, the same kernels, the same bits.
-Measured on an H100 (``benchmarks/calibrator_overhead_gpu.py``,
-``docs/results/issue17/gpu_calibration_and_routes_1xH100.md``): a flow's transform of 40,000 rows in the
-encoder's chunks took 5.7 ms graphed against 12-23 ms eager, and the flow's overhead on ``Embedder.encode`` fell
-from +8.5% to +1.1% (means of five runs whose rounds vary by several percent).
-
-Chunks of an encode come in a few sizes (the encoder's ramp 4,096, 8,192, ... 65,536 and a remainder), so a
-shape is captured the second time it is seen (a size seen once, like the last chunk of a one-off corpus, never
-pays for a capture) and a small least-recently-used cache keeps the graphs.
+A flow's :meth:`Calibrator.torch_transform` is a few hundred small torch operations, whose launches from Python,
+not their kernels, cost ``Embedder.encode`` several percent (docs/performance.md). :func:`fast_torch_transform`
+captures the transform as a CUDA graph per input shape and replays it: one launch per chunk, the same kernels, the
+same bits. A shape is captured the second time it is seen (a size seen once, like the last chunk of a one-off
+corpus, never pays for a capture) and a small least-recently-used cache keeps the graphs.
 """
 
 from __future__ import annotations
@@ -39,7 +31,7 @@ DEFAULT_MAX_GRAPHS = 8
 _MAX_COUNTED = 256
 
 # One fast transform per (calibrator, device), rebuilt when the calibrator is refitted (see _fitted_state).
-_MEMO: weakref.WeakKeyDictionary[Calibrator, dict[torch.device, tuple[tuple[Any, ...], TorchTransform]]] = (
+_MEMO: weakref.WeakKeyDictionary[Calibrator, dict[torch.device, tuple[tuple[Any, ...], GraphedTransform]]] = (
     weakref.WeakKeyDictionary()
 )
 _MEMO_LOCK = threading.Lock()
@@ -50,20 +42,11 @@ def fast_torch_transform(
 ) -> TorchTransform:
     """``calibrator.torch_transform(device)``, replayed from CUDA graphs on a CUDA device.
 
-    Same contract as :meth:`Calibrator.torch_transform` (float32 [n, D] -> float32 [n, D_out], other dtypes
-    cast to float32) and bit-identical results: a graph replays the kernels the eager transform launches for
-    that shape. On CUDA the returned function is memoised per calibrator and device, so calling this once per
-    ``encode`` reuses the graphs; refitting the calibrator (new fitted attributes) gives a new one. Off CUDA,
-    and for calibrators whose transform goes through numpy, it is the plain ``torch_transform``.
-
-    Args:
-        calibrator: a fitted calibrator.
-        device: where the vectors are.
-        max_graphs: input shapes kept captured at once (least recently used dropped first); ``0`` disables
-            the graphs.
-
-    Raises:
-        NotFittedError: the calibrator is not fitted.
+    Same contract as :meth:`Calibrator.torch_transform` (float32 [n, D] -> float32 [n, D_out]) and bit-identical
+    results. On CUDA the returned function is memoised per calibrator and device, so calling this once per
+    ``encode`` reuses the graphs; refitting the calibrator gives a new one. Off CUDA, with ``max_graphs=0`` (the
+    input shapes kept captured at once), and for calibrators whose transform goes through numpy, it is the plain
+    ``torch_transform``.
     """
     device = torch.device(device)
     if device.type != "cuda" or max_graphs < 1 or not _native(calibrator):
@@ -73,10 +56,8 @@ def fast_torch_transform(
     state = _fitted_state(calibrator)
     with _MEMO_LOCK:
         entry = _MEMO.setdefault(calibrator, {}).get(device)
-        if entry is not None and _same(entry[0], state):
-            found = entry[1]
-            if isinstance(found, GraphedTransform) and found.max_graphs == max_graphs:
-                return found
+        if entry is not None and _same(entry[0], state) and entry[1].max_graphs == max_graphs:
+            return entry[1]
         fast = GraphedTransform(calibrator.torch_transform(device), device, max_graphs=max_graphs)
         _MEMO[calibrator][device] = (state, fast)
         return fast
@@ -90,12 +71,8 @@ class GraphedTransform:
     graph's static buffer, replay, clone the static output. All graphs share one memory pool, which is safe
     because replays never overlap: calls are serialised by a lock and ordered on the GPU by an event, also when
     they come from different threads or streams. Inputs that a graph cannot take (not on this device, not 2-D,
-    empty, needing autograd, or during another capture) run eagerly.
-
-    Args:
-        fn: the eager transform (float32 [n, D] -> [n, D_out]), e.g. ``calibrator.torch_transform(device)``.
-        device: the CUDA device the graphs live on.
-        max_graphs: shapes kept captured (least recently used dropped first).
+    empty, needing autograd, or during another capture) run eagerly. ``fn`` is the eager transform (float32 [n, D]
+    -> [n, D_out]), ``max_graphs`` the shapes kept captured (least recently used dropped first).
     """
 
     def __init__(self, fn: TorchTransform, device: str | torch.device, *, max_graphs: int = DEFAULT_MAX_GRAPHS) -> None:

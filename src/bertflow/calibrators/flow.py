@@ -120,17 +120,6 @@ class FlowCalibrator(Calibrator):
         """``flow`` (the code preset) or ``flow-paper``; ``options`` are constructor arguments (``seed`` ...)."""
         return cls("paper" if spec == "flow-paper" else "code", **options)
 
-    def glow_config(self, n_features: int) -> dict[str, Any]:
-        """The Glow architecture these parameters ask for, on ``n_features`` inputs."""
-        if self.preset not in GLOW_PRESETS:
-            raise InputError(f"unknown flow preset {self.preset!r}; use one of {', '.join(GLOW_PRESETS)}")
-        config = dict(GLOW_PRESETS[self.preset])
-        for key in ("n_levels", "depth", "coupling", "permutation"):
-            if getattr(self, key) is not None:
-                config[key] = getattr(self, key)
-        config.update(n_features=n_features, hidden_channels=int(self.hidden_channels), seed=int(self.seed))
-        return config
-
     def min_rows(self) -> int:
         return max(2, int(self.min_samples))
 
@@ -146,6 +135,8 @@ class FlowCalibrator(Calibrator):
             raise InputError("max_steps must be at least 1")
         if not 0 <= self.validation_fraction < 0.5:
             raise InputError("validation_fraction must be in [0, 0.5)")
+        if self.preset not in GLOW_PRESETS:
+            raise InputError(f"unknown flow preset {self.preset!r}; use one of {', '.join(GLOW_PRESETS)}")
 
     def resolve_device(self) -> torch.device:
         """The device ``fit`` trains on: ``device``, else CUDA where there is one, else the CPU."""

@@ -21,7 +21,6 @@ from .simple import floored_std
 if TYPE_CHECKING:
     from .flow import FlowCalibrator
 
-# The trainer's messages are FlowCalibrator's: they keep the logger they had before the trainer got its own module.
 logger = logging.getLogger("bertflow.calibrators.flow")
 
 #: A dimension whose std is below this fraction of the median std is treated as constant (see FlowCalibrator).
@@ -53,7 +52,7 @@ class FlowTrainer:
     :meth:`check`, :meth:`observe`, :meth:`finalise`), which returns the :class:`FlowFit`. It never writes onto
     the calibrator.
 
-    ``reduce`` (distributed: :class:`bertflow.scale.fit.GradientAllReduce`) is called after every ``backward``
+    ``reduce`` (distributed: :func:`bertflow.scale.fit.all_reduce_gradients`) is called after every ``backward``
     with this process's loss term (its rows' bits per dimension summed / global batch size); it sums the gradients
     over the processes in place and returns the global loss. Such steps are never captured as a CUDA graph.
     """
@@ -108,14 +107,18 @@ class FlowTrainer:
         return self.active
 
     def build(self) -> Glow:
-        """The untrained, uninitialised Glow on the active dimensions (after :meth:`prepare`), seeded by ``seed``,
-        on :attr:`device`."""
+        """The untrained, uninitialised Glow on the active dimensions (after :meth:`prepare`): the calibrator's
+        preset with the architecture arguments it sets, seeded by ``seed``, on :attr:`device`."""
         cal = self.calibrator
+        arch = {
+            k: getattr(cal, k) for k in ("n_levels", "depth", "coupling", "permutation") if getattr(cal, k) is not None
+        }
         try:
-            config = cal.glow_config(len(self.active))
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(cal.seed)
-                glow = Glow(**config)
+                glow = Glow.from_preset(
+                    cal.preset, len(self.active), hidden_channels=int(cal.hidden_channels), seed=int(cal.seed), **arch
+                )
         except ValueError as e:
             raise InputError(f"cannot build the flow for these embeddings: {e}") from None
         self.glow = glow.to(self.device)
@@ -216,7 +219,7 @@ class FlowTrainer:
         """One optimiser step on the batch ``x`` [b, D_a] (after :meth:`begin`); returns its loss (a 0-d device
         tensor, in bits per dimension; with ``reduce``, the global batch's)."""
         if self._use_graph and self._graph is None:
-            self._graph = _GraphStep.capture(self._step, self.params, self.opt, self.guard, x)
+            self._graph = _capture_step(self._step, self.params, self.opt, self.guard, x)
             self._use_graph = self._graph is not None
         if self._graph is not None:
             return self._graph(x)
@@ -260,18 +263,14 @@ class FlowTrainer:
         if val_bpd < self.best[0]:
             self.best = (val_bpd, k, {name: v.detach().clone() for name, v in self.glow.state_dict().items()})
 
-    @property
-    def best_step(self) -> int:
-        """The step whose parameters :meth:`finalise` keeps: the best held-out score's, else the last."""
-        return self.best[1] if self.best[2] is not None else self.total
-
     def finalise(self) -> FlowFit:
-        """Keep the best step's parameters, put the Glow in eval mode, and return the fit."""
-        glow = self.glow
-        if self.best[2] is not None:
-            glow.load_state_dict(self.best[2])
-            logger.info("flow: kept step %d of %d (held-out bpd %.4f)", self.best[1], self.total, self.best[0])
-        return self._result(self.total, self.best_step)
+        """Keep the best held-out step's parameters (else the last step's), put the Glow in eval mode, and return
+        the fit."""
+        if self.best[2] is None:
+            return self._result(self.total, self.total)
+        self.glow.load_state_dict(self.best[2])
+        logger.info("flow: kept step %d of %d (held-out bpd %.4f)", self.best[1], self.total, self.best[0])
+        return self._result(self.total, self.best[1])
 
     def _result(self, n_steps: int, best_step: int) -> FlowFit:
         return FlowFit(
@@ -345,10 +344,6 @@ class DivergenceGuard:
         bad = ~(torch.isfinite(loss) & torch.isfinite(norm))
         self.first_bad.copy_(torch.where(bad & (self.first_bad == 0), self.counter, self.first_bad))
 
-    def reset(self) -> None:
-        self.counter.zero_()
-        self.first_bad.zero_()
-
     @torch.no_grad()
     def check(self, step: int) -> int:
         """0 if every step up to ``step`` was finite (the snapshot then becomes ``step``'s parameters); otherwise
@@ -362,62 +357,57 @@ class DivergenceGuard:
         return 0
 
 
-class _GraphStep:
-    """One whole training step (forward, backward, clipping, AdamW, divergence flag) as a CUDA graph: one launch
-    instead of several hundred. The warm-up steps capture needs are undone, so training starts from the same state
-    as without the graph and replays give the eager loop's results."""
+def _capture_step(
+    step: Callable[[torch.Tensor], torch.Tensor],
+    params: list[torch.nn.Parameter],
+    opt: torch.optim.Optimizer,
+    guard: DivergenceGuard,
+    example: torch.Tensor,
+    warmup: int = 3,
+) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """One whole training ``step`` (forward, backward, clipping, AdamW, divergence flag) on batches shaped like
+    ``example``, captured as a CUDA graph: one launch instead of several hundred; ``None`` (eager training) if
+    capture fails. The warm-up steps capture needs are undone, so training starts from the same state as without
+    the graph and replays give the eager loop's results. The returned function runs one step on a batch and
+    returns its (device) loss."""
+    static_x = example.clone()
+    start = [p.detach().clone() for p in params]
 
-    def __init__(self, graph: torch.cuda.CUDAGraph, static_x: torch.Tensor, static_loss: torch.Tensor) -> None:
-        self.graph, self.static_x, self.static_loss = graph, static_x, static_loss
+    @torch.no_grad()
+    def undo() -> None:
+        torch._foreach_copy_([p.detach() for p in params], start)
+        for values in opt.state.values():
+            for v in values.values():
+                if torch.is_tensor(v):
+                    v.zero_()
+        guard.counter.zero_()
+        guard.first_bad.zero_()
 
-    @classmethod
-    def capture(
-        cls,
-        step: Callable[[torch.Tensor], torch.Tensor],
-        params: list[torch.nn.Parameter],
-        opt: torch.optim.Optimizer,
-        guard: DivergenceGuard,
-        example: torch.Tensor,
-        warmup: int = 3,
-    ) -> _GraphStep | None:
-        """Capture ``step`` on batches shaped like ``example``; ``None`` (eager training) if capture fails."""
-        static_x = example.clone()
-        start = [p.detach().clone() for p in params]
+    try:
+        side = torch.cuda.Stream(device=example.device)
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(warmup):
+                opt.zero_grad(set_to_none=False)
+                step(static_x)
+        torch.cuda.current_stream().wait_stream(side)
+        undo()
+        graph = torch.cuda.CUDAGraph()
+        grads = [p.grad for p in params]
+        with torch.cuda.graph(graph):
+            torch._foreach_zero_(grads)
+            static_loss = step(static_x)
+    except RuntimeError as e:  # e.g. an operation that cannot be captured on this torch/driver
+        logger.warning("flow: CUDA graph capture failed (%s); training without it", e)
+        torch.cuda.synchronize(example.device)
+        undo()
+        opt.zero_grad(set_to_none=True)
+        return None
+    undo()  # capture records the step without running it, but be exact about the starting state
 
-        @torch.no_grad()
-        def undo() -> None:
-            torch._foreach_copy_([p.detach() for p in params], start)
-            for values in opt.state.values():
-                for v in values.values():
-                    if torch.is_tensor(v):
-                        v.zero_()
-            guard.reset()
+    def replay(x: torch.Tensor) -> torch.Tensor:
+        static_x.copy_(x)
+        graph.replay()
+        return static_loss
 
-        try:
-            side = torch.cuda.Stream(device=example.device)
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(warmup):
-                    opt.zero_grad(set_to_none=False)
-                    step(static_x)
-            torch.cuda.current_stream().wait_stream(side)
-            undo()
-            graph = torch.cuda.CUDAGraph()
-            grads = [p.grad for p in params]
-            with torch.cuda.graph(graph):
-                torch._foreach_zero_(grads)
-                static_loss = step(static_x)
-        except RuntimeError as e:  # e.g. an operation that cannot be captured on this torch/driver
-            logger.warning("flow: CUDA graph capture failed (%s); training without it", e)
-            torch.cuda.synchronize(example.device)
-            undo()
-            opt.zero_grad(set_to_none=True)
-            return None
-        undo()  # capture records the step without running it, but be exact about the starting state
-        return cls(graph, static_x, static_loss)
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """Run one step on the batch ``x``; returns the (device) loss of that step."""
-        self.static_x.copy_(x)
-        self.graph.replay()
-        return self.static_loss
+    return replay

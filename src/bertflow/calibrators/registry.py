@@ -28,9 +28,6 @@ if TYPE_CHECKING:
 
 #: Entry-point group through which other packages add calibrator modules.
 ENTRY_POINT_GROUP = "bertflow.calibrators"
-#: Modules of this package that hold no calibrator (the contract, this registry, the flow's trainer and the
-#: on-device replay): skipped by discovery only to save reading them.
-_NOT_CALIBRATORS = frozenset({"base", "registry", "flow_trainer", "device"})
 #: A spec's trailing number placeholder: ``whitening-K`` matches ``whitening-256``.
 _NUMBERED = re.compile(r"^(?P<base>.+)-[A-Z]$")
 
@@ -69,7 +66,7 @@ def _module_sources() -> list[tuple[str, Path]]:
     found = [
         (f"{package}.{info.name}", Path(info.module_finder.path) / f"{info.name}.py")  # type: ignore[union-attr]
         for info in pkgutil.iter_modules(importlib.import_module(package).__path__)
-        if not info.ispkg and not info.name.startswith("_") and info.name not in _NOT_CALIBRATORS
+        if not info.ispkg and not info.name.startswith("_")
     ]
     for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         spec = importlib.util.find_spec(entry.module)  # finds the file; runs no module code for a top-level module

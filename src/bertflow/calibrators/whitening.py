@@ -10,14 +10,7 @@ import torch
 
 from ..errors import InputError
 from ..typing import TorchTransform
-from .base import (
-    SPREAD_RTOL,
-    Calibrator,
-    as_tensor,
-    check_latents,
-    expect_shape,
-    no_variance_message,
-)
+from .base import SPREAD_RTOL, Calibrator, as_tensor, check_latents, expect_shape, no_variance_message
 from .registry import register
 
 logger = logging.getLogger(__name__)

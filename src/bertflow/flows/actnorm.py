@@ -14,10 +14,6 @@ from bertflow.flows.base import Transform, check_positive_int
 _ABS_STD_FLOOR = 1e-6
 _REL_STD_FLOOR = 1e-3
 
-# Seed of the stand-in noise used for floored features during a data-dependent init pass (see
-# `initialize_actnorms`); fixed so that initialisation is deterministic.
-_STAND_IN_SEED = 0
-
 
 class ActNorm(Transform):
     """Per-feature affine normalisation ``y = (x + bias) * exp(logscale_factor * log_scale)``.
@@ -97,7 +93,7 @@ def initialize_actnorms(transform: Transform, x: Tensor) -> None:
     pass's outputs are therefore not meaningful; only the initialised parameters are.
     """
     norms = [m for m in transform.modules() if isinstance(m, ActNorm)]
-    gen = torch.Generator().manual_seed(_STAND_IN_SEED)
+    gen = torch.Generator().manual_seed(0)  # the stand-in noise: fixed, so that initialisation is deterministic
     for m in norms:
         m._data_init = gen
     try:

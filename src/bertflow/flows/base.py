@@ -51,12 +51,6 @@ class Composite(Transform):
                 raise TypeError(f"Composite takes Transform instances, got {type(t).__name__}")
         self.transforms = nn.ModuleList(transforms)
 
-    def __len__(self) -> int:
-        return len(self.transforms)
-
-    def __getitem__(self, index: int) -> Transform:
-        return self.transforms[index]  # type: ignore[return-value]
-
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """Applies every transform in order."""
         ladj = x.new_zeros(x.shape[0])

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from bertflow.errors import InputError
 from bertflow.flows.actnorm import ActNorm
-from bertflow.flows.base import Transform, check_positive_int
+from bertflow.flows.base import Transform
 
 # Std of the normal init of the hidden Linear weights (Glow's default initializer). The ActNorm that follows
 # each of them is data-initialised, so this only matters before `initialize` is called.
@@ -59,8 +59,6 @@ class CouplingNet(nn.Module):
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__()
-        for name, value in (("in_features", in_features), ("out_features", out_features), ("hidden", hidden)):
-            check_positive_int(f"CouplingNet {name}", value)
         self.linear1 = nn.Linear(in_features, hidden, bias=False)
         self.norm1 = ActNorm(hidden)
         self.linear2 = nn.Linear(hidden, hidden, bias=False)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Collection
 from typing import Any, Literal
 
 import torch
@@ -26,7 +27,7 @@ CouplingName = Literal["additive", "affine"]
 PermutationName = Literal["reverse", "random", "lu"]
 
 COUPLINGS = {"additive": AdditiveCoupling, "affine": AffineCoupling}
-PERMUTATIONS: tuple[str, ...] = ("reverse", "random", "lu")
+PERMUTATIONS = {"reverse": lambda n, seed: ReversePermutation(n), "random": RandomPermutation, "lu": InvertibleLinearLU}
 
 GLOW_PRESETS: dict[str, dict[str, Any]] = {
     # The official BERT-flow code's defaults (151,488 trainable parameters at D = 768).
@@ -38,7 +39,7 @@ GLOW_PRESETS: dict[str, dict[str, Any]] = {
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
-def _check_name(kind: str, name: str, allowed: tuple[str, ...]) -> None:
+def _check_name(kind: str, name: str, allowed: Collection[str]) -> None:
     if name not in allowed:
         raise InputError(f"unknown {kind} {name!r}; expected one of {', '.join(repr(a) for a in allowed)}")
 
@@ -62,13 +63,7 @@ class FlowStep(Transform):
         _check_name("coupling", coupling, COUPLINGS)
         _check_name("permutation", permutation, PERMUTATIONS)
         self.actnorm = ActNorm(num_features)
-        self.permutation: Transform
-        if permutation == "reverse":
-            self.permutation = ReversePermutation(num_features)
-        elif permutation == "random":
-            self.permutation = RandomPermutation(num_features, seed)
-        else:
-            self.permutation = InvertibleLinearLU(num_features, seed)
+        self.permutation: Transform = PERMUTATIONS[permutation](num_features, seed)
         # Offset so the net's init stream is not the one that drew the permutation.
         gen = torch.Generator().manual_seed(int(seed) + 1)
         self.coupling = COUPLINGS[coupling](num_features, hidden_channels, generator=gen)
@@ -153,7 +148,7 @@ class Glow(Transform):
     @classmethod
     def from_preset(cls, name: str, n_features: int, **overrides: Any) -> Glow:
         """Builds a Glow from a named preset of :data:`GLOW_PRESETS`."""
-        _check_name("Glow preset", name, tuple(GLOW_PRESETS))
+        _check_name("Glow preset", name, GLOW_PRESETS)
         return cls(n_features, **{**GLOW_PRESETS[name], **overrides})
 
     def get_config(self) -> dict[str, Any]:

@@ -57,7 +57,6 @@ logger = logging.getLogger(__name__)
 #: Manifest fields that a resumed run must reproduce exactly (otherwise its shards would not fit together). The
 #: library version is not one: a store half encoded by one bertflow release is resumed by the next (the encoder and
 #: the calibrator are recorded by fingerprints that do not depend on it, ``bertflow.model_folder.encoder_record``).
-#: ``shard_format`` and ``id_column`` are absent (None) for .npy stores, as before they existed.
 IDENTITY_KEYS = (
     "input",
     "encoder",
@@ -153,12 +152,11 @@ def _open_store(plan: StorePlan, lock: contextlib.ExitStack) -> tuple[dict[str, 
     specs = plan_shards(index.rows, plan.shard_size, index.offsets, shard_format=identity.get("shard_format", "npy"))
     fresh = new_manifest(
         rows=index.rows,
-        dim=identity["dim"],
         specs=specs,
         shard_size=plan.shard_size,
         input=index.record,
         input_path=str(plan.source.path.resolve()),
-        **{k: v for k, v in identity.items() if k not in ("dim",)},
+        **identity,
     )
     fresh = _normalised(fresh)
     if has_manifest:
@@ -176,10 +174,9 @@ def _open_store(plan: StorePlan, lock: contextlib.ExitStack) -> tuple[dict[str, 
             # Shards will be rewritten: a merged copy made before would no longer be the store's concatenation.
             (folder / MERGED_NAME).unlink(missing_ok=True)
             manifest.pop("merged", None)
-        write_manifest(folder, manifest)
     else:
         manifest = fresh
-        write_manifest(folder, manifest)
+    write_manifest(folder, manifest)
     removed = remove_temporary_files(folder)
     if removed:
         logger.info("%s: removed %d temporary file(s) left by an interrupted run", folder, removed)
@@ -268,39 +265,6 @@ def _run_rank(
         "warmup_seconds": round(warmup, 4),
     }
     return summary, t0
-
-
-def _summarise(
-    folder: Path,
-    shards: int,
-    encoded: int,
-    skipped: int,
-    per_rank: list[dict[str, Any]],
-    *,
-    wall: float,
-    started: float,
-    merge: bool,
-) -> dict[str, Any]:
-    """Rank 0, after every shard is written: complete the manifest, merge if asked, and return the run's summary."""
-    counts = {"encoded_shards": encoded, "skipped_shards": skipped}
-    started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))
-    run = {"started_at": started_at, "world_size": len(per_rank), **counts, "seconds": round(wall, 4)}
-    final = finalize_manifest(folder, run={**run, "host": socket.gethostname(), "bertflow_version": __version__})
-    merged = str(merge_shards(folder)) if merge else None
-    encoded_rows = sum(r["rows"] for r in per_rank)
-    return {
-        "output": str(folder),
-        "rows": final["rows"],
-        "dim": final["dim"],
-        "shards": shards,
-        **counts,
-        "encoded_rows": encoded_rows,
-        "world_size": len(per_rank),
-        "seconds": round(wall, 4),
-        "rows_per_second": round(encoded_rows / wall, 2) if wall > 0 and encoded_rows else None,
-        "merged": merged,
-        "per_rank": per_rank,
-    }
 
 
 def encode_file_to_store(
@@ -396,6 +360,24 @@ def encode_file_to_store(
         per_rank = all_gather_object(mine_summary)
         if rank != 0:
             return mine_summary
-        return _summarise(
-            plan.folder, len(specs), len(todo), len(done), per_rank, wall=wall, started=started, merge=merge
+        # Rank 0, after every shard is written: complete the manifest, merge if asked, and summarise the run.
+        counts = {"encoded_shards": len(todo), "skipped_shards": len(done)}
+        started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))
+        run = {"started_at": started_at, "world_size": world, **counts, "seconds": round(wall, 4)}
+        final = finalize_manifest(
+            plan.folder, run={**run, "host": socket.gethostname(), "bertflow_version": __version__}
         )
+        encoded_rows = sum(r["rows"] for r in per_rank)
+        return {
+            "output": str(plan.folder),
+            "rows": final["rows"],
+            "dim": final["dim"],
+            "shards": len(specs),
+            **counts,
+            "encoded_rows": encoded_rows,
+            "world_size": world,
+            "seconds": round(wall, 4),
+            "rows_per_second": round(encoded_rows / wall, 2) if wall > 0 and encoded_rows else None,
+            "merged": str(merge_shards(plan.folder)) if merge else None,
+            "per_rank": per_rank,
+        }

@@ -39,14 +39,11 @@ class Moments:
     def mean(self) -> np.ndarray:
         return self.shift + self.sum / self.n
 
-    def var(self, ddof: int = 0) -> np.ndarray:
-        d = self.sum / self.n
-        return np.maximum(self.sum_sq - self.n * d * d, 0.0) / (self.n - ddof)
-
     @property
     def std(self) -> np.ndarray:
         """[D] population std (ddof 0), as ``np.std``."""
-        return np.sqrt(self.var(0))
+        d = self.sum / self.n
+        return np.sqrt(np.maximum(self.sum_sq - self.n * d * d, 0.0) / self.n)
 
 
 def all_reduce_moments(
@@ -108,8 +105,9 @@ def _all_reduce(tensor: torch.Tensor, op: Any = None) -> None:
         dist.all_reduce(tensor, op=op if op is not None else dist.ReduceOp.SUM)
 
 
-def _row_chunks(X: Any, start: int, stop: int, rows: int) -> Iterator[np.ndarray]:
-    """Rows ``[start, stop)`` of an array-like (ndarray, memmap, ShardedEmbeddings) in blocks of ``rows``."""
+def _share_chunks(X: Any, rows: int) -> Iterator[np.ndarray]:
+    """This rank's share of the rows of an array-like (ndarray, memmap, ShardedEmbeddings) in blocks of ``rows``."""
+    start, stop = share(int(X.shape[0]), *rank_and_world())
     for a in range(start, stop, rows):
         yield np.asarray(X[a : min(a + rows, stop)])
 
@@ -138,28 +136,24 @@ def fit_whitening_distributed(
     from ..calibrators import WhiteningCalibrator
 
     cal = calibrator if calibrator is not None else WhiteningCalibrator()
-    n, d = _check_matrix(X)
-    rank, world = rank_and_world()
-    lo, hi = share(n, rank, world)
-    moments = all_reduce_moments(_row_chunks(X, lo, hi, chunk_rows), d, outer=True, device=device)
+    _, d = _check_matrix(X)
+    moments = all_reduce_moments(_share_chunks(X, chunk_rows), d, outer=True, device=device)
     return cal.fit_from_moments(moments.n, moments.sum, moments.sum_outer, shift=moments.shift)
 
 
-class GradientAllReduce:
+def all_reduce_gradients(glow: torch.nn.Module, local_loss: torch.Tensor) -> torch.Tensor:
     """The ``reduce`` hook of :class:`~bertflow.calibrators.flow_trainer.FlowTrainer`: one all-reduce per step of a
-    flat vector of every gradient and the loss term, so every rank takes the identical step (no drift)."""
-
-    def __call__(self, glow: torch.nn.Module, local_loss: torch.Tensor) -> torch.Tensor:
-        """All-reduce in place; returns the global batch loss (a 0-d tensor)."""
-        params = [p for p in glow.parameters() if p.requires_grad]
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        flat = torch.cat([g.reshape(-1) for g in grads] + [local_loss.reshape(1).to(grads[0].dtype)])
-        _all_reduce(flat)
-        offset = 0
-        for p in params:
-            p.grad = flat[offset : offset + p.numel()].view_as(p)
-            offset += p.numel()
-        return flat[-1]
+    flat vector of every gradient and the loss term, in place, so every rank takes the identical step (no drift);
+    returns the global batch loss (a 0-d tensor)."""
+    params = [p for p in glow.parameters() if p.requires_grad]
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads] + [local_loss.reshape(1).to(grads[0].dtype)])
+    _all_reduce(flat)
+    offset = 0
+    for p in params:
+        p.grad = flat[offset : offset + p.numel()].view_as(p)
+        offset += p.numel()
+    return flat[-1]
 
 
 def _rank_batches(
@@ -242,12 +236,11 @@ def fit_flow_distributed(
     n, d = _check_matrix(X)
     rank, world = rank_and_world()
     dev = torch.device(device or cal.device or default_device())
-    trainer = FlowTrainer(cal, device=dev, reduce=GradientAllReduce(), verbose=cal.verbose and rank == 0)
+    trainer = FlowTrainer(cal, device=dev, reduce=all_reduce_gradients, verbose=cal.verbose and rank == 0)
     trainer.check_input(n, d)
     if min(cal.batch_size, n) < world:
         raise InputError(f"batch_size ({cal.batch_size}) must be at least the number of ranks ({world})")
-    lo, hi = share(n, rank, world)
-    moments = all_reduce_moments(_row_chunks(X, lo, hi, chunk_rows), d, outer=False)
+    moments = all_reduce_moments(_share_chunks(X, chunk_rows), d, outer=False)
     active = trainer.prepare(moments.mean, moments.std, moments.abs_max, n)
     glow = trainer.build()
     # The trainer's seeded generator draws the split and every batch, as in one process.

@@ -195,14 +195,5 @@ def _local_entry(
     world = len(devices)
     os.environ.update(RANK=str(index), WORLD_SIZE=str(world), LOCAL_RANK=str(index), LOCAL_WORLD_SIZE=str(world))
     share_cpu_threads(devices, index)
-    dist.init_process_group(
-        backend,
-        init_method=f"file://{rendezvous}",
-        rank=index,
-        world_size=world,
-        timeout=datetime.timedelta(minutes=timeout_minutes),
-    )
-    try:
+    with process_group(backend, init_method=f"file://{rendezvous}", timeout_minutes=timeout_minutes):
         fn(devices[index], *args)
-    finally:
-        dist.destroy_process_group()

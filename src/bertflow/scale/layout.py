@@ -26,9 +26,7 @@ STORE_FORMAT_VERSION = 2
 #: Shard file formats and their suffixes (``npy`` is the default and memory-maps; the others are for other tools).
 SHARD_SUFFIXES = {"npy": ".npy", "parquet": ".parquet", "arrow": ".arrow"}
 #: Rows per shard unless asked otherwise: two chunks of the default 16,384. Shards are the unit a rank takes, so
-#: their size bounds the imbalance between ranks (1M rows in shards of 65,536 left one of 2 ranks 1.1x the other's
-#: rows, and the job waits for the slower) and what a killed rank loses; the encode loop streams through all of a
-#: rank's shards, so smaller ones cost only their commits.
+#: their size bounds the imbalance between ranks and what a killed rank loses; smaller ones cost only their commits.
 DEFAULT_SHARD_SIZE = 32768
 
 
@@ -180,15 +178,11 @@ def shard_record(folder: str | Path, spec: ShardSpec, dim: int, dtype: str = "fl
 
 def remove_temporary_files(folder: str | Path) -> int:
     """Delete the temporary files killed writers left in a store (under its lock); returns how many."""
-    removed = 0
-    for path in (Path(folder), Path(folder) / SHARD_DIR):
-        if not path.is_dir():
-            continue
-        for f in path.iterdir():
-            if f.name.startswith(".") and TMP_MARK in f.name and f.is_file():
-                f.unlink(missing_ok=True)
-                removed += 1
-    return removed
+    pattern = f".*{TMP_MARK}*"
+    found = [f for f in [*Path(folder).glob(pattern), *(Path(folder) / SHARD_DIR).glob(pattern)] if f.is_file()]
+    for f in found:
+        f.unlink(missing_ok=True)
+    return len(found)
 
 
 def new_manifest(

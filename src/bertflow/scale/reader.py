@@ -45,11 +45,6 @@ class ShardedEmbeddings:
             f"shards={len(self.specs)})"
         )
 
-    @property
-    def encoder(self) -> dict[str, Any] | None:
-        """The encoder config the rows were produced with (``SentenceEncoder.get_config()``), if recorded."""
-        return self.manifest.get("encoder")
-
     def shard(self, k: int) -> np.ndarray:
         """Shard ``k`` as a read-only memory map [rows_k, D]."""
         if k not in self._maps:

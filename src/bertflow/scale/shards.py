@@ -22,7 +22,7 @@ from .layout import SHARD_DIR, ShardSpec
 
 
 class ShardWriter:
-    """Write shard ``spec`` of the store ``folder``: a ``.npy`` header, the [n, ``dim``] rows as they come, then
+    """Write shard ``spec`` of the store ``folder``: a ``.npy`` header, the float32 [n, ``dim``] rows as they come, then
     fsync, rename (:func:`~bertflow.io.files.atomic_file`) and the completion record (with ``record``'s fields).
 
     Rows are written and hashed by a ``background`` thread, overlapping the encoding of the next rows. Nothing
@@ -34,17 +34,15 @@ class ShardWriter:
         folder: str | Path,
         spec: ShardSpec,
         dim: int,
-        dtype: str = "float32",
         *,
         record: dict[str, Any] | None = None,
         background: bool = True,
     ) -> None:
-        self.folder = Path(folder)
         self.spec = spec
         self.dim = int(dim)
-        self.dtype = np.dtype(dtype)
+        self.dtype = np.dtype(np.float32)
         self.extra = dict(record or {})
-        self.shard_dir = self.folder / SHARD_DIR
+        self.shard_dir = Path(folder) / SHARD_DIR
         self.shard_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.shard_dir / spec.name
         self._written = 0  # rows handed to write()
@@ -171,8 +169,6 @@ class TableShardWriter(ShardWriter):
     def _open(self) -> None:
         from ..io.arrow import EmbeddingTableWriter, pyarrow
 
-        if self.dtype != np.float32:
-            raise InputError(f"Parquet and Arrow shards hold float32 embeddings, not {self.dtype}")
         if self._ids is not None and len(self._ids[1]) != self.spec.rows:
             raise InputError(f"shard {self.spec.index} holds {self.spec.rows} rows but got {len(self._ids[1])} ids")
         self._stack = contextlib.ExitStack()
