@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -53,8 +52,6 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
 
     from ..comparison import ModelComparison, PairScores
-
-logger = logging.getLogger(__name__)
 
 
 @app.command(
@@ -217,8 +214,8 @@ def _input_stream(input: Path, table: Any, column: list[str] | None, errors: str
     if column:
         sentences = read_corpus(input, column, errors, False)
         return len(sentences), iter(sentences)
-    if _is_regular_file(input):
-        # A first pass counts rows and finds bad lines (bytes, blanks) before any encoding work is spent.
+    if str(input) != STDIO and input.is_file():
+        # A regular file can be read twice: a first pass counts rows and finds bad lines before any encoding work.
         return sum(1 for _ in _nonblank_lines(input, errors)), _nonblank_lines(input, errors)
     # A pipe, FIFO or terminal can be read only once: stream it, and write the row count into the header last.
     return None, _nonblank_lines(input, errors)
@@ -226,10 +223,7 @@ def _input_stream(input: Path, table: Any, column: list[str] | None, errors: str
 
 def _write_npy(output: Path, input: Path, parts: Iterable[np.ndarray], n: int | None, dim: int) -> int:  # noqa: A002
     """Write the float32 [N, ``dim``] ``parts`` as one .npy at ``output`` (``-``: standard output); return N.
-
-    Atomic (or spooled, for standard output); plain appends, not a memory map, so memory stays at one chunk.
-    InputError when ``n`` rows were counted in ``input`` but another number came (the file changed meanwhile).
-    """
+    Plain appends, so memory stays at one chunk. InputError when ``n`` rows were counted but another number came."""
     from ..errors import InputError
     from ..io.files import embeddings_npy_header
 
@@ -268,18 +262,6 @@ def _table_options(
         raise InputError("--id-column needs a table output (-o x.parquet or x.arrow): a .npy holds only vectors")
     table = TableColumn(input, text_column or DEFAULT_TEXT_COLUMN, in_kind, id_column) if in_kind != "text" else None
     return table, out_kind
-
-
-def _is_regular_file(path: Path) -> bool:
-    """Whether ``path`` can be read twice (a regular file), unlike ``-``, a FIFO or ``/dev/stdin`` on a pipe."""
-    import stat
-
-    if str(path) == STDIO:
-        return False
-    try:
-        return stat.S_ISREG(path.stat().st_mode)
-    except OSError:
-        return False
 
 
 @contextlib.contextmanager

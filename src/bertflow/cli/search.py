@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import time
 from pathlib import Path
 from typing import Annotated, Literal
@@ -26,8 +25,6 @@ from .options import (
     quiet_libraries,
     source_constant,
 )
-
-logger = logging.getLogger(__name__)
 
 Backend = Literal[source_constant("search/ann", "Backend")]
 

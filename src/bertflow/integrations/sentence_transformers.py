@@ -10,7 +10,6 @@ a repository's own modeling code run, so :func:`load_calibrated` first refuses a
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +33,6 @@ from ..errors import CompatibilityError, InputError, ModelFileError
 from ..io.formats import read_json, verify_checksums, write_json
 from ..model_folder import check_fitted_on
 from ..validation import output_limit, raise_calibrated
-
-logger = logging.getLogger(__name__)
 
 FITTING_FILE = "fitting.json"
 #: The record of the encoder the module's calibrator was fitted on (model_folder.encoder_record), beside its config.

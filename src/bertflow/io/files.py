@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import logging
 import os
 import shutil
 import socket
@@ -21,7 +20,6 @@ import numpy as np
 
 from ..errors import BertflowError, ModelFileError, OutputError
 
-logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
