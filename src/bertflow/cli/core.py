@@ -250,9 +250,9 @@ def _table_options(
     """``encode``'s table input (a :class:`~bertflow.io.arrow.TableColumn`, or None for text) and output kind
     (``"npy"``, ``"parquet"`` or ``"arrow"``, from the suffix), refusing options that do not fit them."""
     from ..errors import InputError
-    from ..io.arrow import DEFAULT_TEXT_COLUMN, TABLE_SUFFIXES, TableColumn
+    from ..io.arrow import DEFAULT_TEXT_COLUMN, TABLE_SUFFIXES, TableColumn, input_format
 
-    in_kind = "text" if str(input) == STDIO else TABLE_SUFFIXES.get(input.suffix.lower(), "text")
+    in_kind = input_format(input)
     out_kind = "npy" if str(output) == STDIO else TABLE_SUFFIXES.get(output.suffix.lower(), "npy")
     if in_kind == "text" and (text_column or id_column):
         raise InputError(f"--text-column and --id-column apply to a .parquet / .arrow input; {input} is read as text")
