@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -224,10 +223,16 @@ def _input_stream(input: Path, table: Any, column: list[str] | None, errors: str
 def _write_npy(output: Path, input: Path, parts: Iterable[np.ndarray], n: int | None, dim: int) -> int:  # noqa: A002
     """Write the float32 [N, ``dim``] ``parts`` as one .npy at ``output`` (``-``: standard output); return N.
     Plain appends, so memory stays at one chunk. InputError when ``n`` rows were counted but another number came."""
-    from ..errors import InputError
-    from ..io.files import embeddings_npy_header
+    import shutil
+    import sys
+    import tempfile
 
-    with _npy_destination(output) as out:
+    from ..errors import InputError
+    from ..io.files import atomic_file, embeddings_npy_header
+
+    to_stdout = str(output) == STDIO
+    # A seekable file: output written atomically, or (-) a spool copied to standard output at the end.
+    with tempfile.TemporaryFile() if to_stdout else atomic_file(output, "wb") as out:
         out.write(embeddings_npy_header(n or 0, dim))
         row = 0
         for part in parts:
@@ -237,6 +242,10 @@ def _write_npy(output: Path, input: Path, parts: Iterable[np.ndarray], n: int | 
             raise InputError(f"{input} changed while it was being encoded ({n} lines counted, {row} encoded)")
         out.seek(0)
         out.write(embeddings_npy_header(row, dim))
+        if to_stdout:
+            out.seek(0)
+            shutil.copyfileobj(out, sys.stdout.buffer)
+            sys.stdout.buffer.flush()
     return row
 
 
@@ -262,26 +271,6 @@ def _table_options(
         raise InputError("--id-column needs a table output (-o x.parquet or x.arrow): a .npy holds only vectors")
     table = TableColumn(input, text_column or DEFAULT_TEXT_COLUMN, in_kind, id_column) if in_kind != "text" else None
     return table, out_kind
-
-
-@contextlib.contextmanager
-def _npy_destination(output: Path):  # noqa: ANN202
-    """A seekable binary file for the .npy: ``output`` written atomically, or (``-``) a spool copied to stdout."""
-    import shutil
-    import sys
-    import tempfile
-
-    from ..io.files import atomic_file
-
-    if str(output) != STDIO:
-        with atomic_file(output, "wb") as fh:
-            yield fh
-        return
-    with tempfile.TemporaryFile() as spool:
-        yield spool
-        spool.seek(0)
-        shutil.copyfileobj(spool, sys.stdout.buffer)
-        sys.stdout.buffer.flush()
 
 
 def _nonblank_lines(path: Path, errors: str):

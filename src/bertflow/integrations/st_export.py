@@ -227,9 +227,7 @@ def fit_calibrator(
     ``fitting.json``; ``portable``: an affine calibrator becomes sentence-transformers' own ``Dense`` (loads without
     bertflow, but carries no fitting record and no encoder check), ``False`` keeps :class:`Calibration`.
     """
-    if isinstance(corpus, str):
-        raise InputError("corpus must be a list of sentences, not one string")
-    items = validate_sentences(corpus)
+    items = validate_sentences(corpus)  # refuses a single string too
     modules = list(model)
     if any(isinstance(m, Calibration) for m in modules):
         raise InputError("this model already has a Calibration module; fit on the uncalibrated model")

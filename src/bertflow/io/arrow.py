@@ -276,10 +276,8 @@ class EmbeddingTableWriter:
         if kind == "parquet":
             # Floats do not repeat: dictionary encoding would only cost time.
             self._writer = pa.parquet.ParquetWriter(self._sink, self.schema, use_dictionary=False)
-        elif kind == "arrow":
-            self._writer = pa.ipc.new_file(self._sink, self.schema)
         else:
-            raise ValueError(f"unknown table format {kind!r}")
+            self._writer = pa.ipc.new_file(self._sink, self.schema)
 
     def write(self, first_row: int, block: np.ndarray, ids: Any = None) -> None:
         """Append rows ``first_row ...`` of float32 ``block`` [n, D], with their ids (a pyarrow array) if any."""
