@@ -389,10 +389,9 @@ def _check_similarity_inputs(
         if len(sentences) != 2:
             raise InputError(f"similarity takes exactly two sentences, got {len(sentences)}")
         check_text_arguments(sentences)
-    if output is not None and str(output) == STDIO:
-        output = None
-    if output is not None:
-        check_output_file(output, inputs=[pairs] if pairs is not None else [], overwrite=overwrite)
+    if output is None or str(output) == STDIO:
+        return None
+    check_output_file(output, inputs=[pairs] if pairs is not None else [], overwrite=overwrite)
     return output
 
 
@@ -403,10 +402,7 @@ def _pairs_tsv(cosines: dict[str, Sequence[float]], columns: dict[str, Sequence[
 
     # One column per model: "cosine" alone for one model or the raw encoder (so scripts and the "bertflow wrote
     # this file" rule of io/files.py see the same file as ever), "cosine:NAME" for several.
-    if len(cosines) == 1:
-        names = [PAIRS_TSV_FIRST_COLUMN]
-    else:
-        names = [f"{PAIRS_TSV_FIRST_COLUMN}:{name}" for name in cosines]
+    names = [PAIRS_TSV_FIRST_COLUMN] if len(cosines) == 1 else [f"{PAIRS_TSV_FIRST_COLUMN}:{name}" for name in cosines]
     lines = ["\t".join([*names, *columns])]
     lines += [
         "\t".join([*(f"{c:.6f}" for c in row[: len(names)]), *row[len(names) :]])

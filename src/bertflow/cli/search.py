@@ -172,7 +172,7 @@ def query(
         raise InputError("- (standard input) may be given once among the queries")
     check_text_arguments([t for t in given if t != "-"], what="query")
     # The kind of folder first: not the index's fault, and it needs no index loaded.
-    kind = folder_kind(Path(index))
+    kind = folder_kind(index)
     if kind is not None and kind != "index":
         raise InputError(
             f"{index} is a bertflow {kind} folder, not a search index; build an index from it first "

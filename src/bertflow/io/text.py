@@ -59,15 +59,6 @@ def _open_binary(path: str | Path) -> io.BufferedIOBase:
         raise InputError(f"cannot read {p}: {exc.strerror or exc}") from None
 
 
-def _raw_lines(fh: io.BufferedIOBase, path: Path) -> Iterator[bytes]:
-    """The lines of an open binary file; a read error or bad gzip data becomes an InputError naming the file."""
-    try:
-        yield from fh
-    except (OSError, EOFError, zlib.error) as exc:
-        what = "corrupt or truncated gzip data" if isinstance(fh, gzip.GzipFile) else "read error"
-        raise InputError(f"cannot read {path}: {what} ({exc})") from None
-
-
 def _looks_utf16(raw: bytes) -> bool:
     """Whether a line's bytes look like UTF-16 read as UTF-8: at least a third NUL, nearly all at even or nearly all
     at odd positions (Latin text in UTF-16 has a NUL beside every character; NULs in real UTF-8 are rare)."""
@@ -101,8 +92,12 @@ def iter_lines(path: str | Path, errors: EncodingErrors = "strict") -> Iterator[
         raise InputError(f"errors must be 'strict' or 'replace', got {errors!r}")
     p = Path(path)
     with _open_binary(p) as fh:
-        for number, raw in enumerate(_raw_lines(fh, p), start=1):
-            yield number, decode_line(raw, p, number, errors, first=number == 1)
+        try:
+            for number, raw in enumerate(fh, start=1):
+                yield number, decode_line(raw, p, number, errors, first=number == 1)
+        except (OSError, EOFError, zlib.error) as exc:  # a read error or bad gzip data
+            what = "corrupt or truncated gzip data" if isinstance(fh, gzip.GzipFile) else "read error"
+            raise InputError(f"cannot read {p}: {what} ({exc})") from None
 
 
 def decode_line(raw: bytes, path: Path, number: int, errors: str, *, first: bool) -> str:
