@@ -265,6 +265,8 @@ def check_output_folder(
     ``overwrite`` (or ``resume``: a store continued); a model or index holding files its save did not write
     (:func:`foreign_entries`), even with ``overwrite``; a place that cannot be written.
     """
+    if kind not in FOLDER_KINDS:
+        raise ValueError(f"unknown folder kind {kind!r}")
     name = _KIND_NAMES[kind]
     target = Path(path).expanduser().resolve()
     cwd = Path.cwd().resolve()
