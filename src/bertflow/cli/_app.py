@@ -52,18 +52,14 @@ class _Group(TyperGroup):
             # which `bertflow --help` should not pay for.
             from ..errors import BertflowError, DivergenceError, describe_os_error
 
-            if isinstance(e, DivergenceError):
-                typer.echo(f"bertflow: error: {e}", err=True)
-                ctx.exit(EXIT_RUNTIME)
-            elif isinstance(e, BertflowError):
-                typer.echo(f"bertflow: error: {e}", err=True)
-            elif isinstance(e, OSError):
-                # Disk full, a folder turned read-only mid-run...: what the system said, about which file, one line.
-                typer.echo(f"bertflow: error: {describe_os_error(e)}", err=True)
-                ctx.exit(EXIT_RUNTIME)
+            if isinstance(e, BertflowError):
+                text, status = str(e), EXIT_RUNTIME if isinstance(e, DivergenceError) else EXIT_USAGE
+            elif isinstance(e, OSError):  # disk full, a folder turned read-only mid-run...: what the system said
+                text, status = describe_os_error(e), EXIT_RUNTIME
             else:
                 raise
-            ctx.exit(EXIT_USAGE)
+            typer.echo(f"bertflow: error: {text}", err=True)
+            ctx.exit(status)
 
 
 app = typer.Typer(

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -53,8 +51,6 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
 
     from ..comparison import ModelComparison, PairScores
-
-logger = logging.getLogger(__name__)
 
 
 @app.command(
@@ -217,8 +213,8 @@ def _input_stream(input: Path, table: Any, column: list[str] | None, errors: str
     if column:
         sentences = read_corpus(input, column, errors, False)
         return len(sentences), iter(sentences)
-    if _is_regular_file(input):
-        # A first pass counts rows and finds bad lines (bytes, blanks) before any encoding work is spent.
+    if str(input) != STDIO and input.is_file():
+        # A regular file can be read twice: a first pass counts rows and finds bad lines before any encoding work.
         return sum(1 for _ in _nonblank_lines(input, errors)), _nonblank_lines(input, errors)
     # A pipe, FIFO or terminal can be read only once: stream it, and write the row count into the header last.
     return None, _nonblank_lines(input, errors)
@@ -226,14 +222,17 @@ def _input_stream(input: Path, table: Any, column: list[str] | None, errors: str
 
 def _write_npy(output: Path, input: Path, parts: Iterable[np.ndarray], n: int | None, dim: int) -> int:  # noqa: A002
     """Write the float32 [N, ``dim``] ``parts`` as one .npy at ``output`` (``-``: standard output); return N.
+    Plain appends, so memory stays at one chunk. InputError when ``n`` rows were counted but another number came."""
+    import shutil
+    import sys
+    import tempfile
 
-    Atomic (or spooled, for standard output); plain appends, not a memory map, so memory stays at one chunk.
-    InputError when ``n`` rows were counted in ``input`` but another number came (the file changed meanwhile).
-    """
     from ..errors import InputError
-    from ..io.files import embeddings_npy_header
+    from ..io.files import atomic_file, embeddings_npy_header
 
-    with _npy_destination(output) as out:
+    to_stdout = str(output) == STDIO
+    # A seekable file: output written atomically, or (-) a spool copied to standard output at the end.
+    with tempfile.TemporaryFile() if to_stdout else atomic_file(output, "wb") as out:
         out.write(embeddings_npy_header(n or 0, dim))
         row = 0
         for part in parts:
@@ -243,6 +242,10 @@ def _write_npy(output: Path, input: Path, parts: Iterable[np.ndarray], n: int | 
             raise InputError(f"{input} changed while it was being encoded ({n} lines counted, {row} encoded)")
         out.seek(0)
         out.write(embeddings_npy_header(row, dim))
+        if to_stdout:
+            out.seek(0)
+            shutil.copyfileobj(out, sys.stdout.buffer)
+            sys.stdout.buffer.flush()
     return row
 
 
@@ -256,9 +259,9 @@ def _table_options(
     """``encode``'s table input (a :class:`~bertflow.io.arrow.TableColumn`, or None for text) and output kind
     (``"npy"``, ``"parquet"`` or ``"arrow"``, from the suffix), refusing options that do not fit them."""
     from ..errors import InputError
-    from ..io.arrow import DEFAULT_TEXT_COLUMN, TABLE_SUFFIXES, TableColumn
+    from ..io.arrow import DEFAULT_TEXT_COLUMN, TABLE_SUFFIXES, TableColumn, input_format
 
-    in_kind = "text" if str(input) == STDIO else TABLE_SUFFIXES.get(input.suffix.lower(), "text")
+    in_kind = input_format(input)
     out_kind = "npy" if str(output) == STDIO else TABLE_SUFFIXES.get(output.suffix.lower(), "npy")
     if in_kind == "text" and (text_column or id_column):
         raise InputError(f"--text-column and --id-column apply to a .parquet / .arrow input; {input} is read as text")
@@ -268,38 +271,6 @@ def _table_options(
         raise InputError("--id-column needs a table output (-o x.parquet or x.arrow): a .npy holds only vectors")
     table = TableColumn(input, text_column or DEFAULT_TEXT_COLUMN, in_kind, id_column) if in_kind != "text" else None
     return table, out_kind
-
-
-def _is_regular_file(path: Path) -> bool:
-    """Whether ``path`` can be read twice (a regular file), unlike ``-``, a FIFO or ``/dev/stdin`` on a pipe."""
-    import stat
-
-    if str(path) == STDIO:
-        return False
-    try:
-        return stat.S_ISREG(path.stat().st_mode)
-    except OSError:
-        return False
-
-
-@contextlib.contextmanager
-def _npy_destination(output: Path):  # noqa: ANN202
-    """A seekable binary file for the .npy: ``output`` written atomically, or (``-``) a spool copied to stdout."""
-    import shutil
-    import sys
-    import tempfile
-
-    from ..io.files import atomic_file
-
-    if str(output) != STDIO:
-        with atomic_file(output, "wb") as fh:
-            yield fh
-        return
-    with tempfile.TemporaryFile() as spool:
-        yield spool
-        spool.seek(0)
-        shutil.copyfileobj(spool, sys.stdout.buffer)
-        sys.stdout.buffer.flush()
 
 
 def _nonblank_lines(path: Path, errors: str):
@@ -418,10 +389,9 @@ def _check_similarity_inputs(
         if len(sentences) != 2:
             raise InputError(f"similarity takes exactly two sentences, got {len(sentences)}")
         check_text_arguments(sentences)
-    if output is not None and str(output) == STDIO:
-        output = None
-    if output is not None:
-        check_output_file(output, inputs=[pairs] if pairs is not None else [], overwrite=overwrite)
+    if output is None or str(output) == STDIO:
+        return None
+    check_output_file(output, inputs=[pairs] if pairs is not None else [], overwrite=overwrite)
     return output
 
 
@@ -432,10 +402,7 @@ def _pairs_tsv(cosines: dict[str, Sequence[float]], columns: dict[str, Sequence[
 
     # One column per model: "cosine" alone for one model or the raw encoder (so scripts and the "bertflow wrote
     # this file" rule of io/files.py see the same file as ever), "cosine:NAME" for several.
-    if len(cosines) == 1:
-        names = [PAIRS_TSV_FIRST_COLUMN]
-    else:
-        names = [f"{PAIRS_TSV_FIRST_COLUMN}:{name}" for name in cosines]
+    names = [PAIRS_TSV_FIRST_COLUMN] if len(cosines) == 1 else [f"{PAIRS_TSV_FIRST_COLUMN}:{name}" for name in cosines]
     lines = ["\t".join([*names, *columns])]
     lines += [
         "\t".join([*(f"{c:.6f}" for c in row[: len(names)]), *row[len(names) :]])

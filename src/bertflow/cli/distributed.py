@@ -32,8 +32,10 @@ from .options import (
     SeedOpt,
     TextColumnOpt,
     ValidationFractionOpt,
+    build_encoder,
     check_device,
     fit_summary,
+    load_embedder,
     quiet_libraries,
     source_constant,
 )
@@ -164,8 +166,6 @@ def _guarded(body: Any, device: str | None, args: dict[str, Any]) -> None:
 
 def _encode_worker_body(device: str, args: dict[str, Any]) -> None:
     from ..calibrators import FlowCalibrator
-    from ..embedder import Embedder
-    from ..encoding.encoder import SentenceEncoder
     from ..scale.encode import encode_file_to_store
     from ..scale.launch import current_topology
 
@@ -176,14 +176,12 @@ def _encode_worker_body(device: str, args: dict[str, Any]) -> None:
         torch.cuda.set_device(torch.device(device))
     calibrator = None
     if args["model_dir"]:
-        embedder = Embedder.load(args["model_dir"], device=device, dtype=args["dtype"])
+        embedder = load_embedder(args["model_dir"], device, args["dtype"])
         encoder, calibrator = embedder.encoder, embedder.calibrator
         if isinstance(calibrator, FlowCalibrator) and calibrator.is_fitted:
             calibrator.flow_.to(device)  # loading puts it on the default GPU; keep it beside this rank's encoder
     else:
-        encoder = SentenceEncoder(
-            args["model"], pooling=args["pooling"], max_length=args["max_length"], device=device, dtype=args["dtype"]
-        )
+        encoder = build_encoder(args["model"], args["pooling"], args["max_length"], device, args["dtype"])
     options = ("shard_size", "chunk_size", "batch_size", "encoding_errors", "overwrite", "merge", "text_column")
     options += ("input_format", "shard_format", "id_column")
     summary = encode_file_to_store(

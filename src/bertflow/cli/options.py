@@ -217,27 +217,18 @@ ModelDirOpt = Annotated[
 
 
 def source_constant(module: str, name: str) -> Any:
-    """The value of the module-level constant ``name`` of bertflow's ``module`` (a path below the package without
-    ``.py``: ``"encoding/device"``), read from its source without importing it, so the CLI's help quotes the owner's
-    list without loading torch. A ``Literal["a", "b"]`` alias gives its arguments, ``("a", "b")``. LookupError (a
-    bug in bertflow) for no such literal constant."""
+    """The value of the module-level constant ``name = <literal>`` of bertflow's ``module`` (a path below the package
+    without ``.py``: ``"encoding/device"``), read from its source without importing it, so the CLI's help quotes the
+    owner's list without loading torch. A ``Literal["a", "b"]`` alias gives ``("a", "b")``. LookupError for none."""
     import ast
 
     source = (Path(__file__).resolve().parents[1] / f"{module}.py").read_text(encoding="utf-8")
     for node in ast.parse(source).body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target, value = node.targets[0], node.value
-        elif isinstance(node, ast.AnnAssign) and node.value is not None:
-            target, value = node.target, node.value
-        else:
-            continue
-        if isinstance(target, ast.Name) and target.id == name:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [name]:
+            value = node.value
             if isinstance(value, ast.Subscript) and getattr(value.value, "id", None) == "Literal":
                 value = value.slice
-            try:
-                return ast.literal_eval(value)
-            except ValueError:
-                break
+            return ast.literal_eval(value)
     raise LookupError(f"bertflow/{module}.py has no literal constant {name}")
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import time
 from pathlib import Path
 from typing import Annotated, Literal
@@ -26,8 +25,6 @@ from .options import (
     quiet_libraries,
     source_constant,
 )
-
-logger = logging.getLogger(__name__)
 
 Backend = Literal[source_constant("search/ann", "Backend")]
 
@@ -175,7 +172,7 @@ def query(
         raise InputError("- (standard input) may be given once among the queries")
     check_text_arguments([t for t in given if t != "-"], what="query")
     # The kind of folder first: not the index's fault, and it needs no index loaded.
-    kind = folder_kind(Path(index))
+    kind = folder_kind(index)
     if kind is not None and kind != "index":
         raise InputError(
             f"{index} is a bertflow {kind} folder, not a search index; build an index from it first "

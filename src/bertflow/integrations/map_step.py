@@ -81,12 +81,11 @@ class MapEncoder:
         return self._encode
 
     def encode(self, sentences: list[str]) -> np.ndarray:
-        """Embeddings of ``sentences``: float32 [n, D] (what ``Embedder.encode`` or ``SentenceEncoder.encode`` give;
-        [0, D] for none). A null, blank or non-string sentence is an InputError naming its row in the batch."""
+        """Embeddings of ``sentences``: float32 [n, D] ([0, D] for none)."""
         return np.asarray(self._encoder()(sentences, batch_size=self.batch_size, show_progress_bar=False))
 
     def __call__(self, batch: Any) -> Any:
-        """``batch`` with the embedding column added (see the class docstring for the forms accepted)."""
+        """``batch`` with the embedding column added."""
         if isinstance(batch, dict):
             if self.text_column not in batch:
                 raise InputError(f"the batch has no column {self.text_column!r}; its columns: {', '.join(batch)}")

@@ -77,12 +77,8 @@ class MTEBEncoder:
         prompt_type: Any = None,
         **kwargs: Any,
     ) -> np.ndarray:
-        """Calibrated embeddings of every text in ``inputs``, in order: float32 [N, D'].
-
-        ``task_metadata``, ``hf_split``, ``hf_subset`` and ``prompt_type`` are accepted and unused (no prompts).
-        ``kwargs`` are MTEB's ``encode_kwargs`` and go to :meth:`Embedder.encode` (``batch_size``,
-        ``show_progress_bar``, ``precision``...); an unknown one is a ``TypeError`` naming it.
-        """
+        """Calibrated embeddings of every text in ``inputs``, in order: float32 [N, D']. The task and prompt
+        arguments are unused (no prompts); ``kwargs`` (MTEB's ``encode_kwargs``) go to :meth:`Embedder.encode`."""
         texts: list[str] = []
         for batch in inputs:
             if not isinstance(batch, dict) or "text" not in batch:
@@ -92,12 +88,11 @@ class MTEBEncoder:
         return self.embedder.encode(texts, **kwargs)
 
     def similarity(self, embeddings1: Any, embeddings2: Any) -> torch.Tensor:
-        """Cosine similarity matrix [N1, N2] (float32 tensor, as sentence-transformers returns):
-        :meth:`Embedder.similarity` on embeddings."""
+        """Cosine similarity matrix [N1, N2] (float32 tensor, as sentence-transformers returns)."""
         return self.embedder.similarity(embeddings1, embeddings2)
 
     def similarity_pairwise(self, embeddings1: Any, embeddings2: Any) -> torch.Tensor:
-        """Cosine of each pair of rows [N] (float32 tensor): :meth:`Embedder.similarity_pairwise` on embeddings."""
+        """Cosine of each pair of rows [N] (float32 tensor)."""
         return self.embedder.similarity_pairwise(embeddings1, embeddings2)
 
     def __repr__(self) -> str:
@@ -118,8 +113,7 @@ def sts_task(
 
     ``pairs``: scored pairs (``read_pairs(path)``, ``load_sts_task(...).eval_subsets[...]``), or a dict of them by
     split name (a single set becomes the ``"test"`` split); ``min_score``, ``max_score``: the gold scale, which MTEB
-    rescales to [0, 1] (no correlation notices); ``languages``: MTEB language codes. InputError for pairs without gold
-    scores, no pairs, or a split without pairs.
+    rescales to [0, 1]; ``languages``: MTEB language codes.
     """
     from datasets import Dataset
 

@@ -10,7 +10,6 @@ a repository's own modeling code run, so :func:`load_calibrated` first refuses a
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +34,6 @@ from ..io.formats import read_json, verify_checksums, write_json
 from ..model_folder import check_fitted_on
 from ..validation import output_limit, raise_calibrated
 
-logger = logging.getLogger(__name__)
-
 FITTING_FILE = "fitting.json"
 #: The record of the encoder the module's calibrator was fitted on (model_folder.encoder_record), beside its config.
 FITTED_ON_FILE = "fitted_on.json"
@@ -60,11 +57,9 @@ def verify_export_checksums(folder: str | Path) -> None:
 
 
 def encoder_config(model: SentenceTransformer) -> dict[str, Any]:
-    """What a calibrator fitted on ``model``'s pooled embeddings depends on, in bertflow's encoder-config form:
-    ``{"model", "revision", "pooling", "max_length", "dim", "fingerprint", "tokenizer_fingerprint", "framework"}``.
-    The fingerprints are ``None`` when the first module is not a Hugging Face transformer with a (fast) tokenizer.
-    ``model`` is the Hub id, or for a local checkpoint the Hub id sentence-transformers recognised or else the
-    folder's name: never an absolute local path.
+    """What a calibrator fitted on ``model``'s pooled embeddings depends on, in bertflow's encoder-config form. The
+    fingerprints are ``None`` when the first module is not a Hugging Face transformer with a (fast) tokenizer;
+    ``model`` is never an absolute local path.
     """
     first = model[0]
     hf_model = getattr(first, "auto_model", None)
@@ -77,8 +72,7 @@ def encoder_config(model: SentenceTransformer) -> dict[str, Any]:
     pooling = _bertflow_pooling(model)
     name = getattr(getattr(hf_model, "config", None), "_name_or_path", None) or type(first).__name__
     if Path(name).is_absolute():
-        # A local folder: its absolute path would publish the user's file system in a shared model and name nothing
-        # on another machine. The Hub id sentence-transformers recognised, else the folder's own name.
+        # A local folder's path would publish the user's file system and name nothing on another machine.
         name = getattr(model.model_card_data, "base_model", None) or portable_model_name(name)
     return {
         "model": name,
@@ -150,10 +144,8 @@ class Calibration(Module):
         self.fitted_on = dict(fitted_on) if fitted_on else None
 
     def forward(self, features: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        """Replace ``features["sentence_embedding"]`` [B, D] by its calibration [B, D'] (same device and dtype).
-
-        The calibrator runs in float32 on the embeddings' device (:meth:`Calibrator.torch_transform`).
-        """
+        """Replace ``features["sentence_embedding"]`` [B, D] by its calibration [B, D'] (same device and dtype),
+        computed in float32 on the embeddings' device."""
         x: torch.Tensor = features["sentence_embedding"]
         if x.requires_grad:
             raise CompatibilityError(
@@ -182,9 +174,8 @@ class Calibration(Module):
         return features
 
     def __getstate__(self) -> dict[str, Any]:
-        """The module's state without the per-device functions ``forward`` caches: they are closures, which pickle
-        cannot send (sentence-transformers' multi-process encoding pickles the model to each worker), and a worker
-        builds its own on its first forward anyway."""
+        """The module's state without the per-device closures ``forward`` caches, which pickle cannot send
+        (sentence-transformers' multi-process encoding pickles the model to each worker)."""
         state = dict(super().__getstate__())
         state.pop("_transforms", None)
         return state
@@ -206,8 +197,7 @@ class Calibration(Module):
         check_fitted_on(self.calibrator, encoder_config(model), self.fitted_on, subject="this model", advice=advice)
 
     def save(self, output_path: str, *args: Any, safe_serialization: bool = True, **kwargs: Any) -> None:
-        """Write ``config.json`` + ``model.safetensors`` (always safetensors), ``fitting.json`` and, when known,
-        ``fitted_on.json``."""
+        """Write ``config.json`` + ``model.safetensors``, ``fitting.json`` and, when known, ``fitted_on.json``."""
         self.calibrator.save(output_path)
         write_json(Path(output_path) / FITTING_FILE, self.fitting)
         if self.fitted_on:
@@ -224,8 +214,8 @@ class Calibration(Module):
         local_files_only: bool = False,
         **kwargs: Any,
     ) -> Calibration:
-        """Load the module folder (local, or a hub repo's subfolder) written by :meth:`save`. The calibrator class
-        comes from bertflow's registry, named in its ``config.json``; nothing is imported from the folder."""
+        """Load the module folder (local, or a hub repo's subfolder) written by :meth:`save`; nothing is imported
+        from the folder."""
         where = {"subfolder": subfolder, "token": token, "cache_folder": cache_folder, "revision": revision}
         folder = Path(cls.load_dir_path(model_name_or_path, local_files_only=local_files_only, **where))
         fitting, fitted_on = (
@@ -253,11 +243,9 @@ def _module_entries(root: Path) -> list[tuple[str, str]] | None:
 
 
 def check_module_list(folder: str | Path) -> None:
-    """Refuse (ModelFileError naming the module and the folder) a saved sentence-transformers folder whose
-    ``modules.json`` does not match its module folders: a listed module whose folder is missing
-    (sentence-transformers would fail with a traceback), or a calibration module folder (with bertflow's
-    ``fitting.json``) that ``modules.json`` no longer lists, which would load an uncalibrated model without a word.
-    A folder without ``modules.json`` (a bare transformer) passes.
+    """Refuse (ModelFileError) a saved sentence-transformers folder whose ``modules.json`` does not match its module
+    folders: a listed module whose folder is missing (sentence-transformers would fail with a traceback), or a
+    calibration module folder that it no longer lists (an uncalibrated model would load without a word).
     """
     root = Path(folder)
     entries = _module_entries(root)
@@ -311,10 +299,8 @@ def load_calibrated(
     model_name_or_path: str, *, revision: str | None = None, token: bool | str | None = None, **kwargs: Any
 ) -> SentenceTransformer:
     """Load a saved calibrated ``SentenceTransformer`` (local folder or Hub id) with ``trust_remote_code=True``, which
-    a :class:`Calibration` module needs, after fetching its files (no code runs) and refusing any folder that could
-    run code (:func:`check_no_code`), is incomplete (:func:`check_module_list`) or was altered
-    (:func:`verify_export_checksums`): ModelFileError, as for a Hub repo that cannot be fetched. Keyword arguments
-    go to ``SentenceTransformer`` (``device=...``)."""
+    a :class:`Calibration` module needs, after fetching its files (no code runs) and refusing (ModelFileError) any
+    folder that could run code, is incomplete or was altered. Keyword arguments go to ``SentenceTransformer``."""
     folder = Path(model_name_or_path).expanduser()
     if not folder.is_dir():
         from ..hub import snapshot

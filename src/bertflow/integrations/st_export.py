@@ -84,9 +84,8 @@ class CalibratedSentenceTransformer(SentenceTransformer):
 
 
 def affine_map(calibrator: Calibrator) -> tuple[np.ndarray, np.ndarray]:
-    """The fitted ``calibrator`` as one affine map ``x -> x @ W + b`` (float64): ``(W [D, D'], b [D'])`` with
-    ``b = -mean @ W`` (the mean folded into the bias); a chain's steps composed into one matrix. InputError where
-    ``calibrator.is_affine()`` is false (the flow; anchored and auto normalise two blocks separately)."""
+    """The fitted ``calibrator`` as one affine map ``x -> x @ W + b`` (float64): ``(W [D, D'], b [D'])``, a chain's
+    steps composed. InputError where ``calibrator.is_affine()`` is false."""
     calibrator.check_fitted()
     if not calibrator.is_affine():
         raise InputError(
@@ -102,8 +101,7 @@ def affine_map(calibrator: Calibrator) -> tuple[np.ndarray, np.ndarray]:
 
 
 def as_dense(calibrator: Calibrator) -> Dense:
-    """A sentence-transformers ``Dense`` module (identity activation) computing the affine ``calibrator``
-    (:func:`affine_map`) to float32 rounding; it saves and reloads without bertflow."""
+    """A sentence-transformers ``Dense`` module computing the affine ``calibrator`` to float32 rounding."""
     W, b = affine_map(calibrator)
     return Dense(
         W.shape[0],
@@ -169,8 +167,7 @@ def _card_data(
     module: Module, cal: Calibrator, pooling: str | None, facts: list[tuple[str, str]], **kwargs: Any
 ) -> BertflowModelCardData:
     """Card data for a model whose last calibration ``module`` computes ``cal`` after ``pooling`` (bertflow's name,
-    ``None`` for a sentence-transformers model's own), with the fit record ``facts`` (see
-    :class:`BertflowModelCardData`); ``kwargs`` go to it (``license``, ``local_files_only``)."""
+    ``None`` for a sentence-transformers model's own), with the fit record ``facts``."""
     needs = None
     if isinstance(module, Calibration):
         needs = calibrator_needs_bertflow(cal, pooling) or "it was exported with portable=False (bertflow's module)"
@@ -179,7 +176,7 @@ def _card_data(
 
 
 def _fit_facts(fitting: dict[str, Any]) -> list[tuple[str, str]]:
-    """The fit record's rows of the card: corpus size and sha256, regime."""
+    """The fit record's rows of the card."""
     sha = fitting.get("corpus_sha256")
     return [
         ("corpus size (sentences)", str(fitting.get("n_sentences", "unknown"))),
@@ -199,9 +196,8 @@ def _calibration_module(
 
 
 def _calibrated_model(modules: list[Module], cal: Calibrator, **kwargs: Any) -> CalibratedSentenceTransformer:
-    """The calibrated ``SentenceTransformer`` of ``modules`` (``kwargs``: device, card data, prompts), with cosine
-    similarity and the ``bertflow`` and ``calibrator-<name>`` tags on its card."""
-    # Cosine in the calibrated space is bertflow's similarity, whatever the base model declared.
+    """The calibrated ``SentenceTransformer`` of ``modules``, with cosine similarity (bertflow's, whatever the base
+    model declared) and the ``bertflow`` and ``calibrator-<name>`` tags on its card."""
     model = CalibratedSentenceTransformer(modules=modules, similarity_fn_name="cosine", **kwargs)
     add_tags = getattr(model.model_card_data, "add_tags", None)
     if callable(add_tags):
@@ -226,17 +222,12 @@ def fit_calibrator(
     ``model`` is not modified), the calibration module, and ``Normalize`` if ``normalize`` (``None`` keeps what
     ``model`` had); cosine similarity; ``model``'s prompts.
 
-    ``calibrator``: a spec (``"flow"``, ``"whitening-256"`` ...: :func:`bertflow.calibrators.parse_calibrator`, with
-    ``calibrator_kwargs`` such as ``seed=1``) or an unfitted :class:`Calibrator`; ``batch_size``,
-    ``show_progress_bar``: for embedding the corpus (``None`` shows a bar for large corpora); ``regime``: a label for
-    the fitting corpus, saved in ``fitting.json``; ``portable``: an affine calibrator becomes sentence-transformers'
-    own ``Dense`` (:func:`as_dense`: loads without bertflow, but carries no fitting record and no encoder check),
-    ``False`` keeps :class:`Calibration`. InputError for blank or non-string sentences, a model already calibrated,
-    a bad spec.
+    ``calibrator``: a spec (:func:`bertflow.calibrators.parse_calibrator`, with ``calibrator_kwargs`` such as
+    ``seed=1``) or an unfitted :class:`Calibrator`; ``regime``: a label for the fitting corpus, saved in
+    ``fitting.json``; ``portable``: an affine calibrator becomes sentence-transformers' own ``Dense`` (loads without
+    bertflow, but carries no fitting record and no encoder check), ``False`` keeps :class:`Calibration`.
     """
-    if isinstance(corpus, str):
-        raise InputError("corpus must be a list of sentences, not one string")
-    items = validate_sentences(corpus)
+    items = validate_sentences(corpus)  # refuses a single string too
     modules = list(model)
     if any(isinstance(m, Calibration) for m in modules):
         raise InputError("this model already has a Calibration module; fit on the uncalibrated model")
@@ -285,10 +276,9 @@ def from_embedder(embedder: Embedder, *, normalize: bool = False, portable: bool
     The pipeline is ``Transformer`` (the encoder's checkpoint, ``max_seq_length`` = its ``max_length``) -> the
     pooling as sentence-transformers' own modules (:func:`pooling_modules`) -> the calibrator (``Dense``, the
     :mod:`.st_anchored` chain or :class:`Calibration`; copied, so refitting the Embedder later leaves the model
-    alone) [-> ``Normalize`` with ``normalize``: unit vectors, cosine unchanged]. ``portable=False`` keeps
-    bertflow's :class:`Calibration` for every calibrator.
-    InputError for a pooling sentence-transformers' modules cannot express (``pooler``, a pooling added to
-    bertflow) or an encoder built from a model object rather than a checkpoint.
+    alone) [-> ``Normalize`` with ``normalize``]. ``portable=False`` keeps bertflow's :class:`Calibration` for every
+    calibrator. InputError for a pooling sentence-transformers' modules cannot express or an encoder built from a
+    model object rather than a checkpoint.
     """
     embedder.check_fitted()
     encoder = embedder.encoder
@@ -354,9 +344,8 @@ def pooling_modules(encoder: SentenceEncoder) -> list[Module]:
       the vocabulary, this encoder's table) before the mean, which ``Pooling`` then divides by the summed weights,
       as bertflow's weighted mean does.
 
-    InputError for ``pooler`` (sentence-transformers' ``Pooling`` has no pooler head), a pooling added to bertflow
-    that none of these express, or a vocabulary whose duplicate token strings carry different weights
-    (``WordWeights`` is keyed by token string).
+    InputError for any other pooling (``pooler``: ``Pooling`` has no pooler head), or a vocabulary whose duplicate
+    token strings carry different weights (``WordWeights`` is keyed by token string).
     """
     pooling, dim, top = encoder.pooling, encoder.dim, encoder.num_layers
     if pooling.base_name == "cls":

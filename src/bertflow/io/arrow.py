@@ -57,13 +57,6 @@ def input_format(path: str | Path, explicit: str | None = None) -> str:
     return TABLE_SUFFIXES.get(Path(path).suffix.lower(), "text")
 
 
-def _is_text(pa: Any, kind: Any) -> bool:
-    types = pa.types
-    if types.is_dictionary(kind):
-        kind = kind.value_type
-    return bool(types.is_string(kind) or types.is_large_string(kind) or types.is_string_view(kind))
-
-
 @dataclass
 class TableColumn:
     """The string ``column`` of a Parquet or Arrow IPC (``kind``) file, read by row range, with an ``id_column``
@@ -100,7 +93,8 @@ class TableColumn:
             if name not in names:
                 raise InputError(f"{self.path} has no column {name!r}; its columns: {', '.join(names) or '(none)'}")
         kind = schema.field(self.column).type
-        if not _is_text(pa, kind):
+        value = kind.value_type if pa.types.is_dictionary(kind) else kind
+        if not (pa.types.is_string(value) or pa.types.is_large_string(value) or pa.types.is_string_view(value)):
             raise InputError(
                 f"{self.path}: column {self.column!r} has type {kind}, not text (string); name the text column "
                 "with --text-column"
@@ -115,20 +109,20 @@ class TableColumn:
         return self._starts[-1]
 
     def check(self) -> int:
-        """Check the columns and that the text column has no nulls (InputError naming the problem, as
-        :meth:`index`, without hashing the file); return the row count."""
+        """Check the columns and that the text column has no nulls (InputError naming the problem); return the row
+        count."""
         self._open()
         self._check_no_nulls()
         return self.rows
 
     def id_field(self) -> Any:
-        """The ``pyarrow.Field`` of the id column (its name and type, copied into an output table)."""
+        """The ``pyarrow.Field`` of the id column (copied into an output table)."""
         if self.id_column is None:
             raise ValueError("no id column was given")
         return _schema(self._open()).field(self.id_column)
 
     def index(self, every: int) -> InputIndex:
-        """:meth:`check`, and hash the file (one streamed pass)."""
+        """:meth:`check`, and hash the file."""
         self.check()
         record = {
             "format": self.kind,
@@ -221,7 +215,7 @@ def open_input(
     encoding_errors: str = "strict",
 ) -> InputSource:
     """The input of ``distributed-encode``: a :class:`TableColumn` for Parquet/Arrow (format from
-    ``input_format_name`` or the suffix), a :class:`TextLines` otherwise (``text_column``, ``id_column`` refused)."""
+    ``input_format_name`` or the suffix), else a :class:`TextLines`."""
     kind = input_format(path, input_format_name)
     if kind == "text":
         for option, value in (("--text-column", text_column), ("--id-column", id_column)):
@@ -235,7 +229,7 @@ def open_input(
 
 
 def iter_table_sentences(source: TableColumn, block_rows: int = 65536) -> Iterator[str]:
-    """The sentences of every row of ``source`` in order, read ``block_rows`` at a time (:meth:`TableColumn.read`)."""
+    """The sentences of every row of ``source`` in order, read ``block_rows`` at a time."""
     n = source.rows
     for start in range(0, n, block_rows):
         yield from source.read(start, min(n, start + block_rows))
@@ -282,10 +276,8 @@ class EmbeddingTableWriter:
         if kind == "parquet":
             # Floats do not repeat: dictionary encoding would only cost time.
             self._writer = pa.parquet.ParquetWriter(self._sink, self.schema, use_dictionary=False)
-        elif kind == "arrow":
-            self._writer = pa.ipc.new_file(self._sink, self.schema)
         else:
-            raise ValueError(f"unknown table format {kind!r}")
+            self._writer = pa.ipc.new_file(self._sink, self.schema)
 
     def write(self, first_row: int, block: np.ndarray, ids: Any = None) -> None:
         """Append rows ``first_row ...`` of float32 ``block`` [n, D], with their ids (a pyarrow array) if any."""
@@ -319,7 +311,7 @@ def _schema(file: Any) -> Any:
 
 def embedding_table_rows(path: str | Path, kind: str, dim: int) -> int | None:
     """Rows of the embedding table at ``path`` from its metadata, or None if it is unreadable or has another
-    schema (rows of another dimension or type)."""
+    schema."""
     pa = pyarrow()
     try:
         table = _open_table(Path(path), kind)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import logging
 import os
 import shutil
 import socket
@@ -21,7 +20,6 @@ import numpy as np
 
 from ..errors import BertflowError, ModelFileError, OutputError
 
-logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
@@ -31,8 +29,7 @@ TMP_MARK = ".tmp-"
 
 
 def temporary_name(path: Path) -> Path:
-    """A hidden name beside ``path`` to write it under before the rename; host and pid keep writers on several
-    nodes apart and say who left a stale one."""
+    """A hidden name beside ``path`` to write it under before the rename (host and pid: whose it is)."""
     return path.with_name(f".{path.name}{TMP_MARK}{socket.gethostname()}-{os.getpid()}")
 
 
@@ -49,8 +46,7 @@ def fsync_dir(folder: Path) -> None:
 @contextlib.contextmanager
 def atomic_file(path: str | Path, mode: str = "w", **kwargs: Any) -> Iterator[IO[Any]]:
     """Write ``path`` through a temporary file beside it (``mode``, ``kwargs`` as for :func:`open`), fsynced and
-    renamed over ``path`` when the block ends: readers see the old file or the whole new one. On an exception it is
-    removed; a killed process leaves it (``.NAME.tmp-HOST-PID``) for its folder's owner to remove."""
+    renamed over ``path`` when the block ends: readers see the old file or the whole new one."""
     path = Path(path)
     tmp = temporary_name(path)
     try:
@@ -66,7 +62,7 @@ def atomic_file(path: str | Path, mode: str = "w", **kwargs: Any) -> Iterator[IO
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` as UTF-8, atomically (see :func:`atomic_file`)."""
+    """Write ``text`` to ``path`` as UTF-8, atomically."""
     with atomic_file(path, "w", encoding="utf-8") as fh:
         fh.write(text)
 
@@ -101,9 +97,8 @@ def moved_aside(target: str | Path) -> Path | None:
 
 def folder_present(target: str | Path) -> bool:
     """Whether the folder ``target`` is there, counting a save between its two renames (:func:`moved_aside`) as
-    there, so that the read gets :func:`read_folder`'s clear error. ``is_dir`` is asked twice: a save moves the old
-    folder aside, renames the new one in, then deletes the old one, so a folder missing at the first look and
-    without an aside at the second is in place again at the third."""
+    there. ``is_dir`` is asked twice: a folder missing at the first look and without an aside at the second was
+    renamed in meanwhile."""
     target = Path(target).expanduser()
     return target.is_dir() or moved_aside(target) is not None or target.is_dir()
 
@@ -121,7 +116,7 @@ def atomic_directory(target: str | Path) -> Iterator[Path]:
     ``target``'s place (old renamed to ``.NAME.bertflow-old``, new renamed in, old deleted only then; a kill between
     the renames is named by :func:`read_folder` and :func:`check_output_folder`). One save of ``target`` at a time
     (an OS lock on ``.NAME.bertflow-lock``), so the next save removes what a killed one left. An exception in the
-    block leaves ``target`` as it was. Callers check the destination first (:func:`check_output_folder`).
+    block leaves ``target`` as it was.
     """
     target = Path(target).expanduser().resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -165,8 +160,8 @@ def _folder_identity(folder: Path) -> tuple[int, int, int] | None:
 
 
 def read_folder(folder: str | Path, read: Callable[[Path], T]) -> T:
-    """``read(folder)``, or one clear :class:`ModelFileError` where another process's save got in the way: the
-    folder was replaced during the read (which could mix two saves), or is missing with its old version moved aside."""
+    """``read(folder)``, or one clear :class:`ModelFileError` where another process's save replaced the folder during
+    the read or moved it aside."""
     folder = Path(folder)
 
     def aside_error(aside: Path) -> ModelFileError:
@@ -292,8 +287,7 @@ def check_output_folder(
             )
     if target.is_symlink() or (target.exists() and not target.is_dir()):
         raise OutputError(f"cannot write {name} to {path}: it exists and is not a folder")
-    # Between the two renames of a killed save the folder is missing and its old version is beside it: that is the
-    # folder a save would replace (atomic_directory deletes it once the new one is in place).
+    # Between the two renames of a killed save the folder is missing and its old version, beside it, is replaced.
     aside = moved_aside(target) if kind != "store" else None
     if (aside or target).is_dir():
         _check_replaceable(aside or target, path, kind, overwrite=overwrite or resume, aside=aside)
@@ -359,8 +353,8 @@ def embeddings_npy_header(rows: int, dim: int) -> bytes:
 
 
 def written_by_bertflow(path: str | Path) -> bool:
-    """Whether ``path`` is a file bertflow writes and may replace: an embedding ``.npy`` with bertflow's header
-    (float32 ``[N, D]``, size matching) or a ``similarity --pairs`` TSV (first column ``cosine[:NAME]``)."""
+    """Whether ``path`` is an embedding ``.npy`` with bertflow's header (float32 ``[N, D]``, size matching) or a
+    ``similarity --pairs`` TSV (first column ``cosine[:NAME]``), which bertflow may replace."""
     try:
         with open(path, "rb") as fh:
             head = fh.read(NPY_HEADER_BYTES)

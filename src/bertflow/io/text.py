@@ -59,15 +59,6 @@ def _open_binary(path: str | Path) -> io.BufferedIOBase:
         raise InputError(f"cannot read {p}: {exc.strerror or exc}") from None
 
 
-def _raw_lines(fh: io.BufferedIOBase, path: Path) -> Iterator[bytes]:
-    """The lines of an open binary file; a read error or bad gzip data becomes an InputError naming the file."""
-    try:
-        yield from fh
-    except (OSError, EOFError, zlib.error) as exc:
-        what = "corrupt or truncated gzip data" if isinstance(fh, gzip.GzipFile) else "read error"
-        raise InputError(f"cannot read {path}: {what} ({exc})") from None
-
-
 def _looks_utf16(raw: bytes) -> bool:
     """Whether a line's bytes look like UTF-16 read as UTF-8: at least a third NUL, nearly all at even or nearly all
     at odd positions (Latin text in UTF-16 has a NUL beside every character; NULs in real UTF-8 are rare)."""
@@ -95,18 +86,18 @@ def check_not_utf16(raw: bytes, path: Path, number: int) -> None:
 
 
 def iter_lines(path: str | Path, errors: EncodingErrors = "strict") -> Iterator[tuple[int, str]]:
-    """Stream ``(1-based line number, text)`` of a UTF-8 text file, plain or gzip-compressed.
-
-    Split on ``b"\\n"`` only (U+2028 or form feeds never split a line), each line as :func:`decode_line` gives it.
-    ``errors``: ``"strict"`` raises InputError (naming file, line, column and byte) on invalid UTF-8; ``"replace"``
-    decodes each bad byte as U+FFFD.
-    """
+    """Stream ``(1-based line number, text)`` of a UTF-8 text file, plain or gzip-compressed, split on ``b"\\n"``
+    only (U+2028 or form feeds never split a line), each line as :func:`decode_line` gives it."""
     if errors not in ("strict", "replace"):
         raise InputError(f"errors must be 'strict' or 'replace', got {errors!r}")
     p = Path(path)
     with _open_binary(p) as fh:
-        for number, raw in enumerate(_raw_lines(fh, p), start=1):
-            yield number, decode_line(raw, p, number, errors, first=number == 1)
+        try:
+            for number, raw in enumerate(fh, start=1):
+                yield number, decode_line(raw, p, number, errors, first=number == 1)
+        except (OSError, EOFError, zlib.error) as exc:  # a read error or bad gzip data
+            what = "corrupt or truncated gzip data" if isinstance(fh, gzip.GzipFile) else "read error"
+            raise InputError(f"cannot read {p}: {what} ({exc})") from None
 
 
 def decode_line(raw: bytes, path: Path, number: int, errors: str, *, first: bool) -> str:
@@ -173,11 +164,10 @@ def read_sentences(
 
 
 def _iter_tsv_rows(path: Path, errors: EncodingErrors) -> Iterator[tuple[int, list[str]]]:
-    """Yield ``(line_number, fields)`` for every non-empty line, split on TAB only (no quoting)."""
+    """``(line_number, fields)`` of every non-empty line, split on TAB only (no quoting)."""
     n_empty = 0
     for number, text in iter_lines(path, errors=errors):
-        if text == "":
-            # A stray empty line (typically a second trailing newline) carries no row.
+        if text == "":  # a stray empty line (typically a second trailing newline) carries no row
             n_empty += 1
             continue
         yield number, text.split("\t")
@@ -194,10 +184,7 @@ def read_tsv_column(
     refuse_blank: bool = False,
 ) -> list[str]:
     """The values of ``column`` (a header name, or a 0-based index) of a TAB-separated file, one per data row.
-
-    Split on TAB only (no quoting, no stripping); empty lines skipped. ``refuse_blank``: raise at a blank cell.
-    InputError: unknown column (the header listed), a negative index, a row too short, or no data rows.
-    """
+    Split on TAB only (no quoting, no stripping); empty lines skipped. InputError naming the line or the header."""
     p = Path(path)
     rows = _iter_tsv_rows(p, errors)
     if isinstance(column, bool) or not isinstance(column, (str, int)):
@@ -277,13 +264,9 @@ class SentencePairs:
 def read_pairs(
     path: str | Path, *, errors: EncodingErrors = "strict", require_target: bool = True, keep_columns: bool = False
 ) -> SentencePairs:
-    """Read a pair TSV with header ``score|label<TAB>sentence1<TAB>sentence2`` (the STS data format).
-
-    Every row has exactly as many fields as the header (a TAB inside a sentence would shift columns); other
-    columns are allowed. ``require_target=False`` reads pairs without a score or label column; ``keep_columns``
-    also returns every column as text (:attr:`SentencePairs.columns`). InputError, with the line number: a missing
-    or wrong header, a row with the wrong number of fields, a non-numeric or non-finite score, an empty sentence;
-    or no rows.
+    """Read a pair TSV with header ``score|label<TAB>sentence1<TAB>sentence2`` (the STS data format; other columns
+    allowed). Every row has exactly as many fields as the header (a TAB inside a sentence would shift columns).
+    InputError, with the line number: a bad header, row, score or sentence; or no rows.
     """
     p = Path(path)
     rows = _iter_tsv_rows(p, errors)
@@ -381,13 +364,12 @@ def index_lines(path: str | Path, every: int, *, block_size: int = 1 << 24) -> I
 
 @dataclass(frozen=True)
 class TextLines:
-    """A text file as the input of a sharded run (one sentence per line, read by byte offset)."""
+    """A text file as the input of a sharded run, read by byte offset."""
 
     path: Path
     errors: str = "strict"
 
     def index(self, every: int) -> InputIndex:
-        """:func:`index_lines` (``every``: rows per shard)."""
         return index_lines(self.path, every)
 
     def read(self, start: int, stop: int, offset: int = 0) -> list[str]:
@@ -397,12 +379,10 @@ class TextLines:
 
 def read_lines(path: str | Path, offset: int, count: int, *, first_line: int = 1, errors: str = "strict") -> list[str]:
     """``count`` lines from byte ``offset`` (:func:`index_lines`), decoded and checked as :func:`decode_line` does;
-    ``first_line`` (1-based) numbers them in errors. InputError: the file ended early (changed since indexed), a
-    line not UTF-8 (strict), or a blank line.
+    ``first_line`` (1-based) numbers them in errors. InputError: the file ended early, a bad or blank line.
 
-    The lines are decoded as one block (line by line took ~6 us a line on the thread that feeds the encoder); a
-    block with a NUL, a lone CR or bytes that are not UTF-8 is decoded line by line, which gives the same text or
-    names the bad line.
+    Decoded as one block (line by line took ~6 us a line on the thread that feeds the encoder); a block with a NUL,
+    a lone CR or bytes that are not UTF-8 line by line, which gives the same text or names the bad line.
     """
     p = Path(path)
     try:

@@ -131,7 +131,7 @@ class VectorSearch:
         return self._rows
 
     def _vectors(self, x: object, what: str) -> np.ndarray:
-        """``x`` as float32 [n, dim]: numeric, 2-D, of this index's dimension (else CompatibilityError), finite."""
+        """``x`` as float32 [n, dim], checked."""
         try:
             arr = np.asarray(x, dtype=np.float32)
         except (TypeError, ValueError) as e:
@@ -158,8 +158,8 @@ class VectorSearch:
         if self._faiss is not None and len(block):
             self._faiss.add(block.numpy())
         self._rows += len(block)
-        self._ann = None  # rebuilt with the new rows at the next query
-        self.recall = None  # measured again for the new rows
+        self._ann = None
+        self.recall = None
 
     def _corpus(self) -> torch.Tensor:
         if self._blocks:
@@ -203,9 +203,8 @@ class VectorSearch:
     ) -> dict[str, Any]:
         """Recall@k of the approximate search ``kind`` against the exact one, on a held-out sample of the index:
         ``sample`` rows drawn with ``seed`` are the queries, and each query's own row is left out of both answers
-        (it would be a free hit). Builds the faiss index if needed; sets and returns :attr:`recall`:
-        ``{"kind", "k", "recall_at_k", "sample", "rows", "min_recall"}`` (recall in [0, 1]). InputError without
-        faiss or with fewer than 2 rows."""
+        (it would be a free hit). Sets and returns :attr:`recall`: ``{"kind", "k", "recall_at_k", "sample", "rows",
+        "min_recall"}`` (recall in [0, 1])."""
         n = len(self)
         if n < 2:
             raise InputError("measuring recall needs an index of at least 2 rows")
@@ -261,7 +260,6 @@ class VectorSearch:
         return self._exact_topk(q, k) if kind == "exact" else self._ann_topk(kind, q, k)
 
     def _ann_topk(self, kind: str, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Approximate top-k of prepared queries ``q`` (see :meth:`topk`)."""
         ann = self._ann_index(kind)
         if kind == "hnsw":
             ann.hnsw.efSearch = max(int(self.ann_params["ef_search"]), k)
@@ -271,7 +269,6 @@ class VectorSearch:
         return _by_score_then_row(np.where(rows < 0, -np.inf, scores).astype(np.float32), rows)
 
     def _exact_topk(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Exact top-k of prepared queries ``q`` (see :meth:`topk`)."""
         if self._faiss is not None:
             return _by_score_then_row(*self._faiss.search(q, k))
         return _by_score_then_row(*self._torch_topk(torch.from_numpy(q), k))

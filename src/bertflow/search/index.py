@@ -69,7 +69,7 @@ def _content_digest(config: dict[str, Any]) -> str:
 
 
 def _check_ids(ids: Sequence[Any], n: int, taken: set[ItemId]) -> list[ItemId]:
-    """Validate ids: one per row, str or int (they go to JSON), unique within themselves and the index."""
+    """``ids`` as a list, checked: one per row, str or int (they go to JSON), unique within themselves and ``taken``."""
     if isinstance(ids, (str, bytes)):
         raise InputError("ids must be a sequence with one id per row, not a single string")
     out = list(ids)
@@ -142,9 +142,8 @@ class EmbeddingIndex(VectorSearch):
     def build(
         cls, embeddings: np.ndarray, ids: Sequence[ItemId] | None = None, texts: Sequence[str] | None = None, **kwargs
     ) -> EmbeddingIndex:
-        """An index holding ``embeddings`` [N, D] (float, any precision; stored as float32), with ``ids`` (one str
-        or int per row, unique; default: the positions 0..N-1) and ``texts`` (one sentence per row, or ``None``);
-        ``kwargs`` go to the class (``metric``, ``backend``, ``model``, ``approximate`` ...)."""
+        """An index holding ``embeddings`` [N, D] (stored as float32), with ``ids`` (default: the positions 0..N-1)
+        and ``texts`` (one sentence per row, or ``None``); ``kwargs`` go to the class."""
         arr = np.asarray(embeddings)
         if arr.ndim != 2:
             raise InputError(f"embeddings must be 2-D [n_rows, dim], got shape {arr.shape}")
@@ -156,8 +155,7 @@ class EmbeddingIndex(VectorSearch):
         self, embeddings: np.ndarray, ids: Sequence[ItemId] | None = None, texts: Sequence[str] | None = None
     ) -> None:
         """Append rows. ``ids`` default to their positions in the index; ``texts`` are needed if the index has them.
-        CompatibilityError for vectors of another dimension; InputError for NaN/Inf, duplicate or malformed ids, or
-        texts missing or of the wrong count."""
+        CompatibilityError for vectors of another dimension; InputError for bad vectors, ids or texts."""
         arr = self._vectors(embeddings, "embeddings to index")
         n = len(arr)
         if n == 0:
@@ -227,8 +225,7 @@ class EmbeddingIndex(VectorSearch):
 
     def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
         """Write the folder of the module docstring at ``path`` (a new or empty folder, or with ``overwrite`` a
-        bertflow index, replaced whole), atomically; an approximate search's recall is measured first. Returns it.
-        OutputError where ``path`` may not be written (:func:`~bertflow.io.files.check_output_folder`)."""
+        bertflow index, replaced whole), atomically; an approximate search's recall is measured first. Returns it."""
         check_output_folder(path, "index", overwrite=overwrite)
         kind = self.search_kind() if len(self) else "exact"
         if kind != "exact" and (self.recall is None or self.recall["kind"] != kind):
@@ -274,8 +271,8 @@ class EmbeddingIndex(VectorSearch):
         approximate: Approximate | None = None,
     ) -> EmbeddingIndex:
         """Load a folder written by :meth:`save`, searching with the saved ``backend`` and ``approximate`` kind unless
-        given (``"exact"`` always works; where faiss is missing, torch and exact, with a warning), on ``device``.
-        ModelFileError for a missing, truncated, edited or inconsistent index, or one from a newer bertflow."""
+        given (where faiss is missing, torch and exact, with a warning), on ``device``. ModelFileError for a missing,
+        truncated, edited or inconsistent index, or one from a newer bertflow."""
         folder = Path(path).expanduser()
         if not folder_present(folder):
             raise ModelFileError(f"{folder} is not a folder; an index is a folder written by EmbeddingIndex.save")

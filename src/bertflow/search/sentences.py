@@ -33,8 +33,7 @@ def index_sentences(
 ) -> EmbeddingIndex:
     """A cosine index of ``sentences`` (a list; for a file :func:`index_file`) embedded by ``embedder``, recording
     its :meth:`~bertflow.embedder.Embedder.identity` so that :func:`query` and a saved copy refuse any other model.
-    ``ids``: one unique str or int per sentence (default: positions 0..N-1); ``batch_size``, ``show_progress_bar``:
-    as :meth:`Embedder.encode` (``None`` shows a bar from 4,096 sentences); ``kwargs``: search settings of
+    ``ids``: one unique str or int per sentence (default: positions 0..N-1); ``kwargs``: search settings of
     :class:`~bertflow.search.ann.VectorSearch` (``backend``, ``approximate`` ...)."""
     if isinstance(sentences, str):
         raise InputError("index_sentences takes a list of sentences; to index a file use index_file(embedder, path)")
@@ -58,10 +57,8 @@ def index_file(
     **kwargs: Any,
 ) -> EmbeddingIndex:
     """:func:`index_sentences` of a UTF-8 file: one sentence per line, or one ``column`` of a TSV with a header.
-
     Ids are 1-based line numbers for a text file and 1-based data-row numbers for a TSV. ``unique`` drops
-    repeated sentences (keeping the first); ``kwargs`` go to :func:`index_sentences`.
-    """
+    repeated sentences (keeping the first)."""
     if column is None:
         rows = [(number, text) for number, text in iter_lines(path, errors=errors) if not is_blank(text)]
     else:
