@@ -31,7 +31,7 @@ DEFAULT_MAX_GRAPHS = 8
 _MAX_COUNTED = 256
 
 # One fast transform per (calibrator, device), rebuilt when the calibrator is refitted (see _fitted_state).
-_MEMO: weakref.WeakKeyDictionary[Calibrator, dict[torch.device, tuple[tuple[Any, ...], GraphedTransform]]] = (
+_MEMO: weakref.WeakKeyDictionary[Calibrator, dict[torch.device, tuple[tuple[Any, ...], TorchTransform]]] = (
     weakref.WeakKeyDictionary()
 )
 _MEMO_LOCK = threading.Lock()
@@ -56,8 +56,10 @@ def fast_torch_transform(
     state = _fitted_state(calibrator)
     with _MEMO_LOCK:
         entry = _MEMO.setdefault(calibrator, {}).get(device)
-        if entry is not None and _same(entry[0], state) and entry[1].max_graphs == max_graphs:
-            return entry[1]
+        if entry is not None and _same(entry[0], state):
+            found = entry[1]
+            if isinstance(found, GraphedTransform) and found.max_graphs == max_graphs:
+                return found
         fast = GraphedTransform(calibrator.torch_transform(device), device, max_graphs=max_graphs)
         _MEMO[calibrator][device] = (state, fast)
         return fast

@@ -173,15 +173,18 @@ def echo_command(command: Callable[..., Any], options: Mapping[str, Any]) -> str
 
 
 def _fit_sizes(text: str | None, per_set: bool) -> list[int]:
-    """``--fit-sizes 100,300,1000`` as integers (only with the per-set regime, whose protocol checks them)."""
+    """``--fit-sizes 100,300,1000`` as integers, checked before any work (only with the per-set regime)."""
     if text is None:
         return []
     if not per_set:
         raise InputError("--fit-sizes belongs to the per-set regime: --regimes per-set (evaluate: --regime per-set)")
     try:
-        return [int(part) for part in _split(text)]
+        sizes = [int(part) for part in _split(text)]
     except ValueError:
         raise InputError(f"--fit-sizes takes comma-separated whole numbers (100,300,1000), got {text!r}") from None
+    if not sizes or min(sizes) < 2:
+        raise InputError(f"--fit-sizes must be whole numbers of at least 2, got {text!r}")
+    return sizes
 
 
 def _progress(quiet: bool):  # noqa: ANN202 - a callable or None

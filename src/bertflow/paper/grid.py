@@ -400,6 +400,8 @@ def _checked_regimes(config: GridConfig) -> list[str]:
     for r in regimes:
         if r not in REGIMES:
             raise InputError(f"unknown regime {r!r}; use one of {', '.join(REGIMES)}")
+    if "corpus" in regimes and not config.corpus:
+        raise InputError("the corpus regime needs a corpus file (--corpus FILE)")
     if config.paper_rows is not None and config.paper_rows not in PAPER_MODELS:
         raise InputError(f"no published rows for {config.paper_rows!r}; use one of {', '.join(PAPER_MODELS)}")
     return regimes
