@@ -34,6 +34,17 @@ FLOOR_HIDDEN = 768
 WARM_UP_BY_DEFAULT = False
 
 
+#: The least value of each integer field of :class:`EncodeSettings` (``None`` always allowed: the default).
+_INT_MINIMUM = {
+    "max_tokens": 1,
+    "chunk_size": 1,
+    "first_chunk": 1,
+    "tokenize_workers": 0,
+    "tokenize_processes": 0,
+    "min_tokens": 0,
+}
+
+
 def device_kind(device_type: str) -> str:
     """The key of the default tables for a torch device type: ``"cuda"`` or ``"cpu"`` (MPS counts as CPU)."""
     return "cuda" if device_type == "cuda" else "cpu"
@@ -78,8 +89,8 @@ class EncodeSettings:
     warm_up: bool | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_tokens", "chunk_size", "first_chunk", "tokenize_workers", "tokenize_processes", "min_tokens"):
-            value, low = getattr(self, name), int(name in ("max_tokens", "chunk_size", "first_chunk"))
+        for name, low in _INT_MINIMUM.items():
+            value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
                 raise InputError(f"{name} must be {'a positive integer' if low else '0 or more'}, got {value!r}")
         for name in ("uniform_fill", "min_length_ratio"):
