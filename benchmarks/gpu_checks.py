@@ -96,6 +96,11 @@ def synthetic(tokenizer_dir: Path, n: int, seed: int = 1) -> list[str]:
     return [" ".join(rng.choice(words, size=rng.integers(6, 25))) for _ in range(n)]
 
 
+def _pairs(text: str) -> list[tuple[str, str]]:
+    """``"a=1,b=0.5"`` -> ``[("a", "1"), ("b", "0.5")]``."""
+    return [tuple(item.split("=", 1)) for item in text.split(",") if item]  # type: ignore[misc]
+
+
 def throughput(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     import bertflow
     from bertflow import SentenceEncoder
@@ -106,9 +111,15 @@ def throughput(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     warm = synthetic(args.tokenizer_dir, 20000)
     out: dict[str, Any] = {"bertflow": bertflow.__version__, "file": bertflow.__file__, "card": card(), "runs": {}}
     out["variant"] = args.variant or "defaults"
+    out["settings"] = args.settings or "defaults"
     for arch in args.archs.split(","):
         model = random_model(arch, args.tokenizer_dir, work / arch)
-        enc = SentenceEncoder(str(model), pooling="mean", device=args.device)
+        kwargs = {}
+        if args.settings:  # EncodeSettings fields, e.g. min_length_ratio=0,min_tokens=0 (this checkout only)
+            from bertflow.encoding.settings import EncodeSettings
+
+            kwargs["settings"] = EncodeSettings(**{k: json.loads(v) for k, v in _pairs(args.settings)})
+        enc = SentenceEncoder(str(model), pooling="mean", device=args.device, **kwargs)
         if args.variant:  # ATTENTION:KERNELS of the unpadded forward instead of the defaults (this checkout only)
             from bertflow.encoding.packed import ATTENTIONS
 
@@ -449,6 +460,7 @@ def main() -> None:
         "(e.g. grouped:fused@131072; no kernels: the CUDA default) or padded@MAX_TOKENS",
     )
     parser.add_argument("--variant", default="", help="throughput: unpadded ATTENTION:KERNELS (default: defaults)")
+    parser.add_argument("--settings", default="", help="throughput: EncodeSettings fields, FIELD=JSON,...")
     parser.add_argument("--commit", default="unknown", help="tests: the commit under test, for the record")
     parser.add_argument("--test-files", default="", help="tests: comma-separated files (default: CUDA_TEST_FILES)")
     parser.add_argument("--archs", default="bert-base,minilm-l6")

@@ -130,6 +130,35 @@ def test_slotted_layout_equals_padded_hf_forward(tiny_bert, width, name):
         ATTENTIONS[name](q, q, q, Packing.from_lengths(lengths, width, int(lengths.sum())))
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_segment_tiles_cover_every_sentence_in_order(seed):
+    """The packed attention's launches cover the sentences once, in order; each program's tile holds its ``per``
+    sentences; sorted lengths take at most one launch per (tile, count) kind, any order at most MAX_TILE_RUNS."""
+    from bertflow.encoding.fused import MAX_TILE_RUNS, segment_tiles
+
+    gen = np.random.default_rng(seed)
+    lengths = gen.integers(1, 129, int(gen.integers(1, 300)))
+    for lens in (np.sort(lengths)[::-1], lengths):
+        tiles = segment_tiles(lens)
+        assert tiles[0][1] == 0 and tiles[-1][2] == len(lens) and len(tiles) <= MAX_TILE_RUNS
+        for (block, first, last, per), nxt in zip(tiles, [*tiles[1:], None], strict=True):
+            assert first < last and (nxt is None or nxt[1] == last)
+            assert block >= 16 and block & (block - 1) == 0 and per >= 1 and per & (per - 1) == 0
+            assert per * lens[first:last].max() <= block
+    assert segment_tiles(np.array([], dtype=np.int64)) == ()
+    assert segment_tiles(np.array([20, 18, 9, 8, 5, 2])) == ((32, 0, 2, 1), (16, 2, 3, 1), (16, 3, 5, 2), (16, 5, 6, 8))
+
+
+def test_segment_attention_is_padded_attention_off_cuda(tiny_bert):
+    """On CPU the packed attention is the padded one (no kernel), and it refuses the slots layout."""
+    lengths = torch.tensor([7, 1, 5])
+    p = Packing.from_lengths(lengths, 7, 13, lengths.numpy())
+    q, k, v = (torch.randn(13, 2, 4) for _ in range(3))
+    assert ATTENTIONS["segments"](q, k, v, p).equal(padded_attention(q, k, v, p))
+    with pytest.raises(ValueError, match="packed layout"):
+        ATTENTIONS["segments"](q, k, v, Packing.slots(lengths, 7))
+
+
 @pytest.mark.parametrize("kernels", ["fused", "fused-gelu"])
 def test_fused_layers_equal_padded_hf_forward(tiny_bert, kernels):
     """The fused layer (one QKV GEMM, add + LayerNorm together, GELU in the GEMM) computes the model's function:
@@ -257,7 +286,7 @@ cuda = pytest.mark.skipif(
 def test_attentions_equal_padded_attention_cuda(name):
     torch.manual_seed(0)
     lengths = torch.tensor([64, 1, 17, 33, 64, 5, 60, 58], device="cuda")
-    p = Packing.from_lengths(lengths, 64, int(lengths.sum()))
+    p = Packing.from_lengths(lengths, 64, int(lengths.sum()), lengths.cpu().numpy())
     q, k, v = (torch.randn(p.total, 12, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     ref = padded_attention(q.float(), k.float(), v.float(), p)
     if name in SLOTTED:  # same tokens in the slots layout; compared at real tokens
@@ -301,6 +330,39 @@ def test_slot_attention_kernel_cuda(width, head_dim):
     unaligned = torch.cat([s.lengths[:1], s.lengths])[1:]  # a view 4 bytes into its buffer
     assert slot_attention(q, k, v, unaligned, width).equal(got)
     assert not slot_attention_fits(q, 129) and not slot_attention_fits(q.float(), width)
+
+
+@cuda
+@pytest.mark.parametrize("head_dim", [16, 32, 64])
+@pytest.mark.parametrize("order", ["sorted", "shuffled"])
+def test_segment_attention_kernel_cuda(head_dim, order):
+    """The Triton packed attention equals padded attention in float32 at every token (to bf16 rounding), for
+    sentences of 1-128 tokens, length-sorted (a few launches) or shuffled (one launch, largest tile), on strided
+    q/k/v views of one QKV tensor; a sentence's output does not depend on the other sentences; the packed
+    attention takes the kernel where it fits."""
+    from bertflow.encoding.fused import segment_attention, segment_tiles, slot_attention_fits
+
+    gen = np.random.default_rng(head_dim)
+    host = np.concatenate([[128, 1, 2, 16, 17, 64, 65], gen.integers(1, 129, 90), gen.integers(2, 20, 200)])
+    host = np.sort(host)[::-1] if order == "sorted" else gen.permutation(host)
+    lengths = torch.from_numpy(host).cuda()
+    p = Packing.from_lengths(lengths, 128, int(host.sum()), host)
+    assert (len(p.tiles) > 1) == (order == "sorted")
+    torch.manual_seed(head_dim)
+    qkv = torch.randn(p.total, 3, 4, head_dim, device="cuda", dtype=torch.bfloat16)
+    q, k, v = qkv.unbind(1)
+    if not slot_attention_fits(q, 128):
+        pytest.skip("needs Triton")
+    got = segment_attention(q, k, v, p.cu_seqlens, p.positions, segment_tiles(host))
+    assert got.shape == q.shape and torch.isfinite(got).all()
+    ref = padded_attention(q.float(), k.float(), v.float(), p)
+    assert float(torch.linalg.norm(got.float() - ref) / torch.linalg.norm(ref)) < 1e-2
+    first = int(host[0])
+    k2 = k.clone()
+    k2[first:] += 3.0  # every sentence but the first changes: the first one's output must not
+    again = segment_attention(q, k2, v, p.cu_seqlens, p.positions, p.tiles)
+    torch.testing.assert_close(again[:first], got[:first], rtol=0, atol=0)
+    assert ATTENTIONS["segments"](q, k, v, p).equal(got)
 
 
 @cuda

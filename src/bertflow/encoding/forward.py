@@ -263,13 +263,13 @@ class ModelRunner:
         input_ids = buf[: rows * width].view(rows, width).long()
         # The lengths are read from the host copy of the buffer: the packed size is known without a device sync.
         if batch.uniform:
-            lengths, total = buf.new_full((rows,), width), rows * width
+            lengths, host = buf.new_full((rows,), width), np.full(rows, width)
         else:
-            lengths, total = buf[rows * width :], int(batch.buffer[rows * width :].sum())
+            lengths, host = buf[rows * width :], batch.buffer[rows * width :].numpy()
         if uses_slots(attention):
             packing = Packing.slots(lengths, width)
         else:
-            packing = Packing.from_lengths(lengths, width, total)
+            packing = Packing.from_lengths(lengths, width, int(host.sum()), host)
         with attention_backends(self.device, cudnn):  # SDPA inside the grouped and padded attentions
             states = self.packed.states(input_ids, packing, plan.layers, attention)
         captured = {k: packing.unpack(v) for k, v in states.items()}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -38,7 +39,7 @@ def _triton_importable() -> bool:
 
 def _kernels() -> Any:
     """The Triton kernels and the ``triton`` module, defined on first use (Triton is imported only on a CUDA
-    machine): ``(add_ln, slot_attn, triton)``."""
+    machine): ``(add_ln, slot_attn, segment_attn, triton)``."""
     global _KERNELS
     if _KERNELS is not None:
         return _KERNELS
@@ -104,7 +105,49 @@ def _kernels() -> Any:
         to = slot.to(tl.int64)[:, None] * o_tok + tl.program_id(1) * o_head + d[None, :]
         tl.store(o_ptr + to, out.to(o_ptr.dtype.element_ty), mask=inside[:, None])
 
-    _KERNELS = (add_ln, slot_attn, triton)
+    # The packed layout's counterpart: one program per (run of `per` consecutive sentences, head), their tokens
+    # contiguous from cu[s0]. A token's sentence is told by where that sentence starts (token - position).
+    @triton.jit(do_not_specialize=["first", "last", "per"])
+    def segment_attn(
+        q_ptr,
+        k_ptr,
+        v_ptr,
+        cu_ptr,
+        pos_ptr,
+        o_ptr,
+        first,
+        last,
+        per,
+        scale,
+        s_tok,
+        s_head,
+        o_tok,
+        o_head,
+        BLOCK: tl.constexpr,
+        D: tl.constexpr,
+    ):
+        s0 = first + tl.program_id(0) * per
+        t0 = tl.load(cu_ptr + s0)
+        t1 = tl.load(cu_ptr + tl.minimum(s0 + per, last))
+        i = tl.arange(0, BLOCK)
+        tok = t0 + i
+        inside = tok < t1
+        start = tok - tl.load(pos_ptr + tok, mask=inside, other=0).to(tl.int32)
+        d = tl.arange(0, D)
+        at = tok.to(tl.int64)[:, None] * s_tok + tl.program_id(1) * s_head + d[None, :]
+        q = tl.load(q_ptr + at, mask=inside[:, None], other=0.0)
+        k = tl.load(k_ptr + at, mask=inside[:, None], other=0.0)
+        v = tl.load(v_ptr + at, mask=inside[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k)) * scale
+        # A query sees the tokens of its own sentence; a slot past the run sees itself only (never stored).
+        seen = ((start[:, None] == start[None, :]) & inside[None, :]) | (i[:, None] == i[None, :])
+        s = tl.where(seen, s, float("-inf"))
+        p = tl.exp(s - tl.max(s, axis=1)[:, None])
+        out = tl.dot(p.to(v.dtype), v) / tl.sum(p, axis=1)[:, None]
+        to = tok.to(tl.int64)[:, None] * o_tok + tl.program_id(1) * o_head + d[None, :]
+        tl.store(o_ptr + to, out.to(o_ptr.dtype.element_ty), mask=inside[:, None])
+
+    _KERNELS = (add_ln, slot_attn, segment_attn, triton)
     return _KERNELS
 
 
@@ -116,7 +159,7 @@ def add_layer_norm(y: torch.Tensor, residual: torch.Tensor, norm: torch.nn.Layer
     m, n = y.shape
     y, residual = y.contiguous(), residual.contiguous()
     out = torch.empty_like(y)
-    kernel, _, triton = _kernels()
+    kernel, _, _, triton = _kernels()
     block = triton.next_power_of_2(n)
     rows = max(1, min(16, 4096 // block))
     kernel[(triton.cdiv(m, rows),)](
@@ -130,8 +173,9 @@ SLOT_WIDTH_MAX = 128
 
 
 def slot_attention_fits(q: torch.Tensor, width: int) -> bool:
-    """Whether :func:`slot_attention` runs its kernel for ``q`` [slots, heads, head_dim] and sentences of ``width``
-    slots: CUDA with Triton, half precision, head_dim a power of two from 16 to 128, ``width`` <= 128."""
+    """Whether :func:`slot_attention` (or :func:`segment_attention`) runs its kernel for ``q`` [slots, heads,
+    head_dim] and sentences of ``width`` slots (at most ``width`` tokens): CUDA with Triton, half precision,
+    head_dim a power of two from 16 to 128, ``width`` <= 128."""
     d = q.shape[-1]
     return (
         triton_available(q.device)
@@ -161,16 +205,26 @@ def slot_attention(
         q, k, v = (t.contiguous() for t in (q, k, v))
     if lengths.data_ptr() % 16:  # Triton compiles a kernel per pointer alignment: always give it an aligned one
         lengths = lengths.clone()
-    key = (q.device, q.dtype, q.shape[1:], q.stride())
-    if key not in _SLOT_READY:
-        # Triton compiles a kernel the first time it meets a tile size (about 0.5 s each on an H200 host, then
-        # cached on disk, a few ms to load): all of them at the first batch, not in the middle of a later pass.
-        scratch = torch.empty_strided((SLOT_WIDTH_MAX, heads, d), q.stride(), dtype=q.dtype, device=q.device).zero_()
-        one = torch.ones(1, dtype=torch.int32, device=q.device)
-        for tile in (16, 32, 64, SLOT_WIDTH_MAX):
-            _slot_attn(scratch, scratch, scratch, one, tile)
-        _SLOT_READY.add(key)
+    _compiled(q)
     return _slot_attn(q, k, v, lengths, width)
+
+
+def _compiled(q: torch.Tensor) -> None:
+    """Compile (or load) both attention kernels at every tile size for ``q``'s device, dtype, shape and strides,
+    once per process: Triton compiles a kernel the first time it meets a tile size (about 0.5 s each on an H200
+    host, then cached on disk, a few ms to load), which would otherwise fall in the middle of a later pass."""
+    key = (q.device, q.dtype, q.shape[1:], q.stride())
+    if key in _SLOT_READY:
+        return
+    _, heads, d = q.shape
+    scratch = torch.empty_strided((SLOT_WIDTH_MAX, heads, d), q.stride(), dtype=q.dtype, device=q.device).zero_()
+    one = torch.ones(1, dtype=torch.int32, device=q.device)
+    cu = torch.tensor([0, 1], dtype=torch.int32, device=q.device)
+    zero = torch.zeros(1, dtype=torch.int64, device=q.device)
+    _SLOT_READY.add(key)  # before the calls below, which come back here
+    for tile in (16, 32, 64, SLOT_WIDTH_MAX):
+        _slot_attn(scratch, scratch, scratch, one, tile)
+        segment_attention(scratch[:1], scratch[:1], scratch[:1], cu, zero, ((tile, 0, 1, 1),))
 
 
 #: The (device, dtype, [heads, head_dim], strides) whose kernels are compiled or loaded in this process.
@@ -185,7 +239,7 @@ def _slot_attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: torch
     block = max(16, 1 << (width - 1).bit_length())
     group = block // width * width
     out = torch.empty((slots, heads, d), dtype=q.dtype, device=q.device)
-    _, kernel, _ = _kernels()
+    _, kernel, _, _ = _kernels()
     kernel[(-(-slots // group), heads)](
         q,
         k,
@@ -205,6 +259,80 @@ def _slot_attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: torch
         D=d,
         num_warps=min(8, block // 16),
     )
+    return out
+
+
+#: One launch of :func:`segment_attention`: ``(block, first, last, per)``, sentences ``first .. last - 1`` in
+#: programs of ``per`` consecutive sentences, each program a ``block``-token tile.
+Tile = tuple[int, int, int, int]
+
+#: Most launches per layer :func:`segment_tiles` makes before it falls back to one launch for the whole batch.
+MAX_TILE_RUNS = 8
+
+
+def segment_tiles(lengths: np.ndarray) -> tuple[Tile, ...]:
+    """The launches of :func:`segment_attention` for sentences of ``lengths`` tokens (int [rows], host, each
+    1-128), in order: consecutive sentences that take the same tile (the smallest power of two from 16 that holds
+    the sentence) and fit the same number of times in it (a power of two) share a launch. Batches come sorted by
+    length, so that is a few launches; in any other order, more than :data:`MAX_TILE_RUNS` become one launch with
+    the largest tile."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if not len(lengths):
+        return ()
+    block = np.maximum(16, 1 << np.ceil(np.log2(np.maximum(lengths, 1))).astype(np.int64))
+    per = 1 << np.floor(np.log2(block // np.maximum(lengths, 1))).astype(np.int64)
+    key = block * 256 + per
+    cuts = np.flatnonzero(np.diff(key)) + 1
+    if len(cuts) >= MAX_TILE_RUNS:
+        top = int(block.max())
+        return ((top, 0, len(lengths), int(1 << int(np.log2(top // int(lengths.max()))))),)
+    starts = np.concatenate([[0], cuts])
+    stops = np.concatenate([cuts, [len(lengths)]])
+    return tuple((int(block[a]), int(a), int(b), int(per[a])) for a, b in zip(starts, stops, strict=True))
+
+
+def segment_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    positions: torch.Tensor,
+    tiles: tuple[Tile, ...],
+) -> torch.Tensor:
+    """Attention within each sentence of packed tokens, no padding anywhere (CUDA, Triton;
+    :func:`slot_attention_fits` says when, ``width`` the longest sentence).
+
+    ``q``, ``k``, ``v`` [total, heads, head_dim] (views of one QKV GEMM's output are taken as they are): sentence
+    ``j``'s tokens are ``cu_seqlens[j] .. cu_seqlens[j + 1] - 1`` (int32 [rows + 1]); ``positions`` int [total],
+    each token's position in its sentence; ``tiles``: :func:`segment_tiles` of the sentences' lengths. Returns
+    [total, heads, head_dim] contiguous: softmax(q k^T / sqrt(head_dim)) v over the query's sentence.
+    """
+    total, heads, d = q.shape
+    if not q.stride() == k.stride() == v.stride():  # the kernel takes one set of strides for the three
+        q, k, v = (t.contiguous() for t in (q, k, v))
+    _compiled(q)
+    out = torch.empty((total, heads, d), dtype=q.dtype, device=q.device)
+    _, _, kernel, _ = _kernels()
+    for block, first, last, per in tiles:
+        kernel[(-(-(last - first) // per), heads)](
+            q,
+            k,
+            v,
+            cu_seqlens,
+            positions,
+            out,
+            first,
+            last,
+            per,
+            d**-0.5,
+            q.stride(0),
+            q.stride(1),
+            out.stride(0),
+            out.stride(1),
+            BLOCK=block,
+            D=d,
+            num_warps=min(8, block // 16),
+        )
     return out
 
 

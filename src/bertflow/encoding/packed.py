@@ -20,10 +20,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .fused import add_layer_norm, linear_gelu, qkv_weights, slot_attention, slot_attention_fits
+from . import fused
+from .fused import Tile, add_layer_norm, linear_gelu, qkv_weights, slot_attention, slot_attention_fits
 
 #: Attention over packed tokens: ``(q, k, v [total, heads, head_dim], packing) -> [total, heads, head_dim]``.
 Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "Packing"], torch.Tensor]
@@ -46,12 +48,18 @@ class Packing:
     mask: torch.Tensor
     #: True for :meth:`slots`: the "packed" order is the padded batch itself, grown to whole attention groups.
     slotted: bool = False
+    #: The launches of :func:`segment_attention` (:func:`~bertflow.encoding.fused.segment_tiles`), when the
+    #: lengths were given on the host too.
+    tiles: tuple[Tile, ...] = ()
     _cache: dict[object, torch.Tensor] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def from_lengths(cls, lengths: torch.Tensor, width: int, total: int) -> Packing:
+    def from_lengths(
+        cls, lengths: torch.Tensor, width: int, total: int, host_lengths: np.ndarray | None = None
+    ) -> Packing:
         """The packing of sentences of ``lengths`` tokens (int [rows], on the compute device); ``total`` must equal
-        ``lengths.sum()``, passed in from the host so that nothing here waits for the device."""
+        ``lengths.sum()``, passed in from the host so that nothing here waits for the device, as may be the same
+        lengths (``host_lengths``, for :attr:`tiles`)."""
         rows = int(lengths.shape[0])
         device = lengths.device
         lengths = lengths.to(torch.int32)
@@ -62,7 +70,8 @@ class Packing:
         positions = torch.arange(total, device=device) - cu[:-1].long()[row]
         index = row * width + positions
         mask = torch.arange(width, device=device) < lengths[:, None]
-        return cls(rows, width, total, lengths, cu, index, positions, mask)
+        tiles = fused.segment_tiles(host_lengths) if host_lengths is not None else ()
+        return cls(rows, width, total, lengths, cu, index, positions, mask, tiles=tiles)
 
     @classmethod
     def slots(cls, lengths: torch.Tensor, width: int) -> Packing:
@@ -211,6 +220,17 @@ def slotted_sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pa
     return out.transpose(1, 2).reshape(packing.total, *q.shape[1:])
 
 
+def segment_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing) -> torch.Tensor:
+    """:func:`padded_attention`'s result on packed real tokens by the Triton kernel
+    :func:`~bertflow.encoding.fused.segment_attention`, where it fits and the packing has its :attr:`~Packing.tiles`
+    (else :func:`padded_attention`): no padding in any layer, attention included."""
+    if packing.slotted:
+        raise ValueError("segment_attention needs a packed layout (Packing.from_lengths)")
+    if packing.tiles and slot_attention_fits(q, packing.width):
+        return fused.segment_attention(q, k, v, packing.cu_seqlens, packing.positions, packing.tiles)
+    return padded_attention(q, k, v, packing)
+
+
 def varlen_available(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether :func:`varlen_attention` runs here: CUDA, half precision and a torch that has ``varlen_attn``."""
     if device.type != "cuda" or dtype not in (torch.bfloat16, torch.float16) or not torch.cuda.is_available():
@@ -242,6 +262,7 @@ ATTENTIONS: dict[str, Attention] = {
     "grouped": grouped_attention,
     "slotted": slotted_attention,
     "slotted-sdpa": slotted_sdpa_attention,
+    "segments": segment_attention,
 }
 #: Attentions that run on the :meth:`Packing.slots` layout instead of packed real tokens.
 SLOTTED = frozenset({"slotted", "slotted-sdpa"})
