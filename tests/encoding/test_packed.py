@@ -344,7 +344,7 @@ def test_segment_attention_kernel_cuda(head_dim, order):
 
     gen = np.random.default_rng(head_dim)
     host = np.concatenate([[128, 1, 2, 16, 17, 64, 65], gen.integers(1, 129, 90), gen.integers(2, 20, 200)])
-    host = np.sort(host)[::-1] if order == "sorted" else gen.permutation(host)
+    host = np.sort(host)[::-1].copy() if order == "sorted" else gen.permutation(host)
     lengths = torch.from_numpy(host).cuda()
     p = Packing.from_lengths(lengths, 128, int(host.sum()), host)
     assert (len(p.tiles) > 1) == (order == "sorted")
