@@ -382,7 +382,7 @@ def roundtrip(enc: Any, text: list[str]) -> dict[str, Any]:
                 max_tokens=enc.token_budget,
                 max_rows=None,
                 uniform_fill=enc.settings.uniform_fill,
-                min_length_ratio=enc.settings.min_length_ratio,
+                min_length_ratio=enc.settings.length_ratio(False),
                 min_tokens=32768,
                 pad_id=0,
                 pinned=True,

@@ -220,6 +220,15 @@ def test_unsupported_models_are_named(tiny_bert):
 POOLINGS = ["mean", "cls", "pooler", "first-last-avg", [0, 2]]
 
 
+def test_runner_batches_freely_only_for_the_packed_layout(tiny_model_dir):
+    """Without the attention kernels (CPU) the CUDA attention is the slotted one, whose batches pay for padding;
+    the packed layout (unpadded=True off CUDA: padded attention on real tokens) does not, the padded forward does."""
+    runner = SentenceEncoder(str(tiny_model_dir), device="cpu")._runner
+    assert runner.cuda_attention is ATTENTIONS["slotted"]
+    assert not runner.padding_free(None) and not runner.padding_free(False)
+    assert runner.padding_free(True)
+
+
 def test_encoder_unpadded_equals_padded(tiny_model_dir):
     """unpadded=True (CPU: padded attention only) gives the padded path's vectors for every pooling."""
     sentences = SENTENCES * 3 + ["x", "a man"]
@@ -412,3 +421,7 @@ def test_encoder_unpadded_equals_padded_cuda(tmp_path):
             assert max_cosine_deviation(torch.from_numpy(got), torch.from_numpy(ref)) <= 1e-3, (pooling, flag)
     if forward_module.UNPADDED_BY_DEFAULT:
         assert enc._runner.packed_verified and enc._runner.unpadded_refused is None
+    from bertflow.encoding.fused import triton_available
+
+    if triton_available(torch.device("cuda")):  # the packed layout with its kernel, batches not bounding padding
+        assert enc._runner.cuda_attention is ATTENTIONS["segments"] and enc._runner.padding_free(None)

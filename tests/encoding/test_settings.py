@@ -33,6 +33,16 @@ def test_bad_settings_are_refused_in_one_line(field, value, match):
     assert "\n" not in str(info.value)
 
 
+def test_length_ratio_bounds_padding_only_where_the_forward_pays_for_it():
+    """``min_length_ratio=None``: 0.9 of the batch width for a padded forward, no bound for the packed one (real
+    tokens only); a value given wins on both."""
+    s = EncodeSettings()
+    assert s.min_length_ratio is None
+    assert (s.length_ratio(padding_free=False), s.length_ratio(padding_free=True)) == (0.9, 0.0)
+    given = dataclasses.replace(s, min_length_ratio=0.5)
+    assert (given.length_ratio(False), given.length_ratio(True)) == (0.5, 0.5)
+
+
 def test_device_defaults_fill_the_none_fields():
     s = EncodeSettings()
     assert (s.token_budget("cpu"), s.token_budget("cuda")) == (4096, 65536)

@@ -317,7 +317,7 @@ class SentenceEncoder:
             max_tokens=max_tokens,
             max_rows=max_rows,
             uniform_fill=settings.uniform_fill,
-            min_length_ratio=settings.min_length_ratio,
+            min_length_ratio=settings.length_ratio(self._runner.padding_free(settings.unpadded)),
             min_tokens=settings.min_batch_tokens(self.device.type, self.dim),
             pad_id=self._pad_id,
             pinned=self.device.type == "cuda",

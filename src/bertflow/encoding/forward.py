@@ -23,10 +23,11 @@ from ..typing import DeviceTransform
 from ..validation import OUTPUT_LIMIT, check_finite, raise_calibrated
 from .batching import HostBatch, PreparedChunk
 from .device import attention_backends, transformers_major
-from .fused import triton_available
+from .fused import attention_kernel_fits, triton_available
 from .packed import (
     ATTENTIONS,
     CUDA_ATTENTION,
+    CUDA_FALLBACK_ATTENTION,
     CUDA_KERNELS,
     UNPADDED_BY_DEFAULT,
     Attention,
@@ -131,7 +132,11 @@ class ModelRunner:
         self.half_cuda = device.type == "cuda" and next(model.parameters()).dtype in (torch.float16, torch.bfloat16)
         if self.packed is not None and self.half_cuda and triton_available(device):
             self.packed.kernels = CUDA_KERNELS  # fused layer steps (encoding/fused.py); benchmarks swap it
-        self.cuda_attention: Attention = ATTENTIONS[CUDA_ATTENTION]  # benchmarks swap it to compare kernels
+        dtype = next(model.parameters()).dtype
+        head_dim = self.dim // int(getattr(model.config, "num_attention_heads", 1) or 1)
+        kernel = attention_kernel_fits(device, dtype, head_dim)
+        # benchmarks swap it to compare kernels
+        self.cuda_attention: Attention = ATTENTIONS[CUDA_ATTENTION if kernel else CUDA_FALLBACK_ATTENTION]
 
     def plan(
         self,
@@ -185,6 +190,12 @@ class ModelRunner:
         if self.packed is None:
             raise InputError(f"{self.model_id}: unpadded encoding is not available: {self.unpadded_refused}")
         return self.cuda_attention if self.half_cuda else padded_attention
+
+    def padding_free(self, unpadded: bool | None) -> bool:
+        """Whether the forward for the ``unpadded`` setting runs every layer on real tokens only (the packed layout:
+        a batch's padding costs nothing, so the batcher need not bound it)."""
+        attention = self.packed_attention(unpadded)
+        return attention is not None and not uses_slots(attention)
 
     @torch.inference_mode()
     def forward(

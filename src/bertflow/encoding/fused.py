@@ -172,19 +172,22 @@ def add_layer_norm(y: torch.Tensor, residual: torch.Tensor, norm: torch.nn.Layer
 SLOT_WIDTH_MAX = 128
 
 
+def attention_kernel_fits(device: torch.device, dtype: torch.dtype, head_dim: int) -> bool:
+    """Whether the attention kernels (:func:`slot_attention`, :func:`segment_attention`) run for a model's heads
+    of ``head_dim`` in ``dtype`` on ``device``: CUDA with Triton, half precision, head_dim a power of two 16-128."""
+    return (
+        triton_available(device)
+        and dtype in (torch.float16, torch.bfloat16)
+        and 16 <= head_dim <= 128
+        and head_dim & (head_dim - 1) == 0
+    )
+
+
 def slot_attention_fits(q: torch.Tensor, width: int) -> bool:
     """Whether :func:`slot_attention` (or :func:`segment_attention`) runs its kernel for ``q`` [slots, heads,
-    head_dim] and sentences of ``width`` slots (at most ``width`` tokens): CUDA with Triton, half precision,
-    head_dim a power of two from 16 to 128, ``width`` <= 128."""
-    d = q.shape[-1]
-    return (
-        triton_available(q.device)
-        and q.dtype in (torch.float16, torch.bfloat16)
-        and 16 <= d <= 128
-        and d & (d - 1) == 0
-        and width <= SLOT_WIDTH_MAX
-        and q.stride(-1) == 1
-    )
+    head_dim] and sentences of ``width`` slots (at most ``width`` tokens): :func:`attention_kernel_fits`, ``width``
+    <= 128 and the last dimension contiguous."""
+    return attention_kernel_fits(q.device, q.dtype, q.shape[-1]) and width <= SLOT_WIDTH_MAX and q.stride(-1) == 1
 
 
 def slot_attention(

@@ -273,12 +273,15 @@ def uses_slots(attention: Attention) -> bool:
     return any(attention is ATTENTIONS[name] for name in SLOTTED)
 
 
-#: The attention of the unpadded forward on CUDA, and whether that forward is the CUDA default
+#: The attention of the unpadded forward on CUDA where its kernel runs (:func:`~.fused.attention_kernel_fits`;
+#: else :data:`CUDA_FALLBACK_ATTENTION`), and whether that forward is the CUDA default
 #: (``EncodeSettings.unpadded=None``): chosen by measurement (docs/performance.md, issue 23: on an H200 the
 #: grouped attention made BERT-base's forward 1.10x faster than the padded one, varlen 0.94x; with the fused
 #: kernels, the slotted layout 1.38x, grouped 1.30x; its Triton kernel instead of SDPA under a mask, 1.12x more
-#: for BERT-base and 1.37x for MiniLM-L6).
-CUDA_ATTENTION = "slotted"
+#: for BERT-base and 1.37x for MiniLM-L6; then the packed layout with its own kernel, whose batches need not bound
+#: their padding, BERT-base end to end warm 160-169k sentences/s against 136-141k slotted).
+CUDA_ATTENTION = "segments"
+CUDA_FALLBACK_ATTENTION = "slotted"
 UNPADDED_BY_DEFAULT = True
 #: How the unpadded layers run on CUDA in half precision where Triton is available (:data:`KERNELS`); elsewhere
 #: ``modules``. Chosen by measurement (docs/performance.md, issue 23, fifth call: ``slotted`` + ``fused-gelu`` made

@@ -20,7 +20,8 @@ FIRST_CUDA_CHUNK = 4096
 #: A batch is cut where the token count changes if the run of equal lengths already fills this share of the
 #: batch: such a batch needs no padding mask.
 UNIFORM_FILL = 0.5
-#: A batch takes no sentence shorter than this share of its width (its longest sentence) ...
+#: A batch takes no sentence shorter than this share of its width (its longest sentence), where the forward pays
+#: for padding (on the unpadded packed forward padding costs no layer anything: no limit there) ...
 MIN_LENGTH_RATIO = 0.9
 #: ... unless the batch would then be smaller than this many padded tokens: a forward pass costs milliseconds of
 #: host time to launch whatever its size, while on a CPU padding is paid in full. The CUDA floor is for a model of
@@ -61,8 +62,9 @@ class EncodeSettings:
       with tokenisation processes, else one (docs/performance.md).
     - ``tokenize_processes``: worker processes that tokenise for those threads (started at the first ``encode`` of
       more than one chunk, kept until ``close()``); ``None``: :func:`bertflow.encoding.tokenization.auto_processes`.
-    - ``uniform_fill``, ``min_length_ratio``: how batches are cut (:func:`bertflow.encoding.batching.plan_batches`);
-      ``min_tokens``: padded tokens below which a batch is filled up anyway (``None``: :meth:`min_batch_tokens`).
+    - ``uniform_fill``, ``min_length_ratio``: how batches are cut (:func:`bertflow.encoding.batching.plan_batches`;
+      ``min_length_ratio=None``: :meth:`length_ratio`); ``min_tokens``: padded tokens below which a batch is filled
+      up anyway (``None``: :meth:`min_batch_tokens`).
     - ``cudnn_attention``: let torch pick cuDNN attention on CUDA (off by default: it plans every new shape).
     - ``unpadded``: run the model on real tokens only (:mod:`bertflow.encoding.packed`); ``None``: on CUDA in half
       precision for a BERT model whose first batch matches the padded forward; ``True``: for any BERT model (off
@@ -81,7 +83,7 @@ class EncodeSettings:
     tokenize_workers: int | None = None
     tokenize_processes: int | None = None
     uniform_fill: float = UNIFORM_FILL
-    min_length_ratio: float = MIN_LENGTH_RATIO
+    min_length_ratio: float | None = None
     min_tokens: int | None = None
     first_chunk: int = FIRST_CUDA_CHUNK
     cudnn_attention: bool = False
@@ -95,9 +97,11 @@ class EncodeSettings:
                 raise InputError(f"{name} must be {'a positive integer' if low else '0 or more'}, got {value!r}")
         for name in ("uniform_fill", "min_length_ratio"):
             value = getattr(self, name)
+            if value is None and name == "min_length_ratio":
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                 raise InputError(f"{name} must be a number of 0 or more, got {value!r}")
-        if self.min_length_ratio > 1:
+        if self.min_length_ratio is not None and self.min_length_ratio > 1:
             raise InputError(f"min_length_ratio must be at most 1, got {self.min_length_ratio!r}")
         if not isinstance(self.cudnn_attention, bool):
             raise InputError(f"cudnn_attention must be True or False, got {self.cudnn_attention!r}")
@@ -109,6 +113,13 @@ class EncodeSettings:
     def token_budget(self, device_type: str) -> int:
         """Padded tokens per forward pass on a device of this type (``max_tokens`` or the default)."""
         return self.max_tokens or DEFAULT_MAX_TOKENS[device_kind(device_type)]
+
+    def length_ratio(self, padding_free: bool) -> float:
+        """``min_length_ratio``, else :data:`MIN_LENGTH_RATIO`, or 0 (no limit) for a forward that runs on real
+        tokens only (``padding_free``: the packed layout), where the padding of a batch costs nothing."""
+        if self.min_length_ratio is not None:
+            return self.min_length_ratio
+        return 0.0 if padding_free else MIN_LENGTH_RATIO
 
     def min_batch_tokens(self, device_type: str, hidden: int | None = None) -> int:
         """``min_tokens`` or the device's default; on CUDA, for a model ``hidden`` wide, raised for narrow models
