@@ -112,6 +112,7 @@ def throughput(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"bertflow": bertflow.__version__, "file": bertflow.__file__, "card": card(), "runs": {}}
     out["variant"] = args.variant or "defaults"
     out["settings"] = args.settings or "defaults"
+    out["bucket"] = args.bucket or "default"
     for arch in args.archs.split(","):
         model = random_model(arch, args.tokenizer_dir, work / arch)
         kwargs = {}
@@ -127,6 +128,8 @@ def throughput(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             enc._runner.cuda_attention = ATTENTIONS[attention]
             if kernels:
                 enc._runner.packed.kernels = kernels
+        if args.bucket:  # tokens the packed layout grows each batch to a multiple of (this checkout only)
+            enc._runner.token_bucket = args.bucket
         enc.encode(warm, show_progress_bar=False)  # CUDA and allocator warm-up on text unlike the timed text
         rates = []
         for _ in range(1 + args.rounds):
@@ -460,6 +463,7 @@ def main() -> None:
         "(e.g. grouped:fused@131072; no kernels: the CUDA default) or padded@MAX_TOKENS",
     )
     parser.add_argument("--variant", default="", help="throughput: unpadded ATTENTION:KERNELS (default: defaults)")
+    parser.add_argument("--bucket", type=int, default=0, help="throughput: the packed layout's token bucket")
     parser.add_argument("--settings", default="", help="throughput: EncodeSettings fields, FIELD=JSON,...")
     parser.add_argument("--commit", default="unknown", help="tests: the commit under test, for the record")
     parser.add_argument("--test-files", default="", help="tests: comma-separated files (default: CUDA_TEST_FILES)")

@@ -48,6 +48,27 @@ def test_packing_round_trip():
     torch.testing.assert_close(gathered[:5][p.mask], padded[p.mask], rtol=0, atol=0)
 
 
+def test_packing_grown_to_a_bucket_keeps_every_token(tiny_bert):
+    """A packing grown to a multiple of ``bucket`` tokens: rows of padding (token 0, position 0) after the real
+    tokens, which every unpack drops; the layers' states at real tokens equal the ungrown packing's."""
+    lengths = torch.tensor(LENGTHS)
+    plain = Packing.from_lengths(lengths, 7, sum(LENGTHS), lengths.numpy())
+    p = Packing.from_lengths(lengths, 7, sum(LENGTHS), lengths.numpy(), bucket=16)
+    assert (p.total, p.real, plain.total, plain.real) == (32, 23, 23, 23)
+    assert p.positions[23:].eq(0).all() and p.cu_seqlens.equal(plain.cu_seqlens) and p.tiles == plain.tiles
+    padded = torch.randn(5, 7, 3)
+    packed = p.pack(padded)
+    assert packed.shape == (32, 3) and packed[23:].eq(0).all() and packed[:23].equal(plain.pack(padded))
+    assert p.unpack(packed).equal(plain.unpack(packed[:23]))
+    ids = torch.randint(5, tiny_bert.config.vocab_size, (5, 7))
+    with torch.inference_mode():
+        for name in ("segments", "grouped", "padded"):
+            got = PackedBert(tiny_bert, "fused").states(ids, p, [3], ATTENTIONS[name])[3]
+            ref = PackedBert(tiny_bert, "fused").states(ids, plain, [3], ATTENTIONS[name])[3]
+            assert got.shape[0] == 32 and torch.isfinite(got).all()
+            torch.testing.assert_close(got[:23], ref, rtol=1e-5, atol=1e-5)
+
+
 def test_padded_attention_is_per_sentence():
     """Each sentence attends to itself only: its output does not change when another sentence does."""
     torch.manual_seed(0)

@@ -29,6 +29,7 @@ from .packed import (
     CUDA_ATTENTION,
     CUDA_FALLBACK_ATTENTION,
     CUDA_KERNELS,
+    TOKEN_BUCKET,
     UNPADDED_BY_DEFAULT,
     Attention,
     PackedBert,
@@ -135,8 +136,9 @@ class ModelRunner:
         dtype = next(model.parameters()).dtype
         head_dim = self.dim // int(getattr(model.config, "num_attention_heads", 1) or 1)
         kernel = attention_kernel_fits(device, dtype, head_dim)
-        # benchmarks swap it to compare kernels
+        # benchmarks swap these two to compare kernels
         self.cuda_attention: Attention = ATTENTIONS[CUDA_ATTENTION if kernel else CUDA_FALLBACK_ATTENTION]
+        self.token_bucket = TOKEN_BUCKET
 
     def plan(
         self,
@@ -280,7 +282,8 @@ class ModelRunner:
         if uses_slots(attention):
             packing = Packing.slots(lengths, width)
         else:
-            packing = Packing.from_lengths(lengths, width, int(host.sum()), host)
+            bucket = self.token_bucket if attention is ATTENTIONS["segments"] else 1
+            packing = Packing.from_lengths(lengths, width, int(host.sum()), host, bucket)
         with attention_backends(self.device, cudnn):  # SDPA inside the grouped and padded attentions
             states = self.packed.states(input_ids, packing, plan.layers, attention)
         captured = {k: packing.unpack(v) for k, v in states.items()}

@@ -33,10 +33,11 @@ Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "Packing"], torc
 
 @dataclass(frozen=True)
 class Packing:
-    """Where the real tokens of a padded ``[rows, width]`` batch go in the packed ``[total]`` order (``total``
-    real tokens): ``lengths`` int32 [rows] (each >= 1); ``cu_seqlens`` int32 [rows + 1], where each sentence starts
-    (last: ``total``); ``index`` int64 [total], each token's flat padded position (``row * width + position``);
-    ``positions`` int64 [total], its position in its sentence (0 for [CLS]); ``mask`` bool [rows, width]."""
+    """Where the real tokens of a padded ``[rows, width]`` batch go in the packed ``[total]`` order (the :attr:`real`
+    tokens, then any rows of padding): ``lengths`` int32 [rows] (each >= 1); ``cu_seqlens`` int32 [rows + 1], where
+    each sentence starts (last: :attr:`real`); ``index`` int64 [real], each token's flat padded position
+    (``row * width + position``); ``positions`` int64 [total], its position in its sentence (0 for [CLS] and for
+    padding); ``mask`` bool [rows, width]."""
 
     rows: int
     width: int
@@ -55,11 +56,12 @@ class Packing:
 
     @classmethod
     def from_lengths(
-        cls, lengths: torch.Tensor, width: int, total: int, host_lengths: np.ndarray | None = None
+        cls, lengths: torch.Tensor, width: int, total: int, host_lengths: np.ndarray | None = None, bucket: int = 1
     ) -> Packing:
         """The packing of sentences of ``lengths`` tokens (int [rows], on the compute device); ``total`` must equal
         ``lengths.sum()``, passed in from the host so that nothing here waits for the device, as may be the same
-        lengths (``host_lengths``, for :attr:`tiles`)."""
+        lengths (``host_lengths``, for :attr:`tiles`). ``bucket``: the packed order is grown with rows of padding
+        (token 0 at position 0, after the last sentence) to a multiple of this many tokens."""
         rows = int(lengths.shape[0])
         device = lengths.device
         lengths = lengths.to(torch.int32)
@@ -67,11 +69,18 @@ class Packing:
         torch.cumsum(lengths, 0, out=cu[1:])
         # output_size: the result's length is known, so the device is not asked for it (no sync).
         row = torch.repeat_interleave(torch.arange(rows, device=device), lengths.long(), output_size=total)
-        positions = torch.arange(total, device=device) - cu[:-1].long()[row]
-        index = row * width + positions
+        grown = -(-total // bucket) * bucket
+        positions = torch.zeros(grown, dtype=torch.long, device=device)
+        torch.sub(torch.arange(total, device=device), cu[:-1].long()[row], out=positions[:total])
+        index = row * width + positions[:total]
         mask = torch.arange(width, device=device) < lengths[:, None]
         tiles = fused.segment_tiles(host_lengths) if host_lengths is not None else ()
-        return cls(rows, width, total, lengths, cu, index, positions, mask, tiles=tiles)
+        return cls(rows, width, grown, lengths, cu, index, positions, mask, tiles=tiles)
+
+    @property
+    def real(self) -> int:
+        """Rows of the packed order that hold tokens of a sentence (the rest, up to :attr:`total`, are padding)."""
+        return len(self.index) if not self.slotted else self.total
 
     @classmethod
     def slots(cls, lengths: torch.Tensor, width: int) -> Packing:
@@ -99,8 +108,11 @@ class Packing:
         every slot, with rows of zeros at the end)."""
         if self.slotted:
             flat = padded.reshape(self.rows * self.width, *padded.shape[2:])
-            return torch.cat([flat, flat.new_zeros((self.total - len(flat), *flat.shape[1:]))])
-        return padded.reshape(self.rows * self.width, *padded.shape[2:]).index_select(0, self.index)
+        else:
+            flat = padded.reshape(self.rows * self.width, *padded.shape[2:]).index_select(0, self.index)
+        if self.total == len(flat):
+            return flat
+        return torch.cat([flat, flat.new_zeros((self.total - len(flat), *flat.shape[1:]))])
 
     def unpack(self, packed: torch.Tensor, rows: int | None = None) -> torch.Tensor:
         """``[total, ...]`` -> ``[rows, width, ...]`` with zeros at padding (the inverse of :meth:`pack`);
@@ -110,7 +122,7 @@ class Packing:
         if self.slotted and rows <= self.total // self.width:
             return packed.view(self.total // self.width, self.width, *packed.shape[1:])[:rows]
         out = packed.new_zeros((rows * self.width, *packed.shape[1:]))
-        out.index_copy_(0, self.index, packed)
+        out.index_copy_(0, self.index, packed[: self.real])
         return out.view(rows, self.width, *packed.shape[1:])
 
     def gather_padded(self, packed: torch.Tensor, rows: int) -> torch.Tensor:
@@ -120,7 +132,7 @@ class Packing:
         key = ("source", rows)
         if key not in self._cache:
             source = torch.zeros(rows * self.width, dtype=torch.long, device=self.index.device)
-            source.index_copy_(0, self.index, torch.arange(self.total, device=self.index.device))
+            source.index_copy_(0, self.index, torch.arange(self.real, device=self.index.device))
             self._cache[key] = source
         return packed.index_select(0, self._cache[key]).view(rows, self.width, *packed.shape[1:])
 
@@ -189,7 +201,7 @@ def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing
 
     out = F.scaled_dot_product_attention(rows(q), rows(k), rows(v), attn_mask=bias)
     flat = out.transpose(1, 2).reshape(groups * length, *q.shape[1:])
-    return flat.index_select(0, packing.index)
+    return packing.pack(flat.view(groups * per, packing.width, *q.shape[1:])[: packing.rows])
 
 
 def slotted_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing) -> torch.Tensor:
@@ -226,9 +238,12 @@ def segment_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing
     (else :func:`padded_attention`): no padding in any layer, attention included."""
     if packing.slotted:
         raise ValueError("segment_attention needs a packed layout (Packing.from_lengths)")
-    if packing.tiles and slot_attention_fits(q, packing.width):
-        return fused.segment_attention(q, k, v, packing.cu_seqlens, packing.positions, packing.tiles)
-    return padded_attention(q, k, v, packing)
+    if not (packing.tiles and slot_attention_fits(q, packing.width)):
+        return padded_attention(q, k, v, packing)
+    out = fused.segment_attention(q, k, v, packing.cu_seqlens, packing.positions, packing.tiles)
+    if packing.real < packing.total:
+        out[packing.real :].zero_()  # the rows of padding at the end, never written by the kernel
+    return out
 
 
 def varlen_available(device: torch.device, dtype: torch.dtype) -> bool:
@@ -288,6 +303,9 @@ UNPADDED_BY_DEFAULT = True
 #: BERT-base's forward 1.38x and MiniLM-L6's 1.69x faster than the padded one on an H200; ``grouped`` +
 #: ``modules``, the previous default, 1.11x / 1.16x).
 CUDA_KERNELS = "fused-gelu"
+#: The packed layout of :func:`segment_attention` grows each batch to a multiple of this many tokens, so that its
+#: matrix products meet a few shapes again and again: cuBLAS sets up each new shape on the host (docs/performance.md).
+TOKEN_BUCKET = 1
 
 
 def unsupported_reason(model: torch.nn.Module) -> str | None:
