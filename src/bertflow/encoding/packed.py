@@ -304,8 +304,11 @@ UNPADDED_BY_DEFAULT = True
 #: ``modules``, the previous default, 1.11x / 1.16x).
 CUDA_KERNELS = "fused-gelu"
 #: The packed layout of :func:`segment_attention` grows each batch to a multiple of this many tokens, so that its
-#: matrix products meet a few shapes again and again: cuBLAS sets up each new shape on the host (docs/performance.md).
-TOKEN_BUCKET = 1
+#: matrix products meet a few shapes again and again: cuBLAS sets up each new shape on the host (0.2 ms median,
+#: up to 6 ms, per GEMM shape on an H200 host), and a batch of new text had a new token count every time. Chosen by
+#: measurement (docs/performance.md, issue 23: BERT-base first passes 159k / 162k sentences/s with 256, 157k / 149k
+#: with 1,024, 156k / 127k with 4,096, 105k / 119k without; at most 255 tokens of padding a batch).
+TOKEN_BUCKET = 256
 
 
 def unsupported_reason(model: torch.nn.Module) -> str | None:
