@@ -446,25 +446,3 @@ def test_encoder_unpadded_equals_padded_cuda(tmp_path):
 
     if triton_available(torch.device("cuda")):  # the packed layout with its kernel, batches not bounding padding
         assert enc._runner.cuda_attention is ATTENTIONS["segments"] and enc._runner.padding_free(None)
-
-
-@cuda
-def test_reserve_leaves_the_launch_no_pinned_memory_to_make(tmp_path):
-    """A chunk's pinned result block, reserved on a preparing thread (ModelRunner.reserve), is the one its launch
-    takes: the launch allocates no new pinned memory."""
-    folder = make_tiny_bert(tmp_path / "m", seed=6, hidden=128, layers=2)
-    enc = SentenceEncoder(str(folder), device="cuda", settings=EncodeSettings(tokenize_processes=0))
-    rows = 3001  # a block size no earlier test has made
-    chunk = enc.prepare_chunk((0, [f"{SENTENCES[i % len(SENTENCES)]} {i}" for i in range(rows)]), 4096, None, False)
-    plan = enc._plan(None)
-    small = enc.prepare_chunk((0, SENTENCES), 4096, None, False)
-    enc._runner.finish(enc._runner.launch(small, plan, unpadded=None))  # the small blocks (check flags) exist now
-
-    def allocations() -> int:
-        stats = torch.cuda.host_memory_stats()
-        return int(stats.get("num_host_alloc", stats.get("allocations.allocated", 0)))
-
-    enc._runner.reserve(chunk.n, plan)
-    before = allocations()
-    enc._runner.finish(enc._runner.launch(chunk, plan, unpadded=None))
-    assert allocations() == before

@@ -346,14 +346,6 @@ class ModelRunner:
         event.record(torch.cuda.current_stream(self.device))
         return Pending(chunk.offset, host, flag, event)
 
-    def reserve(self, rows: int, plan: PoolingPlan) -> None:
-        """Have the caching host allocator hold a pinned block of the size :meth:`launch` will take for a chunk of
-        ``rows`` sentences (CUDA; else nothing). Called on a preparing thread ahead of the launch: pinning new memory
-        costs about a millisecond per megabyte, which the main thread would otherwise wait for while the device
-        starves, once per new block size (the first chunks of a process, and each step of the chunk ramp)."""
-        if self.device.type == "cuda":
-            torch.empty((rows, self.dim * len(plan.poolings)), dtype=torch.float32, pin_memory=True)
-
     def finish(self, pending: Pending) -> np.ndarray:
         """Wait for a chunk's copy and return it as a numpy view of the host tensor (float32 [n, D])."""
         if pending.event is not None:

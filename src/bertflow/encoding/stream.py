@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
 
 import numpy as np
 import torch
@@ -68,13 +67,8 @@ def stream_chunks(
     budget = max_tokens or settings.token_budget(device.type)
     if budget < 1:
         raise InputError(f"max_tokens must be positive, got {budget}")
-    def prepare_and_reserve(item: tuple[int, Sequence[str] | TokenArrays], *args: Any) -> PreparedChunk:
-        chunk = prepare(item, *args)
-        runner.reserve(chunk.n, plan)  # on the preparing thread: the launch then finds its pinned block
-        return chunk
-
     prepared, prefetcher = _prepared_chunks(
-        sentences, settings, device, prepare_and_reserve, start_pool, budget, batch_size, chunk_size
+        sentences, settings, device, prepare, start_pool, budget, batch_size, chunk_size
     )
     # On CUDA, a chunk is handed out only after the next one is queued on the device, so the GPU keeps
     # working while the caller consumes the result (writes it to a file, runs a calibrator ...).
