@@ -6,7 +6,7 @@ Subcommands (each prints one JSON object and writes it to ``--json``):
     ``SentenceEncoder.encode`` sentences/s for random-weight BERT-base and MiniLM-L6 (bf16, mean pooling,
     max_length 64) on STS sentences. Only names that every bertflow release exports are used
     (``bertflow.SentenceEncoder``), so the same command times an older checkout beside this one
-    (``PYTHONPATH=old/src``) on the same card. After a warm-up on random-word text, the first pass over the STS
+    (``PYTHONPATH=old/src``) on the same card. After a warm-up on ``--warmup`` random-word sentences, the first pass over the STS
     sentences is the "first-pass" number (the tokeniser has not met their words); the median of ``--rounds``
     further passes over the same sentences is the "warm" number.
 ``onepath``
