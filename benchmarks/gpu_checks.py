@@ -6,9 +6,9 @@ Subcommands (each prints one JSON object and writes it to ``--json``):
     ``SentenceEncoder.encode`` sentences/s for random-weight BERT-base and MiniLM-L6 (bf16, mean pooling,
     max_length 64) on STS sentences. Only names that every bertflow release exports are used
     (``bertflow.SentenceEncoder``), so the same command times an older checkout beside this one
-    (``PYTHONPATH=old/src``) on the same card. After a warm-up on ``--warmup`` random-word sentences, the first pass over the STS
-    sentences is the "first-pass" number (the tokeniser has not met their words); the median of ``--rounds``
-    further passes over the same sentences is the "warm" number.
+    (``PYTHONPATH=old/src``) on the same card. After a warm-up on ``--warmup`` random-word sentences, the first
+    pass over the STS sentences is the "first-pass" number (the tokeniser has not met their words); the median of
+    ``--rounds`` further passes over the same sentences is the "warm" number.
 ``onepath``
     ``bertflow evaluate --model-dir`` in bf16 against ``Embedder.encode``: a random-weight MiniLM-L6 with a
     whitening calibrator fitted on STS sentences, saved; the Spearman/Pearson scores of the evaluation path vs
@@ -108,11 +108,12 @@ def throughput(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     pool = sts_pool(args.data_dir)
     rng = np.random.default_rng(0)
     text = [pool[i] for i in rng.permutation(np.arange(args.sentences) % len(pool))]
-    warm = synthetic(args.tokenizer_dir, 20000)
+    warm = synthetic(args.tokenizer_dir, args.warmup)
     out: dict[str, Any] = {"bertflow": bertflow.__version__, "file": bertflow.__file__, "card": card(), "runs": {}}
     out["variant"] = args.variant or "defaults"
     out["settings"] = args.settings or "defaults"
     out["bucket"] = args.bucket or "default"
+    out["warmup_sentences"] = args.warmup
     for arch in args.archs.split(","):
         model = random_model(arch, args.tokenizer_dir, work / arch)
         kwargs = {}
@@ -463,6 +464,9 @@ def main() -> None:
         "(e.g. grouped:fused@131072; no kernels: the CUDA default) or padded@MAX_TOKENS",
     )
     parser.add_argument("--variant", default="", help="throughput: unpadded ATTENTION:KERNELS (default: defaults)")
+    parser.add_argument(
+        "--warmup", type=int, default=20000, help="throughput: random-word sentences encoded before the timed passes"
+    )
     parser.add_argument("--bucket", type=int, default=0, help="throughput: the packed layout's token bucket")
     parser.add_argument("--settings", default="", help="throughput: EncodeSettings fields, FIELD=JSON,...")
     parser.add_argument("--commit", default="unknown", help="tests: the commit under test, for the record")
