@@ -161,12 +161,14 @@ def test_segment_tiles_cover_every_sentence_in_order(seed):
     lengths = gen.integers(1, 129, int(gen.integers(1, 300)))
     for lens in (np.sort(lengths)[::-1], lengths):
         tiles = segment_tiles(lens)
-        assert tiles[0][1] == 0 and tiles[-1][2] == len(lens) and len(tiles) <= MAX_TILE_RUNS
+        assert tiles[0][1] == 0 and tiles[-1][2] == len(lens) and (len(tiles) <= MAX_TILE_RUNS or lens is not lengths)
         for (block, first, last, per), nxt in zip(tiles, [*tiles[1:], None], strict=True):
             assert first < last and (nxt is None or nxt[1] == last)
             assert block >= 16 and block & (block - 1) == 0 and per >= 1 and per & (per - 1) == 0
             assert per * lens[first:last].max() <= block
     assert segment_tiles(np.array([], dtype=np.int64)) == ()
+    many = np.array([500, 300, 200, 100, 60, 30, 16, 8, 4, 2])  # sorted: one launch per kind, however many
+    assert [t[0] for t in segment_tiles(many)] == [512, 256, 128, 64, 32, 16, 16, 16, 16]
     assert segment_tiles(np.array([20, 18, 9, 8, 5, 2])) == ((32, 0, 2, 1), (16, 2, 3, 1), (16, 3, 5, 2), (16, 5, 6, 8))
 
 

@@ -277,8 +277,9 @@ def segment_tiles(lengths: np.ndarray) -> tuple[Tile, ...]:
     """The launches of :func:`segment_attention` for sentences of ``lengths`` tokens (int [rows], host, each >= 1),
     in order: consecutive sentences that take the same tile (the smallest power of two from 16 that holds the
     sentence) and fit the same number of times in it (a power of two) share a launch. A tile of more than
-    :data:`SLOT_WIDTH_MAX` tokens is for another attention to run. Batches come sorted by length, so that is a few
-    launches; in any other order, more than :data:`MAX_TILE_RUNS` become one launch with the largest tile."""
+    :data:`SLOT_WIDTH_MAX` tokens is for another attention to run. Batches come sorted by length, longest first,
+    so that is one launch per kind (a dozen at most); in any other order, more than :data:`MAX_TILE_RUNS` become one
+    launch with the largest tile."""
     lengths = np.asarray(lengths, dtype=np.int64)
     if not len(lengths):
         return ()
@@ -286,7 +287,7 @@ def segment_tiles(lengths: np.ndarray) -> tuple[Tile, ...]:
     per = 1 << np.floor(np.log2(block // np.maximum(lengths, 1))).astype(np.int64)
     key = block * 256 + per
     cuts = np.flatnonzero(np.diff(key)) + 1
-    if len(cuts) >= MAX_TILE_RUNS:
+    if len(cuts) >= MAX_TILE_RUNS and np.any(np.diff(lengths) > 0):
         top = int(block.max())
         return ((top, 0, len(lengths), int(1 << int(np.log2(top // int(lengths.max()))))),)
     starts = np.concatenate([[0], cuts])
