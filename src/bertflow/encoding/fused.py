@@ -274,12 +274,11 @@ MAX_TILE_RUNS = 8
 
 
 def segment_tiles(lengths: np.ndarray) -> tuple[Tile, ...]:
-    """The launches of :func:`segment_attention` for sentences of ``lengths`` tokens (int [rows], host, each >= 1),
-    in order: consecutive sentences that take the same tile (the smallest power of two from 16 that holds the
-    sentence) and fit the same number of times in it (a power of two) share a launch. A tile of more than
-    :data:`SLOT_WIDTH_MAX` tokens is for another attention to run. Batches come sorted by length, longest first,
-    so that is one launch per kind (a dozen at most); in any other order, more than :data:`MAX_TILE_RUNS` become one
-    launch with the largest tile."""
+    """The launches of :func:`segment_attention` for sentences of ``lengths`` tokens (int [rows], host, each
+    1-128), in order: consecutive sentences that take the same tile (the smallest power of two from 16 that holds
+    the sentence) and fit the same number of times in it (a power of two) share a launch. Batches come sorted by
+    length, so that is a few launches; in any other order, more than :data:`MAX_TILE_RUNS` become one launch with
+    the largest tile."""
     lengths = np.asarray(lengths, dtype=np.int64)
     if not len(lengths):
         return ()
@@ -287,7 +286,7 @@ def segment_tiles(lengths: np.ndarray) -> tuple[Tile, ...]:
     per = 1 << np.floor(np.log2(block // np.maximum(lengths, 1))).astype(np.int64)
     key = block * 256 + per
     cuts = np.flatnonzero(np.diff(key)) + 1
-    if len(cuts) >= MAX_TILE_RUNS and np.any(np.diff(lengths) > 0):
+    if len(cuts) >= MAX_TILE_RUNS:
         top = int(block.max())
         return ((top, 0, len(lengths), int(1 << int(np.log2(top // int(lengths.max()))))),)
     starts = np.concatenate([[0], cuts])
@@ -302,25 +301,20 @@ def segment_attention(
     cu_seqlens: torch.Tensor,
     positions: torch.Tensor,
     tiles: tuple[Tile, ...],
-    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Attention within each sentence of packed tokens, no padding anywhere (CUDA, Triton;
-    :func:`attention_kernel_fits` says when; tiles of at most :data:`SLOT_WIDTH_MAX` tokens).
+    :func:`slot_attention_fits` says when, ``width`` the longest sentence).
 
     ``q``, ``k``, ``v`` [total, heads, head_dim] (views of one QKV GEMM's output are taken as they are): sentence
     ``j``'s tokens are ``cu_seqlens[j] .. cu_seqlens[j + 1] - 1`` (int32 [rows + 1]); ``positions`` int [total],
-    each token's position in its sentence; ``tiles``: launches of :func:`segment_tiles` of the sentences' lengths.
-    Returns ``out`` (made if not given: [total, heads, head_dim] contiguous) with softmax(q k^T / sqrt(head_dim)) v
-    over the query's sentence at the tokens of the tiles' sentences; its other rows are left as they were.
+    each token's position in its sentence; ``tiles``: :func:`segment_tiles` of the sentences' lengths. Returns
+    [total, heads, head_dim] contiguous: softmax(q k^T / sqrt(head_dim)) v over the query's sentence.
     """
     total, heads, d = q.shape
-    if any(block > SLOT_WIDTH_MAX for block, *_ in tiles):
-        raise ValueError(f"segment_attention: tiles hold at most {SLOT_WIDTH_MAX} tokens")
     if not q.stride() == k.stride() == v.stride():  # the kernel takes one set of strides for the three
         q, k, v = (t.contiguous() for t in (q, k, v))
     _compiled(q)
-    if out is None:
-        out = torch.empty((total, heads, d), dtype=q.dtype, device=q.device)
+    out = torch.empty((total, heads, d), dtype=q.dtype, device=q.device)
     _, _, kernel, _ = _kernels()
     for block, first, last, per in tiles:
         kernel[(-(-(last - first) // per), heads)](

@@ -25,16 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from . import fused
-from .fused import (
-    SLOT_WIDTH_MAX,
-    Tile,
-    add_layer_norm,
-    attention_kernel_fits,
-    linear_gelu,
-    qkv_weights,
-    slot_attention,
-    slot_attention_fits,
-)
+from .fused import Tile, add_layer_norm, linear_gelu, qkv_weights, slot_attention, slot_attention_fits
 
 #: Attention over packed tokens: ``(q, k, v [total, heads, head_dim], packing) -> [total, heads, head_dim]``.
 Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "Packing"], torch.Tensor]
@@ -58,11 +49,9 @@ class Packing:
     mask: torch.Tensor
     #: True for :meth:`slots`: the "packed" order is the padded batch itself, grown to whole attention groups.
     slotted: bool = False
-    #: The launches of :func:`segment_attention` (:func:`~bertflow.encoding.fused.segment_tiles`) and where each
-    #: sentence starts in the packed order (int64 [rows + 1], :attr:`cu_seqlens` on the host), when the lengths
-    #: were given on the host too.
+    #: The launches of :func:`segment_attention` (:func:`~bertflow.encoding.fused.segment_tiles`), when the
+    #: lengths were given on the host too.
     tiles: tuple[Tile, ...] = ()
-    host_cu: np.ndarray | None = None
     _cache: dict[object, torch.Tensor] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -85,11 +74,8 @@ class Packing:
         torch.sub(torch.arange(total, device=device), cu[:-1].long()[row], out=positions[:total])
         index = row * width + positions[:total]
         mask = torch.arange(width, device=device) < lengths[:, None]
-        tiles, host_cu = (), None
-        if host_lengths is not None:
-            tiles = fused.segment_tiles(host_lengths)
-            host_cu = np.concatenate([[0], np.cumsum(host_lengths, dtype=np.int64)])
-        return cls(rows, width, grown, lengths, cu, index, positions, mask, tiles=tiles, host_cu=host_cu)
+        tiles = fused.segment_tiles(host_lengths) if host_lengths is not None else ()
+        return cls(rows, width, grown, lengths, cu, index, positions, mask, tiles=tiles)
 
     @property
     def real(self) -> int:
@@ -248,37 +234,16 @@ def slotted_sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pa
 
 def segment_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing) -> torch.Tensor:
     """:func:`padded_attention`'s result on packed real tokens by the Triton kernel
-    :func:`~bertflow.encoding.fused.segment_attention` where it runs and the packing has its
-    :attr:`~Packing.tiles`, else :func:`padded_attention`: no padding in any layer, attention included. Sentences
-    longer than the kernel's largest tile (a run of them: batches come sorted by length) get
-    :func:`padded_attention` of their own run, padded to their own longest, not the whole batch."""
+    :func:`~bertflow.encoding.fused.segment_attention`, where it fits and the packing has its :attr:`~Packing.tiles`
+    (else :func:`padded_attention`): no padding in any layer, attention included."""
     if packing.slotted:
         raise ValueError("segment_attention needs a packed layout (Packing.from_lengths)")
-    if not (packing.tiles and attention_kernel_fits(q.device, q.dtype, q.shape[-1]) and q.stride(-1) == 1):
+    if not (packing.tiles and slot_attention_fits(q, packing.width)):
         return padded_attention(q, k, v, packing)
-    short = tuple(t for t in packing.tiles if t[0] <= SLOT_WIDTH_MAX)
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    if short:
-        fused.segment_attention(q, k, v, packing.cu_seqlens, packing.positions, short, out=out)
-    if len(short) < len(packing.tiles):
-        _long_runs_attention(q, k, v, packing, out)
+    out = fused.segment_attention(q, k, v, packing.cu_seqlens, packing.positions, packing.tiles)
     if packing.real < packing.total:
         out[packing.real :].zero_()  # the rows of padding at the end, never written by the kernel
     return out
-
-
-def _long_runs_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing, out: torch.Tensor
-) -> None:
-    """Write :func:`padded_attention` of each run of sentences too long for the kernel into ``out``."""
-    assert packing.host_cu is not None
-    for block, first, last, _ in packing.tiles:
-        if block <= SLOT_WIDTH_MAX:
-            continue
-        t0, t1 = int(packing.host_cu[first]), int(packing.host_cu[last])
-        longest = int(np.diff(packing.host_cu[first : last + 1]).max())
-        run = Packing.from_lengths(packing.lengths[first:last], longest, t1 - t0)
-        out[t0:t1] = padded_attention(q[t0:t1], k[t0:t1], v[t0:t1], run)
 
 
 def varlen_available(device: torch.device, dtype: torch.dtype) -> bool:
