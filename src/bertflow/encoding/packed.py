@@ -4,12 +4,14 @@ A padded batch ``[rows, width]`` spends compute on padding in every Linear, Laye
 kernels for short rows are dominated by their fixed cost. Here the real tokens of a batch are laid end to end in
 one ``[total_tokens, hidden]`` tensor (:class:`Packing`), the model's own modules run on it (or, on CUDA, the
 fused steps of :mod:`bertflow.encoding.fused`: :data:`KERNELS`), and attention keeps each sentence to itself, by
-one of :data:`ATTENTIONS`: :func:`slotted_attention` (the CUDA choice: the length-sorted padded batch grown to
-whole groups of ~128 token slots, so the groups are views; a Triton kernel on CUDA, else
-:func:`slotted_sdpa_attention`), :func:`grouped_attention` (sentences side by side in
-rows of ~128 tokens under a block-diagonal mask, so a kernel's tiles are full), :func:`varlen_attention` (torch's
-variable-length flash kernel: one mostly empty tile per short sentence, slower than padded, measured) and
-:func:`padded_attention` (pads for attention only: the reference of the tests, and the CPU path).
+one of :data:`ATTENTIONS`: :func:`segment_attention` (the CUDA choice where its Triton kernel runs: on the packed
+real tokens themselves, batches grown to a multiple of :data:`TOKEN_BUCKET` tokens), :func:`slotted_attention` (the
+CUDA fallback: the layers run on the length-sorted padded batch grown to whole groups of ~128 token slots, so the
+groups are views; a Triton kernel on CUDA, else :func:`slotted_sdpa_attention`), :func:`grouped_attention`
+(sentences side by side in rows of ~128 tokens under a block-diagonal mask, so a kernel's tiles are full),
+:func:`varlen_attention` (torch's variable-length flash kernel: one mostly empty tile per short sentence, slower
+than padded, measured) and :func:`padded_attention` (pads for attention only: the reference of the tests, and the
+CPU path).
 
 Only the exact Hugging Face ``BertModel`` (BERT, MiniLM, the raw Gutenberg encoder) is supported:
 :func:`unsupported_reason` says why any other model is refused, and the padded forward is used for it.
