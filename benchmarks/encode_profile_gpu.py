@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_checks import random_model, sts_pool, synthetic  # noqa: E402
+from gpu_checks import random_model, setting_fields, sts_pool, synthetic  # noqa: E402
 
 
 def sts_text(data_dir: Path, n: int, seed: int = 0) -> list[str]:
@@ -234,19 +234,11 @@ def host(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 def _setting_variant(spec: str) -> tuple[dict[str, Any], float | None]:
     """``field=value,...`` (or ``default``) -> (EncodeSettings keywords, switch interval or None)."""
-    kwargs: dict[str, Any] = {}
-    switch = None
-    for item in filter(None, spec.split(",")):
-        if item == "default":
-            continue
-        key, _, value = item.partition("=")
-        if key == "switch":  # sys.setswitchinterval before the encoder is made
-            switch = float(value)
-        elif key == "fast_switch":  # the interval the encoder's prefetcher sets on CUDA (null: none)
-            kwargs["_fast_switch"] = json.loads(value)
-        else:
-            kwargs[key] = json.loads(value)
-    return kwargs, switch
+    kwargs = setting_fields(spec)
+    switch = kwargs.pop("switch", None)  # sys.setswitchinterval before the encoder is made
+    if "fast_switch" in kwargs:  # the interval the encoder's prefetcher sets on CUDA (null: none)
+        kwargs["_fast_switch"] = kwargs.pop("fast_switch")
+    return kwargs, None if switch is None else float(switch)
 
 
 def _counters() -> dict[str, int]:

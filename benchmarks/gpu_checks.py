@@ -96,9 +96,15 @@ def synthetic(tokenizer_dir: Path, n: int, seed: int = 1) -> list[str]:
     return [" ".join(rng.choice(words, size=rng.integers(6, 25))) for _ in range(n)]
 
 
-def _pairs(text: str) -> list[tuple[str, str]]:
-    """``"a=1,b=0.5"`` -> ``[("a", "1"), ("b", "0.5")]``."""
-    return [tuple(item.split("=", 1)) for item in text.split(",") if item]  # type: ignore[misc]
+def setting_fields(spec: str) -> dict[str, Any]:
+    """``"field=JSON,..."`` (``default``: none) -> ``{field: value}``, e.g. EncodeSettings keywords:
+    ``"min_length_ratio=0,min_tokens=0"`` -> ``{"min_length_ratio": 0, "min_tokens": 0}``."""
+    fields = {}
+    for item in filter(None, spec.split(",")):
+        if item != "default":
+            key, _, value = item.partition("=")
+            fields[key] = json.loads(value)
+    return fields
 
 
 def throughput(args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -120,7 +126,7 @@ def throughput(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         if args.settings:  # EncodeSettings fields, e.g. min_length_ratio=0,min_tokens=0 (this checkout only)
             from bertflow.encoding.settings import EncodeSettings
 
-            kwargs["settings"] = EncodeSettings(**{k: json.loads(v) for k, v in _pairs(args.settings)})
+            kwargs["settings"] = EncodeSettings(**setting_fields(args.settings))
         enc = SentenceEncoder(str(model), pooling="mean", device=args.device, **kwargs)
         if args.variant:  # ATTENTION:KERNELS of the unpadded forward instead of the defaults (this checkout only)
             from bertflow.encoding.packed import ATTENTIONS

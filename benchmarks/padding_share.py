@@ -44,7 +44,9 @@ def main() -> None:
                 start += len(part)
                 ratio = settings.length_ratio(padding_free)
                 floor = settings.min_batch_tokens("cuda", hidden)
-                for a, b in plan_batches(part, settings.token_budget("cuda"), None, settings.uniform_fill, ratio, floor):
+                for a, b in plan_batches(
+                    part, settings.token_budget("cuda"), None, settings.uniform_fill, ratio, floor
+                ):
                     batches += 1
                     slots += (b - a) * int(part[a])
             real = int(lengths.sum())

@@ -130,10 +130,10 @@ class ModelRunner:
         self.unpadded_refused = unsupported_reason(model)
         self.packed = PackedBert(model) if self.unpadded_refused is None else None
         self.packed_verified = False
-        self.half_cuda = device.type == "cuda" and next(model.parameters()).dtype in (torch.float16, torch.bfloat16)
+        dtype = next(model.parameters()).dtype
+        self.half_cuda = device.type == "cuda" and dtype in (torch.float16, torch.bfloat16)
         if self.packed is not None and self.half_cuda and triton_available(device):
             self.packed.kernels = CUDA_KERNELS  # fused layer steps (encoding/fused.py); benchmarks swap it
-        dtype = next(model.parameters()).dtype
         head_dim = self.dim // int(getattr(model.config, "num_attention_heads", 1) or 1)
         kernel = attention_kernel_fits(device, dtype, head_dim)
         # benchmarks swap these two to compare kernels
