@@ -45,7 +45,7 @@ def main() -> None:
                 ratio = settings.length_ratio(padding_free)
                 floor = settings.min_batch_tokens("cuda", hidden)
                 for a, b in plan_batches(
-                    part, settings.token_budget("cuda"), None, settings.uniform_fill, ratio, floor
+                    part, settings.token_budget("cuda", hidden), None, settings.uniform_fill, ratio, floor
                 ):
                     batches += 1
                     slots += (b - a) * int(part[a])

@@ -51,14 +51,17 @@ def test_device_defaults_fill_the_none_fields():
     assert dataclasses.replace(s, min_tokens=7).min_batch_tokens("cuda") == 7
 
 
-def test_cuda_batch_floor_grows_for_narrow_models():
-    """A model narrower than BERT-base gets a larger CUDA floor (up to the token budget); CPU and wide models don't."""
+def test_cuda_batch_sizes_grow_for_narrow_models():
+    """A model narrower than BERT-base gets a larger CUDA budget and floor, by the square of the width ratio (so
+    a batch holds about the same work); CPU, wide models and given values don't change."""
     s = EncodeSettings()
     assert s.min_batch_tokens("cuda", 768) == s.min_batch_tokens("cuda", 1024) == 32768
-    assert dataclasses.replace(s, max_tokens=262144).min_batch_tokens("cuda", 512) == 73728  # 2.25x
-    assert s.min_batch_tokens("cuda", 384) == s.token_budget("cuda") == 65536  # 4x 32,768, capped
-    assert dataclasses.replace(s, max_tokens=262144).min_batch_tokens("cuda", 384) == 131072
-    assert s.min_batch_tokens("cpu", 384) == 0
+    assert s.token_budget("cuda", 768) == s.token_budget("cuda", 1024) == s.token_budget("cuda") == 65536
+    assert (s.token_budget("cuda", 384), s.min_batch_tokens("cuda", 384)) == (262144, 131072)  # 4x
+    assert (s.token_budget("cuda", 512), s.min_batch_tokens("cuda", 512)) == (147456, 73728)  # 2.25x
+    assert (s.token_budget("cpu", 384), s.min_batch_tokens("cpu", 384)) == (4096, 0)
+    given = dataclasses.replace(s, max_tokens=100000)
+    assert (given.token_budget("cuda", 384), given.min_batch_tokens("cuda", 384)) == (100000, 100000)  # capped
     assert dataclasses.replace(s, min_tokens=7).min_batch_tokens("cuda", 384) == 7
 
 

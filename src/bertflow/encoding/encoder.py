@@ -334,8 +334,9 @@ class SentenceEncoder:
 
     @property
     def token_budget(self) -> int:
-        """Padded tokens per forward pass: ``max_tokens``, or the device's default (65,536 on CUDA, 4,096 on CPU)."""
-        return self._settings.token_budget(self.device.type)
+        """Padded tokens per forward pass: ``max_tokens``, or the device's default for this model
+        (:meth:`EncodeSettings.token_budget`)."""
+        return self._settings.token_budget(self.device.type, self.dim)
 
     def _iter_chunks(self, sentences: Iterable[str] | TokenArrays, **options: Any) -> Iterator[tuple[int, np.ndarray]]:
         """:func:`.stream.stream_chunks` of ``sentences`` with this encoder's model, settings, device and

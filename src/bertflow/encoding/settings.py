@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from ..errors import InputError
 
 #: Default token budget per forward pass (padded tokens: rows x width). A GPU needs large batches to keep its
-#: matrix units busy; on a CPU larger batches only add memory traffic (docs/performance.md).
+#: matrix units busy; on a CPU larger batches only add memory traffic (docs/performance.md). The CUDA budget is for
+#: a model of :data:`FLOOR_HIDDEN` width; a narrower one gets ``(FLOOR_HIDDEN / hidden)^2`` times as much, for the
+#: reason given at :data:`DEFAULT_MIN_TOKENS` (MiniLM-L6: 262,144).
 DEFAULT_MAX_TOKENS = {"cuda": 65536, "cpu": 4096}
 #: Default sentences per chunk (the sorting window). A GPU starts with a small chunk so that it gets work
 #: after a few milliseconds of tokenisation, then doubles it up to the maximum.
@@ -25,9 +27,8 @@ UNIFORM_FILL = 0.5
 MIN_LENGTH_RATIO = 0.9
 #: ... unless the batch would then be smaller than this many padded tokens: a forward pass costs milliseconds of
 #: host time to launch whatever its size, while on a CPU padding is paid in full. The CUDA floor is for a model of
-#: :data:`FLOOR_HIDDEN` width; a narrower one gets ``(FLOOR_HIDDEN / hidden)^2`` times as much (up to the token
-#: budget), since a token's work per layer grows with the square of the width and the launch cost does not
-#: (docs/performance.md).
+#: :data:`FLOOR_HIDDEN` width; a narrower one gets ``(FLOOR_HIDDEN / hidden)^2`` times as much, since a token's work
+#: per layer grows with the square of the width and the launch cost does not (docs/performance.md).
 DEFAULT_MIN_TOKENS = {"cuda": 32768, "cpu": 0}
 FLOOR_HIDDEN = 768
 #: ``warm_up=None``: warm a CUDA encoder up when it is loaded (:mod:`bertflow.encoding.warmup`); off, as the load
@@ -51,11 +52,19 @@ def device_kind(device_type: str) -> str:
     return "cuda" if device_type == "cuda" else "cpu"
 
 
+def narrow_factor(device_type: str, hidden: int | None) -> float:
+    """How many times the CUDA default batch sizes grow for a model ``hidden`` wide: ``(FLOOR_HIDDEN / hidden)^2``
+    below :data:`FLOOR_HIDDEN`, else (and off CUDA, or ``hidden=None``) 1."""
+    if device_kind(device_type) != "cuda" or hidden is None or hidden >= FLOOR_HIDDEN:
+        return 1.0
+    return (FLOOR_HIDDEN / hidden) ** 2
+
+
 @dataclass(frozen=True)
 class EncodeSettings:
     """Throughput knobs of SentenceEncoder (none changes the vectors). ``None`` = the device's default.
 
-    - ``max_tokens``: padded tokens per forward batch (rows x width); 65,536 on CUDA, 4,096 on CPU.
+    - ``max_tokens``: padded tokens per forward batch (rows x width); ``None``: :meth:`token_budget`.
     - ``chunk_size``: sentences tokenised and sorted together by length, every chunk; ``None``: 16,384 on CPU, on
       CUDA ``first_chunk`` first, doubling up to 65,536.
     - ``tokenize_workers``: threads that prepare chunks while the model runs (0: the calling thread); ``None``: two
@@ -110,9 +119,12 @@ class EncodeSettings:
             if value is not None and not isinstance(value, bool):
                 raise InputError(f"{name} must be None, True or False, got {value!r}")
 
-    def token_budget(self, device_type: str) -> int:
-        """Padded tokens per forward pass on a device of this type (``max_tokens`` or the default)."""
-        return self.max_tokens or DEFAULT_MAX_TOKENS[device_kind(device_type)]
+    def token_budget(self, device_type: str, hidden: int | None = None) -> int:
+        """Padded tokens per forward pass on a device of this type: ``max_tokens``, else the default (4,096 on CPU;
+        on CUDA 65,536, times :func:`narrow_factor` for a model ``hidden`` wide)."""
+        if self.max_tokens:
+            return self.max_tokens
+        return int(DEFAULT_MAX_TOKENS[device_kind(device_type)] * narrow_factor(device_type, hidden))
 
     def length_ratio(self, padding_free: bool) -> float:
         """``min_length_ratio``, else :data:`MIN_LENGTH_RATIO`, or 0 (no limit) for a forward that runs on real
@@ -122,14 +134,12 @@ class EncodeSettings:
         return 0.0 if padding_free else MIN_LENGTH_RATIO
 
     def min_batch_tokens(self, device_type: str, hidden: int | None = None) -> int:
-        """``min_tokens`` or the device's default; on CUDA, for a model ``hidden`` wide, raised for narrow models
-        (see :data:`DEFAULT_MIN_TOKENS`) up to :meth:`token_budget`."""
+        """``min_tokens`` or the device's default; on CUDA times :func:`narrow_factor` for a model ``hidden`` wide, up
+        to :meth:`token_budget`."""
         if self.min_tokens is not None:
             return self.min_tokens
-        floor = DEFAULT_MIN_TOKENS[device_kind(device_type)]
-        if floor and hidden is not None and hidden < FLOOR_HIDDEN:
-            floor = min(self.token_budget(device_type), int(floor * (FLOOR_HIDDEN / hidden) ** 2))
-        return floor
+        floor = int(DEFAULT_MIN_TOKENS[device_kind(device_type)] * narrow_factor(device_type, hidden))
+        return min(floor, self.token_budget(device_type, hidden))
 
     def warms_up(self, device_type: str) -> bool:
         """Whether an encoder on this device type warms up when it is loaded (``warm_up``)."""
