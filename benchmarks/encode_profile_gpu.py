@@ -3,10 +3,10 @@
 ``forward``
     For each architecture, the real forward batches of one 65,536-sentence STS chunk (built by the encoder's own
     batching), run through ``ModelRunner.forward`` padded and unpadded in each of ``--variants`` (an attention of
-    ``ATTENTIONS`` and the layer kernels of ``KERNELS``, e.g. ``grouped:fused``), with each one's largest 1 - cos
+    ``ATTENTIONS`` and the layer kernels of ``KERNELS``, e.g. ``segments:fused``), with each one's largest 1 - cos
     against the padded bf16 and float32 vectors:
     host time to queue the chunk, time to finish it (device events), host synchronisations caught by
-    ``torch.cuda.set_sync_debug_mode``, and the top CUDA kernels of the padded and grouped paths (torch.profiler).
+    ``torch.cuda.set_sync_debug_mode``, and the top CUDA kernels of the ``--profile`` variants (torch.profiler).
     Medians of ``--rounds``.
 ``host``
     MiniLM-L6 ``SentenceEncoder.encode`` on STS text, first pass then ``--rounds`` warm passes, each split into:
@@ -51,7 +51,7 @@ def sts_text(data_dir: Path, n: int, seed: int = 0) -> list[str]:
 
 
 def set_variant(runner: Any, variant: str) -> bool:
-    """Point ``runner`` at ``variant`` (``padded``, or ``ATTENTION[:KERNELS]``, e.g. ``grouped:fused``; no
+    """Point ``runner`` at ``variant`` (``padded``, or ``ATTENTION[:KERNELS]``, e.g. ``segments:fused``; no
     kernels: the CUDA default) and return whether it is unpadded."""
     from bertflow.encoding.packed import ATTENTIONS, CUDA_KERNELS
 
@@ -492,10 +492,10 @@ def main() -> None:
     parser.add_argument("--archs", default="bert-base,minilm-l6")
     parser.add_argument(
         "--variants",
-        default="grouped:modules,varlen:modules,grouped:fused,grouped:fused-gelu",
+        default="slotted:fused-gelu,segments:modules,segments:fused,segments:fused-gelu",
         help="forward: unpadded variants ATTENTION[:KERNELS] timed beside the padded forward",
     )
-    parser.add_argument("--profile", default="padded,grouped:fused", help="forward: variants to profile")
+    parser.add_argument("--profile", default="padded,segments:fused-gelu", help="forward: variants to profile")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--settings", default="default", help="timeline: ';'-separated EncodeSettings variants")
     parser.add_argument("--cprofile", action="store_true", help="timeline: cProfile the main thread (first variant)")

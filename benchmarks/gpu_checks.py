@@ -465,9 +465,9 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, default=None, help="required except for tests")
     parser.add_argument(
         "--attentions",
-        default="grouped,varlen",
+        default="slotted,segments",
         help="unpadded: variants to compare with the padded forward, ATTENTION[:KERNELS][@MAX_TOKENS] "
-        "(e.g. grouped:fused@131072; no kernels: the CUDA default) or padded@MAX_TOKENS",
+        "(e.g. segments:fused@131072; no kernels: the CUDA default) or padded@MAX_TOKENS",
     )
     parser.add_argument("--variant", default="", help="throughput: unpadded ATTENTION:KERNELS (default: defaults)")
     parser.add_argument(

@@ -7,11 +7,10 @@ fused steps of :mod:`bertflow.encoding.fused`: :data:`KERNELS`), and attention k
 one of :data:`ATTENTIONS`: :func:`segment_attention` (the CUDA choice where its Triton kernel runs: on the packed
 real tokens themselves, batches grown to a multiple of :data:`TOKEN_BUCKET` tokens), :func:`slotted_attention` (the
 CUDA fallback: the layers run on the length-sorted padded batch grown to whole groups of ~128 token slots, so the
-groups are views; a Triton kernel on CUDA, else :func:`slotted_sdpa_attention`), :func:`grouped_attention`
-(sentences side by side in rows of ~128 tokens under a block-diagonal mask, so a kernel's tiles are full),
-:func:`varlen_attention` (torch's variable-length flash kernel: one mostly empty tile per short sentence, slower
-than padded, measured) and :func:`padded_attention` (pads for attention only: the reference of the tests, and the
-CPU path).
+groups are views; a Triton kernel on CUDA, else :func:`slotted_sdpa_attention`) and :func:`padded_attention`
+(pads for attention only: the reference of the tests, and the CPU path). Two more were measured and removed:
+sentences side by side in rows of ~128 tokens under a block-diagonal mask over packed tokens, and torch's
+variable-length flash kernel (docs/performance.md).
 
 Only the exact Hugging Face ``BertModel`` (BERT, MiniLM, the raw Gutenberg encoder) is supported:
 :func:`unsupported_reason` says why any other model is refused, and the padded forward is used for it.
@@ -127,42 +126,29 @@ class Packing:
         out.index_copy_(0, self.index, packed[: self.real])
         return out.view(rows, self.width, *packed.shape[1:])
 
-    def gather_padded(self, packed: torch.Tensor, rows: int) -> torch.Tensor:
-        """``[total, ...]`` -> ``[rows, width, ...]`` by one gather: like :meth:`unpack`, but padding slots hold
-        some real token's values instead of zeros (for attention, whose mask ignores them). A gather of whole rows
-        is several times cheaper on a GPU than :meth:`unpack`'s scatter into zeros."""
-        key = ("source", rows)
-        if key not in self._cache:
-            source = torch.zeros(rows * self.width, dtype=torch.long, device=self.index.device)
-            source.index_copy_(0, self.index, torch.arange(self.real, device=self.index.device))
-            self._cache[key] = source
-        return packed.index_select(0, self._cache[key]).view(rows, self.width, *packed.shape[1:])
-
     @property
     def per_group(self) -> int:
-        """Sentences side by side in one row of :func:`grouped_attention` (``GROUP_TOKENS // width``, >= 1)."""
+        """Sentences side by side in one attention group of :meth:`slots` (``GROUP_TOKENS // width``, >= 1)."""
         return max(1, GROUP_TOKENS // self.width)
 
     def group_bias(self, dtype: torch.dtype) -> torch.Tensor:
-        """Additive mask of :func:`grouped_attention` in ``dtype``, [groups, 1, L, L] with L = per_group x width: 0
-        where query and key are in the same sentence and the key is a real token, -inf elsewhere. Built once
-        per batch (every layer uses it); its rows are 16-aligned in memory, as the memory-efficient kernel
-        wants (a view of a wider buffer)."""
+        """Additive mask of :func:`slotted_sdpa_attention` in ``dtype`` (a :meth:`slots` layout), [groups, 1, L, L]
+        with L = per_group x width: 0 where query and key are in the same sentence and the key is a real token (and
+        on the diagonal), -inf elsewhere. Built once per batch (every layer uses it); its rows are 16-aligned in
+        memory, as the memory-efficient kernel wants (a view of a wider buffer)."""
         if dtype in self._cache:
             return self._cache[dtype]
         per, width = self.per_group, self.width
         groups = -(-self.rows // per)
         length = per * width
-        if self.slotted:
-            valid = torch.zeros((groups * per, width), dtype=torch.bool, device=self.index.device)
-            valid[: self.rows] = self.mask
-        else:
-            valid = torch.zeros(groups * length, dtype=torch.bool, device=self.index.device)
-            valid.index_fill_(0, self.index, True)  # (index assignment of a Python value would copy it: a sync)
+        if not self.slotted:
+            raise ValueError("group_bias needs a Packing.slots layout")
+        valid = torch.zeros((groups * per, width), dtype=torch.bool, device=self.index.device)
+        valid[: self.rows] = self.mask
         slot = torch.arange(length, device=self.index.device) // width
         allowed = (slot[:, None] == slot[None, :])[None] & valid.view(groups, 1, length)
-        if self.slotted:  # a padding query attends to itself: no all-masked row (SDPA would give NaN there)
-            allowed |= torch.eye(length, dtype=torch.bool, device=self.index.device)[None]
+        # A padding query attends to itself: no all-masked row (SDPA would give NaN there).
+        allowed |= torch.eye(length, dtype=torch.bool, device=self.index.device)[None]
         shape = (groups, 1, length, -(-length // 16) * 16)
         bias = torch.full(shape, float("-inf"), dtype=dtype, device=self.index.device)[..., :length]
         bias.masked_fill_(allowed[:, None], 0.0)
@@ -181,33 +167,14 @@ def padded_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing:
     return packing.pack(out.transpose(1, 2))
 
 
-#: Tokens per row of :func:`grouped_attention`: attention kernels work in tiles of 64-128 queries x keys, so a
-#: sentence of 15 tokens alone in a row leaves most of each tile, and of the kernel's time, to padding.
+#: Token slots per attention group of :meth:`Packing.slots`: attention kernels work in tiles of 64-128 queries x
+#: keys, so a sentence of 15 tokens alone in a row leaves most of each tile, and of the kernel's time, to padding.
 GROUP_TOKENS = 128
 
 
-def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing) -> torch.Tensor:
-    """:func:`padded_attention`'s result with ``per_group`` sentences side by side in one attention row.
-
-    A block-diagonal mask (:meth:`Packing.group_bias`) keeps each sentence to itself, so a kernel launches one
-    program per group of ~128 tokens instead of one per short sentence (ten times fewer on STS text).
-    """
-    per = packing.per_group
-    if per == 1:
-        return padded_attention(q, k, v, packing)
-    bias = packing.group_bias(q.dtype)
-    groups, length = bias.shape[0], bias.shape[-1]
-
-    def rows(t: torch.Tensor) -> torch.Tensor:  # [groups, heads, length, head_dim]
-        return packing.gather_padded(t, groups * per).view(groups, length, *t.shape[1:]).transpose(1, 2)
-
-    out = F.scaled_dot_product_attention(rows(q), rows(k), rows(v), attn_mask=bias)
-    flat = out.transpose(1, 2).reshape(groups * length, *q.shape[1:])
-    return packing.pack(flat.view(groups * per, packing.width, *q.shape[1:])[: packing.rows])
-
-
 def slotted_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing) -> torch.Tensor:
-    """:func:`grouped_attention` on the layout of :meth:`Packing.slots`: the groups are views, nothing is gathered.
+    """:func:`padded_attention` on the layout of :meth:`Packing.slots`, ``per_group`` sentences side by side in one
+    attention group, each kept to itself: the groups are views, nothing is gathered.
 
     Real tokens get :func:`padded_attention`'s result; a padding slot attends to itself only. On CUDA the Triton
     kernel :func:`~bertflow.encoding.fused.slot_attention` runs it where it fits (no mask tensor is built or
@@ -248,25 +215,6 @@ def segment_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing
     return out
 
 
-def varlen_available(device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether :func:`varlen_attention` runs here: CUDA, half precision and a torch that has ``varlen_attn``."""
-    if device.type != "cuda" or dtype not in (torch.bfloat16, torch.float16) or not torch.cuda.is_available():
-        return False
-    try:
-        from torch.nn.attention.varlen import varlen_attn  # noqa: F401 - torch >= 2.10
-    except ImportError:
-        return False
-    return True
-
-
-def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing) -> torch.Tensor:
-    """:func:`padded_attention`'s result from torch's variable-length flash kernel (CUDA, fp16/bf16 only)."""
-    from torch.nn.attention.varlen import varlen_attn
-
-    # Default scale 1/sqrt(head_dim), BERT's; queries and keys share the boundaries (self-attention).
-    return varlen_attn(q, k, v, packing.cu_seqlens, packing.cu_seqlens, packing.width, packing.width)
-
-
 #: How :class:`PackedBert` runs a layer: ``modules``, the model's own modules one by one; ``fused``, one GEMM
 #: for Q, K and V and the residual add fused with LayerNorm (:mod:`bertflow.encoding.fused`); ``fused-gelu``, also
 #: GELU in the intermediate GEMM's epilogue (its tanh form).
@@ -274,9 +222,7 @@ KERNELS = ("modules", "fused", "fused-gelu")
 
 #: The attentions of the unpadded forward by name (benchmarks compare them: docs/performance.md).
 ATTENTIONS: dict[str, Attention] = {
-    "varlen": varlen_attention,
     "padded": padded_attention,
-    "grouped": grouped_attention,
     "slotted": slotted_attention,
     "slotted-sdpa": slotted_sdpa_attention,
     "segments": segment_attention,
