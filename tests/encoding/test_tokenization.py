@@ -362,9 +362,19 @@ def test_shortcut_memo_is_bounded(tiny_model_dir, monkeypatch):
 
     monkeypatch.setattr(tokenization, "MEMO_LIMIT", 5)
     tok = _rust(tiny_model_dir)
-    shortcut, _ = _check_exact(tok, _fuzz(300))
-    # cleared once over the limit (back to the vocabulary's words); one sentence's words at most on top
-    assert len(shortcut._seed) < len(shortcut._memo) <= len(shortcut._seed) + 5 + 120
+    sentences = _fuzz(300)
+    shortcut, _ = _check_exact(tok, sentences[:150])
+    second = sentences[150:]
+    got = shortcut.ids(second)  # over the limit by now: cleared (back to the vocabulary's words), then learns
+    # exactly the new words of this list: the first list's are forgotten
+    words = {
+        w
+        for s, g in zip(second, got, strict=True)
+        if g is not None
+        for w in tokenization._ASCII_WORD.findall(s.lower())
+    }
+    learned = set(shortcut._memo) - set(shortcut._seed) - {tokenization._END}
+    assert learned == words - set(shortcut._seed) and len(learned) > 5
 
 
 def test_shortcut_memo_starts_with_the_vocabularys_words(tiny_model_dir):
@@ -376,8 +386,8 @@ def test_shortcut_memo_starts_with_the_vocabularys_words(tiny_model_dir):
         shortcut = WordPieceShortcut.from_tokenizer(tok)
         vocab = tok.get_vocab()
         assert len(shortcut._seed) > 0.5 * sum(not w.startswith("##") for w in vocab)
-        for word, ids in shortcut._seed.items():
-            assert ids == [t.id for t in tok.model.tokenize(word)], word
+        for word, id_ in shortcut._seed.items():
+            assert [id_] == [t.id for t in tok.model.tokenize(word)], word
 
 
 def test_tokenize_arrays_with_shortcut_equals_without(tiny_model_dir):
