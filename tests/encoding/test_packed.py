@@ -17,7 +17,6 @@ from bertflow.encoding.packed import (
     Packing,
     max_cosine_deviation,
     padded_attention,
-    slotted_attention,
     unsupported_reason,
     uses_slots,
 )
@@ -309,40 +308,6 @@ def test_attentions_equal_padded_attention_cuda(name):
 
 
 @cuda
-@pytest.mark.parametrize(
-    ("width", "head_dim"), [(1, 64), (5, 32), (7, 32), (16, 64), (17, 64), (48, 64), (64, 32), (100, 64), (128, 16)]
-)
-def test_slot_attention_kernel_cuda(width, head_dim):
-    """The Triton slotted attention equals padded attention in float32 at every real token (to bf16 rounding), on
-    strided q/k/v views of one QKV tensor, with padding-only rows at the end; every slot is finite; and the
-    result does not depend on the other sentences of the group."""
-    from bertflow.encoding.fused import slot_attention, slot_attention_fits
-
-    torch.manual_seed(width + head_dim)
-    lengths = torch.randint(1, width + 1, (53,), device="cuda")
-    lengths[0] = width
-    s = Packing.slots(lengths, width)
-    qkv = torch.randn(s.total, 3, 4, head_dim, device="cuda", dtype=torch.bfloat16)
-    q, k, v = qkv.unbind(1)
-    if not slot_attention_fits(q, width):
-        pytest.skip("needs Triton")
-    got = slot_attention(q, k, v, s.lengths, width)
-    assert got.shape == q.shape and torch.isfinite(got).all()
-    p = Packing.from_lengths(lengths, width, int(lengths.sum()))
-    ref = padded_attention(*(p.pack(s.unpack(t)).float() for t in (q, k, v)), p)
-    real = p.pack(s.unpack(got)).float()
-    assert float(torch.linalg.norm(real - ref) / torch.linalg.norm(ref)) < 1e-2
-    k2 = k.clone()
-    k2[width:] += 3.0  # every sentence but the first changes: the first one's output must not
-    again = slot_attention(q, k2, v, s.lengths, width)
-    torch.testing.assert_close(again[: int(lengths[0])], got[: int(lengths[0])], rtol=0, atol=0)
-    assert slotted_attention(q, k, v, s).equal(got)  # the slotted attention takes the kernel where it fits
-    unaligned = torch.cat([s.lengths[:1], s.lengths])[1:]  # a view 4 bytes into its buffer
-    assert slot_attention(q, k, v, unaligned, width).equal(got)
-    assert not slot_attention_fits(q, 129) and not slot_attention_fits(q.float(), width)
-
-
-@cuda
 @pytest.mark.parametrize("head_dim", [16, 32, 64])
 @pytest.mark.parametrize("order", ["sorted", "shuffled"])
 def test_segment_attention_kernel_cuda(head_dim, order):
@@ -350,7 +315,7 @@ def test_segment_attention_kernel_cuda(head_dim, order):
     sentences of 1-128 tokens, length-sorted (a few launches) or shuffled (one launch, largest tile), on strided
     q/k/v views of one QKV tensor; a sentence's output does not depend on the other sentences; the packed
     attention takes the kernel where it fits."""
-    from bertflow.encoding.fused import segment_attention, segment_tiles, slot_attention_fits
+    from bertflow.encoding.fused import segment_attention, segment_attention_fits, segment_tiles
 
     gen = np.random.default_rng(head_dim)
     host = np.concatenate([[128, 1, 2, 16, 17, 64, 65], gen.integers(1, 129, 90), gen.integers(2, 20, 200)])
@@ -361,8 +326,9 @@ def test_segment_attention_kernel_cuda(head_dim, order):
     torch.manual_seed(head_dim)
     qkv = torch.randn(p.total, 3, 4, head_dim, device="cuda", dtype=torch.bfloat16)
     q, k, v = qkv.unbind(1)
-    if not slot_attention_fits(q, 128):
+    if not segment_attention_fits(q, 128):
         pytest.skip("needs Triton")
+    assert not segment_attention_fits(q, 129) and not segment_attention_fits(q.float(), 128)
     got = segment_attention(q, k, v, p.cu_seqlens, p.positions, segment_tiles(host))
     assert got.shape == q.shape and torch.isfinite(got).all()
     ref = padded_attention(q.float(), k.float(), v.float(), p)

@@ -284,7 +284,7 @@ class ModelRunner:
         else:
             bucket = self.token_bucket if attention is ATTENTIONS["segments"] else 1
             packing = Packing.from_lengths(lengths, width, int(host.sum()), host, bucket)
-        with attention_backends(self.device, cudnn):  # SDPA inside the slotted-sdpa and padded attentions
+        with attention_backends(self.device, cudnn):  # SDPA inside the slotted and padded attentions
             states = self.packed.states(input_ids, packing, plan.layers, attention)
         captured = {k: packing.unpack(v) for k, v in states.items()}
         last = captured.get(self.num_layers)

@@ -4,8 +4,8 @@ On STS text the unpadded forward of BERT-base spends about a quarter of its devi
 memory-bound steps over the whole ``[total_tokens, hidden]`` activation (docs/performance.md, third round):
 :func:`add_layer_norm` reads each input once (Triton; float32 statistics, so it rounds once where the modules round
 twice), :func:`qkv_weights` makes one GEMM of width 3H out of three, :func:`linear_gelu` puts the tanh GELU (within
-5e-4 of the exact one) in the GEMM's epilogue, and :func:`slot_attention` runs the slotted layout's attention
-without a mask tensor. Plain torch where Triton or CUDA is missing (CPU tests compare).
+5e-4 of the exact one) in the GEMM's epilogue, and :func:`segment_attention` runs attention on the packed tokens
+without padding or a mask tensor. Plain torch where Triton or CUDA is missing (CPU tests compare).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def _triton_importable() -> bool:
 
 def _kernels() -> Any:
     """The Triton kernels and the ``triton`` module, defined on first use (Triton is imported only on a CUDA
-    machine): ``(add_ln, slot_attn, segment_attn, triton)``."""
+    machine): ``(add_ln, segment_attn, triton)``."""
     global _KERNELS
     if _KERNELS is not None:
         return _KERNELS
@@ -63,50 +63,9 @@ def _kernels() -> Any:
         out = d * rstd[:, None] * w[None, :] + b[None, :]
         tl.store(o_ptr + offs, out.to(o_ptr.dtype.element_ty), mask=mask)
 
-    # One program per (group of `group` slots, head): the group's q, k, v tiles, scores, softmax and output in
-    # registers. Which keys a query sees is computed from the slot numbers and the sentence lengths, so no mask
-    # is read (the SDPA route reads a [group, group] bias per group and head). Batch sizes vary: not specialised.
-    @triton.jit(do_not_specialize=["slots", "rows", "width", "group"])
-    def slot_attn(
-        q_ptr,
-        k_ptr,
-        v_ptr,
-        len_ptr,
-        o_ptr,
-        slots,
-        rows,
-        width,
-        group,
-        scale,
-        s_tok,
-        s_head,
-        o_tok,
-        o_head,
-        BLOCK: tl.constexpr,
-        D: tl.constexpr,
-    ):
-        i = tl.arange(0, BLOCK)
-        slot = tl.program_id(0) * group + i
-        inside = (i < group) & (slot < slots)
-        sentence = slot // width
-        length = tl.load(len_ptr + sentence, mask=inside & (sentence < rows), other=0)
-        real = inside & (slot % width < length)
-        d = tl.arange(0, D)
-        at = slot.to(tl.int64)[:, None] * s_tok + tl.program_id(1) * s_head + d[None, :]
-        q = tl.load(q_ptr + at, mask=inside[:, None], other=0.0)
-        k = tl.load(k_ptr + at, mask=inside[:, None], other=0.0)
-        v = tl.load(v_ptr + at, mask=inside[:, None], other=0.0)
-        s = tl.dot(q, tl.trans(k)) * scale
-        # A query sees the real tokens of its own sentence, and itself (so a padding slot has one key, no NaN).
-        seen = ((sentence[:, None] == sentence[None, :]) & real[None, :]) | (i[:, None] == i[None, :])
-        s = tl.where(seen, s, float("-inf"))
-        p = tl.exp(s - tl.max(s, axis=1)[:, None])
-        out = tl.dot(p.to(v.dtype), v) / tl.sum(p, axis=1)[:, None]
-        to = slot.to(tl.int64)[:, None] * o_tok + tl.program_id(1) * o_head + d[None, :]
-        tl.store(o_ptr + to, out.to(o_ptr.dtype.element_ty), mask=inside[:, None])
-
-    # The packed layout's counterpart: one program per (run of `per` consecutive sentences, head), their tokens
-    # contiguous from cu[s0]. A token's sentence is told by where that sentence starts (token - position).
+    # One program per (run of `per` consecutive sentences, head), their tokens contiguous from cu[s0]: the run's q,
+    # k, v tiles, scores, softmax and output in registers. A token's sentence is told by where that sentence
+    # starts (token - position), so no mask is read. Batch sizes vary: the run bounds are not specialised.
     @triton.jit(do_not_specialize=["first", "last", "per"])
     def segment_attn(
         q_ptr,
@@ -147,7 +106,7 @@ def _kernels() -> Any:
         to = tok.to(tl.int64)[:, None] * o_tok + tl.program_id(1) * o_head + d[None, :]
         tl.store(o_ptr + to, out.to(o_ptr.dtype.element_ty), mask=inside[:, None])
 
-    _KERNELS = (add_ln, slot_attn, segment_attn, triton)
+    _KERNELS = (add_ln, segment_attn, triton)
     return _KERNELS
 
 
@@ -159,7 +118,7 @@ def add_layer_norm(y: torch.Tensor, residual: torch.Tensor, norm: torch.nn.Layer
     m, n = y.shape
     y, residual = y.contiguous(), residual.contiguous()
     out = torch.empty_like(y)
-    kernel, _, _, triton = _kernels()
+    kernel, _, triton = _kernels()
     block = triton.next_power_of_2(n)
     rows = max(1, min(16, 4096 // block))
     kernel[(triton.cdiv(m, rows),)](
@@ -168,13 +127,14 @@ def add_layer_norm(y: torch.Tensor, residual: torch.Tensor, norm: torch.nn.Layer
     return out
 
 
-#: Widest sentence that :func:`slot_attention` takes (a group's [block, block] scores stay in registers).
-SLOT_WIDTH_MAX = 128
+#: Largest tile of :func:`segment_attention`, so the longest sentence it takes (a tile's [block, block] scores stay
+#: in registers).
+TILE_MAX = 128
 
 
 def attention_kernel_fits(device: torch.device, dtype: torch.dtype, head_dim: int) -> bool:
-    """Whether the attention kernels (:func:`slot_attention`, :func:`segment_attention`) run for a model's heads
-    of ``head_dim`` in ``dtype`` on ``device``: CUDA with Triton, half precision, head_dim a power of two 16-128."""
+    """Whether the attention kernel (:func:`segment_attention`) runs for a model's heads of ``head_dim`` in
+    ``dtype`` on ``device``: CUDA with Triton, half precision, head_dim a power of two 16-128."""
     return (
         triton_available(device)
         and dtype in (torch.float16, torch.bfloat16)
@@ -183,86 +143,31 @@ def attention_kernel_fits(device: torch.device, dtype: torch.dtype, head_dim: in
     )
 
 
-def slot_attention_fits(q: torch.Tensor, width: int) -> bool:
-    """Whether :func:`slot_attention` (or :func:`segment_attention`) runs its kernel for ``q`` [slots, heads,
-    head_dim] and sentences of ``width`` slots (at most ``width`` tokens): :func:`attention_kernel_fits`, ``width``
-    <= 128 and the last dimension contiguous."""
-    return attention_kernel_fits(q.device, q.dtype, q.shape[-1]) and width <= SLOT_WIDTH_MAX and q.stride(-1) == 1
-
-
-def slot_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: torch.Tensor, width: int
-) -> torch.Tensor:
-    """Attention within each sentence of a slotted batch (CUDA, Triton; :func:`slot_attention_fits` says when).
-
-    ``q``, ``k``, ``v`` [slots, heads, head_dim] (views of one QKV GEMM's output are taken as they are), slot
-    ``s`` holds position ``s % width`` of sentence ``s // width``; ``lengths`` int32 [rows], the real tokens of each
-    sentence (slots from ``rows * width`` on are padding). Returns [slots, heads, head_dim] contiguous:
-    softmax(q k^T / sqrt(head_dim)) v over the real tokens of the query's sentence; a padding slot also sees
-    itself (a padding-only sentence: only itself).
-    """
-    slots, heads, d = q.shape
-    if slots % width:
-        raise ValueError(f"slot_attention: {slots} slots are not whole sentences of width {width}")
-    if not q.stride() == k.stride() == v.stride():  # the kernel takes one set of strides for the three
-        q, k, v = (t.contiguous() for t in (q, k, v))
-    if lengths.data_ptr() % 16:  # Triton compiles a kernel per pointer alignment: always give it an aligned one
-        lengths = lengths.clone()
-    _compiled(q)
-    return _slot_attn(q, k, v, lengths, width)
+def segment_attention_fits(q: torch.Tensor, width: int) -> bool:
+    """Whether :func:`segment_attention` runs its kernel for ``q`` [tokens, heads, head_dim] and sentences of at
+    most ``width`` tokens: :func:`attention_kernel_fits`, ``width`` <= :data:`TILE_MAX` and the last dimension
+    contiguous."""
+    return attention_kernel_fits(q.device, q.dtype, q.shape[-1]) and width <= TILE_MAX and q.stride(-1) == 1
 
 
 def _compiled(q: torch.Tensor) -> None:
-    """Compile (or load) both attention kernels at every tile size for ``q``'s device, dtype, shape and strides,
-    once per process: Triton compiles a kernel the first time it meets a tile size (about 0.5 s each on an H200
-    host, then cached on disk, a few ms to load), which would otherwise fall in the middle of a later pass."""
+    """Compile (or load) the attention kernel at every tile size for ``q``'s device, dtype, shape and strides, once
+    per process: Triton compiles a kernel the first time it meets a tile size (about 0.5 s each on an H200 host,
+    then cached on disk, a few ms to load), which would otherwise fall in the middle of a later pass."""
     key = (q.device, q.dtype, q.shape[1:], q.stride())
-    if key in _SLOT_READY:
+    if key in _READY:
         return
     _, heads, d = q.shape
-    scratch = torch.empty_strided((SLOT_WIDTH_MAX, heads, d), q.stride(), dtype=q.dtype, device=q.device).zero_()
-    one = torch.ones(1, dtype=torch.int32, device=q.device)
+    scratch = torch.empty_strided((1, heads, d), q.stride(), dtype=q.dtype, device=q.device).zero_()
     cu = torch.tensor([0, 1], dtype=torch.int32, device=q.device)
     zero = torch.zeros(1, dtype=torch.int64, device=q.device)
-    _SLOT_READY.add(key)  # before the calls below, which come back here
-    for tile in (16, 32, 64, SLOT_WIDTH_MAX):
-        _slot_attn(scratch, scratch, scratch, one, tile)
-        segment_attention(scratch[:1], scratch[:1], scratch[:1], cu, zero, ((tile, 0, 1, 1),))
+    _READY.add(key)  # before the calls below, which come back here
+    for tile in (16, 32, 64, TILE_MAX):
+        segment_attention(scratch, scratch, scratch, cu, zero, ((tile, 0, 1, 1),))
 
 
 #: The (device, dtype, [heads, head_dim], strides) whose kernels are compiled or loaded in this process.
-_SLOT_READY: set[tuple[Any, ...]] = set()
-
-
-def _slot_attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: torch.Tensor, width: int) -> torch.Tensor:
-    """Launch the kernel of :func:`slot_attention` on checked inputs."""
-    slots, heads, d = q.shape
-    # The smallest tile that holds a whole sentence: compute grows with the tile (scores are [block, block]),
-    # and a tile of 16 is the least a tensor-core product takes.
-    block = max(16, 1 << (width - 1).bit_length())
-    group = block // width * width
-    out = torch.empty((slots, heads, d), dtype=q.dtype, device=q.device)
-    _, kernel, _, _ = _kernels()
-    kernel[(-(-slots // group), heads)](
-        q,
-        k,
-        v,
-        lengths,
-        out,
-        slots,
-        int(lengths.shape[0]),
-        width,
-        group,
-        d**-0.5,
-        q.stride(0),
-        q.stride(1),
-        out.stride(0),
-        out.stride(1),
-        BLOCK=block,
-        D=d,
-        num_warps=min(8, block // 16),
-    )
-    return out
+_READY: set[tuple[Any, ...]] = set()
 
 
 #: One launch of :func:`segment_attention`: ``(block, first, last, per)``, sentences ``first .. last - 1`` in
@@ -303,7 +208,7 @@ def segment_attention(
     tiles: tuple[Tile, ...],
 ) -> torch.Tensor:
     """Attention within each sentence of packed tokens, no padding anywhere (CUDA, Triton;
-    :func:`slot_attention_fits` says when, ``width`` the longest sentence).
+    :func:`segment_attention_fits` says when, ``width`` the longest sentence).
 
     ``q``, ``k``, ``v`` [total, heads, head_dim] (views of one QKV GEMM's output are taken as they are): sentence
     ``j``'s tokens are ``cu_seqlens[j] .. cu_seqlens[j + 1] - 1`` (int32 [rows + 1]); ``positions`` int [total],
@@ -315,7 +220,7 @@ def segment_attention(
         q, k, v = (t.contiguous() for t in (q, k, v))
     _compiled(q)
     out = torch.empty((total, heads, d), dtype=q.dtype, device=q.device)
-    _, _, kernel, _ = _kernels()
+    _, kernel, _ = _kernels()
     for block, first, last, per in tiles:
         kernel[(-(-(last - first) // per), heads)](
             q,

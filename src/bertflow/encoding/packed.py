@@ -7,10 +7,10 @@ fused steps of :mod:`bertflow.encoding.fused`: :data:`KERNELS`), and attention k
 one of :data:`ATTENTIONS`: :func:`segment_attention` (the CUDA choice where its Triton kernel runs: on the packed
 real tokens themselves, batches grown to a multiple of :data:`TOKEN_BUCKET` tokens), :func:`slotted_attention` (the
 CUDA fallback: the layers run on the length-sorted padded batch grown to whole groups of ~128 token slots, so the
-groups are views; a Triton kernel on CUDA, else :func:`slotted_sdpa_attention`) and :func:`padded_attention`
-(pads for attention only: the reference of the tests, and the CPU path). Two more were measured and removed:
-sentences side by side in rows of ~128 tokens under a block-diagonal mask over packed tokens, and torch's
-variable-length flash kernel (docs/performance.md).
+groups are views, and SDPA runs under a block-diagonal mask) and :func:`padded_attention` (pads for attention only:
+the reference of the tests, and the CPU path). More were measured and removed: sentences side by side in rows of
+~128 tokens under a block-diagonal mask over packed tokens, torch's variable-length flash kernel, and a Triton
+kernel for the slotted layout, which the packed kernel replaced (docs/performance.md).
 
 Only the exact Hugging Face ``BertModel`` (BERT, MiniLM, the raw Gutenberg encoder) is supported:
 :func:`unsupported_reason` says why any other model is refused, and the padded forward is used for it.
@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from . import fused
-from .fused import Tile, add_layer_norm, linear_gelu, qkv_weights, slot_attention, slot_attention_fits
+from .fused import Tile, add_layer_norm, linear_gelu, qkv_weights, segment_attention_fits
 
 #: Attention over packed tokens: ``(q, k, v [total, heads, head_dim], packing) -> [total, heads, head_dim]``.
 Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "Packing"], torch.Tensor]
@@ -132,7 +132,7 @@ class Packing:
         return max(1, GROUP_TOKENS // self.width)
 
     def group_bias(self, dtype: torch.dtype) -> torch.Tensor:
-        """Additive mask of :func:`slotted_sdpa_attention` in ``dtype`` (a :meth:`slots` layout), [groups, 1, L, L]
+        """Additive mask of :func:`slotted_attention` in ``dtype`` (a :meth:`slots` layout), [groups, 1, L, L]
         with L = per_group x width: 0 where query and key are in the same sentence and the key is a real token (and
         on the diagonal), -inf elsewhere. Built once per batch (every layer uses it); its rows are 16-aligned in
         memory, as the memory-efficient kernel wants (a view of a wider buffer)."""
@@ -174,21 +174,9 @@ GROUP_TOKENS = 128
 
 def slotted_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing) -> torch.Tensor:
     """:func:`padded_attention` on the layout of :meth:`Packing.slots`, ``per_group`` sentences side by side in one
-    attention group, each kept to itself: the groups are views, nothing is gathered.
-
-    Real tokens get :func:`padded_attention`'s result; a padding slot attends to itself only. On CUDA the Triton
-    kernel :func:`~bertflow.encoding.fused.slot_attention` runs it where it fits (no mask tensor is built or
-    read), else :func:`slotted_sdpa_attention`.
-    """
-    if not packing.slotted:
-        raise ValueError("slotted_attention needs a Packing.slots layout")
-    if slot_attention_fits(q, packing.width):
-        return slot_attention(q, k, v, packing.lengths, packing.width)
-    return slotted_sdpa_attention(q, k, v, packing)
-
-
-def slotted_sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing) -> torch.Tensor:
-    """:func:`slotted_attention` by SDPA under the block-diagonal mask of :meth:`Packing.group_bias` (any device)."""
+    attention group, each kept to itself by the block-diagonal mask of :meth:`Packing.group_bias`: the groups are
+    views, nothing is gathered (SDPA, any device). Real tokens get :func:`padded_attention`'s result; a padding slot
+    attends to itself only."""
     if not packing.slotted:
         raise ValueError("slotted_attention needs a Packing.slots layout")
     bias = packing.group_bias(q.dtype)
@@ -207,7 +195,7 @@ def segment_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing
     (else :func:`padded_attention`): no padding in any layer, attention included."""
     if packing.slotted:
         raise ValueError("segment_attention needs a packed layout (Packing.from_lengths)")
-    if not (packing.tiles and slot_attention_fits(q, packing.width)):
+    if not (packing.tiles and segment_attention_fits(q, packing.width)):
         return padded_attention(q, k, v, packing)
     out = fused.segment_attention(q, k, v, packing.cu_seqlens, packing.positions, packing.tiles)
     if packing.real < packing.total:
@@ -224,11 +212,10 @@ KERNELS = ("modules", "fused", "fused-gelu")
 ATTENTIONS: dict[str, Attention] = {
     "padded": padded_attention,
     "slotted": slotted_attention,
-    "slotted-sdpa": slotted_sdpa_attention,
     "segments": segment_attention,
 }
 #: Attentions that run on the :meth:`Packing.slots` layout instead of packed real tokens.
-SLOTTED = frozenset({"slotted", "slotted-sdpa"})
+SLOTTED = frozenset({"slotted"})
 
 
 def uses_slots(attention: Attention) -> bool:
