@@ -122,8 +122,46 @@ def model_card(embedder: Embedder, *, include_encoder: bool = False) -> str:
     encoder's files (changes the licence statement)."""
     enc, cal, info = pinned_encoder_config(embedder.encoder), embedder.calibrator, embedder.fit_records()[0]
     licence = encoder_license(embedder)
-    tags = ["bertflow", "sentence-embeddings", "sentence-similarity", f"calibrator-{cal.name}"]
-    if cal.name == "flow":
+    lines = [
+        *_front_matter(enc, cal.name, licence, include_encoder),
+        "---",
+        f"# bertflow calibrator for `{enc['model']}`",
+        "",
+        f"A `{cal.name}` calibrator fitted **without labels** on sentence embeddings of `{enc['model']}`, with "
+        "bertflow (a reimplementation of BERT-flow, Li et al., EMNLP "
+        "2020, and related post-hoc calibrations). The encoder stays frozen; similarity is the cosine of the "
+        "calibrated vectors.",
+        "",
+        "## How it was fitted",
+        "",
+        "| | |",
+        "|---|---|",
+        *[f"| {key} | {value} |" for key, value in _fitted_rows(enc, cal, info, licence, include_encoder)],
+        "",
+        "`corpus_sha256` is the sha256 of the fitting sentences joined by newlines (each followed by `\\n`), "
+        "so the corpus can be verified without being published.",
+        "",
+        "## Files",
+        "",
+        *_file_lines(enc, include_encoder),
+        "",
+        *_USE,
+        "",
+        "## Licence",
+        "",
+        f"The calibrator and its records (`{CONFIG_FILE}`, `{CALIBRATOR_DIR}/`, this card) are released under "
+        "the Apache License 2.0, like bertflow. The encoder is not covered by it: its own licence applies"
+        + (f" (`{licence}`, as its files declare)" if licence else " (see its model card)")
+        + (", also to its copy in `encoder/`." if include_encoder else "; its weights are not in this folder."),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _front_matter(enc: dict[str, Any], calibrator: str, licence: str | None, include_encoder: bool) -> list[str]:
+    """The card's YAML front matter, without its closing ``---``: licence, library, tags, base model."""
+    tags = ["bertflow", "sentence-embeddings", "sentence-similarity", f"calibrator-{calibrator}"]
+    if calibrator == "flow":
         tags.append("bert-flow")
     # The calibrator's files are Apache-2.0 like bertflow; bundled encoder files keep the encoder's licence,
     # so a bundle is Apache-2.0 only where the encoder is too.
@@ -135,7 +173,14 @@ def model_card(embedder: Embedder, *, include_encoder: bool = False) -> str:
     if on_hub(enc):
         # The hub links base_model to the encoder's page; a local folder's name there would link elsewhere.
         front += [f"base_model: {enc['model']}", "base_model_relation: adapter"]
-    fitted = [
+    return front
+
+
+def _fitted_rows(
+    enc: dict[str, Any], cal: Calibrator, info: dict[str, Any], licence: str | None, include_encoder: bool
+) -> list[tuple[str, Any]]:
+    """The rows of the card's "How it was fitted" table: encoder, calibrator, fitting corpus and run."""
+    return [
         ("encoder", encoder_reference(enc)),
         ("encoder weights", "bundled in `encoder/`" if include_encoder else "referenced by id, not copied"),
         ("pooling", f"`{enc['pooling']}`"),
@@ -160,6 +205,10 @@ def model_card(embedder: Embedder, *, include_encoder: bool = False) -> str:
         ("bertflow version", __version__),
         ("format version", FORMAT_VERSION),
     ]
+
+
+def _file_lines(enc: dict[str, Any], include_encoder: bool) -> list[str]:
+    """The card's list of the folder's files."""
     files = [
         f"- `{CONFIG_FILE}`: encoder reference, calibrator type, fitting record, sha256 of every other file",
         f"- `{CALIBRATOR_DIR}/config.json`, `{CALIBRATOR_DIR}/model.safetensors`: the calibrator (no pickles)",
@@ -171,37 +220,4 @@ def model_card(embedder: Embedder, *, include_encoder: bool = False) -> str:
         )
     if include_encoder:
         files.append(f"- `{ENCODER_DIR}/`: the encoder's own Hugging Face files (its licence applies to them)")
-    lines = [
-        *front,
-        "---",
-        f"# bertflow calibrator for `{enc['model']}`",
-        "",
-        f"A `{cal.name}` calibrator fitted **without labels** on sentence embeddings of `{enc['model']}`, with "
-        "bertflow (a reimplementation of BERT-flow, Li et al., EMNLP "
-        "2020, and related post-hoc calibrations). The encoder stays frozen; similarity is the cosine of the "
-        "calibrated vectors.",
-        "",
-        "## How it was fitted",
-        "",
-        "| | |",
-        "|---|---|",
-        *[f"| {key} | {value} |" for key, value in fitted],
-        "",
-        "`corpus_sha256` is the sha256 of the fitting sentences joined by newlines (each followed by `\\n`), "
-        "so the corpus can be verified without being published.",
-        "",
-        "## Files",
-        "",
-        *files,
-        "",
-        *_USE,
-        "",
-        "## Licence",
-        "",
-        f"The calibrator and its records (`{CONFIG_FILE}`, `{CALIBRATOR_DIR}/`, this card) are released under "
-        "the Apache License 2.0, like bertflow. The encoder is not covered by it: its own licence applies"
-        + (f" (`{licence}`, as its files declare)" if licence else " (see its model card)")
-        + (", also to its copy in `encoder/`." if include_encoder else "; its weights are not in this folder."),
-        "",
-    ]
-    return "\n".join(lines)
+    return files
