@@ -414,3 +414,17 @@ def test_word_memo_stays_within_its_bound(tiny_model_dir, monkeypatch):
         shortcut.ids([sentence])
         largest = max(largest, len(shortcut._memo) - seeded)
     assert 50 < largest <= 50 + 1 + 7
+
+
+@pytest.mark.parametrize(
+    "sentences",
+    [[], ["café", "naïve résumé"], ["a [MASK] b"], ["plain words", "café", "more plain words", "[CLS] x"], ["", ""]],
+)
+def test_tokenize_arrays_with_shortcut_edge_lists(tiny_model_dir, sentences):
+    """Lists the shortcut handles none, some or all of (or that are empty) give the tokenizer's arrays."""
+    tok = _rust(tiny_model_dir, 10)
+    plain = tokenize_arrays(tok, sentences)
+    fast = tokenize_arrays(tok, sentences, WordPieceShortcut.from_tokenizer(tok))
+    assert fast.ids.dtype == np.int32 and fast.offsets.dtype == np.int64 and len(fast) == len(sentences)
+    np.testing.assert_array_equal(fast.offsets, plain.offsets)
+    np.testing.assert_array_equal(fast.ids, plain.ids)
