@@ -23,14 +23,8 @@ NO_TEST_FILE: dict[str, str] = {
 TESTED_ELSEWHERE: dict[str, tuple[str, ...]] = {
     # The entry point: run as ``python -m bertflow`` by the end-to-end safety tests and by torchrun.
     "__main__.py": ("cli/test_conventions.py", "cli/test_encode.py", "scale/test_multiprocess.py"),
-    # The exception classes and describe_os_error: no direct test; exercised wherever an error is raised, the exit
-    # codes by tests/cli/test_conventions.py.
-    "errors.py": ("cli/test_conventions.py", "cli/test_fit.py"),
-    # unit_rows and pair_cosines, through encode(normalize=True) and the STS cosines.
-    "linalg.py": ("test_encode_outputs.py", "evaluation/test_sts.py"),
     # The typer app and its global options (--version, --help, exit statuses).
     "cli/_app.py": ("cli/test_conventions.py", "test_imports.py"),
-    "portability.py": ("integrations/test_portable_exports.py",),
     # The commands: their end-to-end tests are tests/cli/test_<command>.py.
     "cli/core.py": (
         "cli/test_conventions.py",
@@ -44,10 +38,6 @@ TESTED_ELSEWHERE: dict[str, tuple[str, ...]] = {
         "cli/test_distributed_fit.py",
     ),
     "cli/options.py": ("cli/test_help.py", "cli/test_conventions.py"),
-    # The fused layer kernels (QKV GEMM, add + LayerNorm, GELU epilogue), against the padded HF forward.
-    "encoding/fused.py": ("encoding/test_packed.py",),
-    # The forward pass (layer capture, 4-D mask, hooks), through SentenceEncoder and the packed forward.
-    "encoding/forward.py": ("encoding/test_encoder.py", "encoding/test_packed.py"),
 }
 
 

@@ -132,25 +132,6 @@ def test_slotted_layout_equals_padded_hf_forward(tiny_bert, width, name):
         ATTENTIONS[name](q, q, q, Packing.from_lengths(lengths, width, int(lengths.sum())))
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_segment_tiles_cover_every_sentence_in_order(seed):
-    """The packed attention's launches cover the sentences once, in order; each program's tile holds its ``per``
-    sentences; sorted lengths take at most one launch per (tile, count) kind, any order at most MAX_TILE_RUNS."""
-    from bertflow.encoding.fused import MAX_TILE_RUNS, segment_tiles
-
-    gen = np.random.default_rng(seed)
-    lengths = gen.integers(1, 129, int(gen.integers(1, 300)))
-    for lens in (np.sort(lengths)[::-1], lengths):
-        tiles = segment_tiles(lens)
-        assert tiles[0][1] == 0 and tiles[-1][2] == len(lens) and len(tiles) <= MAX_TILE_RUNS
-        for (block, first, last, per), nxt in zip(tiles, [*tiles[1:], None], strict=True):
-            assert first < last and (nxt is None or nxt[1] == last)
-            assert block >= 16 and block & (block - 1) == 0 and per >= 1 and per & (per - 1) == 0
-            assert per * lens[first:last].max() <= block
-    assert segment_tiles(np.array([], dtype=np.int64)) == ()
-    assert segment_tiles(np.array([20, 18, 9, 8, 5, 2])) == ((32, 0, 2, 1), (16, 2, 3, 1), (16, 3, 5, 2), (16, 5, 6, 8))
-
-
 def test_segment_attention_is_padded_attention_off_cuda(tiny_bert):
     """On CPU the packed attention is the padded one (no kernel), and it refuses the slots layout."""
     lengths = torch.tensor([7, 1, 5])
@@ -222,15 +203,6 @@ def test_unsupported_models_are_named(tiny_bert):
 POOLINGS = ["mean", "cls", "pooler", "first-last-avg", [0, 2]]
 
 
-def test_runner_batches_freely_only_for_the_packed_layout(tiny_model_dir):
-    """Without the attention kernels (CPU) the CUDA attention is the slotted one, whose batches pay for padding;
-    the packed layout (unpadded=True off CUDA: padded attention on real tokens) does not, the padded forward does."""
-    runner = SentenceEncoder(str(tiny_model_dir), device="cpu")._runner
-    assert runner.cuda_attention is ATTENTIONS["slotted"]
-    assert not runner.padding_free(None) and not runner.padding_free(False)
-    assert runner.padding_free(True)
-
-
 def test_encoder_unpadded_equals_padded(tiny_model_dir):
     """unpadded=True (CPU: padded attention only) gives the padded path's vectors for every pooling."""
     sentences = SENTENCES * 3 + ["x", "a man"]
@@ -258,29 +230,6 @@ def test_encoder_unpadded_off_cpu_by_default_and_refused_for_other_models(tiny_m
         EncodeSettings(unpadded="yes")
 
 
-def test_automatic_path_checks_its_first_batch(tiny_model_dir, monkeypatch):
-    """The automatic (CUDA) path is taken only after its first batch matched the padded forward."""
-    sentences = SENTENCES * 2
-    enc = SentenceEncoder(str(tiny_model_dir), device="cpu", settings=EncodeSettings(unpadded=False))
-    ref = enc.encode(sentences)
-    runner = enc._runner
-    enc.settings = dataclasses.replace(enc.settings, unpadded=None)
-    runner.half_cuda = True  # pretend this is CUDA in half precision, with a stand-in attention
-    monkeypatch.setattr(forward_module, "UNPADDED_BY_DEFAULT", True)
-    runner.cuda_attention = padded_attention
-    np.testing.assert_allclose(enc.encode(sentences), ref, rtol=1e-5, atol=1e-5)
-    assert runner.packed_verified and runner.unpadded_refused is None
-
-    def wrong(q, k, v, packing):  # a broken kernel: other tokens' values, scaled (a tiny random BERT's
-        return v.flip(0) * 100  # attention barely moves its output, so the error must be large to show)
-
-    runner.packed_verified = False
-    runner.cuda_attention = wrong
-    np.testing.assert_allclose(enc.encode(sentences), ref, rtol=1e-5, atol=1e-5)  # padded results, not wrong ones
-    assert "deviated from the padded forward" in runner.unpadded_refused
-    assert runner.packed_attention(None) is None
-
-
 def test_max_cosine_deviation():
     a = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
     assert max_cosine_deviation(a, a * 3) == pytest.approx(0.0, abs=1e-7)
@@ -305,64 +254,6 @@ def test_attentions_equal_padded_attention_cuda(name):
     else:
         got = ATTENTIONS[name](q, k, v, p).float()
     assert torch.linalg.norm(got - ref) / torch.linalg.norm(ref) < 1e-2
-
-
-@cuda
-@pytest.mark.parametrize("head_dim", [16, 32, 64])
-@pytest.mark.parametrize("order", ["sorted", "shuffled"])
-def test_segment_attention_kernel_cuda(head_dim, order):
-    """The Triton packed attention equals padded attention in float32 at every token (to bf16 rounding), for
-    sentences of 1-128 tokens, length-sorted (a few launches) or shuffled (one launch, largest tile), on strided
-    q/k/v views of one QKV tensor; a sentence's output does not depend on the other sentences; the packed
-    attention takes the kernel where it fits."""
-    from bertflow.encoding.fused import segment_attention, segment_attention_fits, segment_tiles
-
-    gen = np.random.default_rng(head_dim)
-    host = np.concatenate([[128, 1, 2, 16, 17, 64, 65], gen.integers(1, 129, 90), gen.integers(2, 20, 200)])
-    host = np.sort(host)[::-1].copy() if order == "sorted" else gen.permutation(host)
-    lengths = torch.from_numpy(host).cuda()
-    p = Packing.from_lengths(lengths, 128, int(host.sum()), host)
-    assert (len(p.tiles) > 1) == (order == "sorted")
-    torch.manual_seed(head_dim)
-    qkv = torch.randn(p.total, 3, 4, head_dim, device="cuda", dtype=torch.bfloat16)
-    q, k, v = qkv.unbind(1)
-    if not segment_attention_fits(q, 128):
-        pytest.skip("needs Triton")
-    assert not segment_attention_fits(q, 129) and not segment_attention_fits(q.float(), 128)
-    got = segment_attention(q, k, v, p.cu_seqlens, p.positions, segment_tiles(host))
-    assert got.shape == q.shape and torch.isfinite(got).all()
-    ref = padded_attention(q.float(), k.float(), v.float(), p)
-    assert float(torch.linalg.norm(got.float() - ref) / torch.linalg.norm(ref)) < 1e-2
-    first = int(host[0])
-    k2 = k.clone()
-    k2[first:] += 3.0  # every sentence but the first changes: the first one's output must not
-    again = segment_attention(q, k2, v, p.cu_seqlens, p.positions, p.tiles)
-    torch.testing.assert_close(again[:first], got[:first], rtol=0, atol=0)
-    assert ATTENTIONS["segments"](q, k, v, p).equal(got)
-
-
-@cuda
-@pytest.mark.parametrize("hidden", [384, 768, 1000])
-def test_add_layer_norm_kernel_cuda(hidden):
-    """The Triton add + LayerNorm equals LayerNorm(y + r) computed in float32, to bf16 rounding; every row written."""
-    from bertflow.encoding.fused import add_layer_norm, triton_available
-
-    if not triton_available(torch.device("cuda")):
-        pytest.skip("needs Triton")
-    torch.manual_seed(hidden)
-    norm = torch.nn.LayerNorm(hidden, eps=1e-12).cuda()
-    with torch.no_grad():
-        norm.weight.normal_(1.0, 0.2)
-        norm.bias.normal_(0.0, 0.2)
-    norm = norm.to(torch.bfloat16)
-    y, r = (torch.randn(1237, hidden, device="cuda", dtype=torch.bfloat16) * 3 + 1 for _ in range(2))
-    with torch.inference_mode():
-        got = add_layer_norm(y, r, norm).float()
-        ref = torch.nn.functional.layer_norm(
-            y.float() + r.float(), (hidden,), norm.weight.float(), norm.bias.float(), 1e-12
-        )
-    assert torch.isfinite(got).all()
-    assert float(torch.linalg.norm(got - ref) / torch.linalg.norm(ref)) < 5e-3
 
 
 @cuda
