@@ -59,6 +59,7 @@ def test_cuda_batch_sizes_grow_for_narrow_models():
     assert s.token_budget("cuda", 768) == s.token_budget("cuda", 1024) == s.token_budget("cuda") == 65536
     assert (s.token_budget("cuda", 384), s.min_batch_tokens("cuda", 384)) == (262144, 131072)  # 4x
     assert (s.token_budget("cuda", 512), s.min_batch_tokens("cuda", 512)) == (147456, 73728)  # 2.25x
+    assert (s.token_budget("cuda", 128), s.min_batch_tokens("cuda", 128)) == (262144, 131072)  # at most 4x
     assert (s.token_budget("cpu", 384), s.min_batch_tokens("cpu", 384)) == (4096, 0)
     given = dataclasses.replace(s, max_tokens=100000)
     assert (given.token_budget("cuda", 384), given.min_batch_tokens("cuda", 384)) == (100000, 100000)  # capped

@@ -12,8 +12,8 @@ from ..errors import InputError
 
 #: Default token budget per forward pass (padded tokens: rows x width). A GPU needs large batches to keep its
 #: matrix units busy; on a CPU larger batches only add memory traffic (docs/performance.md). The CUDA budget is for
-#: a model of :data:`FLOOR_HIDDEN` width; a narrower one gets ``(FLOOR_HIDDEN / hidden)^2`` times as much, for the
-#: reason given at :data:`DEFAULT_MIN_TOKENS` (MiniLM-L6: 262,144).
+#: a model of :data:`FLOOR_HIDDEN` width; a narrower one gets :func:`narrow_factor` times as much, for the reason
+#: given at :data:`DEFAULT_MIN_TOKENS` (MiniLM-L6: 262,144).
 DEFAULT_MAX_TOKENS = {"cuda": 65536, "cpu": 4096}
 #: Default sentences per chunk (the sorting window). A GPU starts with a small chunk so that it gets work
 #: after a few milliseconds of tokenisation, then doubles it up to the maximum.
@@ -27,8 +27,9 @@ UNIFORM_FILL = 0.5
 MIN_LENGTH_RATIO = 0.9
 #: ... unless the batch would then be smaller than this many padded tokens: a forward pass costs milliseconds of
 #: host time to launch whatever its size, while on a CPU padding is paid in full. The CUDA floor is for a model of
-#: :data:`FLOOR_HIDDEN` width; a narrower one gets ``(FLOOR_HIDDEN / hidden)^2`` times as much, since a token's work
-#: per layer grows with the square of the width and the launch cost does not (docs/performance.md).
+#: :data:`FLOOR_HIDDEN` width; a narrower one gets :func:`narrow_factor` (``(FLOOR_HIDDEN / hidden)^2``, at most 4)
+#: times as much, since a token's work per layer grows with the square of the width and the launch cost does not
+#: (docs/performance.md).
 DEFAULT_MIN_TOKENS = {"cuda": 32768, "cpu": 0}
 FLOOR_HIDDEN = 768
 #: ``warm_up=None``: warm a CUDA encoder up when it is loaded (:mod:`bertflow.encoding.warmup`); off, as the load
@@ -52,12 +53,17 @@ def device_kind(device_type: str) -> str:
     return "cuda" if device_type == "cuda" else "cpu"
 
 
+#: The most :func:`narrow_factor` gives: MiniLM-L6's (hidden 384), the narrowest width measured. An even narrower
+#: model keeps MiniLM-L6's batch sizes rather than an extrapolation (hidden 128 would get 36x, gigabytes a batch).
+NARROW_FACTOR_MAX = 4.0
+
+
 def narrow_factor(device_type: str, hidden: int | None) -> float:
     """How many times the CUDA default batch sizes grow for a model ``hidden`` wide: ``(FLOOR_HIDDEN / hidden)^2``
-    below :data:`FLOOR_HIDDEN`, else (and off CUDA, or ``hidden=None``) 1."""
+    below :data:`FLOOR_HIDDEN`, at most :data:`NARROW_FACTOR_MAX`; else (and off CUDA, or ``hidden=None``) 1."""
     if device_kind(device_type) != "cuda" or hidden is None or hidden >= FLOOR_HIDDEN:
         return 1.0
-    return (FLOOR_HIDDEN / hidden) ** 2
+    return min(NARROW_FACTOR_MAX, (FLOOR_HIDDEN / hidden) ** 2)
 
 
 @dataclass(frozen=True)
