@@ -136,13 +136,13 @@ class Packing:
         with L = per_group x width: 0 where query and key are in the same sentence and the key is a real token (and
         on the diagonal), -inf elsewhere. Built once per batch (every layer uses it); its rows are 16-aligned in
         memory, as the memory-efficient kernel wants (a view of a wider buffer)."""
+        if not self.slotted:
+            raise ValueError("group_bias needs a Packing.slots layout")
         if dtype in self._cache:
             return self._cache[dtype]
         per, width = self.per_group, self.width
         groups = -(-self.rows // per)
         length = per * width
-        if not self.slotted:
-            raise ValueError("group_bias needs a Packing.slots layout")
         valid = torch.zeros((groups * per, width), dtype=torch.bool, device=self.index.device)
         valid[: self.rows] = self.mask
         slot = torch.arange(length, device=self.index.device) // width
