@@ -130,6 +130,8 @@ def test_slotted_layout_equals_padded_hf_forward(tiny_bert, width, name):
     with pytest.raises(ValueError, match="slots"):
         q = torch.zeros(int(lengths.sum()), 2, 4)
         ATTENTIONS[name](q, q, q, Packing.from_lengths(lengths, width, int(lengths.sum())))
+    with pytest.raises(ValueError, match="group_bias needs a Packing.slots layout"):
+        Packing.from_lengths(lengths, width, int(lengths.sum())).group_bias(torch.float32)
 
 
 def test_segment_attention_is_padded_attention_off_cuda(tiny_bert):
