@@ -42,3 +42,18 @@ def test_check_sentences_fast_path_agrees_with_the_item_rule():
         with pytest.raises(InputError) as expected:
             check_sentence(10 + len(good), bad)
         assert str(caught.value) == str(expected.value)
+
+    # Lists longer than one C-loop slice: the first bad item is named by its place in the whole list.
+    from bertflow.validation import CHECK_SLICE
+
+    many = good * (3 * CHECK_SLICE // len(good))
+    for first in (0, CHECK_SLICE - 1, CHECK_SLICE, 2 * CHECK_SLICE + 7):
+        items = list(many)
+        items[first] = ""
+        items[-1] = None  # a later bad item, in another slice
+        with pytest.raises(InputError) as caught:
+            check_sentences(items, offset=10)
+        with pytest.raises(InputError) as expected:
+            check_sentence(10 + first, "")
+        assert str(caught.value) == str(expected.value)
+    check_sentences(many)

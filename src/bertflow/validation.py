@@ -35,6 +35,8 @@ _BLANK_CHARS += "\u2028\u2029\u202f\u205f\u3000" + INVISIBLE
 _strip_blank = operator.methodcaller("strip", _BLANK_CHARS)
 #: A lone surrogate (U+D800-U+DFFF) is no text: it cannot be encoded as UTF-8, so the tokenizer would fail on it.
 _SURROGATE = re.compile("[\ud800-\udfff]")
+#: Sentences :func:`check_sentences` passes in one C loop (about 0.3 ms of STS sentences on a GPU host's core).
+CHECK_SLICE = 512
 #: Largest magnitude a calibrator takes: the squares of larger values (covariances, norms) overflow float64.
 MAX_INPUT_MAGNITUDE = 1e100
 
@@ -73,18 +75,22 @@ def sentence_list(sentences: Iterable[object], *, what: str = "sentence") -> lis
 
 def check_sentences(items: list[Any], *, offset: int = 0, what: str = "sentence") -> None:
     """Raise (via :func:`check_sentence`, naming ``offset + index``) at the first item that is not a non-blank
-    string. A list of strings is passed in C loops (one join, one UTF-8 encoding, which fails at a lone surrogate,
-    and one strip per item: 3x faster than the loop, on a thread that shares the GIL with the encoder's kernel
-    launches); otherwise the items are checked one by one, and only a suspect goes to the full check."""
-    try:
-        "".join(items).encode("utf-8")  # TypeError at an item that is not a string, UnicodeError at a surrogate
-        if all(map(_strip_blank, items)):
-            return
-    except (TypeError, UnicodeError):
-        pass
-    for i, s in enumerate(items):
-        if type(s) is not str or _BLANK.fullmatch(s) is not None or _SURROGATE.search(s):  # as check_sentence
-            check_sentence(offset + i, s, what=what)
+    string. Strings are passed in C loops (one join, one UTF-8 encoding, which fails at a lone surrogate, and one
+    strip per item: 3x faster than a Python loop) over slices of :data:`CHECK_SLICE` items; a slice that fails them
+    is checked item by item, and only a suspect goes to the full check."""
+    for start in range(0, len(items), CHECK_SLICE):
+        # A C loop never lets another thread run: the slices bound how long the encoder's other threads (the one
+        # sending a chunk to the tokeniser workers, the one launching kernels) wait for the GIL (docs/performance.md).
+        part = items[start : start + CHECK_SLICE]
+        try:
+            "".join(part).encode("utf-8")  # TypeError at an item that is not a string, UnicodeError at a surrogate
+            if all(map(_strip_blank, part)):
+                continue
+        except (TypeError, UnicodeError):
+            pass
+        for i, s in enumerate(part, offset + start):
+            if type(s) is not str or _BLANK.fullmatch(s) is not None or _SURROGATE.search(s):  # as check_sentence
+                check_sentence(i, s, what=what)
 
 
 def validate_sentences(sentences: Iterable[object], *, what: str = "sentence") -> list[str]:
