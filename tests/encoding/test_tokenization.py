@@ -130,6 +130,97 @@ def test_pool_stops_its_workers_when_collected(tiny_model_dir):
             os.kill(pid, 0)
 
 
+def test_pool_serves_threads_at_once(tiny_model_dir):
+    """Two threads whose lists each need every worker (the encoder's two preparing threads): each gets its own
+    ids back, with no deadlock over the workers."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rust = _rust(tiny_model_dir)
+    many = LONGER * (2 * MIN_PART // len(LONGER) + 1)
+    lists = [many, many[::-1], many[1:], many[:-7]] * 3
+    pool = TokenizerPool(rust.to_str(), processes=2)
+    try:
+        with ThreadPoolExecutor(2) as threads:
+            got = list(threads.map(pool.tokenize, lists))
+    finally:
+        pool.close()
+    for sentences, tokens in zip(lists, got, strict=True):
+        assert _split(tokens) == _split(tokenize_arrays(rust, sentences))
+
+
+def _fail(sentences: list[str]) -> TokenArrays:
+    """In place of a worker's tokenisation: fails on a list holding "boom", else one id per sentence."""
+    if "boom" in sentences:
+        raise ValueError("boom in a worker")
+    return TokenArrays(np.ones(len(sentences), np.int32), np.arange(len(sentences) + 1, dtype=np.int64))
+
+
+def test_pool_raises_a_workers_error_and_goes_on(tiny_model_dir, monkeypatch):
+    from bertflow.encoding import tokenization
+
+    monkeypatch.setattr(tokenization, "_worker_tokenize", _fail)  # found by name in the forked workers
+    pool = TokenizerPool(_rust(tiny_model_dir).to_str(), processes=2)
+    try:
+        with pytest.raises(ValueError, match="boom in a worker"):
+            pool.tokenize(["a"] * MIN_PART + ["boom"] * MIN_PART)
+        assert not pool.closed  # every reply was read: the workers are in step
+        assert pool.tokenize(["a"] * 3).lengths.tolist() == [1, 1, 1]
+    finally:
+        pool.close()
+
+
+def test_pool_with_a_dead_worker_is_broken_and_closed(tiny_model_dir):
+    from concurrent.futures.process import BrokenProcessPool
+
+    pool = TokenizerPool(_rust(tiny_model_dir).to_str(), processes=2)
+    os.kill(pool.pids[1], signal.SIGKILL)
+    with pytest.raises(BrokenProcessPool, match="died"):
+        pool.tokenize(LONGER * (2 * MIN_PART // len(LONGER) + 1))
+    assert pool.closed
+    for pid in pool.pids:  # the other worker was stopped too
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_workers_exit_when_their_process_is_killed(tiny_model_dir, tmp_path):
+    """A process killed with its pool running (no chance to stop the workers) leaves no worker behind: each sees
+    its pipe close, since no other worker holds a copy of the pool's end."""
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "import sys, time\n"
+        "from tokenizers import Tokenizer\n"
+        "from bertflow.encoding.tokenization import TokenizerPool\n"
+        f"pool = TokenizerPool(Tokenizer.from_file({str(tiny_model_dir / 'tokenizer.json')!r}).to_str(), 3)\n"
+        "print(*pool.pids, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in proc.stdout.readline().split()]
+    finally:
+        proc.kill()
+        proc.wait()
+    assert len(pids) == 3
+    deadline = time.monotonic() + 20
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+        alive = [pid for pid in pids if _running(pid)]
+    assert not alive, f"workers {alive} outlived their process"
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not exited (an exited child of init may linger as a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def test_pool_needs_a_process(tiny_model_dir):
     with pytest.raises(ValueError, match="at least one process"):
         TokenizerPool(_rust(tiny_model_dir).to_str(), processes=0)
@@ -326,6 +417,10 @@ def test_shortcut_scans_a_clean_list_once(tiny_model_dir):
     for bad in ("a [MASK] b", "ab\x01cd", "café"):
         _, got = _check_exact(tok, [*clean[:10], bad, *clean[10:20]])
         assert [g is None for g in got] == [False] * 10 + [True] + [False] * 10
+    plain = [s for s in clean if "[" not in s]  # no added token can start here: the control scan alone decides
+    for bad in ("ab\x01cd", "a [mask] b", "\x7f"):
+        _, got = _check_exact(tok, [*plain[:5], bad, *plain[5:9]])
+        assert [g is None for g in got] == [False] * 5 + [True] + [False] * 4
 
 
 def test_shortcut_variants_of_the_pipeline(tiny_model_dir):

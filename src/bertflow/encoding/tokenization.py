@@ -14,16 +14,18 @@ import json
 import logging
 import multiprocessing
 import os
+import queue
 import re
 import signal
 import string
 import sys
+import threading
 import warnings
 import weakref
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
@@ -166,6 +168,14 @@ class WordPieceShortcut:
         pattern = "|".join([_ASCII_CONTROL, *(re.escape(a) for a in added)])
         # Case-insensitive: an added token marked "normalized" is matched after lowercasing.
         self._unsafe = re.compile(pattern, re.IGNORECASE)
+        # The list's first check, in two cheaper scans: one character class, then a substring test per first letter
+        # of an added token (in either case), where one can match at all. ``None``: an added token starts with a
+        # non-ASCII letter, whose case-insensitive matches are more than its two cases; the regular expression then.
+        self._control = re.compile(_ASCII_CONTROL)
+        firsts = {a[:1] for a in added if a}
+        self._firsts = (
+            None if not all(map(str.isascii, firsts)) else sorted({*map(str.lower, firsts), *map(str.upper, firsts)})
+        )
         # word -> its id where it is one word piece, else -2 - k for the pieces self._pieces[k] (one int per word
         # lets a whole list of words be looked up into one array in a single C loop).
         self._memo: dict[str, int] = {}
@@ -224,7 +234,11 @@ class WordPieceShortcut:
         unsafe = self._unsafe.search
         # One scan of the whole list: where it holds nothing unsafe, neither does any sentence (a match across the
         # joining newline only sends the list to the per-sentence scans). ``isascii`` is a flag lookup.
-        safe = unsafe("\n".join(sentences)) is None
+        joined = "\n".join(sentences)
+        if self._firsts is None or any(c in joined for c in self._firsts):
+            safe = unsafe(joined) is None
+        else:
+            safe = self._control.search(joined) is None
         handled = np.fromiter(
             (s.isascii() and (safe or unsafe(s) is None) for s in sentences), dtype=bool, count=len(sentences)
         )
@@ -382,13 +396,52 @@ def _worker_tokenize(sentences: list[str]) -> TokenArrays:
     return tokenize_arrays(_WORKER_TOKENIZER, sentences, _WORKER_SHORTCUT)
 
 
+def _worker_main(conn: Connection, tokenizer_json: str, inherited: list[Connection]) -> None:
+    """A worker's life: answer each list of sentences received on ``conn`` with its :class:`TokenArrays` (or the
+    exception raised), until the pool closes its end or dies."""
+    for other in inherited:
+        # Under fork this process holds copies of the pool's ends of every pipe made so far, its own included;
+        # closed, so that each worker sees its pipe end (EOF) when the pool closes it or its process dies.
+        other.close()
+    _init_worker(tokenizer_json)
+    conn.send(os.getpid())  # ready
+    while True:
+        try:
+            sentences = conn.recv()
+        except EOFError:
+            return
+        try:
+            reply: TokenArrays | BaseException = _worker_tokenize(sentences)
+        except Exception as e:  # noqa: BLE001 - sent to the caller, which raises it
+            reply = e
+        try:
+            conn.send(reply)
+        except OSError:  # the pool was closed while this list was being tokenised: nobody waits for it
+            return
+
+
+def _stop_workers(conns: list[Connection], procs: list[Any], idle: queue.SimpleQueue[int | None]) -> None:
+    for _ in procs:
+        idle.put(None)  # wakes any thread waiting for a worker: it finds the pool closed
+    for conn in conns:
+        conn.close()  # the worker reads EOF and returns
+    for proc in procs:
+        proc.join(timeout=5)
+        if proc.is_alive():
+            proc.terminate()
+            proc.join()
+
+
 class TokenizerPool:
     """``processes`` worker processes that tokenise lists of sentences into :class:`TokenArrays`, each with the
     ``tokenizers.Tokenizer`` rebuilt from ``tokenizer_json`` (its ``to_str()``, truncation settings included).
 
     A list is cut into up to ``processes`` consecutive parts of at least :data:`MIN_PART` sentences, tokenised at
-    the same time; the result does not depend on ``processes``. :meth:`close`, garbage collection of the pool or
-    the interpreter's exit stop the workers.
+    the same time; the result does not depend on ``processes``. Each worker has a pipe of its own, written and read
+    by the calling thread (a ``ProcessPoolExecutor`` passes every part through two more threads of this process,
+    which wait for the GIL, and a queue that the workers read in turn: docs/performance.md). Several threads may
+    call :meth:`tokenize` at once.
+    :meth:`close`, garbage collection of the pool or the interpreter's exit stop the workers.
     """
 
     def __init__(self, tokenizer_json: str, processes: int) -> None:
@@ -396,46 +449,85 @@ class TokenizerPool:
             raise ValueError(f"a tokenizer pool needs at least one process, got {processes}")
         self.processes = int(processes)
         context = multiprocessing.get_context(_start_method())
-        executor = ProcessPoolExecutor(
-            self.processes, mp_context=context, initializer=_init_worker, initargs=(tokenizer_json,)
-        )
-        self._executor: ProcessPoolExecutor | None = executor
-        # Runs once: at close(), when the pool is garbage-collected, or at interpreter exit.
-        self._stop = weakref.finalize(self, executor.shutdown, wait=True, cancel_futures=True)
-        # Start every worker now (a forking executor starts them all at its first task), from this thread and
-        # before the encoder's own threads exist. Python 3.12+ warns about fork in any process with threads;
-        # the workers use nothing of the parent's threads (see _init_worker).
+        fork = context.get_start_method() == "fork"
+        conns: list[Connection] = []
+        procs: list[Any] = []
+        # Started now, from this thread and before the encoder's own threads exist. Python 3.12+ warns about fork
+        # in any process with threads; the workers use nothing of the parent's threads (see _init_worker).
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
-            for future in [executor.submit(os.getpid) for _ in range(self.processes)]:
-                future.result()
-        #: Process ids of the workers (all started by now under fork; spawn starts them as work comes).
-        self.pids = sorted(executor._processes)
+            for k in range(self.processes):
+                ours, theirs = context.Pipe()
+                inherited = [*conns, ours] if fork else []  # spawn passes a child only what it is given
+                proc = context.Process(
+                    target=_worker_main, args=(theirs, tokenizer_json, inherited), name=f"bertflow-tokenize-{k}"
+                )
+                proc.daemon = True
+                proc.start()
+                theirs.close()
+                conns.append(ours)
+                procs.append(proc)
+        self._conns = conns
+        self._idle: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+        self._dispatch = threading.Lock()
+        self._closed = False
+        # Runs once: at close(), when the pool is garbage-collected, or at interpreter exit.
+        self._stop = weakref.finalize(self, _stop_workers, conns, procs, self._idle)
+        try:
+            #: Process ids of the workers, each ready (its tokenizer built) by now.
+            self.pids = sorted(conn.recv() for conn in conns)
+        except EOFError:
+            self.close()
+            raise BrokenProcessPool("a tokenisation worker process died while starting") from None
+        for k in range(self.processes):
+            self._idle.put(k)
         logger.debug("tokenizer pool: %d worker processes %s", self.processes, self.pids)
 
     def tokenize(self, sentences: Sequence[str]) -> TokenArrays:
         """Token arrays of ``sentences`` (as :func:`tokenize_arrays` would return them); ``BrokenProcessPool`` when a
-        worker died (the pool is then unusable: the caller tokenises on its own), RuntimeError once closed."""
-        if self._executor is None:
+        worker died (the pool is then closed: the caller tokenises on its own), RuntimeError once closed."""
+        if self._closed:
             raise RuntimeError("the tokenizer pool is closed")
         n = len(sentences)
         parts = max(1, min(self.processes, n // MIN_PART))
-        bounds = np.linspace(0, n, parts + 1).astype(np.int64)
-        futures = [
-            self._executor.submit(_worker_tokenize, list(sentences[a:b]))
-            for a, b in itertools.pairwise(bounds.tolist())
-        ]
-        return TokenArrays.concatenate([f.result() for f in futures])
+        bounds = np.linspace(0, n, parts + 1).astype(np.int64).tolist()
+        taken: list[int] = []
+        replies: list[TokenArrays | BaseException] = []
+        try:
+            # One caller takes its workers at a time: two that each held some while waiting for more would wait
+            # for each other for ever. Workers come back as soon as their reply is read.
+            with self._dispatch:
+                for a, b in itertools.pairwise(bounds):
+                    k = self._idle.get()
+                    if k is None:
+                        raise RuntimeError("the tokenizer pool is closed")
+                    taken.append(k)
+                    self._conns[k].send(list(sentences[a:b]))
+            for k in taken:
+                replies.append(self._conns[k].recv())
+                self._idle.put(k)
+        except (EOFError, OSError) as e:
+            self.close()
+            raise BrokenProcessPool("a tokenisation worker process died") from e
+        except BaseException:
+            # A worker may still owe a reply (Ctrl-C between send and receive, say), which the next call would
+            # read as its own: the pool is closed rather than trusted.
+            self.close()
+            raise
+        for reply in replies:
+            if isinstance(reply, BaseException):
+                raise reply
+        return TokenArrays.concatenate(replies)  # type: ignore[arg-type]
 
     def close(self) -> None:
-        """Stop the worker processes (pending work is cancelled); safe to call twice."""
-        self._executor = None
+        """Stop the worker processes; safe to call twice, and from another thread (its call then fails)."""
+        self._closed = True
         self._stop()
 
     @property
     def closed(self) -> bool:
-        """Whether :meth:`close` was called."""
-        return self._executor is None
+        """Whether the pool was closed (by :meth:`close`, or after a worker died)."""
+        return self._closed
 
 
 def truncating_copy(tokenizer: Any, max_length: int) -> Any:
@@ -469,7 +561,7 @@ class ChunkTokenizer:
 
     def start(self, processes: int) -> TokenizerPool | None:
         """Start (or resize, or stop) the worker processes to match ``processes``; returns them (``None``: none run)."""
-        if self.pool is not None and self.pool.processes != processes:
+        if self.pool is not None and (self.pool.closed or self.pool.processes != processes):
             self.close()
         if processes > 0 and self.pool is None:
             self.pool = TokenizerPool(self.rust.to_str(), processes)
