@@ -423,6 +423,30 @@ def test_shortcut_scans_a_clean_list_once(tiny_model_dir):
         assert [g is None for g in got] == [False] * 5 + [True] + [False] * 4
 
 
+def test_shortcut_scans_only_sentences_that_may_hold_an_added_token(tiny_model_dir):
+    """Brackets without an added token stay with the shortcut, an added token in either case goes to the
+    tokenizer; an added token starting with a non-ASCII letter ("ſ" matches "s" ignoring case) scans every
+    sentence, and one without added tokens scans none."""
+    tok = _rust(tiny_model_dir)
+    clean = ["a [b] c", "x < y [", "plain words here", "]["] * 5
+    _, got = _check_exact(tok, [*clean, "a [MASK] b", "A [mask] B", *clean, "[SEP] first", "last [CLS]"])
+    assert [g is None for g in got] == [False] * 20 + [True, True] + [False] * 20 + [True, True]
+    tok.add_tokens(["ſpecial"])
+    shortcut, got = _check_exact(tok, ["a special day", "plain words", "a [SEP] b"])
+    assert [g is None for g in got] == [True, False, True]
+    import json
+
+    from tokenizers import Tokenizer
+
+    config = json.loads(_rust(tiny_model_dir).to_str())
+    config["added_tokens"] = []  # "[SEP]" is then plain text: brackets and a word
+    bare = Tokenizer.from_str(json.dumps(config))
+    _, got = _check_exact(bare, ["a [SEP] b", "plain"])
+    assert [g is None for g in got] == [False, False]
+    _, got = _check_exact(bare, ["a [SEP] b", "ctrl\x01"])
+    assert [g is None for g in got] == [False, True]
+
+
 def test_shortcut_variants_of_the_pipeline(tiny_model_dir):
     tok = _rust(tiny_model_dir, 12)
     sentences = _fuzz(400)
