@@ -182,7 +182,7 @@ def test_pool_with_a_dead_worker_is_broken_and_closed(tiny_model_dir):
             os.kill(pid, 0)
 
 
-def test_workers_exit_when_their_process_is_killed(tiny_model_dir, tmp_path):
+def test_workers_exit_when_their_process_is_killed(tiny_model_dir):
     """A process killed with its pool running (no chance to stop the workers) leaves no worker behind: each sees
     its pipe close, since no other worker holds a copy of the pool's end."""
     import subprocess
@@ -432,7 +432,7 @@ def test_shortcut_scans_only_sentences_that_may_hold_an_added_token(tiny_model_d
     _, got = _check_exact(tok, [*clean, "a [MASK] b", "A [mask] B", *clean, "[SEP] first", "last [CLS]"])
     assert [g is None for g in got] == [False] * 20 + [True, True] + [False] * 20 + [True, True]
     tok.add_tokens(["ſpecial"])
-    shortcut, got = _check_exact(tok, ["a special day", "plain words", "a [SEP] b"])
+    _, got = _check_exact(tok, ["a special day", "plain words", "a [SEP] b"])
     assert [g is None for g in got] == [True, False, True]
     import json
 

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 import numpy as np
@@ -429,7 +430,7 @@ def _worker_main(conn: Connection, tokenizer_json: str, inherited: list[Connecti
             return
 
 
-def _stop_workers(conns: list[Connection], procs: list[Any], idle: queue.SimpleQueue[int | None]) -> None:
+def _stop_workers(conns: list[Connection], procs: list[BaseProcess], idle: queue.SimpleQueue[int | None]) -> None:
     for _ in procs:
         idle.put(None)  # wakes any thread waiting for a worker: it finds the pool closed
     for conn in conns:
@@ -449,8 +450,8 @@ class TokenizerPool:
     the same time; the result does not depend on ``processes``. Each worker has a pipe of its own, written and read
     by the calling thread (a ``ProcessPoolExecutor`` passes every part through two more threads of this process,
     which wait for the GIL, and a queue that the workers read in turn: docs/performance.md). Several threads may
-    call :meth:`tokenize` at once.
-    :meth:`close`, garbage collection of the pool or the interpreter's exit stop the workers.
+    call :meth:`tokenize` at once. :meth:`close`, garbage collection of the pool or the interpreter's exit stop the
+    workers.
     """
 
     def __init__(self, tokenizer_json: str, processes: int) -> None:
@@ -460,7 +461,7 @@ class TokenizerPool:
         context = multiprocessing.get_context(_start_method())
         fork = context.get_start_method() == "fork"
         conns: list[Connection] = []
-        procs: list[Any] = []
+        procs: list[BaseProcess] = []
         # Started now, from this thread and before the encoder's own threads exist. Python 3.12+ warns about fork
         # in any process with threads; the workers use nothing of the parent's threads (see _init_worker).
         with warnings.catch_warnings():
