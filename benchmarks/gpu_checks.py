@@ -424,6 +424,7 @@ CUDA_TEST_FILES = (
     "tests/encoding/test_fused.py",
     "tests/encoding/test_warmup.py",
     "tests/encoding/test_tokenization.py",
+    "tests/encoding/test_stream.py",
     "tests/calibrators/test_device.py",
     "tests/calibrators/test_flow.py",
     "tests/benchmarks/test_harness.py",

@@ -376,7 +376,7 @@ class SentenceEncoder:
         batch on CPU, every chunk on CUDA); the counts add up to the number of sentences.
         """
         plan = self._plan(poolings)
-        for _, part in self._iter_chunks(
+        chunks = self._iter_chunks(
             sentences,
             batch_size=batch_size,
             chunk_size=chunk_size,
@@ -384,12 +384,14 @@ class SentenceEncoder:
             plan=plan,
             transform=transform,
             progress=progress,
-        ):
-            if poolings is not None:
-                yield split_poolings(part, plan, self.dim)  # copies, also out of pinned memory
-            else:
-                # Copy out of pinned (page-locked) memory, which callers should not be left holding.
-                yield part.copy() if self.device.type == "cuda" else part
+        )
+        # Closed here, so that closing this generator stops the stream's threads at once: Python 3.12 may close a
+        # generator suspended outside any try block without running its frame, and keep its locals until it is freed.
+        try:
+            for _, part in chunks:
+                yield part if poolings is None else split_poolings(part, plan, self.dim)
+        finally:
+            chunks.close()
 
     def encode(
         self,
@@ -423,6 +425,14 @@ class SentenceEncoder:
             width = self.dim if transform is None else int(transform(empty).shape[1])
             return np.empty((0, width), dtype=np.float32)
         out: np.ndarray | None = None
+
+        def into(row: int, rows: int, width: int) -> np.ndarray:
+            # Each chunk is copied from the device straight into its rows of the result.
+            nonlocal out
+            if out is None:
+                out = np.empty((len(items), width), dtype=np.float32)
+            return out[row : row + rows]
+
         show = len(items) >= 4096 if show_progress_bar is None else show_progress_bar
         from tqdm.auto import tqdm
 
@@ -433,7 +443,7 @@ class SentenceEncoder:
                 if progress is not None:
                     progress(rows)
 
-            for row, part in self._iter_chunks(
+            for _ in self._iter_chunks(
                 items,
                 batch_size=batch_size,
                 chunk_size=None,
@@ -441,10 +451,9 @@ class SentenceEncoder:
                 plan=plan,
                 transform=transform,
                 progress=advance,
+                into=into,
             ):
-                if out is None:
-                    out = np.empty((len(items), *part.shape[1:]), dtype=np.float32)
-                out[row : row + len(part)] = part
+                pass
         assert out is not None
         out = out[0] if single else out
         return out if poolings is None else split_poolings(out, plan, self.dim)

@@ -23,6 +23,8 @@ from .tokenization import TokenArrays, TokenizerPool
 
 #: ``prepare((first_row, sentences or tokens), max_tokens, max_rows, pooled)``: :meth:`SentenceEncoder.prepare_chunk`.
 Prepare = Callable[[tuple[int, Sequence[str] | TokenArrays], int, int | None, bool], PreparedChunk]
+#: ``into(first_row, rows, width)``: the writable float32 [rows, width] array a chunk's vectors are copied into.
+Into = Callable[[int, int, int], np.ndarray]
 
 
 def chunk_sizes(settings: EncodeSettings, device_type: str, chunk_size: int | None) -> Iterator[int]:
@@ -54,9 +56,11 @@ def stream_chunks(
     max_tokens: int | None,
     transform: DeviceTransform | None = None,
     progress: Callable[[int], None] | None = None,
+    into: Into | None = None,
 ) -> Iterator[tuple[int, np.ndarray]]:
-    """Yield ``(first_row, float32 [n, D])`` per chunk of ``sentences``, in order (on CUDA a view of pinned memory),
-    from ``runner``'s forward passes of ``plan``; ``stats`` counts each chunk launched. ``start_pool()`` starts the
+    """Yield ``(first_row, float32 [n, D])`` per chunk of ``sentences``, in order, from ``runner``'s forward passes
+    of ``plan``, each written into ``into(first_row, n, D)`` if given (else a new array, on CPU possibly a view of
+    the computed tensor); ``stats`` counts each chunk launched. ``start_pool()`` starts the
     tokenisation worker processes for a stream of more than one chunk and returns them (``None``: none run).
     ``progress(rows)`` is told per forward batch off CUDA (a CPU chunk takes minutes), per collected chunk on CUDA
     (per-batch updates there would need a sync). The other arguments are :meth:`SentenceEncoder.iter_encode`'s."""
@@ -90,13 +94,13 @@ def stream_chunks(
             launched = runner.launch(chunk, plan, transform, on_batch, settings.cudnn_attention, settings.unpadded)
             stats.add(chunk)
             if pending is not None:
-                yield _collect(runner, pending, cpu, on_chunk)
+                yield _collect(runner, pending, cpu, on_chunk, into)
             pending = launched
             if not delay:
-                yield _collect(runner, pending, cpu, on_chunk)
+                yield _collect(runner, pending, cpu, on_chunk, into)
                 pending = None
         if pending is not None:
-            yield _collect(runner, pending, cpu, on_chunk)
+            yield _collect(runner, pending, cpu, on_chunk, into)
     finally:
         if prefetcher is not None:
             prefetcher.close()
@@ -140,9 +144,9 @@ def _prepared_chunks(
 
 
 def _collect(
-    runner: ModelRunner, pending: Pending, cpu: bool, on_chunk: Callable[[int], None] | None
+    runner: ModelRunner, pending: Pending, cpu: bool, on_chunk: Callable[[int], None] | None, into: Into | None
 ) -> tuple[int, np.ndarray]:
-    part = runner.finish(pending)
+    part = runner.finish(pending, None if into is None else into(pending.offset, *pending.result.shape))
     if cpu:
         # The chunk's activations, MBs of another size per batch shape, are freed now; glibc would keep them
         # in a growing heap and a long stream's resident memory would climb chunk by chunk.
