@@ -353,7 +353,8 @@ def roundtrip(enc: Any, text: list[str]) -> dict[str, Any]:
     """Median seconds (of 5, warm) to tokenise the first n sentences of ``text``: through the encoder's worker
     processes, in this process with the same WordPiece shortcut, and to prepare (sort, pack) them once tokenised."""
     from bertflow.encoding.batching import prepare_chunk
-    from bertflow.encoding.tokenization import WordPieceShortcut, tokenize_arrays
+    from bertflow.encoding.tokenization import tokenize_arrays
+    from bertflow.encoding.wordpiece import WordPieceShortcut
 
     shortcut = WordPieceShortcut.from_tokenizer(enc.chunk_tokenizer.rust)
     out: dict[str, Any] = {}

@@ -424,6 +424,8 @@ CUDA_TEST_FILES = (
     "tests/encoding/test_fused.py",
     "tests/encoding/test_warmup.py",
     "tests/encoding/test_tokenization.py",
+    "tests/encoding/test_wordpiece.py",
+    "tests/encoding/test_tokenizer_pool.py",
     "tests/encoding/test_stream.py",
     "tests/calibrators/test_device.py",
     "tests/calibrators/test_flow.py",

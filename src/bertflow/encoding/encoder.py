@@ -31,7 +31,8 @@ from .pooling import Pooling
 from .settings import DEFAULT_CHUNK, EncodeSettings, device_kind
 from .stream import split_poolings, stream_chunks
 from .token_stats import TokenStatistics
-from .tokenization import ChunkTokenizer, TokenArrays
+from .tokenization import TokenArrays
+from .tokenizer_pool import ChunkTokenizer
 from .warmup import warm_up
 
 
@@ -48,7 +49,7 @@ class SentenceEncoder:
     (:class:`~bertflow.encoding.settings.EncodeSettings`, which says what each does; ``max_tokens``,
     ``tokenize_workers`` and ``tokenize_processes`` are shortcuts for its fields and win over them), replaceable
     later (``enc.settings = dataclasses.replace(enc.settings, uniform_fill=0.7)``); no setting changes the vectors.
-    ``chunk_tokenizer`` (:class:`~bertflow.encoding.tokenization.ChunkTokenizer`) tokenises the chunks, in worker
+    ``chunk_tokenizer`` (:class:`~bertflow.encoding.tokenizer_pool.ChunkTokenizer`) tokenises the chunks, in worker
     processes on a GPU host; :meth:`prepare_chunk` tokenises and packs one.
 
     Example:

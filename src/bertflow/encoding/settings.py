@@ -76,7 +76,7 @@ class EncodeSettings:
     - ``tokenize_workers``: threads that prepare chunks while the model runs (0: the calling thread); ``None``: two
       with tokenisation processes, else one (docs/performance.md).
     - ``tokenize_processes``: worker processes that tokenise for those threads (started at the first ``encode`` of
-      more than one chunk, kept until ``close()``); ``None``: :func:`bertflow.encoding.tokenization.auto_processes`.
+      more than one chunk, kept until ``close()``); ``None``: :func:`bertflow.encoding.tokenizer_pool.auto_processes`.
     - ``uniform_fill``, ``min_length_ratio``: how batches are cut (:func:`bertflow.encoding.batching.plan_batches`;
       ``min_length_ratio=None``: :meth:`length_ratio`); ``min_tokens``: padded tokens below which a batch is filled
       up anyway (``None``: :meth:`min_batch_tokens`).

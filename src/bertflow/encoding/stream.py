@@ -19,7 +19,8 @@ from ..typing import DeviceTransform
 from .batching import EncodeStats, Prefetcher, PreparedChunk, cut_chunks, cut_tokens
 from .forward import ModelRunner, Pending, PoolingPlan
 from .settings import DEFAULT_CHUNK, EncodeSettings, device_kind
-from .tokenization import TokenArrays, TokenizerPool
+from .tokenization import TokenArrays
+from .tokenizer_pool import TokenizerPool
 
 #: ``prepare((first_row, sentences or tokens), max_tokens, max_rows, pooled)``: :meth:`SentenceEncoder.prepare_chunk`.
 Prepare = Callable[[tuple[int, Sequence[str] | TokenArrays], int, int | None, bool], PreparedChunk]
