@@ -121,7 +121,7 @@ def test_every_chunk_lands_in_its_own_rows(tiny_model_dir, device):
     parts = list(enc.iter_encode(iter(sentences), chunk_size=3))
     held = [p.copy() for p in parts]
     whole = enc.encode(sentences)
-    assert [len(p) for p in parts] == [3] * (len(sentences) // 3) + ([len(sentences) % 3] if len(sentences) % 3 else [])
+    assert [len(p) for p in parts] == [len(sentences[i : i + 3]) for i in range(0, len(sentences), 3)]
     for p, h in zip(parts, held, strict=True):  # later chunks wrote elsewhere
         np.testing.assert_array_equal(p, h)
     np.testing.assert_array_equal(whole, np.concatenate(parts))

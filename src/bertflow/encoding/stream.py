@@ -158,7 +158,9 @@ def _collect(
 
 
 def split_poolings(part: np.ndarray, plan: PoolingPlan, dim: int) -> dict[str, np.ndarray]:
-    """``{pooling key: [n, dim]}`` from the poolings side by side ([n, P x dim], in the plan's order); copies."""
+    """``{pooling key: [n, dim]}`` from the poolings side by side ([n, P x dim], in the plan's order): contiguous
+    copies of the column blocks, or ``part`` itself for a single pooling (every caller owns ``part``: a chunk is
+    copied off the device into an array of its own)."""
     if len(plan.poolings) == 1:  # possibly transformed, to another width
-        return {plan.poolings[0].key: np.array(part, dtype=np.float32)}
+        return {plan.poolings[0].key: np.asarray(part, dtype=np.float32)}
     return {p.key: np.ascontiguousarray(part[..., i * dim : (i + 1) * dim]) for i, p in enumerate(plan.poolings)}
