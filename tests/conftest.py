@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import string
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -123,7 +125,7 @@ def default_encoder():
     return SentenceEncoder(pooling="mean", device="cpu")
 
 
-# -- the CLI, run in-process ------------------------------------------------------------------------------------
+# -- the CLI, run in-process or as a command -----------------------------------------------------------------------
 
 
 def invoke(*args: object):
@@ -138,6 +140,17 @@ def invoke(*args: object):
     if result.exception and not isinstance(result.exception, (SystemExit, BertflowError)):
         raise result.exception
     return result
+
+
+def cli(*args: object, stdin: bytes | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """``python -m bertflow ARGS`` in a process of its own (the real entry point and standard streams), offline, on
+    one thread."""
+    from .safety import SRC
+
+    env = {**os.environ, "PYTHONPATH": SRC, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    command = [sys.executable, "-m", "bertflow", *map(str, args)]
+    return subprocess.run(command, input=stdin, capture_output=True, timeout=300, env=env, cwd=cwd)
 
 
 def one_line_error(result, *needles: str, status: int = 2) -> str:

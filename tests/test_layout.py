@@ -22,9 +22,7 @@ NO_TEST_FILE: dict[str, str] = {
 #: To do: modules tested only through other test files (listed), which should get ``test_<module>.py``.
 TESTED_ELSEWHERE: dict[str, tuple[str, ...]] = {
     # The entry point: run as ``python -m bertflow`` by the end-to-end safety tests and by torchrun.
-    "__main__.py": ("cli/test_conventions.py", "cli/test_encode.py", "scale/test_multiprocess.py"),
-    # The typer app and its global options (--version, --help, exit statuses).
-    "cli/_app.py": ("cli/test_conventions.py", "test_imports.py"),
+    "__main__.py": ("cli/test_app.py", "cli/test_encode.py", "scale/test_multiprocess.py"),
     # The commands: their end-to-end tests are tests/cli/test_<command>.py.
     "cli/core.py": (
         "cli/test_conventions.py",
@@ -37,7 +35,6 @@ TESTED_ELSEWHERE: dict[str, tuple[str, ...]] = {
         "cli/test_distributed_encode.py",
         "cli/test_distributed_fit.py",
     ),
-    "cli/options.py": ("cli/test_help.py", "cli/test_conventions.py"),
 }
 
 
@@ -47,9 +44,11 @@ def modules() -> list[str]:
 
 
 def mirror(module: str) -> Path:
-    """``"scale/encode.py"`` -> ``tests/scale/test_encode.py``."""
+    """``"scale/encode.py"`` -> ``tests/scale/test_encode.py``; a private module's underscore is dropped
+    (``"cli/_app.py"`` -> ``tests/cli/test_app.py``), not a dunder's."""
     path = Path(module)
-    return TESTS / path.parent / f"test_{path.name}"
+    name = path.name[1:] if path.name.startswith("_") and not path.name.startswith("__") else path.name
+    return TESTS / path.parent / f"test_{name}"
 
 
 def test_every_module_has_its_test_file_or_is_listed():

@@ -16,9 +16,8 @@ from typer.testing import CliRunner
 from bertflow import Embedder, WhiteningCalibrator
 from bertflow.cli import EXIT_USAGE, app
 
-from ..conftest import CORPUS, SENTENCES, invoke, one_line_error
+from ..conftest import CORPUS, SENTENCES, cli, invoke, one_line_error
 from ..safety import fit_args
-from .test_conventions import cli
 
 runner = CliRunner()
 

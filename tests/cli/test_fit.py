@@ -16,10 +16,9 @@ from bertflow import (
 from bertflow.cli import app
 from bertflow.errors import OutputError
 
-from ..conftest import CORPUS, SENTENCES, invoke, one_line_error, snapshot
+from ..conftest import CORPUS, SENTENCES, cli, invoke, one_line_error, snapshot
 from ..safety import fit_args
 from ..test_embedder import OTHER
-from .test_conventions import cli
 
 runner = CliRunner()
 

@@ -11,11 +11,10 @@ from bertflow import Embedder, EmbeddingIndex, WhiteningCalibrator
 from bertflow.cli import EXIT_USAGE, app
 from bertflow.search.sentences import index_sentences
 
-from ..conftest import CORPUS, invoke, one_line_error, snapshot
+from ..conftest import CORPUS, cli, invoke, one_line_error, snapshot
 from ..safety import fit_args
 from ..search.conftest import CORPUS as SEARCH_CORPUS  # the prefixes corpus of the index tests
 from ..search.conftest import model, needs_faiss  # noqa: F401 - the fixture
-from .test_conventions import cli
 
 runner = CliRunner()
 

@@ -8,8 +8,7 @@ import pytest
 from bertflow import Embedder
 from bertflow.calibrators import StandardNormCalibrator
 
-from ..conftest import CORPUS, SENTENCES, invoke, one_line_error
-from .test_conventions import cli
+from ..conftest import CORPUS, SENTENCES, cli, invoke, one_line_error
 
 
 def test_similarity_pairs_scores_raw_and_calibrated_from_one_pass(tiny_model_dir, tmp_path, monkeypatch):
