@@ -31,13 +31,12 @@ from ..conftest import invoke, one_line_error
 def test_the_first_status_line_comes_before_the_model_loads(command, tiny_model_dir, tmp_path, monkeypatch):
     """Item 10: ``bertflow: loading MODEL ...`` on a terminal's stderr before torch and the weights load (16 s of
     silence before); none with -q, none on a pipe (stderr keeps its one-line error)."""
-    from bertflow.cli import core, options
-    from bertflow.errors import InputError
+    from bertflow.cli import encode, options, similarity
 
     def loader(*args, **kwargs):
         raise InputError("the loader ran")
 
-    monkeypatch.setattr(core, "build_encoder", loader)
+    monkeypatch.setattr({"similarity": similarity, "encode": encode}[command], "build_encoder", loader)
     monkeypatch.setattr(options, "stderr_is_terminal", lambda: True)
     text = tmp_path / "in.txt"
     text.write_text("A man plays a guitar.\n")
