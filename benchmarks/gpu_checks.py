@@ -8,7 +8,9 @@ Subcommands (each prints one JSON object and writes it to ``--json``):
     (``bertflow.SentenceEncoder``), so the same command times an older checkout beside this one
     (``PYTHONPATH=old/src``) on the same card. After a warm-up on ``--warmup`` random-word sentences, the first
     pass over the STS sentences is the "first-pass" number (the tokeniser has not met their words); the median of
-    ``--rounds`` further passes over the same sentences is the "warm" number.
+    ``--rounds`` further passes over the same sentences is the "warm" number. ``--counters`` adds each pass's CPU
+    counters (:func:`cpu_counters`: the main thread's CPU time and involuntary context switches, the process's and
+    the tokeniser workers' CPU time), to compare a slow process with a fast one.
 ``onepath``
     ``bertflow evaluate --model-dir`` in bf16 against ``Embedder.encode``: a random-weight MiniLM-L6 with a
     whitening calibrator fitted on STS sentences, saved; the Spearman/Pearson scores of the evaluation path vs
@@ -107,6 +109,39 @@ def setting_fields(spec: str) -> dict[str, Any]:
     return fields
 
 
+def cpu_counters(enc: Any) -> dict[str, float]:
+    """Linux counters of this process so far, to tell a slow process from a fast one (issue 23: whole processes ran at
+    half speed): the main thread's CPU seconds and involuntary context switches (preempted by another thread or
+    process), the CPU seconds of the whole process (its pipeline threads included, ended ones too) and of the
+    encoder's tokeniser worker processes (``enc.chunk_tokenizer.pool.pids``), and the cores the main thread may run
+    on."""
+    import resource
+
+    main = resource.getrusage(resource.RUSAGE_THREAD)
+    whole = resource.getrusage(resource.RUSAGE_SELF)
+    pool = getattr(getattr(enc, "chunk_tokenizer", None), "pool", None)
+    ticks = os.sysconf("SC_CLK_TCK")
+    workers = 0.0
+    for pid in getattr(pool, "pids", []):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            workers += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+        except (OSError, IndexError, ValueError):
+            pass
+    return {
+        "main_cpu_s": main.ru_utime + main.ru_stime,
+        "main_involuntary_switches": main.ru_nivcsw,
+        "process_cpu_s": whole.ru_utime + whole.ru_stime,
+        "worker_cpu_s": workers,
+        "main_cores": len(os.sched_getaffinity(0)),
+    }
+
+
+def counter_deltas(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """``after - before`` for every counter but ``main_cores`` (kept as it is), rounded."""
+    return {k: (v if k == "main_cores" else round(v - before[k], 4)) for k, v in after.items()}
+
+
 def throughput(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     import bertflow
     from bertflow import SentenceEncoder
@@ -138,18 +173,22 @@ def throughput(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         if args.bucket:  # tokens the packed layout grows each batch to a multiple of (this checkout only)
             enc._runner.token_bucket = args.bucket
         enc.encode(warm, show_progress_bar=False)  # CUDA and allocator warm-up on text unlike the timed text
-        rates = []
+        rates, counters = [], []
         for _ in range(1 + args.rounds):
             sync()
+            before = cpu_counters(enc) if args.counters else None
             t = time.perf_counter()
             enc.encode(text, show_progress_bar=False)
             sync()
             rates.append(len(text) / (time.perf_counter() - t))
+            if before is not None:
+                counters.append(counter_deltas(before, cpu_counters(enc)))
         out["runs"][arch] = {
             # The process's first pass over the STS words (the tokeniser's word memo is cold for them).
             "first_pass_sentences_per_s": round(rates[0]),
             "warm_sentences_per_s": round(statistics.median(rates[1:])),
             "rounds": [round(x) for x in rates],
+            **({"counters": counters} if args.counters else {}),
         }
         del enc
         torch.cuda.empty_cache()
@@ -479,6 +518,9 @@ def main() -> None:
     )
     parser.add_argument("--bucket", type=int, default=0, help="throughput: the packed layout's token bucket")
     parser.add_argument("--settings", default="", help="throughput: EncodeSettings fields, FIELD=JSON,...")
+    parser.add_argument(
+        "--counters", action="store_true", help="throughput: each pass's CPU counters (Linux; see cpu_counters)"
+    )
     parser.add_argument("--commit", default="unknown", help="tests: the commit under test, for the record")
     parser.add_argument("--test-files", default="", help="tests: comma-separated files (default: CUDA_TEST_FILES)")
     parser.add_argument("--archs", default="bert-base,minilm-l6")
