@@ -23,12 +23,6 @@ NO_TEST_FILE: dict[str, str] = {
 TESTED_ELSEWHERE: dict[str, tuple[str, ...]] = {
     # The entry point: run as ``python -m bertflow`` by the end-to-end safety tests and by torchrun.
     "__main__.py": ("cli/test_app.py", "cli/test_encode.py", "scale/test_multiprocess.py"),
-    # The commands distributed-encode and distributed-fit: tests/cli/test_distributed_<command>.py.
-    "cli/distributed.py": (
-        "scale/test_multiprocess.py",
-        "cli/test_distributed_encode.py",
-        "cli/test_distributed_fit.py",
-    ),
 }
 
 

@@ -112,7 +112,7 @@ def test_every_dtype_name_and_alias_resolves() -> None:
 
 def test_distributed_fit_lists_its_specs_from_the_registry() -> None:
     from bertflow.calibrators import calibrator_specs
-    from bertflow.cli.distributed import distributed_specs
+    from bertflow.cli.distributed_fit import distributed_specs
 
     specs = distributed_specs()
     assert specs == ["flow", "flow-paper", "whitening", "whitening-K"]
