@@ -10,9 +10,11 @@ import logging
 from pathlib import Path
 
 import pytest
+import torch
 
 from bertflow.cli import app
 from bertflow.cli.options import (
+    check_devices,
     check_input_file,
     check_text_arguments,
     column_key,
@@ -185,3 +187,13 @@ def test_read_corpus_reads_lines_or_table_columns(tmp_path):
     table.write_text("score\tsentence1\n1\t \n", encoding="utf-8")
     with pytest.raises(InputError, match="line 2, column 'sentence1' is empty"):
         read_corpus(table, ["sentence1"], "strict", unique=False)
+
+
+def test_check_devices_refuses_an_unknown_device_before_any_rank_starts():
+    assert check_devices(None) is None
+    assert check_devices("cpu, cpu") == "cpu, cpu"
+    with pytest.raises(InputError, match="tpu"):
+        check_devices("cpu,tpu:0")
+    if not torch.cuda.is_available():
+        with pytest.raises(InputError, match="cuda"):
+            check_devices("cuda:0")

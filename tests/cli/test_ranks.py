@@ -1,6 +1,6 @@
-"""How the distributed commands run a body per rank (``bertflow.cli.ranks``): the ``--devices`` and ``--device``
-checks, the rank's device, and a rank's errors as one line with exit status 2. (Whole jobs, spawned ranks included:
-tests/cli/test_distributed_encode.py, test_distributed_fit.py and tests/scale/test_multiprocess.py.)"""
+"""How the distributed commands run a body per rank (``bertflow.cli.ranks``): the rank's device, and a rank's
+errors as one line with exit status 2. (The ``--devices`` check: tests/cli/test_options.py; whole jobs, spawned ranks
+included: test_distributed_encode.py, test_distributed_fit.py and tests/scale/test_multiprocess.py.)"""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import errno
 import pytest
 import torch
 
-from bertflow.cli.ranks import check_devices, guarded, rank_device, run_on_ranks
+from bertflow.cli.ranks import guarded, rank_device, run_on_ranks
 from bertflow.errors import InputError
 
 SINGLE = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
@@ -20,16 +20,6 @@ def one_rank(monkeypatch):
     """A process that is rank 0 of 1, whatever the environment the tests run in."""
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):
         monkeypatch.delenv(name, raising=False)
-
-
-def test_check_devices_refuses_an_unknown_device_before_any_rank_starts():
-    assert check_devices(None) is None
-    assert check_devices("cpu, cpu") == "cpu, cpu"
-    with pytest.raises(InputError, match="tpu"):
-        check_devices("cpu,tpu:0")
-    if not torch.cuda.is_available():
-        with pytest.raises(InputError, match="cuda"):
-            check_devices("cuda:0")
 
 
 def test_rank_device_reads_cuda_as_this_ranks_gpu(one_rank, monkeypatch):

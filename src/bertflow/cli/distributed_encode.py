@@ -11,7 +11,9 @@ import typer
 
 from ._app import app
 from .options import (
+    BackendOpt,
     BatchOpt,
+    DevicesOpt,
     DtypeOpt,
     ErrorsOpt,
     MaxLenOpt,
@@ -19,12 +21,14 @@ from .options import (
     ModelOpt,
     PoolingOpt,
     QuietOpt,
+    RankDeviceOpt,
     TextColumnOpt,
+    TimeoutOpt,
     build_encoder,
     load_embedder,
     source_constant,
 )
-from .ranks import BackendOpt, DevicesOpt, RankDeviceOpt, TimeoutOpt, run_on_ranks
+from .ranks import run_on_ranks
 
 _EPILOG_ENCODE = """Examples:
 

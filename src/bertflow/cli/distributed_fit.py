@@ -11,8 +11,19 @@ import typer
 
 from ..calibrators.registry import catalogue
 from ._app import app
-from .options import EpochsOpt, OverwriteOpt, QuietOpt, SeedOpt, ValidationFractionOpt, fit_summary
-from .ranks import BackendOpt, DevicesOpt, RankDeviceOpt, TimeoutOpt, run_on_ranks
+from .options import (
+    BackendOpt,
+    DevicesOpt,
+    EpochsOpt,
+    OverwriteOpt,
+    QuietOpt,
+    RankDeviceOpt,
+    SeedOpt,
+    TimeoutOpt,
+    ValidationFractionOpt,
+    fit_summary,
+)
+from .ranks import run_on_ranks
 
 _EPILOG_FIT = """Examples:
 

@@ -168,6 +168,13 @@ def check_device(device: str | None) -> str | None:
     return device
 
 
+def check_devices(devices: str | None) -> str | None:
+    """``--devices``' callback: refuse an unknown or absent device before any rank starts."""
+    for name in (devices or "").split(","):
+        check_device(name.strip() or None)
+    return devices
+
+
 def check_input_file(path: Path | None) -> Path | None:
     """An input file argument's callback: ``-`` (standard input) or something that exists and is not a folder (click's
     own check refuses ``-`` for a ``Path`` in recent typer)."""
@@ -336,3 +343,22 @@ ThreadsOpt = Annotated[
     ),
 ]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", metavar="", help="No progress bars or lines on stderr.")]
+
+# The distributed commands' rank options (cli/ranks.py runs the ranks).
+DevicesOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Comma-separated local devices, one rank each, spawned here without torchrun (cuda:0,cuda:1).",
+        callback=check_devices,
+    ),
+]
+RankDeviceOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="This rank's device; default cuda:LOCAL_RANK when CUDA is available, else cpu.", callback=check_device
+    ),
+]
+BackendOpt = Annotated[str, typer.Option(help="torch.distributed backend: gloo (default, CPU and GPU) or nccl.")]
+TimeoutOpt = Annotated[
+    float, typer.Option(help="Minutes a rank waits for the slowest one at a barrier before the job fails.")
+]

@@ -7,37 +7,11 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
-from .options import check_device, quiet_libraries
-
-
-def check_devices(devices: str | None) -> str | None:
-    """``--devices``' callback: refuse an unknown or absent device before any rank starts."""
-    for name in (devices or "").split(","):
-        check_device(name.strip() or None)
-    return devices
-
-
-DevicesOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="Comma-separated local devices, one rank each, spawned here without torchrun (cuda:0,cuda:1).",
-        callback=check_devices,
-    ),
-]
-RankDeviceOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="This rank's device; default cuda:LOCAL_RANK when CUDA is available, else cpu.", callback=check_device
-    ),
-]
-BackendOpt = Annotated[str, typer.Option(help="torch.distributed backend: gloo (default, CPU and GPU) or nccl.")]
-TimeoutOpt = Annotated[
-    float, typer.Option(help="Minutes a rank waits for the slowest one at a barrier before the job fails.")
-]
+from .options import quiet_libraries
 
 
 def rank_device(device: str | None) -> str:
