@@ -12,8 +12,6 @@ import torch
 from bertflow.cli.ranks import guarded, rank_device, run_on_ranks
 from bertflow.errors import InputError
 
-SINGLE = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
-
 
 @pytest.fixture()
 def one_rank(monkeypatch):

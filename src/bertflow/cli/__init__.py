@@ -8,7 +8,8 @@ import os
 import sys
 
 # Importing the modules registers their commands, in the order `bertflow --help` lists them: the everyday ones first.
-from . import fit, encode, similarity, distributed_encode, distributed_fit, evaluate, search  # noqa: F401  # isort: skip
+from . import fit, encode, similarity  # noqa: F401  # isort: skip
+from . import distributed_encode, distributed_fit, evaluate, search  # noqa: F401  # isort: skip
 from ._app import EXIT_BROKEN_PIPE, EXIT_RUNTIME, EXIT_USAGE, app, end_on_broken_pipe
 
 __all__ = ["EXIT_BROKEN_PIPE", "EXIT_RUNTIME", "EXIT_USAGE", "app", "main"]
