@@ -9,8 +9,9 @@ Subcommands (each prints one JSON object and writes it to ``--json``):
     (``PYTHONPATH=old/src``) on the same card. After a warm-up on ``--warmup`` random-word sentences, the first
     pass over the STS sentences is the "first-pass" number (the tokeniser has not met their words); the median of
     ``--rounds`` further passes over the same sentences is the "warm" number. ``--counters`` adds each pass's CPU
-    counters (:func:`cpu_counters`: the main thread's CPU time and involuntary context switches, the process's and
-    the tokeniser workers' CPU time), to compare a slow process with a fast one.
+    counters (:func:`cpu_counters`: the main thread's CPU time, context switches and waits for prepared chunks, the
+    process's and each tokeniser worker's CPU time, the machine's busy, idle and stolen core-seconds), to compare a
+    slow process with a fast one.
 ``onepath``
     ``bertflow evaluate --model-dir`` in bf16 against ``Embedder.encode``: a random-weight MiniLM-L6 with a
     whitening calibrator fitted on STS sentences, saved; the Spearman/Pearson scores of the evaluation path vs
@@ -109,37 +110,93 @@ def setting_fields(spec: str) -> dict[str, Any]:
     return fields
 
 
-def cpu_counters(enc: Any) -> dict[str, float]:
+#: Seconds the main thread has waited for the next prepared chunk (tokenised and batched by the pipeline's
+#: threads), summed over the process: set by :func:`time_chunk_waits`, read by :func:`cpu_counters`.
+CHUNK_WAIT = {"s": 0.0, "chunks": 0}
+
+
+def time_chunk_waits() -> None:
+    """Make every ``Prefetcher`` add the time its consumer (the main thread, which launches the kernels) waits for
+    each chunk into :data:`CHUNK_WAIT`: a process whose main thread waits long is starved by the host side
+    (tokenising, batching), one that does not is held up by the device or by the launches themselves."""
+    from bertflow.encoding import batching
+
+    untimed = batching.Prefetcher.__iter__
+
+    def timed(self: Any) -> Any:
+        it = untimed(self)
+        while True:
+            t = time.perf_counter()
+            try:
+                item = next(it)
+            except StopIteration:
+                return
+            finally:
+                CHUNK_WAIT["s"] += time.perf_counter() - t
+            CHUNK_WAIT["chunks"] += 1
+            yield item
+
+    batching.Prefetcher.__iter__ = timed  # type: ignore[method-assign]
+
+
+def host_cpu_s() -> dict[str, float]:
+    """Seconds of all the machine's cores so far (``/proc/stat``): busy (user, nice, system, irq, softirq), idle
+    (with iowait) and stolen by the hypervisor (steal: a virtual machine's cores running someone else)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    ticks = os.sysconf("SC_CLK_TCK")
+    user, nice, system, idle, iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    return {
+        "host_busy_s": (user + nice + system + irq + softirq) / ticks,
+        "host_idle_s": (idle + iowait) / ticks,
+        "host_steal_s": steal / ticks,
+    }
+
+
+def cpu_counters(enc: Any) -> dict[str, Any]:
     """Linux counters of this process so far, to tell a slow process from a fast one (issue 23: whole processes ran at
-    half speed): the main thread's CPU seconds and involuntary context switches (preempted by another thread or
-    process), the CPU seconds of the whole process (its pipeline threads included, ended ones too) and of the
-    encoder's tokeniser worker processes (``enc.chunk_tokenizer.pool.pids``), and the cores the main thread may run
-    on."""
+    half speed): the main thread's CPU seconds, voluntary (waiting) and involuntary (preempted by another thread or
+    process) context switches and the seconds it waited for prepared chunks (:func:`time_chunk_waits`), the CPU
+    seconds of the whole process (its pipeline threads included, ended ones too) and of each of the encoder's
+    tokeniser worker processes (``enc.chunk_tokenizer.pool.pids``), the machine's cores (:func:`host_cpu_s`), and the
+    cores the main thread may run on."""
     import resource
 
     main = resource.getrusage(resource.RUSAGE_THREAD)
     whole = resource.getrusage(resource.RUSAGE_SELF)
     pool = getattr(getattr(enc, "chunk_tokenizer", None), "pool", None)
     ticks = os.sysconf("SC_CLK_TCK")
-    workers = 0.0
+    workers = []
     for pid in getattr(pool, "pids", []):
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            workers += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+            workers.append((int(fields[11]) + int(fields[12])) / ticks)  # utime, stime
         except (OSError, IndexError, ValueError):
-            pass
+            workers.append(0.0)
     return {
         "main_cpu_s": main.ru_utime + main.ru_stime,
+        "main_voluntary_switches": main.ru_nvcsw,
         "main_involuntary_switches": main.ru_nivcsw,
+        "main_chunk_wait_s": CHUNK_WAIT["s"],
+        "chunks": CHUNK_WAIT["chunks"],
         "process_cpu_s": whole.ru_utime + whole.ru_stime,
-        "worker_cpu_s": workers,
+        "worker_cpu_s": sum(workers),
+        "workers_cpu_s": workers,
+        **host_cpu_s(),
         "main_cores": len(os.sched_getaffinity(0)),
     }
 
 
-def counter_deltas(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    """``after - before`` for every counter but ``main_cores`` (kept as it is), rounded."""
-    return {k: (v if k == "main_cores" else round(v - before[k], 4)) for k, v in after.items()}
+def counter_deltas(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """``after - before`` for every counter (element-wise for lists) but ``main_cores`` (kept as it is), rounded."""
+    out: dict[str, Any] = {}
+    for k, v in after.items():
+        if k == "main_cores":
+            out[k] = v
+        elif isinstance(v, list):
+            out[k] = [round(a - b, 3) for a, b in zip(v, before[k], strict=False)]
+        else:
+            out[k] = round(v - before[k], 4)
+    return out
 
 
 def throughput(args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -155,6 +212,8 @@ def throughput(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     out["settings"] = args.settings or "defaults"
     out["bucket"] = args.bucket or "default"
     out["warmup_sentences"] = args.warmup
+    if args.counters:
+        time_chunk_waits()
     for arch in args.archs.split(","):
         model = random_model(arch, args.tokenizer_dir, work / arch)
         kwargs = {}
