@@ -11,7 +11,8 @@ Subcommands (each prints one JSON object and writes it to ``--json``):
     ``--rounds`` further passes over the same sentences is the "warm" number. ``--counters`` adds each pass's CPU
     counters (:func:`cpu_counters`: the main thread's CPU time, context switches and waits for prepared chunks, the
     process's and each tokeniser worker's CPU time, the machine's busy, idle and stolen core-seconds), to compare a
-    slow process with a fast one.
+    slow process with a fast one. ``--ruler`` runs :class:`harness.ruler.Ruler` beside the passes and gives each
+    pass's ``ruler_ms``, the host's own speed then (two variants are compared fairly only in the same state).
 ``onepath``
     ``bertflow evaluate --model-dir`` in bf16 against ``Embedder.encode``: a random-weight MiniLM-L6 with a
     whitening calibrator fitted on STS sentences, saved; the Spearman/Pearson scores of the evaluation path vs
@@ -214,6 +215,12 @@ def throughput(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     out["warmup_sentences"] = args.warmup
     if args.counters:
         time_chunk_waits()
+    ruler = None
+    if args.ruler:  # the host's own speed during each pass (harness/ruler.py)
+        from harness.ruler import Ruler
+
+        ruler = Ruler(work / "ruler.bin")
+    windows: dict[str, list[tuple[float, float]]] = {}
     for arch in args.archs.split(","):
         model = random_model(arch, args.tokenizer_dir, work / arch)
         kwargs = {}
@@ -233,13 +240,16 @@ def throughput(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             enc._runner.token_bucket = args.bucket
         enc.encode(warm, show_progress_bar=False)  # CUDA and allocator warm-up on text unlike the timed text
         rates, counters = [], []
+        windows[arch] = []
         for _ in range(1 + args.rounds):
             sync()
             before = cpu_counters(enc) if args.counters else None
             t = time.perf_counter()
             enc.encode(text, show_progress_bar=False)
             sync()
-            rates.append(len(text) / (time.perf_counter() - t))
+            end = time.perf_counter()
+            rates.append(len(text) / (end - t))
+            windows[arch].append((t, end))
             if before is not None:
                 counters.append(counter_deltas(before, cpu_counters(enc)))
         out["runs"][arch] = {
@@ -251,6 +261,14 @@ def throughput(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         }
         del enc
         torch.cuda.empty_cache()
+    if ruler is not None:
+        time.sleep(0.1)  # the ruler writes every 50 ms: the last pass's marks are in before it stops
+        ruler.stop()
+        # The ruler's median repetition (ms) during each pass, and over the whole run, to compare passes made
+        # in the same state of the host (on issue 23's machines: 0.50-0.55 ms or 0.80-0.97 ms).
+        out["ruler_ms_whole_run"] = ruler.median_ms()
+        for arch, spans in windows.items():
+            out["runs"][arch]["ruler_ms"] = [ruler.median_ms(a, b) for a, b in spans]
     return out
 
 
@@ -579,6 +597,11 @@ def main() -> None:
     parser.add_argument("--settings", default="", help="throughput: EncodeSettings fields, FIELD=JSON,...")
     parser.add_argument(
         "--counters", action="store_true", help="throughput: each pass's CPU counters (Linux; see cpu_counters)"
+    )
+    parser.add_argument(
+        "--ruler",
+        action="store_true",
+        help="throughput: a ruler process beside the passes, each pass's host speed (benchmarks/harness/ruler.py)",
     )
     parser.add_argument("--commit", default="unknown", help="tests: the commit under test, for the record")
     parser.add_argument("--test-files", default="", help="tests: comma-separated files (default: CUDA_TEST_FILES)")

@@ -7,9 +7,9 @@ hits both sides alike, and the printed ratio is measured, not assembled from sep
 
 Modules: :mod:`.common` (text sets, random-weight models, FLOP and padding counts, timing, environment, results
 file), :mod:`.encode` (encoding comparisons and variants, the bare forward pass, calibrator overhead), :mod:`.flow`
-(flow fitting), :mod:`.memory` (peak memory of ``bertflow encode``) and :mod:`.suites` (the GPU suite and the CPU
-comparison). Scripts in ``benchmarks/`` import it as ``harness`` (they run with ``benchmarks/`` first on
-``sys.path``); ``benchmarks/bench.py`` is the command line.
+(flow fitting), :mod:`.memory` (peak memory of ``bertflow encode``), :mod:`.ruler` (the host's own speed beside a
+benchmark) and :mod:`.suites` (the GPU suite and the CPU comparison). Scripts in ``benchmarks/`` import it as
+``harness`` (they run with ``benchmarks/`` first on ``sys.path``); ``benchmarks/bench.py`` is the command line.
 """
 
 from .common import (
@@ -29,12 +29,14 @@ from .common import (
 from .encode import bench_calibrator_overhead, bench_encode, bench_forward
 from .flow import bench_flow_fit, bench_flow_fit_gpu
 from .memory import bench_memory
+from .ruler import Ruler
 from .suites import CPU_VARIANTS, SUITE_SCALES, SUITE_VARIANTS, cpu_comparison, run_suite
 
 __all__ = [
     "CPU_VARIANTS",
     "H100_BF16_PEAK",
     "MODEL_CONFIGS",
+    "Ruler",
     "SUITE_SCALES",
     "SUITE_VARIANTS",
     "bench_calibrator_overhead",

@@ -114,3 +114,22 @@ def test_flow_fit_gpu_report_compares_the_graph_with_the_eager_loop(anisotropic_
         "identical_history": True,
         "max_abs_latent_diff": 0.0,
     }
+
+
+def test_ruler_records_the_host_speed_during_a_window(tmp_path):
+    import time
+
+    with bench.Ruler(tmp_path / "ruler.bin") as ruler:
+        time.sleep(0.3)  # the ruler process starts and repeats its loop
+        start = time.perf_counter()
+        time.sleep(0.2)
+        end = time.perf_counter()
+        time.sleep(0.1)
+    assert ruler.process.poll() is not None  # stopped at the end of the block
+    marks = ruler.marks()
+    starts = [t for t, _ in marks]
+    assert marks and starts == sorted(starts) and all(dt > 0 for _, dt in marks)
+    assert any(start <= t <= end for t in starts)  # one clock: the window falls inside the ruler's record
+    assert ruler.median_ms(start, end) > 0
+    assert ruler.median_ms(end + 100, end + 200) is None  # nothing recorded then
+    ruler.stop()  # twice is fine
