@@ -124,7 +124,7 @@ def encode(
     typer.echo(json.dumps({"output": str(output), "rows": row, "dim": dim}), err=to_stdout)
 
 
-def _input_stream(input: Path, table: Any, column: list[str] | None, errors: str) -> tuple[int | None, Iterator[str]]:  # noqa: A002
+def _input_stream(source: Path, table: Any, column: list[str] | None, errors: str) -> tuple[int | None, Iterator[str]]:
     """``encode``'s sentences as ``(count, stream)``: a table's column, a TSV's columns, or a text file's non-blank
     lines (counted and checked in a first pass where the file can be read twice; ``None`` for a pipe)."""
     if table is not None:
@@ -132,16 +132,16 @@ def _input_stream(input: Path, table: Any, column: list[str] | None, errors: str
 
         return table.check(), iter_table_sentences(table)
     if column:
-        sentences = read_corpus(input, column, errors, False)
+        sentences = read_corpus(source, column, errors, False)
         return len(sentences), iter(sentences)
-    if str(input) != STDIO and input.is_file():
+    if str(source) != STDIO and source.is_file():
         # A regular file can be read twice: a first pass counts rows and finds bad lines before any encoding work.
-        return sum(1 for _ in _nonblank_lines(input, errors)), _nonblank_lines(input, errors)
+        return sum(1 for _ in _nonblank_lines(source, errors)), _nonblank_lines(source, errors)
     # A pipe, FIFO or terminal can be read only once: stream it, and write the row count into the header last.
-    return None, _nonblank_lines(input, errors)
+    return None, _nonblank_lines(source, errors)
 
 
-def _write_npy(output: Path, input: Path, parts: Iterable[np.ndarray], n: int | None, dim: int) -> int:  # noqa: A002
+def _write_npy(output: Path, source: Path, parts: Iterable[np.ndarray], n: int | None, dim: int) -> int:
     """Write the float32 [N, ``dim``] ``parts`` as one .npy at ``output`` (``-``: standard output); return N.
     Plain appends, so memory stays at one chunk. InputError when ``n`` rows were counted but another number came."""
     import shutil
@@ -160,7 +160,7 @@ def _write_npy(output: Path, input: Path, parts: Iterable[np.ndarray], n: int | 
             out.write(np.ascontiguousarray(part, dtype=np.float32).tobytes())
             row += len(part)
         if n is not None and row != n:
-            raise InputError(f"{input} changed while it was being encoded ({n} lines counted, {row} encoded)")
+            raise InputError(f"{source} changed while it was being encoded ({n} lines counted, {row} encoded)")
         out.seek(0)
         out.write(embeddings_npy_header(row, dim))
         if to_stdout:
