@@ -262,8 +262,7 @@ def throughput(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         del enc
         torch.cuda.empty_cache()
     if ruler is not None:
-        time.sleep(0.1)  # the ruler writes every 50 ms: the last pass's marks are in before it stops
-        ruler.stop()
+        ruler.stop()  # it writes its last repetitions before it exits
         # The ruler's median repetition (ms) during each pass, and over the whole run, to compare passes made
         # in the same state of the host (on issue 23's machines: 0.50-0.55 ms or 0.80-0.97 ms).
         out["ruler_ms_whole_run"] = ruler.median_ms()

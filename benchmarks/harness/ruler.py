@@ -20,19 +20,16 @@ import sys
 from pathlib import Path
 
 #: The ruler process: a fixed loop, each repetition's (start, seconds) appended to the file named by its argument
-#: every 50 ms and when it is terminated.
+#: every 50 ms and when it is terminated. SIGTERM only ends the loop, which then writes what is left: a handler that
+#: wrote the buffer itself could run between a periodic write and the buffer's clearing, and write marks twice.
 RULER_SCRIPT = r"""
 import signal, struct, sys, time
 out = open(sys.argv[1], "ab", buffering=0)
 buf = bytearray()
-
-def stop(*_):
-    out.write(bytes(buf))
-    sys.exit(0)
-
-signal.signal(signal.SIGTERM, stop)
+stopping = []
+signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
 flush = time.perf_counter() + 0.05
-while True:
+while not stopping:
     t = time.perf_counter()
     s = 0
     for i in range(10000):
@@ -43,6 +40,7 @@ while True:
         out.write(bytes(buf))
         buf.clear()
         flush = now + 0.05
+out.write(bytes(buf))
 """
 
 _MARK = struct.Struct("dd")
