@@ -48,11 +48,14 @@ _MARK = struct.Struct("dd")
 
 class Ruler:
     """Runs the ruler process from construction to :meth:`stop` (or the end of a ``with`` block), writing to
-    ``path``; :meth:`median_ms` reads the record back."""
+    ``path`` (a new file: FileExistsError if one is there); :meth:`median_ms` reads the record back."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.write_bytes(b"")
+        try:
+            self.path.open("xb").close()  # a new file: never writes over one that is there
+        except FileExistsError:
+            raise FileExistsError(f"{self.path} exists; the ruler writes a new file") from None
         self.process = subprocess.Popen([sys.executable, "-c", RULER_SCRIPT, str(self.path)])
 
     def stop(self) -> None:

@@ -138,3 +138,6 @@ def test_ruler_records_the_host_speed_during_a_window(tmp_path):
     assert ruler.median_ms(starts[0], end) > 0 and ruler.median_ms() > 0
     assert ruler.median_ms(end + 100, end + 200) is None  # nothing recorded then
     ruler.stop()  # twice is fine
+    with pytest.raises(FileExistsError, match="ruler.bin exists"):
+        bench.Ruler(tmp_path / "ruler.bin")  # its record is not written over
+    assert ruler.marks() == marks
