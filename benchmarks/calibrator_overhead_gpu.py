@@ -24,7 +24,7 @@ import torch
 from harness import build_random_model, environment, interleave, replicate, sts_sentences
 
 from bertflow.calibrators import FlowCalibrator, WhiteningCalibrator
-from bertflow.calibrators.device import GraphedTransform, fast_torch_transform
+from bertflow.calibrators.device import fast_torch_transform, graphed_transform
 from bertflow.embedder import Embedder
 from bertflow.encoding.encoder import SentenceEncoder
 
@@ -85,7 +85,7 @@ def main() -> None:
             }
             compiled_fn = None
             if args.compile:
-                compiled_fn = GraphedTransform(torch.compile(cal.torch_transform(encoder.device)), encoder.device)
+                compiled_fn = graphed_transform(torch.compile(cal.torch_transform(encoder.device)), encoder.device)
                 t0 = time.perf_counter()
                 for _ in range(2):
                     encoder.encode(sentences, transform=compiled_fn)

@@ -14,7 +14,8 @@ import torch
 
 from bertflow import ChainCalibrator, FlowCalibrator, StandardNormCalibrator, WhiteningCalibrator
 from bertflow.calibrators import AnchoredWhiteningCalibrator, Calibrator
-from bertflow.calibrators.device import GraphedTransform, fast_torch_transform
+from bertflow.calibrators.device import fast_torch_transform, graphed_transform
+from bertflow.cuda_graphs import GraphedFunction
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -56,14 +57,14 @@ def test_cpu_is_the_eager_transform(name):
     cal = CALIBRATORS[name]
     x = torch.from_numpy(_data(50, seed=1))
     fast = fast_torch_transform(cal, "cpu")
-    assert not isinstance(fast, GraphedTransform)
+    assert not isinstance(fast, GraphedFunction)
     assert torch.equal(fast(x), cal.torch_transform("cpu")(x))
     np.testing.assert_allclose(fast(x).numpy(), cal.transform(x.numpy()), rtol=1e-4, atol=1e-4)
 
 
 def test_graphs_need_a_cuda_device():
     with pytest.raises(ValueError, match="CUDA"):
-        GraphedTransform(CALIBRATORS["whitening"].torch_transform("cpu"), "cpu")
+        graphed_transform(CALIBRATORS["whitening"].torch_transform("cpu"), "cpu")
 
 
 def test_unfitted_raises():
@@ -88,7 +89,7 @@ def _rows(n: int, seed: int, dtype: torch.dtype = torch.float32) -> torch.Tensor
 def test_graph_equals_eager_bit_for_bit(name):
     cal = CALIBRATORS[name]
     eager = cal.torch_transform("cuda")
-    fast = GraphedTransform(cal.torch_transform("cuda"), torch.device("cuda", torch.cuda.current_device()))
+    fast = graphed_transform(cal.torch_transform("cuda"), torch.device("cuda", torch.cuda.current_device()))
     seed = 0
     for _ in range(3):  # eager (first sighting), capture + replay, replay
         for n in SIZES:
@@ -104,7 +105,7 @@ def test_graph_equals_eager_bit_for_bit(name):
 @cuda
 def test_bf16_input_is_cast_like_the_eager_transform():
     cal = CALIBRATORS["flow"]
-    eager, fast = cal.torch_transform("cuda"), GraphedTransform(cal.torch_transform("cuda"), "cuda")
+    eager, fast = cal.torch_transform("cuda"), graphed_transform(cal.torch_transform("cuda"), "cuda")
     assert fast.device == torch.device("cuda", torch.cuda.current_device())  # inputs carry the index
     for seed in range(3):
         x = _rows(256, seed, torch.bfloat16)
@@ -115,7 +116,7 @@ def test_bf16_input_is_cast_like_the_eager_transform():
 @cuda
 def test_outputs_are_not_aliased_to_the_graph_buffers():
     cal = CALIBRATORS["whitening"]
-    fast = GraphedTransform(cal.torch_transform("cuda"), torch.device("cuda:0"))
+    fast = graphed_transform(cal.torch_transform("cuda"), torch.device("cuda:0"))
     fast(_rows(64, 0))
     first = fast(_rows(64, 1))  # captured here
     kept = first.clone()
@@ -130,7 +131,7 @@ def test_outputs_are_not_aliased_to_the_graph_buffers():
 def test_cache_bound_and_lru_order():
     cal = CALIBRATORS["flow"]
     eager = cal.torch_transform("cuda")
-    fast = GraphedTransform(cal.torch_transform("cuda"), torch.device("cuda:0"), max_graphs=2)
+    fast = graphed_transform(cal.torch_transform("cuda"), torch.device("cuda:0"), max_graphs=2)
     for rnd in range(3):
         for i, n in enumerate((10, 20, 30, 40)):
             x = _rows(n, 100 * rnd + i)
@@ -145,7 +146,7 @@ def test_cache_bound_and_lru_order():
 def test_inputs_a_graph_cannot_take_run_eagerly():
     cal = CALIBRATORS["whitening"]
     eager = cal.torch_transform("cuda")
-    fast = GraphedTransform(cal.torch_transform("cuda"), torch.device("cuda:0"))
+    fast = graphed_transform(cal.torch_transform("cuda"), torch.device("cuda:0"))
     empty = torch.empty(0, D, device="cuda")
     assert fast(empty).shape == eager(empty).shape
     x = _rows(32, 0).requires_grad_()
@@ -153,7 +154,7 @@ def test_inputs_a_graph_cannot_take_run_eagerly():
         out = fast(x)
         assert out.requires_grad and torch.equal(out.detach(), eager(x).detach())
     on_cpu = torch.randn(8, D)
-    cpu_fast = GraphedTransform(cal.torch_transform("cpu"), torch.device("cuda:0"))
+    cpu_fast = graphed_transform(cal.torch_transform("cpu"), torch.device("cuda:0"))
     assert torch.equal(cpu_fast(on_cpu), cal.torch_transform("cpu")(on_cpu))
     assert fast.shapes == [] and cpu_fast.shapes == []
 
@@ -163,7 +164,7 @@ def test_memoised_per_calibrator_until_refit():
     X = _data()
     cal = WhiteningCalibrator().fit(X)
     a = fast_torch_transform(cal, "cuda")
-    assert isinstance(a, GraphedTransform)
+    assert isinstance(a, GraphedFunction)
     assert fast_torch_transform(cal, "cuda") is a  # Embedder asks once per encode: the graphs are reused
     x = _rows(100, 0)
     before = a(x)
@@ -177,7 +178,7 @@ def test_memoised_per_calibrator_until_refit():
 def test_numpy_transforms_are_not_graphed():
     cal = _ViaNumpy().fit(_data())
     fast = fast_torch_transform(cal, "cuda")
-    assert not isinstance(fast, GraphedTransform)
+    assert not isinstance(fast, GraphedFunction)
     x = _rows(16, 0)
     assert torch.equal(fast(x), cal.torch_transform("cuda")(x))
 
@@ -186,7 +187,7 @@ def test_numpy_transforms_are_not_graphed():
 def test_threads_get_their_own_results():
     cal = CALIBRATORS["flow"]
     eager = cal.torch_transform("cuda")
-    fast = GraphedTransform(cal.torch_transform("cuda"), torch.device("cuda:0"))
+    fast = graphed_transform(cal.torch_transform("cuda"), torch.device("cuda:0"))
     fast(_rows(512, 0))
     fast(_rows(512, 1))  # captured
     inputs = [_rows(512, 10 + i) for i in range(8)]

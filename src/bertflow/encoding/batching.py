@@ -78,6 +78,8 @@ class HostBatch:
     width: int
     uniform: bool  # every sentence has ``width`` tokens: no padding, no mask
     buffer: torch.Tensor  # pinned on CUDA
+    #: The same sentences laid out for a CUDA graph of the packed forward (:func:`bertflow.encoding.graphs.layout`)
+    graph_input: torch.Tensor | None = None
 
 
 @dataclass
@@ -249,9 +251,11 @@ def prepare_chunk(
     min_tokens: int,
     pad_id: int,
     pinned: bool,
+    layout: Callable[[TokenArrays, np.ndarray], torch.Tensor | None] | None = None,
 ) -> PreparedChunk:
     """Sort one tokenised chunk (its first sentence at stream row ``offset``) by length, longest first, stable,
-    and pack its forward batches (:func:`plan_batches`' options) into host buffers, ``pinned`` for CUDA."""
+    and pack its forward batches (:func:`plan_batches`' options) into host buffers, ``pinned`` for CUDA;
+    ``layout(tokens, rows)`` also lays each batch out for a CUDA graph (:attr:`HostBatch.graph_input`)."""
     lengths = tokens.lengths
     # Stable sort, longest first: equal lengths keep input order, so results never depend on ties.
     order = np.argsort(-lengths, kind="stable")
@@ -263,7 +267,8 @@ def prepare_chunk(
         width = int(sorted_lengths[start])
         uniform = bool(sorted_lengths[stop - 1] == width)
         buffer = pack_rows(tokens, rows_idx, width, pad_id, uniform, pinned)
-        batches.append(HostBatch(start, stop - start, width, uniform, buffer))
+        graph_input = layout(tokens, rows_idx) if layout is not None else None
+        batches.append(HostBatch(start, stop - start, width, uniform, buffer, graph_input))
         padded += (stop - start) * width
     inverse = np.empty(len(order), dtype=np.int64)
     inverse[order] = np.arange(len(order), dtype=np.int64)

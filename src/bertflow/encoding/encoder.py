@@ -322,6 +322,7 @@ class SentenceEncoder:
             min_tokens=settings.min_batch_tokens(self.device.type, self.dim),
             pad_id=self._pad_id,
             pinned=self.device.type == "cuda",
+            layout=self._runner.graph_layout(settings, self._pad_id),
         )
 
     def _plan(self, poolings: Sequence[str | Sequence[int] | Pooling] | None) -> PoolingPlan:

@@ -9,6 +9,7 @@ in one transfer.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from ..validation import OUTPUT_LIMIT, check_finite, raise_calibrated
 from .batching import HostBatch, PreparedChunk
 from .device import attention_backends, transformers_major
 from .fused import attention_kernel_fits, triton_available
+from .graphs import GraphForward, layout, supports
 from .packed import (
     ATTENTIONS,
     CUDA_ATTENTION,
@@ -40,6 +42,7 @@ from .packed import (
     uses_slots,
 )
 from .pooling import Pooling, Weighting
+from .settings import EncodeSettings
 from .token_stats import TokenStatistics
 
 logger = logging.getLogger(__name__)
@@ -140,6 +143,11 @@ class ModelRunner:
         # benchmarks swap these two to compare kernels
         self.cuda_attention: Attention = ATTENTIONS[CUDA_ATTENTION if kernel else CUDA_FALLBACK_ATTENTION]
         self.token_bucket = TOKEN_BUCKET
+        # The packed forward replayed from CUDA graphs (encoding/graphs.py), where its attention kernel runs; like the
+        # unpadded forward, checked once against the padded one on its first batch when automatic.
+        usable = self.packed is not None and self.half_cuda and kernel and self.packed.kernels == CUDA_KERNELS
+        self.graphs = GraphForward(self.packed, device) if usable and self.packed is not None else None
+        self.graphs_verified = False
         self._copy_stream: Any = None  # CUDA: where finish() copies results to the host
 
     def plan(
@@ -201,6 +209,15 @@ class ModelRunner:
         attention = self.packed_attention(unpadded)
         return attention is not None and not uses_slots(attention)
 
+    def graph_layout(self, settings: EncodeSettings, pad_id: int) -> Callable[..., torch.Tensor | None] | None:
+        """The :func:`~bertflow.encoding.graphs.layout` that chunks' batches need for the graphed forward under
+        ``settings`` (``None``: it does not run)."""
+        if self.graphs is None or not settings.uses_graphs(self.dim):
+            return None
+        if self.packed_attention(settings.unpadded) is not ATTENTIONS["segments"]:
+            return None
+        return functools.partial(layout, pad_id=pad_id, pinned=True)
+
     @torch.inference_mode()
     def forward(
         self, batch: HostBatch, plan: PoolingPlan, cudnn_attention: bool = False, unpadded: bool | None = False
@@ -210,6 +227,8 @@ class ModelRunner:
         ``unpadded``: run the model on real tokens only (:meth:`packed_attention` says when).
         """
         attention = self.packed_attention(unpadded)
+        if attention is not None and batch.graph_input is not None and self._graphable(plan, attention):
+            return self._forward_graph(batch, plan, check=unpadded is None, cudnn=cudnn_attention)
         if attention is not None:
             return self._forward_packed(batch, plan, attention, check=unpadded is None, cudnn=cudnn_attention)
         rows, width = batch.rows, batch.width
@@ -306,6 +325,30 @@ class ModelRunner:
             if not deviation <= UNPADDED_TOLERANCE:
                 self.unpadded_refused = f"its first batch deviated from the padded forward by {deviation:.2e}"
                 logger.warning("%s: unpadded forward off, %s", self.model_id, self.unpadded_refused)
+                return reference
+        return result
+
+    def _graphable(self, plan: PoolingPlan, attention: Attention) -> bool:
+        return (
+            self.graphs is not None
+            and attention is ATTENTIONS["segments"]
+            and not plan.hidden_states
+            and supports(plan.poolings)
+        )
+
+    def _forward_graph(self, batch: HostBatch, plan: PoolingPlan, check: bool, cudnn: bool) -> torch.Tensor:
+        """:meth:`forward` by the packed forward's CUDA graph for the batch's layout."""
+        assert self.graphs is not None and batch.graph_input is not None
+        x = batch.graph_input.to(self.device, non_blocking=True)
+        result = self.graphs(x, plan.poolings, plan.layers, plan.tables)[: batch.rows]
+        if check and not self.graphs_verified:
+            # Once per runner, as the automatic unpadded forward (one sync).
+            reference = self.forward(batch, plan, cudnn, unpadded=False)
+            deviation = max_cosine_deviation(result, reference)
+            self.graphs_verified = True
+            if not deviation <= UNPADDED_TOLERANCE:
+                self.graphs = None
+                logger.warning("%s: graphed forward off, its first batch deviated by %.2e", self.model_id, deviation)
                 return reference
         return result
 

@@ -11,6 +11,7 @@ without padding or a mask tensor. Plain torch where Triton or CUDA is missing (C
 from __future__ import annotations
 
 import functools
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -39,7 +40,7 @@ def _triton_importable() -> bool:
 
 def _kernels() -> Any:
     """The Triton kernels and the ``triton`` module, defined on first use (Triton is imported only on a CUDA
-    machine): ``(add_ln, segment_attn, triton)``."""
+    machine), as attributes: ``add_ln``, ``segment_attn``, ``group_attn``, ``seg_mean``, ``triton``."""
     global _KERNELS
     if _KERNELS is not None:
         return _KERNELS
@@ -106,7 +107,83 @@ def _kernels() -> Any:
         to = tok.to(tl.int64)[:, None] * o_tok + tl.program_id(1) * o_head + d[None, :]
         tl.store(o_ptr + to, out.to(o_ptr.dtype.element_ty), mask=inside[:, None])
 
-    _KERNELS = (add_ln, segment_attn, triton)
+    # The graphable form of segment_attn (encoding/graphs.py): the runs of sentences ("groups", token ranges of at
+    # most BLOCK tokens) come from a table on the device, and a fixed grid of programs loops over this class's
+    # groups, so one launch serves every batch of a graph's shape.
+    @triton.jit
+    def group_attn(
+        q_ptr,
+        k_ptr,
+        v_ptr,
+        pos_ptr,
+        o_ptr,
+        groups_ptr,
+        bounds_ptr,
+        cls,
+        scale,
+        s_tok,
+        s_head,
+        o_tok,
+        o_head,
+        BLOCK: tl.constexpr,
+        D: tl.constexpr,
+    ):
+        lo = tl.load(bounds_ptr + cls)
+        hi = tl.load(bounds_ptr + cls + 1)
+        i = tl.arange(0, BLOCK)
+        d = tl.arange(0, D)
+        g = lo + tl.program_id(0)
+        while g < hi:
+            t0 = tl.load(groups_ptr + 2 * g)
+            t1 = tl.load(groups_ptr + 2 * g + 1)
+            tok = t0 + i
+            inside = tok < t1
+            start = tok - tl.load(pos_ptr + tok, mask=inside, other=0).to(tl.int32)
+            at = tok.to(tl.int64)[:, None] * s_tok + tl.program_id(1) * s_head + d[None, :]
+            q = tl.load(q_ptr + at, mask=inside[:, None], other=0.0)
+            k = tl.load(k_ptr + at, mask=inside[:, None], other=0.0)
+            v = tl.load(v_ptr + at, mask=inside[:, None], other=0.0)
+            s = tl.dot(q, tl.trans(k)) * scale
+            seen = ((start[:, None] == start[None, :]) & inside[None, :]) | (i[:, None] == i[None, :])
+            s = tl.where(seen, s, float("-inf"))
+            p = tl.exp(s - tl.max(s, axis=1)[:, None])
+            out = tl.dot(p.to(v.dtype), v) / tl.sum(p, axis=1)[:, None]
+            to = tok.to(tl.int64)[:, None] * o_tok + tl.program_id(1) * o_head + d[None, :]
+            tl.store(o_ptr + to, out.to(o_ptr.dtype.element_ty), mask=inside[:, None])
+            g += tl.num_programs(0)
+
+    # Mean of each sentence's token states (tokens cu[r] .. cu[r+1]-1), optionally weighted, in float32, tokens
+    # summed in a fixed order (deterministic, unlike atomics).
+    @triton.jit
+    def seg_mean(x_ptr, w_ptr, cu_ptr, o_ptr, n, WEIGHTED: tl.constexpr, TOKENS: tl.constexpr, BD: tl.constexpr):
+        r = tl.program_id(0)
+        t0 = tl.load(cu_ptr + r)
+        t1 = tl.load(cu_ptr + r + 1)
+        d = tl.program_id(1) * BD + tl.arange(0, BD)
+        dmask = d < n
+        acc = tl.zeros((BD,), dtype=tl.float32)
+        norm = tl.zeros((TOKENS,), dtype=tl.float32)
+        t = t0
+        while t < t1:
+            tok = t + tl.arange(0, TOKENS)
+            inside = tok < t1
+            x = tl.load(
+                x_ptr + tok.to(tl.int64)[:, None] * n + d[None, :], mask=inside[:, None] & dmask[None, :], other=0.0
+            ).to(tl.float32)
+            if WEIGHTED:
+                w = tl.load(w_ptr + tok, mask=inside, other=0.0).to(tl.float32)
+            else:
+                w = inside.to(tl.float32)
+            acc += tl.sum(x * w[:, None], axis=0)
+            norm += w
+            t += TOKENS
+        total = tl.sum(norm, axis=0)
+        out = acc / tl.maximum(total, 1e-30) if WEIGHTED else acc / tl.maximum(total, 1.0)
+        tl.store(o_ptr + r.to(tl.int64) * n + d, out, mask=dmask)
+
+    _KERNELS = SimpleNamespace(
+        add_ln=add_ln, segment_attn=segment_attn, group_attn=group_attn, seg_mean=seg_mean, triton=triton
+    )
     return _KERNELS
 
 
@@ -118,7 +195,8 @@ def add_layer_norm(y: torch.Tensor, residual: torch.Tensor, norm: torch.nn.Layer
     m, n = y.shape
     y, residual = y.contiguous(), residual.contiguous()
     out = torch.empty_like(y)
-    kernel, _, triton = _kernels()
+    kernels = _kernels()
+    kernel, triton = kernels.add_ln, kernels.triton
     block = triton.next_power_of_2(n)
     rows = max(1, min(16, 4096 // block))
     kernel[(triton.cdiv(m, rows),)](
@@ -220,7 +298,7 @@ def segment_attention(
         q, k, v = (t.contiguous() for t in (q, k, v))
     _compiled(q)
     out = torch.empty((total, heads, d), dtype=q.dtype, device=q.device)
-    _, kernel, _ = _kernels()
+    kernel = _kernels().segment_attn
     for block, first, last, per in tiles:
         kernel[(-(-(last - first) // per), heads)](
             q,
@@ -241,6 +319,104 @@ def segment_attention(
             D=d,
             num_warps=min(8, block // 16),
         )
+    return out
+
+
+#: The tiles of :func:`grouped_attention`, one launch each: a run of sentences takes the smallest that holds its
+#: longest, as in :func:`segment_tiles`.
+GROUP_BLOCKS = (16, 32, 64, TILE_MAX)
+#: Programs of :func:`grouped_attention` per launch, over all heads (each loops over its class's runs): about as
+#: many one-warp programs as an H100 keeps resident at once.
+GROUP_PROGRAMS = 4096
+
+
+def grouped_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    positions: torch.Tensor,
+    groups: torch.Tensor,
+    bounds: torch.Tensor,
+) -> torch.Tensor:
+    """:func:`segment_attention` with launches that do not depend on the batch, so that a CUDA graph replays them
+    for any batch of its shape (:mod:`bertflow.encoding.graphs`); plain torch where the kernel does not run.
+
+    ``q``, ``k``, ``v`` [total, heads, head_dim]; ``positions`` int [total], each token's position in its sentence;
+    ``groups`` int32 [G, 2], token ranges ``(first, end)`` of runs of consecutive sentences, each at most its class's
+    tile of :data:`GROUP_BLOCKS`; ``bounds`` int32 [len(GROUP_BLOCKS) + 1], class ``c``'s runs being rows
+    ``bounds[c] .. bounds[c + 1] - 1`` of ``groups`` (both on the device). Returns [total, heads, head_dim], 0 at
+    tokens of no run (a shape's padding).
+    """
+    total, heads, d = q.shape
+    if not segment_attention_fits(q, TILE_MAX):
+        return _grouped_attention_reference(q, k, v, positions, groups, bounds)
+    if not q.stride() == k.stride() == v.stride():
+        q, k, v = (t.contiguous() for t in (q, k, v))
+    out = torch.zeros((total, heads, d), dtype=q.dtype, device=q.device)
+    kernel = _kernels().group_attn
+    programs = max(1, GROUP_PROGRAMS // heads)
+    for c, block in enumerate(GROUP_BLOCKS):
+        kernel[(programs, heads)](
+            q,
+            k,
+            v,
+            positions,
+            out,
+            groups,
+            bounds,
+            c,
+            d**-0.5,
+            q.stride(0),
+            q.stride(1),
+            out.stride(0),
+            out.stride(1),
+            BLOCK=block,
+            D=d,
+            num_warps=min(8, block // 16),
+        )
+    return out
+
+
+def _grouped_attention_reference(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    positions: torch.Tensor,
+    groups: torch.Tensor,
+    bounds: torch.Tensor,
+) -> torch.Tensor:
+    """:func:`grouped_attention` by SDPA, one run at a time (reads the tables on the host: tests, CPU)."""
+    out = torch.zeros_like(q)
+    lo, hi = int(bounds[0]), int(bounds[-1])
+    for t0, t1 in groups[lo:hi].tolist():
+        start = torch.arange(t0, t1, device=q.device) - positions[t0:t1]
+        mask = start[:, None] == start[None, :]
+        rows = (t.transpose(0, 1) for t in (q[t0:t1], k[t0:t1], v[t0:t1]))
+        out[t0:t1] = F.scaled_dot_product_attention(*rows, attn_mask=mask).transpose(0, 1)
+    return out
+
+
+def segment_mean(x: torch.Tensor, cu_seqlens: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """float32 [R, D]: the mean of each sentence's rows of ``x`` [T, D] (sentence ``r``: rows ``cu_seqlens[r] ..
+    cu_seqlens[r + 1] - 1``, int32 [R + 1] on ``x``'s device), weighted by positive ``weights`` [T] if given
+    (``sum w x / sum w``); 0 for a sentence of no rows. Tokens are summed in a fixed order (Triton on CUDA, torch
+    elsewhere)."""
+    rows, n = cu_seqlens.shape[0] - 1, x.shape[1]
+    if not triton_available(x.device):
+        lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).long()
+        seg = torch.repeat_interleave(torch.arange(rows, device=x.device), lengths)
+        real = len(seg)
+        w = torch.ones(real, device=x.device) if weights is None else weights[:real].float()
+        summed = torch.zeros((rows, n), device=x.device).index_add_(0, seg, x[:real].float() * w[:, None])
+        norm = torch.zeros(rows, device=x.device).index_add_(0, seg, w)
+        floor = torch.finfo(torch.float32).tiny if weights is not None else 1.0
+        return summed / norm.clamp(min=floor)[:, None]
+    x = x.contiguous()
+    out = torch.empty((rows, n), dtype=torch.float32, device=x.device)
+    block = 128
+    _kernels().seg_mean[(rows, -(-n // block))](
+        x, x if weights is None else weights, cu_seqlens, out, n, WEIGHTED=weights is not None, TOKENS=16, BD=block
+    )
     return out
 
 

@@ -301,29 +301,40 @@ class PackedBert:
         """Packed hidden states ``{k: [total, hidden]}`` for each ``hidden_states`` index ``k`` in ``layers`` (0:
         embeddings, L: last layer; layers above the highest are not run), from ``input_ids`` [rows, width] int64
         padded on the model's device, with one of :data:`ATTENTIONS`."""
+        x = self.embed(packing.pack(input_ids), packing.positions)
+        return self.encode(x, layers, lambda q, k, v: attention(q, k, v, packing))
+
+    def embed(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """The embedding layer's output [total, hidden] for packed token ``ids`` and their ``positions`` in their
+        sentences (int64 [total] each): the model's own module on one "row" of all tokens (token types 0, as in
+        the padded forward)."""
+        return self.model.embeddings(input_ids=ids[None], position_ids=positions[None])[0]
+
+    def encode(
+        self, x: torch.Tensor, layers: Sequence[int], attend: Callable[..., torch.Tensor]
+    ) -> dict[int, torch.Tensor]:
+        """:meth:`states` from the embedding layer's output ``x`` [total, hidden]; ``attend(q, k, v)`` ([total,
+        heads, head_dim] each) is the attention within each sentence."""
         wanted = set(layers)
-        ids = packing.pack(input_ids)
-        # The model's own embedding module on one "row" of all packed tokens, with each token's own position
-        # (token types default to 0, as in the padded forward).
-        x = self.model.embeddings(input_ids=ids[None], position_ids=packing.positions[None])[0]
         out = {0: x} if 0 in wanted else {}
         for k, layer in enumerate(self.model.encoder.layer[: max(wanted)], start=1):
-            x = self._layer(layer, x, packing, attention)
+            x = self._layer(layer, x, attend)
             if k in wanted:
                 out[k] = x
         return out
 
-    def _layer(self, layer: torch.nn.Module, x: torch.Tensor, packing: Packing, attention: Attention) -> torch.Tensor:
+    def _layer(self, layer: torch.nn.Module, x: torch.Tensor, attend: Callable[..., torch.Tensor]) -> torch.Tensor:
         sa = layer.attention.self
-        shape = (packing.total, self.heads, sa.attention_head_size)
+        total = x.shape[0]
+        shape = (total, self.heads, sa.attention_head_size)
         if self.kernels == "modules":
-            a = attention(sa.query(x).view(shape), sa.key(x).view(shape), sa.value(x).view(shape), packing)
-            x = layer.attention.output(a.reshape(packing.total, -1), x)  # dense, then LayerNorm(. + x)
+            a = attend(sa.query(x).view(shape), sa.key(x).view(shape), sa.value(x).view(shape))
+            x = layer.attention.output(a.reshape(total, -1), x)  # dense, then LayerNorm(. + x)
             return layer.output(layer.intermediate(x), x)  # dense + GELU, dense, then LayerNorm(. + x)
         # Fused (encoding/fused.py): one QKV GEMM, residual add + LayerNorm in one pass, optionally GELU in the GEMM.
         weight, bias = self._qkv_of(sa)
-        q, k, v = F.linear(x, weight, bias).view(packing.total, 3, *shape[1:]).unbind(1)
-        a = attention(q, k, v, packing).reshape(packing.total, -1)
+        q, k, v = F.linear(x, weight, bias).view(total, 3, *shape[1:]).unbind(1)
+        a = attend(q, k, v).reshape(total, -1)
         out = layer.attention.output
         x = add_layer_norm(out.dense(a), x, out.LayerNorm)
         inter = layer.intermediate

@@ -35,6 +35,10 @@ FLOOR_HIDDEN = 768
 #: ``warm_up=None``: warm a CUDA encoder up when it is loaded (:mod:`bertflow.encoding.warmup`); off, as the load
 #: grew by more than the first encode shrank (docs/performance.md).
 WARM_UP_BY_DEFAULT = False
+#: ``graphs=None``: models up to this wide replay their unpadded forward from CUDA graphs (0: none). A narrow model
+#: is bound by the host's launches, which graphs remove; a wide one by the device, where a bucket's padding tokens
+#: cost more than the launches (docs/performance.md).
+GRAPHS_MAX_HIDDEN = 0
 
 
 #: The least value of each integer field of :class:`EncodeSettings` (``None`` always allowed: the default).
@@ -84,6 +88,8 @@ class EncodeSettings:
     - ``unpadded``: run the model on real tokens only (:mod:`bertflow.encoding.packed`); ``None``: on CUDA in half
       precision for a BERT model whose first batch matches the padded forward; ``True``: for any BERT model (off
       CUDA with a slower attention that pads; other models are an error); ``False``: never.
+    - ``graphs``: replay the unpadded forward from CUDA graphs, one per token bucket (:mod:`bertflow.encoding.graphs`;
+      where the unpadded forward runs with its attention kernel); ``None``: :meth:`uses_graphs`'s default.
     - ``warm_up``: pay the one-time costs (:mod:`bertflow.encoding.warmup`) when the encoder is loaded instead of in
       the first ``encode``; ``None``: :data:`WARM_UP_BY_DEFAULT` on CUDA.
 
@@ -103,6 +109,7 @@ class EncodeSettings:
     first_chunk: int = FIRST_CUDA_CHUNK
     cudnn_attention: bool = False
     unpadded: bool | None = None
+    graphs: bool | None = None
     warm_up: bool | None = None
 
     def __post_init__(self) -> None:
@@ -120,7 +127,7 @@ class EncodeSettings:
             raise InputError(f"min_length_ratio must be at most 1, got {self.min_length_ratio!r}")
         if not isinstance(self.cudnn_attention, bool):
             raise InputError(f"cudnn_attention must be True or False, got {self.cudnn_attention!r}")
-        for name in ("unpadded", "warm_up"):
+        for name in ("unpadded", "graphs", "warm_up"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, bool):
                 raise InputError(f"{name} must be None, True or False, got {value!r}")
@@ -146,6 +153,11 @@ class EncodeSettings:
             return self.min_tokens
         floor = int(DEFAULT_MIN_TOKENS[device_kind(device_type)] * narrow_factor(device_type, hidden))
         return min(floor, self.token_budget(device_type, hidden))
+
+    def uses_graphs(self, hidden: int) -> bool:
+        """Whether the unpadded forward of a model ``hidden`` wide replays CUDA graphs (``graphs``; ``None``: for
+        models up to :data:`GRAPHS_MAX_HIDDEN` wide)."""
+        return self.graphs if self.graphs is not None else hidden <= GRAPHS_MAX_HIDDEN
 
     def warms_up(self, device_type: str) -> bool:
         """Whether an encoder on this device type warms up when it is loaded (``warm_up``)."""

@@ -44,8 +44,6 @@ _PROBES = [
 ]
 
 
-
-
 class WordPieceShortcut:
     """Exact, faster tokenisation of plain ASCII sentences for BERT-style WordPiece tokenizers.
 
