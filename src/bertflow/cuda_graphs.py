@@ -27,10 +27,11 @@ class GraphedFunction:
     input shape.
 
     A shape runs eagerly until its ``capture_at``-th sighting (1: at once; 2: a size seen once, like the last chunk
-    of a one-off corpus, never pays for a capture). That call runs ``fn`` once on a side stream (lazy initialisation
-    and cuBLAS workspaces stay out of the graph, as ``torch.cuda.graphs`` recommends; its result is the call's
-    result), then captures it; from then on each call is: copy the input into the graph's static buffer, replay,
-    clone the static output. All graphs share one memory pool, which is safe because replays never overlap: calls
+    of a one-off corpus, never pays for a capture). That call captures ``fn``, after running it once on a side
+    stream (lazy initialisation and cuBLAS workspaces stay out of the graph, as ``torch.cuda.graphs`` recommends; its
+    result is the call's) if ``warm_up``, else only before the first capture (a capture then costs about one eager
+    call). From then on each call is: copy the input into the graph's static buffer, replay, clone the static
+    output. All graphs share one memory pool, which is safe because replays never overlap: calls
     are serialised by a lock and ordered on the GPU by an event, also when they come from different threads or
     streams. Inputs that a graph cannot take (not on this device, not 2-D, empty, needing autograd, or during
     another capture) run eagerly. ``max_graphs``: the shapes kept captured (least recently used dropped first);
@@ -45,6 +46,7 @@ class GraphedFunction:
         *,
         max_graphs: int,
         capture_at: int = 2,
+        warm_up: bool = True,
         input_dtype: torch.dtype | None = torch.float32,
         name: str = "function",
     ) -> None:
@@ -55,7 +57,8 @@ class GraphedFunction:
         if capture_at < 1:
             raise ValueError(f"capture_at must be at least 1, got {capture_at}")
         self.device = device if device.index is not None else torch.device("cuda", torch.cuda.current_device())
-        self.max_graphs, self.capture_at, self.input_dtype, self.name = max_graphs, capture_at, input_dtype, name
+        self.max_graphs, self.capture_at, self.warm_up = max_graphs, capture_at, warm_up
+        self.input_dtype, self.name = input_dtype, name
         self._graphs: OrderedDict[tuple[Any, ...], tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = (
             OrderedDict()
         )
@@ -63,6 +66,8 @@ class GraphedFunction:
         self._failed = False
         self._lock = threading.Lock()
         self._pool: Any = None
+        self._side: Any = None  # the stream of warm-ups and captures
+        self._warmed = False
         self._done: torch.cuda.Event | None = None
 
     @property
@@ -84,6 +89,7 @@ class GraphedFunction:
         with self._lock:
             stream = torch.cuda.current_stream(self.device)
             graph = self._graphs.get(key)
+            out = None
             if graph is None:
                 seen = self._seen.get(key, 0) + 1
                 if seen < self.capture_at:
@@ -91,47 +97,51 @@ class GraphedFunction:
                         self._seen.clear()
                     self._seen[key] = seen
                     return self.fn(x)
-                out = self._capture(key, x)
-                if self._done is None:
-                    self._done = torch.cuda.Event()
-                self._done.record(stream)
-                return out
+                graph, out = self._capture(key, x)
+                if graph is None:
+                    return out if out is not None else self.fn(x)
             self._graphs.move_to_end(key)
             g, static_in, static_out = graph
-            if self._done is not None:  # the previous replay (maybe on another stream) is done with the buffers
-                stream.wait_event(self._done)
-            with torch.inference_mode():
-                static_in.copy_(x)
-                g.replay()
-            with torch.no_grad():  # a normal tensor, also outside inference mode; the next replay overwrites static_out
-                out = static_out.clone()
+            if out is None:
+                if self._done is not None:  # the previous replay (maybe on another stream) is done with the buffers
+                    stream.wait_event(self._done)
+                with torch.inference_mode():
+                    static_in.copy_(x)
+                    g.replay()
+                with torch.no_grad():  # a normal tensor, also outside inference mode; the next replay overwrites it
+                    out = static_out.clone()
             if self._done is None:
                 self._done = torch.cuda.Event()
             self._done.record(stream)
             return out
 
-    def _capture(self, key: tuple[Any, ...], x: torch.Tensor) -> torch.Tensor:
-        """``fn(x)``, computed on a side stream, and the graph for ``key`` captured after it (eager from then on
-        if capture fails)."""
+    def _capture(
+        self, key: tuple[Any, ...], x: torch.Tensor
+    ) -> tuple[tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor] | None, torch.Tensor | None]:
+        """Capture the graph for ``key`` (``None``, and eager from then on, if capture fails), after a warm-up run of
+        ``fn(x)`` on the side stream if ``warm_up`` asks (else only before this function's first capture): the
+        graph, and the warm-up's result if it ran (``None``: replay the graph for it)."""
         if len(self._graphs) >= self.max_graphs and self._done is not None:
             self._done.synchronize()  # no graph is destroyed, nor its buffers reused, while its replay runs
         while len(self._graphs) >= self.max_graphs:
             self._graphs.popitem(last=False)  # its buffers go back to the shared pool for the next capture
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
-        current = torch.cuda.current_stream(self.device)
+            self._side = torch.cuda.Stream(device=self.device)
+        current, side = torch.cuda.current_stream(self.device), self._side
         if self._done is not None:
             current.wait_event(self._done)
-        side = torch.cuda.Stream(device=self.device)
         with torch.inference_mode():
             static_in = torch.empty(x.shape, dtype=key[1], device=self.device)
             static_in.copy_(x)
         side.wait_stream(current)
-        # The warm-up, and this call's result: in inference mode only if the caller is (a tensor it may write to).
-        with torch.no_grad(), torch.cuda.stream(side):
-            out = self.fn(static_in)
-        current.wait_stream(side)
-        out.record_stream(current)  # made on the side stream, read on this one
+        out = None
+        if self.warm_up or not self._warmed:
+            # Lazy initialisation and cuBLAS workspaces stay out of the graph; the run is this call's result, in
+            # inference mode only if the caller is (a tensor it may write to).
+            with torch.no_grad(), torch.cuda.stream(side):
+                out = self.fn(static_in)
+            self._warmed = True
         try:
             with torch.inference_mode():
                 graph = torch.cuda.CUDAGraph()
@@ -144,7 +154,11 @@ class GraphedFunction:
             torch.cuda.synchronize(self.device)
             self._failed = True
             self._graphs.clear()
-            return out
-        self._graphs[key] = (graph, static_in, static_out)
+            return None, out
+        current.wait_stream(side)
+        if out is not None:
+            out.record_stream(current)  # made on the side stream, read on this one
+        entry = (graph, static_in, static_out)
+        self._graphs[key] = entry
         self._seen.pop(key, None)
-        return out
+        return entry, out

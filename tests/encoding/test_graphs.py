@@ -242,7 +242,7 @@ def check_kernels() -> None:
 def test_graphed_encode_equals_the_packed_forward(tiny_model_dir, pooling):
     """On CUDA in bf16: the graphed forward's vectors equal the eager packed forward's (the same kernels but the
     pooling's summation order and the buckets' GEMM shapes), repeated encodes replay captured graphs."""
-    base = EncodeSettings(unpadded=True, tokenize_processes=0)
+    base = EncodeSettings(unpadded=True, tokenize_processes=0, chunk_size=512)
     corpus = [f"{s} {i}" for i in range(300) for s in SENTENCES[: 1 + i % 8]]
     encoders = {
         g: SentenceEncoder(
@@ -254,11 +254,24 @@ def test_graphed_encode_equals_the_packed_forward(tiny_model_dir, pooling):
         )
         for g in (False, True)
     }
-    eager = encoders[False].encode(corpus, chunk_size=512)
-    graphed = [encoders[True].encode(corpus, chunk_size=512) for _ in range(2)]
+    eager = encoders[False].encode(corpus)
+    graphed = [encoders[True].encode(corpus) for _ in range(2)]
     runner = encoders[True]._runner
     assert runner.graphs is not None and any(f.shapes for f in runner.graphs._functions.values())
     for got in graphed:
         cos = (got * eager).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(eager, axis=1)
         assert 1 - cos.min() < 1e-3
     np.testing.assert_array_equal(graphed[0], graphed[1])  # replays are deterministic
+
+
+def test_packed_batches_count_real_tokens():
+    from bertflow.encoding.batching import plan_packed_batches
+
+    lengths = np.array([9, 7, 7, 5, 5, 5, 3, 2, 2, 2])
+    batches = plan_packed_batches(lengths, max_tokens=16)
+    assert batches == [(0, 2), (2, 4), (4, 8), (8, 10)]  # 9+7 | 7+5 | 5+5+3+2 | 2+2
+    assert plan_packed_batches(lengths, max_tokens=4) == [(i, i + 1) for i in range(6)] + [(6, 7), (7, 9), (9, 10)]
+    assert plan_packed_batches(lengths, max_tokens=100, max_rows=4) == [(0, 4), (4, 8), (8, 10)]
+    assert plan_packed_batches(np.array([], dtype=int), 8) == []
+    with pytest.raises(Exception, match="positive"):
+        plan_packed_batches(lengths, 0)

@@ -69,6 +69,25 @@ def plan_batches(
     return batches
 
 
+def plan_packed_batches(lengths: np.ndarray, max_tokens: int, max_rows: int | None = None) -> list[tuple[int, int]]:
+    """``(start, stop)`` ranges covering ``lengths`` ([N] token counts) in order, each of at most ``max_tokens`` real
+    tokens (a longer sentence gets a batch of its own) and ``max_rows`` rows: the batches of a forward whose padding
+    costs nothing (the graphed packed forward), cut so that full batches meet one token bucket again and again."""
+    if max_tokens < 1 or (max_rows is not None and max_rows < 1):
+        raise InputError("max_tokens and batch_size must be positive")
+    ends = np.cumsum(lengths, dtype=np.int64)
+    batches: list[tuple[int, int]] = []
+    start = 0
+    while start < len(lengths):
+        before = int(ends[start - 1]) if start else 0
+        stop = max(start + 1, int(np.searchsorted(ends, before + max_tokens, side="right")))
+        if max_rows is not None:
+            stop = min(stop, start + max_rows)
+        batches.append((start, stop))
+        start = stop
+    return batches
+
+
 @dataclass
 class HostBatch:
     """One forward pass, ready to copy: ``buffer`` holds [rows x width] token ids then [rows] lengths (int32)."""
@@ -255,14 +274,19 @@ def prepare_chunk(
 ) -> PreparedChunk:
     """Sort one tokenised chunk (its first sentence at stream row ``offset``) by length, longest first, stable,
     and pack its forward batches (:func:`plan_batches`' options) into host buffers, ``pinned`` for CUDA;
-    ``layout(tokens, rows)`` also lays each batch out for a CUDA graph (:attr:`HostBatch.graph_input`)."""
+    ``layout(tokens, rows)`` also lays each batch out for a CUDA graph (:attr:`HostBatch.graph_input`), and then
+    ``max_tokens`` counts real tokens (:func:`plan_packed_batches`)."""
     lengths = tokens.lengths
     # Stable sort, longest first: equal lengths keep input order, so results never depend on ties.
     order = np.argsort(-lengths, kind="stable")
     sorted_lengths = lengths[order]
     batches = []
     padded = 0
-    for start, stop in plan_batches(sorted_lengths, max_tokens, max_rows, uniform_fill, min_length_ratio, min_tokens):
+    if layout is not None:  # the graphed forward: a batch's padding costs nothing, its real tokens are counted
+        planned = plan_packed_batches(sorted_lengths, max_tokens, max_rows)
+    else:
+        planned = plan_batches(sorted_lengths, max_tokens, max_rows, uniform_fill, min_length_ratio, min_tokens)
+    for start, stop in planned:
         rows_idx = order[start:stop]
         width = int(sorted_lengths[start])
         uniform = bool(sorted_lengths[stop - 1] == width)

@@ -188,6 +188,7 @@ class GraphForward:
                 self.device,
                 max_graphs=self.max_graphs,
                 capture_at=1,
+                warm_up=False,
                 input_dtype=None,
                 name="packed forward",
             )

@@ -74,7 +74,8 @@ def narrow_factor(device_type: str, hidden: int | None) -> float:
 class EncodeSettings:
     """Throughput knobs of SentenceEncoder (none changes the vectors). ``None`` = the device's default.
 
-    - ``max_tokens``: padded tokens per forward batch (rows x width); ``None``: :meth:`token_budget`.
+    - ``max_tokens``: padded tokens per forward batch (rows x width; real tokens with ``graphs``); ``None``:
+      :meth:`token_budget`.
     - ``chunk_size``: sentences tokenised and sorted together by length, every chunk; ``None``: 16,384 on CPU, on
       CUDA ``first_chunk`` first, doubling up to 65,536.
     - ``tokenize_workers``: threads that prepare chunks while the model runs (0: the calling thread); ``None``: two
