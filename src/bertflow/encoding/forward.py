@@ -209,14 +209,16 @@ class ModelRunner:
         attention = self.packed_attention(unpadded)
         return attention is not None and not uses_slots(attention)
 
+    def graphs_on(self, settings: EncodeSettings) -> bool:
+        """Whether batches run the graphed forward (:mod:`~bertflow.encoding.graphs`) under ``settings``."""
+        if self.graphs is None or not settings.uses_graphs(self.dim):
+            return False
+        return self.packed_attention(settings.unpadded) is ATTENTIONS["segments"]
+
     def graph_layout(self, settings: EncodeSettings, pad_id: int) -> Callable[..., torch.Tensor | None] | None:
         """The :func:`~bertflow.encoding.graphs.layout` that chunks' batches need for the graphed forward under
         ``settings`` (``None``: it does not run)."""
-        if self.graphs is None or not settings.uses_graphs(self.dim):
-            return None
-        if self.packed_attention(settings.unpadded) is not ATTENTIONS["segments"]:
-            return None
-        return functools.partial(layout, pad_id=pad_id, pinned=True)
+        return functools.partial(layout, pad_id=pad_id, pinned=True) if self.graphs_on(settings) else None
 
     @torch.inference_mode()
     def forward(

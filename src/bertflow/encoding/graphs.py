@@ -32,9 +32,10 @@ from .pooling.layers import LayerMeanPooling
 from .pooling.token import ClsPooling, PoolerPooling
 from .tokenization import TokenArrays
 
-#: Token buckets per doubling: a batch runs on at most ~19% more tokens than its own (9% on average), and a corpus
-#: meets a few buckets again and again, each captured once.
-STEPS_PER_OCTAVE = 4
+#: Token buckets per doubling: powers of two, so that a process meets a few buckets, each captured once, whatever
+#: its text (with 4 a step, first passes over new text met new buckets and paid their captures: docs/performance.md).
+#: The full batches of a stream share one bucket; a chunk's last batch runs on up to twice its tokens.
+STEPS_PER_OCTAVE = 1
 #: The smallest bucket (tokens).
 MIN_BUCKET = 1024
 #: Buckets are multiples of this many tokens (the matrix products' tiles).

@@ -39,6 +39,9 @@ WARM_UP_BY_DEFAULT = False
 #: is bound by the host's launches, which graphs remove; a wide one by the device, where a bucket's padding tokens
 #: cost more than the launches (docs/performance.md).
 GRAPHS_MAX_HIDDEN = 0
+#: Real tokens per batch of the graphed forward (a token bucket: the full batches of any text share one graph, and
+#: a chunk's last batch takes a smaller power-of-two bucket).
+DEFAULT_GRAPH_TOKENS = 65536
 
 
 #: The least value of each integer field of :class:`EncodeSettings` (``None`` always allowed: the default).
@@ -133,11 +136,14 @@ class EncodeSettings:
             if value is not None and not isinstance(value, bool):
                 raise InputError(f"{name} must be None, True or False, got {value!r}")
 
-    def token_budget(self, device_type: str, hidden: int | None = None) -> int:
+    def token_budget(self, device_type: str, hidden: int | None = None, graphs: bool = False) -> int:
         """Padded tokens per forward pass on a device of this type: ``max_tokens``, else the default (4,096 on CPU;
-        on CUDA 65,536, times :func:`narrow_factor` for a model ``hidden`` wide)."""
+        on CUDA 65,536, times :func:`narrow_factor` for a model ``hidden`` wide); with ``graphs`` (the graphed
+        forward runs) real tokens, by default :data:`DEFAULT_GRAPH_TOKENS`."""
         if self.max_tokens:
             return self.max_tokens
+        if graphs:
+            return DEFAULT_GRAPH_TOKENS
         return int(DEFAULT_MAX_TOKENS[device_kind(device_type)] * narrow_factor(device_type, hidden))
 
     def length_ratio(self, padding_free: bool) -> float:

@@ -69,7 +69,7 @@ def stream_chunks(
         raise InputError("batch_size and chunk_size must be positive")
     if transform is not None and len(plan.poolings) > 1:
         raise InputError("a transform (calibrator) applies to one pooling; ask for one pooling with it")
-    budget = max_tokens or settings.token_budget(device.type, runner.dim)
+    budget = max_tokens or settings.token_budget(device.type, runner.dim, runner.graphs_on(settings))
     if budget < 1:
         raise InputError(f"max_tokens must be positive, got {budget}")
     prepared, prefetcher = _prepared_chunks(
