@@ -7,6 +7,7 @@ A chunk is tokenised, sorted by token count (longest first, stable), cut into to
 
 from __future__ import annotations
 
+import functools
 import itertools
 import queue
 import sys
@@ -96,9 +97,18 @@ class HostBatch:
     rows: int
     width: int
     uniform: bool  # every sentence has ``width`` tokens: no padding, no mask
-    buffer: torch.Tensor  # pinned on CUDA
+    buffer: torch.Tensor | None  # pinned on CUDA; None: made by :meth:`padded` when asked
     #: The same sentences laid out for a CUDA graph of the packed forward (:func:`bertflow.encoding.graphs.layout`)
     graph_input: torch.Tensor | None = None
+    #: Makes :attr:`buffer` where a batch with a graph layout leaves it out (most such batches never need it).
+    make_buffer: Callable[[], torch.Tensor] | None = field(default=None, repr=False)
+
+    def padded(self) -> torch.Tensor:
+        """:attr:`buffer`, made now if it was left out."""
+        if self.buffer is None:
+            assert self.make_buffer is not None
+            self.buffer, self.make_buffer = self.make_buffer(), None
+        return self.buffer
 
 
 @dataclass
@@ -290,9 +300,15 @@ def prepare_chunk(
         rows_idx = order[start:stop]
         width = int(sorted_lengths[start])
         uniform = bool(sorted_lengths[stop - 1] == width)
-        buffer = pack_rows(tokens, rows_idx, width, pad_id, uniform, pinned)
         graph_input = layout(tokens, rows_idx) if layout is not None else None
-        batches.append(HostBatch(start, stop - start, width, uniform, buffer, graph_input))
+        if graph_input is None:
+            batch = HostBatch(
+                start, stop - start, width, uniform, pack_rows(tokens, rows_idx, width, pad_id, uniform, pinned)
+            )
+        else:  # the padded buffer only if the graph is not used after all (the tokens stay referenced until then)
+            make = functools.partial(pack_rows, tokens, rows_idx, width, pad_id, uniform, pinned)
+            batch = HostBatch(start, stop - start, width, uniform, None, graph_input, make)
+        batches.append(batch)
         padded += (stop - start) * width
     inverse = np.empty(len(order), dtype=np.int64)
     inverse[order] = np.arange(len(order), dtype=np.int64)

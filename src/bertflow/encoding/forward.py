@@ -234,7 +234,7 @@ class ModelRunner:
         if attention is not None:
             return self._forward_packed(batch, plan, attention, check=unpadded is None, cudnn=cudnn_attention)
         rows, width = batch.rows, batch.width
-        buf = batch.buffer.to(self.device, non_blocking=True)
+        buf = batch.padded().to(self.device, non_blocking=True)
         # int32 travels (half the bytes); embedding lookups and position-id arithmetic get int64 as usual.
         input_ids = buf[: rows * width].view(rows, width).long()
         if batch.uniform:
@@ -295,13 +295,14 @@ class ModelRunner:
         """:meth:`forward` on real tokens only; the pooled layers are scattered back to [rows, width, D]."""
         assert self.packed is not None
         rows, width = batch.rows, batch.width
-        buf = batch.buffer.to(self.device, non_blocking=True)
+        host_buffer = batch.padded()
+        buf = host_buffer.to(self.device, non_blocking=True)
         input_ids = buf[: rows * width].view(rows, width).long()
         # The lengths are read from the host copy of the buffer: the packed size is known without a device sync.
         if batch.uniform:
             lengths, host = buf.new_full((rows,), width), np.full(rows, width)
         else:
-            lengths, host = buf[rows * width :], batch.buffer[rows * width :].numpy()
+            lengths, host = buf[rows * width :], host_buffer[rows * width :].numpy()
         if uses_slots(attention):
             packing = Packing.slots(lengths, width)
         else:
