@@ -115,6 +115,17 @@ class GraphedFunction:
             self._done.record(stream)
             return out
 
+    def capture(self, x: torch.Tensor) -> None:
+        """Capture the graph of ``x``'s shape now, if it is not captured (for a caller that knows the shapes to
+        come; ``x``'s values only fill the static input)."""
+        key = (tuple(x.shape), self.input_dtype or x.dtype)
+        with self._lock:
+            if key not in self._graphs and not self._failed:
+                self._capture(key, x)
+                if self._done is None:
+                    self._done = torch.cuda.Event()
+                self._done.record(torch.cuda.current_stream(self.device))
+
     def _capture(
         self, key: tuple[Any, ...], x: torch.Tensor
     ) -> tuple[tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor] | None, torch.Tensor | None]:

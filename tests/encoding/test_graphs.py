@@ -23,6 +23,7 @@ from bertflow.encoding.graphs import (
     GraphForward,
     attention_runs,
     bucket,
+    buckets_up_to,
     layout,
     supports,
     unpack_layout,
@@ -62,6 +63,7 @@ def test_buckets_hold_the_tokens_and_are_few():
     assert worst <= 2 ** (1 / STEPS_PER_OCTAVE) + BUCKET_MULTIPLE / MIN_BUCKET
     assert len(set(sizes)) <= STEPS_PER_OCTAVE * 9 + 1  # 1,024 .. 300k: about 8.2 doublings
     assert bucket(65536) == 65536 and bucket(65535) == 65536  # the default budget of a graphed batch is a bucket
+    assert buckets_up_to(5000) == [1024, 2048, 4096, 8192] and buckets_up_to(10) == [MIN_BUCKET]
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -259,7 +261,9 @@ def test_graphed_encode_equals_the_packed_forward(tmp_path, pooling):
     eager = encoders[False].encode(corpus)
     graphed = [encoders[True].encode(corpus) for _ in range(2)]
     runner = encoders[True]._runner
-    assert runner.graphs is not None and any(f.shapes for f in runner.graphs._functions.values())
+    assert runner.graphs is not None
+    (captured,) = [f.shapes for f in runner.graphs._functions.values()]
+    assert sorted(captured) == [(4, size) for size in buckets_up_to(65536)]  # every bucket, at the first batch
     for got in graphed:
         cos = (got * eager).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(eager, axis=1)
         assert 1 - cos.min() < 1e-3

@@ -30,6 +30,7 @@ from .packed import PackedBert
 from .pooling import Pooling
 from .pooling.layers import LayerMeanPooling
 from .pooling.token import ClsPooling, PoolerPooling
+from .settings import DEFAULT_GRAPH_TOKENS
 from .tokenization import TokenArrays
 
 #: Token buckets per doubling: powers of two, so that a process meets a few buckets, each captured once, whatever
@@ -57,6 +58,14 @@ def bucket(tokens: int) -> int:
         if size >= tokens:
             return size
         step += 1
+
+
+def buckets_up_to(tokens: int) -> list[int]:
+    """Every bucket from :data:`MIN_BUCKET` to ``bucket(tokens)``, ascending."""
+    sizes = [MIN_BUCKET]
+    while sizes[-1] < bucket(tokens):
+        sizes.append(bucket(sizes[-1] + 1))
+    return sizes
 
 
 def attention_runs(lengths: np.ndarray, cu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -194,6 +203,11 @@ class GraphForward:
                 name="packed forward",
             )
             self._functions[key] = fn
+            # Every bucket up to the default batch now, on empty layouts: a process's later batches, of any text,
+            # replay (a capture costs about one eager batch; first passes over new text paid theirs, as measured in
+            # docs/performance.md).
+            for size in buckets_up_to(max(DEFAULT_GRAPH_TOKENS, x.shape[1]))[-self.max_graphs :]:
+                fn.capture(torch.zeros((4, size), dtype=torch.int32, device=x.device))
         self._functions.move_to_end(key)
         return fn(x)
 
