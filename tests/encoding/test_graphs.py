@@ -179,6 +179,7 @@ def test_graphs_are_not_supported_for_every_pooling():
 
 def test_settings_say_when_graphs_run():
     assert EncodeSettings(graphs=True).uses_graphs(768) and not EncodeSettings(graphs=False).uses_graphs(384)
+    assert EncodeSettings().uses_graphs(384) and not EncodeSettings().uses_graphs(768)  # narrow models by default
     with pytest.raises(Exception, match="graphs"):
         EncodeSettings(graphs="yes")
 

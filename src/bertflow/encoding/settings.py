@@ -38,7 +38,7 @@ WARM_UP_BY_DEFAULT = False
 #: ``graphs=None``: models up to this wide replay their unpadded forward from CUDA graphs (0: none). A narrow model
 #: is bound by the host's launches, which graphs remove; a wide one by the device, where a bucket's padding tokens
 #: cost more than the launches (docs/performance.md).
-GRAPHS_MAX_HIDDEN = 0
+GRAPHS_MAX_HIDDEN = 512
 #: Real tokens per batch of the graphed forward (a token bucket: the full batches of any text share one graph, and
 #: a chunk's last batch takes a smaller power-of-two bucket).
 DEFAULT_GRAPH_TOKENS = 65536
