@@ -1,0 +1,20 @@
+# Session 17, call d: where the graphed forward's first pass goes. Three interleaved MiniLM-L6 pairs, graphs on / off,
+# with --counters (main thread CPU time and chunk waits per pass) and the ruler. Nothing is decided by this call.
+export PYTHONUNBUFFERED=1
+G=$PWD/.speed/gpu; B=$PWD/benchmarks; S=$PWD/src
+echo commit $(cat $G/commit); nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader; nproc
+python3 -c "import torch, triton, transformers; print(torch.__version__, triton.__version__, transformers.__version__)"
+tp() { # tag arch settings
+  PYTHONPATH=$S:$B timeout 150 python3 $B/gpu_checks.py throughput --tokenizer-dir $G/tok --data-dir $G/sts --archs $2 --rounds 3 --ruler --counters --settings $3 --json $OUT/$1.json > /dev/null 2>$OUT/err_$1.txt || tail -5 $OUT/err_$1.txt
+  python3 - $OUT/$1.json $1 <<'PY' || true
+import json, sys
+d = json.load(open(sys.argv[1]))
+for arch, r in d["runs"].items():
+    print(f"{sys.argv[2]:>14} first {r['rounds'][0]/1e3:6.1f}k warm {r['warm_sentences_per_s']/1e3:6.1f}k rounds {[round(x/1e3,1) for x in r['rounds']]} ruler {r.get('ruler_ms')}")
+    for rate, c in zip(r["rounds"], r["counters"]):
+        print(f"    {rate/1e3:6.1f}k main cpu {c['main_cpu_s']:.3f}s chunk wait {c['main_chunk_wait_s']:.3f}s workers {c['worker_cpu_s']:.2f}s proc {c['process_cpu_s']:.2f}s")
+PY
+}
+for i in 1 2; do tp minilm_g$i minilm-l6 graphs=true; tp minilm_e$i minilm-l6 graphs=false; done
+tp minilm_e3 minilm-l6 graphs=false; tp minilm_g3 minilm-l6 graphs=true
+cd $OUT && tar czf results.tgz *.json err_*.txt tests_err.txt 2>/dev/null; rm -f *.json err_*.txt tests_err.txt; ls
