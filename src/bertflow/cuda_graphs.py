@@ -115,6 +115,13 @@ class GraphedFunction:
             self._done.record(stream)
             return out
 
+    def close(self) -> None:
+        """Drop every graph once the last replay is done (its buffers go back to the pool)."""
+        with self._lock:
+            if self._done is not None:
+                self._done.synchronize()
+            self._graphs.clear()
+
     def capture(self, x: torch.Tensor) -> None:
         """Capture the graph of ``x``'s shape now, if it is not captured (for a caller that knows the shapes to
         come; ``x``'s values only fill the static input)."""

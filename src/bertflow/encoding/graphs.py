@@ -43,6 +43,8 @@ MIN_BUCKET = 1024
 BUCKET_MULTIPLE = 256
 #: Graphs kept per pooling plan (least recently used dropped first); each holds its input and output buffers.
 MAX_GRAPHS = 16
+#: Pooling plans whose graphs :class:`GraphForward` keeps (an encode call with explicit poolings makes a plan).
+MAX_PLANS = 4
 #: The poolings :class:`GraphForward` computes on packed tokens; a plan with another runs eagerly.
 GRAPHED_POOLINGS = (LayerMeanPooling, ClsPooling, PoolerPooling)
 
@@ -191,8 +193,8 @@ class GraphForward:
         key = (poolings, layers, tuple((spec, id(t)) for spec, t in sorted(tables.items())))
         fn = self._functions.get(key)
         if fn is None:
-            if len(self._functions) >= 4:  # a plan per encode call with explicit poolings: keep a few
-                self._functions.popitem(last=False)
+            if len(self._functions) >= MAX_PLANS:
+                self._functions.popitem(last=False)[1].close()  # not while its last replay may still run
             fn = GraphedFunction(
                 self._forward(poolings, layers, tables),
                 self.device,
