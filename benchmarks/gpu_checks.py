@@ -537,6 +537,7 @@ def unpadded(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 CUDA_TEST_FILES = (
     "tests/encoding/test_packed.py",
     "tests/encoding/test_graphs.py",
+    "tests/test_cuda_graphs.py",
     "tests/encoding/test_fused.py",
     "tests/encoding/test_warmup.py",
     "tests/encoding/test_tokenization.py",

@@ -107,6 +107,7 @@ FLOORS: dict[str, tuple[int, str]] = {
     "bertflow.validation": (1, "base"),
     "bertflow.linalg": (1, "base"),
     "bertflow.resources": (1, "base"),
+    "bertflow.cuda_graphs": (1, "base"),
     "bertflow.typing": (1, "base"),
     "bertflow.errors": (0, "errors"),
     "bertflow._version": (0, "errors"),
