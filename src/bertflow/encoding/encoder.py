@@ -336,8 +336,8 @@ class SentenceEncoder:
 
     @property
     def token_budget(self) -> int:
-        """Padded tokens per forward pass: ``max_tokens``, or the device's default for this model
-        (:meth:`EncodeSettings.token_budget`)."""
+        """Padded tokens per forward pass (real tokens where the graphed forward runs): ``max_tokens``, or the
+        device's default for this model (:meth:`EncodeSettings.token_budget`)."""
         return self._settings.token_budget(self.device.type, self.dim, self._runner.graphs_on(self._settings))
 
     def _iter_chunks(self, sentences: Iterable[str] | TokenArrays, **options: Any) -> Iterator[tuple[int, np.ndarray]]:
