@@ -256,24 +256,31 @@ Tile = tuple[int, int, int, int]
 MAX_TILE_RUNS = 8
 
 
+def tile_runs(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """For sentences of ``lengths`` tokens (int [n], host, each 1-128): ``(block, per, starts, stops)``, each
+    sentence's tile (the smallest power of two from 16 that holds it) and how many such sentences fit in it (a power
+    of two), both int64 [n], and the runs of consecutive sentences with the same two, ``starts[i] .. stops[i] - 1``.
+    The attention kernels give each run its tile (:func:`segment_tiles`,
+    :func:`~bertflow.encoding.graphs.attention_runs`)."""
+    lengths = np.maximum(np.asarray(lengths, dtype=np.int64), 1)
+    block = np.maximum(16, 1 << np.ceil(np.log2(lengths)).astype(np.int64))
+    per = 1 << np.floor(np.log2(block // lengths)).astype(np.int64)
+    cuts = np.flatnonzero(np.diff(block * (TILE_MAX + 1) + per)) + 1
+    return block, per, np.concatenate([[0], cuts]), np.concatenate([cuts, [len(lengths)]])
+
+
 def segment_tiles(lengths: np.ndarray) -> tuple[Tile, ...]:
     """The launches of :func:`segment_attention` for sentences of ``lengths`` tokens (int [rows], host, each
-    1-128), in order: consecutive sentences that take the same tile (the smallest power of two from 16 that holds
-    the sentence) and fit the same number of times in it (a power of two) share a launch. Batches come sorted by
-    length, so that is a few launches; in any other order, more than :data:`MAX_TILE_RUNS` become one launch with
-    the largest tile."""
+    1-128), in order: consecutive sentences that take the same tile and fit the same number of times in it share a
+    launch (:func:`tile_runs`). Batches come sorted by length, so that is a few launches; in any other order, more
+    than :data:`MAX_TILE_RUNS` become one launch with the largest tile."""
     lengths = np.asarray(lengths, dtype=np.int64)
     if not len(lengths):
         return ()
-    block = np.maximum(16, 1 << np.ceil(np.log2(np.maximum(lengths, 1))).astype(np.int64))
-    per = 1 << np.floor(np.log2(block // np.maximum(lengths, 1))).astype(np.int64)
-    key = block * 256 + per
-    cuts = np.flatnonzero(np.diff(key)) + 1
-    if len(cuts) >= MAX_TILE_RUNS:
+    block, per, starts, stops = tile_runs(lengths)
+    if len(starts) > MAX_TILE_RUNS:
         top = int(block.max())
         return ((top, 0, len(lengths), int(1 << int(np.log2(top // int(lengths.max()))))),)
-    starts = np.concatenate([[0], cuts])
-    stops = np.concatenate([cuts, [len(lengths)]])
     return tuple((int(block[a]), int(a), int(b), int(per[a])) for a, b in zip(starts, stops, strict=True))
 
 

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ..cuda_graphs import GraphedFunction
-from .fused import GROUP_BLOCKS, TILE_MAX, grouped_attention, segment_mean
+from .fused import GROUP_BLOCKS, TILE_MAX, grouped_attention, segment_mean, tile_runs
 from .packed import PackedBert
 from .pooling import Pooling
 from .pooling.layers import LayerMeanPooling
@@ -75,14 +75,10 @@ def attention_runs(lengths: np.ndarray, cu: np.ndarray) -> tuple[np.ndarray, np.
     each 1 .. TILE_MAX) starting at ``cu`` [n + 1]: ``(runs int32 [G, 2] token ranges (first, end), bounds int32
     [len(GROUP_BLOCKS) + 1])``, class ``c``'s runs being rows ``bounds[c] .. bounds[c + 1] - 1``. A sentence takes
     the smallest tile of :data:`GROUP_BLOCKS` that holds it; up to ``per`` consecutive sentences of the same tile
-    and ``per`` (the power of two of times the longest fits) share a run, as in
-    :func:`~bertflow.encoding.fused.segment_tiles`."""
+    and ``per`` (the power of two of times the longest fits) share a run (:func:`~bertflow.encoding.fused.tile_runs`,
+    as for :func:`~bertflow.encoding.fused.segment_tiles`)."""
     n = len(lengths)
-    block = np.maximum(GROUP_BLOCKS[0], 1 << np.ceil(np.log2(np.maximum(lengths, 1))).astype(np.int64))
-    per = 1 << np.floor(np.log2(block // np.maximum(lengths, 1))).astype(np.int64)
-    key = block * (TILE_MAX + 1) + per
-    run_start = np.concatenate([[0], np.flatnonzero(np.diff(key)) + 1])
-    run_end = np.concatenate([run_start[1:], [n]])
+    block, per, run_start, run_end = tile_runs(lengths)
     first_of_run = np.repeat(run_start, run_end - run_start)
     starts = np.flatnonzero((np.arange(n) - first_of_run) % per == 0)
     ends = np.minimum(starts + per[starts], np.repeat(run_end, run_end - run_start)[starts])
