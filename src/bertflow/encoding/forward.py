@@ -321,15 +321,22 @@ class ModelRunner:
         pooled = [p.pool(pooled_states, packing.mask, weights.get(p.weighting.spec)) for p in plan.poolings]
         result = pooled[0] if len(pooled) == 1 else torch.cat(pooled, dim=1)
         if check and not self.packed_verified:
-            # Once per runner, the automatic path proves itself on real input against the padded forward (one sync).
-            reference = self.forward(batch, plan, cudnn, unpadded=False)
-            deviation = max_cosine_deviation(result, reference)
+            # Once per runner, the automatic path proves itself on real input against the padded forward.
+            deviation, reference = self._against_padded(batch, plan, cudnn, result)
             self.packed_verified = True
             if not deviation <= UNPADDED_TOLERANCE:
                 self.unpadded_refused = f"its first batch deviated from the padded forward by {deviation:.2e}"
                 logger.warning("%s: unpadded forward off, %s", self.model_id, self.unpadded_refused)
                 return reference
         return result
+
+    def _against_padded(
+        self, batch: HostBatch, plan: PoolingPlan, cudnn: bool, result: torch.Tensor
+    ) -> tuple[float, torch.Tensor]:
+        """The padded forward's vectors of ``batch`` (the reference) and the largest 1 - cos of ``result`` from them
+        (one sync)."""
+        reference = self.forward(batch, plan, cudnn, unpadded=False)
+        return max_cosine_deviation(result, reference), reference
 
     def _graphable(self, plan: PoolingPlan, attention: Attention) -> bool:
         return (
@@ -345,9 +352,8 @@ class ModelRunner:
         x = batch.graph_input.to(self.device, non_blocking=True)
         result = self.graphs(x, plan.poolings, plan.layers, plan.tables)[: batch.rows]
         if check and not self.graphs_verified:
-            # Once per runner, as the automatic unpadded forward (one sync).
-            reference = self.forward(batch, plan, cudnn, unpadded=False)
-            deviation = max_cosine_deviation(result, reference)
+            # Once per runner, as the automatic unpadded forward.
+            deviation, reference = self._against_padded(batch, plan, cudnn, result)
             self.graphs_verified = True
             if not deviation <= UNPADDED_TOLERANCE:
                 self.graphs = None  # the eager packed forward then checks itself on the next batch
