@@ -85,7 +85,7 @@ class GraphedFunction:
             or torch.cuda.is_current_stream_capturing()
         ):
             return self.fn(x)
-        key = (tuple(x.shape), self.input_dtype or x.dtype)
+        key = self._key(x)
         with self._lock:
             stream = torch.cuda.current_stream(self.device)
             graph = self._graphs.get(key)
@@ -110,9 +110,7 @@ class GraphedFunction:
                     g.replay()
                 with torch.no_grad():  # a normal tensor, also outside inference mode; the next replay overwrites it
                     out = static_out.clone()
-            if self._done is None:
-                self._done = torch.cuda.Event()
-            self._done.record(stream)
+            self._record_done(stream)
             return out
 
     def close(self) -> None:
@@ -125,13 +123,21 @@ class GraphedFunction:
     def capture(self, x: torch.Tensor) -> None:
         """Capture the graph of ``x``'s shape now, if it is not captured (for a caller that knows the shapes to
         come; ``x``'s values only fill the static input)."""
-        key = (tuple(x.shape), self.input_dtype or x.dtype)
+        key = self._key(x)
         with self._lock:
             if key not in self._graphs and not self._failed:
                 self._capture(key, x)
-                if self._done is None:
-                    self._done = torch.cuda.Event()
-                self._done.record(torch.cuda.current_stream(self.device))
+                self._record_done(torch.cuda.current_stream(self.device))
+
+    def _key(self, x: torch.Tensor) -> tuple[Any, ...]:
+        """The graph of ``x``: its shape and the static input's dtype."""
+        return (tuple(x.shape), self.input_dtype or x.dtype)
+
+    def _record_done(self, stream: Any) -> None:
+        """Mark where the last use of the graphs' buffers ends on ``stream`` (the next replay or capture waits)."""
+        if self._done is None:
+            self._done = torch.cuda.Event()
+        self._done.record(stream)
 
     def _capture(
         self, key: tuple[Any, ...], x: torch.Tensor
