@@ -1,13 +1,8 @@
 """The fused steps of the unpadded layer (encoding/fused.py): the packed attention's launch plan, the CPU fallbacks,
-on CUDA the Triton kernels against plain torch in float32, and wherever Triton is installed the attention and
-pooling kernels on its CPU interpreter."""
+and on CUDA the Triton kernels against plain torch in float32 (tests/encoding/test_triton_kernels.py runs them on
+Triton's CPU interpreter)."""
 
 from __future__ import annotations
-
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,7 +10,6 @@ import torch
 import torch.nn.functional as F
 
 from bertflow.encoding import fused
-from bertflow.encoding.graphs import attention_runs
 from bertflow.encoding.packed import ATTENTIONS, Packing, padded_attention
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -113,77 +107,3 @@ def test_add_layer_norm_kernel_cuda(hidden):
         )
     assert torch.isfinite(got).all()
     assert float(torch.linalg.norm(got - ref) / torch.linalg.norm(ref)) < 5e-3
-
-
-# -- the kernels on Triton's CPU interpreter (wherever Triton is installed) ----------------------------------------
-
-
-def test_kernels_on_the_triton_interpreter():
-    """The packed attention kernel, the graphs' two kernels and their torch references agree, run by Triton's CPU
-    interpreter in a fresh process (the interpreter must be chosen before Triton is first imported)."""
-    pytest.importorskip("triton")
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    code = "from tests.encoding.test_fused import check_kernels; check_kernels()"
-    root = Path(__file__).resolve().parents[2]
-    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip().endswith("kernels ok")
-
-
-def check_kernels() -> None:
-    """Compare both kernels with their references (run by :func:`test_kernels_on_the_triton_interpreter`)."""
-    kernels = fused._kernels()
-    torch.manual_seed(0)
-    lengths = np.array([70, 37, 30, 20, 15, 15, 9, 8, 8, 5, 3, 2])
-    cu = np.concatenate([[0], np.cumsum(lengths)])
-    total, heads, d = int(cu[-1]) + 11, 2, 16
-    q, k, v = torch.randn(total, 3, heads, d).unbind(1)  # views of one tensor, as the QKV GEMM gives
-    positions = torch.zeros(total, dtype=torch.long)
-    for a, b in zip(cu[:-1], cu[1:], strict=True):
-        positions[a:b] = torch.arange(b - a)
-    runs, bounds = (torch.from_numpy(t) for t in attention_runs(lengths, cu))
-    want = fused._grouped_attention_reference(q, k, v, positions, runs, bounds)
-    got = torch.zeros_like(q)
-    for c, block in enumerate(fused.GROUP_BLOCKS):
-        kernels.group_attn[(3, heads)](
-            q, k, v, positions, got, runs, bounds, c, d**-0.5, *q.stride()[:2], *got.stride()[:2], BLOCK=block, D=d
-        )
-    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
-    packed = torch.zeros_like(q)  # the packed forward's kernel, sharing the tile's code, on the same sentences
-    cu_t = torch.from_numpy(cu).to(torch.int32)
-    for block, first, last, per in fused.segment_tiles(lengths):
-        kernels.segment_attn[(-(-(last - first) // per), heads)](
-            q,
-            k,
-            v,
-            cu_t,
-            positions,
-            packed,
-            first,
-            last,
-            per,
-            d**-0.5,
-            *q.stride()[:2],
-            *packed.stride()[:2],
-            BLOCK=block,
-            D=d,
-        )
-    torch.testing.assert_close(packed, want, rtol=1e-4, atol=1e-5)
-    for a, b in zip(cu[:-1], cu[1:], strict=True):  # the reference is attention within each sentence
-        one = torch.nn.functional.scaled_dot_product_attention(*(t[a:b].transpose(0, 1) for t in (q, k, v)))
-        torch.testing.assert_close(want[a:b], one.transpose(0, 1), rtol=1e-4, atol=1e-5)
-    assert want[cu[-1] :].eq(0).all()
-
-    cu_rows = torch.tensor([0, 17, 20, 20, 53, 53], dtype=torch.int32)  # two empty sentences
-    x = torch.randn(60, 40)
-    for weights in (None, torch.rand(60) + 0.1):
-        got = torch.empty(5, 40)
-        kernels.seg_mean[(5, 1)](
-            x, x if weights is None else weights, cu_rows, got, 40, WEIGHTED=weights is not None, TOKENS=16, BD=64
-        )
-        want = fused.segment_mean(x, cu_rows, weights)
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
-        w = torch.ones(60) if weights is None else weights
-        torch.testing.assert_close(want[0], (x[:17] * w[:17, None]).sum(0) / w[:17].sum(), rtol=1e-5, atol=1e-6)
-        assert want[2].eq(0).all() and want[4].eq(0).all()
-    print("kernels ok")

@@ -11,14 +11,11 @@ without padding or a mask tensor. Plain torch where Triton or CUDA is missing (C
 from __future__ import annotations
 
 import functools
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-
-_KERNELS: Any = None
 
 
 def triton_available(device: torch.device) -> bool:
@@ -39,152 +36,11 @@ def _triton_importable() -> bool:
 
 
 def _kernels() -> Any:
-    """The Triton kernels and the ``triton`` module, defined on first use (Triton is imported only on a CUDA
-    machine), as attributes: ``add_ln``, ``segment_attn``, ``group_attn``, ``seg_mean``, ``triton``."""
-    global _KERNELS
-    if _KERNELS is not None:
-        return _KERNELS
-    import triton
-    import triton.language as tl
+    """The module of Triton kernels (:mod:`bertflow.encoding.triton_kernels`), imported on first use: Triton is
+    imported only where a kernel runs."""
+    from . import triton_kernels
 
-    @triton.jit(do_not_specialize=["m"])  # the row count changes every batch: one compiled kernel for all
-    def add_ln(y_ptr, r_ptr, w_ptr, b_ptr, o_ptr, m, n, eps, ROWS: tl.constexpr, BLOCK: tl.constexpr):
-        rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-        cols = tl.arange(0, BLOCK)
-        cmask = cols < n
-        mask = (rows < m)[:, None] & cmask[None, :]
-        offs = rows.to(tl.int64)[:, None] * n + cols[None, :]
-        x = tl.load(y_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-        x += tl.load(r_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-        mean = tl.sum(x, axis=1) / n
-        d = tl.where(mask, x - mean[:, None], 0.0)
-        rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=1) / n + eps)
-        w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
-        b = tl.load(b_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
-        out = d * rstd[:, None] * w[None, :] + b[None, :]
-        tl.store(o_ptr + offs, out.to(o_ptr.dtype.element_ty), mask=mask)
-
-    # One program per (run of `per` consecutive sentences, head), their tokens contiguous from cu[s0]: the run's q,
-    # k, v tiles, scores, softmax and output in registers. A token's sentence is told by where that sentence
-    # starts (token - position), so no mask is read. Batch sizes vary: the run bounds are not specialised.
-    @triton.jit(do_not_specialize=["first", "last", "per"])
-    def segment_attn(
-        q_ptr,
-        k_ptr,
-        v_ptr,
-        cu_ptr,
-        pos_ptr,
-        o_ptr,
-        first,
-        last,
-        per,
-        scale,
-        s_tok,
-        s_head,
-        o_tok,
-        o_head,
-        BLOCK: tl.constexpr,
-        D: tl.constexpr,
-    ):
-        s0 = first + tl.program_id(0) * per
-        t0 = tl.load(cu_ptr + s0)
-        t1 = tl.load(cu_ptr + tl.minimum(s0 + per, last))
-        i = tl.arange(0, BLOCK)
-        tok = t0 + i
-        inside = tok < t1
-        start = tok - tl.load(pos_ptr + tok, mask=inside, other=0).to(tl.int32)
-        d = tl.arange(0, D)
-        at = tok.to(tl.int64)[:, None] * s_tok + tl.program_id(1) * s_head + d[None, :]
-        q = tl.load(q_ptr + at, mask=inside[:, None], other=0.0)
-        k = tl.load(k_ptr + at, mask=inside[:, None], other=0.0)
-        v = tl.load(v_ptr + at, mask=inside[:, None], other=0.0)
-        s = tl.dot(q, tl.trans(k)) * scale
-        # A query sees the tokens of its own sentence; a slot past the run sees itself only (never stored).
-        seen = ((start[:, None] == start[None, :]) & inside[None, :]) | (i[:, None] == i[None, :])
-        s = tl.where(seen, s, float("-inf"))
-        p = tl.exp(s - tl.max(s, axis=1)[:, None])
-        out = tl.dot(p.to(v.dtype), v) / tl.sum(p, axis=1)[:, None]
-        to = tok.to(tl.int64)[:, None] * o_tok + tl.program_id(1) * o_head + d[None, :]
-        tl.store(o_ptr + to, out.to(o_ptr.dtype.element_ty), mask=inside[:, None])
-
-    # The graphable form of segment_attn (encoding/graphs.py): the runs of sentences ("groups", token ranges of at
-    # most BLOCK tokens) come from a table on the device, and a fixed grid of programs loops over this class's
-    # groups, so one launch serves every batch of a graph's shape.
-    @triton.jit
-    def group_attn(
-        q_ptr,
-        k_ptr,
-        v_ptr,
-        pos_ptr,
-        o_ptr,
-        groups_ptr,
-        bounds_ptr,
-        cls,
-        scale,
-        s_tok,
-        s_head,
-        o_tok,
-        o_head,
-        BLOCK: tl.constexpr,
-        D: tl.constexpr,
-    ):
-        lo = tl.load(bounds_ptr + cls)
-        hi = tl.load(bounds_ptr + cls + 1)
-        i = tl.arange(0, BLOCK)
-        d = tl.arange(0, D)
-        g = lo + tl.program_id(0)
-        while g < hi:
-            t0 = tl.load(groups_ptr + 2 * g)
-            t1 = tl.load(groups_ptr + 2 * g + 1)
-            tok = t0 + i
-            inside = tok < t1
-            start = tok - tl.load(pos_ptr + tok, mask=inside, other=0).to(tl.int32)
-            at = tok.to(tl.int64)[:, None] * s_tok + tl.program_id(1) * s_head + d[None, :]
-            q = tl.load(q_ptr + at, mask=inside[:, None], other=0.0)
-            k = tl.load(k_ptr + at, mask=inside[:, None], other=0.0)
-            v = tl.load(v_ptr + at, mask=inside[:, None], other=0.0)
-            s = tl.dot(q, tl.trans(k)) * scale
-            seen = ((start[:, None] == start[None, :]) & inside[None, :]) | (i[:, None] == i[None, :])
-            s = tl.where(seen, s, float("-inf"))
-            p = tl.exp(s - tl.max(s, axis=1)[:, None])
-            out = tl.dot(p.to(v.dtype), v) / tl.sum(p, axis=1)[:, None]
-            to = tok.to(tl.int64)[:, None] * o_tok + tl.program_id(1) * o_head + d[None, :]
-            tl.store(o_ptr + to, out.to(o_ptr.dtype.element_ty), mask=inside[:, None])
-            g += tl.num_programs(0)
-
-    # Mean of each sentence's token states (tokens cu[r] .. cu[r+1]-1), optionally weighted, in float32, tokens
-    # summed in a fixed order (deterministic, unlike atomics).
-    @triton.jit
-    def seg_mean(x_ptr, w_ptr, cu_ptr, o_ptr, n, WEIGHTED: tl.constexpr, TOKENS: tl.constexpr, BD: tl.constexpr):
-        r = tl.program_id(0)
-        t0 = tl.load(cu_ptr + r)
-        t1 = tl.load(cu_ptr + r + 1)
-        d = tl.program_id(1) * BD + tl.arange(0, BD)
-        dmask = d < n
-        acc = tl.zeros((BD,), dtype=tl.float32)
-        norm = tl.zeros((TOKENS,), dtype=tl.float32)
-        t = t0
-        while t < t1:
-            tok = t + tl.arange(0, TOKENS)
-            inside = tok < t1
-            x = tl.load(
-                x_ptr + tok.to(tl.int64)[:, None] * n + d[None, :], mask=inside[:, None] & dmask[None, :], other=0.0
-            ).to(tl.float32)
-            if WEIGHTED:
-                w = tl.load(w_ptr + tok, mask=inside, other=0.0).to(tl.float32)
-            else:
-                w = inside.to(tl.float32)
-            acc += tl.sum(x * w[:, None], axis=0)
-            norm += w
-            t += TOKENS
-        total = tl.sum(norm, axis=0)
-        out = acc / tl.maximum(total, 1e-30) if WEIGHTED else acc / tl.maximum(total, 1.0)
-        tl.store(o_ptr + r.to(tl.int64) * n + d, out, mask=dmask)
-
-    _KERNELS = SimpleNamespace(
-        add_ln=add_ln, segment_attn=segment_attn, group_attn=group_attn, seg_mean=seg_mean, triton=triton
-    )
-    return _KERNELS
+    return triton_kernels
 
 
 def add_layer_norm(y: torch.Tensor, residual: torch.Tensor, norm: torch.nn.LayerNorm) -> torch.Tensor:
@@ -195,11 +51,9 @@ def add_layer_norm(y: torch.Tensor, residual: torch.Tensor, norm: torch.nn.Layer
     m, n = y.shape
     y, residual = y.contiguous(), residual.contiguous()
     out = torch.empty_like(y)
-    kernels = _kernels()
-    kernel, triton = kernels.add_ln, kernels.triton
-    block = triton.next_power_of_2(n)
+    block = 1 << (n - 1).bit_length()  # the next power of two
     rows = max(1, min(16, 4096 // block))
-    kernel[(triton.cdiv(m, rows),)](
+    _kernels().add_ln[(-(-m // rows),)](
         y, residual, norm.weight, norm.bias, out, m, n, float(norm.eps), ROWS=rows, BLOCK=block, num_warps=4
     )
     return out
