@@ -539,6 +539,7 @@ CUDA_TEST_FILES = (
     "tests/encoding/test_graphs.py",
     "tests/test_cuda_graphs.py",
     "tests/encoding/test_fused.py",
+    "tests/encoding/test_triton_kernels.py",
     "tests/encoding/test_warmup.py",
     "tests/encoding/test_tokenization.py",
     "tests/encoding/test_wordpiece.py",
