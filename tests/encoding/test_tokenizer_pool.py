@@ -30,7 +30,7 @@ def test_auto_processes_only_on_cuda_with_the_shortcut(tiny_model_dir, monkeypat
     tok = _rust(tiny_model_dir)
     assert auto_processes("cpu") == 0 and auto_processes("cpu", tok) == 0
     monkeypatch.setattr(tokenizer_pool.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
-    assert auto_processes("cuda", tok) == 8
+    assert auto_processes("cuda", tok) == 12  # all but the encoding process's own four
     assert auto_processes("cuda", _edited(tok, pre_tokenizer={"type": "Whitespace"})) == 0  # no shortcut
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # two torchrun ranks on this host share its cores
     assert auto_processes("cuda", tok) == 4
@@ -39,6 +39,8 @@ def test_auto_processes_only_on_cuda_with_the_shortcut(tiny_model_dir, monkeypat
     monkeypatch.delenv("LOCAL_WORLD_SIZE")
     monkeypatch.setattr(tokenizer_pool.os, "sched_getaffinity", lambda pid: set(range(6)), raising=False)
     assert auto_processes("cuda", tok) == 0
+    monkeypatch.setattr(tokenizer_pool.os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    assert auto_processes("cuda", tok) == 12  # at most MAX_AUTO_PROCESSES
     monkeypatch.setattr(tokenizer_pool.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
     monkeypatch.setattr(tokenizer_pool, "_start_method", lambda: "spawn")  # off Linux: never started unasked
     assert auto_processes("cuda", tok) == 0

@@ -47,13 +47,22 @@ def _start_method() -> str:
     return "spawn"
 
 
+#: Cores :func:`auto_processes` leaves to the encoding process itself: the main thread (launches), the feeder and
+#: the two tokenisation threads (sending parts to the workers, sorting, laying batches out).
+PARENT_CORES = 4
+#: The most worker processes :func:`auto_processes` starts: 12 on a 16-core card host fed a graphed MiniLM-L6 faster
+#: than 8 (docs/performance.md, thirteenth pass); more were not measured.
+MAX_AUTO_PROCESSES = 12
+
+
 def auto_processes(device_type: str, tokenizer: Any = None) -> int:
-    """Worker processes used when none are asked for: on CUDA, half of this process's share of the usable CPU
-    cores (at most 8; none below 8 cores), provided the ``tokenizers.Tokenizer`` (if given) takes the
-    :class:`WordPieceShortcut`; otherwise none. On CPU none, since there the model needs every core, and none
-    where workers cannot be forked (off Linux). The share divides the cores among the ``LOCAL_WORLD_SIZE`` ranks
-    that torchrun starts on one host. Without the shortcut, workers that run the Rust pipeline serially were
-    slower than in-process tokenisation, hence the condition (docs/performance.md).
+    """Worker processes used when none are asked for: on CUDA, this process's share of the usable CPU cores less
+    :data:`PARENT_CORES` (at most :data:`MAX_AUTO_PROCESSES`; none below a share of 8 cores), provided the
+    ``tokenizers.Tokenizer`` (if given) takes the :class:`WordPieceShortcut`; otherwise none. On CPU none, since
+    there the model needs every core, and none where workers cannot be forked (off Linux). The share divides the
+    cores among the ``LOCAL_WORLD_SIZE`` ranks that torchrun starts on one host. Without the shortcut, workers that
+    run the Rust pipeline serially were slower than in-process tokenisation, hence the condition
+    (docs/performance.md).
     """
     if device_type != "cuda" or _start_method() != "fork":
         # Spawned workers would re-run the caller's main module: not something to start unasked.
@@ -66,7 +75,7 @@ def auto_processes(device_type: str, tokenizer: Any = None) -> int:
     share = cores // ranks
     if share < 8 or (tokenizer is not None and WordPieceShortcut.from_tokenizer(tokenizer) is None):
         return 0
-    return min(8, share // 2)
+    return min(MAX_AUTO_PROCESSES, share - PARENT_CORES)
 
 
 _WORKER_TOKENIZER: Any = None
