@@ -224,17 +224,15 @@ class Prefetcher:
             SWITCH_INTERVAL.release()
 
 
-def cut_chunks(sentences: Iterable[str], sizes: Iterator[int], check: bool = True) -> Iterator[tuple[int, list[str]]]:
-    """Cut a stream into ``(first_row, sentences)`` chunks of the given sizes, checking each sentence
-    (:func:`~bertflow.validation.check_sentences`) unless ``check`` is off (the caller checks each chunk)."""
+def cut_chunks(sentences: Iterable[str], sizes: Iterator[int]) -> Iterator[tuple[int, list[str]]]:
+    """Cut a stream into ``(first_row, sentences)`` chunks of the given sizes, checking each sentence."""
     it = iter(sentences)
     offset = 0
     for size in sizes:
         chunk = list(itertools.islice(it, size))
         if not chunk:
             return
-        if check:
-            check_sentences(chunk, offset=offset)
+        check_sentences(chunk, offset=offset)
         yield offset, chunk
         offset += len(chunk)
 

@@ -413,7 +413,7 @@ class SentenceEncoder:
         or more. An InputError for ``None``, non-string or blank sentences (naming the index) or non-finite vectors.
         """
         single = isinstance(sentences, str)
-        # Items are checked chunk by chunk on the tokenisation threads (stream.py), so the first chunk starts at once.
+        # Items are checked chunk by chunk on the tokenisation thread (cut_chunks), so the first chunk starts at once.
         items: Any = [sentences] if single else sentences
         if not isinstance(items, TokenArrays):
             items = sentence_list(items)

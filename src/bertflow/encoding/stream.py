@@ -16,7 +16,6 @@ import torch
 from ..errors import InputError
 from ..resources import return_free_memory
 from ..typing import DeviceTransform
-from ..validation import check_sentences
 from .batching import EncodeStats, Prefetcher, PreparedChunk, cut_chunks, cut_tokens
 from .forward import ModelRunner, Pending, PoolingPlan
 from .settings import DEFAULT_CHUNK, EncodeSettings, device_kind
@@ -123,8 +122,7 @@ def _prepared_chunks(
     """The stream's chunks, tokenised and batched in order: on ``settings.tokenize_workers`` background threads (the
     returned :class:`Prefetcher`, which the caller closes) unless the input is one chunk in all."""
     sizes = chunk_sizes(settings, device.type, chunk_size)
-    tokens = isinstance(sentences, TokenArrays)
-    chunks = cut_tokens(sentences, sizes) if tokens else cut_chunks(sentences, sizes, check=False)
+    chunks = cut_tokens(sentences, sizes) if isinstance(sentences, TokenArrays) else cut_chunks(sentences, sizes)
 
     # One chunk in all (a query, a small batch): nothing to overlap, so no threads, and tokenised here, where
     # it costs less than the round trip to a worker process.
@@ -132,11 +130,6 @@ def _prepared_chunks(
     single = sized and len(sentences) <= next(chunk_sizes(settings, device.type, chunk_size))
 
     def prepare_one(item: tuple[int, Sequence[str] | TokenArrays]) -> PreparedChunk:
-        if not tokens:
-            # Checked here, on the chunk's own thread, not by the feeder thread that cuts the chunks: the feeder
-            # checking the next chunks held the GIL while this thread's writes to the tokeniser workers waited for
-            # it, which made the first chunk late (docs/performance.md, thirteenth pass).
-            check_sentences(item[1], offset=item[0])  # type: ignore[arg-type]
         return prepare(item, budget, batch_size, not single)
 
     # Before our threads start: the workers are forked from this thread.
