@@ -13,6 +13,10 @@ Subcommands (each prints one JSON object and writes it to ``--json``):
     process's and each tokeniser worker's CPU time, the machine's busy, idle and stolen core-seconds), to compare a
     slow process with a fast one. ``--ruler`` runs :class:`harness.ruler.Ruler` beside the passes and gives each
     pass's ``ruler_ms``, the host's own speed then (two variants are compared fairly only in the same state).
+    ``--pair SETTINGS`` builds a second encoder in the same process with those ``EncodeSettings`` fields, its own
+    tokeniser workers and word memo, and alternates the two encoders' passes (``--pair-order``: which goes first;
+    the order flips every round), so two settings meet the same host states; the second's numbers are under
+    ``ARCH+pair``.
 ``onepath``
     ``bertflow evaluate --model-dir`` in bf16 against ``Embedder.encode``: a random-weight MiniLM-L6 with a
     whitening calibrator fitted on STS sentences, saved; the Spearman/Pearson scores of the evaluation path vs
@@ -200,9 +204,31 @@ def counter_deltas(before: dict[str, Any], after: dict[str, Any]) -> dict[str, A
     return out
 
 
+def make_encoder(args: argparse.Namespace, model: Path, settings: str) -> Any:
+    """A ``SentenceEncoder`` of ``model`` (mean pooling, ``--device``) with ``settings`` (EncodeSettings fields,
+    ``FIELD=JSON,...``; empty: the defaults) and ``--variant`` / ``--bucket`` applied (this checkout only)."""
+    from bertflow import SentenceEncoder
+
+    kwargs = {}
+    if settings:  # e.g. min_length_ratio=0,min_tokens=0 (this checkout's fields)
+        from bertflow.encoding.settings import EncodeSettings
+
+        kwargs["settings"] = EncodeSettings(**setting_fields(settings))
+    enc = SentenceEncoder(str(model), pooling="mean", device=args.device, **kwargs)
+    if args.variant:  # ATTENTION:KERNELS of the unpadded forward instead of the defaults
+        from bertflow.encoding.packed import ATTENTIONS
+
+        attention, _, kernels = args.variant.partition(":")
+        enc._runner.cuda_attention = ATTENTIONS[attention]
+        if kernels:
+            enc._runner.packed.kernels = kernels
+    if args.bucket:  # tokens the packed layout grows each batch to a multiple of
+        enc._runner.token_bucket = args.bucket
+    return enc
+
+
 def throughput(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     import bertflow
-    from bertflow import SentenceEncoder
 
     pool = sts_pool(args.data_dir)
     rng = np.random.default_rng(0)
@@ -211,6 +237,7 @@ def throughput(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"bertflow": bertflow.__version__, "file": bertflow.__file__, "card": card(), "runs": {}}
     out["variant"] = args.variant or "defaults"
     out["settings"] = args.settings or "defaults"
+    out["pair"] = args.pair or None
     out["bucket"] = args.bucket or "default"
     out["warmup_sentences"] = args.warmup
     if args.counters:
@@ -223,43 +250,44 @@ def throughput(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     windows: dict[str, list[tuple[float, float]]] = {}
     for arch in args.archs.split(","):
         model = random_model(arch, args.tokenizer_dir, work / arch)
-        kwargs = {}
-        if args.settings:  # EncodeSettings fields, e.g. min_length_ratio=0,min_tokens=0 (this checkout only)
-            from bertflow.encoding.settings import EncodeSettings
-
-            kwargs["settings"] = EncodeSettings(**setting_fields(args.settings))
-        enc = SentenceEncoder(str(model), pooling="mean", device=args.device, **kwargs)
-        if args.variant:  # ATTENTION:KERNELS of the unpadded forward instead of the defaults (this checkout only)
-            from bertflow.encoding.packed import ATTENTIONS
-
-            attention, _, kernels = args.variant.partition(":")
-            enc._runner.cuda_attention = ATTENTIONS[attention]
-            if kernels:
-                enc._runner.packed.kernels = kernels
-        if args.bucket:  # tokens the packed layout grows each batch to a multiple of (this checkout only)
-            enc._runner.token_bucket = args.bucket
-        enc.encode(warm, show_progress_bar=False)  # CUDA and allocator warm-up on text unlike the timed text
-        rates, counters = [], []
-        windows[arch] = []
-        for _ in range(1 + args.rounds):
-            sync()
-            before = cpu_counters(enc) if args.counters else None
-            t = time.perf_counter()
-            enc.encode(text, show_progress_bar=False)
-            sync()
-            end = time.perf_counter()
-            rates.append(len(text) / (end - t))
-            windows[arch].append((t, end))
-            if before is not None:
-                counters.append(counter_deltas(before, cpu_counters(enc)))
-        out["runs"][arch] = {
-            # The process's first pass over the STS words (the tokeniser's word memo is cold for them).
-            "first_pass_sentences_per_s": round(rates[0]),
-            "warm_sentences_per_s": round(statistics.median(rates[1:])),
-            "rounds": [round(x) for x in rates],
-            **({"counters": counters} if args.counters else {}),
-        }
-        del enc
+        # Each side of a pair has its own encoder, so its own tokeniser workers and word memo: the timed text is new
+        # to both at their first pass. Their passes alternate (the order flips every round), so both see the same
+        # states of the host, which can run the same work at two speeds (docs/performance.md, eleventh pass).
+        sides = {arch: make_encoder(args, model, args.settings)}
+        if args.pair:
+            sides[f"{arch}+pair"] = make_encoder(args, model, args.pair)
+        for enc in sides.values():
+            enc.encode(warm, show_progress_bar=False)  # CUDA and allocator warm-up on text unlike the timed text
+        rates: dict[str, list[float]] = {name: [] for name in sides}
+        counters: dict[str, list[dict[str, Any]]] = {name: [] for name in sides}
+        for name in sides:
+            windows[name] = []
+        for r in range(1 + args.rounds):
+            order = list(sides) if (r + (args.pair_order == "ba")) % 2 == 0 else list(sides)[::-1]
+            for name in order:
+                enc = sides[name]
+                sync()
+                before = cpu_counters(enc) if args.counters else None
+                t = time.perf_counter()
+                enc.encode(text, show_progress_bar=False)
+                sync()
+                end = time.perf_counter()
+                rates[name].append(len(text) / (end - t))
+                windows[name].append((t, end))
+                if before is not None:
+                    counters[name].append(counter_deltas(before, cpu_counters(enc)))
+        for name in sides:
+            out["runs"][name] = {
+                # The process's first pass over the STS words (the tokeniser's word memo is cold for them).
+                "first_pass_sentences_per_s": round(rates[name][0]),
+                "warm_sentences_per_s": round(statistics.median(rates[name][1:])),
+                "rounds": [round(x) for x in rates[name]],
+                **({"settings": args.pair} if name.endswith("+pair") else {}),
+                **({"counters": counters[name]} if args.counters else {}),
+            }
+        for enc in sides.values():
+            getattr(enc, "close", lambda: None)()  # its tokeniser workers (an older checkout may lack close)
+        del sides, enc
         torch.cuda.empty_cache()
     if ruler is not None:
         ruler.stop()  # it writes its last repetitions before it exits
@@ -597,6 +625,15 @@ def main() -> None:
     )
     parser.add_argument("--bucket", type=int, default=0, help="throughput: the packed layout's token bucket")
     parser.add_argument("--settings", default="", help="throughput: EncodeSettings fields, FIELD=JSON,...")
+    parser.add_argument(
+        "--pair",
+        default="",
+        help="throughput: a second encoder in the same process with these EncodeSettings fields ('default': none), "
+        "its passes alternating with the first's; its numbers are under ARCH+pair",
+    )
+    parser.add_argument(
+        "--pair-order", choices=["ab", "ba"], default="ab", help="throughput: which side of a pair runs first"
+    )
     parser.add_argument(
         "--counters", action="store_true", help="throughput: each pass's CPU counters (Linux; see cpu_counters)"
     )
