@@ -35,6 +35,7 @@ def _triton_importable() -> bool:
     return True
 
 
+@functools.cache  # asked at every launch: three times a layer
 def _kernels() -> Any:
     """The module of Triton kernels (:mod:`bertflow.encoding.triton_kernels`), imported on first use: Triton is
     imported only where a kernel runs."""
