@@ -5,8 +5,10 @@ from __future__ import annotations
 import sys
 
 import numpy as np
+import pytest
 
-from bertflow.encoding.batching import FAST_SWITCH_INTERVAL, Prefetcher, plan_batches
+from bertflow.encoding.batching import FAST_SWITCH_INTERVAL, Prefetcher, plan_batches, plan_packed_batches
+from bertflow.errors import InputError
 
 
 def test_plan_batches_covers_everything_within_budget():
@@ -59,3 +61,10 @@ def test_prefetcher_fast_switch_is_counted_and_restored():
     assert list(b) == [0, 1]
     b.close()
     assert sys.getswitchinterval() == before
+
+
+@pytest.mark.parametrize("plan", [plan_batches, plan_packed_batches])
+@pytest.mark.parametrize(("max_tokens", "max_rows"), [(0, None), (-5, 4), (64, 0)])
+def test_both_planners_refuse_a_budget_that_is_not_positive(plan, max_tokens, max_rows):
+    with pytest.raises(InputError, match="max_tokens and batch_size must be positive"):
+        plan(np.array([5, 3, 2]), max_tokens, max_rows)

@@ -27,6 +27,13 @@ from .settings import MIN_LENGTH_RATIO, UNIFORM_FILL
 from .tokenization import TokenArrays
 
 
+def _check_budget(max_tokens: int, max_rows: int | None) -> None:
+    """The limits of a batch plan (:func:`plan_batches`, :func:`plan_packed_batches`): positive, ``max_rows`` unset
+    or positive."""
+    if max_tokens < 1 or (max_rows is not None and max_rows < 1):
+        raise InputError("max_tokens and batch_size must be positive")
+
+
 def plan_batches(
     lengths: np.ndarray,
     max_tokens: int,
@@ -45,8 +52,7 @@ def plan_batches(
     padding, no attention mask (0 makes every batch uniform, above 1 gives plain greedy budget batches).
     """
     n = len(lengths)
-    if max_tokens < 1 or (max_rows is not None and max_rows < 1):
-        raise InputError("max_tokens and batch_size must be positive")
+    _check_budget(max_tokens, max_rows)
     # Ascending copy for searchsorted: the run of lengths equal to L ends at the first index with length < L.
     ascending = -np.asarray(lengths, dtype=np.int64)
     batches: list[tuple[int, int]] = []
@@ -74,8 +80,7 @@ def plan_packed_batches(lengths: np.ndarray, max_tokens: int, max_rows: int | No
     """``(start, stop)`` ranges covering ``lengths`` ([N] token counts) in order, each of at most ``max_tokens`` real
     tokens (a longer sentence gets a batch of its own) and ``max_rows`` rows: the batches of a forward whose padding
     costs nothing (the graphed packed forward), cut so that full batches meet one token bucket again and again."""
-    if max_tokens < 1 or (max_rows is not None and max_rows < 1):
-        raise InputError("max_tokens and batch_size must be positive")
+    _check_budget(max_tokens, max_rows)
     ends = np.cumsum(lengths, dtype=np.int64)
     batches: list[tuple[int, int]] = []
     start = 0
