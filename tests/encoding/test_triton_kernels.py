@@ -18,8 +18,8 @@ from bertflow.encoding.graphs import attention_runs
 
 
 def test_kernels_on_the_triton_interpreter():
-    """Every kernel agrees with its torch reference, run by Triton's CPU interpreter in a fresh process (the
-    interpreter must be chosen before Triton is first imported)."""
+    """Every kernel, and the attention wrappers' launches of them, agree with their torch references, run by Triton's
+    CPU interpreter in a fresh process (the interpreter must be chosen before Triton is first imported)."""
     pytest.importorskip("triton")
     env = dict(os.environ, TRITON_INTERPRET="1")
     code = "from tests.encoding.test_triton_kernels import check_kernels; check_kernels()"
@@ -69,6 +69,12 @@ def check_kernels() -> None:
             D=d,
         )
     torch.testing.assert_close(packed, want, rtol=1e-4, atol=1e-5)
+    # The wrappers' own launches (their grids, argument order and strides), with the kernel's guard forced open:
+    # off CUDA they would take their torch references.
+    fused.segment_attention_fits = lambda q, width: True
+    torch.testing.assert_close(fused.grouped_attention(q, k, v, positions, runs, bounds), want, rtol=1e-4, atol=1e-5)
+    wrapped = fused.segment_attention(q, k, v, cu_t, positions, fused.segment_tiles(lengths))
+    torch.testing.assert_close(wrapped[: cu[-1]], want[: cu[-1]], rtol=1e-4, atol=1e-5)
     for a, b in zip(cu[:-1], cu[1:], strict=True):  # the reference is attention within each sentence
         one = torch.nn.functional.scaled_dot_product_attention(*(t[a:b].transpose(0, 1) for t in (q, k, v)))
         torch.testing.assert_close(want[a:b], one.transpose(0, 1), rtol=1e-4, atol=1e-5)

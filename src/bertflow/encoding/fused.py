@@ -156,32 +156,60 @@ def segment_attention(
     [total, heads, head_dim] contiguous: softmax(q k^T / sqrt(head_dim)) v over the query's sentence.
     """
     total, heads, d = q.shape
-    if not q.stride() == k.stride() == v.stride():  # the kernel takes one set of strides for the three
-        q, k, v = (t.contiguous() for t in (q, k, v))
+    q, k, v = _one_stride(q, k, v)
     _compiled(q)
     out = torch.empty((total, heads, d), dtype=q.dtype, device=q.device)
     kernel = _kernels().segment_attn
     for block, first, last, per in tiles:
-        kernel[(-(-(last - first) // per), heads)](
+        _launch(
+            kernel,
+            (-(-(last - first) // per), heads),
             q,
             k,
             v,
-            cu_seqlens,
-            positions,
+            (cu_seqlens, positions, out, first, last, per),
             out,
-            first,
-            last,
-            per,
-            d**-0.5,
-            q.stride(0),
-            q.stride(1),
-            out.stride(0),
-            out.stride(1),
-            BLOCK=block,
-            D=d,
-            num_warps=min(8, block // 16),
+            block,
         )
     return out
+
+
+def _one_stride(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``q``, ``k``, ``v`` as the attention kernels take them: with one set of strides for the three (views of one
+    QKV GEMM's output as they are, else contiguous copies)."""
+    if q.stride() == k.stride() == v.stride():
+        return q, k, v
+    return q.contiguous(), k.contiguous(), v.contiguous()
+
+
+def _launch(
+    kernel: Any,
+    grid: tuple[int, int],
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    args: tuple[Any, ...],
+    out: torch.Tensor,
+    block: int,
+) -> None:
+    """One launch of an attention kernel of :mod:`~bertflow.encoding.triton_kernels` on ``grid``: ``q, k, v``, the
+    kernel's own ``args`` (``out`` among them), then what its tile (``attend_tile``) takes: the scale, the strides of
+    ``q`` (shared by ``k`` and ``v``) and ``out``, a ``block``-token tile of the heads' width."""
+    d = q.shape[-1]
+    kernel[grid](
+        q,
+        k,
+        v,
+        *args,
+        d**-0.5,
+        q.stride(0),
+        q.stride(1),
+        out.stride(0),
+        out.stride(1),
+        BLOCK=block,
+        D=d,
+        num_warps=min(8, block // 16),
+    )
 
 
 #: The tiles of :func:`grouped_attention`, one launch each: a run of sentences takes the smallest that holds its
@@ -212,30 +240,12 @@ def grouped_attention(
     total, heads, d = q.shape
     if not segment_attention_fits(q, TILE_MAX):
         return _grouped_attention_reference(q, k, v, positions, groups, bounds)
-    if not q.stride() == k.stride() == v.stride():
-        q, k, v = (t.contiguous() for t in (q, k, v))
+    q, k, v = _one_stride(q, k, v)
     out = torch.zeros((total, heads, d), dtype=q.dtype, device=q.device)
     kernel = _kernels().group_attn
     programs = max(1, GROUP_PROGRAMS // heads)
     for c, block in enumerate(GROUP_BLOCKS):
-        kernel[(programs, heads)](
-            q,
-            k,
-            v,
-            positions,
-            out,
-            groups,
-            bounds,
-            c,
-            d**-0.5,
-            q.stride(0),
-            q.stride(1),
-            out.stride(0),
-            out.stride(1),
-            BLOCK=block,
-            D=d,
-            num_warps=min(8, block // 16),
-        )
+        _launch(kernel, (programs, heads), q, k, v, (positions, out, groups, bounds, c), out, block)
     return out
 
 
