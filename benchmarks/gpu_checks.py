@@ -162,21 +162,28 @@ def cpu_counters(enc: Any) -> dict[str, Any]:
     half speed): the main thread's CPU seconds, voluntary (waiting) and involuntary (preempted by another thread or
     process) context switches and the seconds it waited for prepared chunks (:func:`time_chunk_waits`), the CPU
     seconds of the whole process (its pipeline threads included, ended ones too) and of each of the encoder's
-    tokeniser worker processes (``enc.chunk_tokenizer.pool.pids``), the machine's cores (:func:`host_cpu_s`), and the
-    cores the main thread may run on."""
+    tokeniser worker processes (``enc.chunk_tokenizer.pool.pids``; summed over them also split into user and system
+    seconds, with their minor page faults and involuntary context switches), the machine's cores
+    (:func:`host_cpu_s`), and the cores the main thread may run on."""
     import resource
 
     main = resource.getrusage(resource.RUSAGE_THREAD)
     whole = resource.getrusage(resource.RUSAGE_SELF)
     pool = getattr(getattr(enc, "chunk_tokenizer", None), "pool", None)
     ticks = os.sysconf("SC_CLK_TCK")
-    workers = []
+    workers, split = [], np.zeros(4)
     for pid in getattr(pool, "pids", []):
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            workers.append((int(fields[11]) + int(fields[12])) / ticks)  # utime, stime
+            status = Path(f"/proc/{pid}/status").read_text()
+            preempted = int(status.split("nonvoluntary_ctxt_switches:")[1].split()[0])
+            # utime, stime, minor page faults: the same work costing more user time means slower cores; more
+            # system time or faults, the kernel's memory work; more preemptions, too many runnable threads.
+            user, system, faults = int(fields[11]) / ticks, int(fields[12]) / ticks, int(fields[7])
         except (OSError, IndexError, ValueError):
-            workers.append(0.0)
+            user = system = faults = preempted = 0
+        workers.append(user + system)
+        split += (user, system, faults, preempted)
     return {
         "main_cpu_s": main.ru_utime + main.ru_stime,
         "main_voluntary_switches": main.ru_nvcsw,
@@ -186,6 +193,10 @@ def cpu_counters(enc: Any) -> dict[str, Any]:
         "process_cpu_s": whole.ru_utime + whole.ru_stime,
         "worker_cpu_s": sum(workers),
         "workers_cpu_s": workers,
+        "worker_user_s": split[0],
+        "worker_system_s": split[1],
+        "worker_minor_faults": int(split[2]),
+        "worker_preemptions": int(split[3]),
         **host_cpu_s(),
         "main_cores": len(os.sched_getaffinity(0)),
     }
