@@ -45,6 +45,7 @@ Subcommands (each prints one JSON object and writes it to ``--json``):
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -144,6 +145,26 @@ def time_chunk_waits() -> None:
     batching.Prefetcher.__iter__ = timed  # type: ignore[method-assign]
 
 
+FULL_COLLECTIONS = {"n": 0, "s": 0.0}
+
+
+def time_full_collections() -> None:
+    """Count Python's full collections (its oldest generation) in this process, on any thread, and their seconds
+    into :data:`FULL_COLLECTIONS`: each walks every object the process holds (tens of ms with torch loaded)."""
+    started: list[float] = []
+
+    def on_collection(phase: str, info: dict[str, int]) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            started.append(time.perf_counter())
+        elif started:
+            FULL_COLLECTIONS["n"] += 1
+            FULL_COLLECTIONS["s"] += time.perf_counter() - started.pop()
+
+    gc.callbacks.append(on_collection)
+
+
 def host_cpu_s() -> dict[str, float]:
     """Seconds of all the machine's cores so far (``/proc/stat``): busy (user, nice, system, irq, softirq), idle
     (with iowait) and stolen by the hypervisor (steal: a virtual machine's cores running someone else)."""
@@ -160,7 +181,8 @@ def host_cpu_s() -> dict[str, float]:
 def cpu_counters(enc: Any) -> dict[str, Any]:
     """Linux counters of this process so far, to tell a slow process from a fast one (issue 23: whole processes ran at
     half speed): the main thread's CPU seconds, voluntary (waiting) and involuntary (preempted by another thread or
-    process) context switches and the seconds it waited for prepared chunks (:func:`time_chunk_waits`), the CPU
+    process) context switches and the seconds it waited for prepared chunks (:func:`time_chunk_waits`), the
+    process's full collections and their seconds (:func:`time_full_collections`), the CPU
     seconds of the whole process (its pipeline threads included, ended ones too) and of each of the encoder's
     tokeniser worker processes (``enc.chunk_tokenizer.pool.pids``; summed over them also split into user and system
     seconds, with their minor page faults and involuntary context switches), the machine's cores
@@ -190,6 +212,8 @@ def cpu_counters(enc: Any) -> dict[str, Any]:
         "main_involuntary_switches": main.ru_nivcsw,
         "main_chunk_wait_s": CHUNK_WAIT["s"],
         "chunks": CHUNK_WAIT["chunks"],
+        "full_collections": FULL_COLLECTIONS["n"],
+        "full_collection_s": FULL_COLLECTIONS["s"],
         "process_cpu_s": whole.ru_utime + whole.ru_stime,
         "worker_cpu_s": sum(workers),
         "workers_cpu_s": workers,
@@ -253,6 +277,7 @@ def throughput(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     out["warmup_sentences"] = args.warmup
     if args.counters:
         time_chunk_waits()
+        time_full_collections()
     ruler = None
     if args.ruler:  # the host's own speed during each pass (harness/ruler.py)
         from harness.ruler import Ruler
