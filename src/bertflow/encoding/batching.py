@@ -8,7 +8,6 @@ A chunk is tokenised, sorted by token count (longest first, stable), cut into to
 from __future__ import annotations
 
 import functools
-import gc
 import itertools
 import queue
 import sys
@@ -159,23 +158,13 @@ class EncodeStats:
 
 _END = object()
 
-#: Python's thread switch interval (seconds) while a :class:`Prefetcher` feeds a CUDA encode (``low_latency``).
+#: Python's thread switch interval (seconds) while a :class:`Prefetcher` feeds a CUDA encode (``fast_switch``).
 #: The thread that launches the kernels holds the GIL almost all the time; each time a preparing thread takes it,
 #: the launching thread waited up to Python's default 5 ms to get it back, with the GPU idle when it is ahead
 #: (MiniLM-L6 on an H200: docs/performance.md). ``None`` leaves the interval alone.
 FAST_SWITCH_INTERVAL: float | None = 0.0005
-#: The process-wide switch interval, held by every low-latency :class:`Prefetcher` at once.
+#: Python's thread switch interval, lowered while any fast-switching :class:`Prefetcher` runs.
 SWITCH_INTERVAL = CountedSetting(sys.getswitchinterval, sys.setswitchinterval)
-
-#: Whether Python's full collections (of its oldest generation) wait while a :class:`Prefetcher` feeds a CUDA encode
-#: (``low_latency``); the young generations are still collected. A full collection walks every object the process
-#: holds (about 390,000 with torch and transformers loaded: 140 ms on a 2-core VM), on whichever thread allocates;
-#: one stalled a pass's launches by 40-60 ms (issue 23, docs/performance.md). The first collection after the encode
-#: catches up.
-DEFER_FULL_COLLECTIONS = True
-#: The process-wide collection thresholds (:func:`gc.get_threshold`), held by every low-latency prefetcher at once.
-GC_THRESHOLDS = CountedSetting(gc.get_threshold, lambda t: gc.set_threshold(*t))
-_NEVER = 2**31 - 1  # a threshold no count reaches
 
 
 class Prefetcher:
@@ -183,25 +172,22 @@ class Prefetcher:
 
     A feeder thread pulls items (so a slow reader, such as a file, is off the main thread too) and submits
     them to ``workers`` threads; at most ``depth`` results wait, which bounds memory. Exceptions reach the
-    consumer at the position where they happened, after every earlier result. ``low_latency`` (for a consumer
-    that launches GPU work and must not wait): until :meth:`close`, Python switches threads every
-    :data:`FAST_SWITCH_INTERVAL` seconds and defers full collections (:data:`DEFER_FULL_COLLECTIONS`).
+    consumer at the position where they happened, after every earlier result. ``fast_switch``: until
+    :meth:`close`, Python switches threads every :data:`FAST_SWITCH_INTERVAL` seconds (for a consumer that
+    launches GPU work and must not wait for the GIL).
     """
 
     def __init__(
-        self, items: Iterator[Any], prepare: Callable[[Any], Any], workers: int, depth: int, low_latency: bool = False
+        self, items: Iterator[Any], prepare: Callable[[Any], Any], workers: int, depth: int, fast_switch: bool = False
     ) -> None:
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bertflow-tokenize")
         self._thread = threading.Thread(target=self._feed, args=(items, prepare), name="bertflow-feed", daemon=True)
         self._thread.start()
-        self._switch = low_latency and FAST_SWITCH_INTERVAL is not None
+        self._switch = fast_switch and FAST_SWITCH_INTERVAL is not None
         if self._switch:
             SWITCH_INTERVAL.hold(min(FAST_SWITCH_INTERVAL, sys.getswitchinterval()))  # type: ignore[type-var]
-        self._defer = low_latency and DEFER_FULL_COLLECTIONS
-        if self._defer:
-            GC_THRESHOLDS.hold((*gc.get_threshold()[:2], _NEVER))
 
     def _put(self, obj: Any) -> bool:
         while not self._stop.is_set():
@@ -241,9 +227,6 @@ class Prefetcher:
         if self._switch:
             self._switch = False
             SWITCH_INTERVAL.release()
-        if self._defer:
-            self._defer = False
-            GC_THRESHOLDS.release()
 
 
 def cut_chunks(sentences: Iterable[str], sizes: Iterator[int]) -> Iterator[tuple[int, list[str]]]:

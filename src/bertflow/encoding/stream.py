@@ -139,7 +139,7 @@ def _prepared_chunks(
         threads = 2 if pool is not None else 1
     if threads > 0 and not single:
         cuda = device.type == "cuda"
-        prefetcher = Prefetcher(chunks, prepare_one, threads, depth=threads + 1, low_latency=cuda)
+        prefetcher = Prefetcher(chunks, prepare_one, threads, depth=threads + 1, fast_switch=cuda)
         return iter(prefetcher), prefetcher
     return map(prepare_one, chunks), None
 
