@@ -1,4 +1,5 @@
-# NOT RUN YET: the plan for the next session's first throughput call (the device budget of session 18 was spent).
+# Run in session 19 as fourteenth_pass_1xGPU/call_a.sh (BERT-base pairs 1 and 2; the third was not needed: the rule
+# had failed in the first) and call_b.sh (the MiniLM-L6 pairs). The plan, as fixed in session 18:
 # Uses gpu_checks.py throughput --pair (two encoders in one process, passes alternating, order flipping each round).
 # Rules fixed now, before any of it runs:
 #   1. BERT-base with graphs (the final design, never measured on BERT-base): graphs become the default for 768-wide
