@@ -180,13 +180,13 @@ def host_cpu_s() -> dict[str, float]:
 
 def cpu_counters(enc: Any) -> dict[str, Any]:
     """Linux counters of this process so far, to tell a slow process from a fast one (issue 23: whole processes ran at
-    half speed): the main thread's CPU seconds, voluntary (waiting) and involuntary (preempted by another thread or
-    process) context switches and the seconds it waited for prepared chunks (:func:`time_chunk_waits`), the
-    process's full collections and their seconds (:func:`time_full_collections`), the CPU
-    seconds of the whole process (its pipeline threads included, ended ones too) and of each of the encoder's
-    tokeniser worker processes (``enc.chunk_tokenizer.pool.pids``; summed over them also split into user and system
-    seconds, with their minor page faults and involuntary context switches), the machine's cores
-    (:func:`host_cpu_s`), and the cores the main thread may run on."""
+    half speed): the main thread's CPU seconds (and their system part, with its minor page faults), voluntary
+    (waiting) and involuntary (preempted by another thread or process) context switches and the seconds it waited
+    for prepared chunks (:func:`time_chunk_waits`), the process's full collections and their seconds
+    (:func:`time_full_collections`), the CPU seconds of the whole process (its pipeline threads included, ended ones
+    too) and of each of the encoder's tokeniser worker processes (``enc.chunk_tokenizer.pool.pids``; summed over them
+    also split into user and system seconds, with their minor page faults and involuntary context switches), the
+    machine's cores (:func:`host_cpu_s`), and the cores the main thread may run on."""
     import resource
 
     main = resource.getrusage(resource.RUSAGE_THREAD)
@@ -208,6 +208,8 @@ def cpu_counters(enc: Any) -> dict[str, Any]:
         split += (user, system, faults, preempted)
     return {
         "main_cpu_s": main.ru_utime + main.ru_stime,
+        "main_system_s": main.ru_stime,  # the kernel's share: page faults of fresh memory, for one
+        "main_minor_faults": main.ru_minflt,
         "main_voluntary_switches": main.ru_nvcsw,
         "main_involuntary_switches": main.ru_nivcsw,
         "main_chunk_wait_s": CHUNK_WAIT["s"],
