@@ -45,6 +45,8 @@ Subcommands (each prints one JSON object and writes it to ``--json``):
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import gc
 import json
 import os
@@ -53,11 +55,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from harness.common import interleave, sync
 
 ARCHS = {
     "bert-base": {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072},
@@ -90,11 +94,6 @@ def random_model(arch: str, tokenizer_dir: Path, out: Path, seed: int = 0) -> Pa
 
 def card() -> str:
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-
-
-def sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
 
 
 def synthetic(tokenizer_dir: Path, n: int, seed: int = 1) -> list[str]:
@@ -264,6 +263,23 @@ def make_encoder(args: argparse.Namespace, model: Path, settings: str) -> Any:
     return enc
 
 
+@contextlib.contextmanager
+def observe(
+    sides: dict[str, Any],
+    counters: dict[str, list[dict[str, Any]]] | None,
+    windows: dict[str, list[tuple[float, float]]],
+    name: str,
+) -> Iterator[None]:
+    """Around one timed pass of ``sides[name]`` (outside its timing): the window the ruler's median is taken over,
+    into ``windows[name]``, and the pass's :func:`cpu_counters` deltas into ``counters[name]`` (``None``: none)."""
+    before = cpu_counters(sides[name]) if counters is not None else None
+    start = time.perf_counter()
+    yield
+    windows.setdefault(name, []).append((start, time.perf_counter()))
+    if counters is not None:
+        counters[name].append(counter_deltas(before, cpu_counters(sides[name])))
+
+
 def throughput(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     import bertflow
 
@@ -296,24 +312,13 @@ def throughput(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             sides[f"{arch}+pair"] = make_encoder(args, model, args.pair)
         for enc in sides.values():
             enc.encode(warm, show_progress_bar=False)  # CUDA and allocator warm-up on text unlike the timed text
-        rates: dict[str, list[float]] = {name: [] for name in sides}
         counters: dict[str, list[dict[str, Any]]] = {name: [] for name in sides}
-        for name in sides:
-            windows[name] = []
-        for r in range(1 + args.rounds):
-            order = list(sides) if (r + (args.pair_order == "ba")) % 2 == 0 else list(sides)[::-1]
-            for name in order:
-                enc = sides[name]
-                sync()
-                before = cpu_counters(enc) if args.counters else None
-                t = time.perf_counter()
-                enc.encode(text, show_progress_bar=False)
-                sync()
-                end = time.perf_counter()
-                rates[name].append(len(text) / (end - t))
-                windows[name].append((t, end))
-                if before is not None:
-                    counters[name].append(counter_deltas(before, cpu_counters(enc)))
+        order = list(sides) if args.pair_order == "ab" else list(sides)[::-1]
+        passes = {name: functools.partial(sides[name].encode, text, show_progress_bar=False) for name in order}
+        observed = functools.partial(observe, sides, counters if args.counters else None, windows)
+        rates = {
+            name: [len(text) / t for t in ts] for name, ts in interleave(passes, 1 + args.rounds, observed).items()
+        }
         for name in sides:
             out["runs"][name] = {
                 # The process's first pass over the STS words (the tokeniser's word memo is cold for them).
@@ -325,7 +330,7 @@ def throughput(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             }
         for enc in sides.values():
             getattr(enc, "close", lambda: None)()  # its tokeniser workers (an older checkout may lack close)
-        del sides, enc
+        del sides, enc, passes
         torch.cuda.empty_cache()
     if ruler is not None:
         ruler.stop()  # it writes its last repetitions before it exits
@@ -568,15 +573,14 @@ def unpadded(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                     enc._runner.packed.kernels = kernels
             enc.encode(warm, show_progress_bar=False)
             encs[name] = enc
-        rates: dict[str, list[float]] = {name: [] for name in encs}
         vectors: dict[str, np.ndarray] = {}
-        for r in range(1 + args.rounds):  # every variant's first pass, then warm rounds in alternating order
-            for name in variants if r % 2 == 0 else variants[::-1]:
-                sync()
-                t = time.perf_counter()
-                vectors[name] = encs[name].encode(text, show_progress_bar=False)
-                sync()
-                rates[name].append(len(text) / (time.perf_counter() - t))
+
+        def encode(name: str, encs: dict[str, Any] = encs, vectors: dict[str, np.ndarray] = vectors) -> None:
+            vectors[name] = encs[name].encode(text, show_progress_bar=False)
+
+        # Every variant's first pass, then warm rounds in alternating order.
+        passes = {name: functools.partial(encode, name) for name in variants}
+        rates = {name: [len(text) / t for t in ts] for name, ts in interleave(passes, 1 + args.rounds).items()}
         ref32 = SentenceEncoder(str(model), pooling="mean", device=args.device, dtype="float32")
         ref32.settings = dataclasses.replace(ref32.settings, unpadded=False)
         v32 = ref32.encode(text[:4096], show_progress_bar=False)

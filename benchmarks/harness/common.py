@@ -7,11 +7,13 @@ tokens included), "padded" tokens are what the model computed on (rows x width s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -141,8 +143,14 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
-def interleave(runs: dict[str, Callable[[], Any]], rounds: dict[str, int] | int) -> dict[str, list[float]]:
-    """Time each callable ``rounds`` times, alternating their order round by round (A B, B A, A B ...).
+def interleave(
+    runs: dict[str, Callable[[], Any]],
+    rounds: dict[str, int] | int,
+    around: Callable[[str], AbstractContextManager[Any]] | None = None,
+) -> dict[str, list[float]]:
+    """Time each callable ``rounds`` times, alternating their order round by round (A B, B A, A B ...; the first
+    round in the order of ``runs``). ``around(name)``, if given, is entered before each run and left after it,
+    outside the timed window (to read counters around a run without timing them).
 
     Returns:
         seconds per run, by name. A name with fewer rounds than others drops out of the later rounds.
@@ -152,11 +160,12 @@ def interleave(runs: dict[str, Callable[[], Any]], rounds: dict[str, int] | int)
     for r in range(max(counts.values())):
         names = [n for n in runs if counts[n] > r]
         for name in names if r % 2 == 0 else names[::-1]:
-            sync()
-            start = time.perf_counter()
-            runs[name]()
-            sync()
-            times[name].append(time.perf_counter() - start)
+            with around(name) if around is not None else contextlib.nullcontext():
+                sync()
+                start = time.perf_counter()
+                runs[name]()
+                sync()
+                times[name].append(time.perf_counter() - start)
     return times
 
 

@@ -3,6 +3,9 @@ docs/performance.md)."""
 
 from __future__ import annotations
 
+import contextlib
+import time
+
 import harness as bench
 import numpy as np
 import pytest
@@ -16,6 +19,23 @@ def test_interleave_alternates_order_and_counts_rounds():
     times = bench.interleave({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, {"a": 3, "b": 2})
     assert calls == ["a", "b", "b", "a", "a"]  # A B, then B A, then A alone
     assert [len(times["a"]), len(times["b"])] == [3, 2] and all(t >= 0 for t in times["a"] + times["b"])
+
+
+def test_interleave_enters_around_each_run_outside_its_timing():
+    events: list[str] = []
+
+    @contextlib.contextmanager
+    def around(name):
+        events.append(f"enter {name}")
+        time.sleep(0.05)  # outside the timed window: no run may take this long
+        yield
+        events.append(f"leave {name}")
+        time.sleep(0.05)
+
+    runs = {"a": lambda: events.append("a"), "b": lambda: events.append("b")}
+    times = bench.interleave(runs, 2, around)
+    assert events == [f"{e} {n}" if e else n for n in "abba" for e in ("enter", "", "leave")]
+    assert max(times["a"] + times["b"]) < 0.05
 
 
 def test_st_padded_tokens_follows_character_sort_and_fixed_batches():
