@@ -18,13 +18,10 @@ from __future__ import annotations
 import struct
 import sys
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parents[3] / "benchmarks"), str(HERE.parents[3] / "src")]
+import pair_variant  # puts src/ and benchmarks/ on sys.path
 
 ONE_WRITE = {"on": False, "writes": 0}
 _stock = Connection._send_bytes
@@ -68,15 +65,4 @@ if __name__ == "__main__" and sys.argv[1] == "--check":
     vectors = other.encode(text, show_progress_bar=False)
     print("same vectors:", np.array_equal(plain, vectors), "one-write sends in this process:", ONE_WRITE["writes"])
 elif __name__ == "__main__":
-    sys.argv = [str(HERE.parents[3] / "benchmarks" / "gpu_checks.py"), *sys.argv[1:]]
-    import gpu_checks
-
-    pair = sys.argv[sys.argv.index("--pair") + 1]
-    make = gpu_checks.make_encoder
-
-    def make_encoder(args: Any, model: Path, settings: str) -> Any:
-        enc = make(args, model, settings)
-        return one_write(enc) if settings == pair else enc
-
-    gpu_checks.make_encoder = make_encoder
-    gpu_checks.main()
+    pair_variant.run(one_write)
