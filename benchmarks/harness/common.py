@@ -13,7 +13,6 @@ import math
 import os
 import time
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -146,7 +145,7 @@ def sync() -> None:
 def interleave(
     runs: dict[str, Callable[[], Any]],
     rounds: dict[str, int] | int,
-    around: Callable[[str], AbstractContextManager[Any]] | None = None,
+    around: Callable[[str], contextlib.AbstractContextManager[Any]] | None = None,
 ) -> dict[str, list[float]]:
     """Time each callable ``rounds`` times, alternating their order round by round (A B, B A, A B ...; the first
     round in the order of ``runs``). ``around(name)``, if given, is entered before each run and left after it,
