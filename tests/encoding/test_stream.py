@@ -137,3 +137,25 @@ def test_every_chunk_lands_in_its_own_rows(tiny_model_dir, device):
 
     with pytest.raises(InputError, match="at row 4, column"):
         enc.encode(sentences, transform=poison)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_encode_result_written_before_the_first_chunk(tiny_model_dir, device):
+    """On CUDA ``encode`` writes its result on a thread while the first chunk is tokenised (page faults off the
+    main thread): the vectors equal the chunk stream's for one pooling and for several (the width the result was
+    made with), and a stream failing in its first chunk leaves no such thread behind. On CPU the same holds
+    without the thread."""
+    import threading
+
+    enc = SentenceEncoder(str(tiny_model_dir), pooling="mean", device=device, settings=EncodeSettings(first_chunk=2))
+    sentences = SENTENCES * 3
+    streamed = np.concatenate(list(enc.iter_encode(iter(sentences))))
+    np.testing.assert_array_equal(enc.encode(sentences), streamed)
+    both = enc.encode(sentences, poolings=["mean", "cls"])
+    cls = np.concatenate([part["cls"] for part in enc.iter_encode(iter(sentences), poolings=["cls"])])
+    np.testing.assert_array_equal(both["mean"], streamed)
+    np.testing.assert_array_equal(both["cls"], cls)
+    assert not np.array_equal(both["mean"], both["cls"])
+    with pytest.raises(InputError, match="sentence 1 is empty"):
+        enc.encode([sentences[0], "  ", *sentences])
+    assert not [t for t in threading.enumerate() if t.name == "bertflow-prefault"]

@@ -1,0 +1,99 @@
+"""Print the fifteenth pass's processes from their JSON records and apply the rules fixed before each call.
+
+Calls a and b ran ``fourteenth_pass_1xGPU/next_call.sh minilm`` and ``... bert`` (``prefault_variant.py``: the
+"+pair" side writes its result on a thread before the first chunk), call c ran ``... send`` (``send_variant.py``:
+the "+pair" side sends each part of a chunk in one pipe write), call d ran ``call_d.sh`` (``no_prefault_variant.py``:
+the "+pair" side is the library without the pre-fault it adopted after calls a and b). For each side of a process:
+the first pass, the warm min/median/max, and the main thread's median system time and minor faults per pass.
+
+    python docs/results/issue23/fifteenth_pass_1xGPU/summarise.py            # every call, and the rules
+    python docs/results/issue23/fifteenth_pass_1xGPU/summarise.py X.json     # one process
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+
+def sides(path: Path) -> dict[str, dict[str, float]]:
+    """``{"defaults" | "pair": {first, warm, system_ms, faults}}`` of one process (rates in k sentences/s)."""
+    out = {}
+    for name, r in json.loads(path.read_text())["runs"].items():
+        c = r["counters"]
+        out["pair" if name.endswith("+pair") else "defaults"] = {
+            "first": r["rounds"][0] / 1e3,
+            "warm": statistics.median(r["rounds"][1:]) / 1e3,
+            "min": min(r["rounds"][1:]) / 1e3,
+            "max": max(r["rounds"][1:]) / 1e3,
+            "system_ms": statistics.median(x["main_system_s"] for x in c) * 1e3,
+            "faults": statistics.median(x["main_minor_faults"] for x in c),
+            "first_system_ms": c[0]["main_system_s"] * 1e3,
+            "first_faults": c[0]["main_minor_faults"],
+        }
+    return out
+
+
+def show(path: Path) -> dict[str, dict[str, float]]:
+    s = sides(path)
+    for side, v in s.items():
+        print(
+            f"   {path.stem:>3} {side:>8}: first {v['first']:.1f}k, warm min/median/max "
+            f"{v['min']:.1f}/{v['warm']:.1f}/{v['max']:.1f}k; main thread per pass: "
+            f"median system {v['system_ms']:.0f} ms, "
+            f"faults {v['faults']:.0f} (first pass {v['first_system_ms']:.0f} ms, {v['first_faults']})"
+        )
+    return s
+
+
+def wins(procs: list[dict[str, dict[str, float]]], key: str) -> int:
+    return sum(p["pair"][key] > p["defaults"][key] for p in procs)
+
+
+if len(sys.argv) > 1:
+    for arg in sys.argv[1:]:
+        show(Path(arg))
+    raise SystemExit
+calls = {}
+for call in sorted(p for p in HERE.glob("call_*") if p.is_dir()):
+    print(f"== {call.name}")
+    tests = call / "tests.json"
+    if tests.exists():
+        t = json.loads(tests.read_text())
+        print(f"   tests at {t['commit']} on {t['card']}: {t['counts']} exit {t['exit_status']} {t['not_passed']}")
+    calls[call.name] = {f.stem: show(f) for f in sorted(call.glob("*.json")) if f.name != "tests.json"}
+
+print("== rules (fourteenth_pass_1xGPU/next_call.sh; call_d.sh)")
+a, b, c = (list(calls[k].values()) for k in ("call_a", "call_b", "call_c"))
+low = [p["defaults"]["faults"] < 1000 and p["defaults"]["system_ms"] < 5 for p in a]
+print(f"   1. premise wrong (defaults' main thread < 1,000 faults and < 5 ms system a pass) in {sum(low)} of {len(a)}")
+bert = {k: statistics.median(p[side][k] for p in b for side in ("defaults",)) for k in ("first", "warm")}
+bert_pf = {k: statistics.median(p["pair"][k] for p in b) for k in ("first", "warm")}
+slower = max(1 - bert_pf[k] / bert[k] for k in ("first", "warm"))
+rule2 = (
+    wins(a, "first") >= 3
+    and wins(a, "warm") >= 3
+    and statistics.median(p["pair"]["system_ms"] for p in a) < statistics.median(p["defaults"]["system_ms"] for p in a)
+    and slower <= 0.03
+)
+print(
+    f"   2. pre-fault: first passes won {wins(a, 'first')}/4, warm medians {wins(a, 'warm')}/4, BERT-base "
+    f"{'slower' if slower > 0 else 'faster'} by {abs(slower) * 100:.1f}% at most -> {'adopt' if rule2 else 'keep'}"
+)
+rule3 = wins(c, "first") >= 3 and wins(c, "warm") >= 3
+print(
+    f"   3. one-write sends: first passes won {wins(c, 'first')}/4, warm medians {wins(c, 'warm')}/4 -> "
+    f"{'adopt' if rule3 else 'keep'}"
+)
+if "call_d" in calls:
+    d = list(calls["call_d"].values())
+    t = json.loads((HERE / "call_d" / "tests.json").read_text())
+    lower = sum(p["defaults"]["system_ms"] < p["pair"]["system_ms"] for p in d)
+    print(
+        f"   call d: CUDA tests exit {t['exit_status']}, library's main thread lower system time in {lower} of "
+        f"{len(d)} processes -> {'stays' if not t['exit_status'] and lower == len(d) else 'revert'}"
+    )
