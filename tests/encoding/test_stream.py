@@ -140,22 +140,47 @@ def test_every_chunk_lands_in_its_own_rows(tiny_model_dir, device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_encode_result_written_before_the_first_chunk(tiny_model_dir, device):
-    """On CUDA ``encode`` writes its result on a thread while the first chunk is tokenised (page faults off the
-    main thread): the vectors equal the chunk stream's for one pooling and for several (the width the result was
-    made with), and a stream failing in its first chunk leaves no such thread behind. On CPU the same holds
-    without the thread."""
+def test_encode_result_written_before_the_first_chunk(tiny_model_dir, device, monkeypatch):
+    """``encode`` of more than ``first_chunk`` sentences writes its result on a thread before the first chunk arrives
+    (page faults off the calling thread; by default on CUDA only): the vectors equal the chunk stream's for one
+    pooling, for several (the width the result was made with) and through transforms that keep or reduce the width,
+    and a stream failing in its first chunk leaves no such thread behind."""
     import threading
 
-    enc = SentenceEncoder(str(tiny_model_dir), pooling="mean", device=device, settings=EncodeSettings(first_chunk=2))
+    from bertflow.encoding import encoder as encoder_module
+
+    assert EncodeSettings().prefaults("cuda") and not EncodeSettings().prefaults("cpu")
+    assert not EncodeSettings(prefault=False).prefaults("cuda") and EncodeSettings(prefault=True).prefaults("cpu")
+    with pytest.raises(InputError, match="prefault must be None, True or False"):
+        EncodeSettings(prefault="yes")
+    started = []
+
+    class Counted(threading.Thread):
+        def start(self) -> None:
+            started.append(self.name)
+            super().start()
+
+    monkeypatch.setattr(encoder_module, "threading", type("T", (), {"Thread": Counted}))
+    settings = EncodeSettings(first_chunk=2, prefault=True)
+    enc = SentenceEncoder(str(tiny_model_dir), pooling="mean", device=device, settings=settings)
     sentences = SENTENCES * 3
     streamed = np.concatenate(list(enc.iter_encode(iter(sentences))))
     np.testing.assert_array_equal(enc.encode(sentences), streamed)
+    assert started == ["bertflow-prefault"]
     both = enc.encode(sentences, poolings=["mean", "cls"])
     cls = np.concatenate([part["cls"] for part in enc.iter_encode(iter(sentences), poolings=["cls"])])
     np.testing.assert_array_equal(both["mean"], streamed)
     np.testing.assert_array_equal(both["cls"], cls)
     assert not np.array_equal(both["mean"], both["cls"])
+    # A transform keeping the width writes into that result; one reducing it gets an array of its own width.
+    np.testing.assert_array_equal(enc.encode(sentences, transform=lambda x: x * 2), streamed * 2)
+    np.testing.assert_array_equal(enc.encode(sentences, transform=lambda x: x[:, :3] * 2), streamed[:, :3] * 2)
     with pytest.raises(InputError, match="sentence 1 is empty"):
         enc.encode([sentences[0], "  ", *sentences])
     assert not [t for t in threading.enumerate() if t.name == "bertflow-prefault"]
+    assert len(started) == 5
+    # Up to first_chunk sentences (one chunk), or with prefault=False, no thread starts.
+    enc.encode(sentences[:2])
+    enc.settings = EncodeSettings(first_chunk=2, prefault=False)
+    np.testing.assert_array_equal(enc.encode(sentences), streamed)
+    assert len(started) == 5

@@ -428,14 +428,14 @@ class SentenceEncoder:
             width = self.dim if transform is None else int(transform(empty).shape[1])
             return np.empty((0, width), dtype=np.float32)
         out: np.ndarray | None = None
-        # On CUDA, with more than one chunk and the width known, a thread writes the result once while the first
-        # chunk is tokenised (numpy's fill releases the GIL): otherwise each chunk's copy from the device faults its
-        # fresh pages in on the main thread, 12-25 ms of system time per 40,000 MiniLM-L6 sentences on an H100 host
-        # (docs/performance.md, fifteenth pass).
-        width = None if transform is not None else self.dim * len(plan.poolings)
+        # With more than one chunk (on CUDA by default), a thread writes the result once while the first chunk is
+        # tokenised (numpy's fill releases the GIL): otherwise each chunk's copy from the device faults its fresh
+        # pages in on the main thread, 12-40 ms of system time per 40,000 sentences on an H100 host
+        # (docs/performance.md, fifteenth pass). The width is the encoder's (a calibrator's transform keeps it,
+        # unless it reduces the dimension: then the first chunk finds another width and gets a new array).
         ready = None
-        if width is not None and self.device.type == "cuda" and len(items) > self.settings.first_chunk:
-            out = np.empty((len(items), width), dtype=np.float32)
+        if self.settings.prefaults(self.device.type) and len(items) > self.settings.first_chunk:
+            out = np.empty((len(items), self.dim * len(plan.poolings)), dtype=np.float32)
             ready = threading.Thread(target=out.fill, args=(0.0,), name="bertflow-prefault", daemon=True)
             ready.start()
 
@@ -445,7 +445,8 @@ class SentenceEncoder:
             if ready is not None:
                 ready.join()
                 ready = None
-            if out is None:
+            if out is None or out.shape[1] != width:
+                out = None  # a guessed width that was wrong: free it before making the right one
                 out = np.empty((len(items), width), dtype=np.float32)
             return out[row : row + rows]
 

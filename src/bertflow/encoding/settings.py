@@ -96,6 +96,9 @@ class EncodeSettings:
       where the unpadded forward runs with its attention kernel); ``None``: :meth:`uses_graphs`'s default.
     - ``warm_up``: pay the one-time costs (:mod:`bertflow.encoding.warmup`) when the encoder is loaded instead of in
       the first ``encode``; ``None``: :data:`WARM_UP_BY_DEFAULT` on CUDA.
+    - ``prefault``: ``encode`` of more than ``first_chunk`` sentences writes its result on a thread before the first
+      chunk arrives, so that the copies from the device do not take its page faults on the calling thread;
+      ``None``: on CUDA (where those faults held up the pipeline: docs/performance.md, fifteenth pass).
 
     Example:
         >>> import dataclasses
@@ -115,6 +118,7 @@ class EncodeSettings:
     unpadded: bool | None = None
     graphs: bool | None = None
     warm_up: bool | None = None
+    prefault: bool | None = None
 
     def __post_init__(self) -> None:
         for name, low in _INT_MINIMUM.items():
@@ -131,7 +135,7 @@ class EncodeSettings:
             raise InputError(f"min_length_ratio must be at most 1, got {self.min_length_ratio!r}")
         if not isinstance(self.cudnn_attention, bool):
             raise InputError(f"cudnn_attention must be True or False, got {self.cudnn_attention!r}")
-        for name in ("unpadded", "graphs", "warm_up"):
+        for name in ("unpadded", "graphs", "warm_up", "prefault"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, bool):
                 raise InputError(f"{name} must be None, True or False, got {value!r}")
@@ -169,3 +173,7 @@ class EncodeSettings:
     def warms_up(self, device_type: str) -> bool:
         """Whether an encoder on this device type warms up when it is loaded (``warm_up``)."""
         return self.warm_up if self.warm_up is not None else WARM_UP_BY_DEFAULT and device_type == "cuda"
+
+    def prefaults(self, device_type: str) -> bool:
+        """Whether ``encode`` on this device writes its result on a thread before its first chunk (``prefault``)."""
+        return self.prefault if self.prefault is not None else device_type == "cuda"
