@@ -431,10 +431,9 @@ class SentenceEncoder:
         # With more than one chunk (on CUDA by default), a thread writes the result once while the first chunk is
         # tokenised (numpy's fill releases the GIL): otherwise each chunk's copy from the device faults its fresh
         # pages in on the main thread, 12-40 ms of system time per 40,000 sentences on an H100 host
-        # (docs/performance.md, fifteenth pass). The width is the encoder's (a calibrator's transform keeps it,
-        # unless it reduces the dimension: then the first chunk finds another width and gets a new array).
+        # (docs/performance.md, fifteenth pass). Not with a transform, whose case has not passed its rule yet.
         ready = None
-        if self.settings.prefaults(self.device.type) and len(items) > self.settings.first_chunk:
+        if transform is None and self.settings.prefaults(self.device.type) and len(items) > self.settings.first_chunk:
             out = np.empty((len(items), self.dim * len(plan.poolings)), dtype=np.float32)
             ready = threading.Thread(target=out.fill, args=(0.0,), name="bertflow-prefault", daemon=True)
             ready.start()
@@ -445,8 +444,7 @@ class SentenceEncoder:
             if ready is not None:
                 ready.join()
                 ready = None
-            if out is None or out.shape[1] != width:
-                out = None  # a guessed width that was wrong: free it before making the right one
+            if out is None:
                 out = np.empty((len(items), width), dtype=np.float32)
             return out[row : row + rows]
 

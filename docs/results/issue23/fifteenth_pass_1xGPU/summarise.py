@@ -3,8 +3,10 @@
 Calls a and b ran ``fourteenth_pass_1xGPU/next_call.sh minilm`` and ``... bert`` (``prefault_variant.py``: the
 "+pair" side writes its result on a thread before the first chunk), call c ran ``... send`` (``send_variant.py``:
 the "+pair" side sends each part of a chunk in one pipe write), call d ran ``call_d.sh`` (``no_prefault_variant.py``:
-the "+pair" side is the library without the pre-fault it adopted after calls a and b). For each side of a process:
-the first pass, the warm min/median/max, and the main thread's median system time and minor faults per pass.
+the "+pair" side is the library without the pre-fault it adopted after calls a and b), call e ran ``call_e.sh`` (the
+defaults alone), call f ``call_f.sh`` (the "+pair" side: ``prefault=false``; and ``calibrator_overhead_gpu.py``),
+call g ``call_g.sh`` (``calibrator_overhead_gpu.py`` with the pre-fault on and off). For each side of a process: the
+first pass, the warm min/median/max, and the main thread's median system time and minor faults per pass.
 
     python docs/results/issue23/fifteenth_pass_1xGPU/summarise.py            # every call, and the rules
     python docs/results/issue23/fifteenth_pass_1xGPU/summarise.py X.json     # one process
@@ -59,13 +61,27 @@ if len(sys.argv) > 1:
         show(Path(arg))
     raise SystemExit
 calls = {}
+overhead = {}
 for call in sorted(p for p in HERE.glob("call_*") if p.is_dir()):
     print(f"== {call.name}")
     tests = call / "tests.json"
     if tests.exists():
         t = json.loads(tests.read_text())
         print(f"   tests at {t['commit']} on {t['card']}: {t['counts']} exit {t['exit_status']} {t['not_passed']}")
-    calls[call.name] = {f.stem: show(f) for f in sorted(call.glob("*.json")) if f.name != "tests.json"}
+    records = {f.stem: json.loads(f.read_text()) for f in sorted(call.glob("*.json")) if f.name != "tests.json"}
+    calls[call.name] = {stem: show(call / f"{stem}.json") for stem, d in records.items() if "runs" in d}
+    for stem, d in records.items():
+        if "flow" in d:  # calibrator_overhead_gpu.py: Embedder.encode against SentenceEncoder.encode, medians
+            overhead[f"{call.name}/{stem}"] = d
+            print(
+                f"   {stem:>8}: "
+                + "; ".join(
+                    f"{c} graphed {100 * d[c]['graphed_overhead']:+.2f}% (Embedder "
+                    f"{d[c]['median_s']['Embedder.encode graphed']:.3f} s, SentenceEncoder "
+                    f"{d[c]['median_s']['SentenceEncoder.encode']:.3f} s)"
+                    for c in ("flow", "whitening")
+                )
+            )
 
 print("== rules (fourteenth_pass_1xGPU/next_call.sh; call_d.sh)")
 a, b, c = (list(calls[k].values()) for k in ("call_a", "call_b", "call_c"))
@@ -96,4 +112,42 @@ if "call_d" in calls:
     print(
         f"   call d: CUDA tests exit {t['exit_status']}, library's main thread lower system time in {lower} of "
         f"{len(d)} processes -> {'stays' if not t['exit_status'] and lower == len(d) else 'revert'}"
+    )
+if "call_g" in calls:
+    g = {k.split("/")[1]: v for k, v in overhead.items() if k.startswith("call_g")}
+    worse = {
+        c: [100 * (g[f"on{i}"][c]["graphed_overhead"] - g[f"off{i}"][c]["graphed_overhead"]) for i in (1, 2)]
+        for c in ("flow", "whitening")
+    }
+    drop = any(all(x > 3 for x in xs) for xs in worse.values())
+    print(
+        "   call g: overhead with the pre-fault minus without, points, repetitions 1 and 2: "
+        + ", ".join(f"{c} {[round(x, 2) for x in xs]}" for c, xs in worse.items())
+        + f" -> {'drop the transform case' if drop else 'the transform case stays'}"
+    )
+    # What the rule did not separate: the overhead is a ratio, and the pre-fault moved its denominator too.
+    for side in ("SentenceEncoder.encode", "Embedder.encode graphed"):
+        print(
+            f"      {side} medians (s), on1/on2 against off1/off2: "
+            + ", ".join(
+                f"{c} {[round(g[t][c]['median_s'][side], 3) for t in ('on1', 'on2', 'off1', 'off2')]}"
+                for c in ("flow", "whitening")
+            )
+        )
+
+# Goal rows 1 and 2: first passes of the library as it stands (pre-fault on, no transform): the "+pair" side in calls
+# a and b, the defaults in calls d, e and f. Call c ran the library before the pre-fault on both sides.
+print("== first passes of the library as it stands (calls a-b +pair; d, e, f defaults)")
+for arch, bar, tag in (("minilm-l6", 350.0, "m"), ("bert-base", 150.0, "b")):
+    firsts = [
+        (name, proc[side]["first"])
+        for name in ("call_a", "call_b", "call_d", "call_e", "call_f")
+        for stem, proc in calls.get(name, {}).items()
+        if stem.startswith(tag)
+        for side in (("pair",) if name in ("call_a", "call_b") else ("defaults",))
+    ]
+    xs = [x for _, x in firsts]
+    print(
+        f"   {arch}: {len(xs)} processes, {sum(x >= bar for x in xs)} at {bar:.0f}k or more, "
+        f"{min(xs):.1f}-{max(xs):.1f}k: " + ", ".join(f"{n[-1]} {x:.1f}" for n, x in firsts)
     )
