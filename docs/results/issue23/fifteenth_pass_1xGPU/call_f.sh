@@ -2,10 +2,10 @@
 # covers encodes with a transform (a calibrator's: the result is made the encoder's width and replaced if the first
 # chunk is narrower). On the GPU:
 # (1) tests/encoding/test_stream.py and tests/calibrators/test_device.py (the transform paths);
-# (2) calibrator_overhead_gpu.py: goal 5 (Embedder.encode with a flow / whitening within 2% of SentenceEncoder.encode),
+# (2) calibrator_overhead_gpu.py: the calibration bar (issue 23's table: Embedder.encode with a flow / whitening within 2% of SentenceEncoder.encode),
 #     now that both sides pre-fault;
 # (3) one BERT-base process pairing the defaults with --pair prefault=false (the setting, where call d patched it).
-# Rule, fixed before the call: a failing test reverts the transform case (width guess); goal 5 is reported as
+# Rule, fixed before the call: a failing test reverts the transform case (width guess); the calibration bar is reported as
 # measured (met if the graphed flow and whitening overheads are both <= 2%).
 export PYTHONUNBUFFERED=1
 G=$PWD/.speed/gpu; B=$PWD/benchmarks; S=$PWD/src; R=$PWD/docs/results/issue23/fifteenth_pass_1xGPU

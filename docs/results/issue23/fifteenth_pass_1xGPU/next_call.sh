@@ -2,14 +2,14 @@
 # Call g's rule dropped the pre-fault with a transform: it compared Embedder.encode's overhead over
 # SentenceEncoder.encode with the pre-fault on and off, and the pre-fault moves that ratio's denominator too (with it
 # on, SentenceEncoder.encode took 0.249-0.257 s, off 0.259-0.271 s). So since then the library pre-faults without a
-# transform only, and goal 5 (Embedder.encode within 2% of SentenceEncoder.encode) has not been measured with the
+# transform only, and the calibration bar (issue 23's table: Embedder.encode within 2% of SentenceEncoder.encode) has not been measured with the
 # library as it stands. transform_prefault_probe.py times, in one process, SentenceEncoder.encode, Embedder.encode
 # (the library) and Embedder.encode with a result pre-faulted at the encoder's width (prefault_variant.py's shim).
 # Rules:
 #   A. The library pre-faults with a transform too (at the encoder's width, a new array when the first chunk is
 #      narrower: the encoder of commit 8add975) if "Embedder.encode prefaulted" has a lower median than
 #      "Embedder.encode" for both calibrators in at least 2 of the 3 processes.
-#   B. Goal 5 from the same runs: met if the library's overhead (after rule A: the side the library then is) has a
+#   B. The calibration bar from the same runs: met if the library's overhead (after rule A: the side the library then is) has a
 #      median over the three processes of at most 2% for the flow and for the whitening.
 # One call, about 3 minutes: `bash docs/results/issue23/fifteenth_pass_1xGPU/next_call.sh`.
 export PYTHONUNBUFFERED=1
