@@ -34,6 +34,7 @@ def sides(path: Path) -> dict[str, dict[str, float]]:
             "max": max(r["rounds"][1:]) / 1e3,
             "system_ms": statistics.median(x["main_system_s"] for x in c) * 1e3,
             "faults": statistics.median(x["main_minor_faults"] for x in c),
+            "waits": statistics.median(x["main_voluntary_switches"] for x in c),
             "first_system_ms": c[0]["main_system_s"] * 1e3,
             "first_faults": c[0]["main_minor_faults"],
         }
@@ -47,7 +48,8 @@ def show(path: Path) -> dict[str, dict[str, float]]:
             f"   {path.stem:>3} {side:>8}: first {v['first']:.1f}k, warm min/median/max "
             f"{v['min']:.1f}/{v['warm']:.1f}/{v['max']:.1f}k; main thread per pass: "
             f"median system {v['system_ms']:.0f} ms, "
-            f"faults {v['faults']:.0f} (first pass {v['first_system_ms']:.0f} ms, {v['first_faults']})"
+            f"faults {v['faults']:.0f}, voluntary switches {v['waits']:.0f} (first pass {v['first_system_ms']:.0f} ms, "
+            f"{v['first_faults']} faults)"
         )
     return s
 
