@@ -430,8 +430,9 @@ class SentenceEncoder:
         out: np.ndarray | None = None
         # With more than one chunk (on CUDA by default), a thread writes the result once while the first chunk is
         # tokenised (numpy's fill releases the GIL): otherwise each chunk's copy from the device faults its fresh
-        # pages in on the main thread, 12-40 ms of system time per 40,000 sentences on an H100 host
-        # (docs/performance.md, fifteenth pass). Not with a transform, whose case has not passed its rule yet.
+        # pages in on the main thread: 10-16 ms (MiniLM-L6) and 32-37 ms (BERT-base) of system time per 40,000
+        # sentences on an H100 host (docs/performance.md, fifteenth pass). Not with a transform: that case has not
+        # passed its rule yet.
         ready = None
         if transform is None and self.settings.prefaults(self.device.type) and len(items) > self.settings.first_chunk:
             out = np.empty((len(items), self.dim * len(plan.poolings)), dtype=np.float32)
