@@ -140,14 +140,14 @@ def test_every_chunk_lands_in_its_own_rows(tiny_model_dir, device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_encode_result_written_before_the_first_chunk(tiny_model_dir, device, monkeypatch):
-    """``encode`` of more than ``first_chunk`` sentences writes its result on a thread before the first chunk arrives
-    without a transform (page faults off the calling thread; by default on CUDA only): the vectors equal the chunk
+def test_encode_result_pages_written_ahead(tiny_model_dir, device, monkeypatch):
+    """``encode`` of more than ``first_chunk`` sentences without a transform writes its result's pages on a thread
+    ahead of the chunks (page faults off the calling thread; by default on CUDA only): the vectors equal the chunk
     stream's for one pooling and for several (the width the result was made with), and a stream failing in its
     first chunk leaves no such thread behind."""
     import threading
 
-    from bertflow.encoding import encoder as encoder_module
+    from bertflow.encoding import prefault
 
     assert EncodeSettings().prefaults("cuda") and not EncodeSettings().prefaults("cpu")
     assert not EncodeSettings(prefault=False).prefaults("cuda") and EncodeSettings(prefault=True).prefaults("cpu")
@@ -160,7 +160,7 @@ def test_encode_result_written_before_the_first_chunk(tiny_model_dir, device, mo
             started.append(self.name)
             super().start()
 
-    monkeypatch.setattr(encoder_module, "threading", type("T", (), {"Thread": Counted}))
+    monkeypatch.setattr(prefault, "threading", type("T", (), {"Thread": Counted, "Condition": threading.Condition}))
     settings = EncodeSettings(first_chunk=2, prefault=True)
     enc = SentenceEncoder(str(tiny_model_dir), pooling="mean", device=device, settings=settings)
     sentences = SENTENCES * 3

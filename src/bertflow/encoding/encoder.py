@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from .loading import (
     weights_fingerprint,
 )
 from .pooling import Pooling
+from .prefault import PageWriter
 from .settings import DEFAULT_CHUNK, EncodeSettings, device_kind
 from .stream import split_poolings, stream_chunks
 from .token_stats import TokenStatistics
@@ -428,23 +428,19 @@ class SentenceEncoder:
             width = self.dim if transform is None else int(transform(empty).shape[1])
             return np.empty((0, width), dtype=np.float32)
         out: np.ndarray | None = None
-        # With more than one chunk (on CUDA by default), a thread writes the result once while the first chunk is
-        # tokenised (numpy's fill releases the GIL): otherwise each chunk's copy from the device faults its fresh
-        # pages in on the main thread: 10-16 ms (MiniLM-L6) and 32-37 ms (BERT-base) of system time per 40,000
-        # sentences on an H100 host (docs/performance.md, fifteenth pass). Not with a transform: that case has not
-        # passed its rule yet.
-        ready = None
+        # With more than one chunk (on CUDA by default), a thread writes the result's pages ahead of the chunks
+        # copied into it, so the main thread does not fault them in (encoding/prefault.py says why). Not with a
+        # transform: that case has not passed its rule yet (docs/performance.md, fifteenth pass).
+        pages = None
         if transform is None and self.settings.prefaults(self.device.type) and len(items) > self.settings.first_chunk:
             out = np.empty((len(items), self.dim * len(plan.poolings)), dtype=np.float32)
-            ready = threading.Thread(target=out.fill, args=(0.0,), name="bertflow-prefault", daemon=True)
-            ready.start()
+            pages = PageWriter(out)
 
         def into(row: int, rows: int, width: int) -> np.ndarray:
             # Each chunk is copied from the device straight into its rows of the result.
-            nonlocal out, ready
-            if ready is not None:
-                ready.join()
-                ready = None
+            nonlocal out
+            if pages is not None:
+                pages.wait(row + rows)
             if out is None:
                 out = np.empty((len(items), width), dtype=np.float32)
             return out[row : row + rows]
@@ -472,8 +468,8 @@ class SentenceEncoder:
                 ):
                     pass
             finally:
-                if ready is not None:  # the stream failed before its first chunk: no thread outlives the call
-                    ready.join()
+                if pages is not None:  # done or failed: no thread outlives the call
+                    pages.close()
         assert out is not None
         out = out[0] if single else out
         return out if poolings is None else split_poolings(out, plan, self.dim)

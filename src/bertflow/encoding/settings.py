@@ -96,10 +96,10 @@ class EncodeSettings:
       where the unpadded forward runs with its attention kernel); ``None``: :meth:`uses_graphs`'s default.
     - ``warm_up``: pay the one-time costs (:mod:`bertflow.encoding.warmup`) when the encoder is loaded instead of in
       the first ``encode``; ``None``: :data:`WARM_UP_BY_DEFAULT` on CUDA.
-    - ``prefault``: ``encode`` of more than ``first_chunk`` sentences without a transform writes its result on a
-      thread before the first chunk arrives, so that the copies from the device do not take its page faults on the
-      calling thread; ``None``: on CUDA (where those faults held up the pipeline: docs/performance.md, fifteenth
-      pass).
+    - ``prefault``: ``encode`` of more than ``first_chunk`` sentences without a transform writes its result's pages
+      on a thread ahead of the chunks (:mod:`bertflow.encoding.prefault`), so that the copies from the device do not
+      take their page faults on the calling thread; ``None``: on CUDA (where those faults held up the pipeline:
+      docs/performance.md, fifteenth pass).
 
     Example:
         >>> import dataclasses
@@ -176,5 +176,5 @@ class EncodeSettings:
         return self.warm_up if self.warm_up is not None else WARM_UP_BY_DEFAULT and device_type == "cuda"
 
     def prefaults(self, device_type: str) -> bool:
-        """Whether ``encode`` on this device writes its result on a thread before its first chunk (``prefault``)."""
+        """Whether ``encode`` here writes its result's pages on a thread ahead of its chunks (``prefault``)."""
         return self.prefault if self.prefault is not None else device_type == "cuda"
