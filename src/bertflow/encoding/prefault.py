@@ -46,20 +46,22 @@ class PageWriter:
     def _run(self) -> None:
         rows = len(self._out)
         start = 0
-        while start < rows:
+        try:
+            while start < rows:
+                with self._cond:
+                    while not self._stop and start >= self._asked + self._ahead:
+                        self._cond.wait()
+                    if self._stop:
+                        break
+                end = min(rows, start + self._step)
+                self._out[start:end].fill(0)  # releases the GIL while it faults the pages in
+                with self._cond:
+                    self._written = start = end
+                    self._cond.notify_all()
+        finally:  # finished, stopped or failed: nobody waits on this thread any more
             with self._cond:
-                while not self._stop and start >= self._asked + self._ahead:
-                    self._cond.wait()
-                if self._stop:
-                    break
-            end = min(rows, start + self._step)
-            self._out[start:end].fill(0)  # releases the GIL while it faults the pages in
-            with self._cond:
-                self._written = start = end
+                self._stop = True
                 self._cond.notify_all()
-        with self._cond:  # finished or stopped: nobody waits on this thread any more
-            self._stop = True
-            self._cond.notify_all()
 
     def wait(self, rows: int) -> None:
         """Return once the first ``rows`` rows are written (at once after :meth:`close`)."""
