@@ -17,7 +17,7 @@ import numpy as np
 
 #: Bytes the thread writes between two looks at how far the chunks have come.
 BLOCK_BYTES = 16 << 20
-#: Bytes the thread may write beyond the last row asked for (two of the largest BERT-base chunks: 65,536 x 768 x 4).
+#: Bytes the thread may write beyond the last row asked for (over two of the largest BERT-base chunks, 201 MB each).
 AHEAD_BYTES = 512 << 20
 
 
@@ -27,7 +27,7 @@ class PageWriter:
     :meth:`close` when done or failed (stops the thread; rows not reached stay as ``np.empty`` left them)."""
 
     def __init__(self, out: np.ndarray, *, block_bytes: int = BLOCK_BYTES, ahead_bytes: int = AHEAD_BYTES) -> None:
-        row_bytes = max(1, out[0].nbytes) if len(out) else 1
+        row_bytes = max(1, out.itemsize * out.shape[1])
         self._out = out
         self._step = max(1, block_bytes // row_bytes)
         self._ahead = max(self._step, ahead_bytes // row_bytes)
