@@ -141,10 +141,10 @@ def test_every_chunk_lands_in_its_own_rows(tiny_model_dir, device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_encode_result_pages_written_ahead(tiny_model_dir, device, monkeypatch):
-    """``encode`` of more than ``first_chunk`` sentences without a transform writes its result's pages on a thread
-    ahead of the chunks (page faults off the calling thread; by default on CUDA only): the vectors equal the chunk
-    stream's for one pooling and for several (the width the result was made with), and a stream failing in its
-    first chunk leaves no such thread behind."""
+    """``encode`` of more than ``first_chunk`` sentences writes its result's pages on a thread ahead of the chunks
+    (page faults off the calling thread; by default on CUDA only): the vectors equal the chunk stream's for one
+    pooling and for several (the width the result was made with) and with a transform that keeps or reduces the
+    width, and a stream failing in its first chunk leaves no such thread behind."""
     import threading
 
     from bertflow.encoding import prefault
@@ -176,9 +176,15 @@ def test_encode_result_pages_written_ahead(tiny_model_dir, device, monkeypatch):
         enc.encode([sentences[0], "  ", *sentences])
     assert not [t for t in threading.enumerate() if t.name == "bertflow-prefault"]
     assert len(started) == 3
-    # With a transform, up to first_chunk sentences (one chunk), or with prefault=False, no thread starts.
+    # A transform that keeps the width uses the array made at the encoder's width; one that reduces it gets a new
+    # array (and a new thread) at its first chunk, and the first thread is stopped.
+    np.testing.assert_array_equal(enc.encode(sentences, transform=lambda x: x * 2), streamed * 2)
+    assert len(started) == 4
     np.testing.assert_array_equal(enc.encode(sentences, transform=lambda x: x[:, :3] * 2), streamed[:, :3] * 2)
+    assert len(started) == 6
+    assert not [t for t in threading.enumerate() if t.name == "bertflow-prefault"]
+    # Up to first_chunk sentences (one chunk), or with prefault=False, no thread starts.
     enc.encode(sentences[:2])
     enc.settings = EncodeSettings(first_chunk=2, prefault=False)
     np.testing.assert_array_equal(enc.encode(sentences), streamed)
-    assert len(started) == 3
+    assert len(started) == 6

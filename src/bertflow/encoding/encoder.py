@@ -427,22 +427,28 @@ class SentenceEncoder:
             empty = torch.zeros((0, self.dim), device=self.device)
             width = self.dim if transform is None else int(transform(empty).shape[1])
             return np.empty((0, width), dtype=np.float32)
-        out: np.ndarray | None = None
         # With more than one chunk (on CUDA by default), a thread writes the result's pages ahead of the chunks
-        # copied into it, so the main thread does not fault them in (encoding/prefault.py says why). Not with a
-        # transform: that case has not passed its rule yet (docs/performance.md, fifteenth pass).
-        pages = None
-        if transform is None and self.settings.prefaults(self.device.type) and len(items) > self.settings.first_chunk:
+        # copied into it, so the main thread does not fault them in (encoding/prefault.py says why). The width is
+        # the encoder's: a calibrator's transform keeps it unless it reduces the dimension, and then the first chunk
+        # finds another width and gets a new array (docs/performance.md, fifteenth pass, call h's rule A).
+        out: np.ndarray | None = None
+        pages: PageWriter | None = None
+        if self.settings.prefaults(self.device.type) and len(items) > self.settings.first_chunk:
             out = np.empty((len(items), self.dim * len(plan.poolings)), dtype=np.float32)
             pages = PageWriter(out)
 
         def into(row: int, rows: int, width: int) -> np.ndarray:
             # Each chunk is copied from the device straight into its rows of the result.
-            nonlocal out
-            if pages is not None:
-                pages.wait(row + rows)
+            nonlocal out, pages
+            if pages is not None and out is not None and out.shape[1] != width:  # the guessed width was wrong
+                pages.close()
+                out = None  # freed before the right one is made
+                out = np.empty((len(items), width), dtype=np.float32)
+                pages = PageWriter(out)
             if out is None:
                 out = np.empty((len(items), width), dtype=np.float32)
+            if pages is not None:
+                pages.wait(row + rows)
             return out[row : row + rows]
 
         show = len(items) >= 4096 if show_progress_bar is None else show_progress_bar

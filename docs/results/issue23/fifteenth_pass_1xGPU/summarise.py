@@ -73,7 +73,9 @@ for call in sorted(p for p in HERE.glob("call_*") if p.is_dir()):
     records = {f.stem: json.loads(f.read_text()) for f in sorted(call.glob("*.json")) if f.name != "tests.json"}
     calls[call.name] = {stem: show(call / f"{stem}.json") for stem, d in records.items() if "runs" in d}
     for stem, d in records.items():
-        if "flow" in d:  # calibrator_overhead_gpu.py: Embedder.encode against SentenceEncoder.encode, medians
+        if "graphed_overhead" in d.get(
+            "flow", {}
+        ):  # calibrator_overhead_gpu.py: Embedder.encode against SentenceEncoder.encode, medians
             overhead[f"{call.name}/{stem}"] = d
             print(
                 f"   {stem:>8}: "
@@ -138,12 +140,12 @@ if "call_g" in calls:
         )
 
 # Goal rows 1 and 2: first passes of the library as it stands (pre-fault on, no transform): the "+pair" side in calls
-# a and b, the defaults in calls d, e and f. Call c ran the library before the pre-fault on both sides.
-print("== first passes of the library as it stands (calls a-b +pair; d, e, f defaults)")
+# a and b, the defaults in calls d, e, f and h. Call c ran the library before the pre-fault on both sides.
+print("== first passes of the library as it stands (calls a-b +pair; d, e, f, h defaults)")
 for arch, bar, tag in (("minilm-l6", 350.0, "m"), ("bert-base", 150.0, "b")):
     firsts = [
         (name, proc[side]["first"])
-        for name in ("call_a", "call_b", "call_d", "call_e", "call_f")
+        for name in ("call_a", "call_b", "call_d", "call_e", "call_f", "call_h")
         for stem, proc in calls.get(name, {}).items()
         if stem.startswith(tag)
         for side in (("pair",) if name in ("call_a", "call_b") else ("defaults",))
@@ -153,3 +155,45 @@ for arch, bar, tag in (("minilm-l6", 350.0, "m"), ("bert-base", 150.0, "b")):
         f"   {arch}: {len(xs)} processes, {sum(x >= bar for x in xs)} at {bar:.0f}k or more, "
         f"{min(xs):.1f}-{max(xs):.1f}k: " + ", ".join(f"{n[-1]} {x:.1f}" for n, x in firsts)
     )
+
+if "call_h" in calls:  # call_h.sh's rules A, B and C
+    h = HERE / "call_h"
+    t = json.loads((h / "tests.json").read_text())
+    probes = [json.loads((h / f"p{i}.json").read_text()) for i in (1, 2, 3)]
+    cals = ("flow", "whitening")
+    faster = [
+        all(p[c]["median_s"]["Embedder.encode prefaulted"] < p[c]["median_s"]["Embedder.encode"] for c in cals)
+        for p in probes
+    ]
+    adopt = sum(faster) >= 2
+    side = "Embedder.encode prefaulted" if adopt else "Embedder.encode"
+    over = {
+        c: [100 * (p[c]["median_s"][side] / p[c]["median_s"]["SentenceEncoder.encode"] - 1) for p in probes]
+        for c in cals
+    }
+    print("== call h's rules (call_h.sh)")
+    print(
+        f"   A. prefaulted Embedder.encode faster for both calibrators in {sum(faster)} of 3 -> "
+        f"{'adopt' if adopt else 'keep'}"
+    )
+    print(
+        f"   B. the library's overhead ({side}), medians of 3: "
+        + ", ".join(
+            f"{c} {statistics.median(xs):+.2f}% ({', '.join(f'{x:+.2f}' for x in xs)})" for c, xs in over.items()
+        )
+        + f" -> {'met' if all(statistics.median(xs) <= 2 for xs in over.values()) else 'not met'}"
+    )
+    procs = list(calls["call_h"].values())
+    lower = sum(p["defaults"]["system_ms"] < p["pair"]["system_ms"] for p in procs)
+    below = sum(p["defaults"]["warm"] < 0.97 * p["pair"]["warm"] for p in procs)
+    stays = not t["exit_status"] and lower == 3 and below < 2
+    print(
+        f"   C. CUDA tests {t['counts']} exit {t['exit_status']}; PageWriter's main thread lower system time in "
+        f"{lower} of 3, warm median over 3% below prefault=false in {below} of 3 -> "
+        f"{'stays, on by default' if stays else 'off or revert'}"
+    )
+    for arch, tag in (("minilm-l6", "m"), ("bert-base", "b")):
+        print(
+            f"   {arch} first passes (defaults): "
+            + ", ".join(f"{k} {p['defaults']['first']:.1f}k" for k, p in calls["call_h"].items() if k.startswith(tag))
+        )

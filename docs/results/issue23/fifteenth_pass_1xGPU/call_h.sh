@@ -1,4 +1,4 @@
-# NOT RUN YET (session 20's device time was spent): the next call, rules fixed now, before it runs.
+# RAN as call h (session 21, 0d3d297, H100 80GB HBM3): rules fixed before it ran, applied in summarise.py.
 # Call g's rule dropped the pre-fault with a transform: it compared Embedder.encode's overhead over
 # SentenceEncoder.encode with the pre-fault on and off, and the pre-fault moves that ratio's denominator too (with it
 # on, SentenceEncoder.encode took 0.249-0.257 s, off 0.259-0.271 s). So since then the library pre-faults without a
