@@ -141,10 +141,11 @@ def test_every_chunk_lands_in_its_own_rows(tiny_model_dir, device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_encode_result_pages_written_ahead(tiny_model_dir, device, monkeypatch):
-    """``encode`` of more than ``first_chunk`` sentences writes its result's pages on a thread ahead of the chunks
-    (page faults off the calling thread; by default on CUDA only): the vectors equal the chunk stream's for one
-    pooling and for several (the width the result was made with) and with a transform that keeps or reduces the
-    width, and a stream failing in its first chunk leaves no such thread behind."""
+    """``encode`` of more than ``first_chunk`` sentences writes its result's pages on a thread ahead of the chunks,
+    and on CUDA ``iter_encode`` each fresh chunk array's (page faults off the calling thread; by default on CUDA
+    only): the vectors equal the chunk stream's for one pooling and for several (the width the result was made
+    with) and with a transform that keeps or reduces the width, and a stream that fails or is abandoned leaves no
+    such thread behind."""
     import threading
 
     from bertflow.encoding import prefault
@@ -161,27 +162,49 @@ def test_encode_result_pages_written_ahead(tiny_model_dir, device, monkeypatch):
             super().start()
 
     monkeypatch.setattr(prefault, "threading", type("T", (), {"Thread": Counted, "Condition": threading.Condition}))
+
+    def threads(run):  # (run's result, the pre-fault threads it started)
+        before = len(started)
+        return run(), len(started) - before
+
     settings = EncodeSettings(first_chunk=2, prefault=True)
     enc = SentenceEncoder(str(tiny_model_dir), pooling="mean", device=device, settings=settings)
     sentences = SENTENCES * 3
-    streamed = np.concatenate(list(enc.iter_encode(iter(sentences))))
-    np.testing.assert_array_equal(enc.encode(sentences), streamed)
-    assert started == ["bertflow-prefault"]
-    both = enc.encode(sentences, poolings=["mean", "cls"])
+    # iter_encode's chunks are fresh arrays, written ahead one thread each on CUDA (on CPU a chunk is the computed
+    # tensor itself, nothing is copied).
+    chunks, n = threads(lambda: list(enc.iter_encode(iter(sentences))))
+    assert (len(chunks) > 1 and n == len(chunks)) if device == "cuda" else n == 0
+    streamed = np.concatenate(chunks)
+    assert threads(lambda: np.testing.assert_array_equal(enc.encode(sentences), streamed))[1] == 1
+    both, n = threads(lambda: enc.encode(sentences, poolings=["mean", "cls"]))
+    assert n == 1
     cls = np.concatenate([part["cls"] for part in enc.iter_encode(iter(sentences), poolings=["cls"])])
     np.testing.assert_array_equal(both["mean"], streamed)
     np.testing.assert_array_equal(both["cls"], cls)
     assert not np.array_equal(both["mean"], both["cls"])
     with pytest.raises(InputError, match="sentence 1 is empty"):
         enc.encode([sentences[0], "  ", *sentences])
+    stream = enc.iter_encode(iter(sentences))
+    next(stream)
+    stream.close()  # abandoned with a chunk in flight
     assert not [t for t in threading.enumerate() if t.name == "bertflow-prefault"]
-    assert len(started) == 3
     # A transform that keeps the width uses the array made at the encoder's width; one that reduces it gets a new
     # array (and a new thread) at its first chunk, and the first thread is stopped.
-    np.testing.assert_array_equal(enc.encode(sentences, transform=lambda x: x * 2), streamed * 2)
-    assert len(started) == 4
-    np.testing.assert_array_equal(enc.encode(sentences, transform=lambda x: x[:, :3] * 2), streamed[:, :3] * 2)
-    assert len(started) == 6
+    assert (
+        threads(lambda: np.testing.assert_array_equal(enc.encode(sentences, transform=lambda x: x * 2), streamed * 2))[
+            1
+        ]
+        == 1
+    )
+    narrowed, n = threads(lambda: enc.encode(sentences, transform=lambda x: x[:, :3] * 2))
+    np.testing.assert_array_equal(narrowed, streamed[:, :3] * 2)
+    assert n == 2
+    assert not [t for t in threading.enumerate() if t.name == "bertflow-prefault"]
+    # Up to first_chunk sentences (one chunk), or with prefault=False, no thread starts.
+    assert threads(lambda: enc.encode(sentences[:2]))[1] == 0
+    enc.settings = EncodeSettings(first_chunk=2, prefault=False)
+    assert threads(lambda: np.testing.assert_array_equal(enc.encode(sentences), streamed))[1] == 0
+    assert threads(lambda: list(enc.iter_encode(iter(sentences))))[1] == 0
     assert not [t for t in threading.enumerate() if t.name == "bertflow-prefault"]
     # Up to first_chunk sentences (one chunk), or with prefault=False, no thread starts.
     enc.encode(sentences[:2])

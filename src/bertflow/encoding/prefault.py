@@ -39,6 +39,11 @@ class PageWriter:
         self._thread.start()
 
     @property
+    def array(self) -> np.ndarray:
+        """The array being written."""
+        return self._out
+
+    @property
     def written(self) -> int:
         """Rows written by the thread so far."""
         return self._written

@@ -96,10 +96,10 @@ class EncodeSettings:
       where the unpadded forward runs with its attention kernel); ``None``: :meth:`uses_graphs`'s default.
     - ``warm_up``: pay the one-time costs (:mod:`bertflow.encoding.warmup`) when the encoder is loaded instead of in
       the first ``encode``; ``None``: :data:`WARM_UP_BY_DEFAULT` on CUDA.
-    - ``prefault``: ``encode`` of more than ``first_chunk`` sentences writes its result's pages
-      on a thread ahead of the chunks (:mod:`bertflow.encoding.prefault`), so that the copies from the device do not
-      take their page faults on the calling thread; ``None``: on CUDA (where those faults held up the pipeline:
-      docs/performance.md, fifteenth pass).
+    - ``prefault``: ``encode`` of more than ``first_chunk`` sentences writes its result's pages on a thread ahead of
+      the chunks (:mod:`bertflow.encoding.prefault`), and on CUDA ``iter_encode`` each fresh chunk array's while the
+      chunk computes, so that the copies from the device do not take their page faults on the calling thread;
+      ``None``: on CUDA (where those faults held up the pipeline: docs/performance.md, fifteenth pass).
 
     Example:
         >>> import dataclasses

@@ -18,6 +18,7 @@ from ..resources import return_free_memory
 from ..typing import DeviceTransform
 from .batching import EncodeStats, Prefetcher, PreparedChunk, cut_chunks, cut_tokens
 from .forward import ModelRunner, Pending, PoolingPlan
+from .prefault import PageWriter
 from .settings import DEFAULT_CHUNK, EncodeSettings, device_kind
 from .tokenization import TokenArrays
 from .tokenizer_pool import TokenizerPool
@@ -81,7 +82,12 @@ def stream_chunks(
     on_batch = None if delay else progress
     on_chunk = progress if delay else None
     cpu = device.type == "cpu"
+    # Without a caller's array to write into, each chunk gets a fresh one; where the pre-fault is on (CUDA by
+    # default), a thread writes its pages while the chunk computes, so its copy from the device does not fault
+    # them in on this thread (prefault.py says why).
+    fresh = into is None and delay and settings.prefaults(device.type)
     pending: Pending | None = None
+    pages: PageWriter | None = None  # the pending chunk's fresh array, being written
     error: BaseException | None = None
     try:
         while True:
@@ -95,14 +101,16 @@ def stream_chunks(
             launched = runner.launch(chunk, plan, transform, on_batch, settings.cudnn_attention, settings.unpadded)
             stats.add(chunk)
             if pending is not None:
-                yield _collect(runner, pending, cpu, on_chunk, into)
-            pending = launched
+                yield _collect(runner, pending, cpu, on_chunk, into, pages)
+            pending, pages = launched, PageWriter(np.empty(launched.result.shape, np.float32)) if fresh else None
             if not delay:
                 yield _collect(runner, pending, cpu, on_chunk, into)
                 pending = None
         if pending is not None:
-            yield _collect(runner, pending, cpu, on_chunk, into)
+            yield _collect(runner, pending, cpu, on_chunk, into, pages)
     finally:
+        if pages is not None:  # no thread outlives the stream, however it ends
+            pages.close()
         if prefetcher is not None:
             prefetcher.close()
     if error is not None:
@@ -145,9 +153,21 @@ def _prepared_chunks(
 
 
 def _collect(
-    runner: ModelRunner, pending: Pending, cpu: bool, on_chunk: Callable[[int], None] | None, into: Into | None
+    runner: ModelRunner,
+    pending: Pending,
+    cpu: bool,
+    on_chunk: Callable[[int], None] | None,
+    into: Into | None,
+    pages: PageWriter | None = None,
 ) -> tuple[int, np.ndarray]:
-    part = runner.finish(pending, None if into is None else into(pending.offset, *pending.result.shape))
+    """``pending``'s vectors, copied into ``into``'s rows, else into ``pages``' array once written, else a new one."""
+    if pages is not None:
+        pages.wait(len(pages.array))
+        pages.close()
+        out = pages.array
+    else:
+        out = None if into is None else into(pending.offset, *pending.result.shape)
+    part = runner.finish(pending, out)
     if cpu:
         # The chunk's activations, MBs of another size per batch shape, are freed now; glibc would keep them
         # in a growing heap and a long stream's resident memory would climb chunk by chunk.
