@@ -206,8 +206,3 @@ def test_encode_result_pages_written_ahead(tiny_model_dir, device, monkeypatch):
     assert threads(lambda: np.testing.assert_array_equal(enc.encode(sentences), streamed))[1] == 0
     assert threads(lambda: list(enc.iter_encode(iter(sentences))))[1] == 0
     assert not [t for t in threading.enumerate() if t.name == "bertflow-prefault"]
-    # Up to first_chunk sentences (one chunk), or with prefault=False, no thread starts.
-    enc.encode(sentences[:2])
-    enc.settings = EncodeSettings(first_chunk=2, prefault=False)
-    np.testing.assert_array_equal(enc.encode(sentences), streamed)
-    assert len(started) == 6
