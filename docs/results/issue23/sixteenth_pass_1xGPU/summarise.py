@@ -60,6 +60,16 @@ print(
     + ", ".join(f"{c} {statistics.median(xs):+.2f}% ({', '.join(f'{x:+.2f}' for x in xs)})" for c, xs in over.items())
     + f" -> {'met' if all(statistics.median(xs) <= 2 for xs in over.values()) else 'not met'}"
 )
+# The library as it now is, six processes: call a, and the fifteenth pass's call h (its pre-faulted side, adopted).
+h = [json.loads((HERE.parent / "fifteenth_pass_1xGPU" / "call_h" / f"p{i}.json").read_text()) for i in (1, 2, 3)]
+six = {
+    c: over[c] + [100 * (p[c]["median_s"]["Embedder.encode prefaulted"] / p[c]["median_s"][BASE] - 1) for p in h]
+    for c in CALS
+}
+print(
+    "   the library's overhead over six processes (call a, fifteenth pass call h): "
+    + ", ".join(f"{c} median {statistics.median(xs):+.2f}%, {min(xs):+.2f} to {max(xs):+.2f}%" for c, xs in six.items())
+)
 added = {
     c: statistics.median(p[c]["profile"][LIB]["kernel_ms"] - p[c]["profile"][BASE]["kernel_ms"] for p in probes)
     for c in CALS
