@@ -287,7 +287,11 @@ class Embedder:
         else:
             transform = device_transform(self.encoder, self.calibrator)
             out = self.encoder.encode(
-                sentences, batch_size=batch_size, show_progress_bar=show_progress_bar, transform=transform
+                sentences,
+                batch_size=batch_size,
+                show_progress_bar=show_progress_bar,
+                transform=transform,
+                transform_dim=self.calibrator_dim(),
             )
         return convert_embeddings(
             out,
@@ -354,7 +358,13 @@ class Embedder:
             show = 2 * len(a) >= 4096 if show_progress_bar is None else show_progress_bar
             with tqdm(total=2 * len(a), desc="similarity", unit="sent", disable=not show) as bar:
                 a, b = (
-                    self.encoder.encode(list(side), show_progress_bar=False, transform=transform, progress=bar.update)
+                    self.encoder.encode(
+                        list(side),
+                        show_progress_bar=False,
+                        transform=transform,
+                        transform_dim=self.calibrator_dim(),
+                        progress=bar.update,
+                    )
                     for side in (a, b)
                 )
         return embedding_cosine(a, b, pairwise=True)

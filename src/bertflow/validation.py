@@ -199,6 +199,13 @@ def check_array(
     return arr
 
 
+def check_positive_int(name: str, value: object) -> int:
+    """``value`` if it is an integer >= 1 (not a bool), else InputError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
 def check_epochs(epochs: float) -> float:
     """``epochs`` as a float, refused unless finite and positive (``inf`` would never end, ``nan`` never start)."""
     try:

@@ -199,6 +199,12 @@ def test_encode_result_pages_written_ahead(tiny_model_dir, device, monkeypatch):
     narrowed, n = threads(lambda: enc.encode(sentences, transform=lambda x: x[:, :3] * 2))
     np.testing.assert_array_equal(narrowed, streamed[:, :3] * 2)
     assert n == 2
+    # Told the transform's width, it makes the result at that width at once.
+    told, n = threads(lambda: enc.encode(sentences, transform=lambda x: x[:, :3] * 2, transform_dim=3))
+    np.testing.assert_array_equal(told, narrowed)
+    assert n == 1
+    with pytest.raises(InputError, match="transform_dim must be a positive integer"):
+        enc.encode(sentences, transform=lambda x: x, transform_dim=0)
     assert not [t for t in threading.enumerate() if t.name == "bertflow-prefault"]
     # Up to first_chunk sentences (one chunk), or with prefault=False, no thread starts.
     assert threads(lambda: enc.encode(sentences[:2]))[1] == 0

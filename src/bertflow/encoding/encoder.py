@@ -14,7 +14,7 @@ import torch
 
 from ..errors import CompatibilityError, InputError
 from ..typing import DeviceTransform
-from ..validation import sentence_list
+from ..validation import check_positive_int, sentence_list
 from .batching import EncodeStats, PreparedChunk, cut_chunks, prepare_chunk
 from .device import resolve_device, resolve_dtype
 from .forward import ModelRunner, PoolingPlan
@@ -404,15 +404,21 @@ class SentenceEncoder:
         show_progress_bar: bool | None = None,
         max_tokens: int | None = None,
         transform: DeviceTransform | None = None,
+        transform_dim: int | None = None,
         poolings: Sequence[str | Sequence[int] | Pooling] | None = None,
         progress: Callable[[int], None] | None = None,
     ) -> Any:
         """Embed one string or a sequence of non-blank strings (or their :meth:`tokenize_arrays`): float32 [N, D]
         ([N, D'] with ``transform``), one row for a single string, ``{pooling.key: [N, D]}`` with ``poolings``.
 
-        The other arguments are :meth:`iter_encode`'s; ``show_progress_bar=None`` shows a bar for 4,096 sentences
-        or more. An InputError for ``None``, non-string or blank sentences (naming the index) or non-finite vectors.
+        ``transform_dim``: D', when the caller knows it (``Embedder`` does), so that the result is made at its width
+        before the first chunk (``None``: made at D, and again at the first chunk if the transform changes the
+        width). The other arguments are :meth:`iter_encode`'s; ``show_progress_bar=None`` shows a bar for 4,096
+        sentences or more. An InputError for ``None``, non-string or blank sentences (naming the index) or non-finite
+        vectors.
         """
+        if transform_dim is not None:
+            check_positive_int("transform_dim", transform_dim)
         single = isinstance(sentences, str)
         # Items are checked chunk by chunk on the tokenisation thread (cut_chunks), so the first chunk starts at once.
         items: Any = [sentences] if single else sentences
@@ -428,13 +434,14 @@ class SentenceEncoder:
             width = self.dim if transform is None else int(transform(empty).shape[1])
             return np.empty((0, width), dtype=np.float32)
         # With more than one chunk (on CUDA by default), a thread writes the result's pages ahead of the chunks
-        # copied into it, so the main thread does not fault them in (encoding/prefault.py says why). The width is
-        # the encoder's: a calibrator's transform keeps it unless it reduces the dimension, and then the first chunk
-        # finds another width and gets a new array (docs/performance.md, fifteenth pass, call h's rule A).
+        # copied into it, so the main thread does not fault them in (encoding/prefault.py says why). With a
+        # transform of unknown width the guess is the encoder's; a transform that changes it makes the first chunk
+        # start a new array (docs/performance.md, sixteenth pass: a whitening that dropped one direction of 768).
         out: np.ndarray | None = None
         pages: PageWriter | None = None
         if self.settings.prefaults(self.device.type) and len(items) > self.settings.first_chunk:
-            out = np.empty((len(items), self.dim * len(plan.poolings)), dtype=np.float32)
+            guess = self.dim * len(plan.poolings) if transform is None else transform_dim or self.dim
+            out = np.empty((len(items), guess), dtype=np.float32)
             pages = PageWriter(out)
 
         def into(row: int, rows: int, width: int) -> np.ndarray:

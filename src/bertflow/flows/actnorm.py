@@ -6,7 +6,8 @@ import torch
 from torch import Tensor, nn
 
 from bertflow.errors import InputError
-from bertflow.flows.base import Transform, check_positive_int
+from bertflow.flows.base import Transform
+from bertflow.validation import check_positive_int
 
 # Absolute and relative floors on the per-feature std used by the data-dependent init. Real sentence-embedding
 # checkpoints have (near-)constant dimensions; dividing by their raw std gives scales around 1e6 and the

@@ -14,15 +14,6 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from bertflow.errors import InputError
-
-
-def check_positive_int(name: str, value: object) -> int:
-    """``value`` if it is an integer >= 1 (not a bool), else InputError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
 
 class Transform(nn.Module):
     """An invertible map on ``[B, D]`` batches with its log-determinant (the module's sign convention; ``[B]``, in

@@ -19,9 +19,10 @@ from torch import Tensor
 
 from bertflow.errors import InputError
 from bertflow.flows.actnorm import ActNorm, initialize_actnorms
-from bertflow.flows.base import Composite, Transform, check_positive_int
+from bertflow.flows.base import Composite, Transform
 from bertflow.flows.coupling import AdditiveCoupling, AffineCoupling
 from bertflow.flows.permutation import InvertibleLinearLU, RandomPermutation, ReversePermutation
+from bertflow.validation import check_positive_int
 
 CouplingName = Literal["additive", "affine"]
 PermutationName = Literal["reverse", "random", "lu"]

@@ -9,7 +9,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from bertflow.flows.base import Transform, check_positive_int
+from bertflow.flows.base import Transform
+from bertflow.validation import check_positive_int
 
 
 class ReversePermutation(Transform):

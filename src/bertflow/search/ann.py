@@ -17,7 +17,7 @@ import torch
 
 from ..errors import CompatibilityError, InputError
 from ..linalg import unit_rows
-from ..validation import check_finite
+from ..validation import check_finite, check_positive_int
 
 logger = logging.getLogger(__name__)
 
@@ -105,8 +105,7 @@ class VectorSearch:
         }
         for name, value in self.ann_params.items():
             value = 1 if value is None and name == "nlist" else value
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InputError(f"{name} must be a positive integer, got {value!r}")
+            check_positive_int(name, value)
         if approximate in ("hnsw", "ivf"):
             import_faiss(f"approximate={approximate!r}", "approximate='exact'")
         self.dim = int(dim)
