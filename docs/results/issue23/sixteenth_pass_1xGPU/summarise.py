@@ -1,9 +1,10 @@
-"""Print the sixteenth pass's records and apply the rules fixed before each call (call_a.sh, call_b.sh, call_c.sh).
+"""Print the sixteenth pass's records and apply the rules fixed before each call (call_a.sh to call_d.sh).
 
 Call a: ``transform_probe.py`` three times (SentenceEncoder.encode, Embedder.encode, Embedder.encode with the
 transform on a side stream; profiles) and the transform case's tests. Call b: the tests again, goal 3's scale-out
 against the library before the chunk pre-fault, one BERT-base and one MiniLM-L6 throughput process. Call c: the
-tests after a leftover test line was dropped, one more BERT-base process.
+tests after a leftover test line was dropped, one more BERT-base process. Call d: the tests, ``transform_probe.py``
+three times and the scale-out, after ``Embedder.encode`` tells the encoder its calibrator's width.
 
     python docs/results/issue23/sixteenth_pass_1xGPU/summarise.py
 """
@@ -103,6 +104,28 @@ t = tests("call_c")
 print(
     f"   F. {'no test failed: the transform case and the chunk pre-fault stay' if not t['exit_status'] else 'revert'}"
 )
+
+print("== call d")
+t = tests("call_d")
+print(f"   F. {'no test failed: transform_dim stays' if not t['exit_status'] else 'a test failed: revert 6c72790'}")
+probes_d = [load("call_d", f"p{i}") for i in (1, 2, 3)]
+over_d = {c: [100 * (p[c]["median_s"][LIB] / p[c]["median_s"][BASE] - 1) for p in probes_d] for c in CALS}
+print(
+    "   B. the library's overhead with transform_dim, medians of 3: "
+    + ", ".join(f"{c} {statistics.median(xs):+.2f}% ({', '.join(f'{x:+.2f}' for x in xs)})" for c, xs in over_d.items())
+    + f" -> {'met' if all(statistics.median(xs) <= 2 for xs in over_d.values()) else 'not met'}"
+)
+s = load("call_d", "scaleout")
+rates = [j["summary"]["rows_per_second"] for j in s["jobs"]]
+print(
+    f"   G. scale-out, {s['rows']} rows: Embedder.encode {s['embedder_encode_rows_per_s'] / 1e3:.1f}k/s, "
+    "distributed-encode "
+    f"{', '.join(f'{r / 1e3:.1f}k' for r in rates)}: ratio {s['ratio_distributed_over_embedder']} -> goal 3 (1 GPU) "
+    f"{'met' if s['ratio_distributed_over_embedder'] >= 0.9 else 'not met'}; store equals Embedder.encode at the same "
+    f"chunks: {s['store_equals_embedder_encode_same_chunks']}"
+)
+for j in s["jobs"]:
+    print(f"      shard seconds {j['summary']['per_rank'][0]['shard_seconds']}")
 
 # The fifteenth pass's reader of throughput records, given the files, prints only them.
 print("== throughput, the defaults (calls b and c)", flush=True)
