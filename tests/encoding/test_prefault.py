@@ -1,5 +1,5 @@
-"""PageWriter (bertflow.encoding.prefault): a result's rows written on a thread, in order, a bounded distance ahead of
-the rows asked for, and stopped by close()."""
+"""bertflow.encoding.prefault: PageWriter (a result's rows written on a thread, in order, a bounded distance ahead of
+the rows asked for, and stopped by close()) and ResultRows (the encode result it writes, at a guessed width)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import threading
 import time
 
 import numpy as np
+import pytest
 
-from bertflow.encoding.prefault import PageWriter
+from bertflow.encoding.prefault import PageWriter, ResultRows
 
 
 def _writing() -> bool:
@@ -53,3 +54,20 @@ def test_close_stops_the_thread_and_wait_no_longer_blocks():
     empty.wait(0)
     empty.close()
     assert empty.written == 0
+
+
+@pytest.mark.parametrize(("guess", "width"), [(None, 6), (6, 6), (8, 6)])
+def test_result_rows_at_the_chunks_width(guess, width):
+    """Rows handed out block by block add up to one [n, width] array whatever the guess: made at the first chunk
+    without one, at once with a right one, and made again (the first writer stopped) with a wrong one."""
+    result = ResultRows(10, guess)
+    with pytest.raises(RuntimeError, match="no chunk"):
+        _ = ResultRows(10, None).array
+    for start, stop in ((0, 4), (4, 9), (9, 10)):
+        rows = result.rows(start, stop - start, width)
+        assert rows.shape == (stop - start, width)
+        rows[...] = np.arange(start, stop)[:, None]
+    result.close()
+    result.close()  # idempotent
+    assert not _writing()
+    np.testing.assert_array_equal(result.array, np.repeat(np.arange(10, dtype=np.float32)[:, None], width, axis=1))

@@ -28,7 +28,7 @@ from .loading import (
     weights_fingerprint,
 )
 from .pooling import Pooling
-from .prefault import PageWriter
+from .prefault import ResultRows
 from .settings import DEFAULT_CHUNK, EncodeSettings, device_kind
 from .stream import split_poolings, stream_chunks
 from .token_stats import TokenStatistics
@@ -435,29 +435,10 @@ class SentenceEncoder:
             return np.empty((0, width), dtype=np.float32)
         # With more than one chunk (on CUDA by default), a thread writes the result's pages ahead of the chunks
         # copied into it, so the main thread does not fault them in (encoding/prefault.py says why). With a
-        # transform of unknown width the guess is the encoder's; a transform that changes it makes the first chunk
-        # start a new array (docs/performance.md, sixteenth pass: a whitening that dropped one direction of 768).
-        out: np.ndarray | None = None
-        pages: PageWriter | None = None
-        if self.settings.prefaults(self.device.type) and len(items) > self.settings.first_chunk:
-            guess = self.dim * len(plan.poolings) if transform is None else transform_dim or self.dim
-            out = np.empty((len(items), guess), dtype=np.float32)
-            pages = PageWriter(out)
-
-        def into(row: int, rows: int, width: int) -> np.ndarray:
-            # Each chunk is copied from the device straight into its rows of the result.
-            nonlocal out, pages
-            if pages is not None and out is not None and out.shape[1] != width:  # the guessed width was wrong
-                pages.close()
-                out = None  # freed before the right one is made
-                out = np.empty((len(items), width), dtype=np.float32)
-                pages = PageWriter(out)
-            if out is None:
-                out = np.empty((len(items), width), dtype=np.float32)
-            if pages is not None:
-                pages.wait(row + rows)
-            return out[row : row + rows]
-
+        # transform of unknown width the guess is the encoder's (docs/performance.md, sixteenth pass).
+        ahead = self.settings.prefaults(self.device.type) and len(items) > self.settings.first_chunk
+        guess = self.dim * len(plan.poolings) if transform is None else transform_dim or self.dim
+        result = ResultRows(len(items), guess if ahead else None)
         show = len(items) >= 4096 if show_progress_bar is None else show_progress_bar
         from tqdm.auto import tqdm
 
@@ -477,14 +458,12 @@ class SentenceEncoder:
                     plan=plan,
                     transform=transform,
                     progress=advance,
-                    into=into,
+                    into=result.rows,
                 ):
                     pass
             finally:
-                if pages is not None:  # done or failed: no thread outlives the call
-                    pages.close()
-        assert out is not None
-        out = out[0] if single else out
+                result.close()  # done or failed: no thread outlives the call
+        out = result.array[0] if single else result.array
         return out if poolings is None else split_poolings(out, plan, self.dim)
 
     def __repr__(self) -> str:

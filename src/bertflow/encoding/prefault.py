@@ -81,3 +81,49 @@ class PageWriter:
             self._stop = True
             self._cond.notify_all()
         self._thread.join()
+
+
+class ResultRows:
+    """The float32 [n, width] array that an encode's chunks are copied into, row block by row block (what
+    :meth:`SentenceEncoder.encode` passes as the chunk stream's ``into``).
+
+    With a ``guess`` of the width, the array is made at once and a :class:`PageWriter` writes its pages ahead of the
+    chunks; if the first chunk has another width (a transform that changed it), that array is dropped and the right
+    one made and written ahead instead. Without a guess, the array is made at the first chunk, its pages faulted in
+    by the copies. :meth:`close` when done or failed.
+    """
+
+    def __init__(self, n: int, guess: int | None) -> None:
+        self._n = n
+        self._out: np.ndarray | None = None
+        self._pages: PageWriter | None = None
+        if guess is not None:
+            self._start(guess)
+
+    def _start(self, width: int) -> None:
+        self._out = np.empty((self._n, width), dtype=np.float32)
+        self._pages = PageWriter(self._out)
+
+    def rows(self, row: int, rows: int, width: int) -> np.ndarray:
+        """The writable rows ``row : row + rows`` of the result, whose width is ``width``."""
+        if self._out is not None and self._out.shape[1] != width:  # the guessed width was wrong
+            self.close()
+            self._out = None  # freed before the right one is made
+            self._start(width)
+        if self._out is None:
+            self._out = np.empty((self._n, width), dtype=np.float32)
+        if self._pages is not None:
+            self._pages.wait(row + rows)
+        return self._out[row : row + rows]
+
+    @property
+    def array(self) -> np.ndarray:
+        """The whole result (after the last chunk)."""
+        if self._out is None:
+            raise RuntimeError("no chunk was copied into the result")
+        return self._out
+
+    def close(self) -> None:
+        """Stop the page writer, if any (idempotent)."""
+        if self._pages is not None:
+            self._pages.close()
