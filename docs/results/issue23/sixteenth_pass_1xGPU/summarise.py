@@ -4,7 +4,8 @@ Call a: ``transform_probe.py`` three times (SentenceEncoder.encode, Embedder.enc
 transform on a side stream; profiles) and the transform case's tests. Call b: the tests again, goal 3's scale-out
 against the library before the chunk pre-fault, one BERT-base and one MiniLM-L6 throughput process. Call c: the
 tests after a leftover test line was dropped, one more BERT-base process. Call d: the tests, ``transform_probe.py``
-three times and the scale-out, after ``Embedder.encode`` tells the encoder its calibrator's width.
+three times and the scale-out, after ``Embedder.encode`` tells the encoder its calibrator's width. Call e: the tests
+after the result's handling moved into ``ResultRows``, one more BERT-base process.
 
     python docs/results/issue23/sixteenth_pass_1xGPU/summarise.py
 """
@@ -18,7 +19,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).parent
-RUNS = (("call_b", "b1"), ("call_b", "m1"), ("call_c", "b2"))
+RUNS = (("call_b", "b1"), ("call_b", "m1"), ("call_c", "b2"), ("call_e", "b3"))
 
 
 def load(call: str, name: str) -> dict:
@@ -127,7 +128,13 @@ print(
 for j in s["jobs"]:
     print(f"      shard seconds {j['summary']['per_rank'][0]['shard_seconds']}")
 
+print("== call e")
+t = tests("call_e")
+print(
+    f"   F. {'no test failed: ResultRows (38cd26a) stays' if not t['exit_status'] else 'a test failed: revert 38cd26a'}"
+)
+
 # The fifteenth pass's reader of throughput records, given the files, prints only them.
-print("== throughput, the defaults (calls b and c)", flush=True)
+print("== throughput, the defaults (calls b, c and e)", flush=True)
 reader = HERE.parent / "fifteenth_pass_1xGPU" / "summarise.py"
 subprocess.run([sys.executable, str(reader), *(str(HERE / c / f"{n}.json") for c, n in RUNS)], check=True)
