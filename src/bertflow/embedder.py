@@ -276,7 +276,8 @@ class Embedder:
             output_value=output_value,
         )
         truncate_dim = self.truncate_dim if truncate_dim is None else truncate_dim
-        check_truncate_dim(truncate_dim, self.calibrator_dim())
+        dim = self.calibrator_dim()
+        check_truncate_dim(truncate_dim, dim)
         single = isinstance(sentences, str)
         if isinstance(device, (list, tuple)):
             items = [sentences] if single else list(sentences)
@@ -291,7 +292,7 @@ class Embedder:
                 batch_size=batch_size,
                 show_progress_bar=show_progress_bar,
                 transform=transform,
-                transform_dim=self.calibrator_dim(),
+                transform_dim=dim,
             )
         return convert_embeddings(
             out,
@@ -354,7 +355,7 @@ class Embedder:
             self.check_fitted()
             from tqdm.auto import tqdm
 
-            transform = device_transform(self.encoder, self.calibrator)
+            transform, dim = device_transform(self.encoder, self.calibrator), self.calibrator_dim()
             show = 2 * len(a) >= 4096 if show_progress_bar is None else show_progress_bar
             with tqdm(total=2 * len(a), desc="similarity", unit="sent", disable=not show) as bar:
                 a, b = (
@@ -362,7 +363,7 @@ class Embedder:
                         list(side),
                         show_progress_bar=False,
                         transform=transform,
-                        transform_dim=self.calibrator_dim(),
+                        transform_dim=dim,
                         progress=bar.update,
                     )
                     for side in (a, b)

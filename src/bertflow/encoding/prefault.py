@@ -1,5 +1,6 @@
 """Writing a fresh result array's pages on a thread, ahead of the chunks copied into it (what
-``EncodeSettings.prefault`` turns on for :meth:`SentenceEncoder.encode`).
+``EncodeSettings.prefault`` turns on: for :meth:`SentenceEncoder.encode`'s result, :class:`ResultRows`, and on CUDA
+for each fresh chunk array of the chunk stream, ``stream.py``).
 
 Why: a fresh array's pages are faulted in by whoever writes them first. Without this, that is the main thread, in
 each chunk's copy from the device, while it also launches the next chunk's kernels: 10-16 ms (MiniLM-L6) and 32-37 ms
