@@ -36,14 +36,13 @@ import numpy as np
 import torch
 from scipy.stats import spearmanr
 
-from bertflow import __version__
+from bertflow import EmbeddingIndex, __version__
 from bertflow.calibrators import Calibrator, FlowCalibrator, parse_calibrator
 from bertflow.cli.evaluate import find_data_dir
 from bertflow.encoding.encoder import SentenceEncoder
 from bertflow.evaluation.datasets import load_sts_task
 from bertflow.io.text import SentencePairs
 from bertflow.model_folder import corpus_digest
-from bertflow import EmbeddingIndex
 
 logger = logging.getLogger("bertflow.benchmarks.retrieval")
 

@@ -46,9 +46,8 @@ def auto_inputs(encoder: SentenceEncoder, pooling: Pooling | None = None, *, wei
     tokenizer picks the prior); ``weigh=False`` (the user gave token statistics) forbids a weighted pooling."""
     own = pooling if pooling is not None else encoder.pooling
     mean = Pooling.parse("mean", encoder.num_layers)
-    if not (weigh and own.averages_tokens and not own.weighting.weighted):
-        return AutoInputs(own, mean)
-    prior = prior_for(encoder.tokenizer)
+    weighable = weigh and own.averages_tokens and not own.weighting.weighted
+    prior = prior_for(encoder.tokenizer) if weighable else None
     if prior is None:
         return AutoInputs(own, mean)
     spec = own.base_spec()

@@ -132,9 +132,8 @@ class Embedder:
                     f"Embedder({str(encoder)!r}, calibrator) is ambiguous: a path loads a saved model with its own "
                     "calibrator; for a new model pass SentenceEncoder(path) and the calibrator"
                 )
-            loaded = type(self).load(encoder)
-            state = {**vars(loaded), "truncate_dim": truncate_dim, "model_card_data": self.model_card_data}
-            self.__dict__.update(state)
+            loaded = vars(type(self).load(encoder))
+            self.__dict__.update({**loaded, "truncate_dim": truncate_dim, "model_card_data": self.model_card_data})
             return
         if encoder is not None and not isinstance(encoder, SentenceEncoder):
             raise InputError(
@@ -286,12 +285,11 @@ class Embedder:
             out = np.asarray(self.calibrator.transform(raw), dtype=np.float32)
             out = out[0] if single else out
         else:
-            transform = device_transform(self.encoder, self.calibrator)
             out = self.encoder.encode(
                 sentences,
                 batch_size=batch_size,
                 show_progress_bar=show_progress_bar,
-                transform=transform,
+                transform=device_transform(self.encoder, self.calibrator),
                 transform_dim=dim,
             )
         return convert_embeddings(
@@ -409,18 +407,7 @@ class Embedder:
         Hugging Face files into ``encoder/``, so the folder is self-contained.
         """
         self.check_fitted()
-        fit_info, fitted_on = self.fit_records()
-        save_model_folder(
-            path,
-            self.encoder,
-            self.calibrator,
-            fit_info,
-            fitted_on=fitted_on,
-            card=lambda: model_card(self, include_encoder=include_encoder),
-            include_encoder=include_encoder,
-            encoder_dir=self.encoder_dir,
-            overwrite=overwrite,
-        )
+        save_model_folder(path, self, model_card, include_encoder=include_encoder, overwrite=overwrite)
         self.source = str(Path(path).expanduser().resolve())
         logger.info("saved %r to %s", self, path)
         return Path(path)

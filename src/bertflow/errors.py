@@ -78,7 +78,11 @@ if TYPE_CHECKING:  # what static tools see; at run time it is made by __getattr_
     class NotFittedError(BertflowError, _SklearnNotFittedError): ...
 
 
-def _not_fitted_error() -> type[BertflowError]:
+def __getattr__(name: str) -> Any:
+    # NotFittedError subclasses scikit-learn's, and importing scikit-learn takes about a second: it is created on
+    # first use, so the CLI's help and error paths (which import this module) stay fast.
+    if name != "NotFittedError":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from sklearn.exceptions import NotFittedError as SklearnNotFittedError
 
     class NotFittedError(BertflowError, SklearnNotFittedError):
@@ -86,13 +90,5 @@ def _not_fitted_error() -> type[BertflowError]:
         ``AttributeError``), which ``except sklearn.exceptions.NotFittedError`` catches too."""
 
     NotFittedError.__module__, NotFittedError.__qualname__ = __name__, "NotFittedError"  # picklable by name
+    globals()[name] = NotFittedError
     return NotFittedError
-
-
-def __getattr__(name: str) -> Any:
-    # NotFittedError subclasses scikit-learn's, and importing scikit-learn takes about a second: it is created on
-    # first use, so the CLI's help and error paths (which import this module) stay fast.
-    if name == "NotFittedError":
-        globals()[name] = cls = _not_fitted_error()
-        return cls
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

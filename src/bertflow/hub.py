@@ -25,11 +25,7 @@ def is_hub_id(name: str) -> bool:
 
 
 def snapshot(
-    repo_id: str,
-    revision: str | None,
-    allow_patterns: list[str] | None = None,
-    *,
-    token: bool | str | None = None,
+    repo_id: str, revision: str | None, allow_patterns: list[str] | None = None, *, token: bool | str | None = None
 ) -> Path:
     """A hub repo's files via huggingface_hub (its cache first); ModelFileError saying why and what to try."""
     from huggingface_hub import snapshot_download

@@ -17,7 +17,7 @@ import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._version import __version__
 from .calibrators import Calibrator
@@ -28,6 +28,9 @@ from .errors import CompatibilityError, InputError, ModelFileError
 from .hub import download_model, snapshot
 from .io.files import FOLDER_KINDS, atomic_directory, check_output_folder, folder_present, read_folder
 from .io.formats import FORMAT_VERSION, check_format, path_inside, read_json, sha256_file, verify_checksums, write_json
+
+if TYPE_CHECKING:
+    from .embedder import Embedder
 
 T = TypeVar("T")
 
@@ -61,12 +64,8 @@ TORCH_BIN_PATTERNS = ("pytorch_model.bin", "pytorch_model-*.bin", "pytorch_model
 
 #: Encoder provenance saved in bertflow_config.json (SentenceEncoder.provenance); carried over by a bundled load.
 PROVENANCE_KEYS = ("commit", "weights_sha256", "packaged_as")
-
-
 #: Keys of every fitting record (:func:`fit_record`), whichever route fitted the model.
 FIT_RECORD_KEYS = ("n_sentences", "corpus_sha256", "corpus_file_sha256", "regime", "seconds", "fitted_at", "machine")
-
-
 #: What a ``fitted_on`` record keeps of the encoder whose embeddings a calibrator was fitted on (plus ``framework``:
 #: ``"bertflow"`` for a :class:`~bertflow.encoding.encoder.SentenceEncoder`, ``"sentence-transformers"`` for a model
 #: of that library).
@@ -87,8 +86,7 @@ def encoder_record(encoder: Any, *, framework: str = "bertflow") -> dict[str, An
     """The ``fitted_on`` record of ``encoder`` (a :class:`~bertflow.encoding.encoder.SentenceEncoder` or a mapping
     with :data:`ENCODER_KEYS`): those keys plus ``framework``, the same whichever route fitted the calibrator."""
     config = encoder if isinstance(encoder, Mapping) else encoder.get_config()
-    missing = [key for key in ENCODER_KEYS if key not in config]
-    if missing:
+    if missing := [key for key in ENCODER_KEYS if key not in config]:
         raise ValueError(f"an encoder record needs {', '.join(missing)}")
     # A weighted pooling's vectors also depend on the token statistics its weights come from (their digest).
     extra = {"token_statistics": config["token_statistics"]} if config.get("token_statistics") else {}
@@ -175,20 +173,14 @@ def fit_record(
 
 
 def save_model_folder(
-    path: str | Path,
-    encoder: SentenceEncoder,
-    calibrator: Calibrator,
-    fit_info: dict[str, Any],
-    *,
-    fitted_on: dict[str, Any] | None,
-    card: Callable[[], str],
-    include_encoder: bool = False,
-    encoder_dir: Path | None = None,
-    overwrite: bool = False,
+    path: str | Path, embedder: Embedder, card: Callable[..., str], *, include_encoder: bool, overwrite: bool
 ) -> None:
-    """Write the model folder at ``path``, atomically (a crash leaves an old one).
-    ``card()`` makes README.md once the output is checked; ``include_encoder`` copies the encoder's HF files (from
-    ``encoder_dir`` when it was loaded from a bundled copy). OutputError where ``path`` may not be written."""
+    """Write the model folder of the fitted ``embedder`` at ``path``, atomically (a crash leaves an old one), with
+    its :meth:`~bertflow.embedder.Embedder.fit_records`. ``card`` (:func:`~bertflow.card.model_card`) makes README.md
+    once the output is checked; ``include_encoder`` copies the encoder's HF files (from ``embedder.encoder_dir`` when
+    it was loaded from a bundled copy). OutputError where ``path`` may not be written."""
+    encoder, calibrator = embedder.encoder, embedder.calibrator
+    fit_info, fitted_on = embedder.fit_records()
     weighted = encoder.pooling.weighting.weighted
     if weighted and encoder.token_statistics is None:
         raise InputError(
@@ -202,11 +194,12 @@ def save_model_folder(
             encoder.token_statistics.save(tmp / TOKEN_STATS_DIR)
         encoder_config = pinned_encoder_config(encoder, folder=None if include_encoder else Path(path))
         if include_encoder:
-            copied = copy_encoder_files(encoder, tmp / ENCODER_DIR, source=encoder_dir)
+            copied = copy_encoder_files(encoder, tmp / ENCODER_DIR, source=embedder.encoder_dir)
             encoder_config["path"] = ENCODER_DIR
             logger.info("copied %d encoder file(s) into %s", copied, Path(path) / ENCODER_DIR)
-        (tmp / "README.md").write_text(card(), encoding="utf-8")
-        files = sorted(p for p in tmp.rglob("*") if p.is_file())
+        (tmp / "README.md").write_text(card(embedder, include_encoder=include_encoder), encoding="utf-8")
+        # The model card is for people and may be edited on the hub; it carries no numbers we use: not checksummed.
+        files = {p.relative_to(tmp).as_posix(): p for p in sorted(tmp.rglob("*")) if p.is_file()}
         config = {
             "library": "bertflow",
             "bertflow_version": __version__,
@@ -215,12 +208,7 @@ def save_model_folder(
             "calibrator": {"type": calibrator.name, "path": CALIBRATOR_DIR, "fitted_on": fitted_on},
             **({"token_statistics": {"path": TOKEN_STATS_DIR}} if weighted else {}),
             "fitting": fit_info,
-            "files": {
-                p.relative_to(tmp).as_posix(): sha256_file(p)
-                for p in files
-                # The model card is for people and may be edited on the hub; it carries no numbers we use.
-                if p.relative_to(tmp).as_posix() != "README.md"
-            },
+            "files": {rel: sha256_file(p) for rel, p in files.items() if rel != "README.md"},
         }
         write_json(tmp / CONFIG_FILE, config)
 
@@ -270,10 +258,7 @@ def copy_encoder_files(encoder: SentenceEncoder, dest: Path, *, source: Path | N
 
 
 def load_model_folder(
-    path: str | Path,
-    assemble: Callable[[Path, dict[str, Any], Calibrator, str], T],
-    *,
-    revision: str | None = None,
+    path: str | Path, assemble: Callable[[Path, dict[str, Any], Calibrator, str], T], *, revision: str | None = None
 ) -> T:
     """What ``assemble(folder, config, calibrator, source)`` makes of the model folder at ``path`` (or hub repo
     ``path`` at ``revision``; ``source``: the resolved folder or the hub id), a local one read inside
@@ -300,21 +285,16 @@ def read_model_folder(folder: Path) -> tuple[dict[str, Any], Calibrator]:
     if config.get("library") != "bertflow":
         raise ModelFileError(f"{folder / CONFIG_FILE} is not a bertflow model config")
     check_format(config, folder / CONFIG_FILE, kind="model")
-    encoder_dir: Path | None = None
-    try:
-        calibrator_dir = _inside(folder, config["calibrator"]["path"], "calibrator.path")
+    try:  # the folders the checksums must cover: calibrator, bundled encoder, token statistics
+        dirs = [_inside(folder, config["calibrator"]["path"], "calibrator.path")]
         if config["encoder"].get("path"):
-            encoder_dir = _inside(folder, config["encoder"]["path"], "encoder.path")
-        stats_dir = _token_stats_dir(folder, config)
+            dirs.append(_inside(folder, config["encoder"]["path"], "encoder.path"))
+        if (stats_dir := _token_stats_dir(folder, config)) is not None:
+            dirs.append(stats_dir)
     except (KeyError, TypeError, AttributeError) as e:
         raise ModelFileError(f"{folder / CONFIG_FILE} lacks or garbles {e}; was it edited?") from None
-    verify_checksums(
-        folder,
-        config.get("files"),
-        [calibrator_dir, *([encoder_dir] if encoder_dir else []), *([stats_dir] if stats_dir else [])],
-        config=folder / CONFIG_FILE,
-    )
-    return config, Calibrator.load(calibrator_dir)
+    verify_checksums(folder, config.get("files"), dirs, config=folder / CONFIG_FILE)
+    return config, Calibrator.load(dirs[0])
 
 
 def load_encoder(

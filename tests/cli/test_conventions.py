@@ -32,7 +32,9 @@ def test_encode_and_similarity_refuse_to_replace_a_file_bertflow_did_not_write(t
     assert np.array_equal(np.load(notes), first)
 
     pairs = tmp_path / "pairs.tsv"
-    pairs.write_text("sentence1\tsentence2\tscore\n" + "".join(f"{a}\t{b}\t1\n" for a, b in zip(CORPUS, CORPUS[3:])))
+    pairs.write_text(
+        "sentence1\tsentence2\tscore\n" + "".join(f"{a}\t{b}\t1\n" for a, b in zip(CORPUS, CORPUS[3:], strict=False))
+    )
     diary = tmp_path / "diary.tsv"
     diary.write_text("date\tentry\n2026-01-01\tnew year\n", encoding="utf-8")
     args = ["similarity", "--pairs", pairs, "--model", tiny_model_dir, "-q", "-o"]

@@ -205,6 +205,15 @@ def test_encode_result_pages_written_ahead(tiny_model_dir, device, monkeypatch):
     assert n == 1
     with pytest.raises(InputError, match="transform_dim must be a positive integer"):
         enc.encode(sentences, transform=lambda x: x, transform_dim=0)
+    # An empty input takes its width from transform_dim when told, else from the transform run on zero rows.
+    calls = []
+
+    def narrow(x):
+        calls.append(x.shape[0])
+        return x[:, :3]
+
+    assert enc.encode([], transform=narrow, transform_dim=3).shape == (0, 3) and calls == []
+    assert enc.encode([], transform=narrow).shape == (0, 3) and calls == [0]
     assert not [t for t in threading.enumerate() if t.name == "bertflow-prefault"]
     # Up to first_chunk sentences (one chunk), or with prefault=False, no thread starts.
     assert threads(lambda: enc.encode(sentences[:2]))[1] == 0

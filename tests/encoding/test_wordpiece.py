@@ -164,10 +164,7 @@ def test_shortcut_memo_is_bounded(tiny_model_dir, monkeypatch):
     got = shortcut.ids(second)  # over the limit by now: cleared (back to the vocabulary's words), then learns
     # exactly the new words of this list: the first list's are forgotten
     words = {
-        w
-        for s, g in zip(second, got, strict=True)
-        if g is not None
-        for w in wordpiece._ASCII_WORD.findall(s.lower())
+        w for s, g in zip(second, got, strict=True) if g is not None for w in wordpiece._ASCII_WORD.findall(s.lower())
     }
     learned = set(shortcut._memo) - set(shortcut._seed) - {wordpiece._END}
     assert learned == words - set(shortcut._seed) and len(learned) > 5

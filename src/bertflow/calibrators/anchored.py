@@ -64,7 +64,6 @@ class AnchoredWhiteningCalibrator(Calibrator):
     """
 
     rescales_variance = True
-
     specs = {
         "anchored": "anchored whitening: raw cosine mixed with Sigma^-1/4-whitened cosine, weight = anisotropy",
         "anchored-P": "anchored whitening with whitening strength alpha = P/100 (anchored-100: full whitening)",

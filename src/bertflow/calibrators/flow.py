@@ -62,7 +62,6 @@ class FlowCalibrator(Calibrator):
     """
 
     rescales_variance = True
-
     specs = {
         "flow": "BERT-flow, the official code's Glow (3 levels x 3 steps, additive, reverse)",
         "flow-paper": "BERT-flow, the paper's Glow (2 levels x 3 steps, additive, random permutation)",
@@ -152,9 +151,8 @@ class FlowCalibrator(Calibrator):
         if len(trainer.passthrough):
             data = data.index_select(1, torch.as_tensor(active, device=device))
         trainer.build()
-        val_rows, train_rows = trainer.split(len(data))
         # Rows are addressed through the shuffled order instead of copying a shuffled training set.
-        val_rows, train_rows = val_rows.to(device), train_rows.to(device)
+        val_rows, train_rows = (rows.to(device) for rows in trainer.split(len(data)))
         trainer.initialize(data.index_select(0, train_rows[: self.init_samples]))
         val = data.index_select(0, val_rows)
         try:

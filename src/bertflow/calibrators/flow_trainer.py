@@ -219,7 +219,7 @@ class FlowTrainer:
         """One optimiser step on the batch ``x`` [b, D_a] (after :meth:`begin`); returns its loss (a 0-d device
         tensor, in bits per dimension; with ``reduce``, the global batch's)."""
         if self._use_graph and self._graph is None:
-            self._graph = _GraphStep.capture(self._step, self.params, self.opt, self.guard, x)
+            self._graph = _capture_step(self._step, self.params, self.opt, self.guard, x)
             self._use_graph = self._graph is not None
         if self._graph is not None:
             return self._graph(x)
@@ -361,62 +361,55 @@ class DivergenceGuard:
         return 0
 
 
-class _GraphStep:
-    """One whole training step (forward, backward, clipping, AdamW, divergence flag) as a CUDA graph: one launch
-    instead of several hundred. The warm-up steps capture needs are undone, so training starts from the same state
-    as without the graph and replays give the eager loop's results."""
+def _capture_step(
+    step: Callable[[torch.Tensor], torch.Tensor],
+    params: list[torch.nn.Parameter],
+    opt: torch.optim.Optimizer,
+    guard: DivergenceGuard,
+    example: torch.Tensor,
+    warmup: int = 3,
+) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """One whole training ``step`` (forward, backward, clipping, AdamW, divergence flag) on batches shaped like
+    ``example``, captured as a CUDA graph: one launch instead of several hundred. Returns the replay (the batch in,
+    that step's device loss out), or ``None`` (eager training) if capture fails. The warm-up steps capture needs are
+    undone, so training starts from the same state as without the graph and replays give the eager loop's results."""
+    static_x = example.clone()
+    start = [p.detach().clone() for p in params]
 
-    def __init__(self, graph: torch.cuda.CUDAGraph, static_x: torch.Tensor, static_loss: torch.Tensor) -> None:
-        self.graph, self.static_x, self.static_loss = graph, static_x, static_loss
+    @torch.no_grad()
+    def undo() -> None:
+        torch._foreach_copy_([p.detach() for p in params], start)
+        for values in opt.state.values():
+            for v in values.values():
+                if torch.is_tensor(v):
+                    v.zero_()
+        guard.reset()
 
-    @classmethod
-    def capture(
-        cls,
-        step: Callable[[torch.Tensor], torch.Tensor],
-        params: list[torch.nn.Parameter],
-        opt: torch.optim.Optimizer,
-        guard: DivergenceGuard,
-        example: torch.Tensor,
-        warmup: int = 3,
-    ) -> _GraphStep | None:
-        """Capture ``step`` on batches shaped like ``example``; ``None`` (eager training) if capture fails."""
-        static_x = example.clone()
-        start = [p.detach().clone() for p in params]
+    try:
+        side = torch.cuda.Stream(device=example.device)
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(warmup):
+                opt.zero_grad(set_to_none=False)
+                step(static_x)
+        torch.cuda.current_stream().wait_stream(side)
+        undo()
+        graph = torch.cuda.CUDAGraph()
+        grads = [p.grad for p in params]
+        with torch.cuda.graph(graph):
+            torch._foreach_zero_(grads)
+            static_loss = step(static_x)
+    except RuntimeError as e:  # e.g. an operation that cannot be captured on this torch/driver
+        logger.warning("flow: CUDA graph capture failed (%s); training without it", e)
+        torch.cuda.synchronize(example.device)
+        undo()
+        opt.zero_grad(set_to_none=True)
+        return None
+    undo()  # capture records the step without running it, but be exact about the starting state
 
-        @torch.no_grad()
-        def undo() -> None:
-            torch._foreach_copy_([p.detach() for p in params], start)
-            for values in opt.state.values():
-                for v in values.values():
-                    if torch.is_tensor(v):
-                        v.zero_()
-            guard.reset()
+    def replay(x: torch.Tensor) -> torch.Tensor:
+        static_x.copy_(x)
+        graph.replay()
+        return static_loss
 
-        try:
-            side = torch.cuda.Stream(device=example.device)
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(warmup):
-                    opt.zero_grad(set_to_none=False)
-                    step(static_x)
-            torch.cuda.current_stream().wait_stream(side)
-            undo()
-            graph = torch.cuda.CUDAGraph()
-            grads = [p.grad for p in params]
-            with torch.cuda.graph(graph):
-                torch._foreach_zero_(grads)
-                static_loss = step(static_x)
-        except RuntimeError as e:  # e.g. an operation that cannot be captured on this torch/driver
-            logger.warning("flow: CUDA graph capture failed (%s); training without it", e)
-            torch.cuda.synchronize(example.device)
-            undo()
-            opt.zero_grad(set_to_none=True)
-            return None
-        undo()  # capture records the step without running it, but be exact about the starting state
-        return cls(graph, static_x, static_loss)
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """Run one step on the batch ``x``; returns the (device) loss of that step."""
-        self.static_x.copy_(x)
-        self.graph.replay()
-        return self.static_loss
+    return replay

@@ -63,13 +63,11 @@ class StandardNormCalibrator(Calibrator):
     floored std.
     """
 
-    rescales_variance = True
-
-    _one_to_one = True  # output column i is input column i transformed
-
     specs = {"standard-norm": "per-dimension z-score (SN)"}
     aliases = {"sn": "standard-norm"}
     affine = True
+    rescales_variance = True
+    _one_to_one = True  # output column i is input column i transformed
 
     def _fit(self, X: np.ndarray) -> None:
         self.mean_ = X.mean(axis=0)

@@ -143,7 +143,6 @@ class WhiteningCalibrator(Calibrator):
     """
 
     rescales_variance = True
-
     specs = {
         "whitening": "BERT-whitening keeping every direction",
         "whitening-K": "BERT-whitening keeping the top K directions (e.g. whitening-256)",

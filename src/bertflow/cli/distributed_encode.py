@@ -44,9 +44,10 @@ Re-running the same command resumes: finished shards are kept. Read the result w
 bertflow.scale.reader.open_embeddings("emb"), or pass --merge for one emb/embeddings.npy. See docs/distributed.md.
 """
 
-#: How distributed-encode reads its input (default: from the suffix), and the file format of a store's shards.
+#: How distributed-encode reads its input (default: from the suffix), and the file format and size of a store's shards.
 _INPUT_FORMATS = ("text", *source_constant("io/arrow", "TABLE_FORMATS"))
 _SHARD_FORMATS = tuple(source_constant("scale/layout", "SHARD_SUFFIXES"))
+_SHARD_SIZE = source_constant("scale/layout", "DEFAULT_SHARD_SIZE")
 
 
 def _encode_worker_body(device: str, args: dict[str, Any]) -> None:
@@ -117,7 +118,7 @@ def distributed_encode(
     model: ModelOpt = None,
     pooling: PoolingOpt = "mean",
     max_length: MaxLenOpt = 64,
-    shard_size: ShardSizeOpt = source_constant("scale/layout", "DEFAULT_SHARD_SIZE"),
+    shard_size: ShardSizeOpt = _SHARD_SIZE,
     chunk_size: ChunkSizeOpt = 16384,
     batch_size: BatchOpt = None,
     dtype: DtypeOpt = "auto",

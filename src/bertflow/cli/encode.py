@@ -116,8 +116,7 @@ def encode(
         if out_kind != "npy":
             from ..io.arrow import write_embedding_file
 
-            ids = table.read_ids if id_column else None
-            id_field = table.id_field() if id_column else None
+            ids, id_field = (table.read_ids, table.id_field()) if id_column else (None, None)
             row = write_embedding_file(output, out_kind, dim, parts, ids=ids, id_field=id_field)
         else:
             row = _write_npy(output, input, parts, n, dim)
@@ -171,26 +170,22 @@ def _write_npy(output: Path, source: Path, parts: Iterable[np.ndarray], n: int |
 
 
 def _table_options(
-    input: Path,  # noqa: A002 - the command's own argument name
-    output: Path,
-    column: list[str] | None,
-    text_column: str | None,
-    id_column: str | None,
+    source: Path, output: Path, column: list[str] | None, text_column: str | None, id_column: str | None
 ) -> tuple[Any, str]:
     """``encode``'s table input (a :class:`~bertflow.io.arrow.TableColumn`, or None for text) and output kind
     (``"npy"``, ``"parquet"`` or ``"arrow"``, from the suffix), refusing options that do not fit them."""
     from ..errors import InputError
     from ..io.arrow import DEFAULT_TEXT_COLUMN, TABLE_SUFFIXES, TableColumn, input_format
 
-    in_kind = input_format(input)
+    in_kind = input_format(source)
     out_kind = "npy" if str(output) == STDIO else TABLE_SUFFIXES.get(output.suffix.lower(), "npy")
     if in_kind == "text" and (text_column or id_column):
-        raise InputError(f"--text-column and --id-column apply to a .parquet / .arrow input; {input} is read as text")
+        raise InputError(f"--text-column and --id-column apply to a .parquet / .arrow input; {source} is read as text")
     if in_kind != "text" and column:
-        raise InputError(f"--column is for a TSV input; name the text column of {input} with --text-column")
+        raise InputError(f"--column is for a TSV input; name the text column of {source} with --text-column")
     if id_column and out_kind == "npy":
         raise InputError("--id-column needs a table output (-o x.parquet or x.arrow): a .npy holds only vectors")
-    table = TableColumn(input, text_column or DEFAULT_TEXT_COLUMN, in_kind, id_column) if in_kind != "text" else None
+    table = TableColumn(source, text_column or DEFAULT_TEXT_COLUMN, in_kind, id_column) if in_kind != "text" else None
     return table, out_kind
 
 

@@ -3,8 +3,11 @@ quieting libraries."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import json
 import logging
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -44,8 +47,6 @@ def progress_log(logger_name: str, quiet: bool) -> Iterator[None]:
 
 def stderr_is_terminal() -> bool:
     """Whether standard error is a terminal (a person watching), not a pipe or a file."""
-    import sys
-
     try:
         return sys.stderr.isatty()
     except (AttributeError, ValueError):  # replaced by an object without isatty, or closed
@@ -82,8 +83,6 @@ def quiet_libraries(threads: int | None = None) -> None:
 def fit_summary(output: str | Path, sentences: int, cal: Any, seconds: float, **extra: Any) -> str:
     """The JSON line ``fit`` and ``distributed-fit`` print: the model folder, the sentences fitted on, the calibrator,
     ``extra`` facts, the seconds and, for a flow, its last training bits per dimension."""
-    import json
-
     summary = {"output": str(output), "sentences": sentences, "calibrator": repr(cal), **extra, "seconds": seconds}
     history = getattr(cal, "history_", None)
     if history and history["train_bpd"]:
@@ -227,8 +226,6 @@ def source_constant(module: str, name: str) -> Any:
     """The value of the module-level constant ``name = <literal>`` of bertflow's ``module`` (a path below the package
     without ``.py``: ``"encoding/device"``), read from its source without importing it, so the CLI's help quotes the
     owner's list without loading torch. A ``Literal["a", "b"]`` alias gives ``("a", "b")``. LookupError for none."""
-    import ast
-
     source = (Path(__file__).resolve().parents[1] / f"{module}.py").read_text(encoding="utf-8")
     for node in ast.parse(source).body:
         if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [name]:
@@ -242,8 +239,6 @@ def source_constant(module: str, name: str) -> Any:
 def declared_poolings() -> list[str]:
     """Every name a pooling class of ``bertflow.encoding.pooling`` declares (``names = (...)``), read from the sources
     as the registry discovers them (module order), so the CLI's help lists a new pooling without importing torch."""
-    import ast
-
     names: list[str] = []
     for path in sorted((Path(__file__).resolve().parents[1] / "encoding" / "pooling").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

@@ -430,8 +430,10 @@ class SentenceEncoder:
             if poolings is not None:
                 return split_poolings(np.empty((0, self.dim * len(plan.poolings)), dtype=np.float32), plan, self.dim)
             # The width is the transform's (a calibrator may change it), as for any other input.
-            empty = torch.zeros((0, self.dim), device=self.device)
-            width = self.dim if transform is None else int(transform(empty).shape[1])
+            if transform is None:
+                width = self.dim
+            else:
+                width = transform_dim or int(transform(torch.zeros((0, self.dim), device=self.device)).shape[1])
             return np.empty((0, width), dtype=np.float32)
         # With more than one chunk (on CUDA by default), a thread writes the result's pages ahead of the chunks
         # copied into it, so the main thread does not fault them in (encoding/prefault.py says why). With a

@@ -183,11 +183,10 @@ def embed_cached(
     missing: dict[str, np.ndarray] = {}  # per pooling key: the rows of distinct the cache lacks
     for key, pooling in parsed.items():
         if cache is None:
-            result[key] = np.zeros((len(distinct), encoder.dim), dtype=np.float32)
-            missing[key] = np.ones(len(distinct), dtype=bool)
+            result[key], found = np.zeros((len(distinct), encoder.dim), dtype=np.float32), np.zeros(len(distinct), bool)
         else:
             result[key], found = cache.lookup(encoder, pooling, distinct)
-            missing[key] = ~found
+        missing[key] = ~found
     todo = np.flatnonzero(np.logical_or.reduce(list(missing.values())))
     if len(todo):
         logger.info("encoding %d of %d distinct sentences (%s) with %s", len(todo), len(distinct), ", ".join(parsed),

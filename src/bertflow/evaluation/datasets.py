@@ -11,7 +11,7 @@ from typing import Literal
 
 from bertflow.errors import DataNotFoundError, InputError
 
-from ..io.text import EncodingErrors, SentencePairs, distinct, read_pairs
+from ..io.text import SentencePairs, distinct, read_pairs
 
 logger = logging.getLogger(__name__)
 
@@ -142,10 +142,10 @@ class StsTask:
         return distinct(s for pairs in self.eval_subsets.values() for s in pairs.sentences())
 
 
-def _read_data_file(path: Path, errors: EncodingErrors = "strict") -> SentencePairs:
+def _read_data_file(path: Path) -> SentencePairs:
     if not path.is_file():
         raise DataNotFoundError(f"missing STS data file {path}. {HOW_TO_GET_DATA}")
-    return read_pairs(path, errors=errors)
+    return read_pairs(path)
 
 
 def load_sts_task(name: str, data_dir: str | Path) -> StsTask:
@@ -155,9 +155,7 @@ def load_sts_task(name: str, data_dir: str | Path) -> StsTask:
     A pair count other than the official one is logged as a warning (results would not be comparable with published
     numbers). InputError for an unknown task or a malformed file; DataNotFoundError for a missing folder or file."""
     spec = task_spec(name)
-    task = spec.name
-    root = resolve_data_dir(data_dir)
-    folder = root / spec.folder
+    task, folder = spec.name, resolve_data_dir(data_dir) / spec.folder
     if not folder.is_dir():
         raise DataNotFoundError(f"{task}: folder {folder} does not exist. {HOW_TO_GET_DATA}")
     if spec.split_files is not None:

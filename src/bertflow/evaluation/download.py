@@ -349,14 +349,12 @@ def download_sts(
         counts: dict[str, int] = {}
         for year, (url, input_pattern, gs_pattern, subsets) in _SEMEVAL_YEARS.items():
             unpacked = _unpacked(year, url, tmp, f"{year}.zip", read_timeout)
-            counts[year] = sum(
-                _convert_semeval_year(unpacked, target / year, subsets, input_pattern, gs_pattern).values()
-            )
+            written = _convert_semeval_year(unpacked, target / year, subsets, input_pattern, gs_pattern)
+            counts[year] = sum(written.values())
         stsb = _unpacked("STS Benchmark", _STSB_URL, tmp, "stsb.tar.gz", read_timeout)
         for split in ("train", "dev", "test"):  # the count checked is the test split's
-            counts["STS-B"] = _convert_stsb_csv(
-                _find_file(stsb, f"sts-{split}.csv"), target / f"STSBenchmark/{split}.tsv"
-            )
+            csv = _find_file(stsb, f"sts-{split}.csv")
+            counts["STS-B"] = _convert_stsb_csv(csv, target / f"STSBenchmark/{split}.tsv")
         for name, url in _SICK_URLS.items():  # train, trial, test: the count checked is the test split's
             logger.info("downloading SICK %s from %s", name, url)
             counts["SICK-R"] = _convert_sick(_download(url, tmp / f"sick-{name}", read_timeout), target / "SICK" / name)

@@ -154,10 +154,7 @@ class StsReport:
         """Markdown table of ``metric`` with ``digits`` decimals, without a trailing newline: one row per protocol
         (all, wmean), one column per task, then "Avg."."""
         names = self._ordered()
-        lines = [
-            "| protocol | " + " | ".join(names) + " | Avg. |",
-            "|---|" + "---:|" * (len(names) + 1),
-        ]
+        lines = ["| protocol | " + " | ".join(names) + " | Avg. |", "|---|" + "---:|" * (len(names) + 1)]
         for protocol in ("all", "wmean"):
             cells = [f"{self.tasks[n].score(protocol, metric):.{digits}f}" for n in names]  # type: ignore[arg-type]
             avg = f"{self.average(protocol, metric):.{digits}f}" if names else ""  # type: ignore[arg-type]
@@ -212,9 +209,7 @@ def evaluate_task(task: StsTask, embed: EmbedFn) -> TaskScore:
 
 
 def evaluate_sts(
-    embed: EmbedFn | Mapping[str, EmbedFn],
-    tasks: Sequence[str] = STS_TASKS,
-    data_dir: str | Path | None = None,
+    embed: EmbedFn | Mapping[str, EmbedFn], tasks: Sequence[str] = STS_TASKS, data_dir: str | Path | None = None
 ) -> StsReport:
     """Evaluate an encoder on STS ``tasks`` (names or aliases; default: all seven) from ``data_dir``, under both
     protocols: ``report.average("all")`` is the SimCSE-style "Avg.", ``report.average("wmean")`` the paper's.

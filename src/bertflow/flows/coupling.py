@@ -51,12 +51,7 @@ class CouplingNet(nn.Module):
     """
 
     def __init__(
-        self,
-        in_features: int,
-        out_features: int,
-        hidden: int = 32,
-        *,
-        generator: torch.Generator | None = None,
+        self, in_features: int, out_features: int, hidden: int = 32, *, generator: torch.Generator | None = None
     ) -> None:
         super().__init__()
         self.linear1 = nn.Linear(in_features, hidden, bias=False)
@@ -79,11 +74,11 @@ class CouplingNet(nn.Module):
 class _Coupling(Transform):
     """Shared split logic: ``x_a = x[:, :n - n//2]`` conditions, ``x_b = x[:, n - n//2:]`` is transformed, by
     ``y_b = (x_b + shift) * exp(log_scale)`` with ``(shift, log_scale) = _shift_logscale(x_a)``; ``log_scale`` is
-    ``None`` for a shift only (log-det 0)."""
+    ``None`` for a shift only (log-det 0). ``generator`` draws the network's hidden weights."""
 
-    def __init__(
-        self, num_features: int, net_out_per_feature: int, hidden: int, generator: torch.Generator | None
-    ) -> None:
+    _net_out_per_feature = 1  # network outputs per transformed feature: the shift (and the affine's scale)
+
+    def __init__(self, num_features: int, hidden: int = 32, *, generator: torch.Generator | None = None) -> None:
         super().__init__()
         if isinstance(num_features, bool) or not isinstance(num_features, int) or num_features < 2:
             raise InputError(f"{type(self).__name__} needs at least 2 features to split in two, got {num_features!r}")
@@ -91,7 +86,7 @@ class _Coupling(Transform):
         self.n_a = num_features - num_features // 2
         self.n_b = num_features // 2
         self.hidden = int(hidden)
-        self.net = CouplingNet(self.n_a, net_out_per_feature * self.n_b, hidden, generator=generator)
+        self.net = CouplingNet(self.n_a, self._net_out_per_feature * self.n_b, hidden, generator=generator)
 
     def extra_repr(self) -> str:
         return f"{self.num_features}, hidden={self.hidden}"
@@ -121,9 +116,6 @@ class AdditiveCoupling(_Coupling):
     """NICE additive coupling ``y_b = x_b + net(x_a)``, ``y_a = x_a`` (the official BERT-flow default); volume
     preserving (log-det 0)."""
 
-    def __init__(self, num_features: int, hidden: int = 32, *, generator: torch.Generator | None = None) -> None:
-        super().__init__(num_features, 1, hidden, generator)
-
 
 class AffineCoupling(_Coupling):
     """Glow affine coupling ``y_b = (x_b + shift) * sigmoid(raw + 2)``, ``y_a = x_a``.
@@ -134,8 +126,7 @@ class AffineCoupling(_Coupling):
     ``sum(log scale)`` over the ``n_b`` transformed features.
     """
 
-    def __init__(self, num_features: int, hidden: int = 32, *, generator: torch.Generator | None = None) -> None:
-        super().__init__(num_features, 2, hidden, generator)
+    _net_out_per_feature = 2
 
     def _shift_logscale(self, x_a: Tensor) -> tuple[Tensor, Tensor]:
         out = self.net(x_a)

@@ -112,14 +112,13 @@ class Glow(Transform):
         channels = [n_features]
         for _ in range(n_levels - 1):
             channels.append(channels[-1] - channels[-1] // 2)
-        for level, c in enumerate(channels):
-            if c < 2:
-                max_levels = sum(1 for c2 in channels if c2 >= 2)
-                raise InputError(
-                    f"Glow with n_levels={n_levels} leaves {c} channel(s) at level {level} for "
-                    f"n_features={n_features}, but every level needs at least 2 channels to split for its "
-                    f"couplings; use n_levels <= {max_levels} or more features"
-                )
+        max_levels = sum(c >= 2 for c in channels)  # channels only shrink: level max_levels is the first too small
+        if max_levels < n_levels:
+            raise InputError(
+                f"Glow with n_levels={n_levels} leaves {channels[max_levels]} channel(s) at level {max_levels} for "
+                f"n_features={n_features}, but every level needs at least 2 channels to split for its "
+                f"couplings; use n_levels <= {max_levels} or more features"
+            )
 
         self.n_features = n_features
         self.n_levels = n_levels
@@ -165,16 +164,14 @@ class Glow(Transform):
         self._check_input(x, "forward")
         ladj = x.new_zeros(x.shape[0])
         parts = []
-        h = x
-        last = self.n_levels - 1
         for i, level in enumerate(self.levels):
-            h, ld = level(h)
+            x, ld = level(x)
             ladj = ladj + ld
-            if i < last:
+            if i < self.n_levels - 1:
                 keep = self.level_channels[i + 1]
-                parts.append(h[:, keep:])
-                h = h[:, :keep]
-        parts.append(h)
+                parts.append(x[:, keep:])
+                x = x[:, :keep]
+        parts.append(x)
         return torch.cat(parts, dim=1), ladj
 
     def inverse(self, z: Tensor) -> tuple[Tensor, Tensor]:

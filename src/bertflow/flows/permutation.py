@@ -75,21 +75,19 @@ class InvertibleLinearLU(Transform):
         q = torch.linalg.householder_product(reflectors, tau)
         # Sign-fix makes Q Haar-distributed (plain QR is biased by the sign convention of R's diagonal).
         q = q * torch.sign(torch.diagonal(reflectors)).unsqueeze(0)
-        packed, pivots = torch.linalg.lu_factor(q)
-        lower = torch.tril(packed, -1)
-        upper = torch.triu(packed)
+        packed, pivots = torch.linalg.lu_factor(q)  # L below the diagonal (unit diagonal implied), U on and above
         # LAPACK pivots are sequential 1-based row swaps with q[rows] = L U; W = P L U then takes row
         # perm[i] of L U for output i, where perm is the inverse of `rows`.
         rows = list(range(n))
         for i, j in enumerate(pivots.tolist()):
             rows[i], rows[j - 1] = rows[j - 1], rows[i]
         perm = torch.argsort(torch.tensor(rows, dtype=torch.long))
-        s = torch.diagonal(upper)
+        s = torch.diagonal(packed)
         dtype = torch.get_default_dtype()
         self.register_buffer("perm", perm)
         self.register_buffer("sign_s", torch.sign(s).to(dtype))
-        self.lower = nn.Parameter(torch.tril(lower, -1).to(dtype))
-        self.upper = nn.Parameter(torch.triu(upper, 1).to(dtype))
+        self.lower = nn.Parameter(torch.tril(packed, -1).to(dtype))
+        self.upper = nn.Parameter(torch.triu(packed, 1).to(dtype))
         self.log_abs_s = nn.Parameter(torch.log(torch.abs(s)).to(dtype))
         # The masks are pure functions of n: not persistent, but buffers so they follow .to() / .double().
         self.register_buffer("lower_mask", torch.tril(torch.ones(n, n, dtype=dtype), -1), persistent=False)

@@ -69,7 +69,6 @@ def encoder_config(model: SentenceTransformer) -> dict[str, Any]:
         # The same function as SentenceEncoder.fingerprint: a calibrator fitted by either library is checked by either.
         fingerprint = weights_fingerprint(hf_model, tokenizer)
         tokenizer_fp = tokenizer_fingerprint(tokenizer) if getattr(tokenizer, "is_fast", False) else None
-    pooling = _bertflow_pooling(model)
     name = getattr(getattr(hf_model, "config", None), "_name_or_path", None) or type(first).__name__
     if Path(name).is_absolute():
         # A local folder's path would publish the user's file system and name nothing on another machine.
@@ -77,7 +76,7 @@ def encoder_config(model: SentenceTransformer) -> dict[str, Any]:
     return {
         "model": name,
         "revision": None,
-        "pooling": pooling,
+        "pooling": _bertflow_pooling(model),
         "max_length": model.max_seq_length,
         "dim": _pooled_dim(model),
         "fingerprint": fingerprint,
@@ -89,8 +88,7 @@ def encoder_config(model: SentenceTransformer) -> dict[str, Any]:
 def _bertflow_pooling(model: SentenceTransformer) -> str | list[int] | None:
     """The pooling of ``model``'s modules in bertflow's spec (what :func:`pooling_modules` exports back), or ``None``
     where token weights are applied (``WordWeights``: their statistics cannot be named from the model)."""
-    names = [type(m).__name__ for m in model]
-    if "WordWeights" in names:
+    if any(type(m).__name__ == "WordWeights" for m in model):
         return None
     pooling = next((m.pooling_mode for m in model if hasattr(m, "pooling_mode")), None)
     if isinstance(pooling, (list, tuple)):
@@ -204,20 +202,12 @@ class Calibration(Module):
             write_json(Path(output_path) / FITTED_ON_FILE, self.fitted_on)
 
     @classmethod
-    def load(
-        cls,
-        model_name_or_path: str,
-        subfolder: str = "",
-        token: bool | str | None = None,
-        cache_folder: str | None = None,
-        revision: str | None = None,
-        local_files_only: bool = False,
-        **kwargs: Any,
-    ) -> Calibration:
-        """Load the module folder (local, or a hub repo's subfolder) written by :meth:`save`; nothing is imported
-        from the folder."""
-        where = {"subfolder": subfolder, "token": token, "cache_folder": cache_folder, "revision": revision}
-        folder = Path(cls.load_dir_path(model_name_or_path, local_files_only=local_files_only, **where))
+    def load(cls, model_name_or_path: str, **kwargs: Any) -> Calibration:
+        """Load the module folder (local, or a hub repo's subfolder) written by :meth:`save`, found with the keyword
+        arguments sentence-transformers passes (``subfolder``, ``token``, ``cache_folder``, ``revision``,
+        ``local_files_only``; the others are ignored); nothing is imported from the folder."""
+        where = ("subfolder", "token", "cache_folder", "revision", "local_files_only")
+        folder = Path(cls.load_dir_path(model_name_or_path, **{k: kwargs[k] for k in where if k in kwargs}))
         fitting, fitted_on = (
             read_json(folder / f) if (folder / f).is_file() else None for f in (FITTING_FILE, FITTED_ON_FILE)
         )

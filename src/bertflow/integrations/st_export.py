@@ -256,11 +256,9 @@ def fit_calibrator(
         seconds=time.perf_counter() - started,
         device=model.device,
     )
-    keep_normalize = had_normalize if normalize is None else normalize
     module = _calibration_module(cal, portable=portable, fitting=fitting, fitted_on=fitted_on)
-    new_modules = [*base_modules, module]
-    if keep_normalize:
-        new_modules.append(Normalize())
+    normalize = had_normalize if normalize is None else normalize
+    new_modules = [*base_modules, module, *([Normalize()] if normalize else [])]
     facts = [("encoder", f"`{fitted_on['model']}`"), ("pooling", f"`{fitted_on['pooling']}`"), *_fit_facts(fitting)]
     card = _card_data(module, cal, None, facts)
     card.base_model = getattr(model.model_card_data, "base_model", None)
@@ -294,11 +292,8 @@ def from_embedder(embedder: Embedder, *, normalize: bool = False, portable: bool
     if fitted_on:  # a model saved before records named local folders without their path
         fitted_on = {**fitted_on, "model": portable_model_name(str(fitted_on["model"]))}
     fitting = {k: fit_info[k] for k in ("n_sentences", "corpus_sha256", "regime") if k in fit_info}
-    anchored = anchored_modules(cal, encoder, pooling) if portable else None
-    if anchored is not None:
-        calibration = anchored  # sentence-transformers' own modules (st_anchored)
-    else:
-        calibration = [_calibration_module(cal, portable=portable, fitting=fitting, fitted_on=fitted_on)]
+    anchored = anchored_modules(cal, encoder, pooling) if portable else None  # sentence-transformers' own modules
+    calibration = anchored or [_calibration_module(cal, portable=portable, fitting=fitting, fitted_on=fitted_on)]
     kwargs: dict[str, Any] = {"model_kwargs": {"dtype": encoder.dtype}}
     if len(pooling) > 1 or anchored is not None:
         # WeightedLayerPooling reads every layer (all_layer_embeddings); WordWeights and the anchored modules need
@@ -363,11 +358,11 @@ def pooling_modules(encoder: SentenceEncoder) -> list[Module]:
         weights = torch.nn.Parameter(layer_weights, requires_grad=False)
         modules.append(WeightedLayerPooling(dim, num_hidden_layers=top, layer_start=start, layer_weights=weights))
     if pooling.weighting.weighted:
-        modules.append(_word_weights(encoder, WordWeights))
+        modules.append(_word_weights(encoder))
     return [*modules, Pooling(dim, "mean")]
 
 
-def _word_weights(encoder: SentenceEncoder, word_weights: type[Module]) -> Module:
+def _word_weights(encoder: SentenceEncoder) -> Module:
     """sentence-transformers' ``WordWeights`` holding ``encoder``'s per-token weights, checked id by id."""
     stats = encoder.token_statistics
     if stats is None:
@@ -377,7 +372,7 @@ def _word_weights(encoder: SentenceEncoder, word_weights: type[Module]) -> Modul
     # An id the tokenizer cannot produce (its string listed twice in vocab.txt) maps to None, which the module's JSON
     # config cannot key: a placeholder string of its own keeps its (never used) weight.
     vocab = [f"[bertflow-unreachable-{i}]" if token is None else token for i, token in enumerate(vocab)]
-    module = word_weights(vocab=vocab, word_weights={t: float(w) for t, w in zip(vocab, table, strict=True)})
+    module = WordWeights(vocab=vocab, word_weights={t: float(w) for t, w in zip(vocab, table, strict=True)})
     if not torch.equal(module.emb_layer.weight.detach()[:, 0], torch.from_numpy(table)):
         raise InputError(
             "the tokenizer's vocabulary repeats token strings with different weights, which sentence-transformers' "

@@ -80,11 +80,8 @@ class TableColumn:
             else:
                 counts = [self._file.get_batch(i).num_rows for i in range(self._file.num_record_batches)]
         except (pa.ArrowInvalid, OSError) as e:
-            what = (
-                "a Parquet file"
-                if self.kind == "parquet"
-                else "an Arrow IPC file (the random-access format; Feather v2)"
-            )
+            arrow = "an Arrow IPC file (the random-access format; Feather v2)"
+            what = "a Parquet file" if self.kind == "parquet" else arrow
             raise InputError(f"cannot read {self.path} as {what}: {str(e).splitlines()[0]}") from None
         self._starts = [0, *np.cumsum(counts, dtype=np.int64).tolist()]
         schema = _schema(self._file)

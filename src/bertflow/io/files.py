@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import socket
+import struct
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -277,10 +278,7 @@ def check_output_folder(
         )
     for item in inputs:
         source = Path(item).expanduser()
-        if not source.exists():
-            continue
-        source = source.resolve()
-        if source == target or target in source.parents:
+        if source.exists() and (source.resolve() == target or target in source.resolve().parents):
             raise OutputError(
                 f"refusing to write {name} to {path}: it holds the input {item}, which it would replace; "
                 "give a new folder name"
@@ -344,8 +342,6 @@ PAIRS_TSV_FIRST_COLUMN = "cosine"
 
 def embeddings_npy_header(rows: int, dim: int) -> bytes:
     """A version 1.0 ``.npy`` header for float32 ``[rows, dim]`` (C order), padded to :data:`NPY_HEADER_BYTES`."""
-    import struct
-
     descr = np.lib.format.dtype_to_descr(np.dtype(np.float32))
     text = f"{{'descr': {descr!r}, 'fortran_order': False, 'shape': ({rows}, {dim}), }}"
     body = text.ljust(NPY_HEADER_BYTES - 10 - 1) + "\n"
@@ -423,10 +419,9 @@ def folder_lock(place: str | Path, what: str, path: Path | None = None) -> Itera
     try:
         lock.acquire()
     except Timeout:
-        try:
+        owner = ""
+        with contextlib.suppress(OSError):
             owner = path.read_text(encoding="utf-8").strip()
-        except OSError:
-            owner = ""
         raise OutputError(
             f"{place} is in use by another {what} (process {owner or 'unknown'}, lock file {path}); wait for it "
             "to finish"

@@ -74,9 +74,8 @@ def check_not_utf16(raw: bytes, path: Path, number: int) -> None:
     if b"\x00" in raw and _looks_utf16(raw):
         # Byte order: the BOM, else where ASCII's NULs are; known for line 1 only (later lines start mid-character).
         bom = {b"\xff\xfe": "UTF-16LE", b"\xfe\xff": "UTF-16BE"}.get(raw[:2]) if number == 1 else None
-        order = bom or ("UTF-16LE" if raw[1::2].count(0) >= raw[0::2].count(0) else "UTF-16BE")
-        if number != 1:
-            order = "UTF-16"
+        guess = "UTF-16LE" if raw[1::2].count(0) >= raw[0::2].count(0) else "UTF-16BE"
+        order = bom or (guess if number == 1 else "UTF-16")
         mark = " with a byte-order mark" if bom else " without a byte-order mark" if number == 1 else ""
         source = "UTF-16" if bom or number != 1 else order
         raise InputError(
@@ -105,10 +104,7 @@ def decode_line(raw: bytes, path: Path, number: int, errors: str, *, first: bool
     ``\\r`` ending the file) removed, UTF-16 and a carriage return inside the line refused (CR-only line ends would
     read as one sentence), UTF-8 decoded (``errors`` as in :func:`iter_lines`), a BOM dropped from the ``first``
     line. Raises InputError naming the file, the 1-based line ``number``, the byte column and the byte."""
-    if raw.endswith(b"\n"):
-        raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
-    elif raw.endswith(b"\r"):
-        raw = raw[:-1]  # the last line of a file that ends in a lone CR
+    raw = raw.removesuffix(b"\n").removesuffix(b"\r")  # "\r" alone: the last line of a file ending in a lone CR
     check_not_utf16(raw, path, number)
     if b"\r" in raw:
         column = raw.index(b"\r") + 1
@@ -256,9 +252,8 @@ class SentencePairs:
 
     def sentences(self) -> Iterator[str]:
         """Every sentence: ``s1, s2`` of pair 0, then of pair 1, ..."""
-        for s1, s2 in zip(self.sentences1, self.sentences2, strict=True):
-            yield s1
-            yield s2
+        for pair in zip(self.sentences1, self.sentences2, strict=True):
+            yield from pair
 
 
 def read_pairs(
@@ -306,10 +301,8 @@ def read_pairs(
         raise InputError(f"no sentence pairs in {p}")
     s1, s2 = [row[i1] for row in table], [row[i2] for row in table]
     kept = {name: [row[i] for row in table] for i, name in enumerate(header)} if keep_columns else None
-    if target == "score":
-        return SentencePairs(s1, s2, np.asarray(scores, dtype=np.float64), columns=kept)
     labels = [row[it] for row in table] if target == "label" else None
-    return SentencePairs(s1, s2, None, labels, columns=kept)
+    return SentencePairs(s1, s2, np.asarray(scores) if target == "score" else None, labels, columns=kept)
 
 
 def distinct(sentences: Iterable[str]) -> list[str]:

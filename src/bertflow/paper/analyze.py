@@ -7,13 +7,11 @@ fitted the same way beside the main one. The report's Markdown: :func:`bertflow.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from ..calibrators import Calibrator, parse_calibrator
 from ..encoding.encoder import SentenceEncoder
@@ -95,9 +93,21 @@ def analyze_stsb(
     fit_sentences, regime_text, seen = _fitting_plan(calibrator, task, regime, data_dir, nli, corpus, corpus_name)
     encoded = encode_table(encoder, distinct([*eval_sentences, *fit_sentences]), [pool], cache, batch_size, say=say)
     rows = partial(encoded.table.get, pool)
-    fit = dict(seed=seed, epochs=flow_epochs, device=device)
+
+    def fitted(spec: str) -> Calibrator:
+        say(f"fitting {spec} on {len(fit_sentences)} sentences ({regime})")
+        return parse_calibrator(spec, seed=seed, epochs=flow_epochs, device=device).fit(rows(fit_sentences))
+
+    # Every space of the evaluation sentences: raw, calibrated, and each compared spec fitted on the same sentences.
     with limited_threads(blas_threads=1):  # small matrices; see GridConfig.fit_threads
-        spec, spaces = _fitted_spaces(calibrator, compare, rows, fit_sentences, eval_sentences, fit, regime, say)
+        if isinstance(calibrator, Calibrator):
+            cal, spec = calibrator, getattr(calibrator, "name", type(calibrator).__name__)
+        else:
+            spec = str(calibrator)
+            cal = fitted(spec)
+        raw_eval = rows(eval_sentences)
+        spaces = {"raw": raw_eval, "calibrated": cal.transform(raw_eval)}
+        spaces.update({other: fitted(other).transform(raw_eval) for other in compare})
         geo = {name: geometry(x) for name, x in spaces.items()}
     position = {s: i for i, s in enumerate(eval_sentences)}
     i1, i2 = ([position[s] for s in side] for side in (test.sentences1, test.sentences2))
@@ -165,29 +175,3 @@ def _fitting_plan(
     counts = seen_counts(fit_sentences, task.eval_sentences())
     k, n = counts["seen"], counts["of"]  # type: ignore[index]
     return fit_sentences, fits.description, f"{k} of {n}" + (" (transductive)" if k == n else "")
-
-
-def _fitted_spaces(
-    calibrator: str | Calibrator,
-    compare: Sequence[str],
-    rows: Callable[[Sequence[str]], np.ndarray],
-    fit_sentences: list[str],
-    eval_sentences: list[str],
-    fit: Mapping[str, Any],
-    regime: str,
-    say: Callable[[str], None],
-) -> tuple[str, dict[str, np.ndarray]]:
-    """The calibrator's name and the evaluation sentences' embeddings in every space: ``raw``, ``calibrated`` and
-    each ``compare`` spec (fitted here on ``fit_sentences`` with the keyword arguments ``fit``)."""
-    if isinstance(calibrator, Calibrator):
-        cal, spec = calibrator, getattr(calibrator, "name", type(calibrator).__name__)
-    else:
-        spec = str(calibrator)
-        say(f"fitting {spec} on {len(fit_sentences)} sentences ({regime})")
-        cal = parse_calibrator(spec, **fit).fit(rows(fit_sentences))
-    raw_eval = rows(eval_sentences)
-    spaces = {"raw": raw_eval, "calibrated": cal.transform(raw_eval)}
-    for other in compare:
-        say(f"fitting {other} on {len(fit_sentences)} sentences ({regime})")
-        spaces[other] = parse_calibrator(other, **fit).fit(rows(fit_sentences)).transform(raw_eval)
-    return spec, spaces

@@ -1,5 +1,6 @@
-"""``auto`` cells of the grid and the per-set protocol: the rule fitted by :func:`bertflow.autofit.fit_auto`, as
-``Embedder.fit`` does, so a report's ``auto`` row is what ``bertflow fit --calibrator auto`` would give.
+"""``auto`` cells of the grid and the per-set protocol: :func:`bertflow.paper.grid.fit_cell` fits the rule by
+:func:`bertflow.autofit.fit_auto`, as ``Embedder.fit`` does, so a report's ``auto`` row is what ``bertflow fit
+--calibrator auto`` would give.
 
 The rule reads poolings besides the cell's own (``mean``, and the prior-weighted form of the pooling):
 :func:`encode_auto_inputs` adds the weighted ones to the run's table under :func:`table_key` (``"<key>@prior"``).
@@ -7,13 +8,10 @@ The rule reads poolings besides the cell's own (``mean``, and the prior-weighted
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from ..autofit import AutoInputs, auto_inputs, fit_auto
-from ..calibrators.auto import AutoCalibrator
+from ..autofit import AutoInputs, auto_inputs
 from ..encoding.encoder import SentenceEncoder
 from ..encoding.pooling import Pooling
 from ..evaluation.cache import EmbeddingCache, embed_cached
@@ -61,12 +59,3 @@ def encode_auto_inputs(
             encoder.token_statistics = own_stats
         table.embeddings[table_key(i, i.weighted)] = out[i.weighted.key]
     return inputs
-
-
-def fit_auto_cell(
-    calibrator: AutoCalibrator, inputs: AutoInputs, rows: Callable[[str], np.ndarray]
-) -> tuple[str, dict[str, Any]]:
-    """Fit ``calibrator`` by the ``auto`` rule on the fitting rows ``rows(table key)`` returns: the table key of the
-    pooling it chose (score the evaluation sentences under it) and the choice, as ``Embedder.fit`` records it."""
-    fit = fit_auto(calibrator, inputs, lambda pooling: rows(table_key(inputs, pooling)))
-    return table_key(inputs, fit.pooling), fit.choice

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..autofit import AutoInputs
+from ..autofit import AutoInputs, fit_auto
 from ..calibrators import Calibrator, parse_calibrator
 from ..calibrators.auto import AutoCalibrator
 from ..encoding.encoder import SentenceEncoder
@@ -28,7 +28,7 @@ from ..evaluation.datasets import STS_TASKS, StsTask, load_nli_sentences, load_s
 from ..evaluation.sts import PROTOCOL_TEXT, StsReport, evaluate_task
 from ..io.text import distinct
 from ..resources import limited_threads, machine_info
-from .autocells import encode_auto_inputs, fit_auto_cell, is_auto
+from .autocells import encode_auto_inputs, is_auto, table_key
 from .published import PAPER_MODELS, paper_model_name, published_for, stand_in_caption
 from .regimes import DEFAULT_REGIMES, REGIME_TEXT, REGIMES, FittingSets, fitting_sets, seen_counts
 from .render import format_stat
@@ -138,8 +138,8 @@ def fit_cell(
     its rule chose, as ``Embedder.fit`` would) and ``auto``'s choice (else ``None``)."""
     cal = parse_calibrator(spec, **(flow_kwargs if seed is None else {**flow_kwargs, "seed": seed}))
     if auto is not None and isinstance(cal, AutoCalibrator):
-        key, choice = fit_auto_cell(cal, auto, rows)
-        return cal, key, choice
+        fit = fit_auto(cal, auto, lambda p: rows(table_key(auto, p)))
+        return cal, table_key(auto, fit.pooling), fit.choice
     return cal.fit(rows(pooling)), pooling, None
 
 

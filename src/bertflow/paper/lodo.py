@@ -119,16 +119,14 @@ def leave_one_dataset_out(
         return labels[i], values[i]
 
     folds = []
-    pooled_scores: dict[str, float] = {}
-    pooled_raw: dict[str, float] = {}
     for d in datasets:
         held = [s for s in sets if dataset_of[s] == d]
         picked, value = best([s for s in sets if dataset_of[s] != d])
         summary = summarize_sets({s: scores[picked][s] for s in held}, raw[picked], margin=objective.margin)
         assert summary is not None  # every score and baseline was checked finite above
         folds.append(LodoFold(d, picked, value, tuple(held), summary))
-        pooled_scores.update({s: scores[picked][s] for s in held})
-        pooled_raw.update({s: raw[picked][s] for s in held})
+    pooled_scores = {s: scores[f.picked][s] for f in folds for s in f.held_out_sets}
+    pooled_raw = {s: raw[f.picked][s] for f in folds for s in f.held_out_sets}
     pooled = summarize_sets(pooled_scores, pooled_raw, margin=objective.margin)
     assert pooled is not None  # every fold has a summary
     return LodoSelection(fit_size, labels, folds, pooled, best(sets)[0], objective)

@@ -26,6 +26,7 @@ from .grid import (
     EmbeddingTable,
     Encoded,
     GridConfig,
+    Progress,
     checked_specs,
     encode_table,
     encoder_and_poolings,
@@ -59,8 +60,6 @@ _PROTOCOL = {
     "samples": "fit size n: a seeded sample of n of the set's distinct sentences (nested: the first n of one "
     "random permutation per set); sets with n sentences or fewer are not scored at that size",
 }
-
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)

@@ -131,8 +131,5 @@ def matching(model_id: str, pooling: str, calibrator: str, regime: str) -> list[
     ``"none"``) matches rows with regime ``"none"``.
     """
     cal = calibrator.strip().lower()
-    return [
-        r
-        for r in published_for(model_id)
-        if r.pooling == pooling and cal in r.calibrators and (r.regime is None or r.regime == regime)
-    ]
+    rows = published_for(model_id)
+    return [r for r in rows if r.pooling == pooling and cal in r.calibrators and r.regime in (None, regime)]

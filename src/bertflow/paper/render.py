@@ -36,9 +36,8 @@ def format_stat(stat: Mapping[str, Any] | None, digits: int = 2) -> str:
         return "n/a"
     if stat["mean"] is None:
         return "nan"
-    if stat.get("std") is not None:
-        return f"{stat['mean']:.{digits}f} ± {stat['std']:.{digits}f}"
-    return f"{stat['mean']:.{digits}f}"
+    std = f" ± {stat['std']:.{digits}f}" if stat.get("std") is not None else ""
+    return f"{stat['mean']:.{digits}f}{std}"
 
 
 def _row(cells: Sequence[str]) -> str:
@@ -78,9 +77,8 @@ def _settings(meta: Mapping[str, Any], heading: str, rows: Sequence[str], seeded
         lines.append(f"| seeds | {meta['seeds']} ({meta['protocol']['seeds']}) |")
     flow = meta["flow"]
     if flow.get("epochs") is not None:
-        changed = {k: v for k, v in flow.items() if k != "epochs"}
-        how = "changed from the preset: " + ", ".join(f"{k}={v}" for k, v in changed.items())
-        how = how if changed else "the official code's optimiser settings"
+        changed = ", ".join(f"{k}={v}" for k, v in flow.items() if k != "epochs")
+        how = f"changed from the preset: {changed}" if changed else "the official code's optimiser settings"
         lines.append(f"| flow training | {flow['epochs']:g} epoch(s), {how} |")
     machine = (
         f"{m['platform']}; {m['cpu']}; {m['usable_cpus']} usable of {m['cpu_count']} CPUs; "

@@ -156,31 +156,6 @@ def all_reduce_gradients(glow: torch.nn.Module, local_loss: torch.Tensor) -> tor
     return flat[-1]
 
 
-def _rank_batches(
-    X: Any,
-    train_rows: np.ndarray,
-    active: np.ndarray,
-    index_batches: Iterator[torch.Tensor],
-    rank: int,
-    world: int,
-    device: torch.device,
-    read_steps: int,
-) -> Iterator[torch.Tensor]:
-    """This rank's rows of each global batch, read from ``X`` ``read_steps`` steps at a time in row order."""
-    while True:
-        block = [next(index_batches).numpy() for _ in range(read_steps)]
-        # Contiguous split of each global batch: shares differ by at most one row.
-        local = [np.array_split(train_rows[idx], world)[rank] for idx in block]
-        wanted = np.concatenate(local)
-        unique, inverse = np.unique(wanted, return_inverse=True)
-        data = np.asarray(X[unique])[:, active].astype(np.float32)
-        pos = 0
-        for part in local:
-            sel = inverse[pos : pos + len(part)]
-            pos += len(part)
-            yield torch.from_numpy(data[sel]).to(device)
-
-
 class _HeldOutScore:
     """Mean bits per dimension of the held-out rows, each rank scoring its share and the sums all-reduced."""
 
@@ -251,9 +226,23 @@ def fit_flow_distributed(
     if world > 1:
         state = broadcast_object({k: v.cpu() for k, v in glow.state_dict().items()} if rank == 0 else None)
         glow.load_state_dict(state)
-    batches = _rank_batches(X, train_rows, active, trainer.index_batches(len(train_rows)), rank, world, dev, read_steps)
+    index_batches = trainer.index_batches(len(train_rows))
+
+    def rank_batches() -> Iterator[torch.Tensor]:
+        """This rank's rows of each global batch, read from ``X`` ``read_steps`` steps at a time in row order."""
+        while True:
+            block = [next(index_batches).numpy() for _ in range(read_steps)]
+            # Contiguous split of each global batch: shares differ by at most one row.
+            local = [np.array_split(train_rows[idx], world)[rank] for idx in block]
+            unique, inverse = np.unique(np.concatenate(local), return_inverse=True)
+            data = np.asarray(X[unique])[:, active].astype(np.float32)
+            pos = 0
+            for part in local:
+                yield torch.from_numpy(data[inverse[pos : pos + len(part)]]).to(dev)
+                pos += len(part)
+
     evaluate = None
     if len(val_rows):
         vlo, vhi = share(len(val_rows), rank, world)
         evaluate = _HeldOutScore(X, np.sort(val_rows)[vlo:vhi], active, len(val_rows), dev)
-    return cal.fit_from_result(trainer.run(batches, len(train_rows), evaluate=evaluate), d)
+    return cal.fit_from_result(trainer.run(rank_batches(), len(train_rows), evaluate=evaluate), d)

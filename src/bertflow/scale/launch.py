@@ -41,21 +41,14 @@ class Topology:
         without either (a one-task SLURM job that starts torchrun is read through torchrun's variables)."""
         env = os.environ if environ is None else environ
         if "RANK" in env and "WORLD_SIZE" in env:
-            return cls(
-                int(env["RANK"]),
-                int(env["WORLD_SIZE"]),
-                int(env.get("LOCAL_RANK", 0)),
-                int(env.get("LOCAL_WORLD_SIZE", 1)),
-            )
-        if "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1")) > 1:
+            values = env["RANK"], env["WORLD_SIZE"], env.get("LOCAL_RANK", 0), env.get("LOCAL_WORLD_SIZE", 1)
+        elif "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1")) > 1:
             per_node = env.get("SLURM_NTASKS_PER_NODE", env.get("SLURM_TASKS_PER_NODE", "1"))
-            return cls(
-                int(env["SLURM_PROCID"]),
-                int(env["SLURM_NTASKS"]),
-                int(env.get("SLURM_LOCALID", 0)),
-                int(per_node.split("(")[0].split(",")[0]),
-            )
-        return cls()
+            per_node = per_node.split("(")[0].split(",")[0]  # "4(x2)" or "4,2": the first node's count
+            values = env["SLURM_PROCID"], env["SLURM_NTASKS"], env.get("SLURM_LOCALID", 0), per_node
+        else:
+            return cls()
+        return cls(*map(int, values))
 
 
 def current_topology() -> Topology:
@@ -66,11 +59,10 @@ def current_topology() -> Topology:
     return env
 
 
-def default_device(topology: Topology | None = None) -> str:
+def default_device() -> str:
     """``cuda:{local_rank}`` when CUDA is available, else ``cpu``."""
-    topology = topology or current_topology()
     if torch.cuda.is_available():
-        return f"cuda:{topology.local_rank % torch.cuda.device_count()}"
+        return f"cuda:{current_topology().local_rank % torch.cuda.device_count()}"
     return "cpu"
 
 
@@ -123,11 +115,12 @@ def barrier() -> None:
         dist.barrier()
 
 
-def broadcast_object(obj: Any, src: int = 0) -> Any:
+def broadcast_object(obj: Any) -> Any:
+    """Rank 0's ``obj`` on every rank."""
     if rank_and_world()[1] == 1:
         return obj
     box = [obj]
-    dist.broadcast_object_list(box, src=src)
+    dist.broadcast_object_list(box, src=0)
     return box[0]
 
 

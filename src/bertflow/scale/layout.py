@@ -137,13 +137,10 @@ def plan_shards(
         raise InputError(f"shard_size must be positive, got {shard_size}")
     if shard_format not in SHARD_SUFFIXES:
         raise InputError(f"the shard format must be one of {', '.join(SHARD_SUFFIXES)}, got {shard_format!r}")
-    suffix = SHARD_SUFFIXES[shard_format]
-    count = -(-n_rows // shard_size)
+    size, suffix = shard_size, SHARD_SUFFIXES[shard_format]
     return [
-        ShardSpec(
-            k, k * shard_size, min((k + 1) * shard_size, n_rows), int(offsets[k]) if offsets is not None else 0, suffix
-        )
-        for k in range(count)
+        ShardSpec(k, k * size, min(k * size + size, n_rows), int(offsets[k]) if offsets is not None else 0, suffix)
+        for k in range(-(-n_rows // size))
     ]
 
 

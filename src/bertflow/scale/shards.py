@@ -47,16 +47,16 @@ class ShardWriter:
         self.path = self.shard_dir / spec.name
         self._written = 0  # rows handed to write()
         self._started = time.perf_counter()
-        self._open()
+        self._stack = contextlib.ExitStack()
+        self._fh = self._stack.enter_context(atomic_file(self.path, "wb"))
+        self._begin()
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="shard-writer") if background else None
         self._pending: list[concurrent.futures.Future[None]] = []
         self._done = False
 
-    # The file itself (an .npy here; TableShardWriter overrides these for Parquet/Arrow), under atomic_file.
+    # The file's content (an .npy here; TableShardWriter overrides these for Parquet/Arrow), under atomic_file.
 
-    def _open(self) -> None:
-        self._stack = contextlib.ExitStack()
-        self._fh = self._stack.enter_context(atomic_file(self.path, "wb"))
+    def _begin(self) -> None:
         self._hash = hashlib.sha256()  # of the whole file, header included
         header = io.BytesIO()
         descr, shape = np.lib.format.dtype_to_descr(self.dtype), (self.spec.rows, self.dim)
@@ -68,11 +68,9 @@ class ShardWriter:
         self._fh.write(data)
         self._hash.update(data)
 
-    def _finish(self) -> tuple[int, str]:
-        """Flush, fsync and rename the file to its final name; return its size and sha256."""
-        size = self._fh.tell()
-        self._stack.close()
-        return size, self._hash.hexdigest()
+    def _digest(self) -> str:
+        """The sha256 of the whole file, once every row is written."""
+        return self._hash.hexdigest()
 
     def _discard(self) -> None:
         self._stack.__exit__(RuntimeError, RuntimeError("shard aborted"), None)  # atomic_file deletes the file
@@ -110,7 +108,9 @@ class ShardWriter:
             if self._written != self.spec.rows:
                 raise InputError(f"shard {self.spec.index} got {self._written} rows, expected {self.spec.rows}")
             self._shutdown()
-            size, digest = self._finish()
+            digest = self._digest()
+            size = self._fh.tell()
+            self._stack.close()  # flush, fsync and rename the file to its final name
         except BaseException:
             self.abort()
             raise
@@ -162,17 +162,17 @@ class TableShardWriter(ShardWriter):
     one row group or record batch per :meth:`write`), with ``ids = (name, pyarrow array of the shard's rows)``
     copied beside the embeddings."""
 
-    def __init__(self, *args: Any, ids: tuple[str, Any] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, folder: str | Path, spec: ShardSpec, dim: int, *, ids: tuple[str, Any] | None = None, **kwargs: Any
+    ) -> None:
+        if ids is not None and len(ids[1]) != spec.rows:
+            raise InputError(f"shard {spec.index} holds {spec.rows} rows but got {len(ids[1])} ids")
         self._ids = ids
-        super().__init__(*args, **kwargs)
+        super().__init__(folder, spec, dim, **kwargs)
 
-    def _open(self) -> None:
+    def _begin(self) -> None:
         from ..io.arrow import EmbeddingTableWriter, pyarrow
 
-        if self._ids is not None and len(self._ids[1]) != self.spec.rows:
-            raise InputError(f"shard {self.spec.index} holds {self.spec.rows} rows but got {len(self._ids[1])} ids")
-        self._stack = contextlib.ExitStack()
-        self._fh = self._stack.enter_context(atomic_file(self.path, "wb"))
         id_field = pyarrow().field(self._ids[0], self._ids[1].type) if self._ids is not None else None
         self._table = EmbeddingTableWriter(self._fh, self.spec.format, self.dim, id_field)
         self._row = self.spec.start
@@ -183,11 +183,8 @@ class TableShardWriter(ShardWriter):
         self._table.write(self._row, block, ids)
         self._row += len(block)
 
-    def _finish(self) -> tuple[int, str]:
-        digest = self._table.close()
-        size = self._fh.tell()
-        self._stack.close()
-        return size, digest
+    def _digest(self) -> str:
+        return self._table.close()  # writes the footer
 
     def _discard(self) -> None:
         # Close the table writer while its file is open (pyarrow would write to a closed file when it is collected).

@@ -104,8 +104,7 @@ class VectorSearch:
             "nprobe": nprobe,
         }
         for name, value in self.ann_params.items():
-            value = 1 if value is None and name == "nlist" else value
-            check_positive_int(name, value)
+            check_positive_int(name, 1 if value is None and name == "nlist" else value)  # nlist None: sqrt(N)
         if approximate in ("hnsw", "ivf"):
             import_faiss(f"approximate={approximate!r}", "approximate='exact'")
         self.dim = int(dim)
