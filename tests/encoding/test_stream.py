@@ -18,10 +18,10 @@ from .test_encoder import LONGER
 
 
 def test_chunk_sizes_ramp_up_on_cuda_only():
-    """On CUDA the first chunks double from ``first_chunk`` up to 65,536 (the GPU starts early); on CPU every chunk
+    """On CUDA the first chunks double from ``first_chunk`` up to 16,384 (the GPU starts early); on CPU every chunk
     has the default size; a chunk size asked for (in the call or the settings) wins everywhere."""
     settings = EncodeSettings(first_chunk=4096)
-    assert list(itertools.islice(chunk_sizes(settings, "cuda", None), 6)) == [4096, 8192, 16384, 32768, 65536, 65536]
+    assert list(itertools.islice(chunk_sizes(settings, "cuda", None), 4)) == [4096, 8192, 16384, 16384]
     assert list(itertools.islice(chunk_sizes(settings, "cpu", None), 2)) == [16384, 16384]
     assert list(itertools.islice(chunk_sizes(settings, "cuda", 7), 2)) == [7, 7]
     fixed = EncodeSettings(chunk_size=5)

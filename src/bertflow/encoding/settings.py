@@ -16,8 +16,10 @@ from ..errors import InputError
 #: given at :data:`DEFAULT_MIN_TOKENS` (MiniLM-L6: 262,144).
 DEFAULT_MAX_TOKENS = {"cuda": 65536, "cpu": 4096}
 #: Default sentences per chunk (the sorting window). A GPU starts with a small chunk so that it gets work
-#: after a few milliseconds of tokenisation, then doubles it up to the maximum.
-DEFAULT_CHUNK = {"cuda": 65536, "cpu": 16384}
+#: after a few milliseconds of tokenisation, then doubles it up to the maximum. On CUDA 16,384 encoded 200,000
+#: sentences 1.07-1.37x as fast as 65,536 (chunks tokenised while the GPU runs the previous one keep it fed), and
+#: 8,192 was no faster (docs/performance.md, seventeenth pass).
+DEFAULT_CHUNK = {"cuda": 16384, "cpu": 16384}
 FIRST_CUDA_CHUNK = 4096
 #: A batch is cut where the token count changes if the run of equal lengths already fills this share of the
 #: batch: such a batch needs no padding mask.
@@ -80,7 +82,7 @@ class EncodeSettings:
     - ``max_tokens``: padded tokens per forward batch (rows x width; real tokens with ``graphs``); ``None``:
       :meth:`token_budget`.
     - ``chunk_size``: sentences tokenised and sorted together by length, every chunk; ``None``: 16,384 on CPU, on
-      CUDA ``first_chunk`` first, doubling up to 65,536.
+      CUDA ``first_chunk`` first, doubling up to 16,384.
     - ``tokenize_workers``: threads that prepare chunks while the model runs (0: the calling thread); ``None``: two
       with tokenisation processes, else one (docs/performance.md).
     - ``tokenize_processes``: worker processes that tokenise for those threads (started at the first ``encode`` of

@@ -31,7 +31,7 @@ Into = Callable[[int, int, int], np.ndarray]
 
 def chunk_sizes(settings: EncodeSettings, device_type: str, chunk_size: int | None) -> Iterator[int]:
     """Sentences per chunk, chunk after chunk: ``chunk_size``, else ``settings.chunk_size``, else the device's
-    default (16,384 on CPU; on CUDA ``settings.first_chunk`` doubling up to 65,536)."""
+    default (16,384 on CPU; on CUDA ``settings.first_chunk`` doubling up to 16,384)."""
     chunk_size = chunk_size if chunk_size is not None else settings.chunk_size
     if chunk_size is not None:
         return itertools.repeat(int(chunk_size))
