@@ -2,7 +2,8 @@
 in ``tests/<package path>/test_<module>.py``. A module without that file must be listed below, with the reason, and,
 for a module tested through other files, which files: the list is the to-do list of the mirror. An entry that is no
 longer needed (the module got its file, or is gone) or that names a test file that does not exist fails too, so the
-list stays honest as modules and tests move."""
+list stays honest as modules and tests move. The package's functions and modules also stay within issue 22's size
+bounds (:func:`test_no_function_or_module_over_the_size_bounds`)."""
 
 from __future__ import annotations
 
@@ -67,3 +68,28 @@ def test_the_files_named_as_testing_a_module_exist():
     absent = [f"{module}: tests/{name}" for module, names in TESTED_ELSEWHERE.items() for name in names]
     absent = [entry for entry in absent if not (TESTS / entry.split(": tests/")[1]).is_file()]
     assert not absent, "test files named in TESTED_ELSEWHERE that do not exist:\n" + "\n".join(absent)
+
+
+#: Issue 22's bounds (items 8 and "done means"): a function longer than this is split into plan -> run -> summarise,
+#: a module longer than this into one module per job.
+MAX_FUNCTION_LINES = 80
+MAX_MODULE_LINES = 500
+
+
+def test_no_function_or_module_over_the_size_bounds():
+    """Every function and method of the package (its ``def`` line to its last line, docstring included) is at most
+    :data:`MAX_FUNCTION_LINES` long and every module at most :data:`MAX_MODULE_LINES` (as ``wc -l`` counts)."""
+    import ast
+
+    long_functions, long_modules = [], []
+    for module in modules():
+        source = (PACKAGE / module).read_text(encoding="utf-8")
+        if len(source.splitlines()) > MAX_MODULE_LINES:
+            long_modules.append(f"{module} ({len(source.splitlines())} lines)")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long_functions.append(f"{module}:{node.lineno} {node.name} ({lines} lines)")
+    assert not long_functions, f"functions over {MAX_FUNCTION_LINES} lines: {long_functions}"
+    assert not long_modules, f"modules over {MAX_MODULE_LINES} lines: {long_modules}"

@@ -86,20 +86,22 @@ class MapEncoder:
 
     def __call__(self, batch: Any) -> Any:
         """``batch`` with the embedding column added."""
-        if not isinstance(batch, dict):
-            import pyarrow as pa  # only for Arrow batches
-
-            if not isinstance(batch, (pa.Table, pa.RecordBatch)):
-                raise InputError(
-                    f"a batch is a pyarrow Table or RecordBatch or a dict of columns, not {type(batch).__name__}"
-                )
-        names = list(batch) if isinstance(batch, dict) else batch.schema.names
-        if self.text_column not in names:
-            raise InputError(f"the batch has no column {self.text_column!r}; its columns: {', '.join(names)}")
         if isinstance(batch, dict):
+            if self.text_column not in batch:
+                raise InputError(f"the batch has no column {self.text_column!r}; its columns: {', '.join(batch)}")
             # numpy's str_ items become plain str; anything else is left for the encoder's checks to name.
             texts = [str(t) if isinstance(t, str) else t for t in np.asarray(batch[self.text_column], dtype=object)]
             return {**batch, self.output_column: self.encode(texts)}
+        import pyarrow as pa
+
+        if not isinstance(batch, (pa.Table, pa.RecordBatch)):
+            raise InputError(
+                f"a batch is a pyarrow Table or RecordBatch or a dict of columns, not {type(batch).__name__}"
+            )
+        if self.text_column not in batch.schema.names:
+            raise InputError(
+                f"the batch has no column {self.text_column!r}; its columns: {', '.join(batch.schema.names)}"
+            )
         vectors = self.encode(batch.column(self.text_column).to_pylist())
         n, dim = vectors.shape
         flat = pa.array(vectors.reshape(-1), type=pa.float32())

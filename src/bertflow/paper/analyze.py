@@ -13,6 +13,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..calibrators import Calibrator, parse_calibrator
 from ..encoding.encoder import SentenceEncoder
 from ..errors import InputError
@@ -98,16 +100,8 @@ def analyze_stsb(
         say(f"fitting {spec} on {len(fit_sentences)} sentences ({regime})")
         return parse_calibrator(spec, seed=seed, epochs=flow_epochs, device=device).fit(rows(fit_sentences))
 
-    # Every space of the evaluation sentences: raw, calibrated, and each compared spec fitted on the same sentences.
     with limited_threads(blas_threads=1):  # small matrices; see GridConfig.fit_threads
-        if isinstance(calibrator, Calibrator):
-            cal, spec = calibrator, getattr(calibrator, "name", type(calibrator).__name__)
-        else:
-            spec = str(calibrator)
-            cal = fitted(spec)
-        raw_eval = rows(eval_sentences)
-        spaces = {"raw": raw_eval, "calibrated": cal.transform(raw_eval)}
-        spaces.update({other: fitted(other).transform(raw_eval) for other in compare})
+        spec, spaces = _fitted_spaces(calibrator, compare, fitted, rows(eval_sentences))
         geo = {name: geometry(x) for name, x in spaces.items()}
     position = {s: i for i, s in enumerate(eval_sentences)}
     i1, i2 = ([position[s] for s in side] for side in (test.sentences1, test.sentences2))
@@ -175,3 +169,21 @@ def _fitting_plan(
     counts = seen_counts(fit_sentences, task.eval_sentences())
     k, n = counts["seen"], counts["of"]  # type: ignore[index]
     return fit_sentences, fits.description, f"{k} of {n}" + (" (transductive)" if k == n else "")
+
+
+def _fitted_spaces(
+    calibrator: str | Calibrator,
+    compare: Sequence[str],
+    fitted: Callable[[str], Calibrator],
+    raw_eval: np.ndarray,
+) -> tuple[str, dict[str, np.ndarray]]:
+    """The calibrator's name and the evaluation sentences' embeddings (``raw_eval``) in every space: ``raw``,
+    ``calibrated`` and each ``compare`` spec (``fitted(spec)`` fits one on the fitting sentences)."""
+    if isinstance(calibrator, Calibrator):
+        cal, spec = calibrator, getattr(calibrator, "name", type(calibrator).__name__)
+    else:
+        spec = str(calibrator)
+        cal = fitted(spec)
+    spaces = {"raw": raw_eval, "calibrated": cal.transform(raw_eval)}
+    spaces.update({other: fitted(other).transform(raw_eval) for other in compare})
+    return spec, spaces

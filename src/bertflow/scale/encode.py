@@ -57,9 +57,21 @@ logger = logging.getLogger(__name__)
 #: Manifest fields that a resumed run must reproduce exactly (otherwise its shards would not fit together). The
 #: library version is not one: a store half encoded by one bertflow release is resumed by the next (the encoder and
 #: the calibrator are recorded by fingerprints that do not depend on it, ``bertflow.model_folder.encoder_record``).
-IDENTITY_KEYS = tuple(
-    "input encoder compute_dtype calibrator rows dim dtype shard_size chunk_size batch_size max_tokens encoding_errors "
-    "shard_format id_column".split()
+IDENTITY_KEYS = (
+    "input",
+    "encoder",
+    "compute_dtype",
+    "calibrator",
+    "rows",
+    "dim",
+    "dtype",
+    "shard_size",
+    "chunk_size",
+    "batch_size",
+    "max_tokens",
+    "encoding_errors",
+    "shard_format",
+    "id_column",
 )
 
 
@@ -310,22 +322,7 @@ def encode_file_to_store(
         id_column=id_column,
         encoding_errors=encoding_errors,
     )
-    # What makes the store's vectors what they are (its manifest's identity): a resumed run must match it.
-    identity = {
-        "encoder": encoder.get_config(),
-        "compute_dtype": str(getattr(encoder, "dtype", "unknown")).replace("torch.", ""),
-        "calibrator": calibrator_identity(calibrator) if calibrator is not None else None,
-        "dim": int(calibrator.n_features_out_) if calibrator is not None else int(encoder.dim),
-        "dtype": "float32",
-        "chunk_size": int(chunk_size),
-        "batch_size": batch_size,
-        # The encoder's padded-token budget per forward pass shapes the batches too (None: its device default).
-        "max_tokens": getattr(encoder, "max_tokens", None),
-        "encoding_errors": encoding_errors,
-        # Only when not the default, so that .npy stores keep the manifest (and resume) they always had.
-        **({"shard_format": shard_format} if shard_format != "npy" else {}),
-        **({"id_column": id_column} if id_column is not None else {}),
-    }
+    identity = _store_identity(encoder, calibrator, chunk_size, batch_size, encoding_errors, shard_format, id_column)
     if not input_path.is_file():
         raise InputError(f"cannot read {input_path}: no such file")
     # batch_size only when given: then the encoder's own default batching applies (a token budget).
@@ -348,24 +345,63 @@ def encode_file_to_store(
         per_rank = all_gather_object(mine_summary)
         if rank != 0:
             return mine_summary
-        # Rank 0, after every shard is written: complete the manifest, merge if asked, and summarise the run.
-        counts = {"encoded_shards": len(todo), "skipped_shards": len(done)}
-        started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))
-        run = {"started_at": started_at, "world_size": world, **counts, "seconds": round(wall, 4)}
-        final = finalize_manifest(
-            plan.folder, run={**run, "host": socket.gethostname(), "bertflow_version": __version__}
-        )
-        encoded_rows = sum(r["rows"] for r in per_rank)
-        return {
-            "output": str(plan.folder),
-            "rows": final["rows"],
-            "dim": final["dim"],
-            "shards": len(specs),
-            **counts,
-            "encoded_rows": encoded_rows,
-            "world_size": world,
-            "seconds": round(wall, 4),
-            "rows_per_second": round(encoded_rows / wall, 2) if wall > 0 and encoded_rows else None,
-            "merged": str(merge_shards(plan.folder)) if merge else None,
-            "per_rank": per_rank,
-        }
+        return _finish_run(plan, len(specs), len(todo), len(done), per_rank, started, wall, merge)
+
+
+def _store_identity(
+    encoder: SentenceEncoder,
+    calibrator: Calibrator | None,
+    chunk_size: int,
+    batch_size: int | None,
+    encoding_errors: str,
+    shard_format: str,
+    id_column: str | None,
+) -> dict[str, Any]:
+    """What makes a store's vectors what they are (its manifest's identity): a resumed run must match it."""
+    return {
+        "encoder": encoder.get_config(),
+        "compute_dtype": str(getattr(encoder, "dtype", "unknown")).replace("torch.", ""),
+        "calibrator": calibrator_identity(calibrator) if calibrator is not None else None,
+        "dim": int(calibrator.n_features_out_) if calibrator is not None else int(encoder.dim),
+        "dtype": "float32",
+        "chunk_size": int(chunk_size),
+        "batch_size": batch_size,
+        # The encoder's padded-token budget per forward pass shapes the batches too (None: its device default).
+        "max_tokens": getattr(encoder, "max_tokens", None),
+        "encoding_errors": encoding_errors,
+        # Only when not the default, so that .npy stores keep the manifest (and resume) they always had.
+        **({"shard_format": shard_format} if shard_format != "npy" else {}),
+        **({"id_column": id_column} if id_column is not None else {}),
+    }
+
+
+def _finish_run(
+    plan: StorePlan,
+    shards: int,
+    encoded: int,
+    skipped: int,
+    per_rank: list[dict[str, Any]],
+    started: float,
+    wall: float,
+    merge: bool,
+) -> dict[str, Any]:
+    """Rank 0, after every shard is written: complete the manifest, merge if asked, and summarise the run."""
+    counts = {"encoded_shards": encoded, "skipped_shards": skipped}
+    world = len(per_rank)
+    started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))
+    run = {"started_at": started_at, "world_size": world, **counts, "seconds": round(wall, 4)}
+    final = finalize_manifest(plan.folder, run={**run, "host": socket.gethostname(), "bertflow_version": __version__})
+    encoded_rows = sum(r["rows"] for r in per_rank)
+    return {
+        "output": str(plan.folder),
+        "rows": final["rows"],
+        "dim": final["dim"],
+        "shards": shards,
+        **counts,
+        "encoded_rows": encoded_rows,
+        "world_size": world,
+        "seconds": round(wall, 4),
+        "rows_per_second": round(encoded_rows / wall, 2) if wall > 0 and encoded_rows else None,
+        "merged": str(merge_shards(plan.folder)) if merge else None,
+        "per_rank": per_rank,
+    }
